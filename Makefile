@@ -1,0 +1,43 @@
+# stratagem: `make demo` and `make test` are all a fresh machine needs.
+BUILD      ?= build
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+DEB_PACKAGES := openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libeigen3-dev \
+                libboost-test-dev nlohmann-json3-dev python3-torch python3-h5py python3-numpy \
+                libopenblas0-pthread cmake g++ make
+
+.PHONY: deps build test test-asan demo bench format clean
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
+	else echo "make deps: all Debian packages present"; fi
+
+$(BUILD)/Makefile:
+	cmake -S . -B $(BUILD) $(CMAKE_ARGS)
+
+build: $(BUILD)/Makefile
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: deps build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+test-asan: deps
+	$(MAKE) build BUILD=build-asan CMAKE_ARGS="-DSTRATAGEM_ASAN=ON"
+	cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -L unit -j $(JOBS)
+
+demo: deps build
+	STRATAGEM_BIN=$(CURDIR)/$(BUILD)/stratagem bash jobs/demo.sh
+
+bench: deps build
+	STRATAGEM_BIN=$(CURDIR)/$(BUILD)/stratagem bash test/bench/run.sh
+
+format:
+	find src include sim test -name '*.[ch]pp' -o -name '*.cu' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) build-asan

@@ -1,0 +1,78 @@
+// ClusterSpec: the modeled machine (GPUs, nodes, fabrics, network), from data/clusters/*.json.
+// Every figure carries its unit in its name; the JSON files cite the datasheet for each.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace stratagem {
+
+enum class Dtype { fp32, tf32, fp16, bf16 };
+const char* to_string(Dtype d);
+Dtype dtype_from_string(const std::string& s, const std::string& where);
+int dtype_bytes(Dtype d);  // storage bytes of one element (tf32 is stored as fp32)
+
+struct GpuSpec {
+  std::string name;
+  double peak_flops_fp32 = 0, peak_flops_tf32 = 0, peak_flops_fp16 = 0, peak_flops_bf16 = 0;
+  int64_t hbm_bytes = 0;
+  double hbm_bandwidth_gbps = 0;
+  // Calibration of achieved efficiency (see data/clusters/README.md).
+  double gemm_max_efficiency = 0.8;
+  double gemm_half_efficiency_flops = 2e9;
+  int gemm_tile_m = 128, gemm_tile_n = 128;
+  double attention_flash_efficiency = 0.55;
+  double attention_standard_efficiency = 0.35;
+  double memory_efficiency = 0.85;
+  double kernel_launch_s = 4e-6;
+  int64_t context_overhead_bytes = 0;
+  double allocator_fragmentation = 0.05;
+
+  double peak_flops(Dtype d) const;
+};
+
+struct LinkSpec {
+  std::string kind;
+  double bandwidth_gbps = 0;  // GB/s per direction, per GPU (intra) or per NIC
+  double latency_s = 0;
+  double bus_efficiency = 1.0;  // achieved fraction of bandwidth for large collectives
+};
+
+struct NodeSpec {
+  int gpus_per_node = 1;
+  LinkSpec intra;  // NVSwitch / NVLink / shared memory
+  LinkSpec pcie;   // host <-> device per GPU
+  int pcie_generation = 4;
+  int64_t host_memory_bytes = 0;
+  double host_flops = 0;
+  double host_memory_bandwidth_gbps = 0;
+  int nic_count = 1;
+  LinkSpec nic;  // one NIC
+};
+
+struct NetworkSpec {
+  std::string topology = "fat-tree";
+  double oversubscription = 1.0;  // >= 1: bisection is divided by this
+  double switch_latency_s = 1e-6;
+};
+
+struct ClusterSpec {
+  std::string name;
+  std::string description;
+  int nodes = 1;
+  GpuSpec gpu;
+  NodeSpec node;
+  NetworkSpec network;
+
+  int world_size() const { return nodes * node.gpus_per_node; }
+  // Inter-node bandwidth available to one GPU (its share of the node's NICs, after
+  // oversubscription), GB/s per direction.
+  double internode_gbps_per_gpu() const;
+};
+
+ClusterSpec load_cluster(const std::string& name_or_path);
+ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source);
+nlohmann::json to_json(const ClusterSpec& c);
+
+}  // namespace stratagem

@@ -1,0 +1,28 @@
+// Errors that reach the user. InputError means "you gave us something wrong" and maps to exit
+// code 2; everything else is a bug or an environment failure.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace stratagem {
+
+// Bad input: a file, field or flag that is missing or out of range. The message must name the
+// file/flag and the field, and say what was expected.
+class InputError : public std::runtime_error {
+ public:
+  explicit InputError(const std::string& what) : std::runtime_error(what) {}
+};
+
+// A feature that exists in the plan space but is not implemented by this executor yet.
+class NotSupported : public std::runtime_error {
+ public:
+  explicit NotSupported(const std::string& what) : std::runtime_error(what) {}
+};
+
+// Exit codes shared by every subcommand.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitNoFeasiblePlan = 3;
+
+}  // namespace stratagem

@@ -1,0 +1,79 @@
+// Layout: which rank does what. Maps a world rank to (stage, data index, tensor index) and
+// gives the communicator groups of every layer. tp is innermost (tensor groups stay inside a
+// node), pp outermost. Groups depend only on (stage, tp), so layers with the same (tp, dp)
+// share them. The simulator and the runtime both take their groups from here.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stratagem/cluster.hpp"
+#include "stratagem/plan.hpp"
+
+namespace stratagem {
+
+enum class GroupKind : uint8_t {
+  none,
+  tp,              // tensor-parallel group of a layer
+  dp,              // data-parallel group of a layer
+  reshard,         // ranks exchanging samples when dp shrinks between consecutive layers
+  tied_embedding,  // first and last stage, same local index: ties wte and the LM head
+  pp_next,         // peer: same local index on the next stage
+  pp_prev,         // peer: same local index on the previous stage
+};
+const char* to_string(GroupKind k);
+
+struct Group {
+  int id = 0;
+  GroupKind kind = GroupKind::none;
+  int stage = 0;
+  int tp = 1;  // the tp degree the group belongs to (reshard: the larger one)
+  std::vector<int> ranks;
+};
+
+struct RankCoords {
+  int stage = 0;
+  int local = 0;      // index inside the stage, 0 .. devices_per_stage-1
+  int node = 0;
+  int local_gpu = 0;  // GPU index inside the node
+};
+
+class Layout {
+ public:
+  Layout(const Plan& plan, const ClusterSpec& cluster);
+
+  int world_size() const { return world_size_; }
+  int pp() const { return pp_; }
+  int devices_per_stage() const { return devices_per_stage_; }
+  RankCoords coords(int rank) const;
+  int rank_of(int stage, int local) const { return stage * devices_per_stage_ + local; }
+  static int tp_index(int local, int tp) { return local % tp; }
+  static int dp_index(int local, int tp) { return local / tp; }
+
+  // Group ids for `rank` under tensor degree `tp` (dp = devices_per_stage / tp).
+  int tp_group(int rank, int tp) const;
+  int dp_group(int rank, int tp) const;
+  // Group of ranks that all-gather samples when going from tp_small to tp_big (dp shrinks).
+  int reshard_group(int rank, int tp_small, int tp_big) const;
+  int tied_embedding_group(int rank) const;  // -1 when pp == 1
+  int next_stage_rank(int rank) const;       // -1 on the last stage
+  int prev_stage_rank(int rank) const;       // -1 on the first stage
+
+  const Group& group(int id) const { return groups_.at(id); }
+  const std::vector<Group>& groups() const { return groups_; }
+  // Distinct tp degrees that have groups (every value used by the plan).
+  const std::vector<int>& tp_degrees() const { return tp_degrees_; }
+
+ private:
+  int index_of_tp(int tp) const;
+  int world_size_ = 0, pp_ = 0, devices_per_stage_ = 0, gpus_per_node_ = 1;
+  std::vector<int> tp_degrees_;
+  // base ids, indexed [stage][tp index]
+  std::vector<std::vector<int>> tp_base_, dp_base_;
+  // reshard base ids, indexed [stage][small][big]
+  std::vector<std::vector<std::vector<int>>> reshard_base_;
+  int tied_base_ = -1;
+  std::vector<Group> groups_;
+};
+
+}  // namespace stratagem

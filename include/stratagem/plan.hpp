@@ -1,0 +1,88 @@
+// Plan: a training strategy. Global choices (pipeline, schedule, batch) plus one LayerStrategy
+// per Transformer layer, so consecutive layers may differ in every per-layer field (Galvatron).
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "stratagem/cluster.hpp"
+#include "stratagem/model.hpp"
+
+namespace stratagem {
+
+enum class Schedule { gpipe, one_f_one_b, interleaved };
+enum class Recompute { none, selective, full };
+const char* to_string(Schedule s);
+const char* to_string(Recompute r);
+
+struct LayerStrategy {
+  int tp = 1;
+  int dp = 1;
+  bool sequence_parallel = false;
+  int zero = 0;  // 0..3
+  Recompute recompute = Recompute::none;
+  bool offload_optimizer = false;
+  bool offload_params = false;
+  bool offload_activations = false;
+
+  bool operator==(const LayerStrategy&) const = default;
+  std::string describe() const;  // e.g. "tp8 dp8 sp z1 rc=full"
+};
+
+struct LayerRange {
+  int begin = 0;  // first layer (inclusive)
+  int end = 0;    // one past the last layer
+  int size() const { return end - begin; }
+  bool operator==(const LayerRange&) const = default;
+};
+
+struct Plan {
+  int pp = 1;
+  Schedule schedule = Schedule::one_f_one_b;
+  int vpp = 1;  // virtual stages per pipeline rank (interleaved only)
+  // Model chunks: pp*vpp layer ranges in order; chunk c runs on pipeline stage c % pp.
+  std::vector<LayerRange> chunks;
+  int micro_batch = 1;    // samples per micro-batch per replica of the widest-dp layer
+  int global_batch = 1;   // samples per iteration
+  Dtype dtype = Dtype::bf16;
+  bool flash_attention = false;
+  bool overlap_grad_reduce = true;  // data-parallel reduction overlaps backward (PyTorch DDP)
+  std::vector<LayerStrategy> layers;  // one per Transformer layer
+  LayerStrategy embedding;            // embedding and LM head (tp/dp/zero apply)
+
+  int devices_per_stage() const;  // tp*dp of every layer (validated equal)
+  int world_size() const { return pp * devices_per_stage(); }
+  int max_dp() const;
+  int num_microbatches() const;   // global_batch / (micro_batch * max_dp)
+  // Samples a rank of a layer with data-parallel degree dp processes per micro-batch.
+  int samples_per_rank(int dp) const { return micro_batch * max_dp() / dp; }
+  int stage_of_chunk(int chunk) const { return chunk % pp; }
+  bool uniform() const;           // all layers share one strategy
+  std::string describe() const;   // one line
+};
+
+// Megatron-style shorthand: uniform strategy over all layers, even stage split.
+struct PlanShorthand {
+  std::optional<int> tp, pp, dp, micro_batch, global_batch, vpp, zero;
+  std::optional<std::string> recompute, schedule, dtype, offload;
+  bool sequence_parallel = false;
+  bool flash_attention = false;
+  bool no_overlap_grad_reduce = false;
+  bool any() const;
+};
+
+// Expands a shorthand; dp defaults to world/(tp*pp). `where` names the flags for errors.
+Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterSpec& c);
+// Even split of `layers` into `chunks` contiguous ranges (earlier chunks take the remainder).
+std::vector<LayerRange> even_chunks(int layers, int chunks);
+
+Plan load_plan(const std::string& path, const ModelSpec& m);
+Plan plan_from_json(const nlohmann::json& j, const ModelSpec& m, const std::string& source);
+nlohmann::json to_json(const Plan& p);
+
+// Checks the plan against the model and cluster; throws InputError naming `source` and field.
+void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std::string& source);
+
+}  // namespace stratagem

@@ -1,0 +1,86 @@
+// Program: each rank's ordered instruction stream for one training iteration. It is the
+// contract between the simulator (virtual time) and the runtime (real kernels): both run the
+// same ops in the same order. All ranks of one pipeline stage run the same stream; groups and
+// peers are symbolic (GroupKind + tp) and the Layout resolves them for a concrete rank.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "stratagem/layout.hpp"
+#include "stratagem/model.hpp"
+#include "stratagem/plan.hpp"
+#include "stratagem/workload.hpp"
+
+namespace stratagem {
+
+enum class OpKind : uint8_t {
+  compute,       // device kernels of one block (FLOPs and HBM bytes given)
+  collective,    // over a group
+  send,          // to a pipeline peer (eager: completes without waiting for the receiver)
+  recv,          // from a pipeline peer
+  copy_d2h,      // offload to host memory
+  copy_h2d,      // fetch from host memory
+  host_compute,  // CPU work (offloaded optimizer step)
+  alloc,         // device memory becomes in use
+  free,          // device memory is released
+};
+enum class Stream : uint8_t { compute, tp_comm, dp_comm, pp_comm, h2d, d2h };
+inline constexpr int kNumStreams = 6;
+enum class Phase : uint8_t { forward, backward, recompute, optimizer, setup };
+enum class Collective : uint8_t { none, all_reduce, all_gather, reduce_scatter, all_to_all };
+enum class MemCategory : uint8_t { weights, grads, optimizer, activations, buffers };
+inline constexpr int kNumMemCategories = 5;
+
+const char* to_string(OpKind k);
+const char* to_string(Stream s);
+const char* to_string(Block b);
+const char* to_string(Phase p);
+const char* to_string(Collective c);
+const char* to_string(MemCategory c);
+
+struct Op {
+  OpKind kind = OpKind::compute;
+  Stream stream = Stream::compute;
+  Block block = Block::none;
+  Phase phase = Phase::forward;
+  Collective collective = Collective::none;
+  GroupKind group = GroupKind::none;  // collectives: group kind; send/recv: pp_next/pp_prev
+  MemCategory category = MemCategory::buffers;  // alloc/free
+  uint8_t tp = 1;                      // tp degree selecting the group (reshard: small one)
+  uint8_t tp_big = 1;                  // reshard only: the larger tp degree
+  int16_t chunk = -1;                  // model chunk (virtual stage), -1 when not applicable
+  int32_t layer = -1;                  // Transformer layer, -1 for embedding/head/optimizer
+  int32_t microbatch = -1;             // -1 when not per micro-batch
+  int32_t samples = 0;                 // samples per rank in this op (shape for the cost model)
+  int32_t buffer = -1;                 // alloc/free: buffer id matching the two
+  int64_t bytes = 0;                   // message, copy, alloc, or compute HBM-traffic bytes
+  double flops = 0;                    // compute ops: FLOPs on this rank
+  uint32_t dep_begin = 0;              // indices into StageProgram::deps
+  uint32_t dep_count = 0;
+};
+
+// The op stream shared by every rank of one pipeline stage.
+struct StageProgram {
+  int stage = 0;
+  std::vector<Op> ops;
+  std::vector<uint32_t> deps;  // op indices (earlier in `ops`) an op waits for, besides its stream
+  const uint32_t* deps_of(const Op& op) const { return deps.data() + op.dep_begin; }
+};
+
+struct Program {
+  std::vector<StageProgram> stages;  // one per pipeline stage
+  int num_microbatches = 0;
+};
+
+// The one schedule generator (gpipe, 1f1b, interleaved).
+Program build_program(const ModelSpec& model, const Plan& plan);
+
+// A readable name such as "L3.attn.fwd mb5" (built on demand, not stored).
+std::string op_name(const Op& op);
+// Resolves an op's group to a concrete group id (collectives) or peer rank (send/recv) for
+// `rank`; -1 when the op has none.
+int resolve_group(const Layout& layout, int rank, const Op& op);
+int resolve_peer(const Layout& layout, int rank, const Op& op);
+
+}  // namespace stratagem

@@ -1,0 +1,4 @@
+#pragma once
+namespace stratagem {
+inline constexpr const char* kVersion = STRATAGEM_VERSION;
+}

@@ -1,0 +1,66 @@
+// Workload: what one block of a Transformer does on one rank, derived from the model shapes and
+// the layer's strategy. The Program generator takes FLOPs, bytes and memory from here, and the
+// cost model takes the GEMM shapes from here, so there is one description of the work.
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "stratagem/model.hpp"
+#include "stratagem/plan.hpp"
+
+namespace stratagem {
+
+// The unit of work of the Program: a Transformer layer is an attention and an mlp block.
+enum class Block : uint8_t { none, embedding, attention, mlp, head, optimizer, reshard };
+
+struct Gemm {
+  int64_t m = 0, n = 0, k = 0;  // (m,k) x (k,n)
+  int64_t count = 1;            // batched count (e.g. heads)
+  double flops() const { return 2.0 * m * n * k * count; }
+};
+
+// Kernels of one block pass on one rank. Elementwise work is given as HBM bytes.
+struct BlockWork {
+  static constexpr int kMaxGemms = 8;
+  std::array<Gemm, kMaxGemms> gemms{};
+  int num_gemms = 0;
+  double attention_flops = 0;    // QK^T + AV core (may run as a flash kernel)
+  double elementwise_bytes = 0;  // norms, activations, softmax, residual, dropout (HBM traffic)
+  int kernels = 0;               // kernel launches
+  double gemm_flops() const;
+  double flops() const { return gemm_flops() + attention_flops; }
+  void add(Gemm g);
+};
+
+// Forward work of a block (attention or mlp) for `samples` samples on a rank of `s`.
+BlockWork forward_work(const ModelSpec& m, const LayerStrategy& s, Block b, int samples,
+                       bool flash_attention);
+// Backward is the two GEMMs per forward GEMM (dgrad, wgrad) and ~2x the elementwise traffic.
+BlockWork backward_work(const ModelSpec& m, const LayerStrategy& s, Block b, int samples,
+                        bool flash_attention);
+// Work of just the attention core (QK^T, softmax, AV): what selective recompute redoes.
+BlockWork attention_core_work(const ModelSpec& m, const LayerStrategy& s, int samples,
+                              bool flash_attention);
+
+// Bytes of activations a block keeps for backward on one rank, derived tensor by tensor from
+// the ops that save them (see workload.cpp). Recompute::full keeps only the layer input (charged
+// to the attention block); selective drops the attention probabilities and dropout mask.
+int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& s, Block b, int samples,
+                               Recompute rc, bool flash_attention, Dtype dt);
+// Bytes of the layer output passed between layers/stages on one rank (b,s,h), sequence-sharded
+// when sequence parallel.
+int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
+                                  Dtype dt);
+
+// Parameters of a block held by one rank before ZeRO sharding (divided by tp where Megatron
+// shards them, replicated norms/biases otherwise).
+int64_t block_parameters_per_rank(const ModelSpec& m, int tp, Block b);
+// Embedding (+ LM head when untied) parameters on a rank of the first/last stage.
+int64_t embedding_parameters_per_rank(const ModelSpec& m, int tp);
+int64_t head_parameters_per_rank(const ModelSpec& m, int tp);  // untied head + final norm
+
+// Megatron's model-FLOP count per iteration: 72 B s l h^2 (1 + s/6h + V/12lh) for GPT
+// (generalized per layer for GQA/SwiGLU by counting the GEMMs). Recompute does not count.
+double model_flops_per_iteration(const ModelSpec& m, int64_t global_batch);
+
+}  // namespace stratagem

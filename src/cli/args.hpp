@@ -1,0 +1,47 @@
+// Command-line parsing shared by every subcommand: one place reads --model/--cluster/plan flags.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stratagem/cluster.hpp"
+#include "stratagem/model.hpp"
+#include "stratagem/plan.hpp"
+
+namespace stratagem::cli {
+
+class Args {
+ public:
+  Args(std::string command, std::vector<std::string> tokens);
+  const std::string& command() const { return command_; }
+  // `--flag value` or `--flag=value`; each flag may appear once.
+  std::optional<std::string> value(const std::string& flag);
+  std::optional<int> int_value(const std::string& flag);
+  std::optional<double> double_value(const std::string& flag);
+  std::string required(const std::string& flag);
+  bool flag(const std::string& name);  // a switch without a value
+  std::vector<std::string> positionals();
+  // Fails on any flag that no one asked for (a typo must not be silently ignored).
+  void finish();
+
+ private:
+  std::string command_;
+  std::vector<std::string> tokens_;
+  std::vector<bool> used_;
+};
+
+// --model NAME|FILE.json plus inline overrides --layers --hidden --heads --kv-heads
+// --ffn-hidden --vocab --seq-len (alone they describe a GPT-2-style decoder).
+ModelSpec model_from_args(Args& a);
+// --cluster NAME|FILE.json (default dgx-a100-80g) and --nodes N.
+ClusterSpec cluster_from_args(Args& a, const char* default_cluster = "dgx-a100-80g");
+// --plan FILE or the Megatron-style shorthand; validated against model and cluster.
+Plan plan_from_args(Args& a, const ModelSpec& m, const ClusterSpec& c);
+PlanShorthand shorthand_from_args(Args& a);
+
+extern const char* kModelHelp;
+extern const char* kClusterHelp;
+extern const char* kPlanHelp;
+
+}  // namespace stratagem::cli

@@ -1,0 +1,56 @@
+#include <cstdio>
+
+#include "src/cli/command.hpp"
+#include "stratagem/workload.hpp"
+
+namespace stratagem::cli {
+namespace {
+
+int run_model_show(Args& a) {
+  auto pos = a.positionals();
+  const bool json = a.flag("--json");
+  if (pos.size() > 1) throw InputError(a.command() + ": expected one model NAME|FILE.json");
+  // The name may come positionally or through the shared --model flag (with overrides).
+  std::vector<std::string> tokens;
+  ModelSpec m;
+  if (!pos.empty()) {
+    Args shared(a.command(), {"--model", pos[0]});
+    m = model_from_args(shared);
+  } else {
+    m = model_from_args(a);
+  }
+  a.finish();
+  if (json) {
+    nlohmann::json j = to_json(m);
+    j["parameters"] = m.parameters();
+    j["layer_parameters"] = m.layer_parameters();
+    j["embedding_parameters"] = m.embedding_parameters();
+    j["head_parameters"] = m.head_parameters();
+    j["flops_per_token"] = m.flops_per_token();
+    j["flops_formula"] = "3 x (2 x GEMM weights + 4 s h) per layer + 6 V h, per token (Megatron)";
+    print_json(j);
+    return 0;
+  }
+  if (world_rank() != 0) return 0;
+  std::printf("%s: %s, %d layers, hidden %d, %d heads (%d kv), ffn %d, vocab %d, seq %d\n",
+              m.name.c_str(), to_string(m.arch), m.layers, m.hidden, m.heads, m.kv_heads,
+              m.ffn_hidden, m.vocab, m.seq_len);
+  std::printf("  %s, %s, %s positions, %s embeddings\n", to_string(m.norm), to_string(m.activation),
+              to_string(m.position), m.tied_embeddings ? "tied" : "untied");
+  std::printf("  parameters       %.4g (%.3fB)\n", double(m.parameters()), m.parameters() / 1e9);
+  std::printf("    per layer      %lld\n", (long long)m.layer_parameters());
+  std::printf("    embeddings     %lld\n", (long long)m.embedding_parameters());
+  std::printf("    head           %lld\n", (long long)m.head_parameters());
+  std::printf("  flops_per_token  %.4g (model FLOPs, forward+backward, Megatron count)\n",
+              m.flops_per_token());
+  return 0;
+}
+
+Register reg{{"model show", "parameters and FLOPs per token of a model",
+              std::string("usage: stratagem model show NAME|FILE.json [--json]\n"
+                          "       stratagem model show --model NAME [overrides] [--json]\n") +
+                  kModelHelp,
+              run_model_show}};
+
+}  // namespace
+}  // namespace stratagem::cli

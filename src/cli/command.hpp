@@ -1,0 +1,33 @@
+// Subcommand registry: each src/cli/cmd_*.cpp registers itself, so adding a subcommand touches
+// one file.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "src/cli/args.hpp"
+#include "stratagem/error.hpp"
+
+namespace stratagem::cli {
+
+struct Command {
+  std::string name;     // "model show", "plan check", "simulate", ...
+  std::string summary;  // one line for `stratagem --help`
+  std::string usage;    // full --help text
+  std::function<int(Args&)> run;
+};
+
+std::vector<Command>& registry();
+struct Register {
+  explicit Register(Command c) { registry().push_back(std::move(c)); }
+};
+
+// MPI rank and size of this process (the CLI initializes MPI before running a command).
+int world_rank();
+int world_size();
+// Prints JSON on rank 0 only.
+void print_json(const nlohmann::json& j);
+
+}  // namespace stratagem::cli

@@ -1,0 +1,114 @@
+// stratagem: search, simulate and train hybrid-parallel Transformer jobs.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "src/cli/command.hpp"
+#include "stratagem/error.hpp"
+#include "stratagem/version.hpp"
+
+namespace stratagem::cli {
+
+std::vector<Command>& registry() {
+  static std::vector<Command> r;
+  return r;
+}
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+void print_json(const nlohmann::json& j) {
+  if (world_rank() == 0) std::cout << j.dump(2) << std::endl;
+}
+
+}  // namespace stratagem::cli
+
+namespace {
+using stratagem::cli::Command;
+
+void print_overview() {
+  std::printf("stratagem %s: how should I train this Transformer on this cluster?\n\n",
+              stratagem::kVersion);
+  std::printf("usage: stratagem <command> [flags]   (every command takes --help and --json)\n\n");
+  auto cmds = stratagem::cli::registry();
+  std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  for (const auto& c : cmds) std::printf("  %-18s %s\n", c.name.c_str(), c.summary.c_str());
+  std::printf("\nexit codes: 0 ok, 1 failure, 2 bad input, 3 no plan fits the memory budget\n");
+}
+
+// Longest registered command name that prefixes argv ("plan check" before "plan").
+const Command* match(int argc, char** argv, int* consumed) {
+  const Command* best = nullptr;
+  int best_words = 0;
+  for (const auto& c : stratagem::cli::registry()) {
+    std::vector<std::string> words;
+    size_t at = 0;
+    while (at <= c.name.size()) {
+      size_t sp = c.name.find(' ', at);
+      if (sp == std::string::npos) sp = c.name.size();
+      words.push_back(c.name.substr(at, sp - at));
+      at = sp + 1;
+    }
+    if ((int)words.size() > argc - 1) continue;
+    bool ok = true;
+    for (size_t i = 0; i < words.size() && ok; ++i) ok = words[i] == argv[1 + i];
+    if (ok && (int)words.size() > best_words) best = &c, best_words = (int)words.size();
+  }
+  *consumed = best_words;
+  return best;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    print_overview();
+    return argc < 2 ? stratagem::kExitBadInput : 0;
+  }
+  if (std::string(argv[1]) == "--version") {
+    std::printf("stratagem %s\n", stratagem::kVersion);
+    return 0;
+  }
+  int consumed = 0;
+  const Command* cmd = match(argc, argv, &consumed);
+  if (!cmd) {
+    std::fprintf(stderr, "stratagem: unknown command '%s' (see stratagem --help)\n", argv[1]);
+    return stratagem::kExitBadInput;
+  }
+  std::vector<std::string> rest(argv + 1 + consumed, argv + argc);
+  if (std::find(rest.begin(), rest.end(), "--help") != rest.end() ||
+      std::find(rest.begin(), rest.end(), "-h") != rest.end()) {
+    std::printf("%s", cmd->usage.c_str());
+    return 0;
+  }
+  MPI_Init(&argc, &argv);
+  int code = stratagem::kExitOk;
+  const std::string who = "stratagem " + cmd->name;
+  try {
+    stratagem::cli::Args args("stratagem " + cmd->name, rest);
+    code = cmd->run(args);
+  } catch (const stratagem::InputError& e) {
+    if (stratagem::cli::world_rank() == 0) std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
+    code = stratagem::kExitBadInput;
+  } catch (const stratagem::NotSupported& e) {
+    std::fprintf(stderr, "%s: not supported yet: %s\n", who.c_str(), e.what());
+    code = stratagem::kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error on rank %d: %s\n", who.c_str(), stratagem::cli::world_rank(), e.what());
+    code = stratagem::kExitFailure;
+    // One failing rank must not leave the others hanging in a collective.
+    if (stratagem::cli::world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  }
+  MPI_Finalize();
+  return code;
+}

@@ -1,0 +1,191 @@
+#include "stratagem/cluster.hpp"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "src/io/json_reader.hpp"
+#include "stratagem/error.hpp"
+#include "stratagem/model.hpp"
+
+namespace stratagem {
+
+const char* to_string(Dtype d) {
+  switch (d) {
+    case Dtype::fp32: return "fp32";
+    case Dtype::tf32: return "tf32";
+    case Dtype::fp16: return "fp16";
+    case Dtype::bf16: return "bf16";
+  }
+  return "?";
+}
+
+Dtype dtype_from_string(const std::string& s, const std::string& where) {
+  if (s == "fp32") return Dtype::fp32;
+  if (s == "tf32") return Dtype::tf32;
+  if (s == "fp16") return Dtype::fp16;
+  if (s == "bf16") return Dtype::bf16;
+  throw InputError(where + ": expected one of fp32|tf32|fp16|bf16, got '" + s + "'");
+}
+
+int dtype_bytes(Dtype d) { return d == Dtype::fp16 || d == Dtype::bf16 ? 2 : 4; }
+
+double GpuSpec::peak_flops(Dtype d) const {
+  switch (d) {
+    case Dtype::fp32: return peak_flops_fp32;
+    case Dtype::tf32: return peak_flops_tf32;
+    case Dtype::fp16: return peak_flops_fp16;
+    case Dtype::bf16: return peak_flops_bf16;
+  }
+  return peak_flops_fp32;
+}
+
+double ClusterSpec::internode_gbps_per_gpu() const {
+  double node_gbps = node.nic_count * node.nic.bandwidth_gbps;
+  return node_gbps / node.gpus_per_node / std::max(1.0, network.oversubscription);
+}
+
+namespace {
+LinkSpec read_link(io::JsonReader& r, bool has_efficiency_key, const char* efficiency_key) {
+  LinkSpec l;
+  l.kind = r.get_string("kind", "");
+  l.bandwidth_gbps = r.get_double("bandwidth_gbps", 1e-6, 1e6);
+  l.latency_s = r.get_double("latency_s", 0, 1);
+  if (has_efficiency_key) l.bus_efficiency = r.get_double(efficiency_key, 0.01, 1.0, 1.0);
+  return l;
+}
+}  // namespace
+
+ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source) {
+  io::JsonReader r(j, source);
+  ClusterSpec c;
+  c.name = r.get_string("name");
+  c.description = r.get_string("description", "");
+  c.nodes = r.get_int("nodes", 1, 1 << 20, 1);
+  {
+    auto g = r.object("gpu");
+    c.gpu.name = g.get_string("name");
+    auto pf = g.object("peak_flops");
+    c.gpu.peak_flops_fp32 = pf.get_double("fp32", 1e6, 1e18);
+    c.gpu.peak_flops_tf32 = pf.get_double("tf32", 1e6, 1e18, c.gpu.peak_flops_fp32);
+    c.gpu.peak_flops_fp16 = pf.get_double("fp16", 1e6, 1e18, c.gpu.peak_flops_fp32);
+    c.gpu.peak_flops_bf16 = pf.get_double("bf16", 1e6, 1e18, c.gpu.peak_flops_fp16);
+    pf.reject_unknown();
+    c.gpu.hbm_bytes = g.get_int64("hbm_bytes", 1 << 20);
+    c.gpu.hbm_bandwidth_gbps = g.get_double("hbm_bandwidth_gbps", 1e-3, 1e6);
+    if (g.has("gemm")) {
+      auto ge = g.object("gemm");
+      c.gpu.gemm_max_efficiency = ge.get_double("max_efficiency", 0.01, 1.0);
+      c.gpu.gemm_half_efficiency_flops = ge.get_double("half_efficiency_flops", 0, 1e15);
+      c.gpu.gemm_tile_m = ge.get_int("tile_m", 1, 4096, 128);
+      c.gpu.gemm_tile_n = ge.get_int("tile_n", 1, 4096, 128);
+      ge.reject_unknown();
+    }
+    if (g.has("attention")) {
+      auto a = g.object("attention");
+      c.gpu.attention_flash_efficiency = a.get_double("flash_efficiency", 0.01, 1.0);
+      c.gpu.attention_standard_efficiency = a.get_double("standard_efficiency", 0.01, 1.0);
+      a.reject_unknown();
+    }
+    c.gpu.memory_efficiency = g.get_double("memory_efficiency", 0.01, 1.0, 0.85);
+    c.gpu.kernel_launch_s = g.get_double("kernel_launch_s", 0, 1, 4e-6);
+    c.gpu.context_overhead_bytes = g.has("context_overhead_bytes")
+                                       ? g.get_int64("context_overhead_bytes", 0) : 0;
+    c.gpu.allocator_fragmentation = g.get_double("allocator_fragmentation", 0, 1, 0.05);
+    g.reject_unknown();
+  }
+  {
+    auto n = r.object("node");
+    c.node.gpus_per_node = n.get_int("gpus_per_node", 1, 1024);
+    {
+      auto intra = n.object("intra");
+      c.node.intra = read_link(intra, true, "allreduce_bus_efficiency");
+      intra.reject_unknown();
+    }
+    {
+      auto p = n.object("pcie");
+      c.node.pcie_generation = p.get_int("generation", 0, 10, 4);
+      c.node.pcie = read_link(p, false, "");
+      c.node.pcie.kind = "pcie";
+      p.reject_unknown();
+    }
+    c.node.host_memory_bytes = n.get_int64("host_memory_bytes", 0);
+    c.node.host_flops = n.get_double("host_flops", 1e6, 1e18);
+    c.node.host_memory_bandwidth_gbps = n.get_double("host_memory_bandwidth_gbps", 1e-3, 1e6);
+    {
+      auto nic = n.object("nics");
+      c.node.nic_count = nic.get_int("count", 0, 1024);
+      c.node.nic.kind = nic.get_string("kind", "nic");
+      c.node.nic.bandwidth_gbps = nic.get_double("bandwidth_gbps", 1e-6, 1e6);
+      c.node.nic.latency_s = nic.get_double("latency_s", 0, 1);
+      c.node.nic.bus_efficiency = nic.get_double("bus_efficiency", 0.01, 1.0, 1.0);
+      nic.reject_unknown();
+    }
+    n.reject_unknown();
+  }
+  {
+    auto net = r.object("network");
+    c.network.topology = net.get_enum("topology", {"fat-tree"}, "fat-tree");
+    c.network.oversubscription = net.get_double("oversubscription", 1.0, 1000.0, 1.0);
+    c.network.switch_latency_s = net.get_double("switch_latency_s", 0, 1, 1e-6);
+    net.reject_unknown();
+  }
+  r.reject_unknown();
+  return c;
+}
+
+nlohmann::json to_json(const ClusterSpec& c) {
+  auto link = [](const LinkSpec& l) {
+    return nlohmann::json{{"kind", l.kind}, {"bandwidth_gbps", l.bandwidth_gbps},
+                          {"latency_s", l.latency_s}};
+  };
+  nlohmann::json intra = link(c.node.intra);
+  intra["allreduce_bus_efficiency"] = c.node.intra.bus_efficiency;
+  nlohmann::json pcie = link(c.node.pcie);
+  pcie.erase("kind");
+  pcie["generation"] = c.node.pcie_generation;
+  return {
+      {"name", c.name},
+      {"description", c.description},
+      {"nodes", c.nodes},
+      {"gpu",
+       {{"name", c.gpu.name},
+        {"peak_flops",
+         {{"fp32", c.gpu.peak_flops_fp32}, {"tf32", c.gpu.peak_flops_tf32},
+          {"fp16", c.gpu.peak_flops_fp16}, {"bf16", c.gpu.peak_flops_bf16}}},
+        {"hbm_bytes", c.gpu.hbm_bytes},
+        {"hbm_bandwidth_gbps", c.gpu.hbm_bandwidth_gbps},
+        {"gemm",
+         {{"max_efficiency", c.gpu.gemm_max_efficiency},
+          {"half_efficiency_flops", c.gpu.gemm_half_efficiency_flops},
+          {"tile_m", c.gpu.gemm_tile_m}, {"tile_n", c.gpu.gemm_tile_n}}},
+        {"attention",
+         {{"flash_efficiency", c.gpu.attention_flash_efficiency},
+          {"standard_efficiency", c.gpu.attention_standard_efficiency}}},
+        {"memory_efficiency", c.gpu.memory_efficiency},
+        {"kernel_launch_s", c.gpu.kernel_launch_s},
+        {"context_overhead_bytes", c.gpu.context_overhead_bytes},
+        {"allocator_fragmentation", c.gpu.allocator_fragmentation}}},
+      {"node",
+       {{"gpus_per_node", c.node.gpus_per_node},
+        {"intra", intra},
+        {"pcie", pcie},
+        {"host_memory_bytes", c.node.host_memory_bytes},
+        {"host_flops", c.node.host_flops},
+        {"host_memory_bandwidth_gbps", c.node.host_memory_bandwidth_gbps},
+        {"nics",
+         {{"count", c.node.nic_count}, {"kind", c.node.nic.kind},
+          {"bandwidth_gbps", c.node.nic.bandwidth_gbps}, {"latency_s", c.node.nic.latency_s},
+          {"bus_efficiency", c.node.nic.bus_efficiency}}}}},
+      {"network",
+       {{"topology", c.network.topology},
+        {"oversubscription", c.network.oversubscription},
+        {"switch_latency_s", c.network.switch_latency_s}}}};
+}
+
+ClusterSpec load_cluster(const std::string& name_or_path) {
+  std::string path = resolve_data_file(name_or_path, "clusters", "--cluster");
+  return cluster_from_json(io::read_json_file(path), path);
+}
+
+}  // namespace stratagem

@@ -1,0 +1,132 @@
+#include "stratagem/layout.hpp"
+
+#include <algorithm>
+
+#include "stratagem/error.hpp"
+
+namespace stratagem {
+
+const char* to_string(GroupKind k) {
+  switch (k) {
+    case GroupKind::none: return "none";
+    case GroupKind::tp: return "tp";
+    case GroupKind::dp: return "dp";
+    case GroupKind::reshard: return "reshard";
+    case GroupKind::tied_embedding: return "tied_embedding";
+    case GroupKind::pp_next: return "pp_next";
+    case GroupKind::pp_prev: return "pp_prev";
+  }
+  return "?";
+}
+
+Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
+    : world_size_(plan.world_size()),
+      pp_(plan.pp),
+      devices_per_stage_(plan.devices_per_stage()),
+      gpus_per_node_(cluster.node.gpus_per_node) {
+  if (world_size_ != cluster.world_size())
+    throw InputError("layout: plan needs " + std::to_string(world_size_) + " ranks but the cluster has " +
+                     std::to_string(cluster.world_size()) + " GPUs");
+  tp_degrees_.push_back(plan.embedding.tp);
+  for (const auto& l : plan.layers) tp_degrees_.push_back(l.tp);
+  std::sort(tp_degrees_.begin(), tp_degrees_.end());
+  tp_degrees_.erase(std::unique(tp_degrees_.begin(), tp_degrees_.end()), tp_degrees_.end());
+
+  const int D = devices_per_stage_;
+  const int T = static_cast<int>(tp_degrees_.size());
+  auto add = [&](GroupKind kind, int stage, int tp, std::vector<int> ranks) {
+    Group g;
+    g.id = static_cast<int>(groups_.size());
+    g.kind = kind;
+    g.stage = stage;
+    g.tp = tp;
+    g.ranks = std::move(ranks);
+    groups_.push_back(std::move(g));
+  };
+  tp_base_.assign(pp_, std::vector<int>(T, -1));
+  dp_base_.assign(pp_, std::vector<int>(T, -1));
+  reshard_base_.assign(pp_, std::vector<std::vector<int>>(T, std::vector<int>(T, -1)));
+  for (int s = 0; s < pp_; ++s) {
+    for (int ti = 0; ti < T; ++ti) {
+      const int tp = tp_degrees_[ti], dp = D / tp;
+      tp_base_[s][ti] = static_cast<int>(groups_.size());
+      for (int k = 0; k < dp; ++k) {
+        std::vector<int> r;
+        for (int j = 0; j < tp; ++j) r.push_back(rank_of(s, k * tp + j));
+        add(GroupKind::tp, s, tp, std::move(r));
+      }
+      dp_base_[s][ti] = static_cast<int>(groups_.size());
+      for (int j = 0; j < tp; ++j) {
+        std::vector<int> r;
+        for (int k = 0; k < dp; ++k) r.push_back(rank_of(s, k * tp + j));
+        add(GroupKind::dp, s, tp, std::move(r));
+      }
+    }
+    for (int a = 0; a < T; ++a)
+      for (int b = a + 1; b < T; ++b) {
+        const int ta = tp_degrees_[a], tb = tp_degrees_[b];
+        if (tb % ta) continue;
+        reshard_base_[s][a][b] = static_cast<int>(groups_.size());
+        for (int blk = 0; blk < D / tb; ++blk)
+          for (int j = 0; j < ta; ++j) {
+            std::vector<int> r;
+            for (int x = 0; x < tb / ta; ++x) r.push_back(rank_of(s, blk * tb + x * ta + j));
+            add(GroupKind::reshard, s, tb, std::move(r));
+          }
+      }
+  }
+  if (pp_ > 1) {
+    tied_base_ = static_cast<int>(groups_.size());
+    for (int i = 0; i < D; ++i) add(GroupKind::tied_embedding, 0, 1, {rank_of(0, i), rank_of(pp_ - 1, i)});
+  }
+}
+
+RankCoords Layout::coords(int rank) const {
+  RankCoords c;
+  c.stage = rank / devices_per_stage_;
+  c.local = rank % devices_per_stage_;
+  c.node = rank / gpus_per_node_;
+  c.local_gpu = rank % gpus_per_node_;
+  return c;
+}
+
+int Layout::index_of_tp(int tp) const {
+  auto it = std::lower_bound(tp_degrees_.begin(), tp_degrees_.end(), tp);
+  if (it == tp_degrees_.end() || *it != tp)
+    throw std::logic_error("layout: no groups for tp " + std::to_string(tp));
+  return static_cast<int>(it - tp_degrees_.begin());
+}
+
+int Layout::tp_group(int rank, int tp) const {
+  auto c = coords(rank);
+  return tp_base_[c.stage][index_of_tp(tp)] + dp_index(c.local, tp);
+}
+
+int Layout::dp_group(int rank, int tp) const {
+  auto c = coords(rank);
+  return dp_base_[c.stage][index_of_tp(tp)] + tp_index(c.local, tp);
+}
+
+int Layout::reshard_group(int rank, int tp_small, int tp_big) const {
+  auto c = coords(rank);
+  int base = reshard_base_[c.stage][index_of_tp(tp_small)][index_of_tp(tp_big)];
+  if (base < 0) throw std::logic_error("layout: tp degrees do not divide one another");
+  return base + (c.local / tp_big) * tp_small + c.local % tp_small;
+}
+
+int Layout::tied_embedding_group(int rank) const {
+  if (tied_base_ < 0) return -1;
+  return tied_base_ + coords(rank).local;
+}
+
+int Layout::next_stage_rank(int rank) const {
+  auto c = coords(rank);
+  return c.stage + 1 < pp_ ? rank_of(c.stage + 1, c.local) : -1;
+}
+
+int Layout::prev_stage_rank(int rank) const {
+  auto c = coords(rank);
+  return c.stage > 0 ? rank_of(c.stage - 1, c.local) : -1;
+}
+
+}  // namespace stratagem

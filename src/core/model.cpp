@@ -1,0 +1,165 @@
+#include "stratagem/model.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "src/io/json_reader.hpp"
+#include "stratagem/error.hpp"
+#include "stratagem/workload.hpp"
+
+namespace stratagem {
+
+const char* to_string(Arch a) { return a == Arch::decoder ? "decoder" : "encoder"; }
+const char* to_string(Norm n) { return n == Norm::layernorm ? "layernorm" : "rmsnorm"; }
+const char* to_string(Activation a) { return a == Activation::gelu ? "gelu" : "swiglu"; }
+const char* to_string(Position p) { return p == Position::learned ? "learned" : "rope"; }
+
+std::string data_dir() {
+  if (const char* env = std::getenv("STRATAGEM_DATA")) return env;
+  return STRATAGEM_DATA_DIR;
+}
+
+namespace {
+int64_t norm_parameters(const ModelSpec& m) {
+  return m.norm == Norm::layernorm && m.bias ? 2LL * m.hidden : m.hidden;
+}
+}  // namespace
+
+int64_t ModelSpec::layer_parameters() const {
+  const int64_t h = hidden, f = ffn_hidden, kv = kv_hidden();
+  int64_t attn = h * (h + 2 * kv) + h * h;
+  int64_t mlp = (activation == Activation::swiglu ? 3 : 2) * h * f;
+  if (bias) attn += (h + 2 * kv) + h, mlp += (activation == Activation::swiglu ? 2 * f : f) + h;
+  return attn + mlp + 2 * norm_parameters(*this);
+}
+
+int64_t ModelSpec::embedding_parameters() const {
+  int64_t p = int64_t(vocab) * hidden;
+  if (position == Position::learned) p += int64_t(seq_len) * hidden;
+  if (type_vocab > 0) p += int64_t(type_vocab) * hidden;
+  if (arch == Arch::encoder) p += norm_parameters(*this);  // BERT's embedding LayerNorm
+  return p;
+}
+
+int64_t ModelSpec::head_parameters() const {
+  const int64_t h = hidden;
+  if (arch == Arch::encoder) {
+    // BERT pre-training heads: pooler (h x h + h), MLM transform (h x h + h + norm), and the
+    // decoder bias over the vocabulary (its weight is tied to the word embedding).
+    return (h * h + h) + (h * h + h + norm_parameters(*this)) + vocab;
+  }
+  int64_t p = norm_parameters(*this);  // final norm
+  if (!tied_embeddings) p += int64_t(vocab) * hidden;
+  return p;
+}
+
+int64_t ModelSpec::parameters() const {
+  return int64_t(layers) * layer_parameters() + embedding_parameters() + head_parameters();
+}
+
+double ModelSpec::flops_per_token() const {
+  return model_flops_per_iteration(*this, 1) / seq_len;
+}
+
+void validate(const ModelSpec& m, const std::string& source) {
+  auto bad = [&](const std::string& field, const std::string& what) {
+    throw InputError(source + ": field '" + field + "': " + what);
+  };
+  if (m.layers < 1) bad("layers", "expected >= 1");
+  if (m.hidden < 1) bad("hidden", "expected >= 1");
+  if (m.heads < 1) bad("heads", "expected >= 1");
+  if (m.hidden % m.heads) bad("heads", "must divide hidden (" + std::to_string(m.hidden) + ")");
+  if (m.kv_heads < 1 || m.kv_heads > m.heads || m.heads % m.kv_heads)
+    bad("kv_heads", "must divide heads (" + std::to_string(m.heads) + ")");
+  if (m.position == Position::rope && m.head_dim() % 2) bad("heads", "RoPE needs an even head dim");
+  if (m.ffn_hidden < 1) bad("ffn_hidden", "expected >= 1");
+  if (m.vocab < 2) bad("vocab", "expected >= 2");
+  if (m.seq_len < 1) bad("seq_len", "expected >= 1");
+}
+
+ModelSpec model_from_json(const nlohmann::json& j, const std::string& source) {
+  io::JsonReader r(j, source);
+  ModelSpec m;
+  m.name = r.get_string("name");
+  m.arch = r.get_enum("arch", {"decoder", "encoder"}, "decoder") == "decoder" ? Arch::decoder
+                                                                              : Arch::encoder;
+  constexpr int kBig = 1 << 30;
+  m.layers = r.get_int("layers", 1, 100000);
+  m.hidden = r.get_int("hidden", 1, kBig);
+  m.heads = r.get_int("heads", 1, kBig);
+  m.kv_heads = r.get_int("kv_heads", 1, kBig, m.heads);
+  m.ffn_hidden = r.get_int("ffn_hidden", 1, kBig, 4 * m.hidden);
+  m.vocab = r.get_int("vocab", 2, kBig);
+  m.seq_len = r.get_int("seq_len", 1, kBig);
+  m.norm = r.get_enum("norm", {"layernorm", "rmsnorm"}, "layernorm") == "layernorm"
+               ? Norm::layernorm : Norm::rmsnorm;
+  m.activation = r.get_enum("activation", {"gelu", "swiglu"}, "gelu") == "gelu"
+                     ? Activation::gelu : Activation::swiglu;
+  m.position = r.get_enum("position", {"learned", "rope"}, "learned") == "learned"
+                   ? Position::learned : Position::rope;
+  m.tied_embeddings = r.get_bool("tied_embeddings", true);
+  m.bias = r.get_bool("bias", true);
+  m.dropout = r.get_bool("dropout", true);
+  m.type_vocab = r.get_int("type_vocab", 0, kBig, 0);
+  // Documentation fields, kept so that files can cite their source.
+  r.get_string("source", "");
+  if (r.has("published_parameters")) r.get_double("published_parameters", 0, 1e15);
+  r.reject_unknown();
+  validate(m, source);
+  return m;
+}
+
+nlohmann::json to_json(const ModelSpec& m) {
+  return {{"name", m.name},
+          {"arch", to_string(m.arch)},
+          {"layers", m.layers},
+          {"hidden", m.hidden},
+          {"heads", m.heads},
+          {"kv_heads", m.kv_heads},
+          {"ffn_hidden", m.ffn_hidden},
+          {"vocab", m.vocab},
+          {"seq_len", m.seq_len},
+          {"norm", to_string(m.norm)},
+          {"activation", to_string(m.activation)},
+          {"position", to_string(m.position)},
+          {"tied_embeddings", m.tied_embeddings},
+          {"bias", m.bias},
+          {"dropout", m.dropout},
+          {"type_vocab", m.type_vocab}};
+}
+
+namespace {
+// A name (no '/' and no ".json") is looked up under data/<folder>/; anything else is a path.
+std::string resolve_spec_path(const std::string& name_or_path, const char* folder,
+                              const char* flag) {
+  namespace fs = std::filesystem;
+  bool is_path = name_or_path.find('/') != std::string::npos ||
+                 (name_or_path.size() > 5 &&
+                  name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0);
+  if (is_path) return name_or_path;
+  fs::path p = fs::path(data_dir()) / folder / (name_or_path + ".json");
+  if (!fs::exists(p)) {
+    std::string known;
+    if (fs::is_directory(p.parent_path()))
+      for (const auto& e : fs::directory_iterator(p.parent_path()))
+        if (e.path().extension() == ".json") known += " " + e.path().stem().string();
+    throw InputError(std::string(flag) + " '" + name_or_path + "': no such built-in (known:" +
+                     known + "), and not a path to a .json file");
+  }
+  return p.string();
+}
+}  // namespace
+
+std::string resolve_data_file(const std::string& name_or_path, const char* folder,
+                              const char* flag) {
+  return resolve_spec_path(name_or_path, folder, flag);
+}
+
+ModelSpec load_model(const std::string& name_or_path) {
+  std::string path = resolve_spec_path(name_or_path, "models", "--model");
+  return model_from_json(io::read_json_file(path), path);
+}
+
+}  // namespace stratagem

@@ -1,0 +1,372 @@
+#include "stratagem/plan.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "src/io/json_reader.hpp"
+#include "stratagem/error.hpp"
+
+namespace stratagem {
+
+const char* to_string(Schedule s) {
+  switch (s) {
+    case Schedule::gpipe: return "gpipe";
+    case Schedule::one_f_one_b: return "1f1b";
+    case Schedule::interleaved: return "interleaved";
+  }
+  return "?";
+}
+
+const char* to_string(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
+namespace {
+Schedule schedule_from(const std::string& s, const std::string& where) {
+  if (s == "gpipe") return Schedule::gpipe;
+  if (s == "1f1b") return Schedule::one_f_one_b;
+  if (s == "interleaved") return Schedule::interleaved;
+  throw InputError(where + ": expected gpipe|1f1b|interleaved, got '" + s + "'");
+}
+Recompute recompute_from(const std::string& s, const std::string& where) {
+  if (s == "none") return Recompute::none;
+  if (s == "selective") return Recompute::selective;
+  if (s == "full") return Recompute::full;
+  throw InputError(where + ": expected none|selective|full, got '" + s + "'");
+}
+}  // namespace
+
+std::string LayerStrategy::describe() const {
+  std::ostringstream os;
+  os << "tp" << tp << " dp" << dp;
+  if (sequence_parallel) os << " sp";
+  if (zero) os << " z" << zero;
+  if (recompute != Recompute::none) os << " rc=" << to_string(recompute);
+  if (offload_optimizer || offload_params || offload_activations) {
+    os << " off=";
+    if (offload_optimizer) os << "o";
+    if (offload_params) os << "p";
+    if (offload_activations) os << "a";
+  }
+  return os.str();
+}
+
+int Plan::devices_per_stage() const {
+  return layers.empty() ? embedding.tp * embedding.dp : layers.front().tp * layers.front().dp;
+}
+
+int Plan::max_dp() const {
+  int d = embedding.dp;
+  for (const auto& l : layers) d = std::max(d, l.dp);
+  return d;
+}
+
+int Plan::num_microbatches() const { return global_batch / (micro_batch * max_dp()); }
+
+bool Plan::uniform() const {
+  for (const auto& l : layers)
+    if (!(l == layers.front())) return false;
+  return true;
+}
+
+std::string Plan::describe() const {
+  std::ostringstream os;
+  os << "pp" << pp << " " << to_string(schedule);
+  if (schedule == Schedule::interleaved) os << " v" << vpp;
+  os << " mb" << micro_batch << " x" << num_microbatches() << " | ";
+  if (uniform() && !layers.empty()) {
+    os << layers.front().describe();
+  } else {
+    // Runs of equal strategies: "0-11:tp8 dp1, 12-23:tp4 dp2".
+    size_t i = 0;
+    bool first = true;
+    while (i < layers.size()) {
+      size_t j = i;
+      while (j + 1 < layers.size() && layers[j + 1] == layers[i]) ++j;
+      os << (first ? "" : ", ") << i << "-" << j << ":" << layers[i].describe();
+      first = false;
+      i = j + 1;
+    }
+  }
+  return os.str();
+}
+
+std::vector<LayerRange> even_chunks(int layers, int chunks) {
+  std::vector<LayerRange> out;
+  int base = layers / chunks, extra = layers % chunks, at = 0;
+  for (int c = 0; c < chunks; ++c) {
+    int n = base + (c < extra ? 1 : 0);
+    out.push_back({at, at + n});
+    at += n;
+  }
+  return out;
+}
+
+bool PlanShorthand::any() const {
+  return tp || pp || dp || micro_batch || global_batch || vpp || zero || recompute || schedule ||
+         dtype || offload || sequence_parallel || flash_attention || no_overlap_grad_reduce;
+}
+
+Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterSpec& c) {
+  Plan p;
+  LayerStrategy l;
+  l.tp = s.tp.value_or(1);
+  p.pp = s.pp.value_or(1);
+  if (l.tp < 1) throw InputError("--tp: expected >= 1");
+  if (p.pp < 1) throw InputError("--pp: expected >= 1");
+  int world = c.world_size();
+  if (s.dp) {
+    l.dp = *s.dp;
+    if (l.dp < 1) throw InputError("--dp: expected >= 1");
+  } else {
+    if (world % (l.tp * p.pp))
+      throw InputError("--tp " + std::to_string(l.tp) + " x --pp " + std::to_string(p.pp) +
+                       " does not divide the " + std::to_string(world) +
+                       " GPUs of --cluster/--nodes; give --dp or change --nodes");
+    l.dp = world / (l.tp * p.pp);
+  }
+  l.sequence_parallel = s.sequence_parallel;
+  l.zero = s.zero.value_or(0);
+  if (l.zero < 0 || l.zero > 3) throw InputError("--zero: expected 0, 1, 2 or 3");
+  l.recompute = recompute_from(s.recompute.value_or("none"), "--recompute");
+  if (s.offload) {
+    std::stringstream ss(*s.offload);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      if (item == "optimizer") l.offload_optimizer = true;
+      else if (item == "params") l.offload_params = true;
+      else if (item == "activations") l.offload_activations = true;
+      else if (item != "none" && !item.empty())
+        throw InputError("--offload: expected a comma list of optimizer,params,activations; got '" +
+                         item + "'");
+    }
+  }
+  p.vpp = s.vpp.value_or(1);
+  if (p.vpp < 1) throw InputError("--vpp: expected >= 1");
+  std::string sched = s.schedule.value_or(p.vpp > 1 ? "interleaved" : "1f1b");
+  p.schedule = schedule_from(sched, "--schedule");
+  p.micro_batch = s.micro_batch.value_or(1);
+  if (p.micro_batch < 1) throw InputError("--micro-batch: expected >= 1");
+  p.global_batch = s.global_batch.value_or(p.micro_batch * l.dp);
+  p.dtype = dtype_from_string(s.dtype.value_or("bf16"), "--dtype");
+  p.flash_attention = s.flash_attention;
+  p.overlap_grad_reduce = !s.no_overlap_grad_reduce;
+  p.layers.assign(m.layers, l);
+  p.embedding = l;
+  p.embedding.recompute = Recompute::none;
+  p.embedding.offload_activations = false;
+  int nchunks = p.pp * (p.schedule == Schedule::interleaved ? p.vpp : 1);
+  if (nchunks > m.layers)
+    throw InputError("--pp " + std::to_string(p.pp) + " x --vpp " + std::to_string(p.vpp) +
+                     " makes more pipeline chunks than the model's " + std::to_string(m.layers) +
+                     " layers");
+  p.chunks = even_chunks(m.layers, nchunks);
+  return p;
+}
+
+namespace {
+LayerStrategy strategy_from(io::JsonReader r, bool allow_range) {
+  LayerStrategy l;
+  if (allow_range) r.raw("layers");  // consumed by the caller
+  l.tp = r.get_int("tp", 1, 1 << 16, 1);
+  l.dp = r.get_int("dp", 1, 1 << 24, 1);
+  l.sequence_parallel = r.get_bool("sequence_parallel", false);
+  l.zero = r.get_int("zero", 0, 3, 0);
+  l.recompute = recompute_from(r.get_enum("recompute", {"none", "selective", "full"}, "none"),
+                               r.where("recompute"));
+  if (r.has("offload")) {
+    auto o = r.object("offload");
+    l.offload_optimizer = o.get_bool("optimizer", false);
+    l.offload_params = o.get_bool("params", false);
+    l.offload_activations = o.get_bool("activations", false);
+    o.reject_unknown();
+  }
+  r.reject_unknown();
+  return l;
+}
+
+nlohmann::json strategy_json(const LayerStrategy& l) {
+  return {{"tp", l.tp},
+          {"dp", l.dp},
+          {"sequence_parallel", l.sequence_parallel},
+          {"zero", l.zero},
+          {"recompute", to_string(l.recompute)},
+          {"offload",
+           {{"optimizer", l.offload_optimizer},
+            {"params", l.offload_params},
+            {"activations", l.offload_activations}}}};
+}
+}  // namespace
+
+Plan plan_from_json(const nlohmann::json& j, const ModelSpec& m, const std::string& source) {
+  io::JsonReader r(j, source);
+  Plan p;
+  p.pp = r.get_int("pp", 1, 1 << 16);
+  p.schedule = schedule_from(r.get_enum("schedule", {"gpipe", "1f1b", "interleaved"}, "1f1b"),
+                             r.where("schedule"));
+  p.vpp = r.get_int("vpp", 1, 1024, 1);
+  p.micro_batch = r.get_int("micro_batch", 1, 1 << 24);
+  p.global_batch = r.get_int("global_batch", 1, 1 << 30);
+  p.dtype = dtype_from_string(r.get_string("dtype", "bf16"), r.where("dtype"));
+  p.flash_attention = r.get_bool("flash_attention", false);
+  p.overlap_grad_reduce = r.get_bool("overlap_grad_reduce", true);
+  r.get_string("description", "");
+  p.embedding = strategy_from(r.object("embedding"), false);
+  // "layers": a list of {"layers": [begin, end], <strategy>} runs covering every layer once.
+  p.layers.assign(m.layers, LayerStrategy{});
+  std::vector<int> covered(m.layers, 0);
+  const auto& runs = r.array("layers");
+  for (size_t i = 0; i < runs.size(); ++i) {
+    std::string at = "layers[" + std::to_string(i) + "]";
+    io::JsonReader run(runs[i], source, at);
+    const auto& range = run.raw("layers");
+    if (!range.is_array() || range.size() != 2 || !range[0].is_number_integer() ||
+        !range[1].is_number_integer())
+      run.fail("layers", "[first, one_past_last] layer indices");
+    int b = range[0], e = range[1];
+    if (b < 0 || e > m.layers || b >= e)
+      run.fail("layers", "a range inside [0, " + std::to_string(m.layers) + "), got [" +
+                             std::to_string(b) + ", " + std::to_string(e) + "]");
+    LayerStrategy l = strategy_from(run, true);
+    for (int k = b; k < e; ++k) {
+      covered[k]++;
+      p.layers[k] = l;
+    }
+  }
+  for (int k = 0; k < m.layers; ++k)
+    if (covered[k] != 1)
+      throw InputError(source + ": field 'layers': layer " + std::to_string(k) + " is covered " +
+                       std::to_string(covered[k]) + " times; every layer needs exactly one run");
+  // "chunks": pipeline stage partition (pp*vpp ranges); default is an even split.
+  int nchunks = p.pp * (p.schedule == Schedule::interleaved ? p.vpp : 1);
+  if (r.has("chunks")) {
+    const auto& ch = r.array("chunks");
+    for (size_t i = 0; i < ch.size(); ++i) {
+      if (!ch[i].is_array() || ch[i].size() != 2 || !ch[i][0].is_number_integer() ||
+          !ch[i][1].is_number_integer())
+        throw InputError(source + ": field 'chunks[" + std::to_string(i) +
+                         "]': expected [first, one_past_last] layer indices");
+      p.chunks.push_back({ch[i][0].get<int>(), ch[i][1].get<int>()});
+    }
+  } else if (nchunks <= m.layers) {
+    p.chunks = even_chunks(m.layers, nchunks);
+  }
+  r.reject_unknown();
+  return p;
+}
+
+nlohmann::json to_json(const Plan& p) {
+  nlohmann::json runs = nlohmann::json::array();
+  size_t i = 0;
+  while (i < p.layers.size()) {
+    size_t j = i;
+    while (j + 1 < p.layers.size() && p.layers[j + 1] == p.layers[i]) ++j;
+    nlohmann::json run = strategy_json(p.layers[i]);
+    run["layers"] = {i, j + 1};
+    runs.push_back(run);
+    i = j + 1;
+  }
+  nlohmann::json chunks = nlohmann::json::array();
+  for (const auto& c : p.chunks) chunks.push_back({c.begin, c.end});
+  return {{"description", p.describe()},
+          {"pp", p.pp},
+          {"schedule", to_string(p.schedule)},
+          {"vpp", p.vpp},
+          {"micro_batch", p.micro_batch},
+          {"global_batch", p.global_batch},
+          {"dtype", to_string(p.dtype)},
+          {"flash_attention", p.flash_attention},
+          {"overlap_grad_reduce", p.overlap_grad_reduce},
+          {"chunks", chunks},
+          {"embedding", strategy_json(p.embedding)},
+          {"layers", runs}};
+}
+
+Plan load_plan(const std::string& path, const ModelSpec& m) {
+  return plan_from_json(io::read_json_file(path), m, path);
+}
+
+void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std::string& src) {
+  auto bad = [&](const std::string& field, const std::string& what) {
+    throw InputError(src + ": " + field + ": " + what);
+  };
+  if ((int)p.layers.size() != m.layers)
+    bad("layers", "has " + std::to_string(p.layers.size()) + " entries for a model with " +
+                      std::to_string(m.layers) + " layers");
+  const int D = p.devices_per_stage();
+  auto check_strategy = [&](const LayerStrategy& l, const std::string& at) {
+    if (l.tp * l.dp != D)
+      bad(at, "tp x dp = " + std::to_string(l.tp * l.dp) + " but the stage has " +
+                  std::to_string(D) + " devices (every layer must use all of its stage)");
+    if (m.heads % l.tp) bad(at + ".tp", "tp " + std::to_string(l.tp) + " does not divide heads (" +
+                                            std::to_string(m.heads) + ")");
+    if (m.kv_heads % l.tp)
+      bad(at + ".tp", "tp " + std::to_string(l.tp) + " does not divide kv_heads (" +
+                          std::to_string(m.kv_heads) + ")");
+    if (m.ffn_hidden % l.tp)
+      bad(at + ".tp", "tp " + std::to_string(l.tp) + " does not divide ffn_hidden (" +
+                          std::to_string(m.ffn_hidden) + ")");
+    if (l.sequence_parallel && m.seq_len % l.tp)
+      bad(at + ".sequence_parallel", "tp " + std::to_string(l.tp) + " does not divide seq_len");
+    if (l.tp > c.node.gpus_per_node)
+      bad(at + ".tp", "tp " + std::to_string(l.tp) + " exceeds the " +
+                          std::to_string(c.node.gpus_per_node) + " GPUs of a node");
+    if ((p.micro_batch * p.max_dp()) % l.dp)
+      bad(at + ".dp", "dp " + std::to_string(l.dp) + " does not divide the stage micro-batch of " +
+                          std::to_string(p.micro_batch * p.max_dp()) + " samples");
+  };
+  for (int k = 0; k < m.layers; ++k) check_strategy(p.layers[k], "layers[" + std::to_string(k) + "]");
+  check_strategy(p.embedding, "embedding");
+  for (int k = 1; k < m.layers; ++k) {
+    int a = p.layers[k - 1].tp, b = p.layers[k].tp;
+    if (std::max(a, b) % std::min(a, b))
+      bad("layers[" + std::to_string(k) + "].tp", "consecutive tp degrees " + std::to_string(a) +
+                                                       " and " + std::to_string(b) +
+                                                       " must divide one another");
+  }
+  if (p.world_size() != c.world_size())
+    bad("world size", "the plan needs pp " + std::to_string(p.pp) + " x " + std::to_string(D) +
+                          " = " + std::to_string(p.world_size()) + " GPUs but --cluster " +
+                          c.name + " with --nodes " + std::to_string(c.nodes) + " has " +
+                          std::to_string(c.world_size()));
+  if (p.schedule != Schedule::interleaved && p.vpp != 1)
+    bad("vpp", "vpp > 1 needs schedule 'interleaved'");
+  if (p.schedule == Schedule::interleaved && p.vpp < 2)
+    bad("vpp", "the interleaved schedule needs vpp >= 2");
+  if (p.schedule == Schedule::interleaved && p.pp < 2)
+    bad("schedule", "the interleaved schedule needs pp >= 2");
+  const int nchunks = p.pp * (p.schedule == Schedule::interleaved ? p.vpp : 1);
+  if ((int)p.chunks.size() != nchunks)
+    bad("chunks", "expected " + std::to_string(nchunks) + " layer ranges (pp x vpp), got " +
+                      std::to_string(p.chunks.size()));
+  int at = 0;
+  for (size_t i = 0; i < p.chunks.size(); ++i) {
+    if (p.chunks[i].begin != at || p.chunks[i].end <= p.chunks[i].begin)
+      bad("chunks[" + std::to_string(i) + "]",
+          "stage partition must cover the layers exactly once, in order, with no empty range "
+          "(expected a range starting at layer " + std::to_string(at) + ")");
+    at = p.chunks[i].end;
+  }
+  if (at != m.layers)
+    bad("chunks", "stage partition ends at layer " + std::to_string(at) + " but the model has " +
+                      std::to_string(m.layers) + " layers");
+  const int stage_mb = p.micro_batch * p.max_dp();
+  if (p.global_batch % stage_mb)
+    bad("micro_batch", "micro-batch " + std::to_string(p.micro_batch) + " x dp " +
+                           std::to_string(p.max_dp()) + " does not divide the global batch " +
+                           std::to_string(p.global_batch));
+  const int mbs = p.global_batch / stage_mb;
+  if (p.schedule == Schedule::interleaved && (mbs < p.pp || mbs % p.pp))
+    bad("schedule", "the interleaved schedule needs the number of micro-batches (" +
+                        std::to_string(mbs) + ") to be a multiple of pp (" +
+                        std::to_string(p.pp) + ")");
+}
+
+}  // namespace stratagem

@@ -1,0 +1,564 @@
+// The one schedule generator: turns (model, plan) into each pipeline stage's op stream.
+#include "stratagem/program.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "src/core/schedule.hpp"
+#include "stratagem/workload.hpp"
+
+namespace stratagem {
+
+const char* to_string(OpKind k) {
+  static const char* n[] = {"compute", "collective", "send",  "recv", "copy_d2h",
+                            "copy_h2d", "host_compute", "alloc", "free"};
+  return n[static_cast<int>(k)];
+}
+const char* to_string(Stream s) {
+  static const char* n[] = {"compute", "tp_comm", "dp_comm", "pp_comm", "h2d", "d2h"};
+  return n[static_cast<int>(s)];
+}
+const char* to_string(Block b) {
+  static const char* n[] = {"none", "embedding", "attention", "mlp", "head", "optimizer", "reshard"};
+  return n[static_cast<int>(b)];
+}
+const char* to_string(Phase p) {
+  static const char* n[] = {"forward", "backward", "recompute", "optimizer", "setup"};
+  return n[static_cast<int>(p)];
+}
+const char* to_string(Collective c) {
+  static const char* n[] = {"none", "all_reduce", "all_gather", "reduce_scatter", "all_to_all"};
+  return n[static_cast<int>(c)];
+}
+const char* to_string(MemCategory c) {
+  static const char* n[] = {"weights", "grads", "optimizer", "activations", "buffers"};
+  return n[static_cast<int>(c)];
+}
+
+std::string op_name(const Op& op) {
+  std::string s;
+  if (op.layer >= 0) s = "L" + std::to_string(op.layer) + ".";
+  s += to_string(op.block);
+  static const char* ph[] = {"fwd", "bwd", "recompute", "opt", "setup"};
+  s += ".";
+  s += ph[static_cast<int>(op.phase)];
+  s += ".";
+  switch (op.kind) {
+    case OpKind::compute: s += "compute"; break;
+    case OpKind::collective: s += to_string(op.collective); break;
+    default: s += to_string(op.kind); break;
+  }
+  if (op.kind == OpKind::alloc || op.kind == OpKind::free) {
+    s += ".";
+    s += to_string(op.category);
+  }
+  if (op.microbatch >= 0) s += " mb" + std::to_string(op.microbatch);
+  return s;
+}
+
+int resolve_group(const Layout& layout, int rank, const Op& op) {
+  if (op.kind != OpKind::collective) return -1;
+  switch (op.group) {
+    case GroupKind::tp: return layout.tp_group(rank, op.tp);
+    case GroupKind::dp: return layout.dp_group(rank, op.tp);
+    case GroupKind::reshard: return layout.reshard_group(rank, op.tp, op.tp_big);
+    case GroupKind::tied_embedding: return layout.tied_embedding_group(rank);
+    default: return -1;
+  }
+}
+
+int resolve_peer(const Layout& layout, int rank, const Op& op) {
+  // The interleaved schedule wraps around: chunk v*pp on stage 0 follows chunk v*pp-1 on the
+  // last stage.
+  const auto c = layout.coords(rank);
+  const int pp = layout.pp();
+  if (op.group == GroupKind::pp_next) return layout.rank_of((c.stage + 1) % pp, c.local);
+  if (op.group == GroupKind::pp_prev) return layout.rank_of((c.stage + pp - 1) % pp, c.local);
+  return -1;
+}
+
+namespace {
+
+class StageBuilder {
+ public:
+  StageBuilder(const ModelSpec& m, const Plan& p, int stage, int M)
+      : m_(m), p_(p), M_(M), e_(dtype_bytes(p.dtype)), nchunks_(static_cast<int>(p.chunks.size())) {
+    out_.stage = stage;
+    last_bwd_mb_.assign(nchunks_, -1);
+  }
+
+  StageProgram build() {
+    // The micro-batch whose backward comes last on each chunk: gradients are final after it.
+    auto steps = stage_schedule(p_, out_.stage, M_);
+    for (const auto& st : steps)
+      if (!st.forward) last_bwd_mb_[st.chunk] = st.microbatch;
+    setup();
+    for (const auto& st : steps) st.forward ? forward(st.chunk, st.microbatch)
+                                            : backward(st.chunk, st.microbatch);
+    for (const Op& op : deferred_) emit(op, {last_compute_});
+    optimizer();
+    teardown();
+    return std::move(out_);
+  }
+
+ private:
+  // ---- emission ------------------------------------------------------------------------
+  int emit(Op op, std::initializer_list<int> deps) { return emit(op, std::vector<int>(deps)); }
+  int emit(Op op, const std::vector<int>& deps) {
+    op.dep_begin = static_cast<uint32_t>(out_.deps.size());
+    for (int d : deps)
+      if (d >= 0) out_.deps.push_back(static_cast<uint32_t>(d));
+    if (op.stream == Stream::compute) {
+      for (int d : compute_waits_) out_.deps.push_back(static_cast<uint32_t>(d));
+      compute_waits_.clear();
+    }
+    op.dep_count = static_cast<uint32_t>(out_.deps.size()) - op.dep_begin;
+    out_.ops.push_back(op);
+    int idx = static_cast<int>(out_.ops.size()) - 1;
+    if (op.stream == Stream::compute && op.kind == OpKind::compute) last_compute_ = idx;
+    return idx;
+  }
+  static Op make(OpKind k, Stream s, Block b, Phase ph, int layer, int mb) {
+    Op op;
+    op.kind = k;
+    op.stream = s;
+    op.block = b;
+    op.phase = ph;
+    op.layer = layer;
+    op.microbatch = mb;
+    return op;
+  }
+  int alloc(Stream s, MemCategory cat, int64_t bytes, int layer, int mb, Phase ph, Block b,
+            std::initializer_list<int> deps = {}) {
+    if (bytes <= 0) return -1;
+    Op op = make(OpKind::alloc, s, b, ph, layer, mb);
+    op.category = cat;
+    op.bytes = bytes;
+    op.buffer = next_buffer_++;
+    emit(op, deps);
+    live_[op.buffer] = op;
+    return op.buffer;
+  }
+  void release(int buffer, Stream s, std::initializer_list<int> deps = {}) {
+    if (buffer < 0) return;
+    Op op = live_.at(buffer);
+    op.kind = OpKind::free;
+    op.stream = s;
+    live_.erase(buffer);
+    emit(op, deps);
+  }
+  int compute(Block b, Phase ph, int layer, int mb, int samples, double flops, double bytes) {
+    Op op = make(OpKind::compute, Stream::compute, b, ph, layer, mb);
+    op.samples = samples;
+    op.flops = flops;
+    op.bytes = static_cast<int64_t>(bytes);
+    op.chunk = static_cast<int16_t>(chunk_);
+    return emit(op, {});
+  }
+  int collective(Stream s, Collective c, GroupKind g, int tp, int64_t bytes, Block b, Phase ph,
+                 int layer, int mb, std::initializer_list<int> deps, int tp_big = 1) {
+    Op op = make(OpKind::collective, s, b, ph, layer, mb);
+    op.collective = c;
+    op.group = g;
+    op.tp = static_cast<uint8_t>(tp);
+    op.tp_big = static_cast<uint8_t>(tp_big);
+    op.bytes = bytes;
+    op.chunk = static_cast<int16_t>(chunk_);
+    return emit(op, deps);
+  }
+
+  // ---- shapes --------------------------------------------------------------------------
+  const LayerStrategy& strat(int layer) const {
+    return layer < 0 ? p_.embedding : p_.layers[layer];
+  }
+  int samples(int layer) const { return p_.samples_per_rank(strat(layer).dp); }
+  int64_t boundary(int layer) const {
+    return boundary_activation_bytes(m_, strat(layer), samples(layer), p_.dtype);
+  }
+  int64_t layer_params(int layer) const {
+    const int tp = strat(layer).tp;
+    return block_parameters_per_rank(m_, tp, Block::attention) +
+           block_parameters_per_rank(m_, tp, Block::mlp);
+  }
+  bool has_embedding() const { return out_.stage == 0; }
+  bool has_head() const { return out_.stage == p_.pp - 1; }
+  int64_t embed_params() const {
+    int64_t n = 0;
+    if (has_embedding()) n += embedding_parameters_per_rank(m_, p_.embedding.tp);
+    if (has_head()) n += head_parameters_per_rank(m_, p_.embedding.tp);
+    // With tied embeddings the last stage keeps its own copy of the word embedding for the
+    // LM head (Megatron-LM); the copies' gradients are summed before the optimizer step.
+    if (has_head() && !has_embedding() && m_.tied_embeddings)
+      n += int64_t(m_.vocab) * m_.hidden / p_.embedding.tp;
+    return n;
+  }
+  std::vector<int> stage_layers() const {
+    std::vector<int> ls;
+    for (int c = out_.stage; c < nchunks_; c += p_.pp)
+      for (int l = p_.chunks[c].begin; l < p_.chunks[c].end; ++l) ls.push_back(l);
+    return ls;
+  }
+  int64_t opt_bytes_per_param() const { return p_.dtype == Dtype::fp32 ? 8 : 12; }
+
+  // Tensor-parallel collectives around a block: all-reduce, or all-gather before and
+  // reduce-scatter after under sequence parallelism (Megatron-LM).
+  int tp_before(Block b, Phase ph, int layer, int mb) {
+    const auto& s = strat(layer);
+    if (s.tp == 1 || !s.sequence_parallel) return -1;
+    int64_t bytes = int64_t(e_) * samples(layer) * m_.seq_len * m_.hidden;
+    int c = collective(Stream::tp_comm, Collective::all_gather, GroupKind::tp, s.tp, bytes, b, ph,
+                       layer, mb, {last_compute_});
+    compute_waits_.push_back(c);
+    return c;
+  }
+  void tp_after(Block b, Phase ph, int layer, int mb) {
+    const auto& s = strat(layer);
+    if (s.tp == 1) return;
+    int64_t bytes = int64_t(e_) * samples(layer) * m_.seq_len * m_.hidden;
+    int c = collective(Stream::tp_comm,
+                       s.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce,
+                       GroupKind::tp, s.tp, bytes, b, ph, layer, mb, {last_compute_});
+    compute_waits_.push_back(c);
+  }
+
+  // Samples move between ranks when consecutive layers use different (tp, dp): when dp
+  // shrinks the ranks of the new replica all-gather; when it grows they take a slice.
+  void reshard(int from_layer, int to_layer, Phase ph, int mb) {
+    const int a = strat(from_layer).tp, b = strat(to_layer).tp;
+    if (a >= b) return;
+    int64_t bytes = boundary(to_layer);
+    int c = collective(Stream::tp_comm, Collective::all_gather, GroupKind::reshard, a, bytes,
+                       Block::reshard, ph, to_layer, mb, {last_compute_}, b);
+    compute_waits_.push_back(c);
+  }
+
+  // Parameters that are not resident (ZeRO-3 shards or host-offloaded) are fetched before use.
+  int fetch_params(int layer, Phase ph, int mb, int after) {
+    const auto& s = strat(layer);
+    int64_t bytes = layer_params(layer) * e_;
+    if (s.zero == 3 && s.dp > 1) {
+      int buf = alloc(Stream::dp_comm, MemCategory::buffers, bytes, layer, mb, ph, Block::none,
+                      {after});
+      int c = collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp, bytes,
+                         Block::none, ph, layer, mb, {after});
+      compute_waits_.push_back(c);
+      return buf;
+    }
+    if (s.offload_params) {
+      int buf = alloc(Stream::h2d, MemCategory::buffers, bytes, layer, mb, ph, Block::none, {after});
+      Op op = make(OpKind::copy_h2d, Stream::h2d, Block::none, ph, layer, mb);
+      op.bytes = bytes;
+      compute_waits_.push_back(emit(op, {after}));
+      return buf;
+    }
+    return -1;
+  }
+
+  // ---- passes --------------------------------------------------------------------------
+  void forward(int chunk, int mb) {
+    chunk_ = chunk;
+    const LayerRange r = p_.chunks[chunk];
+    if (chunk > 0) {
+      Op op = make(OpKind::recv, Stream::pp_comm, Block::none, Phase::forward, r.begin - 1, mb);
+      op.group = GroupKind::pp_prev;
+      op.bytes = boundary(r.begin - 1);
+      op.chunk = static_cast<int16_t>(chunk);
+      compute_waits_.push_back(emit(op, {}));
+    } else {
+      embedding_forward(mb);
+    }
+    int prev_attn = -1;
+    for (int l = r.begin; l < r.end; ++l) {
+      const auto& s = strat(l);
+      reshard(l - 1, l, Phase::forward, mb);
+      int fetched = fetch_params(l, Phase::forward, mb, prev_attn);
+      const int b = samples(l);
+      auto rc = s.recompute;
+      int act_a = alloc(Stream::compute, MemCategory::activations,
+                        saved_activation_bytes(m_, s, Block::attention, b, rc, p_.flash_attention, p_.dtype),
+                        l, mb, Phase::forward, Block::attention);
+      tp_before(Block::attention, Phase::forward, l, mb);
+      BlockWork wa = forward_work(m_, s, Block::attention, b, p_.flash_attention);
+      prev_attn = compute(Block::attention, Phase::forward, l, mb, b, wa.flops(), wa.elementwise_bytes);
+      tp_after(Block::attention, Phase::forward, l, mb);
+      int act_m = alloc(Stream::compute, MemCategory::activations,
+                        saved_activation_bytes(m_, s, Block::mlp, b, rc, p_.flash_attention, p_.dtype),
+                        l, mb, Phase::forward, Block::mlp);
+      tp_before(Block::mlp, Phase::forward, l, mb);
+      BlockWork wm = forward_work(m_, s, Block::mlp, b, p_.flash_attention);
+      int c = compute(Block::mlp, Phase::forward, l, mb, b, wm.flops(), wm.elementwise_bytes);
+      tp_after(Block::mlp, Phase::forward, l, mb);
+      release(fetched, Stream::compute);
+      if (s.offload_activations) {
+        Op op = make(OpKind::copy_d2h, Stream::d2h, Block::none, Phase::forward, l, mb);
+        op.bytes = live_bytes(act_a) + live_bytes(act_m);
+        int cp = emit(op, {c});
+        release(act_a, Stream::d2h, {cp});
+        release(act_m, Stream::d2h, {cp});
+        act_a = act_m = -1;
+      }
+      saved_[key(l, mb)] = {act_a, act_m};
+    }
+    if (chunk == nchunks_ - 1) {
+      head(mb);
+    } else {
+      Op op = make(OpKind::send, Stream::pp_comm, Block::none, Phase::forward, r.end - 1, mb);
+      op.group = GroupKind::pp_next;
+      op.bytes = boundary(r.end - 1);
+      op.chunk = static_cast<int16_t>(chunk);
+      emit(op, {last_compute_});
+    }
+  }
+
+  void backward(int chunk, int mb) {
+    chunk_ = chunk;
+    const LayerRange r = p_.chunks[chunk];
+    if (chunk < nchunks_ - 1) {
+      Op op = make(OpKind::recv, Stream::pp_comm, Block::none, Phase::backward, r.end - 1, mb);
+      op.group = GroupKind::pp_next;
+      op.bytes = boundary(r.end - 1);
+      op.chunk = static_cast<int16_t>(chunk);
+      compute_waits_.push_back(emit(op, {}));
+    }
+    int prev_mlp = -1;
+    for (int l = r.end - 1; l >= r.begin; --l) {
+      const auto& s = strat(l);
+      const int b = samples(l);
+      auto [act_a, act_m] = saved_.at(key(l, mb));
+      saved_.erase(key(l, mb));
+      int fetched = fetch_params(l, Phase::backward, mb, prev_mlp);
+      if (s.offload_activations) {
+        int64_t ba = saved_activation_bytes(m_, s, Block::attention, b, s.recompute, p_.flash_attention, p_.dtype);
+        int64_t bm = saved_activation_bytes(m_, s, Block::mlp, b, s.recompute, p_.flash_attention, p_.dtype);
+        act_a = alloc(Stream::h2d, MemCategory::activations, ba, l, mb, Phase::backward, Block::attention, {prev_mlp});
+        act_m = alloc(Stream::h2d, MemCategory::activations, bm, l, mb, Phase::backward, Block::mlp, {prev_mlp});
+        Op op = make(OpKind::copy_h2d, Stream::h2d, Block::none, Phase::backward, l, mb);
+        op.bytes = ba + bm;
+        compute_waits_.push_back(emit(op, {prev_mlp}));
+      }
+      int re_a = -1, re_m = -1;
+      if (s.recompute == Recompute::full) {
+        // Rebuild the layer's activations from its saved input, communication included.
+        re_a = alloc(Stream::compute, MemCategory::activations,
+                     saved_activation_bytes(m_, s, Block::attention, b, Recompute::none, p_.flash_attention, p_.dtype) -
+                         saved_activation_bytes(m_, s, Block::attention, b, Recompute::full, p_.flash_attention, p_.dtype),
+                     l, mb, Phase::recompute, Block::attention);
+        tp_before(Block::attention, Phase::recompute, l, mb);
+        BlockWork wa = forward_work(m_, s, Block::attention, b, p_.flash_attention);
+        compute(Block::attention, Phase::recompute, l, mb, b, wa.flops(), wa.elementwise_bytes);
+        tp_after(Block::attention, Phase::recompute, l, mb);
+        re_m = alloc(Stream::compute, MemCategory::activations,
+                     saved_activation_bytes(m_, s, Block::mlp, b, Recompute::none, p_.flash_attention, p_.dtype),
+                     l, mb, Phase::recompute, Block::mlp);
+        tp_before(Block::mlp, Phase::recompute, l, mb);
+        BlockWork wm = forward_work(m_, s, Block::mlp, b, p_.flash_attention);
+        compute(Block::mlp, Phase::recompute, l, mb, b, wm.flops(), wm.elementwise_bytes);
+        tp_after(Block::mlp, Phase::recompute, l, mb);
+      }
+      tp_before(Block::mlp, Phase::backward, l, mb);
+      BlockWork wm = backward_work(m_, s, Block::mlp, b, p_.flash_attention);
+      prev_mlp = compute(Block::mlp, Phase::backward, l, mb, b, wm.flops(), wm.elementwise_bytes);
+      tp_after(Block::mlp, Phase::backward, l, mb);
+      release(act_m, Stream::compute);
+      release(re_m, Stream::compute);
+      if (s.recompute == Recompute::selective && !p_.flash_attention) {
+        // The attention probabilities were not kept: rebuild them from the saved Q and K.
+        const LayerStrategy& ss = s;
+        BlockWork core = attention_core_work(m_, ss, b, false);
+        int64_t probs = saved_activation_bytes(m_, s, Block::attention, b, Recompute::none, false, p_.dtype) -
+                        saved_activation_bytes(m_, s, Block::attention, b, Recompute::selective, false, p_.dtype);
+        re_a = alloc(Stream::compute, MemCategory::activations, probs, l, mb, Phase::recompute,
+                     Block::attention);
+        compute(Block::attention, Phase::recompute, l, mb, b, core.attention_flops / 2,
+                core.elementwise_bytes);
+      }
+      tp_before(Block::attention, Phase::backward, l, mb);
+      BlockWork wa = backward_work(m_, s, Block::attention, b, p_.flash_attention);
+      int c = compute(Block::attention, Phase::backward, l, mb, b, wa.flops(), wa.elementwise_bytes);
+      tp_after(Block::attention, Phase::backward, l, mb);
+      release(act_a, Stream::compute);
+      release(re_a, Stream::compute);
+      release(fetched, Stream::compute);
+      reduce_grads(l, mb, c);
+      // Going back across a dp change: the gradient for a wider-dp layer is a slice, for a
+      // narrower-dp (larger tp) previous layer the ranks all-gather it.
+      reshard(l, l - 1, Phase::backward, mb);
+    }
+    if (chunk == 0) {
+      embedding_backward(mb);
+    } else {
+      Op op = make(OpKind::send, Stream::pp_comm, Block::none, Phase::backward, r.begin - 1, mb);
+      op.group = GroupKind::pp_prev;
+      op.bytes = boundary(r.begin - 1);
+      op.chunk = static_cast<int16_t>(chunk);
+      emit(op, {last_compute_});
+    }
+  }
+
+  void embedding_forward(int mb) {
+    const auto& s = p_.embedding;
+    const int b = samples(-1);
+    int64_t out_bytes = int64_t(e_) * b * m_.seq_len * m_.hidden;
+    compute(Block::embedding, Phase::forward, -1, mb, b, 0, 2.0 * out_bytes);
+    if (s.tp > 1) {
+      // Vocabulary-parallel lookup: partial rows are summed across the tp group.
+      int c = collective(Stream::tp_comm,
+                         s.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce,
+                         GroupKind::tp, s.tp, out_bytes, Block::embedding, Phase::forward, -1, mb,
+                         {last_compute_});
+      compute_waits_.push_back(c);
+    }
+  }
+
+  void embedding_backward(int mb) {
+    const int b = samples(-1);
+    int64_t bytes = int64_t(e_) * b * m_.seq_len * m_.hidden;
+    int c = compute(Block::embedding, Phase::backward, -1, mb, b, 0, 2.0 * bytes);
+    reduce_grads(-1, mb, c);
+  }
+
+  void head(int mb) {
+    const auto& s = p_.embedding;
+    const int b = samples(-1);
+    const double T = double(b) * m_.seq_len;
+    const double logits_flops = 2.0 * T * m_.hidden * m_.vocab / s.tp;
+    // fp32 logits live from the forward to the backward of the loss.
+    int64_t logits = static_cast<int64_t>(4.0 * T * m_.vocab / s.tp);
+    int buf = alloc(Stream::compute, MemCategory::activations, logits, -1, mb, Phase::forward, Block::head);
+    tp_before(Block::head, Phase::forward, -1, mb);
+    compute(Block::head, Phase::forward, -1, mb, b, logits_flops, 2.0 * logits + 2.0 * e_ * T * m_.hidden);
+    if (s.tp > 1) {
+      // Vocabulary-parallel cross entropy: max, sum-exp and target logit per token.
+      int c = collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, s.tp,
+                         static_cast<int64_t>(12 * T), Block::head, Phase::forward, -1, mb, {last_compute_});
+      compute_waits_.push_back(c);
+    }
+    compute(Block::head, Phase::backward, -1, mb, b, 2 * logits_flops, 2.0 * logits + 2.0 * e_ * T * m_.hidden);
+    release(buf, Stream::compute);
+    tp_after(Block::head, Phase::backward, -1, mb);
+    if (has_head() && !has_embedding()) reduce_grads(-2, mb, last_compute_);
+  }
+
+  // Data-parallel gradient reduction of a layer (layer -1: embedding, -2: untied head).
+  void reduce_grads(int layer, int mb, int after) {
+    const auto& s = strat(layer < 0 ? -1 : layer);
+    if (s.dp == 1) return;
+    const bool per_microbatch = s.zero >= 2;
+    if (!per_microbatch && mb != last_bwd_mb_[chunk_]) return;
+    int64_t params = layer >= 0 ? layer_params(layer) : embed_params();
+    Op op = make(OpKind::collective, Stream::dp_comm, Block::none, Phase::backward, layer < 0 ? -1 : layer, mb);
+    op.collective = s.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
+    op.group = GroupKind::dp;
+    op.tp = static_cast<uint8_t>(s.tp);
+    op.bytes = params * e_;
+    op.chunk = static_cast<int16_t>(chunk_);
+    if (p_.overlap_grad_reduce || per_microbatch) {
+      grad_reductions_.push_back(emit(op, {after}));
+    } else {
+      deferred_.push_back(op);
+    }
+  }
+
+  // ---- whole-iteration parts -------------------------------------------------------------
+  // Resident model states: weights, gradients and optimizer states, after ZeRO and offload.
+  void setup() {
+    int64_t w = 0, g = 0, o = 0;
+    auto add = [&](const LayerStrategy& s, int64_t params) {
+      const int64_t shard = (params + s.dp - 1) / s.dp;
+      w += s.offload_params ? 0 : (s.zero == 3 ? shard : params) * e_;
+      g += (s.zero >= 2 ? shard : params) * e_;
+      o += s.offload_optimizer ? 0 : (s.zero >= 1 ? shard : params) * opt_bytes_per_param();
+    };
+    for (int l : stage_layers()) add(strat(l), layer_params(l));
+    if (embed_params() > 0) add(p_.embedding, embed_params());
+    static_bufs_[0] = alloc(Stream::compute, MemCategory::weights, w, -1, -1, Phase::setup, Block::none);
+    static_bufs_[1] = alloc(Stream::compute, MemCategory::grads, g, -1, -1, Phase::setup, Block::none);
+    static_bufs_[2] = alloc(Stream::compute, MemCategory::optimizer, o, -1, -1, Phase::setup, Block::none);
+  }
+
+  void optimizer() {
+    chunk_ = -1;
+    std::vector<int> waits = grad_reductions_;
+    waits.push_back(last_compute_);
+    // Tied word embeddings: the first and last stage sum their copies' gradients.
+    if (p_.pp > 1 && m_.tied_embeddings && (has_embedding() || has_head())) {
+      int64_t bytes = int64_t(m_.vocab) * m_.hidden / p_.embedding.tp * e_;
+      waits.push_back(collective(Stream::dp_comm, Collective::all_reduce, GroupKind::tied_embedding, 1,
+                                 bytes, Block::embedding, Phase::optimizer, -1, -1, {last_compute_}));
+    }
+    for (int w : waits) compute_waits_.push_back(w);
+    int64_t device_params = 0, host_params = 0;
+    auto add = [&](const LayerStrategy& s, int64_t params) {
+      int64_t n = s.zero >= 1 ? (params + s.dp - 1) / s.dp : params;
+      (s.offload_optimizer ? host_params : device_params) += n;
+    };
+    for (int l : stage_layers()) add(strat(l), layer_params(l));
+    if (embed_params() > 0) add(p_.embedding, embed_params());
+    // AdamW streams weights, grads and both moments through HBM (read and write).
+    int opt = compute(Block::optimizer, Phase::optimizer, -1, -1, 0, 12.0 * device_params,
+                      double(device_params) * (2 * opt_bytes_per_param() + 2 * e_));
+    if (host_params > 0) {
+      Op d2h = make(OpKind::copy_d2h, Stream::d2h, Block::optimizer, Phase::optimizer, -1, -1);
+      d2h.bytes = host_params * e_;
+      int a = emit(d2h, waits);
+      Op hc = make(OpKind::host_compute, Stream::d2h, Block::optimizer, Phase::optimizer, -1, -1);
+      hc.flops = 12.0 * host_params;
+      hc.bytes = host_params * (2 * opt_bytes_per_param() + 2 * e_);
+      int b = emit(hc, {a});
+      Op h2d = make(OpKind::copy_h2d, Stream::h2d, Block::optimizer, Phase::optimizer, -1, -1);
+      h2d.bytes = host_params * e_;
+      compute_waits_.push_back(emit(h2d, {b}));
+    }
+    // ZeRO-1/2: every rank updated a shard; gather the new weights.
+    for (int l : stage_layers()) {
+      const auto& s = strat(l);
+      if (s.dp > 1 && (s.zero == 1 || s.zero == 2))
+        compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp,
+                                            layer_params(l) * e_, Block::optimizer, Phase::optimizer,
+                                            l, -1, {opt}));
+    }
+    const auto& s = p_.embedding;
+    if (embed_params() > 0 && s.dp > 1 && (s.zero == 1 || s.zero == 2))
+      compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp,
+                                          embed_params() * e_, Block::optimizer, Phase::optimizer, -1,
+                                          -1, {opt}));
+  }
+
+  void teardown() {
+    for (int b : static_bufs_) release(b, Stream::compute);
+    if (!live_.empty()) throw std::logic_error("program: buffers left allocated");
+  }
+
+  int64_t live_bytes(int buffer) const { return buffer < 0 ? 0 : live_.at(buffer).bytes; }
+  static int64_t key(int layer, int mb) { return int64_t(layer) << 32 | uint32_t(mb); }
+
+  const ModelSpec& m_;
+  const Plan& p_;
+  const int M_;
+  const int e_;
+  const int nchunks_;
+  StageProgram out_;
+  int chunk_ = -1;
+  int last_compute_ = -1;
+  int next_buffer_ = 0;
+  int static_bufs_[3] = {-1, -1, -1};
+  std::vector<int> compute_waits_;
+  std::vector<int> grad_reductions_;
+  std::vector<int> last_bwd_mb_;
+  std::vector<Op> deferred_;
+  std::unordered_map<int, Op> live_;
+  std::unordered_map<int64_t, std::pair<int, int>> saved_;
+};
+
+}  // namespace
+
+Program build_program(const ModelSpec& model, const Plan& plan) {
+  Program prog;
+  prog.num_microbatches = plan.num_microbatches();
+  for (int s = 0; s < plan.pp; ++s)
+    prog.stages.push_back(StageBuilder(model, plan, s, prog.num_microbatches).build());
+  return prog;
+}
+
+}  // namespace stratagem

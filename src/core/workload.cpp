@@ -1,0 +1,194 @@
+#include "stratagem/workload.hpp"
+
+#include <stdexcept>
+
+#include "stratagem/program.hpp"
+
+namespace stratagem {
+
+double BlockWork::gemm_flops() const {
+  double f = 0;
+  for (int i = 0; i < num_gemms; ++i) f += gemms[i].flops();
+  return f;
+}
+
+void BlockWork::add(Gemm g) {
+  if (num_gemms == kMaxGemms) throw std::logic_error("BlockWork: too many GEMMs");
+  gemms[num_gemms++] = g;
+  ++kernels;
+}
+
+namespace {
+// Shapes of one rank's share of a layer: T tokens, Tn tokens seen by replicated parts (norms,
+// dropout, residual), which sequence parallelism splits across the tp group.
+struct Shape {
+  int64_t T, Tn, h, s, a, kvh, f, t, b;
+  int ffn_gemm_width;  // 1 for GELU (fc1 is f wide), 2 for SwiGLU (gate and up)
+};
+
+Shape shape_of(const ModelSpec& m, const LayerStrategy& st, int samples) {
+  Shape sh;
+  sh.b = samples;
+  sh.s = m.seq_len;
+  sh.T = int64_t(samples) * m.seq_len;
+  sh.t = st.tp;
+  sh.Tn = st.sequence_parallel ? sh.T / st.tp : sh.T;
+  sh.h = m.hidden;
+  sh.a = m.heads;
+  sh.kvh = m.kv_hidden();
+  sh.f = m.ffn_hidden;
+  sh.ffn_gemm_width = m.activation == Activation::swiglu ? 2 : 1;
+  return sh;
+}
+}  // namespace
+
+BlockWork attention_core_work(const ModelSpec& m, const LayerStrategy& st, int samples,
+                              bool flash) {
+  Shape x = shape_of(m, st, samples);
+  BlockWork w;
+  const int e = 2;
+  // QK^T and AV over all (s x s) positions, as Megatron counts them: 4 b s^2 h / t.
+  w.attention_flops = 4.0 * x.b * x.s * x.s * x.h / x.t;
+  if (flash) {
+    w.kernels += 1;
+    w.elementwise_bytes += double(e) * x.T * (x.h + 2 * x.kvh) / x.t + double(e) * x.T * x.h / x.t;
+  } else {
+    w.kernels += 4;  // QK^T, scale+mask+softmax, dropout, AV
+    const double scores = double(x.b) * (x.a / x.t) * x.s * x.s;
+    w.elementwise_bytes += scores * e * 4;  // softmax read/write, dropout read/write
+  }
+  return w;
+}
+
+BlockWork forward_work(const ModelSpec& m, const LayerStrategy& st, Block b, int samples,
+                       bool flash) {
+  Shape x = shape_of(m, st, samples);
+  const double e = 2;
+  BlockWork w;
+  if (b == Block::attention) {
+    w.add({x.T, (x.h + 2 * x.kvh) / x.t, x.h});  // QKV projection
+    BlockWork core = attention_core_work(m, st, samples, flash);
+    w.attention_flops = core.attention_flops;
+    w.elementwise_bytes += core.elementwise_bytes;
+    w.kernels += core.kernels;
+    w.add({x.T, x.h, x.h / x.t});  // output projection
+    w.elementwise_bytes += e * x.Tn * x.h * 2;  // norm read + write
+    w.elementwise_bytes += e * x.Tn * x.h * 3;  // dropout + residual: read 2, write 1
+    w.kernels += 2;
+    if (m.position == Position::rope) {
+      w.elementwise_bytes += e * x.T * (x.h + x.kvh) / x.t * 2;
+      w.kernels += 1;
+    }
+  } else if (b == Block::mlp) {
+    w.add({x.T, x.ffn_gemm_width * x.f / x.t, x.h});  // fc1 (gate+up for SwiGLU)
+    w.add({x.T, x.h, x.f / x.t});                     // fc2
+    w.elementwise_bytes += e * x.T * x.f / x.t * (x.ffn_gemm_width + 1);  // activation
+    w.elementwise_bytes += e * x.Tn * x.h * 2 + e * x.Tn * x.h * 3;      // norm, residual
+    w.kernels += 3;
+  } else {
+    throw std::logic_error("forward_work: only attention and mlp blocks");
+  }
+  return w;
+}
+
+BlockWork backward_work(const ModelSpec& m, const LayerStrategy& st, Block b, int samples,
+                        bool flash) {
+  BlockWork f = forward_work(m, st, b, samples, flash);
+  BlockWork w;
+  for (int i = 0; i < f.num_gemms; ++i) {
+    const Gemm& g = f.gemms[i];
+    w.add({g.m, g.k, g.n, g.count});  // data gradient: dY (m,n) x W^T (n,k)
+    w.add({g.k, g.n, g.m, g.count});  // weight gradient: X^T (k,m) x dY (m,n)
+  }
+  w.attention_flops = 2 * f.attention_flops;
+  w.elementwise_bytes = 2 * f.elementwise_bytes;
+  w.kernels += 2 * (f.kernels - f.num_gemms);
+  return w;
+}
+
+int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Block b, int samples,
+                               Recompute rc, bool flash, Dtype dt) {
+  Shape x = shape_of(m, st, samples);
+  const int64_t e = dtype_bytes(dt);
+  const int64_t mask = m.dropout ? 1 : 0;  // dropout masks are one byte per element
+  if (rc == Recompute::full) {
+    // Only the layer input survives; the rest is rebuilt right before backward.
+    return b == Block::attention ? e * x.Tn * x.h : 0;
+  }
+  int64_t bytes = 0;
+  if (b == Block::attention) {
+    bytes += e * x.Tn * x.h;                     // norm input
+    bytes += e * x.Tn * x.h;                     // QKV GEMM input (sequence-sharded under sp)
+    bytes += e * x.T * (x.h + x.kvh) / x.t;      // Q and K, for QK^T backward
+    bytes += e * x.T * x.kvh / x.t;              // V, for AV backward
+    bytes += e * x.T * x.h / x.t;                // attention output = projection input
+    bytes += mask * x.Tn * x.h;                  // dropout mask after the projection
+    if (flash) {
+      bytes += 4 * x.b * (x.a / x.t) * x.s;      // softmax log-sum-exp, fp32
+    } else if (rc == Recompute::none) {
+      const int64_t scores = x.b * (x.a / x.t) * x.s * x.s;
+      bytes += e * scores;                       // softmax output
+      bytes += mask * scores;                    // attention dropout mask
+      if (m.dropout) bytes += e * scores;        // dropout output, input of AV
+    }
+  } else if (b == Block::mlp) {
+    bytes += e * x.Tn * x.h;                             // norm input
+    bytes += e * x.Tn * x.h;                             // fc1 input
+    bytes += e * x.T * x.ffn_gemm_width * x.f / x.t;     // fc1 output(s): activation input
+    bytes += e * x.T * x.f / x.t;                        // activation output = fc2 input
+    bytes += mask * x.Tn * x.h;                          // dropout mask
+  }
+  return bytes;
+}
+
+int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& st, int samples,
+                                  Dtype dt) {
+  Shape x = shape_of(m, st, samples);
+  return dtype_bytes(dt) * x.Tn * x.h;
+}
+
+namespace {
+int64_t norm_params(const ModelSpec& m) {
+  return m.norm == Norm::layernorm && m.bias ? 2LL * m.hidden : m.hidden;
+}
+}  // namespace
+
+int64_t block_parameters_per_rank(const ModelSpec& m, int tp, Block b) {
+  const int64_t h = m.hidden, f = m.ffn_hidden, kv = m.kv_hidden();
+  const int w = m.activation == Activation::swiglu ? 2 : 1;
+  if (b == Block::attention) {
+    int64_t p = (h * (h + 2 * kv) + h * h) / tp + norm_params(m);
+    if (m.bias) p += (h + 2 * kv) / tp + h;
+    return p;
+  }
+  if (b == Block::mlp) {
+    int64_t p = (w + 1) * h * f / tp + norm_params(m);
+    if (m.bias) p += w * f / tp + h;
+    return p;
+  }
+  throw std::logic_error("block_parameters_per_rank: only attention and mlp blocks");
+}
+
+int64_t embedding_parameters_per_rank(const ModelSpec& m, int tp) {
+  // Vocabulary-parallel word embedding; positions, types and the BERT norm are replicated.
+  return m.embedding_parameters() - int64_t(m.vocab) * m.hidden + int64_t(m.vocab) * m.hidden / tp;
+}
+
+int64_t head_parameters_per_rank(const ModelSpec& m, int tp) {
+  int64_t p = m.head_parameters();
+  if (m.arch == Arch::decoder && !m.tied_embeddings)
+    p = p - int64_t(m.vocab) * m.hidden + int64_t(m.vocab) * m.hidden / tp;
+  return p;
+}
+
+double model_flops_per_iteration(const ModelSpec& m, int64_t global_batch) {
+  const double h = m.hidden, s = m.seq_len, f = m.ffn_hidden, kv = m.kv_hidden();
+  const double w = m.activation == Activation::swiglu ? 3 : 2;
+  const double gemm_params = h * (h + 2 * kv) + h * h + w * h * f;
+  // Forward: 2 FLOPs per GEMM weight per token plus 4 s h for attention; backward is twice that.
+  const double per_token_layer = 3.0 * (2.0 * gemm_params + 4.0 * s * h);
+  const double per_token_logits = 3.0 * 2.0 * double(m.vocab) * h;
+  return double(global_batch) * s * (m.layers * per_token_layer + per_token_logits);
+}
+
+}  // namespace stratagem

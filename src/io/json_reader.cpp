@@ -1,0 +1,158 @@
+#include "src/io/json_reader.hpp"
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace stratagem::io {
+
+nlohmann::json parse_json(const std::string& text, const std::string& source) {
+  try {
+    return nlohmann::json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(source + ": malformed JSON: " + e.what());
+  }
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot open file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_json(ss.str(), path);
+}
+
+JsonReader::JsonReader(const nlohmann::json& j, std::string source, std::string path)
+    : j_(j), source_(std::move(source)), path_(std::move(path)) {
+  if (!j_.is_object()) throw InputError(source_ + ": " + (path_.empty() ? "top level" : path_) +
+                                        " must be a JSON object");
+}
+
+std::string JsonReader::where(const std::string& key) const {
+  return source_ + ": field '" + (path_.empty() ? key : path_ + "." + key) + "'";
+}
+
+void JsonReader::fail(const std::string& key, const std::string& expected) const {
+  throw InputError(where(key) + ": expected " + expected);
+}
+
+const nlohmann::json& JsonReader::need(const char* key) {
+  used_.insert(key);
+  if (!j_.contains(key)) throw InputError(where(key) + ": missing");
+  return j_.at(key);
+}
+
+int64_t JsonReader::get_int64(const char* key, int64_t lo) {
+  const auto& v = need(key);
+  if (v.is_number_integer()) {
+    int64_t x = v.get<int64_t>();
+    if (x < lo) fail(key, "an integer >= " + std::to_string(lo) + ", got " + std::to_string(x));
+    return x;
+  }
+  // Sizes such as 85.9e9 are written as floats in datasheet-style files.
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (d != static_cast<double>(static_cast<int64_t>(d)) || d < static_cast<double>(lo))
+      fail(key, "an integer >= " + std::to_string(lo));
+    return static_cast<int64_t>(d);
+  }
+  fail(key, "an integer");
+}
+
+int JsonReader::get_int(const char* key, int lo, int hi) {
+  const auto& v = need(key);
+  if (!v.is_number_integer()) fail(key, "an integer, got " + std::string(v.type_name()));
+  int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi)
+    fail(key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                  std::to_string(x));
+  return static_cast<int>(x);
+}
+
+int JsonReader::get_int(const char* key, int lo, int hi, int fallback) {
+  if (!j_.contains(key)) {
+    used_.insert(key);
+    return fallback;
+  }
+  return get_int(key, lo, hi);
+}
+
+double JsonReader::get_double(const char* key, double lo, double hi) {
+  const auto& v = need(key);
+  if (!v.is_number()) fail(key, "a number, got " + std::string(v.type_name()));
+  double x = v.get<double>();
+  if (!(x >= lo && x <= hi)) {
+    std::ostringstream os;
+    os << "a number in [" << lo << ", " << hi << "], got " << x;
+    fail(key, os.str());
+  }
+  return x;
+}
+
+double JsonReader::get_double(const char* key, double lo, double hi, double fallback) {
+  if (!j_.contains(key)) {
+    used_.insert(key);
+    return fallback;
+  }
+  return get_double(key, lo, hi);
+}
+
+bool JsonReader::get_bool(const char* key) {
+  const auto& v = need(key);
+  if (!v.is_boolean()) fail(key, "true or false, got " + std::string(v.type_name()));
+  return v.get<bool>();
+}
+
+bool JsonReader::get_bool(const char* key, bool fallback) {
+  if (!j_.contains(key)) {
+    used_.insert(key);
+    return fallback;
+  }
+  return get_bool(key);
+}
+
+std::string JsonReader::get_string(const char* key) {
+  const auto& v = need(key);
+  if (!v.is_string()) fail(key, "a string, got " + std::string(v.type_name()));
+  return v.get<std::string>();
+}
+
+std::string JsonReader::get_string(const char* key, const std::string& fallback) {
+  if (!j_.contains(key)) {
+    used_.insert(key);
+    return fallback;
+  }
+  return get_string(key);
+}
+
+std::string JsonReader::get_enum(const char* key, std::initializer_list<const char*> choices,
+                                 const char* fallback) {
+  std::string joined;
+  for (const char* c : choices) joined += (joined.empty() ? "" : "|") + std::string(c);
+  std::string s = fallback ? get_string(key, fallback) : get_string(key);
+  for (const char* c : choices)
+    if (s == c) return s;
+  fail(key, "one of " + joined + ", got '" + s + "'");
+}
+
+JsonReader JsonReader::object(const char* key) {
+  const auto& v = need(key);
+  if (!v.is_object()) fail(key, "an object");
+  return JsonReader(v, source_, path_.empty() ? key : path_ + "." + key);
+}
+
+const nlohmann::json& JsonReader::array(const char* key) {
+  const auto& v = need(key);
+  if (!v.is_array()) fail(key, "an array");
+  return v;
+}
+
+const nlohmann::json& JsonReader::raw(const char* key) { return need(key); }
+
+void JsonReader::reject_unknown() const {
+  for (auto it = j_.begin(); it != j_.end(); ++it)
+    if (!used_.count(it.key()))
+      throw InputError(where(it.key()) + ": unknown field (check the spelling; see the README)");
+}
+
+}  // namespace stratagem::io
