@@ -1,0 +1,138 @@
+// Backend: the numeric kernels of Transformer training, forward and backward, over Tensors in
+// the backend's own memory. The CPU backend implements them with Eigen + OpenMP; a CUDA
+// backend implements the same interface a second time. The Transformer blocks
+// (transformer.hpp) only ever call these, so they run unchanged on either.
+//
+// Conventions shared by every kernel:
+//  - shapes are in the comments as llm.c writes them: B batch, T time, C channels, V vocab,
+//    NH query heads, KV key/value heads, hd head dim, OC output channels, N = B*T rows;
+//  - linear weights are (OC, C) like torch.nn.Linear: out = inp @ weight^T + bias;
+//  - an undefined Tensor (data == nullptr) passed for an optional input means "none";
+//  - parameter gradients ACCUMULATE (+=) so micro-batches sum; activation gradients named
+//    `dinp` are overwritten unless the kernel says it accumulates;
+//  - token ids and targets are host int32 arrays (small; a device backend copies them);
+//  - a shape that does not fit throws std::invalid_argument naming kernel and operand.
+// A Backend is not thread-safe: one caller thread issues kernels, each kernel parallelizes.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "stratagem/tensor.hpp"
+
+namespace stratagem {
+
+// One AdamW step's hyperparameters (PyTorch's torch.optim.AdamW semantics).
+struct AdamWStep {
+  float lr = 0;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0;  // decoupled: p -= lr * weight_decay * p before the Adam update
+  int64_t step = 1;        // 1-based step count used for bias correction
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory ----------------------------------------------------------------------------
+  virtual Tensor allocate(Shape shape) = 0;  // uninitialized
+  Tensor zeros(Shape shape) {
+    Tensor t = allocate(shape);
+    fill(t, 0.0f);
+    return t;
+  }
+  virtual void fill(Tensor& t, float value) = 0;
+  virtual void copy(Tensor& dst, const Tensor& src) = 0;          // same numel
+  virtual void upload(Tensor& dst, const float* host) = 0;        // dst.numel() floats
+  virtual void download(float* host, const Tensor& src) = 0;      // src.numel() floats
+  virtual void synchronize() {}
+
+  // ---- embedding --------------------------------------------------------------------------
+  // out (B,T,C) = wte[tokens] (+ wpe[t] when wpe is defined: learned positions; undefined for
+  // RoPE). tokens (B*T) host ids; wte (V,C); wpe (maxT,C) with T <= maxT.
+  virtual void embedding_forward(Tensor& out, std::span<const int32_t> tokens,
+                                 const Tensor& wte, const Tensor& wpe) = 0;
+  // dwte (V,C) += scatter of dout; dwpe (maxT,C) += sum over B (skipped when undefined).
+  virtual void embedding_backward(Tensor& dwte, Tensor& dwpe, std::span<const int32_t> tokens,
+                                  const Tensor& dout) = 0;
+
+  // ---- normalization (over the last dim C; leading dims are rows) -------------------------
+  // out (N,C), mean (N), rstd (N); bias undefined = LayerNorm without bias.
+  virtual void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                                 const Tensor& weight, const Tensor& bias, float eps) = 0;
+  // dinp (N,C) ACCUMULATES (it is the residual stream's gradient); dweight, dbias accumulate.
+  virtual void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                  const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                  const Tensor& mean, const Tensor& rstd) = 0;
+  virtual void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp,
+                               const Tensor& weight, float eps) = 0;
+  // dinp ACCUMULATES, as for layernorm.
+  virtual void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout,
+                                const Tensor& inp, const Tensor& weight,
+                                const Tensor& rstd) = 0;
+
+  // ---- linear -----------------------------------------------------------------------------
+  // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC).
+  virtual void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                              const Tensor& bias) = 0;
+  // dinp (N,C) = dout @ weight (overwritten; skipped when undefined);
+  // dweight += dout^T @ inp; dbias += column sums of dout (skipped when undefined).
+  virtual void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                               const Tensor& inp, const Tensor& weight) = 0;
+
+  // ---- rotary positions (LLaMA convention: rotate halves of each head, position = t) ------
+  // In place on the q and k parts of qkv (B,T,(NH+2KV)*hd); v is left alone.
+  virtual void rope_forward(Tensor& qkv, int heads, int kv_heads, float theta) = 0;
+  // In place on dqkv: applies the inverse rotation to the q and k gradients.
+  virtual void rope_backward(Tensor& dqkv, int heads, int kv_heads, float theta) = 0;
+
+  // ---- causal self-attention with grouped key/value heads ---------------------------------
+  // qkv (B,T,(NH+2KV)*hd) holds [q heads | k heads | v heads] per token; query head h reads
+  // kv head h / (NH/KV). out (B,T,NH*hd). lse (B,NH,T) = log-sum-exp of each score row, saved
+  // so the probabilities can be rebuilt cheaply. att (B,NH,T,T): the probabilities, written
+  // when defined (entries above the diagonal are unspecified); undefined = not kept.
+  virtual void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
+                                 int heads, int kv_heads) = 0;
+  // dqkv (B,T,(NH+2KV)*hd) overwritten. When att is undefined the probabilities are
+  // recomputed from qkv and lse (selective recompute).
+  virtual void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& out,
+                                  const Tensor& qkv, const Tensor& att, const Tensor& lse,
+                                  int heads, int kv_heads) = 0;
+
+  // ---- pointwise --------------------------------------------------------------------------
+  // GELU, tanh approximation (GPT-2). Same shapes in and out.
+  virtual void gelu_forward(Tensor& out, const Tensor& inp) = 0;
+  virtual void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) = 0;
+  // SwiGLU: inp (N,2F) = [gate | up] -> out (N,F) = silu(gate) * up.
+  virtual void swiglu_forward(Tensor& out, const Tensor& inp) = 0;
+  virtual void swiglu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) = 0;
+  // out = a + b (out may alias a or b).
+  virtual void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  // The residual's backward: dinp += dout (the gradient reaches both branches unchanged).
+  virtual void residual_backward(Tensor& dinp, const Tensor& dout) = 0;
+
+  // ---- loss -------------------------------------------------------------------------------
+  // losses (N) = logsumexp(logits (N,V)) - logits[target]; targets (N) in [0,V).
+  virtual void crossentropy_forward(Tensor& losses, const Tensor& logits,
+                                    std::span<const int32_t> targets) = 0;
+  // dlogits (N,V) = (softmax(logits) - onehot(target)) * scale; dlogits may alias logits.
+  virtual void crossentropy_softmax_backward(Tensor& dlogits, const Tensor& logits,
+                                             std::span<const int32_t> targets,
+                                             float scale) = 0;
+
+  // ---- optimizer --------------------------------------------------------------------------
+  virtual double sum_squares(const Tensor& t) = 0;  // in fp64, for the global grad norm
+  virtual void scale(Tensor& t, float factor) = 0;
+  // In place on param, m, v (all the same numel as grad).
+  virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                            const AdamWStep& step) = 0;
+};
+
+// The Eigen + OpenMP backend; threads = omp_get_max_threads() at each kernel call.
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace stratagem

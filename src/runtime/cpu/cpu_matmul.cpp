@@ -1,0 +1,86 @@
+// Linear layers: Eigen GEMMs straight on the tensors' buffers (Maps, no copies). Eigen
+// parallelizes each GEMM with OpenMP itself.
+#include <algorithm>
+
+#include "cpu_backend.hpp"
+#include "cpu_math.hpp"
+
+namespace stratagem::cpu {
+namespace {
+constexpr int64_t kChannelChunk = 64;
+
+struct Dims {
+  int64_t n, c, oc;
+};
+
+Dims check(const char* kernel, const Tensor& inp, const Tensor& weight, const Tensor& out,
+           const char* out_name) {
+  if (!weight.defined() || weight.ndim() != 2)
+    throw std::invalid_argument(kernel_error(kernel, "weight must be (OC,C), got " + weight.shape.str()));
+  const int64_t OC = weight.dim(0), C = weight.dim(1);
+  if (!inp.defined() || inp.ndim() < 2 || inp.dim(-1) != C)
+    throw std::invalid_argument(kernel_error(kernel, "inp must be (...," + std::to_string(C) +
+                                                         ") to match weight " + weight.shape.str() +
+                                                         ", got " + inp.shape.str()));
+  const int64_t N = inp.numel() / C;
+  if (!out.defined() || out.dim(-1) != OC || out.numel() != N * OC)
+    throw std::invalid_argument(kernel_error(kernel, std::string(out_name) + " must be (...," +
+                                                         std::to_string(OC) + ") with " +
+                                                         std::to_string(N) + " rows, got " +
+                                                         out.shape.str()));
+  return {N, C, OC};
+}
+}  // namespace
+
+void CpuBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                const Tensor& bias) {
+  const auto [N, C, OC] = check("matmul_forward", inp, weight, out, "out");
+  if (bias.defined()) expect_shape(bias, Shape{OC}, "matmul_forward", "bias");
+  MatMap o(out.data, N, OC);                  // (N,OC)
+  ConstMatMap x(inp.data, N, C);              // (N,C)
+  ConstMatMap w(weight.data, OC, C);          // (OC,C)
+  o.noalias() = x * w.transpose();
+  if (bias.defined()) {
+    const float* b = bias.data;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < N; ++r) {
+      float* row = out.data + r * OC;
+#pragma omp simd
+      for (int64_t j = 0; j < OC; ++j) row[j] += b[j];
+    }
+  }
+}
+
+void CpuBackend::matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                 const Tensor& dout, const Tensor& inp, const Tensor& weight) {
+  const auto [N, C, OC] = check("matmul_backward", inp, weight, dout, "dout");
+  expect_shape(dweight, weight.shape, "matmul_backward", "dweight");
+  if (dbias.defined()) expect_shape(dbias, Shape{OC}, "matmul_backward", "dbias");
+  ConstMatMap g(dout.data, N, OC);            // (N,OC)
+  ConstMatMap x(inp.data, N, C);              // (N,C)
+  ConstMatMap w(weight.data, OC, C);          // (OC,C)
+  if (dinp.defined()) {
+    expect_shape(dinp, inp.shape, "matmul_backward", "dinp");
+    MatMap dx(dinp.data, N, C);
+    dx.noalias() = g * w;
+  }
+  MatMap dw(dweight.data, OC, C);
+  dw.noalias() += g.transpose() * x;
+  if (dbias.defined()) {
+    float* db = dbias.data;
+    const int64_t chunks = (OC + kChannelChunk - 1) / kChannelChunk;
+#pragma omp parallel for schedule(static)
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      const int64_t j0 = chunk * kChannelChunk, j1 = std::min(OC, j0 + kChannelChunk);
+      float acc[kChannelChunk] = {};
+      for (int64_t r = 0; r < N; ++r) {
+        const float* row = dout.data + r * OC;
+#pragma omp simd
+        for (int64_t j = j0; j < j1; ++j) acc[j - j0] += row[j];
+      }
+      for (int64_t j = j0; j < j1; ++j) db[j] += acc[j - j0];
+    }
+  }
+}
+
+}  // namespace stratagem::cpu

@@ -1,0 +1,182 @@
+// LayerNorm (weight + optional bias) and RMSNorm (weight only) over the last dimension.
+#include <algorithm>
+#include <cmath>
+
+#include "cpu_backend.hpp"
+#include "cpu_math.hpp"
+
+namespace stratagem::cpu {
+namespace {
+// Weight/bias gradients reduce over rows. Each thread owns a chunk of channels and walks all
+// rows: race-free, and the summation order does not depend on the thread count.
+constexpr int64_t kChannelChunk = 32;
+
+struct Rows {
+  int64_t n, c;
+};
+
+Rows rows_of(const char* kernel, const Tensor& x, const Tensor& weight) {
+  if (!x.defined() || x.ndim() < 1)
+    throw std::invalid_argument(kernel_error(kernel, "input is undefined"));
+  const int64_t C = x.dim(-1);
+  expect_shape(weight, Shape{C}, kernel, "weight");
+  return {x.numel() / std::max<int64_t>(C, 1), C};
+}
+
+void expect_numel(const char* kernel, const char* what, const Tensor& t, int64_t n) {
+  if (!t.defined() || t.numel() != n)
+    throw std::invalid_argument(kernel_error(kernel, std::string(what) + " must hold " +
+                                                         std::to_string(n) + " floats, got " +
+                                                         t.shape.str()));
+}
+}  // namespace
+
+void CpuBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                                   const Tensor& weight, const Tensor& bias, float eps) {
+  const auto [N, C] = rows_of("layernorm_forward", inp, weight);
+  expect_shape(out, inp.shape, "layernorm_forward", "out");
+  expect_numel("layernorm_forward", "mean", mean, N);
+  expect_numel("layernorm_forward", "rstd", rstd, N);
+  if (bias.defined()) expect_shape(bias, Shape{C}, "layernorm_forward", "bias");
+  const float* w = weight.data;
+  const float* b = bias.data;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < N; ++r) {
+    const float* x = inp.data + r * C;  // (C)
+    float* o = out.data + r * C;        // (C)
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < C; ++c) sum += x[c];
+    const float m = sum / C;
+    float var = 0;
+#pragma omp simd reduction(+ : var)
+    for (int64_t c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+    const float s = 1.0f / std::sqrt(var / C + eps);
+    if (b) {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c];
+    }
+    mean.data[r] = m;
+    rstd.data[r] = s;
+  }
+}
+
+void CpuBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                    const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                    const Tensor& mean, const Tensor& rstd) {
+  const auto [N, C] = rows_of("layernorm_backward", inp, weight);
+  expect_shape(dout, inp.shape, "layernorm_backward", "dout");
+  expect_shape(dinp, inp.shape, "layernorm_backward", "dinp");
+  expect_shape(dweight, Shape{C}, "layernorm_backward", "dweight");
+  if (dbias.defined()) expect_shape(dbias, Shape{C}, "layernorm_backward", "dbias");
+  expect_numel("layernorm_backward", "mean", mean, N);
+  expect_numel("layernorm_backward", "rstd", rstd, N);
+  const float* w = weight.data;
+
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < N; ++r) {
+    const float* x = inp.data + r * C;   // (C)
+    const float* g = dout.data + r * C;  // (C)
+    float* dx = dinp.data + r * C;       // (C)
+    const float m = mean.data[r], s = rstd.data[r];
+    // dx = s * (dn - mean(dn) - n * mean(dn * n)), with n the normalized input, dn = g * w.
+    float sum_dn = 0, sum_dn_n = 0;
+#pragma omp simd reduction(+ : sum_dn, sum_dn_n)
+    for (int64_t c = 0; c < C; ++c) {
+      const float dn = g[c] * w[c];
+      sum_dn += dn;
+      sum_dn_n += dn * (x[c] - m) * s;
+    }
+    const float a = sum_dn / C, bb = sum_dn_n / C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) dx[c] += s * (g[c] * w[c] - a - (x[c] - m) * s * bb);
+  }
+
+  const int64_t chunks = (C + kChannelChunk - 1) / kChannelChunk;
+  float* dw = dweight.data;
+  float* db = dbias.data;
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t c0 = chunk * kChannelChunk, c1 = std::min(C, c0 + kChannelChunk);
+    float acc_w[kChannelChunk] = {}, acc_b[kChannelChunk] = {};
+    for (int64_t r = 0; r < N; ++r) {
+      const float* x = inp.data + r * C;
+      const float* g = dout.data + r * C;
+      const float m = mean.data[r], s = rstd.data[r];
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) {
+        acc_w[c - c0] += g[c] * (x[c] - m) * s;
+        acc_b[c - c0] += g[c];
+      }
+    }
+    for (int64_t c = c0; c < c1; ++c) {
+      dw[c] += acc_w[c - c0];
+      if (db) db[c] += acc_b[c - c0];
+    }
+  }
+}
+
+void CpuBackend::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp,
+                                 const Tensor& weight, float eps) {
+  const auto [N, C] = rows_of("rmsnorm_forward", inp, weight);
+  expect_shape(out, inp.shape, "rmsnorm_forward", "out");
+  expect_numel("rmsnorm_forward", "rstd", rstd, N);
+  const float* w = weight.data;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < N; ++r) {
+    const float* x = inp.data + r * C;
+    float* o = out.data + r * C;
+    float ss = 0;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
+    const float s = 1.0f / std::sqrt(ss / C + eps);
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) o[c] = x[c] * s * w[c];
+    rstd.data[r] = s;
+  }
+}
+
+void CpuBackend::rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout,
+                                  const Tensor& inp, const Tensor& weight, const Tensor& rstd) {
+  const auto [N, C] = rows_of("rmsnorm_backward", inp, weight);
+  expect_shape(dout, inp.shape, "rmsnorm_backward", "dout");
+  expect_shape(dinp, inp.shape, "rmsnorm_backward", "dinp");
+  expect_shape(dweight, Shape{C}, "rmsnorm_backward", "dweight");
+  expect_numel("rmsnorm_backward", "rstd", rstd, N);
+  const float* w = weight.data;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < N; ++r) {
+    const float* x = inp.data + r * C;
+    const float* g = dout.data + r * C;
+    float* dx = dinp.data + r * C;
+    const float s = rstd.data[r];
+    // dx = s * (dn - n * mean(dn * n)), n = x * s, dn = g * w.
+    float sum_dn_n = 0;
+#pragma omp simd reduction(+ : sum_dn_n)
+    for (int64_t c = 0; c < C; ++c) sum_dn_n += g[c] * w[c] * x[c] * s;
+    const float bb = sum_dn_n / C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) dx[c] += s * (g[c] * w[c] - x[c] * s * bb);
+  }
+
+  const int64_t chunks = (C + kChannelChunk - 1) / kChannelChunk;
+  float* dw = dweight.data;
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t c0 = chunk * kChannelChunk, c1 = std::min(C, c0 + kChannelChunk);
+    float acc[kChannelChunk] = {};
+    for (int64_t r = 0; r < N; ++r) {
+      const float* x = inp.data + r * C;
+      const float* g = dout.data + r * C;
+      const float s = rstd.data[r];
+#pragma omp simd
+      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += g[c] * x[c] * s;
+    }
+    for (int64_t c = c0; c < c1; ++c) dw[c] += acc[c - c0];
+  }
+}
+
+}  // namespace stratagem::cpu
