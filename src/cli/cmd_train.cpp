@@ -64,6 +64,7 @@ int run_train(Args& a) {
   const auto log_json = a.value("--log-json");
   const int log_every = a.int_value("--log-every").value_or(1);
   const std::string backend_name = a.value("--backend").value_or("cpu");
+  const bool json = a.flag("--json");
   ExecutorOptions opt;
   opt.seed = static_cast<uint64_t>(a.int_value("--seed").value_or(1234));
   opt.schedule.max_lr = static_cast<float>(a.double_value("--lr").value_or(1e-3));
@@ -112,6 +113,11 @@ int run_train(Args& a) {
   }
 
   TokenDataset data = TokenDataset::load(data_path);
+  const int local = local_rank();  // every rank must take part: it is a collective
+  if (world_rank() == 0 && !json)
+    std::printf("train: %s, %d ranks (%s), backend %s, local rank of rank 0: %d, data %s (%lld tokens)\n",
+                model.name.c_str(), world_size(), plan.describe().c_str(), backend_name.c_str(), local,
+                data_path.c_str(), (long long)data.size());
   auto backend = make_cpu_backend();
   Executor ex(MPI_COMM_WORLD, model, cluster, plan, *backend, data, opt);
   const int dp = plan.embedding.dp;
@@ -156,7 +162,7 @@ int run_train(Args& a) {
     const double tps = tokens_per_step / last.time_s;
     const double mfu = flops_per_step / last.time_s / peak;
     if (world_rank() == 0) {
-      if ((s + 1) % log_every == 0 || s + 1 == steps) {
+      if (!json && ((s + 1) % log_every == 0 || s + 1 == steps)) {
         const double left = elapsed / double(s + 1 - start) * double(steps - s - 1);
         std::printf("step %6lld/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.0f s left\n",
                     (long long)s + 1, steps, last.loss, last.lr, last.grad_norm, tps, left);
@@ -184,7 +190,11 @@ int run_train(Args& a) {
     }
   }
   if (jlog) std::fclose(jlog);
-  (void)last;
+  if (json)
+    print_json({{"steps_completed", last.step + 1}, {"loss", last.loss}, {"grad_norm", last.grad_norm},
+                {"lr", last.lr}, {"tokens_per_s", tokens_per_step / last.time_s},
+                {"high_water_bytes", ex.high_water_bytes()},
+                {"checkpoint", ckpt_dir ? *ckpt_dir + "/" + checkpoint_name(last.step + 1) : ""}});
   return 0;
 }
 
@@ -193,7 +203,7 @@ Register reg{{"train", "run the training loop of a plan with real kernels (CPU b
                           "(--plan FILE | shorthand flags) --data FILE --steps S\n"
                           "       [--ckpt-dir D --ckpt-every K --keep 3] [--resume] [--stop-after N] [--trace FILE.h5]\n"
                           "       [--seed X] [--log-json FILE] [--log-every N] [--lr 1e-3 --min-lr --warmup N\n"
-                          "       --weight-decay 0.1 --grad-clip 1.0] [--backend cpu]\n"
+                          "       --weight-decay 0.1 --grad-clip 1.0] [--backend cpu] [--json]\n"
                           "  SIGUSR1/SIGTERM: checkpoint at the next step boundary on all ranks, exit 0.\n") +
                   kModelHelp + kClusterHelp + kPlanHelp,
               run_train}};

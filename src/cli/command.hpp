@@ -27,6 +27,8 @@ struct Register {
 // MPI rank and size of this process (the CLI initializes MPI before running a command).
 int world_rank();
 int world_size();
+// Rank among the processes of this node (picks the GPU on GPU nodes).
+int local_rank();
 // Prints JSON on rank 0 only.
 void print_json(const nlohmann::json& j);
 

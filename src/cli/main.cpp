@@ -28,6 +28,17 @@ int world_size() {
   return s;
 }
 
+int local_rank() {
+  static int cached = -1;
+  if (cached < 0) {
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &cached);
+    MPI_Comm_free(&node);
+  }
+  return cached;
+}
+
 void print_json(const nlohmann::json& j) {
   if (world_rank() == 0) std::cout << j.dump(2) << std::endl;
 }

@@ -1,0 +1,10 @@
+# The CPU Transformer against an independent PyTorch implementation (reference.py), run by the
+# Debian interpreter that has torch and h5py (not whatever `python3` is first on PATH).
+set(STRATAGEM_REFERENCE_PYTHON /usr/bin/python3 CACHE FILEPATH
+    "Python with torch, h5py and numpy for test/reference")
+stratagem_boost_test(reference_test ${CMAKE_CURRENT_LIST_DIR}/test_reference.cpp)
+target_compile_definitions(reference_test PRIVATE
+                           STRATAGEM_PYTHON="${STRATAGEM_REFERENCE_PYTHON}")
+add_test(NAME reference.transformer COMMAND reference_test)
+set_tests_properties(reference.transformer PROPERTIES LABELS reference TIMEOUT 600
+                     ENVIRONMENT "OMP_NUM_THREADS=2")
