@@ -35,7 +35,7 @@ void CpuBackend::gelu_forward(Tensor& out, const Tensor& inp) {
   const float* x = inp.data;
   float* o = out.data;
   const int64_t n = inp.numel();
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if(n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float u = kGeluScale * (x[i] + kGeluCube * x[i] * x[i] * x[i]);
     o[i] = 0.5f * x[i] * (1.0f + fast_tanh(u));
@@ -49,7 +49,7 @@ void CpuBackend::gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& i
   const float* g = dout.data;
   float* dx = dinp.data;
   const int64_t n = inp.numel();
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if(n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float xi = x[i];
     const float u = kGeluScale * (xi + kGeluCube * xi * xi * xi);
@@ -62,7 +62,7 @@ void CpuBackend::gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& i
 
 void CpuBackend::swiglu_forward(Tensor& out, const Tensor& inp) {
   const auto [N, F] = swiglu_dims("swiglu_forward", inp, out);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(N * F >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* gate = inp.data + r * 2 * F;  // (F)
     const float* up = gate + F;                // (F)
@@ -75,7 +75,7 @@ void CpuBackend::swiglu_forward(Tensor& out, const Tensor& inp) {
 void CpuBackend::swiglu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
   const auto [N, F] = swiglu_dims("swiglu_backward", inp, dout);
   check_same("swiglu_backward", dinp, "dinp", inp);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(N * F >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* gate = inp.data + r * 2 * F;
     const float* up = gate + F;

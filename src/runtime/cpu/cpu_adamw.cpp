@@ -27,7 +27,7 @@ void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tens
   float* mm = m.data;
   float* vv = v.data;
   const float* g = grad.data;
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if(n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     p[i] *= decay;
     mm[i] = b1 * mm[i] + (1.0f - b1) * g[i];

@@ -45,7 +45,7 @@ void CpuBackend::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const 
   reserve_scratch(static_cast<size_t>(R * T));
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
-#pragma omp parallel for collapse(2) schedule(dynamic)
+#pragma omp parallel for collapse(2) schedule(dynamic) if(B * T * T * W >= kMinParallelWork)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
       const int64_t kvh = h / d.group;
@@ -105,7 +105,7 @@ void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tens
 
   // Parallel over kv heads, not query heads: the query heads of one group all add into the
   // same dK and dV, and keeping them in one task avoids both races and atomics.
-#pragma omp parallel for collapse(2) schedule(dynamic)
+#pragma omp parallel for collapse(2) schedule(dynamic) if(B * T * T * W >= kMinParallelWork)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t kvh = 0; kvh < KV; ++kvh) {
       const float* base = qkv.data + b * T * W;

@@ -38,7 +38,7 @@ void CpuBackend::embedding_forward(Tensor& out, std::span<const int32_t> tokens,
   const int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
   check_tokens("embedding_forward", tokens, B * T, wte.dim(0));
   const float* pos = wpe.data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(B * T * C >= kMinParallelWork)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     float* o = out.data + bt * C;                     // (C)
     const float* w = wte.data + tokens[bt] * C;       // (C)
@@ -59,7 +59,7 @@ void CpuBackend::embedding_backward(Tensor& dwte, Tensor& dwpe, std::span<const 
   check_tokens("embedding_backward", tokens, B * T, dwte.dim(0));
   const int64_t chunks = (C + kChannelChunk - 1) / kChannelChunk;
   float* dpos = dwpe.data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(B * T * C >= kMinParallelWork)
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t c0 = chunk * kChannelChunk, c1 = std::min(C, c0 + kChannelChunk);
     for (int64_t bt = 0; bt < B * T; ++bt) {

@@ -46,7 +46,7 @@ void CpuBackend::crossentropy_forward(Tensor& losses, const Tensor& logits,
                                                                           std::to_string(N) +
                                                                           " floats, got " +
                                                                           losses.shape.str()));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(N * V >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* row = logits.data + r * V;  // (V)
     losses.data[r] = logsumexp(row, V) - row[targets[r]];
@@ -57,7 +57,7 @@ void CpuBackend::crossentropy_softmax_backward(Tensor& dlogits, const Tensor& lo
                                                std::span<const int32_t> targets, float scale) {
   const auto [N, V] = loss_dims("crossentropy_softmax_backward", logits, targets);
   expect_shape(dlogits, logits.shape, "crossentropy_softmax_backward", "dlogits");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(N * V >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* row = logits.data + r * V;  // (V)
     float* drow = dlogits.data + r * V;      // (V), may be the same memory as row

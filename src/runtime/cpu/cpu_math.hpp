@@ -48,6 +48,10 @@ inline float fast_tanh(float x) { return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0
 
 inline float sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
 
+// Below this many floats of work a kernel runs on the calling thread: a parallel region costs
+// microseconds, and far more when MPI ranks oversubscribe the cores (tiny test models).
+inline constexpr int64_t kMinParallelWork = int64_t{1} << 15;
+
 inline std::string kernel_error(const char* kernel, const std::string& what) {
   return std::string(kernel) + ": " + what;
 }

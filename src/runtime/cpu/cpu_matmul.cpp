@@ -42,7 +42,7 @@ void CpuBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& we
   o.noalias() = x * w.transpose();
   if (bias.defined()) {
     const float* b = bias.data;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(N * OC >= kMinParallelWork)
     for (int64_t r = 0; r < N; ++r) {
       float* row = out.data + r * OC;
 #pragma omp simd
@@ -69,7 +69,7 @@ void CpuBackend::matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
   if (dbias.defined()) {
     float* db = dbias.data;
     const int64_t chunks = (OC + kChannelChunk - 1) / kChannelChunk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(N * OC >= kMinParallelWork)
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       const int64_t j0 = chunk * kChannelChunk, j1 = std::min(OC, j0 + kChannelChunk);
       float acc[kChannelChunk] = {};

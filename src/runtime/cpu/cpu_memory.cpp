@@ -36,7 +36,7 @@ Tensor CpuBackend::allocate(Shape shape) {
 void CpuBackend::fill(Tensor& t, float value) {
   float* p = t.data;
   const int64_t n = t.numel();
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if(n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) p[i] = value;
 }
 
@@ -60,7 +60,7 @@ void CpuBackend::residual_forward(Tensor& out, const Tensor& a, const Tensor& b)
   const float* x = a.data;
   const float* y = b.data;
   const int64_t n = out.numel();
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if(n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
 
@@ -74,7 +74,7 @@ double CpuBackend::sum_squares(const Tensor& t) {
   const int64_t n = t.numel();
   double total = 0;
   // fp64 partial sums: the grad norm of 100M+ parameters must not lose small tensors.
-#pragma omp parallel for reduction(+ : total) schedule(static)
+#pragma omp parallel for reduction(+ : total) schedule(static) if(n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) total += static_cast<double>(p[i]) * p[i];
   return total;
 }
@@ -82,7 +82,7 @@ double CpuBackend::sum_squares(const Tensor& t) {
 void CpuBackend::scale(Tensor& t, float factor) {
   float* p = t.data;
   const int64_t n = t.numel();
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if(n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) p[i] *= factor;
 }
 

@@ -29,7 +29,7 @@ RopeDims rope_dims(const char* kernel, const Tensor& qkv, int heads, int kv_head
 // sign = +1 rotates forward; -1 applies the transpose (the backward of a rotation).
 void rotate(float* base, const float* table, RopeDims d, int rotated_heads, float sign) {
   const int64_t half = d.hd / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if(d.B * d.T * d.width >= kMinParallelWork)
   for (int64_t bt = 0; bt < d.B * d.T; ++bt) {
     const float* cs = table + (bt % d.T) * half * 2;  // (hd/2, 2) cos,sin at position t
     float* row = base + bt * d.width;
