@@ -19,6 +19,7 @@ struct GpuSpec {
   int64_t hbm_bytes = 0;
   double hbm_bandwidth_gbps = 0;
   // Calibration of achieved efficiency (see data/clusters/README.md).
+  int sm_count = 0;  // GEMM wave quantization; 0 = unknown (tile quantization only)
   double gemm_max_efficiency = 0.8;
   double gemm_half_efficiency_flops = 2e9;
   int gemm_tile_m = 128, gemm_tile_n = 128;
@@ -37,6 +38,8 @@ struct LinkSpec {
   double bandwidth_gbps = 0;  // GB/s per direction, per GPU (intra) or per NIC
   double latency_s = 0;
   double bus_efficiency = 1.0;  // achieved fraction of bandwidth for large collectives
+  // Message size at which a transfer reaches half of its large-message bandwidth (0 = no ramp).
+  int64_t half_bandwidth_bytes = 0;
 };
 
 struct NodeSpec {

@@ -34,48 +34,108 @@ struct CommCost {
 
 class CostModel {
  public:
+  // Keeps references: model, cluster and plan must outlive the CostModel and not change while
+  // it is in use. Every figure that depends only on the cluster and the plan's dtype and
+  // attention kernel is computed here once, so that per-op calls and the estimator do only
+  // arithmetic.
   CostModel(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan);
 
   // Compute ops (and host_compute): roofline with shape-dependent GEMM efficiency, attention
   // kernel efficiency, elementwise traffic at achieved HBM bandwidth, launch overheads.
   double compute_time_s(const Op& op) const;
-  double gemm_time_s(const Gemm& g) const;
+  double gemm_time_s(const Gemm& g) const;  // kernel time; launches are counted per block
   double block_time_s(const BlockWork& w) const;
+  // Achieved fraction of peak of one GEMM: max_efficiency x size (latency-bound small GEMMs) x
+  // tile and wave quantization of (m, n).
+  double gemm_efficiency(const Gemm& g) const;
+  double attention_time_s(double flops) const;     // attention core at the kernel's efficiency
+  double elementwise_time_s(double bytes) const;   // memory-bound kernels at achieved HBM bandwidth
+  // Host (CPU) work of one rank: the node's FLOP/s and DRAM bandwidth are shared by its GPUs.
+  double host_compute_time_s(double flops, double bytes) const;
+  // Kernels of the LM head: the logits GEMM (b*s, V/tp, h) (forward) or its two gradient GEMMs
+  // (backward), and the loss.
+  BlockWork head_work(Phase phase, int samples, double elementwise_bytes) const;
 
   // Collectives over explicit ranks (the Layout's group); the algorithm is chosen per call.
+  // `bytes` is the whole buffer: the input of all-reduce and reduce-scatter, the output of
+  // all-gather, and everything one rank sends in an all-to-all.
   CommCost collective_cost(Collective c, int64_t bytes, const std::vector<int>& ranks) const;
   // Collective over a group of `size` ranks spread over `nodes` nodes (same cost as above, for
   // callers without a Layout, such as the fast estimator).
   CommCost collective_cost(Collective c, int64_t bytes, int size, int nodes) const;
+  // One algorithm, without the choice (tree and hierarchical apply to all-reduce only; an
+  // algorithm that does not apply costs infinity).
+  CommCost collective_cost(Collective c, int64_t bytes, int size, int nodes,
+                           CollectiveAlgo algo) const;
   CommCost p2p_cost(int64_t bytes, int src_rank, int dst_rank) const;
+  CommCost p2p_cost(int64_t bytes, bool same_node) const;
   CommCost copy_cost(int64_t bytes) const;  // host <-> device over PCIe
   // Any op of a rank's program (group/peer resolved through the layout).
   CommCost comm_cost(const Op& op, const Layout& layout, int rank) const;
   double op_time_s(const Op& op, const Layout& layout, int rank) const;
+  int node_of(int rank) const { return rank / gpus_per_node_; }
 
   const ModelSpec& model() const { return model_; }
   const ClusterSpec& cluster() const { return cluster_; }
   const Plan& plan() const { return plan_; }
-  double peak_flops() const;  // of the plan's dtype
+  double peak_flops() const { return peak_flops_; }  // of the plan's dtype
+
+  // Achieved large-message bandwidth per GPU, GB/s per direction, of the NVSwitch/NVLink fabric
+  // and of the GPU's share of its node's NICs (after oversubscription).
+  double intra_gbps() const { return intra_gbps_; }
+  double inter_gbps_per_gpu() const { return inter_gbps_; }
+  // Latency of one step of a collective inside a node and across nodes (NIC + switch hops).
+  double intra_step_s() const { return intra_step_s_; }
+  double inter_step_s() const { return inter_step_s_; }
 
  private:
+  CommCost ring(Collective c, double bytes, int size, int nodes, int per_node) const;
+  CommCost tree(double bytes, int size, int nodes, int per_node) const;
+  CommCost hierarchical(double bytes, int size, int nodes, int per_node) const;
+  CommCost direct(double bytes, int size, int nodes, int per_node) const;
+  double intra_fraction(double bytes) const;  // S / (S + half): message-size ramp
+  double inter_fraction(double bytes) const;
+
   const ModelSpec& model_;
   const ClusterSpec& cluster_;
   const Plan& plan_;
+  int gpus_per_node_ = 1;
+  int elem_bytes_ = 2;
+  double peak_flops_ = 0, gemm_peak_flops_ = 0, fp32_flops_ = 0;
+  double gemm_half_flops_ = 0;
+  int tile_m_ = 128, tile_n_ = 128, sm_count_ = 0;
+  double attention_flops_ = 0;  // achieved by the plan's attention kernel
+  double hbm_bytes_per_s_ = 0, launch_s_ = 0;
+  double host_flops_per_gpu_ = 0, host_bytes_per_s_per_gpu_ = 0;
+  double intra_gbps_ = 0, inter_gbps_ = 0;
+  double intra_step_s_ = 0, inter_step_s_ = 0;
+  double intra_half_bytes_ = 0, inter_half_bytes_ = 0;
 };
 
 struct MemoryBreakdown {
   int64_t weights_bytes = 0;
   int64_t grads_bytes = 0;
   int64_t optimizer_bytes = 0;
-  int64_t activations_bytes = 0;
-  int64_t buffers_bytes = 0;        // communication, gathered ZeRO-3 weights, logits
+  int64_t activations_bytes = 0;    // saved for backward, rebuilt by recompute, fp32 logits
+  int64_t buffers_bytes = 0;        // gathered ZeRO-3 / fetched offloaded weights, gradient workspace
   int64_t context_bytes = 0;        // CUDA context and library workspaces (stated per cluster)
   int64_t fragmentation_bytes = 0;  // caching-allocator loss (stated per cluster)
   int64_t total_bytes() const {
     return weights_bytes + grads_bytes + optimizer_bytes + activations_bytes + buffers_bytes +
            context_bytes + fragmentation_bytes;
   }
+  MemoryBreakdown& operator+=(const MemoryBreakdown& o);
 };
+
+// Peak device memory of one rank of every pipeline stage (all ranks of a stage hold the same),
+// in bytes, from the byte functions the Program allocates with (workload.hpp), in closed form:
+// model states after ZeRO and offload, the activations the pipeline schedule keeps in flight at
+// the worst moment (with that moment's recompute, ZeRO-3 and offload buffers), the LM-head
+// logits, plus what the Program does not allocate: the gradient workspace of the running layer
+// (buffers), the cluster's context overhead and allocator fragmentation.
+std::vector<MemoryBreakdown> stage_memory(const CostModel& cost);
+// The part of stage_memory's buffers_bytes that is not a Program allocation: the incoming and
+// outgoing activation gradients of the layer being run, 2 x b x s x h elements.
+int64_t workspace_bytes(const CostModel& cost, int stage);
 
 }  // namespace stratagem

@@ -73,6 +73,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
     pf.reject_unknown();
     c.gpu.hbm_bytes = g.get_int64("hbm_bytes", 1 << 20);
     c.gpu.hbm_bandwidth_gbps = g.get_double("hbm_bandwidth_gbps", 1e-3, 1e6);
+    c.gpu.sm_count = g.get_int("sm_count", 0, 1 << 20, 0);
     if (g.has("gemm")) {
       auto ge = g.object("gemm");
       c.gpu.gemm_max_efficiency = ge.get_double("max_efficiency", 0.01, 1.0);
@@ -100,6 +101,8 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
     {
       auto intra = n.object("intra");
       c.node.intra = read_link(intra, true, "allreduce_bus_efficiency");
+      c.node.intra.half_bandwidth_bytes =
+          intra.has("half_bandwidth_bytes") ? intra.get_int64("half_bandwidth_bytes", 0) : 0;
       intra.reject_unknown();
     }
     {
@@ -119,6 +122,8 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
       c.node.nic.bandwidth_gbps = nic.get_double("bandwidth_gbps", 1e-6, 1e6);
       c.node.nic.latency_s = nic.get_double("latency_s", 0, 1);
       c.node.nic.bus_efficiency = nic.get_double("bus_efficiency", 0.01, 1.0, 1.0);
+      c.node.nic.half_bandwidth_bytes =
+          nic.has("half_bandwidth_bytes") ? nic.get_int64("half_bandwidth_bytes", 0) : 0;
       nic.reject_unknown();
     }
     n.reject_unknown();
@@ -141,6 +146,7 @@ nlohmann::json to_json(const ClusterSpec& c) {
   };
   nlohmann::json intra = link(c.node.intra);
   intra["allreduce_bus_efficiency"] = c.node.intra.bus_efficiency;
+  intra["half_bandwidth_bytes"] = c.node.intra.half_bandwidth_bytes;
   nlohmann::json pcie = link(c.node.pcie);
   pcie.erase("kind");
   pcie["generation"] = c.node.pcie_generation;
@@ -155,6 +161,7 @@ nlohmann::json to_json(const ClusterSpec& c) {
           {"fp16", c.gpu.peak_flops_fp16}, {"bf16", c.gpu.peak_flops_bf16}}},
         {"hbm_bytes", c.gpu.hbm_bytes},
         {"hbm_bandwidth_gbps", c.gpu.hbm_bandwidth_gbps},
+        {"sm_count", c.gpu.sm_count},
         {"gemm",
          {{"max_efficiency", c.gpu.gemm_max_efficiency},
           {"half_efficiency_flops", c.gpu.gemm_half_efficiency_flops},
@@ -176,7 +183,8 @@ nlohmann::json to_json(const ClusterSpec& c) {
         {"nics",
          {{"count", c.node.nic_count}, {"kind", c.node.nic.kind},
           {"bandwidth_gbps", c.node.nic.bandwidth_gbps}, {"latency_s", c.node.nic.latency_s},
-          {"bus_efficiency", c.node.nic.bus_efficiency}}}}},
+          {"bus_efficiency", c.node.nic.bus_efficiency},
+          {"half_bandwidth_bytes", c.node.nic.half_bandwidth_bytes}}}}},
       {"network",
        {{"topology", c.network.topology},
         {"oversubscription", c.network.oversubscription},

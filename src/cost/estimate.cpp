@@ -1,0 +1,146 @@
+// The fast analytical estimator: per-stage micro-batch times from the cost model's op costs,
+// composed in closed form by the pipeline schedule, plus the end-of-iteration tail.
+#include "stratagem/estimate.hpp"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "src/cost/plan_costs.hpp"
+
+namespace stratagem {
+
+Estimate estimate(const CostModel& cost) {
+  thread_local std::vector<cost_detail::StageCost> sc;
+  cost_detail::analyze(cost, /*with_time=*/true, sc);
+  const Plan& p = cost.plan();
+  const int pp = p.pp;
+  const int v = std::max(1, int(p.chunks.size()) / pp);
+  const int M = p.global_batch / (p.micro_batch * p.max_dp());
+
+  Estimate est;
+  est.stages.resize(pp);
+  // A micro-batch on stage s: its kernels and the collectives compute waits for, then what the
+  // side streams (ZeRO-3 gathers, offload copies) could not hide behind them.
+  double sum_u = 0, crit_cycle = -1, fill_p2p = 0;
+  int crit = 0;
+  for (int s = 0; s < pp; ++s) {
+    const auto& x = sc[s];
+    const double busy = x.fwd_s + x.bwd_s + x.rec_s + x.tp_s;
+    const double stream = std::max({x.dp_stream_s, x.h2d_stream_s, x.d2h_stream_s});
+    const double u = busy + std::max(0.0, stream - busy) + x.first_fetch_s;
+    // In the steady state every micro-batch waits once for a pipeline transfer: the round trip
+    // of an activation and its gradient spans two micro-batch cycles.
+    const double cycle = u + 0.5 * (x.p2p_fwd_s + x.p2p_bwd_s);
+    est.stages[s].time_per_microbatch_s = u;
+    sum_u += u;
+    fill_p2p += (x.p2p_fwd_s + x.p2p_bwd_s) / v;
+    if (cycle > crit_cycle) crit_cycle = cycle, crit = s;
+  }
+  const double u_crit = est.stages[crit].time_per_microbatch_s;
+  // The slowest stage sets the pace of the m micro-batches; the others' passes fill and drain
+  // the pipeline, in chunks of 1/v of a stage under the interleaved schedule.
+  const double bubble = (sum_u - u_crit) / v;
+  const double pipeline = M * crit_cycle + bubble + fill_p2p;
+
+  // After its last backward each stage reduces gradients and steps the optimizer. Stage s's
+  // last backward ends earlier than stage 0's by the backward passes of the stages before it.
+  double slack = 0, worst = -1e300, worst_slack = 0;
+  int ts = 0;
+  for (int s = 0; s < pp; ++s) {
+    const auto& x = sc[s];
+    const double tail = x.reduce_exposed_s + std::max(x.optimizer_s + x.gather_s, x.host_s);
+    if (tail - slack > worst) worst = tail - slack, ts = s, worst_slack = slack;
+    if (s + 1 < pp) slack += (x.bwd_s + x.rec_s + x.tp_bwd_s + sc[s + 1].p2p_bwd_s) / v;
+  }
+  const double tail = std::max(0.0, worst);
+  est.iteration_time_s = pipeline + tail;
+
+  // Breakdown: the critical stage's m micro-batches, the bubble, the tail.
+  TimeBreakdown& tb = est.time;
+  {
+    const auto& x = sc[crit];
+    const double busy = x.fwd_s + x.bwd_s + x.rec_s + x.tp_s;
+    const double hidden = u_crit - busy;
+    tb.compute_s = M * (x.fwd_s + x.bwd_s);
+    tb.recompute_s = M * x.rec_s;
+    tb.tp_comm_s = M * x.tp_s;
+    (x.dp_stream_s >= std::max(x.h2d_stream_s, x.d2h_stream_s) ? tb.dp_comm_s : tb.offload_s) +=
+        M * hidden;
+    tb.pp_comm_s = M * (crit_cycle - u_crit) + fill_p2p;
+    tb.bubble_s = bubble;
+  }
+  {
+    const auto& x = sc[ts];
+    double dp = x.reduce_exposed_s, opt = 0, off = 0;
+    if (x.host_s > x.optimizer_s + x.gather_s) off = x.host_s;
+    else opt = x.optimizer_s, dp += x.gather_s;
+    double left = worst_slack;
+    for (double* part : {&dp, &opt, &off}) {
+      const double cut = std::min(*part, left);
+      *part -= cut, left -= cut;
+    }
+    tb.dp_comm_s += dp;
+    tb.optimizer_s += opt;
+    tb.offload_s += off;
+  }
+
+  const ModelSpec& m = cost.model();
+  est.tokens_per_s = double(p.global_batch) * m.seq_len / est.iteration_time_s;
+  est.tflops_per_gpu =
+      model_flops_per_iteration(m, p.global_batch) / est.iteration_time_s / p.world_size() / 1e12;
+  est.mfu = est.tflops_per_gpu * 1e12 / cost.peak_flops();
+
+  for (int s = 0; s < pp; ++s) {
+    StageEstimate& se = est.stages[s];
+    se.memory = sc[s].memory;
+    se.peak_memory_bytes = se.memory.total_bytes();
+    if (se.peak_memory_bytes > est.peak_memory_bytes) {
+      est.peak_memory_bytes = se.peak_memory_bytes;
+      est.peak_stage = s;
+      est.memory = se.memory;
+    }
+  }
+  return est;
+}
+
+namespace {
+nlohmann::json memory_json(const MemoryBreakdown& m) {
+  return {{"weights", m.weights_bytes},
+          {"grads", m.grads_bytes},
+          {"optimizer", m.optimizer_bytes},
+          {"activations", m.activations_bytes},
+          {"buffers", m.buffers_bytes},
+          {"context", m.context_bytes},
+          {"fragmentation", m.fragmentation_bytes}};
+}
+}  // namespace
+
+nlohmann::json to_json(const Estimate& e) {
+  const TimeBreakdown& t = e.time;
+  nlohmann::json stages = nlohmann::json::array();
+  for (size_t s = 0; s < e.stages.size(); ++s)
+    stages.push_back({{"stage", s},
+                      {"time_per_microbatch_s", e.stages[s].time_per_microbatch_s},
+                      {"peak_memory_bytes", e.stages[s].peak_memory_bytes},
+                      {"memory_breakdown_bytes", memory_json(e.stages[s].memory)}});
+  return {{"iteration_time_s", e.iteration_time_s},
+          {"tokens_per_s", e.tokens_per_s},
+          {"tflops_per_gpu", e.tflops_per_gpu},
+          {"mfu", e.mfu},
+          {"peak_memory_bytes", e.peak_memory_bytes},
+          {"peak_stage", e.peak_stage},
+          {"memory_breakdown_bytes", memory_json(e.memory)},
+          {"time_breakdown_s",
+           {{"compute", t.compute_s},
+            {"recompute", t.recompute_s},
+            {"tp_comm", t.tp_comm_s},
+            {"dp_comm", t.dp_comm_s},
+            {"pp_comm", t.pp_comm_s},
+            {"bubble", t.bubble_s},
+            {"offload", t.offload_s},
+            {"optimizer", t.optimizer_s}}},
+          {"per_stage", stages}};
+}
+
+}  // namespace stratagem

@@ -1,0 +1,90 @@
+// The published Megatron-LM A100 runs (../shared/calibration/a100-megatron-2021.json) as
+// (model, cluster, plan) triples, each built as the paper ran it. Shared by the calibration
+// test and bench_calibration.
+#pragma once
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "stratagem/cluster.hpp"
+#include "stratagem/model.hpp"
+#include "stratagem/plan.hpp"
+
+namespace stratagem::calibration {
+
+struct Row {
+  std::string id;
+  std::string framework;  // "Megatron" or "DeepSpeed ZeRO-3"
+  ModelSpec model;
+  ClusterSpec cluster;
+  Plan plan;
+  double published_s = 0;  // implied_iteration_time_s
+};
+
+inline std::string megatron_file() {
+  return std::string(STRATAGEM_SOURCE_DIR) + "/../shared/calibration/a100-megatron-2021.json";
+}
+
+inline std::vector<Row> load_rows(const std::string& path = megatron_file()) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const auto rows = nlohmann::json::parse(ss.str());
+  std::vector<Row> out;
+  for (const auto& r : rows) {
+    Row row;
+    row.id = r.at("id").get<std::string>();
+    row.published_s = r.at("implied_iteration_time_s").get<double>();
+    const auto& mj = r.at("model");
+    ModelSpec& m = row.model;
+    // GPT-2/3 architecture as in Megatron-LM: pre-LN, GELU, learned positions, tied
+    // embeddings, biases and dropout.
+    m.name = row.id;
+    m.layers = mj.at("layers"), m.hidden = mj.at("hidden"), m.heads = mj.at("heads");
+    m.kv_heads = m.heads;
+    m.ffn_hidden = mj.at("ffn_hidden"), m.vocab = mj.at("vocab"), m.seq_len = mj.at("seq_len");
+    validate(m, row.id);
+    row.cluster = load_cluster(r.at("cluster").get<std::string>());
+    row.cluster.nodes = r.at("nodes");
+
+    PlanShorthand s;
+    s.tp = r.at("tp").get<int>(), s.pp = r.at("pp").get<int>(), s.dp = r.at("dp").get<int>();
+    s.micro_batch = r.at("micro_batch").get<int>();
+    s.global_batch = r.at("global_batch").get<int>();
+    s.zero = r.at("zero_stage").get<int>();
+    s.recompute = r.at("recompute").get<std::string>();
+    s.dtype = r.at("dtype").get<std::string>();
+    s.sequence_parallel = r.at("sequence_parallel").get<bool>();
+    s.flash_attention = false;  // 2021: fused softmax, unfused attention
+    const std::string sched = r.at("schedule").get<std::string>();
+    const int vpp = r.contains("vpp") && !r.at("vpp").is_null() ? r.at("vpp").get<int>() : 1;
+    if (sched == "interleaved") {
+      s.schedule = "interleaved";
+      s.vpp = vpp;
+    } else {
+      // "none" (pp = 1), "1f1b", and Table 2's "1f1b or interleaved (not stated)": with
+      // hundreds of micro-batches per pipeline the two differ by < 2%; take the simpler one.
+      s.schedule = "1f1b";
+    }
+    const std::string framework = r.value("framework", std::string("Megatron"));
+    row.framework = framework.find("DeepSpeed") != std::string::npos ? "DeepSpeed ZeRO-3" : "Megatron";
+    // Megatron's own "local" DDP (the paper's default for pipelined runs, and the only one
+    // Table 2's Megatron rows could use) reduces gradients after the last backward; PyTorch
+    // DDP and DeepSpeed overlap them with backward.
+    const std::string ddp = r.value("data_parallel_impl",
+                                    row.framework == "Megatron" ? std::string("local") : std::string("torch"));
+    s.no_overlap_grad_reduce = ddp == "local";
+    row.plan = expand_shorthand(s, m, row.cluster);
+    validate(row.plan, m, row.cluster, row.id);
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+}  // namespace stratagem::calibration

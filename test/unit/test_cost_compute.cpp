@@ -1,0 +1,172 @@
+// Compute costs: GEMM efficiency (size, tile and wave quantization), attention, elementwise,
+// launches, host work, and that every compute op of a Program is costed from its block's shapes.
+#define BOOST_TEST_MODULE cost_compute
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+
+#include "stratagem/cost.hpp"
+#include "stratagem/program.hpp"
+
+using namespace stratagem;
+namespace tt = boost::test_tools;
+
+namespace {
+struct Fixture {
+  ModelSpec model = load_model("gpt3-175b");
+  ClusterSpec cluster = load_cluster("dgx-a100-80g");
+  Plan plan;
+  Fixture() {
+    cluster.nodes = 2;
+    PlanShorthand s;
+    s.tp = 8, s.pp = 2, s.micro_batch = 1, s.global_batch = 4;
+    plan = expand_shorthand(s, model, cluster);
+  }
+};
+}  // namespace
+
+BOOST_FIXTURE_TEST_CASE(gemm_efficiency_by_hand, Fixture) {
+  CostModel cm(model, cluster, plan);
+  // 4096^3: 2*4096^3 = 1.374e11 FLOP; size factor f/(f + 2e9); 32 x 32 = 1024 tiles of 128x128
+  // run in ceil(1024/108) = 10 waves of 108 SMs: 1024/1080 of the slots do work.
+  {
+    const Gemm g{4096, 4096, 4096};
+    const double f = 2.0 * 4096 * 4096 * 4096;
+    const double eff = 0.82 * f / (f + 2e9) * (1024.0 / 1080.0);
+    BOOST_TEST(cm.gemm_efficiency(g) == eff, tt::tolerance(1e-12));
+    BOOST_TEST(cm.gemm_time_s(g) == f / (312e12 * eff), tt::tolerance(1e-12));
+  }
+  // 1024^3 is latency bound: 2.1e9 FLOP ~ half_efficiency_flops, and 64 tiles fill 64 of 108 SMs.
+  {
+    const Gemm g{1024, 1024, 1024};
+    const double f = 2.0 * 1024 * 1024 * 1024;
+    BOOST_TEST(cm.gemm_efficiency(g) == 0.82 * f / (f + 2e9) * (64.0 / 108.0), tt::tolerance(1e-12));
+    BOOST_TEST(cm.gemm_efficiency(g) < 0.26);
+  }
+  // Tile quantization: m = 130 needs two row tiles, the second holds 2 useful rows of 128.
+  {
+    const Gemm g{130, 128 * 108, 8192};
+    const double f = g.flops();
+    BOOST_TEST(cm.gemm_efficiency(g) == 0.82 * f / (f + 2e9) * (130.0 / 256.0), tt::tolerance(1e-12));
+  }
+  // Batched GEMMs count their tiles together.
+  {
+    const Gemm g{128, 128, 4096, 108};
+    BOOST_TEST(cm.gemm_efficiency(g) == 0.82 * g.flops() / (g.flops() + 2e9), tt::tolerance(1e-12));
+  }
+  // A GEMM with k = 1 moves more bytes than it computes: it runs at achieved HBM bandwidth.
+  {
+    const Gemm g{8192, 8192, 1};
+    const double bytes = 2.0 * (8192.0 * 1 + 1.0 * 8192 + 8192.0 * 8192);
+    BOOST_TEST(cm.gemm_time_s(g) == bytes / (2039e9 * 0.85), tt::tolerance(1e-12));
+  }
+  // Efficiency never exceeds max_efficiency and grows with size for well-tiled shapes.
+  double prev = 0;
+  for (int64_t n = 256; n <= 16384; n *= 2) {
+    const double e = cm.gemm_efficiency({n * 108 / 4, n, n});
+    BOOST_TEST(e <= 0.82);
+    BOOST_TEST(e > prev);
+    prev = e;
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(attention_elementwise_launch_host, Fixture) {
+  CostModel cm(model, cluster, plan);
+  BOOST_TEST(cm.attention_time_s(1e12) == 1e12 / (312e12 * 0.30), tt::tolerance(1e-12));
+  plan.flash_attention = true;
+  CostModel flash(model, cluster, plan);
+  BOOST_TEST(flash.attention_time_s(1e12) == 1e12 / (312e12 * 0.55), tt::tolerance(1e-12));
+  BOOST_TEST(cm.elementwise_time_s(1e9) == 1e9 / (2039e9 * 0.85), tt::tolerance(1e-12));
+  // A block: its GEMMs + attention core + elementwise traffic + a launch per kernel.
+  BlockWork w;
+  w.add({4096, 4096, 4096});
+  w.attention_flops = 1e12;
+  w.elementwise_bytes = 1e9;
+  w.kernels += 3;
+  BOOST_TEST(cm.block_time_s(w) == cm.gemm_time_s({4096, 4096, 4096}) + 1e12 / (312e12 * 0.30) +
+                                       1e9 / (2039e9 * 0.85) + 4 * 4e-6,
+             tt::tolerance(1e-12));
+  // The node's 4.6e12 FLOP/s and 300 GB/s are shared by its 8 GPUs.
+  BOOST_TEST(cm.host_compute_time_s(1.2e10, 1e8) == 1.2e10 / (4.6e12 / 8), tt::tolerance(1e-12));
+  BOOST_TEST(cm.host_compute_time_s(1e9, 1.6e10) == 1.6e10 / (300e9 / 8), tt::tolerance(1e-12));
+  // fp16 and bf16 share A100's peak; fp32 uses the CUDA-core rate.
+  plan.dtype = Dtype::fp32;
+  CostModel fp32(model, cluster, plan);
+  BOOST_TEST(fp32.peak_flops() == 19.5e12);
+}
+
+BOOST_FIXTURE_TEST_CASE(head_gemm_shape, Fixture) {
+  CostModel cm(model, cluster, plan);
+  // Logits of 2 samples on tp 8: (b*s, V/tp, h) = (4096, ceil(50257/8), 12288).
+  BlockWork f = cm.head_work(Phase::forward, 2, 0);
+  BOOST_REQUIRE(f.num_gemms == 1);
+  BOOST_TEST(f.gemms[0].m == 4096);
+  BOOST_TEST(f.gemms[0].n == 6283);
+  BOOST_TEST(f.gemms[0].k == 12288);
+  BlockWork b = cm.head_work(Phase::backward, 2, 0);
+  BOOST_TEST(b.num_gemms == 2);
+  BOOST_TEST(b.gemm_flops() == 2 * f.gemm_flops());
+}
+
+BOOST_FIXTURE_TEST_CASE(program_compute_ops_use_their_block_shapes, Fixture) {
+  // Every compute op of a Program is costed from the BlockWork of its layer's strategy; check
+  // each kind against the workload functions, for full and selective recompute.
+  for (const char* rc : {"full", "selective"}) {
+    PlanShorthand s;
+    s.tp = 8, s.pp = 2, s.micro_batch = 1, s.global_batch = 4, s.recompute = rc, s.zero = 1;
+    s.offload = "optimizer";
+    Plan p = expand_shorthand(s, model, cluster);
+    CostModel cm(model, cluster, p);
+    Program prog = build_program(model, p);
+    int seen[8] = {};
+    for (const auto& st : prog.stages)
+      for (const Op& op : st.ops) {
+        if (op.kind != OpKind::compute && op.kind != OpKind::host_compute) continue;
+        const double t = cm.compute_time_s(op);
+        BOOST_TEST(t > 0);
+        if (op.kind == OpKind::host_compute) {
+          BOOST_TEST(t == cm.host_compute_time_s(op.flops, double(op.bytes)), tt::tolerance(1e-12));
+          ++seen[0];
+          continue;
+        }
+        const LayerStrategy& ls = op.layer >= 0 ? p.layers[op.layer] : p.embedding;
+        switch (op.block) {
+          case Block::attention:
+          case Block::mlp: {
+            BlockWork w = op.phase == Phase::backward
+                              ? backward_work(model, ls, op.block, op.samples, false)
+                              : forward_work(model, ls, op.block, op.samples, false);
+            if (op.phase == Phase::recompute && ls.recompute == Recompute::selective) {
+              w = attention_core_work(model, ls, op.samples, false);
+              w.attention_flops /= 2;
+            }
+            // The op's FLOPs are the BlockWork's: the same description of the work.
+            BOOST_TEST(op.flops == w.flops(), tt::tolerance(1e-9));
+            BOOST_TEST(t == cm.block_time_s(w), tt::tolerance(1e-12));
+            ++seen[op.phase == Phase::recompute ? 1 : 2];
+            break;
+          }
+          case Block::head:
+            BOOST_TEST(t == cm.block_time_s(cm.head_work(op.phase, op.samples, double(op.bytes))),
+                       tt::tolerance(1e-12));
+            BOOST_TEST(cm.head_work(op.phase, op.samples, 0).gemm_flops() == op.flops,
+                       tt::tolerance(2e-4));  // V/tp rounded up to whole rows
+            ++seen[3];
+            break;
+          case Block::embedding:
+            BOOST_TEST(t == cm.elementwise_time_s(double(op.bytes)) +
+                                (op.phase == Phase::backward ? 2 : 1) * 4e-6,
+                       tt::tolerance(1e-12));
+            ++seen[4];
+            break;
+          case Block::optimizer:
+            // AdamW is memory bound: its bytes at achieved HBM bandwidth.
+            BOOST_TEST(t == std::max(op.flops / 19.5e12, op.bytes / (2039e9 * 0.85)) + 4e-6,
+                       tt::tolerance(1e-12));
+            ++seen[5];
+            break;
+          default: BOOST_FAIL("unexpected compute block " << to_string(op.block));
+        }
+      }
+    for (int k = 0; k < 6; ++k) BOOST_TEST(seen[k] > 0, "kind " << k << " with recompute " << rc);
+  }
+}

@@ -1,0 +1,241 @@
+// The fast estimator: its per-micro-batch stage time equals the Program's op costs, its
+// breakdown adds up, the pipeline/overlap/ZeRO terms behave as the formulas say, and
+// `stratagem estimate --json` prints the promised keys.
+#define BOOST_TEST_MODULE cost_estimate
+#include <boost/test/unit_test.hpp>
+#include <chrono>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "stratagem/cost.hpp"
+#include "stratagem/estimate.hpp"
+#include "stratagem/program.hpp"
+#include "test/support/run.hpp"
+
+using namespace stratagem;
+namespace tt = boost::test_tools;
+
+namespace {
+struct Setup {
+  ModelSpec model;
+  ClusterSpec cluster;
+  Plan plan;
+};
+
+Setup gpt3(PlanShorthand s, int nodes = 128) {
+  Setup x{load_model("gpt3-175b"), load_cluster("dgx-a100-80g"), {}};
+  x.cluster.nodes = nodes;
+  if (!s.tp) s.tp = 8;
+  if (!s.pp) s.pp = 16;
+  if (!s.micro_batch) s.micro_batch = 1;
+  if (!s.global_batch) s.global_batch = 1536;
+  x.plan = expand_shorthand(s, x.model, x.cluster);
+  validate(x.plan, x.model, x.cluster, "test");
+  return x;
+}
+
+double sum_breakdown(const TimeBreakdown& t) {
+  return t.compute_s + t.recompute_s + t.tp_comm_s + t.dp_comm_s + t.pp_comm_s + t.bubble_s +
+         t.offload_s + t.optimizer_s;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(stage_time_equals_the_programs_op_costs) {
+  // A micro-batch on a stage: its compute ops plus the tensor-parallel collectives compute
+  // waits for, each costed by CostModel::op_time_s on the Layout's groups.
+  std::vector<Setup> setups;
+  {
+    PlanShorthand s;
+    s.tp = 2, s.pp = 2, s.micro_batch = 2, s.global_batch = 32, s.sequence_parallel = true;
+    s.recompute = "selective";
+    setups.push_back(gpt3(s, 2));
+  }
+  {
+    PlanShorthand s;
+    s.tp = 4, s.pp = 2, s.vpp = 2, s.micro_batch = 1, s.global_batch = 16, s.recompute = "full";
+    setups.push_back(gpt3(s, 2));
+  }
+  {
+    // Layers of different tensor degrees: reshard collectives between them.
+    PlanShorthand s;
+    s.tp = 2, s.pp = 2, s.micro_batch = 1, s.global_batch = 32, s.zero = 1;
+    Setup x = gpt3(s, 2);
+    for (int l = 0; l < 96; l += 3) x.plan.layers[l] = {4, 2, false, 1, Recompute::full, false, false, false};
+    for (int l = 1; l < 96; l += 5) x.plan.layers[l] = {8, 1, true, 0, Recompute::selective, false, false, false};
+    validate(x.plan, x.model, x.cluster, "mixed");
+    setups.push_back(x);
+  }
+  for (const Setup& x : setups) {
+    CostModel cm(x.model, x.cluster, x.plan);
+    const Estimate e = estimate(cm);
+    const Layout layout(x.plan, x.cluster);
+    const Program prog = build_program(x.model, x.plan);
+    for (const auto& st : prog.stages) {
+      const int rank = layout.rank_of(st.stage, 0);
+      double t = 0;
+      for (const Op& op : st.ops) {
+        if (op.microbatch != 0) continue;
+        if (op.kind == OpKind::compute || (op.kind == OpKind::collective && op.stream == Stream::tp_comm))
+          t += cm.op_time_s(op, layout, rank);
+      }
+      BOOST_TEST_INFO(x.plan.describe() << " stage " << st.stage);
+      BOOST_TEST(e.stages[st.stage].time_per_microbatch_s == t, tt::tolerance(1e-9));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(breakdown_and_throughput_identities) {
+  for (const char* rc : {"none", "selective", "full"}) {
+    PlanShorthand s;
+    s.dp = 8, s.recompute = rc, s.sequence_parallel = true;
+    const Setup x = gpt3(s);
+    CostModel cm(x.model, x.cluster, x.plan);
+    const Estimate e = estimate(cm);
+    BOOST_TEST_INFO(rc);
+    BOOST_TEST(sum_breakdown(e.time) == e.iteration_time_s, tt::tolerance(1e-9));
+    BOOST_TEST(e.tokens_per_s == 1536.0 * 2048 / e.iteration_time_s, tt::tolerance(1e-12));
+    // Megatron's model FLOPs: 72 B s l h^2 (1 + s/6h + V/12lh), recompute not counted.
+    const double B = 1536, S = 2048, l = 96, h = 12288, V = 50257;
+    const double flops = 72 * B * S * l * h * h * (1 + S / (6 * h) + V / (12 * l * h));
+    BOOST_TEST(e.tflops_per_gpu == flops / e.iteration_time_s / 1024 / 1e12, tt::tolerance(1e-9));
+    BOOST_TEST(e.mfu == e.tflops_per_gpu / 312, tt::tolerance(1e-9));
+    // Memory: the estimate's per-stage peaks are stage_memory's.
+    const auto mem = stage_memory(cm);
+    for (size_t st = 0; st < mem.size(); ++st)
+      BOOST_TEST(e.stages[st].peak_memory_bytes == mem[st].total_bytes());
+    BOOST_TEST(e.peak_memory_bytes == mem[e.peak_stage].total_bytes());
+    if (std::string(rc) == "none") BOOST_TEST(e.time.recompute_s == 0);
+    else BOOST_TEST(e.time.recompute_s > 0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(pipeline_bubble) {
+  // Uniform stages: the bubble is (pp - 1) stage times, divided by vpp when interleaved.
+  PlanShorthand s;
+  s.dp = 8, s.global_batch = 256;  // 32 micro-batches
+  const Setup a = gpt3(s);
+  CostModel ca(a.model, a.cluster, a.plan);
+  const Estimate ea = estimate(ca);
+  const double u = ea.stages[7].time_per_microbatch_s;
+  BOOST_TEST(ea.time.bubble_s == 15 * u, tt::tolerance(0.02));  // head/embedding make 0 and 15 differ
+  s.vpp = 2;
+  const Setup b = gpt3(s);
+  CostModel cb(b.model, b.cluster, b.plan);
+  const Estimate eb = estimate(cb);
+  BOOST_TEST(eb.time.bubble_s == ea.time.bubble_s / 2, tt::tolerance(0.02));
+  BOOST_TEST(eb.iteration_time_s < ea.iteration_time_s);
+  // GPipe has the same bubble as 1F1B (it only keeps more activations).
+  s.vpp.reset();
+  s.schedule = "gpipe";
+  const Setup g = gpt3(s);
+  CostModel cg(g.model, g.cluster, g.plan);
+  const Estimate eg = estimate(cg);
+  BOOST_TEST(eg.iteration_time_s == ea.iteration_time_s, tt::tolerance(1e-12));
+  BOOST_TEST(eg.peak_memory_bytes > ea.peak_memory_bytes);
+}
+
+BOOST_AUTO_TEST_CASE(data_parallel_overlap_and_zero) {
+  // Micro-batches of 4: a layer's backward (~50 ms) outlasts its gradient all-reduce (~29 ms on
+  // the rank's own 25 GB/s NIC share), so overlap hides all but the last few reductions.
+  PlanShorthand s;
+  s.tp = 8, s.pp = 4, s.dp = 4, s.micro_batch = 4, s.global_batch = 256;
+  const Setup a = gpt3(s, 16);
+  CostModel ca(a.model, a.cluster, a.plan);
+  const Estimate overlapped = estimate(ca);
+  s.no_overlap_grad_reduce = true;
+  const Setup b = gpt3(s, 16);
+  CostModel cb(b.model, b.cluster, b.plan);
+  const Estimate exposed = estimate(cb);
+  // Without overlap the whole gradient all-reduce of a stage is exposed: 24 layers of
+  // 12h^2/8 parameters in bf16, across 4 nodes, on the rank's own NIC.
+  const int64_t layer = block_parameters_per_rank(a.model, 8, Block::attention) +
+                        block_parameters_per_rank(a.model, 8, Block::mlp);
+  const double ar = ca.collective_cost(Collective::all_reduce, 2 * layer, 4, 4).time_s();
+  BOOST_TEST(exposed.time.dp_comm_s >= 24 * ar * 0.99);
+  BOOST_TEST(overlapped.time.dp_comm_s < exposed.time.dp_comm_s / 4);
+  BOOST_TEST(exposed.iteration_time_s - overlapped.iteration_time_s ==
+                 exposed.time.dp_comm_s - overlapped.time.dp_comm_s,
+             tt::tolerance(1e-6));
+  // ZeRO shards the states (less memory) and adds the all-gather after the step.
+  s.no_overlap_grad_reduce = false;
+  s.zero = 1;
+  const Setup z = gpt3(s, 16);
+  CostModel cz(z.model, z.cluster, z.plan);
+  const Estimate z1 = estimate(cz);
+  BOOST_TEST(z1.peak_memory_bytes < overlapped.peak_memory_bytes);
+  BOOST_TEST(z1.time.dp_comm_s > overlapped.time.dp_comm_s);
+  // ZeRO-3 without model parallelism: weights gathered every micro-batch; compute-bound here,
+  // so the gathers hide behind compute except the first of each pass.
+  PlanShorthand q;
+  q.tp = 1, q.pp = 1, q.zero = 3, q.micro_batch = 1, q.global_batch = 256, q.recompute = "full";
+  const Setup z3 = gpt3(q, 32);
+  CostModel c3(z3.model, z3.cluster, z3.plan);
+  const Estimate e3 = estimate(c3);
+  BOOST_TEST(e3.time.dp_comm_s > 0);
+  BOOST_TEST(e3.time.dp_comm_s < 0.1 * e3.iteration_time_s);
+  BOOST_TEST(e3.memory.weights_bytes < 2 * 175e9 / 256 * 1.01);
+}
+
+BOOST_AUTO_TEST_CASE(offload_costs_pcie_and_host_time) {
+  PlanShorthand s;
+  s.tp = 8, s.pp = 8, s.dp = 1, s.global_batch = 64, s.offload = "optimizer";
+  const Setup a = gpt3(s, 8);
+  CostModel ca(a.model, a.cluster, a.plan);
+  const Estimate e = estimate(ca);
+  // The offloaded step: grads down, AdamW on the node's CPUs shared by 8 GPUs, weights up.
+  BOOST_TEST(e.time.offload_s > 0);
+  BOOST_TEST(e.memory.optimizer_bytes == 0);
+  s.offload.reset();
+  const Setup b = gpt3(s, 8);
+  CostModel cb(b.model, b.cluster, b.plan);
+  BOOST_TEST(estimate(cb).iteration_time_s < e.iteration_time_s);
+}
+
+BOOST_AUTO_TEST_CASE(estimate_takes_microseconds) {
+  PlanShorthand s;
+  s.dp = 8, s.recompute = "full";
+  const Setup x = gpt3(s);
+  double sink = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 2000; ++i) {
+    CostModel cm(x.model, x.cluster, x.plan);
+    sink += estimate(cm).iteration_time_s;
+  }
+  const double per_call = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 2000;
+  BOOST_TEST_MESSAGE("estimate(): " << per_call * 1e6 << " us per call");
+  BOOST_TEST(sink > 0);
+  BOOST_TEST(per_call < 1e-4);  // generous for slow CI machines; bench_estimate measures the rate
+}
+
+BOOST_AUTO_TEST_CASE(cli_estimate_json) {
+  const auto r = test::run(
+      "estimate --model gpt3-175b --cluster dgx-a100-80g --nodes 128 --tp 8 --pp 16 --dp 8 "
+      "--micro-batch 1 --global-batch 1536 --recompute full --json");
+  BOOST_TEST_INFO(r.output);
+  BOOST_REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.output);
+  for (const char* k : {"iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "peak_memory_bytes",
+                        "memory_breakdown_bytes", "time_breakdown_s", "per_stage", "flops_formula"})
+    BOOST_TEST(j.contains(k), k);
+  BOOST_TEST(j["memory_breakdown_bytes"].is_object());
+  BOOST_TEST(j["time_breakdown_s"].is_object());
+  BOOST_TEST(j["peak_memory_bytes"].get<double>() < 80e9);
+  BOOST_TEST(j["iteration_time_s"].get<double>() > 0);
+  BOOST_TEST(j["mfu"].get<double>() > 0.2);
+  BOOST_TEST(j["mfu"].get<double>() < 0.6);
+  int64_t sum = 0;
+  for (auto& [k, v] : j["memory_breakdown_bytes"].items()) sum += v.get<int64_t>();
+  BOOST_TEST(sum == j["peak_memory_bytes"].get<int64_t>());
+  // The text report names its FLOP formula and every time and memory category.
+  const auto t = test::run(
+      "estimate --model gpt3-175b --cluster dgx-a100-80g --nodes 128 --tp 8 --pp 16 --dp 8 "
+      "--micro-batch 1 --global-batch 1536 --recompute full");
+  BOOST_REQUIRE(t.exit_code == 0);
+  for (const char* needle : {"72*B*s*l*h^2*(1 + s/(6h) + V/(12lh))", "recompute", "pipeline bubble",
+                             "tp comm", "dp/ZeRO comm", "offload", "activations", "optimizer states"})
+    BOOST_TEST(t.output.find(needle) != std::string::npos, needle);
+  // Bad input names the flag.
+  const auto bad = test::run("estimate --model gpt3-175b --nodes 128 --tp 3");
+  BOOST_TEST(bad.exit_code != 0);
+}
