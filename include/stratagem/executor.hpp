@@ -108,3 +108,12 @@ class Executor {
 };
 
 }  // namespace stratagem
+
+namespace stratagem {
+// Writes the measured trace of one step (the runtime side of the trace schema, source =
+// "measured"). Collective over `comm`: every rank sends its op timings and memory samples to
+// rank 0, which writes the file atomically.
+void write_measured_trace(MPI_Comm comm, const std::string& path, const ModelSpec& model,
+                          const ClusterSpec& cluster, const Plan& plan,
+                          const StageProgram& program, const StepResult& step);
+}  // namespace stratagem

@@ -1,0 +1,119 @@
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "src/cli/command.hpp"
+#include "src/cli/launch.hpp"
+#include "stratagem/cost.hpp"
+#include "stratagem/layout.hpp"
+#include "stratagem/program.hpp"
+#include "stratagem/simulate.hpp"
+
+namespace stratagem::cli {
+namespace {
+
+double gib(int64_t b) { return double(b) / double(1LL << 30); }
+
+int run_simulate(Args& a) {
+  const bool json = a.flag("--json");
+  const bool mirror = a.flag("--mirror");
+  const auto trace = a.value("--trace");
+  const int iterations = a.int_value("--iterations").value_or(1);
+  const auto interference = a.double_value("--interference");
+  ModelSpec m = model_from_args(a);
+  ClusterSpec c = cluster_from_args(a);
+  Plan p = plan_from_args(a, m, c);
+  a.finish();
+  if (iterations < 1 || iterations > 1000)
+    throw InputError(a.command() + ": --iterations: expected 1..1000, got " + std::to_string(iterations));
+  if (interference && (*interference < 1.0 || *interference > 10.0))
+    throw InputError(a.command() + ": --interference: expected a slowdown factor in [1, 10], got " +
+                     std::to_string(*interference));
+  if (trace) {
+    const auto dir = std::filesystem::path(*trace).parent_path();
+    if (!dir.empty() && !std::filesystem::is_directory(dir))
+      throw InputError(a.command() + ": --trace " + *trace + ": directory " + dir.string() + " does not exist");
+  }
+  check_launch(a.command());
+  Layout layout(p, c);
+  Program prog = build_program(m, p);
+  CostModel cost(m, c, p);
+  CostModelCosts costs(cost);
+  SimOptions opt;
+  opt.iterations = iterations;
+  opt.record_trace = bool(trace);
+  opt.mirror = mirror;
+  if (interference) opt.interference = *interference;
+  opt.comm = world_size() > 1 ? MPI_COMM_WORLD : MPI_COMM_NULL;
+  if (mirror && world_size() != p.world_size())
+    throw InputError(a.command() + ": --mirror needs one MPI process per simulated rank: the plan has " +
+                     std::to_string(p.world_size()) + " ranks but MPI started " +
+                     std::to_string(world_size()) + "; use mpirun/srun -n " + std::to_string(p.world_size()));
+  SimResult r = simulate(prog, layout, c, costs, opt);
+  if (r.deadlock.deadlocked) {
+    if (world_rank() == 0)
+      std::fprintf(stderr, "%s: error: %s", a.command().c_str(), r.deadlock.message.c_str());
+    return kExitFailure;
+  }
+  if (trace) write_trace(*trace, r, m, c, p, prog, opt.comm);
+  if (world_rank() == 0 && r.oom.oom)
+    std::fprintf(stderr,
+                 "%s: warning: out of memory: rank %d (stage %d) needs %.2f GiB of %.2f GiB after "
+                 "op %d '%s' (iteration %d) at t=%.6f s\n",
+                 a.command().c_str(), r.oom.rank, layout.coords(r.oom.rank).stage, gib(r.oom.bytes),
+                 gib(r.oom.hbm_bytes), r.oom.op, r.oom.op_name.c_str(), r.oom.iteration,
+                 double(r.oom.time_ns) * 1e-9);
+  nlohmann::json j = to_json(r, m, c, p, prog);
+  if (json) {
+    j["model"] = m.name;
+    j["cluster"] = c.name;
+    j["nodes"] = c.nodes;
+    j["plan"] = p.describe();
+    j["source"] = "simulated";
+    print_json(j);
+    return 0;
+  }
+  if (world_rank() != 0) return 0;
+  std::printf("simulate: %s on %s x %d nodes (%d GPUs), %d iteration%s\n  %s\n", m.name.c_str(),
+              c.name.c_str(), c.nodes, c.world_size(), iterations, iterations > 1 ? "s" : "",
+              p.describe().c_str());
+  std::printf("iteration %.4f s | %.0f tokens/s | %.1f TFLOP/s per GPU | MFU %.1f%% | bubble %.1f%%\n",
+              j["iteration_time_s"].get<double>(), j["tokens_per_s"].get<double>(),
+              j["tflops_per_gpu"].get<double>(), 100 * j["mfu"].get<double>(),
+              100 * j["bubble_fraction"].get<double>());
+  std::printf("time per iteration (s, mean over ranks):\n");
+  const double it = j["iteration_time_s"].get<double>();
+  for (const char* k : {"compute", "recompute", "tp_comm", "dp_comm", "pp_comm", "bubble", "offload", "optimizer"}) {
+    const double s = j["time_breakdown_s"][k].get<double>();
+    std::printf("  %-12s %10.4f  %5.1f%%\n", k, s, it > 0 ? 100 * s / it : 0.0);
+  }
+  std::printf("peak memory per GPU: %.2f GiB of %.2f GiB (rank %d, stage %d)%s\n",
+              gib(j["peak_memory_bytes"].get<int64_t>()), gib(c.gpu.hbm_bytes), j["peak_rank"].get<int>(),
+              j["peak_stage"].get<int>(), r.oom.oom ? "  OUT OF MEMORY" : "");
+  for (const char* k : {"weights", "grads", "optimizer", "activations", "buffers", "context", "fragmentation"})
+    if (j["memory_breakdown_bytes"].contains(k))
+      std::printf("  %-14s %10.2f GiB\n", k, gib(j["memory_breakdown_bytes"][k].get<int64_t>()));
+  std::printf("simulated %llu op events in %.3f s (%d process%s, %llu windows)\n",
+              (unsigned long long)r.stats.ops_executed, r.stats.setup_s + r.stats.run_s, r.stats.processes,
+              r.stats.processes > 1 ? "es" : "", (unsigned long long)r.stats.windows);
+  return 0;
+}
+
+Register reg{{"simulate", "discrete-event simulation of a plan's iteration (time, memory, trace)",
+              std::string("usage: stratagem simulate --model M --cluster C --nodes N "
+                          "(--plan FILE | shorthand flags) [--json] [--trace FILE.h5] [--iterations K]\n"
+                          "       [--mirror] [--interference F]\n"
+                          "  under mpirun -np P the simulated ranks are spread over the P processes; the\n"
+                          "  result is bit-identical for any P\n") +
+                  kModelHelp + kClusterHelp + kPlanHelp +
+                  "  --json                   machine-readable output (keys as estimate --json)\n"
+                  "  --trace FILE.h5          write an HDF5 trace (see `stratagem trace export`)\n"
+                  "  --iterations K           simulate K iterations back to back [1]\n"
+                  "  --mirror                 one MPI process per simulated rank (the job's layout)\n"
+                  "  --interference F         compute slowdown while comm overlaps it [1.15]\n"
+                  "exit codes: 0 ok (also when out of memory: see \"oom\"), 1 the program deadlocks,\n"
+                  "2 bad input\n",
+              run_simulate}};
+
+}  // namespace
+}  // namespace stratagem::cli

@@ -1,0 +1,298 @@
+// HDF5 trace files (schema in include/stratagem/trace.hpp and sim/README.md), written and read
+// serially with the HDF5 C API.
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "stratagem/error.hpp"
+#include "stratagem/trace.hpp"
+
+namespace stratagem::trace {
+namespace {
+
+// HDF5 prints its own error stack unless told not to; we report errors ourselves.
+class QuietHdf5 {
+ public:
+  QuietHdf5() {
+    H5Eget_auto2(H5E_DEFAULT, &fn_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, fn_, data_); }
+
+ private:
+  H5E_auto2_t fn_ = nullptr;
+  void* data_ = nullptr;
+};
+
+// Closes an HDF5 handle on scope exit.
+struct Handle {
+  hid_t id = -1;
+  herr_t (*close)(hid_t) = nullptr;
+  Handle(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
+  ~Handle() {
+    if (id >= 0 && close) close(id);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  operator hid_t() const { return id; }
+};
+
+hid_t check(hid_t id, const std::string& what, const std::string& path) {
+  if (id < 0) throw std::runtime_error("trace " + path + ": HDF5 failed to " + what);
+  return id;
+}
+void check(herr_t e, const char* what, const std::string& path) {
+  if (e < 0) throw std::runtime_error("trace " + path + ": HDF5 failed to " + std::string(what));
+}
+
+hid_t enum_type(const char* const* names, int n) {
+  hid_t t = H5Tenum_create(H5T_NATIVE_UINT8);
+  for (int i = 0; i < n; ++i) {
+    uint8_t v = uint8_t(i);
+    H5Tenum_insert(t, names[i], &v);
+  }
+  return t;
+}
+
+hid_t op_type() {
+  static const char* kinds[] = {"compute", "collective", "send", "recv", "copy_d2h",
+                                "copy_h2d", "host_compute", "alloc", "free"};
+  static const char* streams[] = {"compute", "tp_comm", "dp_comm", "pp_comm", "h2d", "d2h"};
+  hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(OpRecord));
+  hid_t s = H5Tcopy(H5T_C_S1);
+  H5Tset_size(s, kNameBytes);
+  H5Tset_strpad(s, H5T_STR_NULLPAD);
+  H5Tinsert(t, "name", HOFFSET(OpRecord, name), s);
+  H5Tclose(s);
+  hid_t k = enum_type(kinds, 9), st = enum_type(streams, kNumStreams);
+  H5Tinsert(t, "kind", HOFFSET(OpRecord, kind), k);
+  H5Tinsert(t, "stream", HOFFSET(OpRecord, stream), st);
+  H5Tclose(k);
+  H5Tclose(st);
+  H5Tinsert(t, "start_ns", HOFFSET(OpRecord, start_ns), H5T_NATIVE_INT64);
+  H5Tinsert(t, "end_ns", HOFFSET(OpRecord, end_ns), H5T_NATIVE_INT64);
+  H5Tinsert(t, "bytes", HOFFSET(OpRecord, bytes), H5T_NATIVE_INT64);
+  H5Tinsert(t, "flops", HOFFSET(OpRecord, flops), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t, "microbatch", HOFFSET(OpRecord, microbatch), H5T_NATIVE_INT32);
+  H5Tinsert(t, "layer", HOFFSET(OpRecord, layer), H5T_NATIVE_INT32);
+  H5Tinsert(t, "iteration", HOFFSET(OpRecord, iteration), H5T_NATIVE_INT32);
+  return t;
+}
+
+hid_t memory_type() {
+  hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(MemorySample));
+  H5Tinsert(t, "time_ns", HOFFSET(MemorySample, time_ns), H5T_NATIVE_INT64);
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    const std::string name = std::string(to_string(MemCategory(c))) + "_bytes";
+    H5Tinsert(t, name.c_str(), HOFFSET(MemorySample, bytes) + c * sizeof(int64_t), H5T_NATIVE_INT64);
+  }
+  H5Tinsert(t, "total_bytes", HOFFSET(MemorySample, total_bytes), H5T_NATIVE_INT64);
+  H5Tinsert(t, "high_water_bytes", HOFFSET(MemorySample, high_water_bytes), H5T_NATIVE_INT64);
+  return t;
+}
+
+hid_t open_or_create_group(hid_t parent, const std::string& name, const std::string& path) {
+  if (H5Lexists(parent, name.c_str(), H5P_DEFAULT) > 0) return check(H5Gopen2(parent, name.c_str(), H5P_DEFAULT), "open group " + name, path);
+  return check(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "create group " + name, path);
+}
+
+// Appends rows to /ranks/<rank>/<name>, creating a chunked, extendible dataset on first use.
+void append(hid_t file, int rank, const char* name, hid_t type, const void* rows, size_t n, const std::string& path) {
+  QuietHdf5 quiet;
+  Handle ranks(open_or_create_group(file, "ranks", path), H5Gclose);
+  Handle grp(open_or_create_group(ranks, std::to_string(rank), path), H5Gclose);
+  hid_t ds;
+  if (H5Lexists(grp, name, H5P_DEFAULT) > 0) {
+    ds = check(H5Dopen2(grp, name, H5P_DEFAULT), std::string("open ") + name, path);
+  } else {
+    hsize_t zero = 0, unlimited = H5S_UNLIMITED, chunk = 4096;
+    Handle space(H5Screate_simple(1, &zero, &unlimited), H5Sclose);
+    Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    H5Pset_chunk(dcpl, 1, &chunk);
+    if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
+      H5Pset_shuffle(dcpl);
+      H5Pset_deflate(dcpl, 1);
+    }
+    ds = check(H5Dcreate2(grp, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), std::string("create ") + name, path);
+  }
+  Handle dset(ds, H5Dclose);
+  if (n == 0) return;
+  Handle old(H5Dget_space(dset), H5Sclose);
+  hsize_t have = 0;
+  H5Sget_simple_extent_dims(old, &have, nullptr);
+  hsize_t total = have + n, count = n;
+  check(H5Dset_extent(dset, &total), "extend a table", path);
+  Handle fs(H5Dget_space(dset), H5Sclose);
+  H5Sselect_hyperslab(fs, H5S_SELECT_SET, &have, nullptr, &count, nullptr);
+  Handle ms(H5Screate_simple(1, &count, nullptr), H5Sclose);
+  check(H5Dwrite(dset, type, ms, fs, H5P_DEFAULT, rows), "write rows", path);
+}
+
+template <class T>
+std::vector<T> read_table(hid_t file, int rank, const char* name, hid_t type, const std::string& path) {
+  QuietHdf5 quiet;
+  const std::string where = "/ranks/" + std::to_string(rank) + "/" + name;
+  std::vector<T> out;
+  if (H5Lexists(file, "ranks", H5P_DEFAULT) <= 0) return out;
+  Handle ranks(H5Gopen2(file, "ranks", H5P_DEFAULT), H5Gclose);
+  const std::string r = std::to_string(rank);
+  if (H5Lexists(ranks, r.c_str(), H5P_DEFAULT) <= 0) return out;
+  Handle grp(H5Gopen2(ranks, r.c_str(), H5P_DEFAULT), H5Gclose);
+  if (H5Lexists(grp, name, H5P_DEFAULT) <= 0) return out;
+  Handle dset(check(H5Dopen2(grp, name, H5P_DEFAULT), "open " + where, path), H5Dclose);
+  Handle space(H5Dget_space(dset), H5Sclose);
+  hsize_t n = 0;
+  H5Sget_simple_extent_dims(space, &n, nullptr);
+  out.resize(n);
+  if (n) check(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), ("read " + where).c_str(), path);
+  return out;
+}
+
+}  // namespace
+
+OpRecord make_record(const Op& op, int iteration, int64_t start_ns, int64_t end_ns) {
+  OpRecord r;
+  const std::string name = op_name(op);
+  std::memcpy(r.name, name.data(), std::min<size_t>(name.size(), kNameBytes - 1));
+  r.kind = uint8_t(op.kind);
+  r.stream = uint8_t(op.stream);
+  r.microbatch = op.microbatch;
+  r.layer = op.layer;
+  r.iteration = iteration;
+  r.start_ns = start_ns;
+  r.end_ns = end_ns;
+  r.bytes = op.bytes;
+  r.flops = op.flops;
+  return r;
+}
+
+Writer::Writer(const std::string& path) : path_(path) {
+  QuietHdf5 quiet;
+  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (file_ < 0) throw InputError("trace: cannot create HDF5 file " + path);
+  set_attribute("schema_version", int64_t(kSchemaVersion));
+}
+
+Writer::~Writer() {
+  if (file_ >= 0) H5Fclose(file_);
+}
+
+void Writer::close() {
+  if (file_ < 0) return;
+  const herr_t e = H5Fclose(file_);
+  file_ = -1;
+  check(e, "close the file", path_);
+}
+
+void Writer::set_attribute(const std::string& name, const std::string& value) {
+  QuietHdf5 quiet;
+  if (H5Aexists(file_, name.c_str()) > 0) H5Adelete(file_, name.c_str());
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle attr(check(H5Acreate2(file_, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), "create attribute " + name, path_), H5Aclose);
+  const char* s = value.c_str();
+  check(H5Awrite(attr, type, &s), "write attribute", path_);
+}
+
+void Writer::set_attribute(const std::string& name, int64_t value) {
+  QuietHdf5 quiet;
+  if (H5Aexists(file_, name.c_str()) > 0) H5Adelete(file_, name.c_str());
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle attr(check(H5Acreate2(file_, name.c_str(), H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT), "create attribute " + name, path_), H5Aclose);
+  check(H5Awrite(attr, H5T_NATIVE_INT64, &value), "write attribute", path_);
+}
+
+void Writer::add_rank_ops(int rank, const std::vector<OpRecord>& ops) {
+  Handle t(op_type(), H5Tclose);
+  append(file_, rank, "ops", t, ops.data(), ops.size(), path_);
+}
+
+void Writer::add_memory_samples(int rank, const std::vector<MemorySample>& samples) {
+  Handle t(memory_type(), H5Tclose);
+  append(file_, rank, "memory", t, samples.data(), samples.size(), path_);
+}
+
+Reader::Reader(const std::string& path) : path_(path) {
+  QuietHdf5 quiet;
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError("trace: " + path + " is not an HDF5 file (or cannot be read)");
+  file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file_ < 0) throw InputError("trace: cannot open " + path);
+  if (H5Lexists(file_, "ranks", H5P_DEFAULT) <= 0) {
+    H5Fclose(file_);
+    file_ = -1;
+    throw InputError("trace: " + path + " has no /ranks group (not a stratagem trace)");
+  }
+}
+
+Reader::~Reader() {
+  if (file_ >= 0) H5Fclose(file_);
+}
+
+bool Reader::has_attribute(const std::string& name) const {
+  QuietHdf5 quiet;
+  return H5Aexists(file_, name.c_str()) > 0;
+}
+
+std::string Reader::attribute(const std::string& name) const {
+  QuietHdf5 quiet;
+  if (H5Aexists(file_, name.c_str()) <= 0) return "";
+  Handle attr(H5Aopen(file_, name.c_str(), H5P_DEFAULT), H5Aclose);
+  Handle ftype(H5Aget_type(attr), H5Tclose);
+  if (H5Tget_class(ftype) != H5T_STRING) return "";
+  if (H5Tis_variable_str(ftype) > 0) {
+    Handle mtype(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mtype, H5T_VARIABLE);
+    H5Tset_cset(mtype, H5Tget_cset(ftype));
+    char* s = nullptr;
+    check(H5Aread(attr, mtype, &s), "read attribute", path_);
+    std::string out = s ? s : "";
+    H5free_memory(s);
+    return out;
+  }
+  const size_t n = H5Tget_size(ftype);
+  std::string out(n, '\0');
+  check(H5Aread(attr, ftype, out.data()), "read attribute", path_);
+  out.resize(std::strlen(out.c_str()));
+  return out;
+}
+
+int64_t Reader::int_attribute(const std::string& name) const {
+  QuietHdf5 quiet;
+  if (H5Aexists(file_, name.c_str()) <= 0) return 0;
+  Handle attr(H5Aopen(file_, name.c_str(), H5P_DEFAULT), H5Aclose);
+  int64_t v = 0;
+  check(H5Aread(attr, H5T_NATIVE_INT64, &v), "read attribute", path_);
+  return v;
+}
+
+std::vector<int> Reader::ranks() const {
+  QuietHdf5 quiet;
+  Handle grp(H5Gopen2(file_, "ranks", H5P_DEFAULT), H5Gclose);
+  std::vector<int> out;
+  H5Literate(grp, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr,
+             [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+               char* end = nullptr;
+               const long v = std::strtol(name, &end, 10);
+               if (end && *end == '\0') static_cast<std::vector<int>*>(data)->push_back(int(v));
+               return 0;
+             },
+             &out);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<OpRecord> Reader::ops(int rank) const {
+  Handle t(op_type(), H5Tclose);
+  return read_table<OpRecord>(file_, rank, "ops", t, path_);
+}
+
+std::vector<MemorySample> Reader::memory(int rank) const {
+  Handle t(memory_type(), H5Tclose);
+  return read_table<MemorySample>(file_, rank, "memory", t, path_);
+}
+
+}  // namespace stratagem::trace

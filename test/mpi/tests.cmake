@@ -1,0 +1,23 @@
+# The simulator under MPI: results bit-identical to one process for several plans (the CLI at
+# -np 2 and -np 4, and --mirror), and the parallel engine's internals with injected costs.
+string(REPLACE ";" " " STRATAGEM_SIM_MPIEXEC "${STRATAGEM_MPIEXEC}")
+
+stratagem_boost_test(mpi_test_sim_cli ${CMAKE_CURRENT_LIST_DIR}/test_sim_cli.cpp)
+target_compile_definitions(mpi_test_sim_cli PRIVATE STRATAGEM_MPIEXEC_CMD="${STRATAGEM_SIM_MPIEXEC}")
+add_test(NAME mpi.sim_cli_bit_identical COMMAND mpi_test_sim_cli)
+set_tests_properties(mpi.sim_cli_bit_identical PROPERTIES LABELS "mpi;sim" TIMEOUT 900
+                     ENVIRONMENT "STRATAGEM_BIN=$<TARGET_FILE:stratagem>")
+
+stratagem_boost_test(mpi_test_sim_pdes ${CMAKE_CURRENT_LIST_DIR}/test_sim_pdes.cpp)
+foreach(np 2 3 4)
+  add_test(NAME mpi.sim_pdes_np${np}
+           COMMAND ${STRATAGEM_MPIEXEC} -np ${np} $<TARGET_FILE:mpi_test_sim_pdes>)
+  set_tests_properties(mpi.sim_pdes_np${np} PROPERTIES LABELS "mpi;sim" TIMEOUT 300)
+endforeach()
+
+# The simulator's unit tests also carry the "sim" label (ctest -L sim).
+foreach(t unit.test_sim_engine unit.test_sim_trace)
+  if(TEST ${t})
+    set_property(TEST ${t} APPEND PROPERTY LABELS sim)
+  endif()
+endforeach()
