@@ -13,11 +13,12 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 cat /usr/share/common-licenses/{GPL-3,LGPL-3,Apache-2.0,MPL-2.0,Artistic,GFDL-1.3} > "$OUT/corpus.txt" 2>/dev/null || true
 "$BIN" data tokenize "$OUT/corpus.txt" -o "$OUT/corpus.bin"
 MODEL=(--layers 4 --hidden 128 --heads 4 --vocab 256 --seq-len 64)
-PLAN=(--dp 4 --micro-batch 4 --global-batch 16)
+# The CPU backend computes in fp32; the forecast uses the same dtype.
+PLAN=(--dp 4 --micro-batch 4 --global-batch 16 --dtype fp32)
 rm -rf "$OUT/ckpt"
 "${MPIRUN[@]}" "$BIN" train "${MODEL[@]}" "${PLAN[@]}" --data "$OUT/corpus.bin" --steps "$STEPS" \
   --lr 3e-3 --warmup 20 --ckpt-dir "$OUT/ckpt" --ckpt-every 100 --log-every 25 \
-  --log-json "$OUT/train.jsonl" ${TRACE:+--trace "$OUT/run.h5"}
+  --log-json "$OUT/train.jsonl" --trace "$OUT/run.h5"
 /usr/bin/python3 - "$OUT/train.jsonl" "$OUT/corpus.bin" <<'PY'
 import json, sys, numpy as np
 losses = [json.loads(l)["loss"] for l in open(sys.argv[1])]
@@ -28,3 +29,8 @@ final = sum(losses[-10:]) / len(losses[-10:])
 print(f"loss {losses[0]:.3f} -> {final:.3f} (mean of the last 10 steps); unigram entropy of the data {h:.3f} nats")
 print("the model learned context" if final < 0.8 * h else "WARNING: loss is not well below the unigram entropy")
 PY
+
+# Forecast the same plan on the modeled cpu-local cluster, then put forecast and reality side
+# by side, op kind by op kind.
+"$BIN" simulate "${MODEL[@]}" "${PLAN[@]}" --cluster cpu-local --nodes 1 --trace "$OUT/forecast.h5" >/dev/null
+"$BIN" compare "$OUT/forecast.h5" "$OUT/run.h5"

@@ -28,9 +28,9 @@ if has simulate; then
 fi
 if has search; then
   step "search: best strategy for $MODEL on 8 x $CLUSTER"
-  "$BIN" search --model "$MODEL" --cluster "$CLUSTER" --nodes 8 --global-batch 1536 -o "$OUT/best.json"
+  "$BIN" search --model "$MODEL" --cluster "$CLUSTER" --nodes 8 --global-batch 1536 -o "$OUT/best.json" --top 5
 fi
-if [ -x jobs/local-train.sh ] && has train; then
+if has train; then
   step "train: a small GPT on 4 MPI ranks (CPU backend)"
   bash jobs/demo-train.sh "$OUT"
 fi

@@ -7,17 +7,19 @@ namespace stratagem::cli {
 namespace {
 
 int run_model_show(Args& a) {
-  auto pos = a.positionals();
   const bool json = a.flag("--json");
-  if (pos.size() > 1) throw InputError(a.command() + ": expected one model NAME|FILE.json");
-  // The name may come positionally or through the shared --model flag (with overrides).
-  std::vector<std::string> tokens;
+  // The name may come positionally or through the shared --model flag (with overrides): parse
+  // the flags first so that their values are not taken for positional names.
   ModelSpec m;
-  if (!pos.empty()) {
+  const bool has_flags = a.value("--model") || a.value("--layers") || a.value("--hidden");
+  if (has_flags) {
+    m = model_from_args(a);
+    if (!a.positionals().empty()) throw InputError(a.command() + ": give the model by name or by flags, not both");
+  } else {
+    auto pos = a.positionals();
+    if (pos.size() != 1) throw InputError(a.command() + ": expected one model NAME|FILE.json");
     Args shared(a.command(), {"--model", pos[0]});
     m = model_from_args(shared);
-  } else {
-    m = model_from_args(a);
   }
   a.finish();
   if (json) {

@@ -6,6 +6,7 @@
 
 #include "src/cli/command.hpp"
 #include "src/cli/launch.hpp"
+#include "src/io/atomic_file.hpp"
 #include "stratagem/backend.hpp"
 #include "stratagem/checkpoint.hpp"
 #include "stratagem/executor.hpp"
@@ -15,6 +16,21 @@ namespace {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
 void on_signal(int sig) { g_stop_signal = sig; }
+
+// On resume, steps logged after the checkpoint (by a run killed past it) are run again: drop
+// their lines so the log holds each step once.
+void truncate_log_after(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() > step) continue;
+    kept += line + "\n";
+  }
+  in.close();
+  io::write_file_atomic(path, kept);
+}
 
 std::vector<CheckpointTensor> checkpoint_tensors(const ParamTable& table) {
   std::vector<CheckpointTensor> out;
@@ -53,6 +69,10 @@ std::vector<CheckpointBuffer> resume_buffers(Executor& ex) {
 }
 
 int run_train(Args& a) {
+  // Installed first: a time-limit signal during start-up (data, checkpoint loading) must still
+  // end in a checkpoint-and-exit, not in a killed rank.
+  std::signal(SIGUSR1, on_signal);
+  std::signal(SIGTERM, on_signal);
   const auto data_path = a.required("--data");
   const int steps = a.int_value("--steps").value_or(-1);
   const auto ckpt_dir = a.value("--ckpt-dir");
@@ -127,11 +147,9 @@ int run_train(Args& a) {
     start = meta.step;
     if (world_rank() == 0) std::printf("resumed from %s at step %lld\n", resume_from->c_str(), (long long)start);
   }
-  std::signal(SIGUSR1, on_signal);
-  std::signal(SIGTERM, on_signal);
-
   FILE* jlog = nullptr;
   if (log_json && world_rank() == 0) {
+    if (resume_from) truncate_log_after(*log_json, start);
     jlog = std::fopen(log_json->c_str(), resume_from ? "a" : "w");
     if (!jlog) throw InputError(a.command() + ": --log-json " + *log_json + ": cannot open");
   }

@@ -10,12 +10,11 @@ namespace stratagem::cli {
 void check_launch(const std::string& command) {
   const char* skip = std::getenv("STRATAGEM_SKIP_SLURM_CHECK");
   if (skip && std::string(skip) == "1") return;
-  // srun sets SLURM_STEP_NUM_TASKS for the tasks of a step; the batch script and processes
-  // that mpirun starts inside an allocation see the job's SLURM_NTASKS instead.
-  const char* step_tasks = std::getenv("SLURM_STEP_NUM_TASKS");
-  const char* job_tasks = std::getenv("SLURM_NTASKS");
-  const char* expected = step_tasks ? step_tasks : job_tasks;
-  if (!expected) return;
+  // srun sets SLURM_STEP_NUM_TASKS for the tasks it launches; ranks that mpirun starts inside
+  // an allocation carry OMPI_COMM_WORLD_SIZE and only the job's SLURM_NTASKS, which need not
+  // equal the world they were started in. Only an srun step can produce singletons.
+  const char* expected = std::getenv("SLURM_STEP_NUM_TASKS");
+  if (!expected || std::getenv("OMPI_COMM_WORLD_SIZE")) return;
   const int n = std::atoi(expected);
   if (n <= 0 || n == world_size()) return;
   throw InputError(command + ": Slurm started " + std::to_string(n) +
