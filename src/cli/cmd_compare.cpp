@@ -1,10 +1,10 @@
 // `stratagem compare forecast.h5 run.h5`: the simulator's forecast against a measured run, op
 // kind by op kind, then iteration time and peak memory, each with its relative error.
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <regex>
 
 #include "src/cli/command.hpp"
 #include "stratagem/trace.hpp"
@@ -14,9 +14,10 @@ namespace {
 
 // "L3.attention.fwd.compute mb0" -> "attention.fwd.compute": one kind of op, all layers.
 std::string op_kind(const trace::OpRecord& r) {
-  static const std::regex layer(R"(^L\d+\.)"), mb(R"( mb\d+$)");
   std::string n(r.name, strnlen(r.name, trace::kNameBytes));
-  return std::regex_replace(std::regex_replace(n, layer, ""), mb, "");
+  if (n.size() > 1 && n[0] == 'L' && std::isdigit(static_cast<unsigned char>(n[1]))) n = n.substr(n.find('.') + 1);
+  if (auto at = n.rfind(" mb"); at != std::string::npos) n.resize(at);
+  return n;
 }
 
 struct Summary {

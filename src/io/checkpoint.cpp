@@ -4,10 +4,10 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <regex>
 
 #include "src/io/hdf5_util.hpp"
 #include "stratagem/error.hpp"
@@ -77,6 +77,19 @@ void select_range(hid_t space, const std::vector<int64_t>& shape, int64_t a, int
   if (c1 < cols) slab(r1, 1, 0, c1);
 }
 
+// "step-<digits>.h5" (complete) or "step-<digits>.h5.tmp" (half-written).
+enum class CkptFile { other, complete, partial };
+CkptFile classify(const std::string& f) {
+  if (f.rfind("step-", 0) != 0) return CkptFile::other;
+  size_t i = 5;
+  while (i < f.size() && std::isdigit(static_cast<unsigned char>(f[i]))) ++i;
+  if (i == 5) return CkptFile::other;
+  const std::string rest = f.substr(i);
+  if (rest == ".h5") return CkptFile::complete;
+  if (rest == ".h5.tmp") return CkptFile::partial;
+  return CkptFile::other;
+}
+
 void fsync_dir(const std::string& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY);
   if (fd >= 0) {
@@ -144,9 +157,8 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
     fsync_dir(dir);
     // Keep the newest `keep` complete checkpoints.
     std::vector<std::string> all;
-    std::regex pat(R"(step-(\d+)\.h5)");
     for (const auto& e : fs::directory_iterator(dir))
-      if (std::regex_match(e.path().filename().string(), pat)) all.push_back(e.path().string());
+      if (classify(e.path().filename().string()) == CkptFile::complete) all.push_back(e.path().string());
     std::sort(all.begin(), all.end());
     for (size_t i = 0; keep > 0 && i + keep < all.size(); ++i) fs::remove(all[i]);
   }
@@ -156,11 +168,10 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
 std::optional<std::string> newest_checkpoint(const std::string& dir, bool warn) {
   if (!fs::is_directory(dir)) return std::nullopt;
   std::vector<std::string> done;
-  std::regex pat(R"(step-(\d+)\.h5)"), tmp(R"(step-(\d+)\.h5\.tmp)");
   for (const auto& e : fs::directory_iterator(dir)) {
-    std::string f = e.path().filename().string();
-    if (std::regex_match(f, pat)) done.push_back(e.path().string());
-    else if (warn && std::regex_match(f, tmp))
+    const CkptFile kind = classify(e.path().filename().string());
+    if (kind == CkptFile::complete) done.push_back(e.path().string());
+    else if (warn && kind == CkptFile::partial)
       std::fprintf(stderr, "stratagem: warning: ignoring half-written checkpoint %s\n", e.path().c_str());
   }
   std::sort(done.rbegin(), done.rend());
