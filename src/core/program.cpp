@@ -238,6 +238,13 @@ class StageBuilder {
     const auto& s = strat(layer);
     int64_t bytes = layer_params(layer) * e_;
     if (s.zero == 3 && s.dp > 1) {
+      if (s.offload_params) {
+        // ZeRO-Infinity: the rank's shard lives in host memory; it crosses PCIe before the
+        // all-gather can start.
+        Op op = make(OpKind::copy_h2d, Stream::h2d, Block::none, ph, layer, mb);
+        op.bytes = (bytes + s.dp - 1) / s.dp;
+        after = emit(op, {after});
+      }
       int buf = alloc(Stream::dp_comm, MemCategory::buffers, bytes, layer, mb, ph, Block::none,
                       {after});
       int c = collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp, bytes,

@@ -194,6 +194,8 @@ class Analyzer {
       const int64_t pbytes = params * e_;
       if (s.dp > 1) {
         if (s.zero == 3) lc.fetch_s = coll(Collective::all_gather, pbytes, s.dp, dp_nodes);
+        // ZeRO-3 with offloaded parameters: the shard crosses PCIe before each gather.
+        if (s.zero == 3 && s.offload_params) lc.fetch_s += c_.copy_cost((pbytes + s.dp - 1) / s.dp).time_s();
         if (s.zero >= 2) lc.grad_rs_mb_s = coll(Collective::reduce_scatter, pbytes, s.dp, dp_nodes);
         if (s.zero == 0) lc.grad_reduce_s = coll(Collective::all_reduce, pbytes, s.dp, dp_nodes);
         if (s.zero == 1) lc.grad_reduce_s = coll(Collective::reduce_scatter, pbytes, s.dp, dp_nodes);
