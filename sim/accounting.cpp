@@ -1,0 +1,61 @@
+// Time accounting of the compute stream (see accounting.hpp).
+#include "sim/accounting.hpp"
+
+#include <algorithm>
+
+namespace stratagem::sim {
+
+void charge_gap(RankSt& r, const StageData& sd, uint32_t op, Time t) {
+  const Time gap = t - r.last_compute_end;
+  if (gap <= 0) return;
+  // Several ops may have completed just now; the kernel is taken to have waited for the first
+  // in this order, looking at its dependencies' streams, or at every comm stream if none of
+  // those completed now.
+  static constexpr Cat prio[] = {kRecv, kTp, kDp, kPp, kOffload};
+  int best = 99, best_s = -1;
+  auto consider = [&](int s) {
+    if (r.wake[s] != t) return;
+    for (int p = 0; p < 5; ++p)
+      if (r.wake_cat[s] == prio[p] && p < best) best = p, best_s = s;
+  };
+  const Op& o = sd.sp->ops[op];
+  const uint32_t* d = sd.sp->deps.data() + o.dep_begin;
+  for (uint32_t k = 0; k < o.dep_count; ++k) consider(sd.str[d[k]]);
+  if (best == 99)
+    for (int s = 1; s < kStreams; ++s) consider(s);
+  charge_wait(r, best_s, gap, r.acc);
+}
+
+void charge_wait(const RankSt& r, int s, Time gap, Breakdown& acc) {
+  if (s < 0 || r.wake_cat[s] == kNone) {
+    acc[kBubble] += gap;
+    return;
+  }
+  const Cat cat = r.wake_cat[s] == kRecv ? kPp : Cat(r.wake_cat[s]);
+  const Time part = std::min(gap, std::max<Time>(0, r.wake_dur[s]));
+  acc[cat] += part;
+  acc[kBubble] += gap - part;
+}
+
+void finish_accounting(RankSt& r, Time makespan) {
+  Breakdown acc = r.acc;
+  if (r.end > r.last_compute_end) {
+    Time best = -1;
+    int bs = -1;
+    for (int s = 1; s < kStreams; ++s)
+      if (r.wake[s] > best) best = r.wake[s], bs = s;
+    charge_wait(r, bs, r.end - r.last_compute_end, acc);
+  }
+  acc[kBubble] += std::max<Time>(0, makespan - std::max(r.end, r.last_compute_end));
+  SimRankResult& res = r.res;
+  res.compute_ns = acc[kCompute];
+  res.recompute_ns = acc[kRecompute];
+  res.optimizer_ns = acc[kOptimizer];
+  res.tp_ns = acc[kTp];
+  res.dp_ns = acc[kDp];
+  res.pp_ns = acc[kPp];
+  res.bubble_ns = acc[kBubble];
+  res.offload_ns = acc[kOffload];
+}
+
+}  // namespace stratagem::sim

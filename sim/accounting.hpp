@@ -1,0 +1,33 @@
+// Time accounting of a rank's compute stream: busy time by phase, and each idle gap before a
+// kernel charged to what the kernel waited for. The part of a gap during which the awaited op
+// moved data is exposed tp/dp/pp/offload communication; the rest (waiting for another rank to
+// reach a collective or to send) is bubble. The eight parts sum to the makespan.
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "sim/rank_state.hpp"
+#include "sim/stage_data.hpp"
+#include "sim/types.hpp"
+
+namespace stratagem::sim {
+
+using Breakdown = std::array<int64_t, 8>;  // ns by Cat (kCompute .. kOffload)
+
+inline void charge_busy(RankSt& r, const Op& op, Time busy) {
+  r.acc[op.phase == Phase::recompute   ? kRecompute
+        : op.phase == Phase::optimizer ? kOptimizer
+                                       : kCompute] += busy;
+}
+
+// The compute stream idled until t, when kernel `op` starts.
+void charge_gap(RankSt& r, const StageData& sd, uint32_t op, Time t);
+
+// Charges `gap` to `acc` as waiting for the op that last completed on stream s (s < 0: none).
+void charge_wait(const RankSt& r, int s, Time gap, Breakdown& acc);
+
+// The rank's breakdown over the whole run (into r.res): after its last kernel, its last
+// transfers and then waiting for the others until the makespan.
+void finish_accounting(RankSt& r, Time makespan);
+
+}  // namespace stratagem::sim

@@ -1,0 +1,111 @@
+// The system layer's collectives: members arrive (locally or from other processes), the
+// collective starts when the last one arrives, every member's bytes become a flow on its
+// resource, and the collective completes at the latest member's finish plus its tail.
+#include <algorithm>
+
+#include "sim/engine.hpp"
+
+namespace stratagem::sim {
+
+void Engine::arrive(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) {
+  const int g = rank_groups_[r.gbase + sd.key[op]];
+  if (g < 0) {  // no group (e.g. tied embedding with pp == 1): nothing to do
+    queue_.push(t, kEvOpEnd, uint32_t(r.rank), uint32_t(s));
+    return;
+  }
+  // A group's members run its collectives in the same order, so (iteration, ordinal among the
+  // stage's ops on that group) names the instance on every member.
+  const uint64_t ordinal = uint64_t(r.it[s]) * sd.key_count[sd.key[op]] + sd.ord[op];
+  const int id = colls_.open(g, ordinal, int(part_.group_procs[g].size()));
+  Coll& c = colls_[id];
+  const CommP& cp = comm_of(sd, r.cls, op);
+  c.members.push_back({r.rank, uint8_t(s), op, cp.head, cp.tail, cp.work, cp.w, cp.link, kNever});
+  ++c.arrived;
+  c.max_arr = std::max(c.max_arr, t);
+  if (c.cross)
+    for (int p : part_.group_procs[g])
+      if (p != me_) {
+        Msg m{};
+        m.type = kMsgArrive;
+        m.i0 = g;
+        m.i1 = r.rank;
+        m.u = ordinal;
+        m.t0 = t;
+        m.effect = t + cp.head;
+        send_msg(p, m);
+      }
+  if (c.arrived == c.size) coll_start(id, t);
+}
+
+void Engine::coll_start(int id, Time now) {
+  Coll& c = colls_[id];
+  c.started = true;
+  c.start = c.max_arr;
+  for (size_t i = 0; i < c.members.size(); ++i) {
+    Member& m = c.members[i];
+    const Time join = c.start + m.head;
+    const int res = m.work > 0 ? net_.resource_of(m.link, m.rank, OpKind::collective) : -1;
+    set_act(ranks_[m.rank], m.stream, join, now);
+    if (res >= 0) {
+      join_flow(res, m.work * kS, m.w, join, kOwnColl, id, int(i));
+    } else {
+      m.fin = join;
+    }
+  }
+  mark_owner(kOwnColl, id);
+  if (c.cross) lookahead_.track_collective(id, c.serial);
+  flush_owners();
+}
+
+// Schedules the end of the local members' data movement once every finish is predicted. A
+// collective with members elsewhere ends there (kEvColl; the tails follow when all processes
+// have reported); a local one completes at the latest finish plus tail.
+void Engine::coll_update(int id) {
+  Coll& c = colls_[id];
+  c.odirty = false;
+  if (!c.live || !c.started || c.local_done) return;
+  Time T = kMinTime;
+  for (const Member& m : c.members) {
+    if (m.fin == kNever) return;
+    T = std::max(T, c.cross ? m.fin : m.fin + m.tail);
+  }
+  if (T != c.evt) {
+    c.evt = T;
+    queue_.push(T, kEvColl, uint32_t(id), ++c.ver);
+  }
+}
+
+void Engine::coll_data_done(int id, Time t) {
+  Coll& c = colls_[id];
+  if (!c.cross) {
+    coll_finish(id, t);
+    return;
+  }
+  Time v = kMinTime;
+  for (const Member& m : c.members) v = std::max(v, m.fin + m.tail);
+  c.local_done = true;
+  c.value = std::max(c.value, v);
+  for (int p : part_.group_procs[c.group])
+    if (p != me_) {
+      Msg m{};
+      m.type = kMsgFinish;
+      m.i0 = c.group;
+      m.u = c.ordinal;
+      m.t0 = v;
+      m.effect = v;
+      send_msg(p, m);
+    }
+  if (c.finish_pending == 0) queue_.push(c.value, kEvCollDone, uint32_t(id), c.ver);
+}
+
+void Engine::coll_finish(int id, Time t) {
+  const Coll& c = colls_[id];
+  for (const Member& m : c.members) {
+    RankSt& r = ranks_[m.rank];
+    set_act(r, m.stream, kNever, t);
+    complete_op(r, m.stream, t, false, t - c.start);
+  }
+  colls_.close(id);
+}
+
+}  // namespace stratagem::sim

@@ -1,0 +1,97 @@
+// Reporting a deadlock: a Program that stops with unfinished ops and nothing to run. The
+// report names each stuck rank's streams, the op each waits at and what it waits for.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sim/engine.hpp"
+
+namespace stratagem::sim {
+
+std::string Engine::describe_stuck(const RankSt& r) const {
+  const StageData& sd = stages_[r.stage];
+  std::ostringstream os;
+  os << "rank " << r.rank << " (stage " << r.stage << ")";
+  bool first = true;
+  for (int s = 0; s < kStreams; ++s) {
+    if (sd.len[s] == 0 || r.it[s] >= uint32_t(K_)) continue;
+    const uint32_t op = sd.ops_of[s][r.pos[s]];
+    const Op& o = sd.sp->ops[op];
+    os << (first ? ": " : "; ") << to_string(Stream(s)) << " stream at op " << op << " '"
+       << op_name(o) << "'";
+    if (K_ > 1) os << " (iteration " << r.it[s] << ")";
+    first = false;
+    if (!r.running[s]) {
+      std::vector<std::string> waits;
+      if (r.pos[s] == 0 && r.it[s] > 0) waits.push_back("the end of the previous iteration");
+      const uint32_t* d = sd.sp->deps.data() + o.dep_begin;
+      for (uint32_t k = 0; k < o.dep_count; ++k) {
+        const uint32_t dep = d[k];
+        const int sdp = sd.str[dep];
+        if (r.it[sdp] < r.it[s] || (r.it[sdp] == r.it[s] && r.pos[sdp] <= sd.pos[dep]))
+          waits.push_back("op " + std::to_string(dep) + " '" + op_name(sd.sp->ops[dep]) + "'");
+      }
+      os << " waits for ";
+      for (size_t i = 0; i < waits.size(); ++i) os << (i ? ", " : "") << waits[i];
+      continue;
+    }
+    switch (o.kind) {
+      case OpKind::recv: {
+        const Channel& c = r.ch[r.chmap[sd.key[op]]];
+        os << " waits for message #" << c.wait_seq << " from rank " << c.peer
+           << " (no matching send)";
+        break;
+      }
+      case OpKind::collective: {
+        const int g = rank_groups_[r.gbase + sd.key[op]];
+        const int id = g >= 0 ? colls_.instance(g) : -1;
+        if (id >= 0 && !colls_[id].started) {
+          const Coll& c = colls_[id];
+          os << " waits in " << to_string(o.collective) << " over " << to_string(L_.group(g).kind)
+             << " group [";
+          const auto& gr = L_.group(g).ranks;
+          for (size_t i = 0; i < gr.size(); ++i) os << (i ? "," : "") << gr[i];
+          os << "]: " << c.arrived << " of " << c.size << " arrived";
+          // Only this process's members are known here; other processes name theirs.
+          std::vector<int> missing;
+          for (int m : gr) {
+            if (!local(m)) continue;
+            bool in = false;
+            for (const Member& mm : c.members) in |= mm.rank == m;
+            if (!in) missing.push_back(m);
+          }
+          if (!missing.empty()) {
+            os << ", missing";
+            for (int m : missing) os << " " << m;
+          }
+        } else {
+          os << " (running)";
+        }
+        break;
+      }
+      default: os << " (running)"; break;
+    }
+  }
+  return os.str();
+}
+
+std::string deadlock_message(Time last, const std::vector<int>& stuck_ranks, int world,
+                             const std::string& desc) {
+  // Every process described up to 8 of its stuck ranks; keep the first 8 overall.
+  std::string lines;
+  size_t at = 0;
+  for (int k = 0; k < 8 && at < desc.size(); ++k) {
+    const size_t nl = desc.find('\n', at);
+    const size_t e = nl == std::string::npos ? desc.size() : nl + 1;
+    lines += desc.substr(at, e - at);
+    at = e;
+  }
+  std::ostringstream os;
+  os << "the Program deadlocks: at t=" << last << " ns no op can run, but " << stuck_ranks.size()
+     << " of " << world << " ranks have unfinished ops:\n"
+     << lines;
+  if (stuck_ranks.size() > 8) os << "  ... and " << stuck_ranks.size() - 8 << " more ranks\n";
+  return os.str();
+}
+
+}  // namespace stratagem::sim

@@ -1,0 +1,50 @@
+// Where the system layer meets the network: an op's bytes join a resource as a flow, and the
+// network's changed predictions reach the flows' owners, which re-schedule their completion
+// events once all changes of a step are in (flush_owners), so an owner pushes one event per
+// step rather than one per change.
+#include "sim/engine.hpp"
+
+namespace stratagem::sim {
+
+void Engine::join_flow(int res, int64_t work, int64_t w, Time join, OwnerKind kind, int owner,
+                       int slot) {
+  // Every process holding a GPU of a node keeps a replica of its NIC's fluid model.
+  if (kind != kOwnForeign)
+    for (int p : part_.res_holders[res])
+      if (p != me_) {
+        Msg m{};
+        m.type = kMsgJoin;
+        m.i0 = res;
+        m.t0 = join;
+        m.x = work;
+        m.y = w;
+        m.effect = join;
+        send_msg(p, m);
+      }
+  net_.join(res, work, w, join, kind, owner, slot, now_);
+}
+
+void Engine::finish_changed(OwnerKind kind, int32_t owner, int32_t slot, Time fin) {
+  if (kind == kOwnColl) colls_[owner].members[slot].fin = fin;
+  else xfers_[owner].fin = fin;
+  mark_owner(kind, owner);
+}
+
+void Engine::mark_owner(OwnerKind kind, int id) {
+  bool& dirty = kind == kOwnColl ? colls_[id].odirty : xfers_[id].odirty;
+  if (!dirty) {
+    dirty = true;
+    dirty_owners_.push_back({kind, id});
+  }
+}
+
+void Engine::flush_owners() {
+  for (size_t i = 0; i < dirty_owners_.size(); ++i) {
+    const auto [k, id] = dirty_owners_[i];
+    if (k == kOwnColl) coll_update(id);
+    else xfer_update(id);
+  }
+  dirty_owners_.clear();
+}
+
+}  // namespace stratagem::sim

@@ -1,0 +1,60 @@
+// The memory timeline of a rank (see memory_timeline.hpp).
+#include "sim/memory_timeline.hpp"
+
+namespace stratagem::sim {
+
+void MemoryModel::init(const ClusterSpec& cluster) {
+  ctx_ = cluster.gpu.context_overhead_bytes;
+  hbm_ = cluster.gpu.hbm_bytes;
+  frag_ = cluster.gpu.allocator_fragmentation;
+}
+
+void MemoryModel::init_peak(SimRankResult& res, int64_t workspace) const {
+  res.peak_memory_bytes = device_bytes(0, workspace);
+  res.peak_by_category[int(MemCategory::buffers)] = workspace;
+  res.peak_context_bytes = ctx_;
+  res.peak_fragmentation_bytes = res.peak_memory_bytes - ctx_ - workspace;
+}
+
+void MemoryModel::apply(RankMemory& m, SimRankResult& res, SimOom& oom, const Op& o, int rank,
+                        uint32_t op, int32_t iteration, int64_t workspace, Time t, int sign,
+                        std::vector<trace::MemorySample>* samples) const {
+  const int c = int(o.category);
+  m.bytes[c] += sign * o.bytes;
+  m.allocated += sign * o.bytes;
+  const int64_t dev = device_bytes(m.allocated, workspace);
+  if (sign > 0 && dev > res.peak_memory_bytes) {
+    res.peak_memory_bytes = dev;
+    res.peak_allocated_bytes = m.allocated;
+    for (int k = 0; k < kNumMemCategories; ++k) res.peak_by_category[k] = m.bytes[k];
+    res.peak_by_category[int(MemCategory::buffers)] += workspace;
+    res.peak_context_bytes = ctx_;
+    res.peak_fragmentation_bytes = dev - ctx_ - m.allocated - workspace;
+    res.peak_time_ns = t;
+    res.peak_op = int32_t(op);
+    res.peak_iteration = iteration;
+  }
+  if (sign > 0 && dev > hbm_ && !m.oom) {
+    m.oom = true;
+    if (oom_precedes(t, rank, oom)) {
+      oom.oom = true;
+      oom.rank = rank;
+      oom.op = int32_t(op);
+      oom.iteration = iteration;
+      oom.time_ns = t;
+      oom.bytes = dev;
+      oom.hbm_bytes = hbm_;
+    }
+  }
+  if (samples) {
+    trace::MemorySample s;
+    s.time_ns = t;
+    for (int k = 0; k < kNumMemCategories; ++k) s.bytes[k] = m.bytes[k];
+    s.bytes[int(MemCategory::buffers)] += workspace;
+    s.total_bytes = dev;
+    s.high_water_bytes = res.peak_memory_bytes;
+    samples->push_back(s);
+  }
+}
+
+}  // namespace stratagem::sim

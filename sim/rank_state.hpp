@@ -1,0 +1,66 @@
+// What the simulator keeps per simulated rank. The Program itself is shared per stage
+// (StageData); a rank holds only its progress through it: a cursor per stream, the running
+// kernel, the data-movement windows of its comm streams, the time accounting of its compute
+// stream, its memory counters and its two pipeline channels.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "sim/interference.hpp"
+#include "sim/memory_timeline.hpp"
+#include "sim/stage_data.hpp"
+#include "sim/types.hpp"
+#include "stratagem/simulate.hpp"
+
+namespace stratagem::sim {
+
+// A pipeline message that arrived before its recv started.
+struct Arrival {
+  uint64_t seq;
+  Time a;
+  Time xfer;  // arrival - send start
+};
+
+// One direction of a rank's pipeline link (to pp_next or pp_prev). Sends and recvs between a
+// pair of ranks match in order, by sequence number.
+struct Channel {
+  int peer = -1;
+  uint64_t sent = 0, recvd = 0;
+  bool waiting = false;
+  uint8_t wait_stream = 0;
+  uint64_t wait_seq = 0;
+  std::vector<Arrival> fifo;
+  size_t head = 0;
+};
+
+struct RankSt {
+  int rank = 0, stage = 0, cls = 0, node = 0, li = -1;  // li: index among this process's ranks
+  std::array<uint32_t, kStreams> it{}, pos{};  // each stream's cursor: iteration, position
+  std::array<uint8_t, kStreams> running{};
+  std::array<Time, kStreams> start{};
+  Windows act_b{};  // data movement of the stream's comm op began (kNever: none)
+  std::array<Time, kStreams> wake{};   // last completion on the stream
+  std::array<uint8_t, kStreams> wake_cat{};
+  std::array<Time, kStreams> wake_dur{};  // how long that op moved data (not waiting for peers)
+  bool dirty = false;
+  ComputeKernel kernel;
+  RankMemory memory;
+  Channel ch[2];
+  uint8_t chmap[2] = {0, 1};  // send/recv key -> channel (one channel when both peers coincide)
+  int gbase = 0;              // this rank's row of resolved groups
+  Time last_compute_end = 0;
+  std::array<int64_t, 8> acc{};  // compute-stream time by Cat
+  Time end = 0;
+  uint64_t ops = 0;
+  SimRankResult res;
+};
+
+// Resolves every rank's groups (into `rank_groups`, a row of `keys` entries per rank) and
+// pipeline peers, and sorts the ranks of each stage into classes (same group sizes and node
+// spans, same pipeline peers on the same/another node); the first rank of a class is its
+// representative (StageData::rep).
+void init_ranks(std::vector<RankSt>& ranks, std::vector<StageData>& stages,
+                std::vector<int32_t>& rank_groups, const Layout& layout, int gpus_per_node);
+
+}  // namespace stratagem::sim

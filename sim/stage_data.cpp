@@ -1,0 +1,227 @@
+// Building the simulator's view of the workload (see stage_data.hpp).
+#include "sim/stage_data.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+namespace stratagem::sim {
+namespace {
+
+Time to_ns(double s, const char* what, const Op& op) {
+  if (!std::isfinite(s) || s < 0)
+    throw std::runtime_error(std::string("simulate: the cost of op '") + op_name(op) + "' (" +
+                             what + ") is not a finite non-negative time");
+  return static_cast<Time>(std::llround(s * 1e9));
+}
+
+// Fields of an op that its cost depends on (not the micro-batch, buffer or dependencies): a
+// Program repeats the same few ops many times, so costs are memoized on these.
+struct OpKey {
+  OpKind kind;
+  Stream stream;
+  Block block;
+  Phase phase;
+  Collective collective;
+  GroupKind group;
+  uint8_t tp, tp_big;
+  int16_t chunk;
+  int32_t layer, samples;
+  int64_t bytes;
+  double flops;
+  bool operator==(const OpKey& o) const {
+    return kind == o.kind && stream == o.stream && block == o.block && phase == o.phase &&
+           collective == o.collective && group == o.group && tp == o.tp && tp_big == o.tp_big &&
+           chunk == o.chunk && layer == o.layer && samples == o.samples && bytes == o.bytes &&
+           flops == o.flops;
+  }
+};
+struct OpKeyHash {
+  size_t operator()(const OpKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    mix(uint64_t(k.kind) | uint64_t(k.stream) << 8 | uint64_t(k.block) << 16 |
+        uint64_t(k.phase) << 24 | uint64_t(k.collective) << 32 | uint64_t(k.group) << 40 |
+        uint64_t(k.tp) << 48 | uint64_t(k.tp_big) << 56);
+    mix(uint64_t(uint16_t(k.chunk)) | uint64_t(uint32_t(k.layer)) << 16);
+    mix(uint64_t(uint32_t(k.samples)));
+    mix(uint64_t(k.bytes));
+    uint64_t f;
+    std::memcpy(&f, &k.flops, sizeof f);
+    mix(f);
+    return size_t(h);
+  }
+};
+OpKey key_of(const Op& op) {
+  return {op.kind, op.stream, op.block, op.phase, op.collective, op.group, op.tp, op.tp_big,
+          op.chunk, op.layer, op.samples, op.bytes, op.flops};
+}
+
+Cat category_of(const Op& op) {
+  switch (op.kind) {
+    case OpKind::collective:
+      return op.group == GroupKind::dp || op.group == GroupKind::tied_embedding ? kDp : kTp;
+    case OpKind::send: return kPp;
+    case OpKind::recv: return kRecv;
+    case OpKind::copy_d2h:
+    case OpKind::copy_h2d:
+    case OpKind::host_compute: return kOffload;
+    default: return kNone;
+  }
+}
+
+// Splits a CommCost for the fluid model; the parts sum to the cost model's time, so a transfer
+// alone takes exactly that long.
+CommP split_comm_cost(const CommCost& cc, const Op& op, const ClusterSpec& C) {
+  CommP p;
+  const Time lat = to_ns(cc.latency_s, "latency", op);
+  const Time total = to_ns(cc.time_s(), "time", op);
+  p.work = std::max<Time>(0, total - lat);
+  p.tail = lat / 3;
+  p.head = lat - p.tail;
+  p.link = p.work > 0 ? cc.link : LinkClass::none;
+  double cap = 0;
+  switch (p.link) {
+    case LinkClass::intra_node:
+      cap = C.node.intra.bandwidth_gbps * C.node.intra.bus_efficiency;
+      break;
+    case LinkClass::inter_node:
+      cap = C.node.nic_count * C.node.nic.bandwidth_gbps * C.node.nic.bus_efficiency /
+            std::max(1.0, C.network.oversubscription);
+      break;
+    case LinkClass::pcie: cap = C.node.pcie.bandwidth_gbps; break;
+    default: break;
+  }
+  p.w = kS;
+  if (cap > 0 && cc.bandwidth_gbps > 0)
+    p.w = std::clamp<int64_t>(std::llround(double(kS) * cc.bandwidth_gbps / cap), 1, kS);
+  return p;
+}
+
+}  // namespace
+
+std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs) {
+  const int pp = int(prog.stages.size());
+  std::vector<StageData> stages(pp);
+  std::unordered_map<OpKey, Time, OpKeyHash> cmemo;
+  for (int s = 0; s < pp; ++s) {
+    StageData& sd = stages[s];
+    const StageProgram& sp = prog.stages[s];
+    sd.sp = &sp;
+    sd.n = uint32_t(sp.ops.size());
+    sd.pos.resize(sd.n);
+    sd.str.resize(sd.n);
+    sd.key.assign(sd.n, 0);
+    sd.ord.assign(sd.n, 0);
+    sd.cat.resize(sd.n);
+    sd.cdur.assign(sd.n, 0);
+    sd.ci.assign(sd.n, -1);
+    int ncomm = 0;
+    for (uint32_t i = 0; i < sd.n; ++i) {
+      const Op& op = sp.ops[i];
+      const int st = int(op.stream);
+      if (st < 0 || st >= kStreams) throw std::runtime_error("simulate: op with an invalid stream");
+      for (uint32_t k = 0; k < op.dep_count; ++k)
+        if (sp.deps_of(op)[k] >= i)
+          throw std::runtime_error("simulate: stage " + std::to_string(s) + " op " +
+                                   std::to_string(i) + " depends on a later op");
+      sd.str[i] = uint8_t(st);
+      sd.pos[i] = uint32_t(sd.ops_of[st].size());
+      sd.ops_of[st].push_back(i);
+      sd.cat[i] = category_of(op);
+      switch (op.kind) {
+        case OpKind::collective: {
+          GroupKey k{op.group, op.tp, op.tp_big};
+          size_t j = 0;
+          while (j < sd.keys.size() && !(sd.keys[j] == k)) ++j;
+          if (j == sd.keys.size()) {
+            sd.keys.push_back(k);
+            sd.key_count.push_back(0);
+          }
+          sd.key[i] = uint8_t(j);
+          sd.ord[i] = sd.key_count[j]++;
+          sd.ci[i] = ncomm++;
+          break;
+        }
+        case OpKind::send:
+        case OpKind::copy_d2h:
+        case OpKind::copy_h2d:
+          sd.key[i] = op.group == GroupKind::pp_prev ? 1 : 0;
+          sd.ci[i] = ncomm++;
+          break;
+        case OpKind::recv: sd.key[i] = op.group == GroupKind::pp_prev ? 1 : 0; break;
+        case OpKind::compute:
+        case OpKind::host_compute: {
+          OpKey key = key_of(op);
+          auto it = cmemo.find(key);
+          if (it == cmemo.end())
+            it = cmemo.emplace(key, to_ns(costs.compute_time_s(op), "compute", op)).first;
+          sd.cdur[i] = it->second;
+          break;
+        }
+        default: break;
+      }
+    }
+    // Group keys are stored in a byte per op.
+    if (sd.keys.size() > 250)
+      throw std::runtime_error("simulate: too many distinct groups in a stage");
+    for (int st = 0; st < kStreams; ++st) sd.len[st] = uint32_t(sd.ops_of[st].size());
+    // Anchors: the latest position on every stream that each op transitively waits for.
+    sd.anc.resize(sd.n);
+    for (uint32_t i = 0; i < sd.n; ++i) {
+      std::array<int32_t, kStreams> a;
+      a.fill(-1);
+      auto merge = [&](uint32_t d) {
+        for (int st = 0; st < kStreams; ++st) a[st] = std::max(a[st], sd.anc[d][st]);
+        a[sd.str[d]] = std::max(a[sd.str[d]], int32_t(sd.pos[d]));
+      };
+      if (sd.pos[i] > 0) merge(sd.ops_of[sd.str[i]][sd.pos[i] - 1]);
+      const Op& op = sp.ops[i];
+      for (uint32_t k = 0; k < op.dep_count; ++k) merge(sp.deps_of(op)[k]);
+      sd.anc[i] = a;
+    }
+    sd.workspace = costs.workspace_bytes(s);
+  }
+  return stages;
+}
+
+void cost_rank_classes(StageData& sd, const Layout& layout, const ClusterSpec& cluster,
+                       const OpCosts& costs) {
+  const StageProgram& sp = *sd.sp;
+  const size_t ncls = sd.rep.size();
+  sd.comm.resize(ncls);
+  sd.mind.resize(ncls);
+  sd.prefix.resize(ncls);
+  for (size_t cls = 0; cls < ncls; ++cls) {
+    const int rep = sd.rep[cls];
+    std::unordered_map<OpKey, CommP, OpKeyHash> memo;
+    auto& cv = sd.comm[cls];
+    auto& md = sd.mind[cls];
+    md.assign(sd.n, 0);
+    for (uint32_t i = 0; i < sd.n; ++i) {
+      const Op& op = sp.ops[i];
+      if (sd.ci[i] >= 0) {
+        OpKey key = key_of(op);
+        auto it = memo.find(key);
+        if (it == memo.end())
+          it = memo.emplace(key, split_comm_cost(costs.comm_cost(op, layout, rep), op, cluster))
+                   .first;
+        if (int(cv.size()) <= sd.ci[i]) cv.resize(sd.ci[i] + 1);
+        cv[sd.ci[i]] = it->second;
+        md[i] = it->second.total();
+      } else if (op.kind == OpKind::compute || op.kind == OpKind::host_compute) {
+        md[i] = sd.cdur[i];
+      }
+    }
+    for (int st = 0; st < kStreams; ++st) {
+      auto& pf = sd.prefix[cls][st];
+      pf.assign(sd.len[st] + 1, 0);
+      for (uint32_t k = 0; k < sd.len[st]; ++k) pf[k + 1] = pf[k] + md[sd.ops_of[st][k]];
+    }
+  }
+}
+
+}  // namespace stratagem::sim

@@ -1,0 +1,60 @@
+// The workload layer: each stage's Program as the simulator runs it. Ops are indexed by stream,
+// collectives by the group they name, and every op's cost is resolved once per rank class (the
+// ranks of a stage whose groups have the same geometry), never per event. Also the per-stream
+// least durations that bound an op's start for the PDES lookahead. Read-only after setup.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "sim/types.hpp"
+#include "stratagem/simulate.hpp"
+
+namespace stratagem::sim {
+
+// A collective's group as a stage's ops name it; resolved per rank at setup.
+struct GroupKey {
+  GroupKind kind;
+  uint8_t tp, tp_big;
+  bool operator==(const GroupKey& o) const {
+    return kind == o.kind && tp == o.tp && tp_big == o.tp_big;
+  }
+};
+
+struct StageData {
+  const StageProgram* sp = nullptr;
+  uint32_t n = 0;
+  std::array<uint32_t, kStreams> len{};
+  std::array<std::vector<uint32_t>, kStreams> ops_of;  // op indices of each stream, in order
+  std::vector<uint32_t> pos;   // position of op in its stream
+  std::vector<uint8_t> str;    // stream of op
+  std::vector<uint8_t> key;    // collective: group key; send/recv: 0 = pp_next, 1 = pp_prev
+  std::vector<uint32_t> ord;   // collective: ordinal among the stage's ops of its key
+  std::vector<uint8_t> cat;    // Cat of the op (for the breakdown)
+  std::vector<GroupKey> keys;
+  std::vector<uint32_t> key_count;
+  std::vector<Time> cdur;      // compute / host_compute duration
+  std::vector<int32_t> ci;     // index into comm[class] (-1: not a costed comm op)
+  std::vector<std::vector<CommP>> comm;          // [class][ci]
+  std::vector<std::vector<Time>> mind;           // [class][op] lower bound of the duration
+  std::vector<std::array<std::vector<Time>, kStreams>>
+      prefix;                                      // [class][stream][k]: sum of the first k
+  std::vector<std::array<int32_t, kStreams>> anc;  // latest position on each stream op depends on
+  std::vector<int> rep;        // representative rank of each class (filled by init_ranks)
+  int64_t workspace = 0;
+};
+
+inline const CommP& comm_of(const StageData& sd, int cls, uint32_t op) {
+  return sd.comm[cls][sd.ci[op]];
+}
+
+// Indexes every stage of `prog`, costs its compute ops (once per distinct op over all stages)
+// and finds each op's dependency anchors. Throws on a malformed Program.
+std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs);
+
+// Costs the communication ops of each rank class of `sd` with the class's representative rank,
+// and the prefix sums of the ops' least durations per stream. Needs `sd.rep`.
+void cost_rank_classes(StageData& sd, const Layout& layout, const ClusterSpec& cluster,
+                       const OpCosts& costs);
+
+}  // namespace stratagem::sim

@@ -1,0 +1,151 @@
+// The system layer's point-to-point transfers. Sends are eager: the bytes start moving when the
+// send starts, the send completes when they are delivered, and the receiver's matching recv
+// (in order per channel) completes at the later of its start and the arrival. Host copies are
+// transfers on the GPU's PCIe link that deliver nowhere.
+#include <stdexcept>
+#include <string>
+
+#include "sim/engine.hpp"
+
+namespace stratagem::sim {
+
+void Engine::start_send(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) {
+  const int ch = r.chmap[sd.key[op]];
+  const int peer = r.ch[ch].peer;
+  if (peer < 0 || peer == r.rank)
+    throw std::runtime_error("simulate: rank " + std::to_string(r.rank) + " op " +
+                             std::to_string(op) + " sends to no pipeline peer");
+  const CommP& cp = comm_of(sd, r.cls, op);
+  const int id = xfers_.open();
+  Xfer& x = xfers_[id];
+  x.kind = kXSend;
+  x.rank = r.rank;
+  x.stream = uint8_t(s);
+  x.start = t;
+  x.head = cp.head;
+  x.tail = cp.tail;
+  x.work = cp.work;
+  x.dst = peer;
+  const RankSt& q = ranks_[peer];
+  x.dst_ch = q.ch[0].peer == r.rank ? 0 : 1;
+  x.seq = r.ch[ch].sent++;
+  x.remote = !local(peer);
+  set_act(r, s, t + cp.head, t);
+  const int res = cp.work > 0 ? net_.resource_of(cp.link, r.rank, OpKind::send) : -1;
+  if (res >= 0) {
+    join_flow(res, cp.work * kS, cp.w, t + cp.head, kOwnXfer, id, 0);
+  } else {
+    x.fin = t + cp.head;
+    mark_owner(kOwnXfer, id);
+  }
+  if (x.remote) lookahead_.track_transfer(id, x.serial);
+  flush_owners();
+}
+
+void Engine::start_copy(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) {
+  const Op& o = sd.sp->ops[op];
+  const CommP& cp = comm_of(sd, r.cls, op);
+  const int id = xfers_.open();
+  Xfer& x = xfers_[id];
+  x.kind = kXCopy;
+  x.rank = r.rank;
+  x.stream = uint8_t(s);
+  x.start = t;
+  x.head = cp.head;
+  x.tail = cp.tail;
+  x.work = cp.work;
+  x.remote = false;
+  const int res = cp.work > 0 ? net_.resource_of(cp.link, r.rank, o.kind) : -1;
+  if (res >= 0) {
+    join_flow(res, cp.work * kS, cp.w, t + cp.head, kOwnXfer, id, 0);
+  } else {
+    x.fin = t + cp.head;
+    mark_owner(kOwnXfer, id);
+  }
+  flush_owners();
+}
+
+// A local transfer completes at its data's finish plus tail; for a remote receiver the event
+// comes at the finish, when the arrival time becomes known and is sent to its process.
+void Engine::xfer_update(int id) {
+  Xfer& x = xfers_[id];
+  x.odirty = false;
+  if (!x.live || x.sent || x.fin == kNever) return;
+  const Time T = x.remote ? x.fin : x.fin + x.tail;
+  if (T != x.evt) {
+    x.evt = T;
+    queue_.push(T, kEvXfer, uint32_t(id), ++x.ver);
+  }
+}
+
+void Engine::xfer_data_done(int id, Time t) {
+  Xfer& x = xfers_[id];
+  RankSt& r = ranks_[x.rank];
+  if (x.kind == kXCopy) {
+    complete_op(r, x.stream, t, false);
+    xfers_.close(id);
+    return;
+  }
+  if (!x.remote) {
+    set_act(r, x.stream, kNever, t);
+    deliver(x.dst, x.dst_ch, x.seq, t, t - x.start, t);
+    complete_op(r, x.stream, t, false);
+    xfers_.close(id);
+    return;
+  }
+  // Remote receiver: the bytes are through; the arrival is known now.
+  const Time a = t + x.tail;
+  Msg m{};
+  m.type = kMsgDeliver;
+  m.i0 = x.dst;
+  m.i1 = x.dst_ch;
+  m.u = x.seq;
+  m.t0 = a;
+  m.t1 = a - x.start;
+  m.effect = a;
+  send_msg(part_.owner[x.dst], m);
+  x.sent = true;
+  queue_.push(a, kEvXferDone, uint32_t(id), ++x.ver);
+}
+
+void Engine::xfer_done(int id, Time t) {
+  const Xfer& x = xfers_[id];
+  RankSt& r = ranks_[x.rank];
+  set_act(r, x.stream, kNever, t);
+  complete_op(r, x.stream, t, false);
+  xfers_.close(id);
+}
+
+// Returns whether the recv completed at once (its data had arrived).
+bool Engine::start_recv(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) {
+  Channel& c = r.ch[r.chmap[sd.key[op]]];
+  const uint64_t seq = c.recvd++;
+  if (c.head < c.fifo.size()) {
+    const Arrival a = c.fifo[c.head++];
+    if (c.head == c.fifo.size()) {
+      c.fifo.clear();
+      c.head = 0;
+    }
+    if (a.seq != seq) throw std::logic_error("simulate: pipeline messages out of order");
+    complete_op(r, s, t, true, a.xfer);
+    return true;
+  }
+  r.running[s] = 1;
+  c.waiting = true;
+  c.wait_seq = seq;
+  c.wait_stream = uint8_t(s);
+  return false;
+}
+
+void Engine::deliver(int dst, int ch, uint64_t seq, Time a, Time xfer, Time now) {
+  RankSt& r = ranks_[dst];
+  Channel& c = r.ch[r.chmap[ch]];
+  if (c.waiting && c.wait_seq == seq) {
+    c.waiting = false;
+    complete_op(r, c.wait_stream, now, false, xfer);
+    return;
+  }
+  c.fifo.push_back({seq, a, xfer});
+}
+
+}  // namespace stratagem::sim

@@ -1,0 +1,45 @@
+// Vocabulary shared by every layer of the simulator. Time is integer nanoseconds and rates are
+// fixed point, so that every process of a parallel run computes bit-identical times.
+#pragma once
+#include <cstdint>
+#include <limits>
+
+#include "sim/tunables.hpp"
+#include "stratagem/cost.hpp"
+#include "stratagem/program.hpp"
+
+namespace stratagem::sim {
+
+using Time = int64_t;
+inline constexpr Time kNever = std::numeric_limits<Time>::max();
+inline constexpr Time kMinTime = std::numeric_limits<Time>::min();
+inline constexpr int64_t kS = kRateScale;  // progress units per ns at full speed
+inline constexpr int kStreams = kNumStreams;
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
+
+// Breakdown categories of compute-stream time. kRecv marks a recv as the op a kernel waited
+// for: it is charged as pipeline communication, but takes precedence over the other kinds.
+enum Cat : uint8_t {
+  kCompute,
+  kRecompute,
+  kOptimizer,
+  kTp,
+  kDp,
+  kPp,
+  kBubble,
+  kOffload,
+  kNone,
+  kRecv
+};
+
+// Cost of a communication op on one rank, split for the fluid model: `head` latency before the
+// bytes move, `work` ns of data movement at full speed on the link, `tail` latency after.
+struct CommP {
+  Time head = 0, tail = 0, work = 0;
+  int64_t w = kS;  // share of the resource a full-speed flow takes, in kS units
+  LinkClass link = LinkClass::none;
+  Time total() const { return head + work + tail; }
+};
+
+}  // namespace stratagem::sim
