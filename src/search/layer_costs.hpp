@@ -1,0 +1,147 @@
+// Per-layer and embedding costs for the strategy search, built on the cost model's public API
+// (cost.hpp) the way the fast estimator composes a stage (src/cost/estimate.cpp): each
+// Transformer layer is costed once per (strategy, samples per rank, group placement) and reused
+// for every layer, stage, schedule and micro-batch count that shares them.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "src/search/stage_dp.hpp"
+#include "stratagem/cluster.hpp"
+#include "stratagem/cost.hpp"
+#include "stratagem/model.hpp"
+#include "stratagem/plan.hpp"
+
+namespace stratagem::search_detail {
+
+// Where a stage's ranks sit (stage s holds ranks s*D .. s*D+D-1, gpus_per_node to a node):
+// how many nodes its tensor- and data-parallel groups span, as the estimator places them.
+struct Geometry {
+  int64_t g = 1, D = 1;
+  int tp_nodes(int stage, int tp) const;
+  int dp_nodes(int stage, int tp) const;
+  // Signature of a stage's placement for the given tp degrees (stages with equal signatures
+  // cost every strategy alike).
+  std::vector<int> signature(int stage, const std::vector<int>& tps) const;
+};
+
+// What one Transformer layer costs one rank per micro-batch, and what it holds.
+struct LayerCost {
+  LayerStrategy st;
+  int samples = 0;  // samples per rank per micro-batch
+  // Time per micro-batch (seconds). busy: kernels (fwd, bwd, recompute) and the tensor-parallel
+  // collectives compute waits for. The side streams run concurrently with it.
+  double busy_s = 0;
+  double dp_stream_s = 0;   // ZeRO-3 weight gathers and ZeRO-2/3 gradient reduce-scatters
+  double h2d_stream_s = 0;  // offloaded weights and activations coming back
+  double d2h_stream_s = 0;  // activations going to the host
+  double fetch_s = 0;       // one fetch of the weights (not prefetchable at a pass's start)
+  double act_h2d_s = 0;
+  // The gradient reduction after the last micro-batch (all-reduce, or reduce-scatter with
+  // ZeRO): hidden behind the backward of earlier layers, except for a stage's first layer.
+  double reduce_s = 0;
+  // Once per iteration: ZeRO-1/2 weight all-gather, optimizer step (device or host).
+  double tail_s = 0;
+  // Memory of one rank (bytes).
+  int64_t states = 0;     // weights + gradients + optimizer states after ZeRO/offload
+  int64_t kept = 0;       // saved activations of one micro-batch kept until its backward
+  int64_t transient = 0;  // extra bytes while the layer runs, beyond its kept activations
+  int64_t workspace = 0;  // incoming + outgoing activation gradients, 2 x b x s x h elements
+  int64_t boundary = 0;   // activation bytes passed to the next layer (reshard size)
+  double step_s() const;  // max(busy, side streams): a micro-batch's time on this layer
+};
+
+// The embedding (first stage) and LM head (last stage) under one embedding strategy.
+struct EmbeddingCost {
+  LayerStrategy st;
+  int samples = 0;
+  double first_busy_s = 0, last_busy_s = 0;       // per micro-batch
+  double first_dp_stream_s = 0, last_dp_stream_s = 0;
+  double first_tail_s = 0, last_tail_s = 0;       // per iteration
+  int64_t first_states = 0, last_states = 0;      // bytes (both when one stage holds both)
+  int64_t only_states = 0;                        // pp == 1: embedding and head on one stage
+  double only_tail_s = 0, only_dp_stream_s = 0;
+  int64_t logits = 0;                             // fp32 logits kept through the loss
+  int64_t workspace = 0;
+};
+
+// Everything the search needs about one (pp, stage micro-batch) pair: the raw per-layer
+// strategies of a stage of D devices and their costs. Bm is the number of samples a
+// micro-batch carries through the pipeline (Plan::micro_batch x max dp).
+class CostTables {
+ public:
+  CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bool flash,
+             bool overlap_grad_reduce);
+  const ModelSpec& model() const { return m_; }
+  const ClusterSpec& cluster() const { return c_; }
+  Dtype dtype() const { return dtype_; }
+  bool flash() const { return flash_; }
+
+  LayerCost layer(const LayerStrategy& s, int samples, int tp_nodes, int dp_nodes) const;
+  EmbeddingCost embedding(const LayerStrategy& s, int samples, int tp_nodes, int dp_nodes,
+                          bool pp_one) const;
+  // Reshard time per micro-batch from a layer of class a to one of class b (estimator rule):
+  // tp grows: all-gather of b's boundary over b.tp/a.tp ranks; tp shrinks: of a's boundary.
+  double reshard_s(const LayerCost& a, const LayerCost& b) const;
+  // Device optimizer time per parameter, host (offloaded) optimizer time per parameter.
+  double device_opt_s_per_param() const { return dev_opt_rate_; }
+  double host_opt_s_per_param() const { return host_opt_rate_; }
+  const CostModel& cost(int tp) const;  // a cost model whose plan has embedding.tp == tp
+
+ private:
+  const ModelSpec& m_;
+  const ClusterSpec& c_;
+  Dtype dtype_;
+  bool flash_;
+  bool overlap_;
+  int e_;
+  int64_t opt_bpp_;
+  double dev_opt_rate_ = 0, host_opt_rate_ = 0;
+  std::vector<std::unique_ptr<Plan>> plans_;  // by log2(tp); CostModel keeps references
+  std::vector<std::unique_ptr<CostModel>> costs_;
+};
+
+// Candidate per-layer strategies of a stage of D devices with Bm samples per micro-batch,
+// before pruning: tp a power of two up to the node (dividing heads, kv heads, ffn and D),
+// dp = D/tp dividing Bm, sequence parallel, ZeRO 0-3 (only with dp > 1), recompute, offload.
+struct SpaceFilter {
+  std::vector<int> tp_degrees;            // empty: powers of two up to GPUs per node
+  std::vector<int> zero_stages{0, 1, 2, 3};
+  std::vector<Recompute> recompute{Recompute::none, Recompute::selective, Recompute::full};
+  bool sequence_parallel_off = true;      // candidates without sp (tp > 1)
+  bool sequence_parallel_on = true;       // candidates with sp (tp > 1)
+  bool offload = true;
+  int max_samples_per_rank = 64;
+};
+std::vector<int> tp_degrees_for(const ModelSpec& m, const ClusterSpec& c, int D, int Bm,
+                                const SpaceFilter& f);
+std::vector<LayerStrategy> layer_candidates(const ModelSpec& m, const ClusterSpec& c, int D,
+                                            int Bm, const SpaceFilter& f);
+std::vector<LayerStrategy> embedding_candidates(const ModelSpec& m, const ClusterSpec& c, int D,
+                                                int Bm, const SpaceFilter& f);
+
+// Drops every layer cost that another one of the same (tp, sp) class matches or beats in all of
+// busy, side streams, tail, states, kept and transient memory (the first in order survives
+// among equals). Keeps the input order otherwise.
+std::vector<LayerCost> prune_dominated(std::vector<LayerCost> in);
+std::vector<EmbeddingCost> prune_dominated(std::vector<EmbeddingCost> in);
+
+// The DP problem of one stage from its (pruned) layer costs: each item costs
+// M x step + tail per iteration (+ the pass-end transfers when it is the stage's first or last
+// layer) and
+// holds states + k x kept resident (k micro-batches in flight), rounded up to buckets; reshard
+// classes are the tp degrees, charged the larger (non-sequence-parallel) boundary; items beaten
+// for this (M, k) by one of their class in cost, edge and every memory term are dropped.
+// Item ids are indices into `costs`.
+// Per class of `prob` (built from `costs`), M x the reshard from a layer of strategy `from`
+// (the embedding) into the class: the stage's entry costs.
+std::vector<double> entry_costs(const CostTables& tables, const std::vector<LayerCost>& costs,
+                                const StageDpProblem& prob, const LayerStrategy& from, int from_samples,
+                                double M);
+StageDpProblem stage_problem(const CostTables& tables, const std::vector<LayerCost>& costs,
+                             double M, double k, int n_max, int64_t bucket_bytes,
+                             int64_t max_budget_bytes, int max_tr_classes, int max_kept_levels,
+                             bool exact);
+
+}  // namespace stratagem::search_detail

@@ -1,0 +1,402 @@
+#include "src/search/stage_dp.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <stdexcept>
+
+namespace stratagem::search_detail {
+
+namespace {
+// DP tables are large and short-lived: recycle their memory within a thread.
+std::vector<std::vector<double>>& table_pool() {
+  thread_local std::vector<std::vector<double>> pool;
+  return pool;
+}
+// dst[j] = min(dst[j], src[j] + add): the DP's inner loop (kept apart so that it vectorizes).
+__attribute__((noinline)) void relax(const double* __restrict src, double* __restrict dst, size_t len,
+                                     double add) {
+#pragma omp simd
+  for (size_t j = 0; j < len; ++j) {
+    const double v = src[j] + add, cur = dst[j];
+    dst[j] = v < cur ? v : cur;
+  }
+}
+std::vector<double> take_table() {
+  auto& pool = table_pool();
+  if (pool.empty()) return {};
+  std::vector<double> v = std::move(pool.back());
+  pool.pop_back();
+  return v;
+}
+
+std::vector<int64_t> distinct_sorted(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+// At most k values of the sorted list `v`, each a member of it, always including the largest:
+// every value of v is covered by the next chosen one at or above it.
+std::vector<int64_t> merged_classes(const std::vector<int64_t>& v, int k) {
+  if (int(v.size()) <= k || k <= 0) return v;
+  std::vector<int64_t> out;
+  const size_t n = v.size();
+  for (int i = 1; i <= k; ++i) {
+    const size_t idx = (n * size_t(i) + size_t(k) - 1) / size_t(k) - 1;
+    if (out.empty() || out.back() != v[idx]) out.push_back(v[idx]);
+  }
+  return out;
+}
+}  // namespace
+
+StageDp::StageDp(StageDpProblem p) : p_(std::move(p)) {
+  C_ = std::max(1, p_.num_classes);
+  if (int(p_.reshard.size()) != C_ * C_) p_.reshard.assign(size_t(C_) * C_, 0.0);
+  if (p_.items.size() > 32767) throw std::logic_error("StageDp: too many items");
+  M_ = std::max<int64_t>(0, p_.max_budget_bytes / std::max<int64_t>(1, p_.bucket_bytes));
+  const int S = int(p_.items.size());
+  // Cover levels: 0 and the items' kept activations (merged, rounding down, so the cover a
+  // level promises is always there).
+  std::vector<int64_t> kept;
+  for (const auto& it : p_.items)
+    if (it.kept > 0) kept.push_back(it.kept);
+  kept = distinct_sorted(kept);
+  L_ = {0};
+  if (p_.exact) {
+    L_.insert(L_.end(), kept.begin(), kept.end());
+  } else if (!kept.empty() && p_.max_kept_levels > 0) {
+    const int q = p_.max_kept_levels;
+    for (int i = 1; i <= q; ++i) {
+      const int64_t v = kept[(kept.size() * size_t(i)) / size_t(q + 1)];
+      if (v > L_.back()) L_.push_back(v);
+    }
+  }
+  Q_ = int(L_.size());
+  auto floor_level = [&](int64_t x) {
+    return int(std::upper_bound(L_.begin(), L_.end(), x) - L_.begin()) - 1;
+  };
+  after_.assign(S, std::vector<int>(Q_, 0));
+  for (int i = 0; i < S; ++i)
+    for (int q = 0; q < Q_; ++q) after_[i][q] = floor_level(L_[q] + p_.items[i].kept);
+  // Thresholds: what a layer may need beyond its cover, and the workspace.
+  std::vector<int64_t> trs, wss;
+  for (const auto& it : p_.items) {
+    wss.push_back(it.ws);
+    for (int q = 0; q < Q_; ++q) trs.push_back(std::max<int64_t>(0, it.tr - L_[q]));
+  }
+  trs = distinct_sorted(trs);
+  wss = distinct_sorted(wss);
+  if (!p_.exact) {
+    // Values closer than 1/128 of the budget axis fold into the larger, then at most
+    // max_tr_classes remain (each rounded up to a member).
+    const int64_t close = std::max<int64_t>(p_.bucket_bytes, p_.max_budget_bytes / 128);
+    std::vector<int64_t> folded;
+    for (auto it = trs.rbegin(); it != trs.rend(); ++it)
+      if (folded.empty() || folded.back() - *it > close) folded.push_back(*it);
+    std::reverse(folded.begin(), folded.end());
+    trs = merged_classes(folded, p_.max_tr_classes);
+    if (!wss.empty()) wss = {wss.back()};
+  }
+  for (int64_t ws : wss)
+    for (int64_t tr : trs) {
+      Threshold t;
+      t.tr = tr, t.ws = ws;
+      // Under this threshold an item matters through (cost + the row's edges, w) and, where
+      // layers sit above it, through the levels it admits and leads to: keep the front.
+      auto usable = [&](const DpItem& it) {
+        return it.ws <= ws && it.w <= M_ && admits(t, it, Q_ - 1);
+      };
+      auto front = [&](bool with_first, bool with_last, bool level0_only, bool above) {
+        std::vector<int> out;
+        auto c_of = [&](const DpItem& it) {
+          return it.cost + (with_first ? it.first : 0.0) + (with_last ? it.last : 0.0);
+        };
+        for (int c = 0; c < C_; ++c)
+          for (int i = 0; i < S; ++i) {
+            const DpItem& it = p_.items[i];
+            if (it.cls != c || !usable(it) || (level0_only && !admits(t, it, 0))) continue;
+            bool dead = false;
+            for (int j = 0; j < S && !dead; ++j) {
+              const DpItem& o = p_.items[j];
+              if (j == i || o.cls != c || !usable(o) || (level0_only && !admits(t, o, 0))) continue;
+              bool beats = c_of(o) <= c_of(it) && o.w <= it.w;
+              bool equal = c_of(o) == c_of(it) && o.w == it.w;
+              for (int q = 0; q < (level0_only ? 1 : Q_) && beats; ++q) {
+                beats = beats && (admits(t, o, q) || !admits(t, it, q));
+                equal = equal && admits(t, o, q) == admits(t, it, q);
+                if (above) {
+                  beats = beats && after_[j][q] >= after_[i][q];
+                  equal = equal && after_[j][q] == after_[i][q];
+                }
+              }
+              dead = beats && (!equal || j < i);
+            }
+            if (!dead) out.push_back(i);
+          }
+        return out;
+      };
+      t.items = front(false, false, false, true);
+      t.tail = front(false, true, true, true);
+      t.head = front(true, false, false, false);
+      t.single = front(true, true, true, false);
+      if (t.single.empty() && t.head.empty()) continue;
+      run(t);
+      thr_.push_back(std::move(t));
+    }
+}
+
+StageDp::~StageDp() {
+  auto& pool = table_pool();
+  for (auto& t : thr_)
+    if (pool.size() < 64 && t.f.capacity() > 0) pool.push_back(std::move(t.f));
+}
+
+void StageDp::run(Threshold& t) {
+  const int N = std::max(1, p_.n_max);
+  const size_t row = size_t(M_ + 1);
+  const size_t size = size_t(N + 1) * size_t(C_) * size_t(Q_) * row;
+  t.f = take_table();
+  t.f.resize(size);  // each row is set to infinity right before it is filled (stays in cache)
+  std::vector<double> g(size_t(C_) * size_t(Q_) * row);
+  auto grow = [&](int b, int q) { return g.data() + (size_t(b) * Q_ + size_t(q)) * row; };
+  // Rows 1 .. N-1: row N, the first layer, is resolved by best().
+  for (int n = 1; n <= N - 1; ++n) {
+    const std::vector<int>& items = n == 1 ? t.tail : t.items;
+    std::fill(t.f.begin() + long(at(n, 0, 0, 0)), t.f.begin() + long(at(n + 1, 0, 0, 0)), kInf);
+    // g[b][q][m]: the cheapest n-1 layers below within m buckets, at cover level q, next to a
+    // class-b layer.
+    if (n == 1) {
+      std::fill(g.begin(), g.end(), kInf);
+      for (int b = 0; b < C_; ++b) std::fill(grow(b, 0), grow(b, 0) + row, 0.0);
+    } else {
+      for (int b = 0; b < C_; ++b)
+        for (int q = 0; q < Q_; ++q) {
+          double* gb = grow(b, q);
+          std::fill(gb, gb + row, kInf);
+          for (int a = 0; a < C_; ++a) {
+            relax(t.f.data() + at(n - 1, 0, a, q), gb, row, p_.reshard[size_t(a) * C_ + b]);
+          }
+        }
+    }
+    // One item at a time over the whole memory row (contiguous, vectorizes). No parent
+    // pointers: reconstruct() finds the first (item, level) in this order that gives the value.
+    for (int i : items) {
+      const DpItem& it = p_.items[i];
+      const double cost = it.cost + (n == 1 ? it.last : 0.0);
+      const size_t w = size_t(it.w);
+      for (int q = 0; q < (n == 1 ? 1 : Q_); ++q) {
+        if (!admits(t, it, q)) continue;
+        // f[m] = min(f[m], g[m - w] + cost) for m >= w.
+        relax(grow(it.cls, q), t.f.data() + at(n, 0, it.cls, after_[i][q]) + w, row - w, cost);
+      }
+    }
+    cells_ += uint64_t(row) * (items.size() * Q_ + size_t(C_) * C_ * Q_);
+  }
+}
+
+StageDp::Answer StageDp::best(int n, int64_t budget, int64_t extra_tr, int64_t extra_ws,
+                              const std::vector<double>* entry) const {
+  Answer a;
+  if (n < 1 || n > p_.n_max) return a;
+  for (int k = 0; k < int(thr_.size()); ++k) {
+    const Threshold& t = thr_[k];
+    const int64_t reserved = std::max(t.tr, extra_tr) + std::max(t.ws, extra_ws);
+    const int64_t room = budget - reserved;
+    if (room < 0) continue;
+    const int64_t m = std::min(M_, room / p_.bucket_bytes);
+    // Row n: the first layer on top of the best n-1 layers below it.
+    for (int i : n == 1 ? t.single : t.head) {
+      const DpItem& it = p_.items[i];
+      if (it.w > m) continue;
+      for (int q = 0; q < (n == 1 ? 1 : Q_); ++q) {
+        if (!admits(t, it, q)) continue;
+        double prev = 0;
+        if (n > 1) {
+          prev = kInf;
+          for (int b = 0; b < C_; ++b)
+            prev = std::min(prev, t.f[at(n - 1, m - it.w, b, q)] + p_.reshard[size_t(b) * C_ + it.cls]);
+          if (prev == kInf) continue;
+        }
+        const double v = prev + it.cost + it.first + (n == 1 ? it.last : 0.0) +
+                         (entry ? (*entry)[it.cls] : 0.0);
+        if (v < a.cost) a = {v, k, m, i, q, reserved};
+      }
+    }
+  }
+  return a;
+}
+
+double StageDp::below(const Threshold& t, int n, int64_t m, int b, int q) const {
+  if (n == 1) return q == 0 ? 0.0 : kInf;
+  double v = kInf;
+  for (int a = 0; a < C_; ++a) v = std::min(v, t.f[at(n - 1, m, a, q)] + p_.reshard[size_t(a) * C_ + b]);
+  return v;
+}
+
+std::vector<int> StageDp::reconstruct(int n, const Answer& a, int64_t* footprint) const {
+  std::vector<int> seq;
+  if (a.threshold < 0) return seq;
+  const Threshold& t = thr_[a.threshold];
+  const DpItem& head = p_.items[a.head];
+  seq.push_back(head.id);
+  int64_t m = a.m - head.w;
+  int cls = head.cls, q = a.level;
+  for (int k = n - 1; k >= 1; --k) {
+    // The class below that gives the minimum (first minimum, as in run()'s g).
+    double best = kInf;
+    int arg = -1;
+    for (int b = 0; b < C_; ++b) {
+      const double v = t.f[at(k, m, b, q)];
+      if (v == kInf) continue;
+      const double x = v + p_.reshard[size_t(b) * C_ + cls];
+      if (x < best) best = x, arg = b;
+    }
+    if (arg < 0) throw std::logic_error("StageDp: broken chain");
+    // The first (item, level) of run()'s order that produced f[k][m][arg][q].
+    const double target = t.f[at(k, m, arg, q)];
+    int found = -1, prev_q = -1;
+    for (int i : k == 1 ? t.tail : t.items) {
+      const DpItem& it = p_.items[i];
+      if (it.cls != arg || it.w > m) continue;
+      const double cost = it.cost + (k == 1 ? it.last : 0.0);
+      for (int pq = 0; pq < (k == 1 ? 1 : Q_) && found < 0; ++pq) {
+        if (!admits(t, it, pq) || after_[i][pq] != q) continue;
+        if (below(t, k, m - it.w, arg, pq) + cost == target) found = i, prev_q = pq;
+      }
+      if (found >= 0) break;
+    }
+    if (found < 0) throw std::logic_error("StageDp: broken chain");
+    seq.push_back(p_.items[found].id);
+    m -= p_.items[found].w;
+    cls = arg;
+    q = prev_q;
+  }
+  // seq[0] is row n (the stage's first layer), seq[n-1] row 1 (its last layer).
+  if (footprint) *footprint = (a.m - m) * p_.bucket_bytes + a.reserved;
+  return seq;
+}
+
+double stage_model_cost(const StageDpProblem& p, const std::vector<int64_t>& L,
+                        const std::vector<int>& idx, int64_t budget, int64_t extra_tr,
+                        int64_t extra_ws, const std::vector<double>* entry) {
+  const int C = std::max(1, p.num_classes);
+  const int n = int(idx.size());
+  auto floor_level = [&](int64_t x) { return int(std::upper_bound(L.begin(), L.end(), x) - L.begin()) - 1; };
+  int64_t w = 0, peak = extra_tr, ws = extra_ws;
+  double cost = 0;
+  int q = 0;
+  for (int l = n - 1; l >= 0; --l) {
+    const DpItem& it = p.items[idx[l]];
+    w += it.w;
+    peak = std::max(peak, std::max<int64_t>(0, it.tr - L[q]));
+    ws = std::max(ws, it.ws);
+    cost += it.cost;
+    if (l > 0) cost += p.reshard.empty() ? 0.0 : p.reshard[size_t(p.items[idx[l - 1]].cls) * C + it.cls];
+    q = floor_level(L[q] + it.kept);
+  }
+  cost += p.items[idx[0]].first + p.items[idx[n - 1]].last;
+  if (entry) cost += (*entry)[p.items[idx[0]].cls];
+  return w * p.bucket_bytes + peak + ws <= budget ? cost : kInf;
+}
+
+double brute_force_stage(const StageDpProblem& p, const std::vector<int64_t>& levels, int n,
+                         int64_t budget, int64_t extra_tr, int64_t extra_ws,
+                         const std::vector<double>* entry, std::vector<int>* best_seq) {
+  const int S = int(p.items.size());
+  double best = kInf;
+  std::vector<int> idx(n, 0);
+  if (S == 0 || n < 1) return best;
+  while (true) {
+    const double cost = stage_model_cost(p, levels, idx, budget, extra_tr, extra_ws, entry);
+    if (cost < best) {
+      best = cost;
+      if (best_seq) {
+        best_seq->clear();
+        for (int l = 0; l < n; ++l) best_seq->push_back(p.items[idx[l]].id);
+      }
+    }
+    int l = n - 1;
+    while (l >= 0 && ++idx[l] == S) idx[l--] = 0;
+    if (l < 0) break;
+  }
+  return best;
+}
+
+namespace {
+// min sum_s T[s][n_s] over n_s >= n_min, sum = L, with T[s][n_s] <= cap. Fills choice.
+double min_sum_capped(const std::vector<std::vector<double>>& T, int L, int n_min, double cap,
+                      std::vector<int>* choice) {
+  const int S = int(T.size());
+  std::vector<double> h(size_t(S + 1) * (L + 1), kInf);
+  std::vector<int> arg(size_t(S + 1) * (L + 1), -1);
+  h[0] = 0;
+  for (int s = 0; s < S; ++s) {
+    const auto& row = T[s];
+    for (int N = 0; N <= L; ++N) {
+      const double base = h[size_t(s) * (L + 1) + N];
+      if (base == kInf) continue;
+      for (int n = std::max(1, n_min); n < int(row.size()) && N + n <= L; ++n) {
+        const double v = row[n];
+        if (v == kInf || v > cap) continue;
+        double& slot = h[size_t(s + 1) * (L + 1) + N + n];
+        if (base + v < slot) {
+          slot = base + v;
+          arg[size_t(s + 1) * (L + 1) + N + n] = n;
+        }
+      }
+    }
+  }
+  const double total = h[size_t(S) * (L + 1) + L];
+  if (choice && total < kInf) {
+    choice->assign(S, 0);
+    int N = L;
+    for (int s = S; s >= 1; --s) {
+      const int n = arg[size_t(s) * (L + 1) + N];
+      (*choice)[s - 1] = n;
+      N -= n;
+    }
+  }
+  return total;
+}
+}  // namespace
+
+double min_sum_partition(const std::vector<std::vector<double>>& T, int L, int n_min) {
+  return min_sum_capped(T, L, n_min, kInf, nullptr);
+}
+
+std::vector<int> solve_partition(const std::vector<std::vector<double>>& T, int L, int n_min,
+                                 double bubble_weight, double* objective) {
+  std::vector<double> vals;
+  for (const auto& row : T)
+    for (int n = std::max(1, n_min); n < int(row.size()); ++n)
+      if (row[n] < kInf) vals.push_back(row[n]);
+  std::sort(vals.begin(), vals.end());
+  vals.erase(std::unique(vals.begin(), vals.end()), vals.end());
+  std::vector<int> best;
+  if (vals.empty()) return best;
+  // Smallest feasible maximum stage cost.
+  int lo = 0, hi = int(vals.size()) - 1;
+  if (min_sum_capped(T, L, n_min, vals[hi], nullptr) == kInf) return best;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (min_sum_capped(T, L, n_min, vals[mid], nullptr) < kInf) hi = mid;
+    else lo = mid + 1;
+  }
+  double best_obj = kInf;
+  // Exact for bubble_weight in [0, 1]: under each cap the least sum is best among partitions of
+  // that maximum, and one of a smaller maximum and no larger sum beats them all.
+  for (int k = lo; k < int(vals.size()); ++k) {
+    std::vector<int> choice;
+    const double sum = min_sum_capped(T, L, n_min, vals[k], &choice);
+    if (sum == kInf) continue;
+    double mx = 0;
+    for (size_t s = 0; s < choice.size(); ++s) mx = std::max(mx, T[s][choice[s]]);
+    const double obj = mx + bubble_weight * (sum - mx);
+    if (obj < best_obj) best_obj = obj, best = choice;
+    // A partition that needs the next larger cap has that maximum, so it costs at least that.
+    if (k + 1 < int(vals.size()) && vals[k + 1] >= best_obj) break;
+  }
+  if (objective) *objective = best_obj;
+  return best;
+}
+
+}  // namespace stratagem::search_detail

@@ -1,0 +1,135 @@
+// The dynamic program over the layers of one pipeline stage, under a discretized memory budget,
+// and the stage-partition solver on top of it.
+//
+// Stage model. A stage runs layers c_0 (first) .. c_{n-1} (last); each c_l is an item (a layer
+// strategy with its costs). The stage costs
+//     sum_l cost(c_l) + sum_{l>0} reshard(class(c_{l-1}), class(c_l))
+//       + first(c_0) + entry(class(c_0)) + last(c_{n-1})
+// (first/last: what a stage's first and last layer add, e.g. weight fetches or activation copies
+// nothing can hide; entry: per class, e.g. the reshard from the embedding, given per query), and
+// fits its budget when
+//     bucket * sum_l w(c_l) + max(max_l e_l, extra_tr) + max(max_l ws(c_l), extra_ws) <= budget.
+// w is the item's resident memory (model states + in-flight saved activations) in buckets,
+// rounded up; ws its gradient workspace. e_l is what layer l needs at its worst moment beyond
+// the activations of the layers up to it: its transient tr(c_l) less the activations of the
+// layers after it, which its backward pass has already freed; that cover is counted in levels:
+//     q_{n-1} = 0,  q_{l-1} = floor_level(q_l + kept(c_l)),  e_l = max(0, tr(c_l) - q_l)
+// where floor_level rounds down to one of the levels 0 = L_0 < L_1 < .. (from the items' kept
+// activations). The DP builds a stage from its last layer up (rows 1 .. n) with state
+// (row, memory, class of the row's layer, level) and resolves the first layer, row n, at query
+// time. The max terms are handled by thresholds: per threshold (X_tr, X_ws) the DP admits an
+// item at level q when tr - L_q <= X_tr and ws <= X_ws, and reserves X_tr and X_ws. With every
+// distinct threshold and level (exact mode) the DP is exact for this model; by default the
+// thresholds are merged into a few classes and the levels into one (each rounded so that
+// answers still fit).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace stratagem::search_detail {
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct DpItem {
+  int id = 0;         // the caller's index
+  int cls = 0;        // reshard class, 0 .. num_classes-1
+  double cost = 0;    // objective (seconds per iteration)
+  double last = 0;    // extra cost when it is the stage's last layer
+  double first = 0;   // extra cost when it is the stage's first layer
+  int64_t w = 0;      // resident memory in buckets
+  int64_t tr = 0;     // transient bytes beyond its own kept activations
+  int64_t kept = 0;   // saved activations of one micro-batch (covers earlier layers' peaks)
+  int64_t ws = 0;     // workspace bytes
+};
+
+struct StageDpProblem {
+  std::vector<DpItem> items;
+  int num_classes = 1;
+  std::vector<double> reshard;  // [a * num_classes + b]: from a layer of class a to one of b
+  int n_max = 1;                // longest sequence asked for
+  int64_t bucket_bytes = 64LL << 20;
+  int64_t max_budget_bytes = 0;  // the largest budget a query passes (bounds the memory axis)
+  int max_tr_classes = 3;
+  int max_kept_levels = 1;  // levels above 0
+  bool exact = false;       // every distinct threshold and level: exact for the model above
+};
+
+class StageDp {
+ public:
+  explicit StageDp(StageDpProblem p);
+  ~StageDp();
+  StageDp(const StageDp&) = delete;
+  StageDp& operator=(const StageDp&) = delete;
+
+  struct Answer {
+    double cost = kInf;
+    int threshold = -1;
+    int64_t m = -1;        // memory cap in buckets
+    int head = -1;         // the first layer's item (index into problem().items)
+    int level = 0;         // cover level below the first layer
+    int64_t reserved = 0;  // bytes reserved for the transient and workspace maxima
+  };
+  // Cheapest n-layer sequence within `budget_bytes`, reserving at least extra_tr / extra_ws;
+  // `entry` (per class, may be null) is added for the class of the first layer.
+  Answer best(int n, int64_t budget_bytes, int64_t extra_tr, int64_t extra_ws,
+              const std::vector<double>* entry = nullptr) const;
+  // Item ids of that sequence, the stage's first layer first; `footprint` (optional) gets the
+  // model's memory of it: buckets x bucket bytes + the reserved bytes.
+  std::vector<int> reconstruct(int n, const Answer& a, int64_t* footprint = nullptr) const;
+
+  const StageDpProblem& problem() const { return p_; }
+  const std::vector<int64_t>& levels() const { return L_; }
+  uint64_t cells() const { return cells_; }
+  int thresholds() const { return int(thr_.size()); }
+
+ private:
+  struct Threshold {
+    int64_t tr = 0, ws = 0;
+    std::vector<int> items;   // rows 2 .. n-1
+    std::vector<int> tail;    // row 1, the stage's last layer
+    std::vector<int> head;    // row n, the first layer
+    std::vector<int> single;  // n = 1: first and last
+    std::vector<double> f;    // [((n * C + cls) * Q + level) * (M + 1) + m]
+  };
+  size_t at(int n, int64_t m, int cls, int q) const {
+    return ((size_t(n) * size_t(C_) + size_t(cls)) * size_t(Q_) + size_t(q)) * size_t(M_ + 1) + size_t(m);
+  }
+  bool admits(const Threshold& t, const DpItem& it, int q) const { return it.tr - L_[q] <= t.tr; }
+  void run(Threshold& t);
+  // g[b][q][m] of row n (the cheapest n-1 layers below, next to a class-b layer) at one m.
+  double below(const Threshold& t, int n, int64_t m, int b, int q) const;
+
+  StageDpProblem p_;
+  int C_ = 1, Q_ = 1;
+  int64_t M_ = 0;
+  std::vector<int64_t> L_;          // levels, L_[0] = 0
+  std::vector<std::vector<int>> after_;  // [item][level] -> level after adding the item below
+  std::vector<Threshold> thr_;
+  uint64_t cells_ = 0;
+};
+
+// The model above, evaluated for one sequence (its cost, kInf when it does not fit).
+double stage_model_cost(const StageDpProblem& p, const std::vector<int64_t>& levels,
+                        const std::vector<int>& item_index, int64_t budget_bytes, int64_t extra_tr,
+                        int64_t extra_ws, const std::vector<double>* entry = nullptr);
+// Brute force over every sequence of n items for the same model (tests). Returns the minimum
+// cost (kInf when nothing fits) and, if asked, the sequence of item ids.
+double brute_force_stage(const StageDpProblem& p, const std::vector<int64_t>& levels, int n,
+                         int64_t budget_bytes, int64_t extra_tr, int64_t extra_ws,
+                         const std::vector<double>* entry = nullptr, std::vector<int>* best = nullptr);
+
+// Stage partition. T[s][n] is the cost of stage s holding n layers (kInf: does not fit or not
+// allowed), n = 0 .. T[s].size()-1. Chooses n_s >= n_min with sum n_s = L minimizing
+//     max_s T[s][n_s] + bubble_weight * (sum_s T[s][n_s] - max_s T[s][n_s])
+// (the slowest stage paces every micro-batch; the others fill and drain the pipeline): the
+// smallest achievable maximum is found by bisection over the stage costs, then larger maxima
+// are tried, each with the least sum under it, while they can still win (exact for
+// bubble_weight in [0, 1]). Empty when nothing is feasible.
+std::vector<int> solve_partition(const std::vector<std::vector<double>>& T, int L, int n_min,
+                                 double bubble_weight, double* objective = nullptr);
+// Minimum over partitions of sum_s T[s][n_s] (lower bounds).
+double min_sum_partition(const std::vector<std::vector<double>>& T, int L, int n_min);
+
+}  // namespace stratagem::search_detail
