@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${STRATAGEM_BIN:-${BUILD:-build}/stratagem}
-THREADS=${THREADS:-$(nproc)} BATCH=${BATCH:-2} SEQ=${SEQ:-256} STEPS=${STEPS:-3}
+THREADS=${THREADS:-$(nproc)} BATCH=${BATCH:-4} SEQ=${SEQ:-512} STEPS=${STEPS:-2}
 WORK=$(mktemp -d) && trap 'rm -rf "$WORK"' EXIT
 export OMP_NUM_THREADS=$THREADS
 blas=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | awk '/^Value:/{print $2}')
