@@ -1,0 +1,57 @@
+// The simulator against the published Megatron-LM A100 runs: every rank's Program in virtual
+// time on the same cost model as the estimator. Same tolerance and the same stated exception
+// for the DeepSpeed ZeRO-3 rows as test_calibration.cpp.
+#define BOOST_TEST_MODULE calibration_sim
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+
+#include <mpi.h>
+
+#include "stratagem/cost.hpp"
+#include "stratagem/simulate.hpp"
+#include "test/calibration/megatron_rows.hpp"
+
+using namespace stratagem;
+
+namespace {
+constexpr double kTolerance = 0.15;  // |simulated - published| / published, PTD-P rows
+
+struct MpiFixture {
+  MpiFixture() { MPI_Init(nullptr, nullptr); }
+  ~MpiFixture() { MPI_Finalize(); }
+};
+BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
+
+double simulated_s(const calibration::Row& r) {
+  CostModel cost(r.model, r.cluster, r.plan);
+  const CostModelCosts costs(cost);
+  const SimResult sim = simulate(build_program(r.model, r.plan), Layout(r.plan, r.cluster), r.cluster, costs);
+  BOOST_TEST(!sim.oom.oom, r.id << " runs out of memory in the simulator");
+  return double(sim.makespan_ns) * 1e-9 / sim.iterations;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(megatron_ptdp_rows_within_15_percent_simulated) {
+  int n = 0;
+  for (const auto& r : calibration::load_rows()) {
+    if (r.framework != "Megatron") continue;
+    const double t = simulated_s(r);
+    BOOST_TEST_INFO(r.id << ": simulated " << t << " s, published " << r.published_s << " s");
+    BOOST_TEST(std::abs(t - r.published_s) / r.published_s <= kTolerance);
+    ++n;
+  }
+  BOOST_TEST(n == 16);
+}
+
+BOOST_AUTO_TEST_CASE(deepspeed_zero3_rows_are_a_lower_bound_simulated) {
+  // Known miss (see test_calibration.cpp): the published ZeRO-3 times do not shrink with more
+  // GPUs, i.e. framework overhead our Program does not model. The forecast must stay a
+  // physically possible lower bound, not a fit.
+  for (const auto& r : calibration::load_rows()) {
+    if (r.framework == "Megatron") continue;
+    const double t = simulated_s(r);
+    BOOST_TEST_INFO(r.id << ": simulated " << t << " s, published " << r.published_s << " s");
+    BOOST_TEST(t < r.published_s);
+    BOOST_TEST(t > 0.15 * r.published_s);
+  }
+}
