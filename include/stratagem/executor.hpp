@@ -72,6 +72,7 @@ class Executor {
   void run_op(const Op& op, int64_t step, MicroState*& ms, StepResult& out);
   MicroState& micro(int mb);
   Tensor& alloc_tracked(Tensor& slot, Shape shape, MemCategory cat);
+  void track(const std::vector<Tensor*>& tensors, MemCategory cat);  // count in the ledger
   void release(Tensor& t);
   void sample_memory(int64_t now_ns, StepResult& out);
   std::vector<std::pair<int64_t, int64_t>> layer_ranges(int layer) const;

@@ -118,10 +118,17 @@ Executor::Executor(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
 
 Executor::~Executor() = default;
 
+void Executor::track(const std::vector<Tensor*>& tensors, MemCategory cat) {
+  for (Tensor* t : tensors)
+    if (t->defined()) {
+      ledger_[t->data] = {cat, t->numel() * 4};
+      in_use_[static_cast<int>(cat)] += t->numel() * 4;
+    }
+}
+
 Tensor& Executor::alloc_tracked(Tensor& slot, Shape shape, MemCategory cat) {
   slot = be_.allocate(shape);
-  ledger_[slot.data] = {cat, shape.numel() * 4};
-  in_use_[static_cast<int>(cat)] += shape.numel() * 4;
+  track({&slot}, cat);
   return slot;
 }
 
@@ -269,9 +276,7 @@ void Executor::run_op(const Op& op, int64_t step, MicroState*& ms_out, StepResul
       if (op.phase == Phase::forward) {
         if (!full) {
           acts = allocate_attention_acts(be_, cfg_, B, T, rc);
-          for (Tensor* t : tensors_of(acts))
-            if (t->defined()) ledger_[t->data] = {MemCategory::activations, t->numel() * 4},
-                              in_use_[static_cast<int>(MemCategory::activations)] += t->numel() * 4;
+          track(tensors_of(acts), MemCategory::activations);
         }
         // Under full recompute only the layer input survives: the block output goes to a
         // scratch stream and is rebuilt before backward.
@@ -296,9 +301,7 @@ void Executor::run_op(const Op& op, int64_t step, MicroState*& ms_out, StepResul
       if (op.phase == Phase::forward) {
         if (!full) {
           acts = allocate_mlp_acts(be_, cfg_, B, T);
-          for (Tensor* t : tensors_of(acts))
-            if (t->defined()) ledger_[t->data] = {MemCategory::activations, t->numel() * 4},
-                              in_use_[static_cast<int>(MemCategory::activations)] += t->numel() * 4;
+          track(tensors_of(acts), MemCategory::activations);
         }
         const Tensor& x_in = full ? scratch_mid_ : ms.x[2 * l + 1];
         mlp_forward(be_, cfg_, w.layer(l), x_in, alloc_tracked(ms.x[2 * l + 2], stream, MemCategory::activations), acts);
