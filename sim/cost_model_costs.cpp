@@ -4,10 +4,13 @@
 namespace stratagem {
 
 CostModelCosts::CostModelCosts(const CostModel& cost) : cost_(cost) {
-  for (int s = 0; s < cost.plan().pp; ++s) workspace_.push_back(stratagem::workspace_bytes(cost, s));
+  for (int s = 0; s < cost.plan().pp; ++s)
+    workspace_.push_back(stratagem::workspace_bytes(cost, s));
 }
 
-double CostModelCosts::compute_time_s(const Op& op) const { return cost_.compute_time_s(op); }
+double CostModelCosts::compute_time_s(const Op& op) const {
+  return cost_.compute_time_s(op);
+}
 
 CommCost CostModelCosts::comm_cost(const Op& op, const Layout& layout, int rank) const {
   return cost_.comm_cost(op, layout, rank);

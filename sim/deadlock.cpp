@@ -69,7 +69,9 @@ std::string Engine::describe_stuck(const RankSt& r) const {
         }
         break;
       }
-      default: os << " (running)"; break;
+      default:
+        os << " (running)";
+        break;
     }
   }
   return os.str();

@@ -60,8 +60,9 @@ void Engine::setup() {
     MPI_Allreduce(&u, &any, 1, MPI_INT, MPI_MAX, comm_);
     if (any) {
       if (opt_.mirror)
-        throw InputError("simulate --mirror: a communication op without latency leaves the "
-                         "parallel simulation no lookahead");
+        throw InputError(
+            "simulate --mirror: a communication op without latency leaves the "
+            "parallel simulation no lookahead");
       // Zero-latency communication: no lookahead; process 0 simulates every rank.
       partition(true);
       lookahead_.clear(part_.local_ranks.size());
@@ -192,21 +193,27 @@ void Engine::handle(const Ev& e) {
       complete_op(r, s, e.t, false);
       return;
     }
-    case kEvOpEnd: complete_op(ranks_[e.id], int(e.ver), e.t, false); return;
+    case kEvOpEnd:
+      complete_op(ranks_[e.id], int(e.ver), e.t, false);
+      return;
     case kEvColl:
     case kEvCollDone: {
       const Coll& c = colls_[int(e.id)];
       if (!c.live || e.ver != c.ver) return;
-      if (e.type() == kEvColl) coll_data_done(int(e.id), e.t);
-      else coll_finish(int(e.id), e.t);
+      if (e.type() == kEvColl)
+        coll_data_done(int(e.id), e.t);
+      else
+        coll_finish(int(e.id), e.t);
       return;
     }
     case kEvXfer:
     case kEvXferDone: {
       const Xfer& x = xfers_[int(e.id)];
       if (!x.live || e.ver != x.ver) return;
-      if (e.type() == kEvXfer) xfer_data_done(int(e.id), e.t);
-      else xfer_done(int(e.id), e.t);
+      if (e.type() == kEvXfer)
+        xfer_data_done(int(e.id), e.t);
+      else
+        xfer_done(int(e.id), e.t);
       return;
     }
     case kEvDeliver: {
@@ -243,7 +250,9 @@ void Engine::apply(const Msg& m) {
         queue_.push(c.value, kEvCollDone, uint32_t(id), c.ver);
       return;
     }
-    case kMsgJoin: join_flow(m.i0, m.x, m.y, m.t0, kOwnForeign, -1, 0); return;
+    case kMsgJoin:
+      join_flow(m.i0, m.x, m.y, m.t0, kOwnForeign, -1, 0);
+      return;
     case kMsgDeliver: {
       const int id = deliveries_.acquire();
       deliveries_[id] = {m.i0, m.i1, m.u, m.t0, m.t1};
@@ -328,7 +337,8 @@ bool Engine::start_op(RankSt& r, const StageData& sd, int s, uint32_t op, Time t
       r.running[s] = 1;
       start_send(r, sd, s, op, t);
       return false;
-    case OpKind::recv: return start_recv(r, sd, s, op, t);
+    case OpKind::recv:
+      return start_recv(r, sd, s, op, t);
     case OpKind::copy_d2h:
     case OpKind::copy_h2d:
       r.running[s] = 1;

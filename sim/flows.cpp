@@ -25,8 +25,10 @@ void Engine::join_flow(int res, int64_t work, int64_t w, Time join, OwnerKind ki
 }
 
 void Engine::finish_changed(OwnerKind kind, int32_t owner, int32_t slot, Time fin) {
-  if (kind == kOwnColl) colls_[owner].members[slot].fin = fin;
-  else xfers_[owner].fin = fin;
+  if (kind == kOwnColl)
+    colls_[owner].members[slot].fin = fin;
+  else
+    xfers_[owner].fin = fin;
   mark_owner(kind, owner);
 }
 
@@ -41,8 +43,10 @@ void Engine::mark_owner(OwnerKind kind, int id) {
 void Engine::flush_owners() {
   for (size_t i = 0; i < dirty_owners_.size(); ++i) {
     const auto [k, id] = dirty_owners_[i];
-    if (k == kOwnColl) coll_update(id);
-    else xfer_update(id);
+    if (k == kOwnColl)
+      coll_update(id);
+    else
+      xfer_update(id);
   }
   dirty_owners_.clear();
 }

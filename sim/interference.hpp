@@ -33,8 +33,10 @@ inline Time kernel_end(const ComputeKernel& k, const Windows& act_b, int64_t slo
     for (int s = 1; s < kStreams; ++s) {
       const Time b = act_b[s];
       if (b == kNever) continue;
-      if (b <= t) active = true;
-      else next = std::min(next, b);
+      if (b <= t)
+        active = true;
+      else
+        next = std::min(next, b);
     }
     if (active) return t + ceil_div(R, slow);
     if (next == kNever || kS * (next - t) >= R) return t + ceil_div(R, kS);
@@ -54,8 +56,10 @@ inline void kernel_consume(ComputeKernel& k, const Windows& act_b, int64_t slow,
     for (int s = 1; s < kStreams; ++s) {
       const Time b = act_b[s];
       if (b == kNever) continue;
-      if (b <= t) active = true;
-      else next = std::min(next, b);
+      if (b <= t)
+        active = true;
+      else
+        next = std::min(next, b);
     }
     const Time seg = active ? now : std::min(next, now);
     R -= (active ? slow : kS) * (seg - t);

@@ -36,11 +36,11 @@ struct Channel {
 
 struct RankSt {
   int rank = 0, stage = 0, cls = 0, node = 0, li = -1;  // li: index among this process's ranks
-  std::array<uint32_t, kStreams> it{}, pos{};  // each stream's cursor: iteration, position
+  std::array<uint32_t, kStreams> it{}, pos{};           // each stream's cursor: iteration, position
   std::array<uint8_t, kStreams> running{};
   std::array<Time, kStreams> start{};
-  Windows act_b{};  // data movement of the stream's comm op began (kNever: none)
-  std::array<Time, kStreams> wake{};   // last completion on the stream
+  Windows act_b{};                    // data movement of the stream's comm op began (kNever: none)
+  std::array<Time, kStreams> wake{};  // last completion on the stream
   std::array<uint8_t, kStreams> wake_cat{};
   std::array<Time, kStreams> wake_dur{};  // how long that op moved data (not waiting for peers)
   bool dirty = false;

@@ -5,10 +5,9 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <stdexcept>
-#include <numeric>
-
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <stdexcept>
 
 #include "stratagem/simulate.hpp"
 #include "stratagem/trace.hpp"
@@ -50,7 +49,7 @@ nlohmann::json to_json(const SimResult& r, const ModelSpec& model, const Cluster
   // Mean over ranks of each rank's accounting, per iteration.
   double acc[8] = {};
   for (const auto& x : r.ranks) {
-    const int64_t v[8] = {x.compute_ns, x.recompute_ns, x.tp_ns, x.dp_ns,
+    const int64_t v[8] = {x.compute_ns, x.recompute_ns, x.tp_ns,      x.dp_ns,
                           x.pp_ns,      x.bubble_ns,    x.offload_ns, x.optimizer_ns};
     for (int k = 0; k < 8; ++k) acc[k] += double(v[k]);
   }
@@ -64,24 +63,25 @@ nlohmann::json to_json(const SimResult& r, const ModelSpec& model, const Cluster
   nlohmann::json per = nlohmann::json::array();
   for (const auto& x : r.ranks) {
     const double busy = double(x.compute_ns + x.recompute_ns + x.optimizer_ns) * 1e-9 / K;
-    nlohmann::json o = {{"rank", x.rank},
-                        {"stage", x.stage},
-                        {"peak_memory_bytes", x.peak_memory_bytes},
-                        {"peak_allocated_bytes", x.peak_allocated_bytes},
-                        {"peak_op_index", x.peak_op},
-                        {"peak_op", x.peak_op >= 0 ? op_name(program.stages[x.stage].ops[x.peak_op]) : "(start)"},
-                        {"peak_iteration", x.peak_iteration},
-                        {"peak_time_s", double(x.peak_time_ns) * 1e-9},
-                        {"busy_s", busy},
-                        {"idle_s", iter - busy},
-                        {"end_time_s", double(x.end_ns) * 1e-9},
-                        {"exposed_comm_s",
-                         {{"tp", double(x.tp_ns) * 1e-9 / K},
-                          {"dp", double(x.dp_ns) * 1e-9 / K},
-                          {"pp", double(x.pp_ns) * 1e-9 / K},
-                          {"offload", double(x.offload_ns) * 1e-9 / K}}},
-                        {"bubble_s", double(x.bubble_ns) * 1e-9 / K},
-                        {"ops", x.ops_executed}};
+    nlohmann::json o = {
+        {"rank", x.rank},
+        {"stage", x.stage},
+        {"peak_memory_bytes", x.peak_memory_bytes},
+        {"peak_allocated_bytes", x.peak_allocated_bytes},
+        {"peak_op_index", x.peak_op},
+        {"peak_op", x.peak_op >= 0 ? op_name(program.stages[x.stage].ops[x.peak_op]) : "(start)"},
+        {"peak_iteration", x.peak_iteration},
+        {"peak_time_s", double(x.peak_time_ns) * 1e-9},
+        {"busy_s", busy},
+        {"idle_s", iter - busy},
+        {"end_time_s", double(x.end_ns) * 1e-9},
+        {"exposed_comm_s",
+         {{"tp", double(x.tp_ns) * 1e-9 / K},
+          {"dp", double(x.dp_ns) * 1e-9 / K},
+          {"pp", double(x.pp_ns) * 1e-9 / K},
+          {"offload", double(x.offload_ns) * 1e-9 / K}}},
+        {"bubble_s", double(x.bubble_ns) * 1e-9 / K},
+        {"ops", x.ops_executed}};
     per.push_back(std::move(o));
   }
   j["per_rank"] = std::move(per);
@@ -92,10 +92,10 @@ nlohmann::json to_json(const SimResult& r, const ModelSpec& model, const Cluster
   j["hbm_bytes"] = cluster.gpu.hbm_bytes;
   if (r.oom.oom) {
     const int st = r.oom.rank >= 0 ? r.oom.rank / std::max(1, plan.devices_per_stage()) : -1;
-    j["oom"] = {{"rank", r.oom.rank},          {"stage", st},
-                {"op_index", r.oom.op},        {"op", r.oom.op_name},
+    j["oom"] = {{"rank", r.oom.rank},           {"stage", st},
+                {"op_index", r.oom.op},         {"op", r.oom.op_name},
                 {"iteration", r.oom.iteration}, {"time_s", double(r.oom.time_ns) * 1e-9},
-                {"bytes", r.oom.bytes},        {"hbm_bytes", r.oom.hbm_bytes}};
+                {"bytes", r.oom.bytes},         {"hbm_bytes", r.oom.hbm_bytes}};
   } else {
     j["oom"] = false;
   }
@@ -104,7 +104,8 @@ nlohmann::json to_json(const SimResult& r, const ModelSpec& model, const Cluster
 
 namespace {
 
-std::vector<trace::OpRecord> records_of(const Program& program, int stage, std::vector<SimOpSpan> spans) {
+std::vector<trace::OpRecord> records_of(const Program& program, int stage,
+                                        std::vector<SimOpSpan> spans) {
   std::sort(spans.begin(), spans.end(), [&](const SimOpSpan& a, const SimOpSpan& b) {
     if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
     if (a.iteration != b.iteration) return a.iteration < b.iteration;
@@ -113,14 +114,16 @@ std::vector<trace::OpRecord> records_of(const Program& program, int stage, std::
   std::vector<trace::OpRecord> out;
   out.reserve(spans.size());
   const auto& ops = program.stages[stage].ops;
-  for (const auto& s : spans) out.push_back(trace::make_record(ops[s.op], int(s.iteration), s.start_ns, s.end_ns));
+  for (const auto& s : spans)
+    out.push_back(trace::make_record(ops[s.op], int(s.iteration), s.start_ns, s.end_ns));
   return out;
 }
 
 }  // namespace
 
 void write_trace(const std::string& path, const SimResult& r, const ModelSpec& model,
-                 const ClusterSpec& cluster, const Plan& plan, const Program& program, MPI_Comm comm) {
+                 const ClusterSpec& cluster, const Plan& plan, const Program& program,
+                 MPI_Comm comm) {
   int P = 1, me = 0;
   if (comm != MPI_COMM_NULL) {
     MPI_Comm_size(comm, &P);

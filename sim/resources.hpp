@@ -38,10 +38,14 @@ class Network {
   // The resource a transfer of `rank` over `link` loads (-1: none).
   int resource_of(LinkClass link, int rank, OpKind kind) const {
     switch (link) {
-      case LinkClass::intra_node: return 3 * rank;
-      case LinkClass::inter_node: return nic_of_node(rank / gpus_per_node_);
-      case LinkClass::pcie: return 3 * rank + (kind == OpKind::copy_h2d ? 1 : 2);
-      default: return -1;
+      case LinkClass::intra_node:
+        return 3 * rank;
+      case LinkClass::inter_node:
+        return nic_of_node(rank / gpus_per_node_);
+      case LinkClass::pcie:
+        return 3 * rank + (kind == OpKind::copy_h2d ? 1 : 2);
+      default:
+        return -1;
     }
   }
   int nic_of_node(int node) const { return 3 * world_ + node; }

@@ -56,20 +56,24 @@ struct OpKeyHash {
   }
 };
 OpKey key_of(const Op& op) {
-  return {op.kind, op.stream, op.block, op.phase, op.collective, op.group, op.tp, op.tp_big,
-          op.chunk, op.layer, op.samples, op.bytes, op.flops};
+  return {op.kind,   op.stream, op.block, op.phase,   op.collective, op.group, op.tp,
+          op.tp_big, op.chunk,  op.layer, op.samples, op.bytes,      op.flops};
 }
 
 Cat category_of(const Op& op) {
   switch (op.kind) {
     case OpKind::collective:
       return op.group == GroupKind::dp || op.group == GroupKind::tied_embedding ? kDp : kTp;
-    case OpKind::send: return kPp;
-    case OpKind::recv: return kRecv;
+    case OpKind::send:
+      return kPp;
+    case OpKind::recv:
+      return kRecv;
     case OpKind::copy_d2h:
     case OpKind::copy_h2d:
-    case OpKind::host_compute: return kOffload;
-    default: return kNone;
+    case OpKind::host_compute:
+      return kOffload;
+    default:
+      return kNone;
   }
 }
 
@@ -92,8 +96,11 @@ CommP split_comm_cost(const CommCost& cc, const Op& op, const ClusterSpec& C) {
       cap = C.node.nic_count * C.node.nic.bandwidth_gbps * C.node.nic.bus_efficiency /
             std::max(1.0, C.network.oversubscription);
       break;
-    case LinkClass::pcie: cap = C.node.pcie.bandwidth_gbps; break;
-    default: break;
+    case LinkClass::pcie:
+      cap = C.node.pcie.bandwidth_gbps;
+      break;
+    default:
+      break;
   }
   p.w = kS;
   if (cap > 0 && cc.bandwidth_gbps > 0)
@@ -152,7 +159,9 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs) {
           sd.key[i] = op.group == GroupKind::pp_prev ? 1 : 0;
           sd.ci[i] = ncomm++;
           break;
-        case OpKind::recv: sd.key[i] = op.group == GroupKind::pp_prev ? 1 : 0; break;
+        case OpKind::recv:
+          sd.key[i] = op.group == GroupKind::pp_prev ? 1 : 0;
+          break;
         case OpKind::compute:
         case OpKind::host_compute: {
           OpKey key = key_of(op);
@@ -162,7 +171,8 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs) {
           sd.cdur[i] = it->second;
           break;
         }
-        default: break;
+        default:
+          break;
       }
     }
     // Group keys are stored in a byte per op.

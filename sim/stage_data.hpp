@@ -26,21 +26,21 @@ struct StageData {
   uint32_t n = 0;
   std::array<uint32_t, kStreams> len{};
   std::array<std::vector<uint32_t>, kStreams> ops_of;  // op indices of each stream, in order
-  std::vector<uint32_t> pos;   // position of op in its stream
-  std::vector<uint8_t> str;    // stream of op
-  std::vector<uint8_t> key;    // collective: group key; send/recv: 0 = pp_next, 1 = pp_prev
-  std::vector<uint32_t> ord;   // collective: ordinal among the stage's ops of its key
-  std::vector<uint8_t> cat;    // Cat of the op (for the breakdown)
+  std::vector<uint32_t> pos;                           // position of op in its stream
+  std::vector<uint8_t> str;                            // stream of op
+  std::vector<uint8_t> key;   // collective: group key; send/recv: 0 = pp_next, 1 = pp_prev
+  std::vector<uint32_t> ord;  // collective: ordinal among the stage's ops of its key
+  std::vector<uint8_t> cat;   // Cat of the op (for the breakdown)
   std::vector<GroupKey> keys;
   std::vector<uint32_t> key_count;
-  std::vector<Time> cdur;      // compute / host_compute duration
-  std::vector<int32_t> ci;     // index into comm[class] (-1: not a costed comm op)
-  std::vector<std::vector<CommP>> comm;          // [class][ci]
-  std::vector<std::vector<Time>> mind;           // [class][op] lower bound of the duration
+  std::vector<Time> cdur;                // compute / host_compute duration
+  std::vector<int32_t> ci;               // index into comm[class] (-1: not a costed comm op)
+  std::vector<std::vector<CommP>> comm;  // [class][ci]
+  std::vector<std::vector<Time>> mind;   // [class][op] lower bound of the duration
   std::vector<std::array<std::vector<Time>, kStreams>>
       prefix;                                      // [class][stream][k]: sum of the first k
   std::vector<std::array<int32_t, kStreams>> anc;  // latest position on each stream op depends on
-  std::vector<int> rep;        // representative rank of each class (filled by init_ranks)
+  std::vector<int> rep;  // representative rank of each class (filled by init_ranks)
   int64_t workspace = 0;
 };
 

@@ -16,7 +16,9 @@ inline constexpr Time kMinTime = std::numeric_limits<Time>::min();
 inline constexpr int64_t kS = kRateScale;  // progress units per ns at full speed
 inline constexpr int kStreams = kNumStreams;
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return a <= 0 ? 0 : (a + b - 1) / b;
+}
 
 // Breakdown categories of compute-stream time. kRecv marks a recv as the op a kernel waited
 // for: it is charged as pipeline communication, but takes precedence over the other kinds.

@@ -46,16 +46,16 @@ class Backend {
     return t;
   }
   virtual void fill(Tensor& t, float value) = 0;
-  virtual void copy(Tensor& dst, const Tensor& src) = 0;          // same numel
-  virtual void upload(Tensor& dst, const float* host) = 0;        // dst.numel() floats
-  virtual void download(float* host, const Tensor& src) = 0;      // src.numel() floats
+  virtual void copy(Tensor& dst, const Tensor& src) = 0;      // same numel
+  virtual void upload(Tensor& dst, const float* host) = 0;    // dst.numel() floats
+  virtual void download(float* host, const Tensor& src) = 0;  // src.numel() floats
   virtual void synchronize() {}
 
   // ---- embedding --------------------------------------------------------------------------
   // out (B,T,C) = wte[tokens] (+ wpe[t] when wpe is defined: learned positions; undefined for
   // RoPE). tokens (B*T) host ids; wte (V,C); wpe (maxT,C) with T <= maxT.
-  virtual void embedding_forward(Tensor& out, std::span<const int32_t> tokens,
-                                 const Tensor& wte, const Tensor& wpe) = 0;
+  virtual void embedding_forward(Tensor& out, std::span<const int32_t> tokens, const Tensor& wte,
+                                 const Tensor& wpe) = 0;
   // dwte (V,C) += scatter of dout; dwpe (maxT,C) += sum over B (skipped when undefined).
   virtual void embedding_backward(Tensor& dwte, Tensor& dwpe, std::span<const int32_t> tokens,
                                   const Tensor& dout) = 0;
@@ -65,15 +65,14 @@ class Backend {
   virtual void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                                  const Tensor& weight, const Tensor& bias, float eps) = 0;
   // dinp (N,C) ACCUMULATES (it is the residual stream's gradient); dweight, dbias accumulate.
-  virtual void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
-                                  const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                                  const Tensor& mean, const Tensor& rstd) = 0;
-  virtual void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp,
-                               const Tensor& weight, float eps) = 0;
+  virtual void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                  const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                                  const Tensor& rstd) = 0;
+  virtual void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                               float eps) = 0;
   // dinp ACCUMULATES, as for layernorm.
   virtual void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout,
-                                const Tensor& inp, const Tensor& weight,
-                                const Tensor& rstd) = 0;
+                                const Tensor& inp, const Tensor& weight, const Tensor& rstd) = 0;
 
   // ---- linear -----------------------------------------------------------------------------
   // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC).
@@ -121,8 +120,7 @@ class Backend {
                                     std::span<const int32_t> targets) = 0;
   // dlogits (N,V) = (softmax(logits) - onehot(target)) * scale; dlogits may alias logits.
   virtual void crossentropy_softmax_backward(Tensor& dlogits, const Tensor& logits,
-                                             std::span<const int32_t> targets,
-                                             float scale) = 0;
+                                             std::span<const int32_t> targets, float scale) = 0;
 
   // ---- optimizer --------------------------------------------------------------------------
   virtual double sum_squares(const Tensor& t) = 0;  // in fp64, for the global grad norm

@@ -3,13 +3,13 @@
 // name only once complete (temporary name, barrier, rename), so a crash never damages the
 // previous one; the last K are kept.
 #pragma once
+#include <mpi.h>
+
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <mpi.h>
-#include <nlohmann/json.hpp>
 
 namespace stratagem {
 
@@ -23,13 +23,13 @@ struct CheckpointTensor {
 
 // A flat fp32 buffer of which this rank holds (and writes) [begin, end).
 struct CheckpointBuffer {
-  std::string group;    // "params", "optimizer/m", ...
+  std::string group;      // "params", "optimizer/m", ...
   float* data = nullptr;  // element `begin` of the flat buffer
   int64_t begin = 0, end = 0;
 };
 
 struct CheckpointMeta {
-  int64_t step = 0;       // optimizer steps completed
+  int64_t step = 0;  // optimizer steps completed
   uint64_t seed = 0;
   int64_t data_position = 0;  // samples consumed (the sampler is a pure function of seed, step)
   nlohmann::json model, plan, layout, extra;

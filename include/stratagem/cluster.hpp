@@ -2,9 +2,8 @@
 // Every figure carries its unit in its name; the JSON files cite the datasheet for each.
 #pragma once
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 namespace stratagem {
 

@@ -1,11 +1,11 @@
 // Communicator: the collectives the runtime needs, over one group of ranks. The MPI version
 // serves the CPU backend; an NCCL version implements the same interface for CUDA.
 #pragma once
+#include <mpi.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
-
-#include <mpi.h>
 
 namespace stratagem {
 

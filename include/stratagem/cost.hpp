@@ -25,11 +25,13 @@ const char* to_string(CollectiveAlgo a);
 // Uncontended time = latency_s + link_bytes / (bandwidth_gbps * 1e9).
 struct CommCost {
   double latency_s = 0;
-  double link_bytes = 0;       // bytes each rank pushes through its busiest link
-  double bandwidth_gbps = 0;   // achieved bandwidth of that link for this message size
+  double link_bytes = 0;      // bytes each rank pushes through its busiest link
+  double bandwidth_gbps = 0;  // achieved bandwidth of that link for this message size
   LinkClass link = LinkClass::none;
   CollectiveAlgo algo = CollectiveAlgo::direct;
-  double time_s() const { return latency_s + (bandwidth_gbps > 0 ? link_bytes / (bandwidth_gbps * 1e9) : 0); }
+  double time_s() const {
+    return latency_s + (bandwidth_gbps > 0 ? link_bytes / (bandwidth_gbps * 1e9) : 0);
+  }
 };
 
 class CostModel {
@@ -48,8 +50,8 @@ class CostModel {
   // Achieved fraction of peak of one GEMM: max_efficiency x size (latency-bound small GEMMs) x
   // tile and wave quantization of (m, n).
   double gemm_efficiency(const Gemm& g) const;
-  double attention_time_s(double flops) const;     // attention core at the kernel's efficiency
-  double elementwise_time_s(double bytes) const;   // memory-bound kernels at achieved HBM bandwidth
+  double attention_time_s(double flops) const;    // attention core at the kernel's efficiency
+  double elementwise_time_s(double bytes) const;  // memory-bound kernels at achieved HBM bandwidth
   // Host (CPU) work of one rank: the node's FLOP/s and DRAM bandwidth are shared by its GPUs.
   double host_compute_time_s(double flops, double bytes) const;
   // Kernels of the LM head: the logits GEMM (b*s, V/tp, h) (forward) or its two gradient GEMMs
@@ -116,9 +118,9 @@ struct MemoryBreakdown {
   int64_t weights_bytes = 0;
   int64_t grads_bytes = 0;
   int64_t optimizer_bytes = 0;
-  int64_t activations_bytes = 0;    // saved for backward, rebuilt by recompute, fp32 logits
-  int64_t buffers_bytes = 0;        // gathered ZeRO-3 / fetched offloaded weights, gradient workspace
-  int64_t context_bytes = 0;        // CUDA context and library workspaces (stated per cluster)
+  int64_t activations_bytes = 0;  // saved for backward, rebuilt by recompute, fp32 logits
+  int64_t buffers_bytes = 0;      // gathered ZeRO-3 / fetched offloaded weights, gradient workspace
+  int64_t context_bytes = 0;      // CUDA context and library workspaces (stated per cluster)
   int64_t fragmentation_bytes = 0;  // caching-allocator loss (stated per cluster)
   int64_t total_bytes() const {
     return weights_bytes + grads_bytes + optimizer_bytes + activations_bytes + buffers_bytes +

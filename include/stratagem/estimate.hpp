@@ -2,22 +2,21 @@
 // whole plan in closed form from the cost model's op costs, with no event simulation. The
 // search calls it millions of times.
 #pragma once
-#include <vector>
-
 #include <nlohmann/json_fwd.hpp>
+#include <vector>
 
 #include "stratagem/cost.hpp"
 
 namespace stratagem {
 
 struct TimeBreakdown {
-  double compute_s = 0;         // forward + backward kernels on the critical path
+  double compute_s = 0;  // forward + backward kernels on the critical path
   double recompute_s = 0;
-  double tp_comm_s = 0;         // exposed tensor-parallel communication
-  double dp_comm_s = 0;         // exposed data-parallel / ZeRO communication
-  double pp_comm_s = 0;         // exposed pipeline send/recv
-  double bubble_s = 0;          // pipeline fill and drain
-  double offload_s = 0;         // exposed PCIe copies and host optimizer
+  double tp_comm_s = 0;  // exposed tensor-parallel communication
+  double dp_comm_s = 0;  // exposed data-parallel / ZeRO communication
+  double pp_comm_s = 0;  // exposed pipeline send/recv
+  double bubble_s = 0;   // pipeline fill and drain
+  double offload_s = 0;  // exposed PCIe copies and host optimizer
   double optimizer_s = 0;
 };
 
@@ -34,7 +33,7 @@ struct Estimate {
   double mfu = 0;
   int64_t peak_memory_bytes = 0;  // max over ranks
   int peak_stage = 0;
-  MemoryBreakdown memory;         // of the most-loaded rank
+  MemoryBreakdown memory;  // of the most-loaded rank
   TimeBreakdown time;
   std::vector<StageEstimate> stages;
 };

@@ -3,14 +3,14 @@
 // any dp, ZeRO 0 and 1, gradient accumulation, and recompute none/selective/full. Other plans
 // are rejected with NotSupported until the hybrid-parallel runtime lands.
 #pragma once
+#include <mpi.h>
+
 #include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <mpi.h>
 
 #include "stratagem/backend.hpp"
 #include "stratagem/comm.hpp"
@@ -115,6 +115,6 @@ namespace stratagem {
 // "measured"). Collective over `comm`: every rank sends its op timings and memory samples to
 // rank 0, which writes the file atomically.
 void write_measured_trace(MPI_Comm comm, const std::string& path, const ModelSpec& model,
-                          const ClusterSpec& cluster, const Plan& plan,
-                          const StageProgram& program, const StepResult& step);
+                          const ClusterSpec& cluster, const Plan& plan, const StageProgram& program,
+                          const StepResult& step);
 }  // namespace stratagem

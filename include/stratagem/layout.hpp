@@ -33,7 +33,7 @@ struct Group {
 
 struct RankCoords {
   int stage = 0;
-  int local = 0;      // index inside the stage, 0 .. devices_per_stage-1
+  int local = 0;  // index inside the stage, 0 .. devices_per_stage-1
   int node = 0;
   int local_gpu = 0;  // GPU index inside the node
 };

@@ -1,13 +1,12 @@
 // ModelSpec: the shapes of a Transformer, loaded from data/models/<name>.json or a path.
 #pragma once
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 namespace stratagem {
 
-enum class Arch { decoder, encoder };          // GPT/LLaMA are decoders, BERT is an encoder
+enum class Arch { decoder, encoder };  // GPT/LLaMA are decoders, BERT is an encoder
 enum class Norm { layernorm, rmsnorm };
 enum class Activation { gelu, swiglu };
 enum class Position { learned, rope };
@@ -18,8 +17,8 @@ struct ModelSpec {
   int layers = 0;
   int hidden = 0;
   int heads = 0;
-  int kv_heads = 0;     // == heads for multi-head attention, < heads for GQA
-  int ffn_hidden = 0;   // for SwiGLU this is the width of each of the gate and up projections
+  int kv_heads = 0;    // == heads for multi-head attention, < heads for GQA
+  int ffn_hidden = 0;  // for SwiGLU this is the width of each of the gate and up projections
   int vocab = 0;
   int seq_len = 0;
   Norm norm = Norm::layernorm;

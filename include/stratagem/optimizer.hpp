@@ -41,8 +41,8 @@ class AdamW {
 
   // One step on params/grads (each `numel` floats, the same range as the state); `spans`
   // covers the range and says where weight decay applies.
-  void step(Backend& backend, Tensor& params, const Tensor& grads,
-            std::span<const ParamSpan> spans, float lr);
+  void step(Backend& backend, Tensor& params, const Tensor& grads, std::span<const ParamSpan> spans,
+            float lr);
 
   const AdamWConfig& config() const { return config_; }
   int64_t steps_taken() const { return steps_; }

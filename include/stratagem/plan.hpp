@@ -1,11 +1,10 @@
 // Plan: a training strategy. Global choices (pipeline, schedule, batch) plus one LayerStrategy
 // per Transformer layer, so consecutive layers may differ in every per-layer field (Galvatron).
 #pragma once
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "stratagem/cluster.hpp"
 #include "stratagem/model.hpp"
@@ -44,23 +43,23 @@ struct Plan {
   int vpp = 1;  // virtual stages per pipeline rank (interleaved only)
   // Model chunks: pp*vpp layer ranges in order; chunk c runs on pipeline stage c % pp.
   std::vector<LayerRange> chunks;
-  int micro_batch = 1;    // samples per micro-batch per replica of the widest-dp layer
-  int global_batch = 1;   // samples per iteration
+  int micro_batch = 1;   // samples per micro-batch per replica of the widest-dp layer
+  int global_batch = 1;  // samples per iteration
   Dtype dtype = Dtype::bf16;
   bool flash_attention = false;
-  bool overlap_grad_reduce = true;  // data-parallel reduction overlaps backward (PyTorch DDP)
+  bool overlap_grad_reduce = true;    // data-parallel reduction overlaps backward (PyTorch DDP)
   std::vector<LayerStrategy> layers;  // one per Transformer layer
   LayerStrategy embedding;            // embedding and LM head (tp/dp/zero apply)
 
   int devices_per_stage() const;  // tp*dp of every layer (validated equal)
   int world_size() const { return pp * devices_per_stage(); }
   int max_dp() const;
-  int num_microbatches() const;   // global_batch / (micro_batch * max_dp)
+  int num_microbatches() const;  // global_batch / (micro_batch * max_dp)
   // Samples a rank of a layer with data-parallel degree dp processes per micro-batch.
   int samples_per_rank(int dp) const { return micro_batch * max_dp() / dp; }
   int stage_of_chunk(int chunk) const { return chunk % pp; }
-  bool uniform() const;           // all layers share one strategy
-  std::string describe() const;   // one line
+  bool uniform() const;          // all layers share one strategy
+  std::string describe() const;  // one line
 };
 
 // Megatron-style shorthand: uniform strategy over all layers, even stage split.

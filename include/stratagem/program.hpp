@@ -47,16 +47,16 @@ struct Op {
   Collective collective = Collective::none;
   GroupKind group = GroupKind::none;  // collectives: group kind; send/recv: pp_next/pp_prev
   MemCategory category = MemCategory::buffers;  // alloc/free
-  uint8_t tp = 1;                      // tp degree selecting the group (reshard: small one)
-  uint8_t tp_big = 1;                  // reshard only: the larger tp degree
-  int16_t chunk = -1;                  // model chunk (virtual stage), -1 when not applicable
-  int32_t layer = -1;                  // Transformer layer, -1 for embedding/head/optimizer
-  int32_t microbatch = -1;             // -1 when not per micro-batch
-  int32_t samples = 0;                 // samples per rank in this op (shape for the cost model)
-  int32_t buffer = -1;                 // alloc/free: buffer id matching the two
-  int64_t bytes = 0;                   // message, copy, alloc, or compute HBM-traffic bytes
-  double flops = 0;                    // compute ops: FLOPs on this rank
-  uint32_t dep_begin = 0;              // indices into StageProgram::deps
+  uint8_t tp = 1;           // tp degree selecting the group (reshard: small one)
+  uint8_t tp_big = 1;       // reshard only: the larger tp degree
+  int16_t chunk = -1;       // model chunk (virtual stage), -1 when not applicable
+  int32_t layer = -1;       // Transformer layer, -1 for embedding/head/optimizer
+  int32_t microbatch = -1;  // -1 when not per micro-batch
+  int32_t samples = 0;      // samples per rank in this op (shape for the cost model)
+  int32_t buffer = -1;      // alloc/free: buffer id matching the two
+  int64_t bytes = 0;        // message, copy, alloc, or compute HBM-traffic bytes
+  double flops = 0;         // compute ops: FLOPs on this rank
+  uint32_t dep_begin = 0;   // indices into StageProgram::deps
   uint32_t dep_count = 0;
 };
 

@@ -40,12 +40,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "stratagem/cluster.hpp"
 #include "stratagem/model.hpp"
@@ -110,8 +109,12 @@ struct SearchCandidate {
   bool sim_fits = true;  // simulated peak within the budget, no deadlock
   // The final scorer's figures (simulator when simulated, else estimator).
   double tokens_per_s() const { return simulated ? sim_tokens_per_s : est_tokens_per_s; }
-  double iteration_time_s() const { return simulated ? sim_iteration_time_s : est_iteration_time_s; }
-  int64_t peak_memory_bytes() const { return simulated ? sim_peak_memory_bytes : est_peak_memory_bytes; }
+  double iteration_time_s() const {
+    return simulated ? sim_iteration_time_s : est_iteration_time_s;
+  }
+  int64_t peak_memory_bytes() const {
+    return simulated ? sim_peak_memory_bytes : est_peak_memory_bytes;
+  }
   const std::vector<int64_t>& stage_peak_bytes() const {
     return simulated ? sim_stage_peak_bytes : est_stage_peak_bytes;
   }
@@ -120,25 +123,25 @@ struct SearchCandidate {
 struct SearchStats {
   int64_t candidates_evaluated = 0;  // complete plans scored by the estimator (all processes)
   int64_t plans_simulated = 0;
-  int64_t configs = 0;               // outer (pp, micro-batch, schedule, v) configurations
-  int64_t configs_searched = 0;      // not skipped by the lower bound
+  int64_t configs = 0;           // outer (pp, micro-batch, schedule, v) configurations
+  int64_t configs_searched = 0;  // not skipped by the lower bound
   int64_t layer_strategies_costed = 0;
   int64_t layer_strategies_kept = 0;  // after dominance pruning
   int64_t dp_cells = 0;
-  int64_t bound_violations = 0;      // estimator below the bound (should stay 0)
+  int64_t bound_violations = 0;  // estimator below the bound (should stay 0)
   int processes = 1;
-  double search_time_s = 0;          // everything, wall time on process 0
-  double estimate_phase_s = 0;       // DP + estimator
-  double rerank_phase_s = 0;         // simulator re-rank
+  double search_time_s = 0;     // everything, wall time on process 0
+  double estimate_phase_s = 0;  // DP + estimator
+  double rerank_phase_s = 0;    // simulator re-rank
 };
 
 struct SearchResult {
   SearchSpace space = SearchSpace::full;
-  std::string scorer;                   // "simulator" or "estimator"
-  std::string scorer_note;              // why the estimator ranks alone, if it does
+  std::string scorer;       // "simulator" or "estimator"
+  std::string scorer_note;  // why the estimator ranks alone, if it does
   int64_t memory_budget_bytes = 0;
   SearchCandidate best;
-  std::vector<SearchCandidate> ranked;  // the re-ranked candidates, best first
+  std::vector<SearchCandidate> ranked;            // the re-ranked candidates, best first
   std::optional<SearchCandidate> megatron, zero;  // best of each baseline space
   std::string megatron_note, zero_note;           // why a baseline is missing
   SearchStats stats;
@@ -156,7 +159,8 @@ class NoFeasiblePlan : public std::runtime_error {
 
 // Runs the search. Collective over options.comm (every process passes the same inputs and gets
 // the same result). Throws InputError on contradictory options, NoFeasiblePlan when nothing fits.
-SearchResult search(const ModelSpec& model, const ClusterSpec& cluster, const SearchOptions& options);
+SearchResult search(const ModelSpec& model, const ClusterSpec& cluster,
+                    const SearchOptions& options);
 
 // JSON of a result: best {plan, tokens_per_s, peak_memory_bytes, ...}, baselines {megatron,
 // zero}, candidates, candidates_evaluated, search_time_s, scorer, memory_budget_bytes, stats.

@@ -9,10 +9,9 @@
 
 #include <array>
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "stratagem/cost.hpp"
 #include "stratagem/layout.hpp"
@@ -34,7 +33,10 @@ class OpCosts {
   virtual CommCost comm_cost(const Op& op, const Layout& layout, int rank) const = 0;
   // Device memory of a stage's ranks that the Program does not allocate (the cost model's
   // gradient workspace, counted as buffers), bytes.
-  virtual int64_t workspace_bytes(int stage) const { (void)stage; return 0; }
+  virtual int64_t workspace_bytes(int stage) const {
+    (void)stage;
+    return 0;
+  }
 };
 
 // The cost model as OpCosts (sim/cost_model_costs.cpp).
@@ -69,7 +71,8 @@ struct SimRankResult {
   int32_t stage = 0;
   int64_t peak_memory_bytes = 0;     // device: allocations + workspace + context + fragmentation
   int64_t peak_allocated_bytes = 0;  // the Program's allocations alone
-  std::array<int64_t, kNumMemCategories> peak_by_category{};  // at the peak; buffers incl. workspace
+  std::array<int64_t, kNumMemCategories>
+      peak_by_category{};  // at the peak; buffers incl. workspace
   int64_t peak_context_bytes = 0;
   int64_t peak_fragmentation_bytes = 0;
   int64_t peak_time_ns = 0;
@@ -90,16 +93,16 @@ struct SimOom {
   int32_t op = -1;  // op index in the rank's stage program
   int32_t iteration = 0;
   int64_t time_ns = 0;
-  int64_t bytes = 0;      // device bytes after the allocation
+  int64_t bytes = 0;  // device bytes after the allocation
   int64_t hbm_bytes = 0;
   std::string op_name;
 };
 
 struct SimDeadlock {
   bool deadlocked = false;
-  int64_t time_ns = 0;      // virtual time when nothing could run any more
-  std::vector<int> ranks;   // stuck ranks
-  std::string message;      // names the stuck ranks and their pending ops
+  int64_t time_ns = 0;     // virtual time when nothing could run any more
+  std::vector<int> ranks;  // stuck ranks
+  std::string message;     // names the stuck ranks and their pending ops
 };
 
 struct SimStats {

@@ -87,10 +87,14 @@ struct Tensor {
  private:
   static Shape with_leading(const Shape& s, int64_t lead) {
     switch (s.ndim()) {
-      case 1: return Shape{lead};
-      case 2: return Shape{lead, s[1]};
-      case 3: return Shape{lead, s[1], s[2]};
-      default: return Shape{lead, s[1], s[2], s[3]};
+      case 1:
+        return Shape{lead};
+      case 2:
+        return Shape{lead, s[1]};
+      case 3:
+        return Shape{lead, s[1], s[2]};
+      default:
+        return Shape{lead, s[1], s[2], s[3]};
     }
   }
 };
@@ -102,8 +106,8 @@ inline void expect_shape(const Tensor& t, const Shape& expected, const char* whe
     throw std::invalid_argument(std::string(where) + ": " + what + " is undefined, expected " +
                                 expected.str());
   if (!(t.shape == expected))
-    throw std::invalid_argument(std::string(where) + ": " + what + " has shape " +
-                                t.shape.str() + ", expected " + expected.str());
+    throw std::invalid_argument(std::string(where) + ": " + what + " has shape " + t.shape.str() +
+                                ", expected " + expected.str());
 }
 
 }  // namespace stratagem

@@ -37,8 +37,8 @@ struct OpRecord {
 struct MemorySample {
   int64_t time_ns = 0;
   int64_t bytes[kNumMemCategories] = {};  // in use per MemCategory (weights .. buffers)
-  int64_t total_bytes = 0;       // device bytes: categories + context + fragmentation
-  int64_t high_water_bytes = 0;  // max of total_bytes so far
+  int64_t total_bytes = 0;                // device bytes: categories + context + fragmentation
+  int64_t high_water_bytes = 0;           // max of total_bytes so far
 };
 
 // Fills an OpRecord's descriptive fields from a Program op.

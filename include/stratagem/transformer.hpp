@@ -136,21 +136,21 @@ struct MlpActs {
 // Recompute::none keeps att; selective and full do not. Under `full` the executor keeps only
 // the block input and calls *_forward again (into one shared set of acts) right before the
 // block's backward.
-AttentionActs allocate_attention_acts(Backend& backend, const TransformerConfig& cfg, int B,
-                                      int T, Recompute mode);
+AttentionActs allocate_attention_acts(Backend& backend, const TransformerConfig& cfg, int B, int T,
+                                      Recompute mode);
 MlpActs allocate_mlp_acts(Backend& backend, const TransformerConfig& cfg, int B, int T);
 
 // Backward scratch shared by all blocks of one rank; sized for micro-batch (B,T).
 struct Workspace {
   int B = 0, T = 0;
-  Tensor d_norm;     // (B,T,C)
-  Tensor d_qkv;      // (B,T,(NH+2KV)*hd)
-  Tensor d_attn;     // (B,T,NH*hd)
-  Tensor d_fc1;      // (B,T,F | 2F)
-  Tensor d_act;      // (B,T,F)
+  Tensor d_norm;                               // (B,T,C)
+  Tensor d_qkv;                                // (B,T,(NH+2KV)*hd)
+  Tensor d_attn;                               // (B,T,NH*hd)
+  Tensor d_fc1;                                // (B,T,F | 2F)
+  Tensor d_act;                                // (B,T,F)
   Tensor head_norm_out, head_mean, head_rstd;  // (B,T,C), (B,T), (B,T)
-  Tensor logits;     // (rows,V): the LM head runs over chunks of rows to bound memory
-  Tensor losses;     // (B*T)
+  Tensor logits;  // (rows,V): the LM head runs over chunks of rows to bound memory
+  Tensor losses;  // (B*T)
 };
 Workspace allocate_workspace(Backend& backend, const TransformerConfig& cfg, int B, int T);
 
@@ -205,11 +205,11 @@ struct Batch {
 struct TrainBuffers {
   int micro_batch = 0, seq = 0;
   Recompute recompute = Recompute::none;
-  std::vector<Tensor> x;              // 2*layers+1 residual streams (B,T,C)
-  std::vector<AttentionActs> attn;    // per layer; one shared set under Recompute::full
+  std::vector<Tensor> x;            // 2*layers+1 residual streams (B,T,C)
+  std::vector<AttentionActs> attn;  // per layer; one shared set under Recompute::full
   std::vector<MlpActs> mlp;
-  Tensor x_scratch;                   // forward output sink when re-running under full
-  Tensor dx;                          // (B,T,C)
+  Tensor x_scratch;  // forward output sink when re-running under full
+  Tensor dx;         // (B,T,C)
   Workspace ws;
 };
 TrainBuffers allocate_train_buffers(Backend& be, const TransformerConfig& cfg, int micro_batch,
@@ -230,7 +230,7 @@ struct StepStats {
   float loss = 0, grad_norm = 0, lr = 0;
 };
 // zero grads -> forward_backward -> clip -> AdamW at lr = schedule.at(step).
-StepStats train_step(Backend& be, Model& model, AdamW& opt, TrainBuffers& buf,
-                     const Batch& batch, const TrainOptions& options, int64_t step);
+StepStats train_step(Backend& be, Model& model, AdamW& opt, TrainBuffers& buf, const Batch& batch,
+                     const TrainOptions& options, int64_t step);
 
 }  // namespace stratagem

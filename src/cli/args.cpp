@@ -30,8 +30,7 @@ std::optional<std::string> Args::value(const std::string& flag) {
     std::string v;
     bool hit = false;
     if (t == flag) {
-      if (i + 1 >= tokens_.size())
-        throw InputError(command_ + ": flag " + flag + " needs a value");
+      if (i + 1 >= tokens_.size()) throw InputError(command_ + ": flag " + flag + " needs a value");
       used_[i] = used_[i + 1] = true;
       v = tokens_[i + 1];
       hit = true;
@@ -98,8 +97,8 @@ std::vector<std::string> Args::positionals() {
 void Args::finish() {
   for (size_t i = 0; i < tokens_.size(); ++i)
     if (!used_[i])
-      throw InputError(command_ + ": unknown or misplaced argument '" + tokens_[i] +
-                       "' (see " + command_ + " --help)");
+      throw InputError(command_ + ": unknown or misplaced argument '" + tokens_[i] + "' (see " +
+                       command_ + " --help)");
 }
 
 ModelSpec model_from_args(Args& a) {
@@ -108,10 +107,11 @@ ModelSpec model_from_args(Args& a) {
     const char* flag;
     int ModelSpec::*field;
   };
-  const Override overrides[] = {{"--layers", &ModelSpec::layers},   {"--hidden", &ModelSpec::hidden},
-                                {"--heads", &ModelSpec::heads},     {"--kv-heads", &ModelSpec::kv_heads},
-                                {"--ffn-hidden", &ModelSpec::ffn_hidden}, {"--vocab", &ModelSpec::vocab},
-                                {"--seq-len", &ModelSpec::seq_len}};
+  const Override overrides[] = {
+      {"--layers", &ModelSpec::layers},         {"--hidden", &ModelSpec::hidden},
+      {"--heads", &ModelSpec::heads},           {"--kv-heads", &ModelSpec::kv_heads},
+      {"--ffn-hidden", &ModelSpec::ffn_hidden}, {"--vocab", &ModelSpec::vocab},
+      {"--seq-len", &ModelSpec::seq_len}};
   ModelSpec m;
   bool any = false;
   if (name) {
@@ -130,7 +130,8 @@ ModelSpec model_from_args(Args& a) {
       ffn_given |= o.field == &ModelSpec::ffn_hidden;
     }
   }
-  if (!name && !any) throw InputError(a.command() + ": give --model NAME|FILE.json or inline shape flags");
+  if (!name && !any)
+    throw InputError(a.command() + ": give --model NAME|FILE.json or inline shape flags");
   if (!name) {
     // Derived defaults follow the given shape unless set explicitly.
     if (!kv_given) m.kv_heads = m.heads;
@@ -144,7 +145,8 @@ ModelSpec model_from_args(Args& a) {
 ClusterSpec cluster_from_args(Args& a, const char* default_cluster) {
   ClusterSpec c = load_cluster(a.value("--cluster").value_or(default_cluster));
   if (auto n = a.int_value("--nodes")) {
-    if (*n < 1) throw InputError(a.command() + ": --nodes: expected >= 1, got " + std::to_string(*n));
+    if (*n < 1)
+      throw InputError(a.command() + ": --nodes: expected >= 1, got " + std::to_string(*n));
     c.nodes = *n;
   }
   return c;

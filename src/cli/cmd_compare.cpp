@@ -15,7 +15,8 @@ namespace {
 // "L3.attention.fwd.compute mb0" -> "attention.fwd.compute": one kind of op, all layers.
 std::string op_kind(const trace::OpRecord& r) {
   std::string n(r.name, strnlen(r.name, trace::kNameBytes));
-  if (n.size() > 1 && n[0] == 'L' && std::isdigit(static_cast<unsigned char>(n[1]))) n = n.substr(n.find('.') + 1);
+  if (n.size() > 1 && n[0] == 'L' && std::isdigit(static_cast<unsigned char>(n[1])))
+    n = n.substr(n.find('.') + 1);
   if (auto at = n.rfind(" mb"); at != std::string::npos) n.resize(at);
   return n;
 }
@@ -32,12 +33,15 @@ Summary summarize(const std::string& path) {
   trace::Reader r(path);
   Summary s;
   s.source = r.attribute("source");
-  const int64_t iters = std::max<int64_t>(1, r.has_attribute("iterations") ? r.int_attribute("iterations") : 1);
+  const int64_t iters =
+      std::max<int64_t>(1, r.has_attribute("iterations") ? r.int_attribute("iterations") : 1);
   int64_t t0 = INT64_MAX, t1 = INT64_MIN;
   for (int rank : r.ranks()) {
     ++s.ranks;
     for (const auto& op : r.ops(rank)) {
-      if (op.kind == static_cast<uint8_t>(OpKind::alloc) || op.kind == static_cast<uint8_t>(OpKind::free)) continue;
+      if (op.kind == static_cast<uint8_t>(OpKind::alloc) ||
+          op.kind == static_cast<uint8_t>(OpKind::free))
+        continue;
       auto& [sec, n] = s.seconds_by_kind[op_kind(op)];
       sec += double(op.end_ns - op.start_ns) * 1e-9;
       ++n;
@@ -70,41 +74,49 @@ int run_compare(Args& a) {
     (void)unused;
     double p = f.seconds_by_kind.count(k) ? f.seconds_by_kind[k].first : 0;
     double q = m.seconds_by_kind.count(k) ? m.seconds_by_kind[k].first : 0;
-    kinds.push_back({{"kind", k}, {"predicted_s", p}, {"measured_s", q}, {"relative_error", rel(p, q)}});
+    kinds.push_back(
+        {{"kind", k}, {"predicted_s", p}, {"measured_s", q}, {"relative_error", rel(p, q)}});
   }
-  nlohmann::json out = {
-      {"forecast", pos[0]}, {"run", pos[1]},
-      {"forecast_source", f.source}, {"run_source", m.source},
-      {"op_kinds", kinds},
-      {"iteration_time_s", {{"predicted", f.iteration_s}, {"measured", m.iteration_s},
-                            {"relative_error", rel(f.iteration_s, m.iteration_s)}}},
-      {"peak_memory_bytes", {{"predicted", f.peak_bytes}, {"measured", m.peak_bytes},
-                             {"relative_error", rel(double(f.peak_bytes), double(m.peak_bytes))}}}};
+  nlohmann::json out = {{"forecast", pos[0]},
+                        {"run", pos[1]},
+                        {"forecast_source", f.source},
+                        {"run_source", m.source},
+                        {"op_kinds", kinds},
+                        {"iteration_time_s",
+                         {{"predicted", f.iteration_s},
+                          {"measured", m.iteration_s},
+                          {"relative_error", rel(f.iteration_s, m.iteration_s)}}},
+                        {"peak_memory_bytes",
+                         {{"predicted", f.peak_bytes},
+                          {"measured", m.peak_bytes},
+                          {"relative_error", rel(double(f.peak_bytes), double(m.peak_bytes))}}}};
   if (json) {
     print_json(out);
     return 0;
   }
-  std::printf("compare: %s (%s, %d ranks) against %s (%s, %d ranks)\n", pos[0].c_str(), f.source.c_str(),
-              f.ranks, pos[1].c_str(), m.source.c_str(), m.ranks);
-  std::printf("  %-34s %12s %12s %9s   (seconds per iteration, mean over ranks)\n", "op kind", "predicted",
-              "measured", "error");
+  std::printf("compare: %s (%s, %d ranks) against %s (%s, %d ranks)\n", pos[0].c_str(),
+              f.source.c_str(), f.ranks, pos[1].c_str(), m.source.c_str(), m.ranks);
+  std::printf("  %-34s %12s %12s %9s   (seconds per iteration, mean over ranks)\n", "op kind",
+              "predicted", "measured", "error");
   for (const auto& k : kinds)
     std::printf("  %-34s %12.6f %12.6f %+8.1f%%\n", k["kind"].get<std::string>().c_str(),
                 k["predicted_s"].get<double>(), k["measured_s"].get<double>(),
                 100 * k["relative_error"].get<double>());
-  std::printf("  %-34s %12.6f %12.6f %+8.1f%%\n", "iteration time (s)", f.iteration_s, m.iteration_s,
-              100 * rel(f.iteration_s, m.iteration_s));
-  std::printf("  %-34s %12.4g %12.4g %+8.1f%%\n", "peak memory (bytes, max over ranks)", double(f.peak_bytes),
-              double(m.peak_bytes), 100 * rel(double(f.peak_bytes), double(m.peak_bytes)));
+  std::printf("  %-34s %12.6f %12.6f %+8.1f%%\n", "iteration time (s)", f.iteration_s,
+              m.iteration_s, 100 * rel(f.iteration_s, m.iteration_s));
+  std::printf("  %-34s %12.4g %12.4g %+8.1f%%\n", "peak memory (bytes, max over ranks)",
+              double(f.peak_bytes), double(m.peak_bytes),
+              100 * rel(double(f.peak_bytes), double(m.peak_bytes)));
   return 0;
 }
 
-Register reg{{"compare", "a forecast trace against a measured one, op kind by op kind",
-              "usage: stratagem compare FORECAST.h5 RUN.h5 [--json]\n"
-              "  FORECAST.h5 from `stratagem simulate --trace`, RUN.h5 from `stratagem train --trace`.\n"
-              "  Prints predicted and measured seconds per op kind, iteration time and peak memory,\n"
-              "  each with its relative error (predicted - measured) / measured.\n",
-              run_compare}};
+Register reg{
+    {"compare", "a forecast trace against a measured one, op kind by op kind",
+     "usage: stratagem compare FORECAST.h5 RUN.h5 [--json]\n"
+     "  FORECAST.h5 from `stratagem simulate --trace`, RUN.h5 from `stratagem train --trace`.\n"
+     "  Prints predicted and measured seconds per op kind, iteration time and peak memory,\n"
+     "  each with its relative error (predicted - measured) / measured.\n",
+     run_compare}};
 
 }  // namespace
 }  // namespace stratagem::cli

@@ -19,11 +19,15 @@ int run_tokenize(Args& a) {
   std::stringstream ss;
   ss << in.rdbuf();
   auto tokens = tokenize_bytes(ss.str());
-  if (tokens.size() < 2) throw InputError(a.command() + ": " + pos[0] + ": fewer than 2 bytes of text");
+  if (tokens.size() < 2)
+    throw InputError(a.command() + ": " + pos[0] + ": fewer than 2 bytes of text");
   if (world_rank() == 0) write_token_bin(out, tokens);
   auto ds = TokenDataset::from_tokens(std::move(tokens), out);
   if (json) {
-    print_json({{"input", pos[0]}, {"output", out}, {"tokens", ds.size()}, {"vocab", 256},
+    print_json({{"input", pos[0]},
+                {"output", out},
+                {"tokens", ds.size()},
+                {"vocab", 256},
                 {"unigram_entropy_nats", ds.unigram_entropy_nats()}});
   } else if (world_rank() == 0) {
     std::printf("%s -> %s: %lld tokens (byte-level, vocab 256), unigram entropy %.4f nats\n",

@@ -19,7 +19,9 @@ std::string flops_formula(const ModelSpec& m) {
          "(Megatron's count generalized to GQA/SwiGLU; recompute not counted)";
 }
 
-double gib(int64_t b) { return double(b) / double(1LL << 30); }
+double gib(int64_t b) {
+  return double(b) / double(1LL << 30);
+}
 
 int run_estimate(Args& a) {
   const bool json = a.flag("--json");
@@ -50,21 +52,23 @@ int run_estimate(Args& a) {
   const TimeBreakdown& t = e.time;
   std::printf("time per iteration (s, critical path):\n");
   const std::pair<const char*, double> rows[] = {
-      {"compute (fwd+bwd)", t.compute_s}, {"recompute", t.recompute_s},
-      {"tp comm (exposed)", t.tp_comm_s},  {"dp/ZeRO comm (exposed)", t.dp_comm_s},
+      {"compute (fwd+bwd)", t.compute_s},      {"recompute", t.recompute_s},
+      {"tp comm (exposed)", t.tp_comm_s},      {"dp/ZeRO comm (exposed)", t.dp_comm_s},
       {"pp send/recv (exposed)", t.pp_comm_s}, {"pipeline bubble", t.bubble_s},
-      {"offload (exposed)", t.offload_s},  {"optimizer step", t.optimizer_s}};
+      {"offload (exposed)", t.offload_s},      {"optimizer step", t.optimizer_s}};
   for (const auto& [name, s] : rows)
     std::printf("  %-24s %10.4f  %5.1f%%\n", name, s, 100 * s / e.iteration_time_s);
   const MemoryBreakdown& mb = e.memory;
   std::printf("peak memory per GPU: %.2f GiB of %.2f GiB (stage %d)%s\n", gib(e.peak_memory_bytes),
               gib(c.gpu.hbm_bytes), e.peak_stage,
               e.peak_memory_bytes > c.gpu.hbm_bytes ? "  DOES NOT FIT" : "");
-  const std::pair<const char*, int64_t> mem[] = {
-      {"weights", mb.weights_bytes},         {"gradients", mb.grads_bytes},
-      {"optimizer states", mb.optimizer_bytes}, {"activations", mb.activations_bytes},
-      {"buffers", mb.buffers_bytes},         {"context", mb.context_bytes},
-      {"fragmentation", mb.fragmentation_bytes}};
+  const std::pair<const char*, int64_t> mem[] = {{"weights", mb.weights_bytes},
+                                                 {"gradients", mb.grads_bytes},
+                                                 {"optimizer states", mb.optimizer_bytes},
+                                                 {"activations", mb.activations_bytes},
+                                                 {"buffers", mb.buffers_bytes},
+                                                 {"context", mb.context_bytes},
+                                                 {"fragmentation", mb.fragmentation_bytes}};
   for (const auto& [name, b] : mem) std::printf("  %-24s %10.2f GiB\n", name, gib(b));
   return 0;
 }

@@ -14,7 +14,8 @@ int run_model_show(Args& a) {
   const bool has_flags = a.value("--model") || a.value("--layers") || a.value("--hidden");
   if (has_flags) {
     m = model_from_args(a);
-    if (!a.positionals().empty()) throw InputError(a.command() + ": give the model by name or by flags, not both");
+    if (!a.positionals().empty())
+      throw InputError(a.command() + ": give the model by name or by flags, not both");
   } else {
     auto pos = a.positionals();
     if (pos.size() != 1) throw InputError(a.command() + ": expected one model NAME|FILE.json");

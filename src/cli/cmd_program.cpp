@@ -17,8 +17,8 @@ int run_program_dump(Args& a) {
   a.finish();
   Layout L(p, c);
   if (rank < 0 || rank >= L.world_size())
-    throw InputError(a.command() + ": --rank " + std::to_string(rank) + " is outside the world of " +
-                     std::to_string(L.world_size()) + " ranks");
+    throw InputError(a.command() + ": --rank " + std::to_string(rank) +
+                     " is outside the world of " + std::to_string(L.world_size()) + " ranks");
   Program prog = build_program(m, p);
   const StageProgram& sp = prog.stages[L.coords(rank).stage];
   const int n = limit < 0 ? (int)sp.ops.size() : std::min<int>(limit, sp.ops.size());
@@ -42,11 +42,15 @@ int run_program_dump(Args& a) {
       o["deps"] = std::vector<uint32_t>(sp.deps_of(op), sp.deps_of(op) + op.dep_count);
       ops.push_back(o);
     }
-    print_json({{"rank", rank}, {"stage", L.coords(rank).stage}, {"num_ops", sp.ops.size()}, {"ops", ops}});
+    print_json({{"rank", rank},
+                {"stage", L.coords(rank).stage},
+                {"num_ops", sp.ops.size()},
+                {"ops", ops}});
     return 0;
   }
-  std::printf("rank %d (stage %d, local %d, node %d, gpu %d): %zu ops\n", rank, L.coords(rank).stage,
-              L.coords(rank).local, L.coords(rank).node, L.coords(rank).local_gpu, sp.ops.size());
+  std::printf("rank %d (stage %d, local %d, node %d, gpu %d): %zu ops\n", rank,
+              L.coords(rank).stage, L.coords(rank).local, L.coords(rank).node,
+              L.coords(rank).local_gpu, sp.ops.size());
   for (int i = 0; i < n; ++i) {
     const Op& op = sp.ops[i];
     std::printf("%6d %-8s %-34s", i, to_string(op.stream), op_name(op).c_str());
@@ -62,7 +66,8 @@ int run_program_dump(Args& a) {
       std::printf(" peer=%d", resolve_peer(L, rank, op));
     if (op.dep_count) {
       std::printf(" after=");
-      for (uint32_t d = 0; d < op.dep_count; ++d) std::printf("%s%u", d ? "," : "", sp.deps_of(op)[d]);
+      for (uint32_t d = 0; d < op.dep_count; ++d)
+        std::printf("%s%u", d ? "," : "", sp.deps_of(op)[d]);
     }
     std::printf("\n");
   }

@@ -11,7 +11,9 @@
 namespace stratagem::cli {
 namespace {
 
-double gib(int64_t b) { return double(b) / double(int64_t(1) << 30); }
+double gib(int64_t b) {
+  return double(b) / double(int64_t(1) << 30);
+}
 
 std::string stage_list(const std::vector<int64_t>& v) {
   std::string s;
@@ -31,8 +33,11 @@ std::string stage_list(const std::vector<int64_t>& v) {
 void print_row(const char* rank, const SearchCandidate& c) {
   std::printf("  %-4s %12.0f %12.0f %9.2f  %-8s %s\n", rank, c.tokens_per_s(), c.est_tokens_per_s,
               gib(c.peak_memory_bytes()), c.origin.c_str(), c.plan.describe().c_str());
-  std::printf("       %12s %12s %9s  per-stage peak GiB: %s%s\n", "", "", "", stage_list(c.stage_peak_bytes()).c_str(),
-              c.simulated && !c.sim_fits ? "  (simulated: over the budget or deadlocked; ranked last)" : "");
+  std::printf("       %12s %12s %9s  per-stage peak GiB: %s%s\n", "", "", "",
+              stage_list(c.stage_peak_bytes()).c_str(),
+              c.simulated && !c.sim_fits
+                  ? "  (simulated: over the budget or deadlocked; ranked last)"
+                  : "");
 }
 
 int run_search(Args& a) {
@@ -47,9 +52,12 @@ int run_search(Args& a) {
     o.memory_budget_bytes = static_cast<int64_t>(*b * double(int64_t(1) << 30));
   }
   if (auto r = a.value("--rerank")) {
-    if (*r == "simulator") o.rerank_with_simulator = true;
-    else if (*r == "estimator") o.rerank_with_simulator = false;
-    else throw InputError(a.command() + ": --rerank: expected simulator|estimator, got '" + *r + "'");
+    if (*r == "simulator")
+      o.rerank_with_simulator = true;
+    else if (*r == "estimator")
+      o.rerank_with_simulator = false;
+    else
+      throw InputError(a.command() + ": --rerank: expected simulator|estimator, got '" + *r + "'");
   }
   if (auto d = a.value("--dtype")) o.dtype = dtype_from_string(*d, "--dtype");
   o.flash_attention = a.flag("--flash-attention");
@@ -100,63 +108,75 @@ int run_search(Args& a) {
     return 0;
   }
   if (world_rank() != 0) return 0;
-  std::printf("search: %s on %s x %d nodes (%d GPUs), global batch %d, budget %.2f GiB per GPU, space %s\n",
-              m.name.c_str(), c.name.c_str(), c.nodes, c.world_size(), o.global_batch,
-              gib(r.memory_budget_bytes), to_string(r.space));
+  std::printf(
+      "search: %s on %s x %d nodes (%d GPUs), global batch %d, budget %.2f GiB per GPU, space %s\n",
+      m.name.c_str(), c.name.c_str(), c.nodes, c.world_size(), o.global_batch,
+      gib(r.memory_budget_bytes), to_string(r.space));
   if (r.scorer == "simulator")
-    std::printf("every plan scored by the estimator; the top %d (and each baseline's) re-ranked by the simulator\n",
-                o.top_k);
+    std::printf(
+        "every plan scored by the estimator; the top %d (and each baseline's) re-ranked by the "
+        "simulator\n",
+        o.top_k);
   else
     std::printf("ranked by the estimator alone: %s\n", r.scorer_note.c_str());
   const SearchCandidate& b = r.best;
-  std::printf("best: %.0f tokens/s, iteration %.4f s, peak %.2f GiB per GPU\n  %s\n  embedding and LM head: %s\n",
-              b.tokens_per_s(), b.iteration_time_s(), gib(b.peak_memory_bytes()), b.plan.describe().c_str(),
-              b.plan.embedding.describe().c_str());
+  std::printf(
+      "best: %.0f tokens/s, iteration %.4f s, peak %.2f GiB per GPU\n  %s\n  embedding and LM "
+      "head: %s\n",
+      b.tokens_per_s(), b.iteration_time_s(), gib(b.peak_memory_bytes()), b.plan.describe().c_str(),
+      b.plan.embedding.describe().c_str());
   std::printf("\ntop candidates (tokens/s by the %s; est = estimator):\n", r.scorer.c_str());
-  std::printf("  %-4s %12s %12s %9s  %-8s %s\n", "#", "tokens/s", "est tok/s", "peak GiB", "origin", "plan");
-  for (size_t i = 0; i < r.ranked.size(); ++i) print_row(std::to_string(i + 1).c_str(), r.ranked[i]);
+  std::printf("  %-4s %12s %12s %9s  %-8s %s\n", "#", "tokens/s", "est tok/s", "peak GiB", "origin",
+              "plan");
+  for (size_t i = 0; i < r.ranked.size(); ++i)
+    print_row(std::to_string(i + 1).c_str(), r.ranked[i]);
   std::printf("\nbaselines (same scorer):\n");
-  auto baseline = [&](const char* name, const std::optional<SearchCandidate>& c, const std::string& note) {
+  auto baseline = [&](const char* name, const std::optional<SearchCandidate>& c,
+                      const std::string& note) {
     if (!c) {
       std::printf("  %-9s none: %s\n", name, note.c_str());
       return;
     }
-    std::printf("  %-9s %.0f tokens/s (best is %.2fx), peak %.2f GiB: %s\n", name, c->tokens_per_s(),
+    std::printf("  %-9s %.0f tokens/s (best is %.2fx), peak %.2f GiB: %s\n", name,
+                c->tokens_per_s(),
                 c->tokens_per_s() > 0 ? b.tokens_per_s() / c->tokens_per_s() : 0.0,
                 gib(c->peak_memory_bytes()), c->plan.describe().c_str());
   };
   baseline("megatron", r.megatron, r.megatron_note);
   baseline("zero-3", r.zero, r.zero_note);
   const SearchStats& s = r.stats;
-  std::printf("\n%lld candidate plans evaluated, %lld simulated; %lld of %lld configurations searched; "
-              "%.2f s (%.2f s estimate phase, %.2f s re-rank) on %d process%s\n",
-              (long long)s.candidates_evaluated, (long long)s.plans_simulated, (long long)s.configs_searched,
-              (long long)s.configs, s.search_time_s, s.estimate_phase_s, s.rerank_phase_s, s.processes,
-              s.processes > 1 ? "es" : "");
+  std::printf(
+      "\n%lld candidate plans evaluated, %lld simulated; %lld of %lld configurations searched; "
+      "%.2f s (%.2f s estimate phase, %.2f s re-rank) on %d process%s\n",
+      (long long)s.candidates_evaluated, (long long)s.plans_simulated,
+      (long long)s.configs_searched, (long long)s.configs, s.search_time_s, s.estimate_phase_s,
+      s.rerank_phase_s, s.processes, s.processes > 1 ? "es" : "");
   if (out) std::printf("wrote %s\n", out->c_str());
   return 0;
 }
 
-Register reg{{"search", "search the fastest hybrid-parallel plan under a memory budget",
-              std::string("usage: stratagem search --model M --cluster C --nodes N --global-batch B\n"
-                          "       [--memory-budget-gib X] [--space full|megatron|zero] [--top K]\n"
-                          "       [-o plan.json] [--json] [--rerank simulator|estimator] [--dtype D]\n"
-                          "       [--flash-attention] [--no-overlap-grad-reduce] [--quiet]\n"
-                          "  under mpirun -np P the candidate space is split over the P processes; the\n"
-                          "  answer is the same for any P\n") +
-                  kModelHelp + kClusterHelp +
-                  "  --global-batch B         samples per iteration (required)\n"
-                  "  --memory-budget-gib X    per-GPU budget [the GPU's memory]\n"
-                  "  --space S                full (per-layer strategies, default), megatron (uniform\n"
-                  "                           tp/pp/dp, ZeRO <= 1, no offload) or zero (pp 1, tp 1, ZeRO-3)\n"
-                  "  --top K                  candidates re-ranked by the simulator and listed [8]\n"
-                  "  -o FILE                  write the best plan (plan JSON, for --plan)\n"
-                  "  --json                   machine-readable output\n"
-                  "  --rerank R               simulator (default) or estimator\n"
-                  "  --dtype D                bf16|fp16|fp32 [bf16]; --flash-attention: flash kernels\n"
-                  "  --quiet                  no progress lines on stderr\n"
-                  "exit codes: 0 ok, 2 bad input, 3 no plan fits the memory budget\n",
-              run_search}};
+Register reg{
+    {"search", "search the fastest hybrid-parallel plan under a memory budget",
+     std::string("usage: stratagem search --model M --cluster C --nodes N --global-batch B\n"
+                 "       [--memory-budget-gib X] [--space full|megatron|zero] [--top K]\n"
+                 "       [-o plan.json] [--json] [--rerank simulator|estimator] [--dtype D]\n"
+                 "       [--flash-attention] [--no-overlap-grad-reduce] [--quiet]\n"
+                 "  under mpirun -np P the candidate space is split over the P processes; the\n"
+                 "  answer is the same for any P\n") +
+         kModelHelp + kClusterHelp +
+         "  --global-batch B         samples per iteration (required)\n"
+         "  --memory-budget-gib X    per-GPU budget [the GPU's memory]\n"
+         "  --space S                full (per-layer strategies, default), megatron (uniform\n"
+         "                           tp/pp/dp, ZeRO <= 1, no offload) or zero (pp 1, tp 1, "
+         "ZeRO-3)\n"
+         "  --top K                  candidates re-ranked by the simulator and listed [8]\n"
+         "  -o FILE                  write the best plan (plan JSON, for --plan)\n"
+         "  --json                   machine-readable output\n"
+         "  --rerank R               simulator (default) or estimator\n"
+         "  --dtype D                bf16|fp16|fp32 [bf16]; --flash-attention: flash kernels\n"
+         "  --quiet                  no progress lines on stderr\n"
+         "exit codes: 0 ok, 2 bad input, 3 no plan fits the memory budget\n",
+     run_search}};
 
 }  // namespace
 }  // namespace stratagem::cli

@@ -12,7 +12,9 @@
 namespace stratagem::cli {
 namespace {
 
-double gib(int64_t b) { return double(b) / double(1LL << 30); }
+double gib(int64_t b) {
+  return double(b) / double(1LL << 30);
+}
 
 int run_simulate(Args& a) {
   const bool json = a.flag("--json");
@@ -25,14 +27,16 @@ int run_simulate(Args& a) {
   Plan p = plan_from_args(a, m, c);
   a.finish();
   if (iterations < 1 || iterations > 1000)
-    throw InputError(a.command() + ": --iterations: expected 1..1000, got " + std::to_string(iterations));
+    throw InputError(a.command() + ": --iterations: expected 1..1000, got " +
+                     std::to_string(iterations));
   if (interference && (*interference < 1.0 || *interference > 10.0))
     throw InputError(a.command() + ": --interference: expected a slowdown factor in [1, 10], got " +
                      std::to_string(*interference));
   if (trace) {
     const auto dir = std::filesystem::path(*trace).parent_path();
     if (!dir.empty() && !std::filesystem::is_directory(dir))
-      throw InputError(a.command() + ": --trace " + *trace + ": directory " + dir.string() + " does not exist");
+      throw InputError(a.command() + ": --trace " + *trace + ": directory " + dir.string() +
+                       " does not exist");
   }
   check_launch(a.command());
   Layout layout(p, c);
@@ -46,9 +50,10 @@ int run_simulate(Args& a) {
   if (interference) opt.interference = *interference;
   opt.comm = world_size() > 1 ? MPI_COMM_WORLD : MPI_COMM_NULL;
   if (mirror && world_size() != p.world_size())
-    throw InputError(a.command() + ": --mirror needs one MPI process per simulated rank: the plan has " +
-                     std::to_string(p.world_size()) + " ranks but MPI started " +
-                     std::to_string(world_size()) + "; use mpirun/srun -n " + std::to_string(p.world_size()));
+    throw InputError(
+        a.command() + ": --mirror needs one MPI process per simulated rank: the plan has " +
+        std::to_string(p.world_size()) + " ranks but MPI started " + std::to_string(world_size()) +
+        "; use mpirun/srun -n " + std::to_string(p.world_size()));
   SimResult r = simulate(prog, layout, c, costs, opt);
   if (r.deadlock.deadlocked) {
     if (world_rank() == 0)
@@ -77,43 +82,49 @@ int run_simulate(Args& a) {
   std::printf("simulate: %s on %s x %d nodes (%d GPUs), %d iteration%s\n  %s\n", m.name.c_str(),
               c.name.c_str(), c.nodes, c.world_size(), iterations, iterations > 1 ? "s" : "",
               p.describe().c_str());
-  std::printf("iteration %.4f s | %.0f tokens/s | %.1f TFLOP/s per GPU | MFU %.1f%% | bubble %.1f%%\n",
-              j["iteration_time_s"].get<double>(), j["tokens_per_s"].get<double>(),
-              j["tflops_per_gpu"].get<double>(), 100 * j["mfu"].get<double>(),
-              100 * j["bubble_fraction"].get<double>());
+  std::printf(
+      "iteration %.4f s | %.0f tokens/s | %.1f TFLOP/s per GPU | MFU %.1f%% | bubble %.1f%%\n",
+      j["iteration_time_s"].get<double>(), j["tokens_per_s"].get<double>(),
+      j["tflops_per_gpu"].get<double>(), 100 * j["mfu"].get<double>(),
+      100 * j["bubble_fraction"].get<double>());
   std::printf("time per iteration (s, mean over ranks):\n");
   const double it = j["iteration_time_s"].get<double>();
-  for (const char* k : {"compute", "recompute", "tp_comm", "dp_comm", "pp_comm", "bubble", "offload", "optimizer"}) {
+  for (const char* k : {"compute", "recompute", "tp_comm", "dp_comm", "pp_comm", "bubble",
+                        "offload", "optimizer"}) {
     const double s = j["time_breakdown_s"][k].get<double>();
     std::printf("  %-12s %10.4f  %5.1f%%\n", k, s, it > 0 ? 100 * s / it : 0.0);
   }
   std::printf("peak memory per GPU: %.2f GiB of %.2f GiB (rank %d, stage %d)%s\n",
-              gib(j["peak_memory_bytes"].get<int64_t>()), gib(c.gpu.hbm_bytes), j["peak_rank"].get<int>(),
-              j["peak_stage"].get<int>(), r.oom.oom ? "  OUT OF MEMORY" : "");
-  for (const char* k : {"weights", "grads", "optimizer", "activations", "buffers", "context", "fragmentation"})
+              gib(j["peak_memory_bytes"].get<int64_t>()), gib(c.gpu.hbm_bytes),
+              j["peak_rank"].get<int>(), j["peak_stage"].get<int>(),
+              r.oom.oom ? "  OUT OF MEMORY" : "");
+  for (const char* k :
+       {"weights", "grads", "optimizer", "activations", "buffers", "context", "fragmentation"})
     if (j["memory_breakdown_bytes"].contains(k))
       std::printf("  %-14s %10.2f GiB\n", k, gib(j["memory_breakdown_bytes"][k].get<int64_t>()));
   std::printf("simulated %llu op events in %.3f s (%d process%s, %llu windows)\n",
-              (unsigned long long)r.stats.ops_executed, r.stats.setup_s + r.stats.run_s, r.stats.processes,
-              r.stats.processes > 1 ? "es" : "", (unsigned long long)r.stats.windows);
+              (unsigned long long)r.stats.ops_executed, r.stats.setup_s + r.stats.run_s,
+              r.stats.processes, r.stats.processes > 1 ? "es" : "",
+              (unsigned long long)r.stats.windows);
   return 0;
 }
 
-Register reg{{"simulate", "discrete-event simulation of a plan's iteration (time, memory, trace)",
-              std::string("usage: stratagem simulate --model M --cluster C --nodes N "
-                          "(--plan FILE | shorthand flags) [--json] [--trace FILE.h5] [--iterations K]\n"
-                          "       [--mirror] [--interference F]\n"
-                          "  under mpirun -np P the simulated ranks are spread over the P processes; the\n"
-                          "  result is bit-identical for any P\n") +
-                  kModelHelp + kClusterHelp + kPlanHelp +
-                  "  --json                   machine-readable output (keys as estimate --json)\n"
-                  "  --trace FILE.h5          write an HDF5 trace (see `stratagem trace export`)\n"
-                  "  --iterations K           simulate K iterations back to back [1]\n"
-                  "  --mirror                 one MPI process per simulated rank (the job's layout)\n"
-                  "  --interference F         compute slowdown while comm overlaps it [1.15]\n"
-                  "exit codes: 0 ok (also when out of memory: see \"oom\"), 1 the program deadlocks,\n"
-                  "2 bad input\n",
-              run_simulate}};
+Register reg{
+    {"simulate", "discrete-event simulation of a plan's iteration (time, memory, trace)",
+     std::string("usage: stratagem simulate --model M --cluster C --nodes N "
+                 "(--plan FILE | shorthand flags) [--json] [--trace FILE.h5] [--iterations K]\n"
+                 "       [--mirror] [--interference F]\n"
+                 "  under mpirun -np P the simulated ranks are spread over the P processes; the\n"
+                 "  result is bit-identical for any P\n") +
+         kModelHelp + kClusterHelp + kPlanHelp +
+         "  --json                   machine-readable output (keys as estimate --json)\n"
+         "  --trace FILE.h5          write an HDF5 trace (see `stratagem trace export`)\n"
+         "  --iterations K           simulate K iterations back to back [1]\n"
+         "  --mirror                 one MPI process per simulated rank (the job's layout)\n"
+         "  --interference F         compute slowdown while comm overlaps it [1.15]\n"
+         "exit codes: 0 ok (also when out of memory: see \"oom\"), 1 the program deadlocks,\n"
+         "2 bad input\n",
+     run_simulate}};
 
 }  // namespace
 }  // namespace stratagem::cli

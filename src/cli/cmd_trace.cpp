@@ -47,11 +47,12 @@ int run_info(Args& a) {
   return 0;
 }
 
-Register reg_export{{"trace export", "convert an HDF5 trace to Chrome trace-event JSON",
-                     "usage: stratagem trace export FILE.h5 --chrome OUT.json\n"
-                     "  one process per rank (pid = rank), one thread per stream (tid), \"ph\":\"X\"\n"
-                     "  events with ts/dur in microseconds; open in chrome://tracing or Perfetto\n",
-                     run_export}};
+Register reg_export{
+    {"trace export", "convert an HDF5 trace to Chrome trace-event JSON",
+     "usage: stratagem trace export FILE.h5 --chrome OUT.json\n"
+     "  one process per rank (pid = rank), one thread per stream (tid), \"ph\":\"X\"\n"
+     "  events with ts/dur in microseconds; open in chrome://tracing or Perfetto\n",
+     run_export}};
 Register reg_info{{"trace info", "summarize an HDF5 trace (simulated or measured)",
                    "usage: stratagem trace info FILE.h5 [--json]\n", run_info}};
 

@@ -15,7 +15,9 @@ namespace stratagem::cli {
 namespace {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
-void on_signal(int sig) { g_stop_signal = sig; }
+void on_signal(int sig) {
+  g_stop_signal = sig;
+}
 
 // On resume, steps logged after the checkpoint (by a run killed past it) are run again: drop
 // their lines so the log holds each step once.
@@ -88,7 +90,8 @@ int run_train(Args& a) {
   ExecutorOptions opt;
   opt.seed = static_cast<uint64_t>(a.int_value("--seed").value_or(1234));
   opt.schedule.max_lr = static_cast<float>(a.double_value("--lr").value_or(1e-3));
-  opt.schedule.min_lr = static_cast<float>(a.double_value("--min-lr").value_or(opt.schedule.max_lr / 10));
+  opt.schedule.min_lr =
+      static_cast<float>(a.double_value("--min-lr").value_or(opt.schedule.max_lr / 10));
   opt.schedule.warmup_steps = a.int_value("--warmup").value_or(0);
   opt.adamw.weight_decay = static_cast<float>(a.double_value("--weight-decay").value_or(0.1));
   opt.grad_clip = static_cast<float>(a.double_value("--grad-clip").value_or(1.0));
@@ -99,14 +102,17 @@ int run_train(Args& a) {
     // Without --nodes the modeled cluster is the one we were launched on: a partly used node
     // counts as a smaller node.
     const int g = cluster.node.gpus_per_node;
-    if (world_size() < g) cluster.node.gpus_per_node = world_size(), cluster.nodes = 1;
-    else if (world_size() % g == 0) cluster.nodes = world_size() / g;
+    if (world_size() < g)
+      cluster.node.gpus_per_node = world_size(), cluster.nodes = 1;
+    else if (world_size() % g == 0)
+      cluster.nodes = world_size() / g;
   }
   Plan plan = plan_from_args(a, model, cluster);
   a.finish();
   if (steps < 1) throw InputError(a.command() + ": --steps: expected >= 1");
   if (ckpt_every < 0) throw InputError(a.command() + ": --ckpt-every: expected >= 0");
-  if (ckpt_every > 0 && !ckpt_dir) throw InputError(a.command() + ": --ckpt-every needs --ckpt-dir");
+  if (ckpt_every > 0 && !ckpt_dir)
+    throw InputError(a.command() + ": --ckpt-every needs --ckpt-dir");
   if (resume && !ckpt_dir) throw InputError(a.command() + ": --resume needs --ckpt-dir");
   if (backend_name != "cpu")
     throw NotSupported("--backend " + backend_name + ": only the cpu backend runs training so far");
@@ -122,7 +128,8 @@ int run_train(Args& a) {
   if (resume) {
     resume_from = newest_checkpoint(*ckpt_dir, world_rank() == 0);
     if (!resume_from)
-      throw InputError(a.command() + ": --resume: no complete checkpoint in --ckpt-dir " + *ckpt_dir);
+      throw InputError(a.command() + ": --resume: no complete checkpoint in --ckpt-dir " +
+                       *ckpt_dir);
     CheckpointMeta meta = read_checkpoint_meta(*resume_from);
     if (meta.model != to_json(model))
       throw InputError(*resume_from + ": checkpoint is of a different model (" +
@@ -132,9 +139,10 @@ int run_train(Args& a) {
   TokenDataset data = TokenDataset::load(data_path);
   const int local = local_rank();  // every rank must take part: it is a collective
   if (world_rank() == 0 && !json)
-    std::printf("train: %s, %d ranks (%s), backend %s, local rank of rank 0: %d, data %s (%lld tokens)\n",
-                model.name.c_str(), world_size(), plan.describe().c_str(), backend_name.c_str(), local,
-                data_path.c_str(), (long long)data.size());
+    std::printf(
+        "train: %s, %d ranks (%s), backend %s, local rank of rank 0: %d, data %s (%lld tokens)\n",
+        model.name.c_str(), world_size(), plan.describe().c_str(), backend_name.c_str(), local,
+        data_path.c_str(), (long long)data.size());
   auto backend = make_cpu_backend();
   Executor ex(MPI_COMM_WORLD, model, cluster, plan, *backend, data, opt);
   const int dp = plan.embedding.dp;
@@ -145,7 +153,8 @@ int run_train(Args& a) {
     load_checkpoint(*resume_from, checkpoint_tensors(ex.table()), resume_buffers(ex));
     ex.optimizer().set_steps_taken(meta.step);
     start = meta.step;
-    if (world_rank() == 0) std::printf("resumed from %s at step %lld\n", resume_from->c_str(), (long long)start);
+    if (world_rank() == 0)
+      std::printf("resumed from %s at step %lld\n", resume_from->c_str(), (long long)start);
   }
   FILE* jlog = nullptr;
   if (log_json && world_rank() == 0) {
@@ -167,7 +176,8 @@ int run_train(Args& a) {
     meta.extra = {{"rng", "counter-based: samples are a function of (seed, step, sample index)"}};
     save_checkpoint(MPI_COMM_WORLD, *ckpt_dir, meta, checkpoint_tensors(ex.table()),
                     checkpoint_buffers(ex, dp_index, dp), keep);
-    if (world_rank() == 0) std::printf("checkpoint %s/%s\n", ckpt_dir->c_str(), checkpoint_name(done).c_str());
+    if (world_rank() == 0)
+      std::printf("checkpoint %s/%s\n", ckpt_dir->c_str(), checkpoint_name(done).c_str());
   };
   double elapsed = 0;
   StepResult last;
@@ -179,13 +189,15 @@ int run_train(Args& a) {
     if (world_rank() == 0) {
       if (!json && ((s + 1) % log_every == 0 || s + 1 == steps)) {
         const double left = elapsed / double(s + 1 - start) * double(steps - s - 1);
-        std::printf("step %6lld/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.0f s left\n",
-                    (long long)s + 1, steps, last.loss, last.lr, last.grad_norm, tps, left);
+        std::printf(
+            "step %6lld/%d | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.0f s left\n",
+            (long long)s + 1, steps, last.loss, last.lr, last.grad_norm, tps, left);
         std::fflush(stdout);
       }
       if (jlog) {
-        std::fprintf(jlog, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                           "\"tokens_per_s\": %.6g, \"mfu\": %.6g}\n",
+        std::fprintf(jlog,
+                     "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                     "\"tokens_per_s\": %.6g, \"mfu\": %.6g}\n",
                      (long long)s + 1, last.loss, last.lr, last.grad_norm, tps, mfu);
         std::fflush(jlog);
       }
@@ -196,34 +208,43 @@ int run_train(Args& a) {
     MPI_Allreduce(&stop, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (stop < 0 && any == 0) any = -1;
     const bool last_step = s + 1 == steps;
-    if (ckpt_dir && (any || last_step || (ckpt_every > 0 && (s + 1) % ckpt_every == 0))) save(s + 1);
+    if (ckpt_dir && (any || last_step || (ckpt_every > 0 && (s + 1) % ckpt_every == 0)))
+      save(s + 1);
     if (any && !last_step) {
       if (world_rank() == 0)
         std::printf("%s: checkpointed at step %lld, exiting to be resumed\n",
-                    any > 0 ? ("signal " + std::to_string(any)).c_str() : "--stop-after", (long long)s + 1);
+                    any > 0 ? ("signal " + std::to_string(any)).c_str() : "--stop-after",
+                    (long long)s + 1);
       break;
     }
   }
   if (jlog) std::fclose(jlog);
   // The last step is traced: by then allocations and caches have settled.
-  if (trace_path) write_measured_trace(MPI_COMM_WORLD, *trace_path, model, cluster, plan, ex.program(), last);
+  if (trace_path)
+    write_measured_trace(MPI_COMM_WORLD, *trace_path, model, cluster, plan, ex.program(), last);
   if (json)
-    print_json({{"steps_completed", last.step + 1}, {"loss", last.loss}, {"grad_norm", last.grad_norm},
-                {"lr", last.lr}, {"tokens_per_s", tokens_per_step / last.time_s},
+    print_json({{"steps_completed", last.step + 1},
+                {"loss", last.loss},
+                {"grad_norm", last.grad_norm},
+                {"lr", last.lr},
+                {"tokens_per_s", tokens_per_step / last.time_s},
                 {"high_water_bytes", ex.high_water_bytes()},
                 {"checkpoint", ckpt_dir ? *ckpt_dir + "/" + checkpoint_name(last.step + 1) : ""}});
   return 0;
 }
 
-Register reg{{"train", "run the training loop of a plan with real kernels (CPU backend)",
-              std::string("usage: mpirun -np N stratagem train --model M --cluster cpu-local "
-                          "(--plan FILE | shorthand flags) --data FILE --steps S\n"
-                          "       [--ckpt-dir D --ckpt-every K --keep 3] [--resume] [--stop-after N] [--trace FILE.h5]\n"
-                          "       [--seed X] [--log-json FILE] [--log-every N] [--lr 1e-3 --min-lr --warmup N\n"
-                          "       --weight-decay 0.1 --grad-clip 1.0] [--backend cpu] [--json]\n"
-                          "  SIGUSR1/SIGTERM: checkpoint at the next step boundary on all ranks, exit 0.\n") +
-                  kModelHelp + kClusterHelp + kPlanHelp,
-              run_train}};
+Register reg{
+    {"train", "run the training loop of a plan with real kernels (CPU backend)",
+     std::string(
+         "usage: mpirun -np N stratagem train --model M --cluster cpu-local "
+         "(--plan FILE | shorthand flags) --data FILE --steps S\n"
+         "       [--ckpt-dir D --ckpt-every K --keep 3] [--resume] [--stop-after N] [--trace "
+         "FILE.h5]\n"
+         "       [--seed X] [--log-json FILE] [--log-every N] [--lr 1e-3 --min-lr --warmup N\n"
+         "       --weight-decay 0.1 --grad-clip 1.0] [--backend cpu] [--json]\n"
+         "  SIGUSR1/SIGTERM: checkpoint at the next step boundary on all ranks, exit 0.\n") +
+         kModelHelp + kClusterHelp + kPlanHelp,
+     run_train}};
 
 }  // namespace
 }  // namespace stratagem::cli

@@ -2,10 +2,9 @@
 // one file.
 #pragma once
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "src/cli/args.hpp"
 #include "stratagem/error.hpp"

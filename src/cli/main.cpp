@@ -109,13 +109,15 @@ int main(int argc, char** argv) {
     stratagem::cli::Args args("stratagem " + cmd->name, rest);
     code = cmd->run(args);
   } catch (const stratagem::InputError& e) {
-    if (stratagem::cli::world_rank() == 0) std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
+    if (stratagem::cli::world_rank() == 0)
+      std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
     code = stratagem::kExitBadInput;
   } catch (const stratagem::NotSupported& e) {
     std::fprintf(stderr, "%s: not supported yet: %s\n", who.c_str(), e.what());
     code = stratagem::kExitBadInput;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error on rank %d: %s\n", who.c_str(), stratagem::cli::world_rank(), e.what());
+    std::fprintf(stderr, "%s: error on rank %d: %s\n", who.c_str(), stratagem::cli::world_rank(),
+                 e.what());
     code = stratagem::kExitFailure;
     // One failing rank must not leave the others hanging in a collective.
     if (stratagem::cli::world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);

@@ -1,7 +1,6 @@
 #include "stratagem/cluster.hpp"
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "src/io/json_reader.hpp"
@@ -12,10 +11,14 @@ namespace stratagem {
 
 const char* to_string(Dtype d) {
   switch (d) {
-    case Dtype::fp32: return "fp32";
-    case Dtype::tf32: return "tf32";
-    case Dtype::fp16: return "fp16";
-    case Dtype::bf16: return "bf16";
+    case Dtype::fp32:
+      return "fp32";
+    case Dtype::tf32:
+      return "tf32";
+    case Dtype::fp16:
+      return "fp16";
+    case Dtype::bf16:
+      return "bf16";
   }
   return "?";
 }
@@ -28,14 +31,20 @@ Dtype dtype_from_string(const std::string& s, const std::string& where) {
   throw InputError(where + ": expected one of fp32|tf32|fp16|bf16, got '" + s + "'");
 }
 
-int dtype_bytes(Dtype d) { return d == Dtype::fp16 || d == Dtype::bf16 ? 2 : 4; }
+int dtype_bytes(Dtype d) {
+  return d == Dtype::fp16 || d == Dtype::bf16 ? 2 : 4;
+}
 
 double GpuSpec::peak_flops(Dtype d) const {
   switch (d) {
-    case Dtype::fp32: return peak_flops_fp32;
-    case Dtype::tf32: return peak_flops_tf32;
-    case Dtype::fp16: return peak_flops_fp16;
-    case Dtype::bf16: return peak_flops_bf16;
+    case Dtype::fp32:
+      return peak_flops_fp32;
+    case Dtype::tf32:
+      return peak_flops_tf32;
+    case Dtype::fp16:
+      return peak_flops_fp16;
+    case Dtype::bf16:
+      return peak_flops_bf16;
   }
   return peak_flops_fp32;
 }
@@ -90,8 +99,8 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
     }
     c.gpu.memory_efficiency = g.get_double("memory_efficiency", 0.01, 1.0, 0.85);
     c.gpu.kernel_launch_s = g.get_double("kernel_launch_s", 0, 1, 4e-6);
-    c.gpu.context_overhead_bytes = g.has("context_overhead_bytes")
-                                       ? g.get_int64("context_overhead_bytes", 0) : 0;
+    c.gpu.context_overhead_bytes =
+        g.has("context_overhead_bytes") ? g.get_int64("context_overhead_bytes", 0) : 0;
     c.gpu.allocator_fragmentation = g.get_double("allocator_fragmentation", 0, 1, 0.05);
     g.reject_unknown();
   }
@@ -141,8 +150,8 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
 
 nlohmann::json to_json(const ClusterSpec& c) {
   auto link = [](const LinkSpec& l) {
-    return nlohmann::json{{"kind", l.kind}, {"bandwidth_gbps", l.bandwidth_gbps},
-                          {"latency_s", l.latency_s}};
+    return nlohmann::json{
+        {"kind", l.kind}, {"bandwidth_gbps", l.bandwidth_gbps}, {"latency_s", l.latency_s}};
   };
   nlohmann::json intra = link(c.node.intra);
   intra["allreduce_bus_efficiency"] = c.node.intra.bus_efficiency;
@@ -150,45 +159,49 @@ nlohmann::json to_json(const ClusterSpec& c) {
   nlohmann::json pcie = link(c.node.pcie);
   pcie.erase("kind");
   pcie["generation"] = c.node.pcie_generation;
-  return {
-      {"name", c.name},
-      {"description", c.description},
-      {"nodes", c.nodes},
-      {"gpu",
-       {{"name", c.gpu.name},
-        {"peak_flops",
-         {{"fp32", c.gpu.peak_flops_fp32}, {"tf32", c.gpu.peak_flops_tf32},
-          {"fp16", c.gpu.peak_flops_fp16}, {"bf16", c.gpu.peak_flops_bf16}}},
-        {"hbm_bytes", c.gpu.hbm_bytes},
-        {"hbm_bandwidth_gbps", c.gpu.hbm_bandwidth_gbps},
-        {"sm_count", c.gpu.sm_count},
-        {"gemm",
-         {{"max_efficiency", c.gpu.gemm_max_efficiency},
-          {"half_efficiency_flops", c.gpu.gemm_half_efficiency_flops},
-          {"tile_m", c.gpu.gemm_tile_m}, {"tile_n", c.gpu.gemm_tile_n}}},
-        {"attention",
-         {{"flash_efficiency", c.gpu.attention_flash_efficiency},
-          {"standard_efficiency", c.gpu.attention_standard_efficiency}}},
-        {"memory_efficiency", c.gpu.memory_efficiency},
-        {"kernel_launch_s", c.gpu.kernel_launch_s},
-        {"context_overhead_bytes", c.gpu.context_overhead_bytes},
-        {"allocator_fragmentation", c.gpu.allocator_fragmentation}}},
-      {"node",
-       {{"gpus_per_node", c.node.gpus_per_node},
-        {"intra", intra},
-        {"pcie", pcie},
-        {"host_memory_bytes", c.node.host_memory_bytes},
-        {"host_flops", c.node.host_flops},
-        {"host_memory_bandwidth_gbps", c.node.host_memory_bandwidth_gbps},
-        {"nics",
-         {{"count", c.node.nic_count}, {"kind", c.node.nic.kind},
-          {"bandwidth_gbps", c.node.nic.bandwidth_gbps}, {"latency_s", c.node.nic.latency_s},
-          {"bus_efficiency", c.node.nic.bus_efficiency},
-          {"half_bandwidth_bytes", c.node.nic.half_bandwidth_bytes}}}}},
-      {"network",
-       {{"topology", c.network.topology},
-        {"oversubscription", c.network.oversubscription},
-        {"switch_latency_s", c.network.switch_latency_s}}}};
+  return {{"name", c.name},
+          {"description", c.description},
+          {"nodes", c.nodes},
+          {"gpu",
+           {{"name", c.gpu.name},
+            {"peak_flops",
+             {{"fp32", c.gpu.peak_flops_fp32},
+              {"tf32", c.gpu.peak_flops_tf32},
+              {"fp16", c.gpu.peak_flops_fp16},
+              {"bf16", c.gpu.peak_flops_bf16}}},
+            {"hbm_bytes", c.gpu.hbm_bytes},
+            {"hbm_bandwidth_gbps", c.gpu.hbm_bandwidth_gbps},
+            {"sm_count", c.gpu.sm_count},
+            {"gemm",
+             {{"max_efficiency", c.gpu.gemm_max_efficiency},
+              {"half_efficiency_flops", c.gpu.gemm_half_efficiency_flops},
+              {"tile_m", c.gpu.gemm_tile_m},
+              {"tile_n", c.gpu.gemm_tile_n}}},
+            {"attention",
+             {{"flash_efficiency", c.gpu.attention_flash_efficiency},
+              {"standard_efficiency", c.gpu.attention_standard_efficiency}}},
+            {"memory_efficiency", c.gpu.memory_efficiency},
+            {"kernel_launch_s", c.gpu.kernel_launch_s},
+            {"context_overhead_bytes", c.gpu.context_overhead_bytes},
+            {"allocator_fragmentation", c.gpu.allocator_fragmentation}}},
+          {"node",
+           {{"gpus_per_node", c.node.gpus_per_node},
+            {"intra", intra},
+            {"pcie", pcie},
+            {"host_memory_bytes", c.node.host_memory_bytes},
+            {"host_flops", c.node.host_flops},
+            {"host_memory_bandwidth_gbps", c.node.host_memory_bandwidth_gbps},
+            {"nics",
+             {{"count", c.node.nic_count},
+              {"kind", c.node.nic.kind},
+              {"bandwidth_gbps", c.node.nic.bandwidth_gbps},
+              {"latency_s", c.node.nic.latency_s},
+              {"bus_efficiency", c.node.nic.bus_efficiency},
+              {"half_bandwidth_bytes", c.node.nic.half_bandwidth_bytes}}}}},
+          {"network",
+           {{"topology", c.network.topology},
+            {"oversubscription", c.network.oversubscription},
+            {"switch_latency_s", c.network.switch_latency_s}}}};
 }
 
 ClusterSpec load_cluster(const std::string& name_or_path) {

@@ -8,13 +8,20 @@ namespace stratagem {
 
 const char* to_string(GroupKind k) {
   switch (k) {
-    case GroupKind::none: return "none";
-    case GroupKind::tp: return "tp";
-    case GroupKind::dp: return "dp";
-    case GroupKind::reshard: return "reshard";
-    case GroupKind::tied_embedding: return "tied_embedding";
-    case GroupKind::pp_next: return "pp_next";
-    case GroupKind::pp_prev: return "pp_prev";
+    case GroupKind::none:
+      return "none";
+    case GroupKind::tp:
+      return "tp";
+    case GroupKind::dp:
+      return "dp";
+    case GroupKind::reshard:
+      return "reshard";
+    case GroupKind::tied_embedding:
+      return "tied_embedding";
+    case GroupKind::pp_next:
+      return "pp_next";
+    case GroupKind::pp_prev:
+      return "pp_prev";
   }
   return "?";
 }
@@ -25,8 +32,9 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
       devices_per_stage_(plan.devices_per_stage()),
       gpus_per_node_(cluster.node.gpus_per_node) {
   if (world_size_ != cluster.world_size())
-    throw InputError("layout: plan needs " + std::to_string(world_size_) + " ranks but the cluster has " +
-                     std::to_string(cluster.world_size()) + " GPUs");
+    throw InputError("layout: plan needs " + std::to_string(world_size_) +
+                     " ranks but the cluster has " + std::to_string(cluster.world_size()) +
+                     " GPUs");
   tp_degrees_.push_back(plan.embedding.tp);
   for (const auto& l : plan.layers) tp_degrees_.push_back(l.tp);
   std::sort(tp_degrees_.begin(), tp_degrees_.end());
@@ -77,7 +85,8 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
   }
   if (pp_ > 1) {
     tied_base_ = static_cast<int>(groups_.size());
-    for (int i = 0; i < D; ++i) add(GroupKind::tied_embedding, 0, 1, {rank_of(0, i), rank_of(pp_ - 1, i)});
+    for (int i = 0; i < D; ++i)
+      add(GroupKind::tied_embedding, 0, 1, {rank_of(0, i), rank_of(pp_ - 1, i)});
   }
 }
 

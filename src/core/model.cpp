@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "src/io/json_reader.hpp"
@@ -11,10 +10,18 @@
 
 namespace stratagem {
 
-const char* to_string(Arch a) { return a == Arch::decoder ? "decoder" : "encoder"; }
-const char* to_string(Norm n) { return n == Norm::layernorm ? "layernorm" : "rmsnorm"; }
-const char* to_string(Activation a) { return a == Activation::gelu ? "gelu" : "swiglu"; }
-const char* to_string(Position p) { return p == Position::learned ? "learned" : "rope"; }
+const char* to_string(Arch a) {
+  return a == Arch::decoder ? "decoder" : "encoder";
+}
+const char* to_string(Norm n) {
+  return n == Norm::layernorm ? "layernorm" : "rmsnorm";
+}
+const char* to_string(Activation a) {
+  return a == Activation::gelu ? "gelu" : "swiglu";
+}
+const char* to_string(Position p) {
+  return p == Position::learned ? "learned" : "rope";
+}
 
 std::string data_dir() {
   if (const char* env = std::getenv("STRATAGEM_DATA")) return env;
@@ -94,11 +101,14 @@ ModelSpec model_from_json(const nlohmann::json& j, const std::string& source) {
   m.vocab = r.get_int("vocab", 2, kBig);
   m.seq_len = r.get_int("seq_len", 1, kBig);
   m.norm = r.get_enum("norm", {"layernorm", "rmsnorm"}, "layernorm") == "layernorm"
-               ? Norm::layernorm : Norm::rmsnorm;
+               ? Norm::layernorm
+               : Norm::rmsnorm;
   m.activation = r.get_enum("activation", {"gelu", "swiglu"}, "gelu") == "gelu"
-                     ? Activation::gelu : Activation::swiglu;
+                     ? Activation::gelu
+                     : Activation::swiglu;
   m.position = r.get_enum("position", {"learned", "rope"}, "learned") == "learned"
-                   ? Position::learned : Position::rope;
+                   ? Position::learned
+                   : Position::rope;
   m.tied_embeddings = r.get_bool("tied_embeddings", true);
   m.bias = r.get_bool("bias", true);
   m.dropout = r.get_bool("dropout", true);
@@ -135,9 +145,9 @@ namespace {
 std::string resolve_spec_path(const std::string& name_or_path, const char* folder,
                               const char* flag) {
   namespace fs = std::filesystem;
-  bool is_path = name_or_path.find('/') != std::string::npos ||
-                 (name_or_path.size() > 5 &&
-                  name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0);
+  bool is_path =
+      name_or_path.find('/') != std::string::npos ||
+      (name_or_path.size() > 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0);
   if (is_path) return name_or_path;
   fs::path p = fs::path(data_dir()) / folder / (name_or_path + ".json");
   if (!fs::exists(p)) {
@@ -145,8 +155,8 @@ std::string resolve_spec_path(const std::string& name_or_path, const char* folde
     if (fs::is_directory(p.parent_path()))
       for (const auto& e : fs::directory_iterator(p.parent_path()))
         if (e.path().extension() == ".json") known += " " + e.path().stem().string();
-    throw InputError(std::string(flag) + " '" + name_or_path + "': no such built-in (known:" +
-                     known + "), and not a path to a .json file");
+    throw InputError(std::string(flag) + " '" + name_or_path +
+                     "': no such built-in (known:" + known + "), and not a path to a .json file");
   }
   return p.string();
 }

@@ -1,9 +1,8 @@
 #include "stratagem/plan.hpp"
 
 #include <algorithm>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "src/io/json_reader.hpp"
 #include "stratagem/error.hpp"
@@ -12,18 +11,24 @@ namespace stratagem {
 
 const char* to_string(Schedule s) {
   switch (s) {
-    case Schedule::gpipe: return "gpipe";
-    case Schedule::one_f_one_b: return "1f1b";
-    case Schedule::interleaved: return "interleaved";
+    case Schedule::gpipe:
+      return "gpipe";
+    case Schedule::one_f_one_b:
+      return "1f1b";
+    case Schedule::interleaved:
+      return "interleaved";
   }
   return "?";
 }
 
 const char* to_string(Recompute r) {
   switch (r) {
-    case Recompute::none: return "none";
-    case Recompute::selective: return "selective";
-    case Recompute::full: return "full";
+    case Recompute::none:
+      return "none";
+    case Recompute::selective:
+      return "selective";
+    case Recompute::full:
+      return "full";
   }
   return "?";
 }
@@ -68,7 +73,9 @@ int Plan::max_dp() const {
   return d;
 }
 
-int Plan::num_microbatches() const { return global_batch / (micro_batch * max_dp()); }
+int Plan::num_microbatches() const {
+  return global_batch / (micro_batch * max_dp());
+}
 
 bool Plan::uniform() const {
   for (const auto& l : layers)
@@ -140,9 +147,12 @@ Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterS
     std::stringstream ss(*s.offload);
     std::string item;
     while (std::getline(ss, item, ',')) {
-      if (item == "optimizer") l.offload_optimizer = true;
-      else if (item == "params") l.offload_params = true;
-      else if (item == "activations") l.offload_activations = true;
+      if (item == "optimizer")
+        l.offload_optimizer = true;
+      else if (item == "params")
+        l.offload_params = true;
+      else if (item == "activations")
+        l.offload_activations = true;
       else if (item != "none" && !item.empty())
         throw InputError("--offload: expected a comma list of optimizer,params,activations; got '" +
                          item + "'");
@@ -305,8 +315,9 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
     if (l.tp * l.dp != D)
       bad(at, "tp x dp = " + std::to_string(l.tp * l.dp) + " but the stage has " +
                   std::to_string(D) + " devices (every layer must use all of its stage)");
-    if (m.heads % l.tp) bad(at + ".tp", "tp " + std::to_string(l.tp) + " does not divide heads (" +
-                                            std::to_string(m.heads) + ")");
+    if (m.heads % l.tp)
+      bad(at + ".tp", "tp " + std::to_string(l.tp) + " does not divide heads (" +
+                          std::to_string(m.heads) + ")");
     if (m.kv_heads % l.tp)
       bad(at + ".tp", "tp " + std::to_string(l.tp) + " does not divide kv_heads (" +
                           std::to_string(m.kv_heads) + ")");
@@ -322,19 +333,20 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
       bad(at + ".dp", "dp " + std::to_string(l.dp) + " does not divide the stage micro-batch of " +
                           std::to_string(p.micro_batch * p.max_dp()) + " samples");
   };
-  for (int k = 0; k < m.layers; ++k) check_strategy(p.layers[k], "layers[" + std::to_string(k) + "]");
+  for (int k = 0; k < m.layers; ++k)
+    check_strategy(p.layers[k], "layers[" + std::to_string(k) + "]");
   check_strategy(p.embedding, "embedding");
   for (int k = 1; k < m.layers; ++k) {
     int a = p.layers[k - 1].tp, b = p.layers[k].tp;
     if (std::max(a, b) % std::min(a, b))
       bad("layers[" + std::to_string(k) + "].tp", "consecutive tp degrees " + std::to_string(a) +
-                                                       " and " + std::to_string(b) +
-                                                       " must divide one another");
+                                                      " and " + std::to_string(b) +
+                                                      " must divide one another");
   }
   if (p.world_size() != c.world_size())
     bad("world size", "the plan needs pp " + std::to_string(p.pp) + " x " + std::to_string(D) +
-                          " = " + std::to_string(p.world_size()) + " GPUs but --cluster " +
-                          c.name + " with --nodes " + std::to_string(c.nodes) + " has " +
+                          " = " + std::to_string(p.world_size()) + " GPUs but --cluster " + c.name +
+                          " with --nodes " + std::to_string(c.nodes) + " has " +
                           std::to_string(c.world_size()));
   if (p.schedule != Schedule::interleaved && p.vpp != 1)
     bad("vpp", "vpp > 1 needs schedule 'interleaved'");
@@ -351,7 +363,8 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
     if (p.chunks[i].begin != at || p.chunks[i].end <= p.chunks[i].begin)
       bad("chunks[" + std::to_string(i) + "]",
           "stage partition must cover the layers exactly once, in order, with no empty range "
-          "(expected a range starting at layer " + std::to_string(at) + ")");
+          "(expected a range starting at layer " +
+              std::to_string(at) + ")");
     at = p.chunks[i].end;
   }
   if (at != m.layers)
@@ -365,8 +378,8 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
   const int mbs = p.global_batch / stage_mb;
   if (p.schedule == Schedule::interleaved && (mbs < p.pp || mbs % p.pp))
     bad("schedule", "the interleaved schedule needs the number of micro-batches (" +
-                        std::to_string(mbs) + ") to be a multiple of pp (" +
-                        std::to_string(p.pp) + ")");
+                        std::to_string(mbs) + ") to be a multiple of pp (" + std::to_string(p.pp) +
+                        ")");
 }
 
 }  // namespace stratagem

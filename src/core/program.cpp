@@ -11,7 +11,7 @@
 namespace stratagem {
 
 const char* to_string(OpKind k) {
-  static const char* n[] = {"compute", "collective", "send",  "recv", "copy_d2h",
+  static const char* n[] = {"compute",  "collective",   "send",  "recv", "copy_d2h",
                             "copy_h2d", "host_compute", "alloc", "free"};
   return n[static_cast<int>(k)];
 }
@@ -20,7 +20,8 @@ const char* to_string(Stream s) {
   return n[static_cast<int>(s)];
 }
 const char* to_string(Block b) {
-  static const char* n[] = {"none", "embedding", "attention", "mlp", "head", "optimizer", "reshard"};
+  static const char* n[] = {"none", "embedding", "attention", "mlp",
+                            "head", "optimizer", "reshard"};
   return n[static_cast<int>(b)];
 }
 const char* to_string(Phase p) {
@@ -45,9 +46,15 @@ std::string op_name(const Op& op) {
   s += ph[static_cast<int>(op.phase)];
   s += ".";
   switch (op.kind) {
-    case OpKind::compute: s += "compute"; break;
-    case OpKind::collective: s += to_string(op.collective); break;
-    default: s += to_string(op.kind); break;
+    case OpKind::compute:
+      s += "compute";
+      break;
+    case OpKind::collective:
+      s += to_string(op.collective);
+      break;
+    default:
+      s += to_string(op.kind);
+      break;
   }
   if (op.kind == OpKind::alloc || op.kind == OpKind::free) {
     s += ".";
@@ -60,11 +67,16 @@ std::string op_name(const Op& op) {
 int resolve_group(const Layout& layout, int rank, const Op& op) {
   if (op.kind != OpKind::collective) return -1;
   switch (op.group) {
-    case GroupKind::tp: return layout.tp_group(rank, op.tp);
-    case GroupKind::dp: return layout.dp_group(rank, op.tp);
-    case GroupKind::reshard: return layout.reshard_group(rank, op.tp, op.tp_big);
-    case GroupKind::tied_embedding: return layout.tied_embedding_group(rank);
-    default: return -1;
+    case GroupKind::tp:
+      return layout.tp_group(rank, op.tp);
+    case GroupKind::dp:
+      return layout.dp_group(rank, op.tp);
+    case GroupKind::reshard:
+      return layout.reshard_group(rank, op.tp, op.tp_big);
+    case GroupKind::tied_embedding:
+      return layout.tied_embedding_group(rank);
+    default:
+      return -1;
   }
 }
 
@@ -94,8 +106,8 @@ class StageBuilder {
     for (const auto& st : steps)
       if (!st.forward) last_bwd_mb_[st.chunk] = st.microbatch;
     setup();
-    for (const auto& st : steps) st.forward ? forward(st.chunk, st.microbatch)
-                                            : backward(st.chunk, st.microbatch);
+    for (const auto& st : steps)
+      st.forward ? forward(st.chunk, st.microbatch) : backward(st.chunk, st.microbatch);
     for (const Op& op : deferred_) emit(op, {last_compute_});
     optimizer();
     teardown();
@@ -245,15 +257,16 @@ class StageBuilder {
         op.bytes = (bytes + s.dp - 1) / s.dp;
         after = emit(op, {after});
       }
-      int buf = alloc(Stream::dp_comm, MemCategory::buffers, bytes, layer, mb, ph, Block::none,
-                      {after});
+      int buf =
+          alloc(Stream::dp_comm, MemCategory::buffers, bytes, layer, mb, ph, Block::none, {after});
       int c = collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp, bytes,
                          Block::none, ph, layer, mb, {after});
       compute_waits_.push_back(c);
       return buf;
     }
     if (s.offload_params) {
-      int buf = alloc(Stream::h2d, MemCategory::buffers, bytes, layer, mb, ph, Block::none, {after});
+      int buf =
+          alloc(Stream::h2d, MemCategory::buffers, bytes, layer, mb, ph, Block::none, {after});
       Op op = make(OpKind::copy_h2d, Stream::h2d, Block::none, ph, layer, mb);
       op.bytes = bytes;
       compute_waits_.push_back(emit(op, {after}));
@@ -282,16 +295,19 @@ class StageBuilder {
       int fetched = fetch_params(l, Phase::forward, mb, prev_attn);
       const int b = samples(l);
       auto rc = s.recompute;
-      int act_a = alloc(Stream::compute, MemCategory::activations,
-                        saved_activation_bytes(m_, s, Block::attention, b, rc, p_.flash_attention, p_.dtype),
-                        l, mb, Phase::forward, Block::attention);
+      int act_a = alloc(
+          Stream::compute, MemCategory::activations,
+          saved_activation_bytes(m_, s, Block::attention, b, rc, p_.flash_attention, p_.dtype), l,
+          mb, Phase::forward, Block::attention);
       tp_before(Block::attention, Phase::forward, l, mb);
       BlockWork wa = forward_work(m_, s, Block::attention, b, p_.flash_attention);
-      prev_attn = compute(Block::attention, Phase::forward, l, mb, b, wa.flops(), wa.elementwise_bytes);
+      prev_attn =
+          compute(Block::attention, Phase::forward, l, mb, b, wa.flops(), wa.elementwise_bytes);
       tp_after(Block::attention, Phase::forward, l, mb);
-      int act_m = alloc(Stream::compute, MemCategory::activations,
-                        saved_activation_bytes(m_, s, Block::mlp, b, rc, p_.flash_attention, p_.dtype),
-                        l, mb, Phase::forward, Block::mlp);
+      int act_m =
+          alloc(Stream::compute, MemCategory::activations,
+                saved_activation_bytes(m_, s, Block::mlp, b, rc, p_.flash_attention, p_.dtype), l,
+                mb, Phase::forward, Block::mlp);
       tp_before(Block::mlp, Phase::forward, l, mb);
       BlockWork wm = forward_work(m_, s, Block::mlp, b, p_.flash_attention);
       int c = compute(Block::mlp, Phase::forward, l, mb, b, wm.flops(), wm.elementwise_bytes);
@@ -336,10 +352,14 @@ class StageBuilder {
       saved_.erase(key(l, mb));
       int fetched = fetch_params(l, Phase::backward, mb, prev_mlp);
       if (s.offload_activations) {
-        int64_t ba = saved_activation_bytes(m_, s, Block::attention, b, s.recompute, p_.flash_attention, p_.dtype);
-        int64_t bm = saved_activation_bytes(m_, s, Block::mlp, b, s.recompute, p_.flash_attention, p_.dtype);
-        act_a = alloc(Stream::h2d, MemCategory::activations, ba, l, mb, Phase::backward, Block::attention, {prev_mlp});
-        act_m = alloc(Stream::h2d, MemCategory::activations, bm, l, mb, Phase::backward, Block::mlp, {prev_mlp});
+        int64_t ba = saved_activation_bytes(m_, s, Block::attention, b, s.recompute,
+                                            p_.flash_attention, p_.dtype);
+        int64_t bm =
+            saved_activation_bytes(m_, s, Block::mlp, b, s.recompute, p_.flash_attention, p_.dtype);
+        act_a = alloc(Stream::h2d, MemCategory::activations, ba, l, mb, Phase::backward,
+                      Block::attention, {prev_mlp});
+        act_m = alloc(Stream::h2d, MemCategory::activations, bm, l, mb, Phase::backward, Block::mlp,
+                      {prev_mlp});
         Op op = make(OpKind::copy_h2d, Stream::h2d, Block::none, Phase::backward, l, mb);
         op.bytes = ba + bm;
         compute_waits_.push_back(emit(op, {prev_mlp}));
@@ -348,15 +368,18 @@ class StageBuilder {
       if (s.recompute == Recompute::full) {
         // Rebuild the layer's activations from its saved input, communication included.
         re_a = alloc(Stream::compute, MemCategory::activations,
-                     saved_activation_bytes(m_, s, Block::attention, b, Recompute::none, p_.flash_attention, p_.dtype) -
-                         saved_activation_bytes(m_, s, Block::attention, b, Recompute::full, p_.flash_attention, p_.dtype),
+                     saved_activation_bytes(m_, s, Block::attention, b, Recompute::none,
+                                            p_.flash_attention, p_.dtype) -
+                         saved_activation_bytes(m_, s, Block::attention, b, Recompute::full,
+                                                p_.flash_attention, p_.dtype),
                      l, mb, Phase::recompute, Block::attention);
         tp_before(Block::attention, Phase::recompute, l, mb);
         BlockWork wa = forward_work(m_, s, Block::attention, b, p_.flash_attention);
         compute(Block::attention, Phase::recompute, l, mb, b, wa.flops(), wa.elementwise_bytes);
         tp_after(Block::attention, Phase::recompute, l, mb);
         re_m = alloc(Stream::compute, MemCategory::activations,
-                     saved_activation_bytes(m_, s, Block::mlp, b, Recompute::none, p_.flash_attention, p_.dtype),
+                     saved_activation_bytes(m_, s, Block::mlp, b, Recompute::none,
+                                            p_.flash_attention, p_.dtype),
                      l, mb, Phase::recompute, Block::mlp);
         tp_before(Block::mlp, Phase::recompute, l, mb);
         BlockWork wm = forward_work(m_, s, Block::mlp, b, p_.flash_attention);
@@ -373,8 +396,10 @@ class StageBuilder {
         // The attention probabilities were not kept: rebuild them from the saved Q and K.
         const LayerStrategy& ss = s;
         BlockWork core = attention_core_work(m_, ss, b, false);
-        int64_t probs = saved_activation_bytes(m_, s, Block::attention, b, Recompute::none, false, p_.dtype) -
-                        saved_activation_bytes(m_, s, Block::attention, b, Recompute::selective, false, p_.dtype);
+        int64_t probs =
+            saved_activation_bytes(m_, s, Block::attention, b, Recompute::none, false, p_.dtype) -
+            saved_activation_bytes(m_, s, Block::attention, b, Recompute::selective, false,
+                                   p_.dtype);
         re_a = alloc(Stream::compute, MemCategory::activations, probs, l, mb, Phase::recompute,
                      Block::attention);
         compute(Block::attention, Phase::recompute, l, mb, b, core.attention_flops / 2,
@@ -382,7 +407,8 @@ class StageBuilder {
       }
       tp_before(Block::attention, Phase::backward, l, mb);
       BlockWork wa = backward_work(m_, s, Block::attention, b, p_.flash_attention);
-      int c = compute(Block::attention, Phase::backward, l, mb, b, wa.flops(), wa.elementwise_bytes);
+      int c =
+          compute(Block::attention, Phase::backward, l, mb, b, wa.flops(), wa.elementwise_bytes);
       tp_after(Block::attention, Phase::backward, l, mb);
       release(act_a, Stream::compute);
       release(re_a, Stream::compute);
@@ -432,16 +458,20 @@ class StageBuilder {
     const double logits_flops = 2.0 * T * m_.hidden * m_.vocab / s.tp;
     // fp32 logits live from the forward to the backward of the loss.
     int64_t logits = static_cast<int64_t>(4.0 * T * m_.vocab / s.tp);
-    int buf = alloc(Stream::compute, MemCategory::activations, logits, -1, mb, Phase::forward, Block::head);
+    int buf = alloc(Stream::compute, MemCategory::activations, logits, -1, mb, Phase::forward,
+                    Block::head);
     tp_before(Block::head, Phase::forward, -1, mb);
-    compute(Block::head, Phase::forward, -1, mb, b, logits_flops, 2.0 * logits + 2.0 * e_ * T * m_.hidden);
+    compute(Block::head, Phase::forward, -1, mb, b, logits_flops,
+            2.0 * logits + 2.0 * e_ * T * m_.hidden);
     if (s.tp > 1) {
       // Vocabulary-parallel cross entropy: max, sum-exp and target logit per token.
       int c = collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, s.tp,
-                         static_cast<int64_t>(12 * T), Block::head, Phase::forward, -1, mb, {last_compute_});
+                         static_cast<int64_t>(12 * T), Block::head, Phase::forward, -1, mb,
+                         {last_compute_});
       compute_waits_.push_back(c);
     }
-    compute(Block::head, Phase::backward, -1, mb, b, 2 * logits_flops, 2.0 * logits + 2.0 * e_ * T * m_.hidden);
+    compute(Block::head, Phase::backward, -1, mb, b, 2 * logits_flops,
+            2.0 * logits + 2.0 * e_ * T * m_.hidden);
     release(buf, Stream::compute);
     tp_after(Block::head, Phase::backward, -1, mb);
     if (has_head() && !has_embedding()) reduce_grads(-2, mb, last_compute_);
@@ -454,7 +484,8 @@ class StageBuilder {
     const bool per_microbatch = s.zero >= 2;
     if (!per_microbatch && mb != last_bwd_mb_[chunk_]) return;
     int64_t params = layer >= 0 ? layer_params(layer) : embed_params();
-    Op op = make(OpKind::collective, Stream::dp_comm, Block::none, Phase::backward, layer < 0 ? -1 : layer, mb);
+    Op op = make(OpKind::collective, Stream::dp_comm, Block::none, Phase::backward,
+                 layer < 0 ? -1 : layer, mb);
     op.collective = s.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
     op.group = GroupKind::dp;
     op.tp = static_cast<uint8_t>(s.tp);
@@ -479,9 +510,12 @@ class StageBuilder {
     };
     for (int l : stage_layers()) add(strat(l), layer_params(l));
     if (embed_params() > 0) add(p_.embedding, embed_params());
-    static_bufs_[0] = alloc(Stream::compute, MemCategory::weights, w, -1, -1, Phase::setup, Block::none);
-    static_bufs_[1] = alloc(Stream::compute, MemCategory::grads, g, -1, -1, Phase::setup, Block::none);
-    static_bufs_[2] = alloc(Stream::compute, MemCategory::optimizer, o, -1, -1, Phase::setup, Block::none);
+    static_bufs_[0] =
+        alloc(Stream::compute, MemCategory::weights, w, -1, -1, Phase::setup, Block::none);
+    static_bufs_[1] =
+        alloc(Stream::compute, MemCategory::grads, g, -1, -1, Phase::setup, Block::none);
+    static_bufs_[2] =
+        alloc(Stream::compute, MemCategory::optimizer, o, -1, -1, Phase::setup, Block::none);
   }
 
   void optimizer() {
@@ -491,8 +525,9 @@ class StageBuilder {
     // Tied word embeddings: the first and last stage sum their copies' gradients.
     if (p_.pp > 1 && m_.tied_embeddings && (has_embedding() || has_head())) {
       int64_t bytes = int64_t(m_.vocab) * m_.hidden / p_.embedding.tp * e_;
-      waits.push_back(collective(Stream::dp_comm, Collective::all_reduce, GroupKind::tied_embedding, 1,
-                                 bytes, Block::embedding, Phase::optimizer, -1, -1, {last_compute_}));
+      waits.push_back(collective(Stream::dp_comm, Collective::all_reduce, GroupKind::tied_embedding,
+                                 1, bytes, Block::embedding, Phase::optimizer, -1, -1,
+                                 {last_compute_}));
     }
     for (int w : waits) compute_waits_.push_back(w);
     int64_t device_params = 0, host_params = 0;
@@ -521,15 +556,15 @@ class StageBuilder {
     for (int l : stage_layers()) {
       const auto& s = strat(l);
       if (s.dp > 1 && (s.zero == 1 || s.zero == 2))
-        compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp,
-                                            layer_params(l) * e_, Block::optimizer, Phase::optimizer,
-                                            l, -1, {opt}));
+        compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp,
+                                            s.tp, layer_params(l) * e_, Block::optimizer,
+                                            Phase::optimizer, l, -1, {opt}));
     }
     const auto& s = p_.embedding;
     if (embed_params() > 0 && s.dp > 1 && (s.zero == 1 || s.zero == 2))
-      compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp,
-                                          embed_params() * e_, Block::optimizer, Phase::optimizer, -1,
-                                          -1, {opt}));
+      compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp,
+                                          s.tp, embed_params() * e_, Block::optimizer,
+                                          Phase::optimizer, -1, -1, {opt}));
   }
 
   void teardown() {

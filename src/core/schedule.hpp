@@ -8,7 +8,7 @@ namespace stratagem {
 
 struct PassStep {
   bool forward;
-  int chunk;       // global chunk index (v * pp + stage)
+  int chunk;  // global chunk index (v * pp + stage)
   int microbatch;
 };
 

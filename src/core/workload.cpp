@@ -71,7 +71,7 @@ BlockWork forward_work(const ModelSpec& m, const LayerStrategy& st, Block b, int
     w.attention_flops = core.attention_flops;
     w.elementwise_bytes += core.elementwise_bytes;
     w.kernels += core.kernels;
-    w.add({x.T, x.h, x.h / x.t});  // output projection
+    w.add({x.T, x.h, x.h / x.t});               // output projection
     w.elementwise_bytes += e * x.Tn * x.h * 2;  // norm read + write
     w.elementwise_bytes += e * x.Tn * x.h * 3;  // dropout + residual: read 2, write 1
     w.kernels += 2;
@@ -83,7 +83,7 @@ BlockWork forward_work(const ModelSpec& m, const LayerStrategy& st, Block b, int
     w.add({x.T, x.ffn_gemm_width * x.f / x.t, x.h});  // fc1 (gate+up for SwiGLU)
     w.add({x.T, x.h, x.f / x.t});                     // fc2
     w.elementwise_bytes += e * x.T * x.f / x.t * (x.ffn_gemm_width + 1);  // activation
-    w.elementwise_bytes += e * x.Tn * x.h * 2 + e * x.Tn * x.h * 3;      // norm, residual
+    w.elementwise_bytes += e * x.Tn * x.h * 2 + e * x.Tn * x.h * 3;       // norm, residual
     w.kernels += 3;
   } else {
     throw std::logic_error("forward_work: only attention and mlp blocks");
@@ -117,26 +117,26 @@ int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Bloc
   }
   int64_t bytes = 0;
   if (b == Block::attention) {
-    bytes += e * x.Tn * x.h;                     // norm input
-    bytes += e * x.Tn * x.h;                     // QKV GEMM input (sequence-sharded under sp)
-    bytes += e * x.T * (x.h + x.kvh) / x.t;      // Q and K, for QK^T backward
-    bytes += e * x.T * x.kvh / x.t;              // V, for AV backward
-    bytes += e * x.T * x.h / x.t;                // attention output = projection input
-    bytes += mask * x.Tn * x.h;                  // dropout mask after the projection
+    bytes += e * x.Tn * x.h;                 // norm input
+    bytes += e * x.Tn * x.h;                 // QKV GEMM input (sequence-sharded under sp)
+    bytes += e * x.T * (x.h + x.kvh) / x.t;  // Q and K, for QK^T backward
+    bytes += e * x.T * x.kvh / x.t;          // V, for AV backward
+    bytes += e * x.T * x.h / x.t;            // attention output = projection input
+    bytes += mask * x.Tn * x.h;              // dropout mask after the projection
     if (flash) {
-      bytes += 4 * x.b * (x.a / x.t) * x.s;      // softmax log-sum-exp, fp32
+      bytes += 4 * x.b * (x.a / x.t) * x.s;  // softmax log-sum-exp, fp32
     } else if (rc == Recompute::none) {
       const int64_t scores = x.b * (x.a / x.t) * x.s * x.s;
-      bytes += e * scores;                       // softmax output
-      bytes += mask * scores;                    // attention dropout mask
-      if (m.dropout) bytes += e * scores;        // dropout output, input of AV
+      bytes += e * scores;                 // softmax output
+      bytes += mask * scores;              // attention dropout mask
+      if (m.dropout) bytes += e * scores;  // dropout output, input of AV
     }
   } else if (b == Block::mlp) {
-    bytes += e * x.Tn * x.h;                             // norm input
-    bytes += e * x.Tn * x.h;                             // fc1 input
-    bytes += e * x.T * x.ffn_gemm_width * x.f / x.t;     // fc1 output(s): activation input
-    bytes += e * x.T * x.f / x.t;                        // activation output = fc2 input
-    bytes += mask * x.Tn * x.h;                          // dropout mask
+    bytes += e * x.Tn * x.h;                          // norm input
+    bytes += e * x.Tn * x.h;                          // fc1 input
+    bytes += e * x.T * x.ffn_gemm_width * x.f / x.t;  // fc1 output(s): activation input
+    bytes += e * x.T * x.f / x.t;                     // activation output = fc2 input
+    bytes += mask * x.Tn * x.h;                       // dropout mask
   }
   return bytes;
 }

@@ -10,20 +10,28 @@ namespace stratagem {
 
 const char* to_string(LinkClass l) {
   switch (l) {
-    case LinkClass::intra_node: return "intra_node";
-    case LinkClass::inter_node: return "inter_node";
-    case LinkClass::pcie: return "pcie";
-    case LinkClass::none: return "none";
+    case LinkClass::intra_node:
+      return "intra_node";
+    case LinkClass::inter_node:
+      return "inter_node";
+    case LinkClass::pcie:
+      return "pcie";
+    case LinkClass::none:
+      return "none";
   }
   return "?";
 }
 
 const char* to_string(CollectiveAlgo a) {
   switch (a) {
-    case CollectiveAlgo::ring: return "ring";
-    case CollectiveAlgo::tree: return "tree";
-    case CollectiveAlgo::hierarchical: return "hierarchical";
-    case CollectiveAlgo::direct: return "direct";
+    case CollectiveAlgo::ring:
+      return "ring";
+    case CollectiveAlgo::tree:
+      return "tree";
+    case CollectiveAlgo::hierarchical:
+      return "hierarchical";
+    case CollectiveAlgo::direct:
+      return "direct";
   }
   return "?";
 }
@@ -80,7 +88,7 @@ CostModel::CostModel(const ModelSpec& model, const ClusterSpec& cluster, const P
   tile_n_ = std::max(1, g.gemm_tile_n);
   sm_count_ = g.sm_count;
   attention_flops_ = peak_flops_ * (plan.flash_attention ? g.attention_flash_efficiency
-                                                        : g.attention_standard_efficiency);
+                                                         : g.attention_standard_efficiency);
   hbm_bytes_per_s_ = g.hbm_bandwidth_gbps * 1e9 * g.memory_efficiency;
   launch_s_ = g.kernel_launch_s;
   host_flops_per_gpu_ = n.host_flops / gpus_per_node_;
@@ -193,7 +201,8 @@ double CostModel::compute_time_s(const Op& op) const {
       return block_time_s(head_work(op.phase, op.samples, double(op.bytes)));
     case Block::embedding:
       // Lookup (forward) or zero + scatter-add (backward) of the embedding rows.
-      return elementwise_time_s(double(op.bytes)) + (op.phase == Phase::backward ? 2 : 1) * launch_s_;
+      return elementwise_time_s(double(op.bytes)) +
+             (op.phase == Phase::backward ? 2 : 1) * launch_s_;
     case Block::optimizer:
       // AdamW math is fp32 on CUDA cores and streams every state through HBM.
       return roofline(fp32_flops_);
@@ -240,8 +249,8 @@ CommCost CostModel::tree(double S, int p, int N, int k) const {
   (void)p;
   int depth = 0;
   while ((1 << depth) < N) ++depth;
-  CommCost cc = busiest(k > 1 ? 2.0 * S : 0, intra_gbps_ * intra_fraction(S), N > 1 ? 2.0 * S / k : 0,
-                        inter_gbps_ * inter_fraction(S));
+  CommCost cc = busiest(k > 1 ? 2.0 * S : 0, intra_gbps_ * intra_fraction(S),
+                        N > 1 ? 2.0 * S / k : 0, inter_gbps_ * inter_fraction(S));
   cc.latency_s = 2.0 * ((k - 1) * intra_step_s_ + depth * inter_step_s_);
   cc.algo = CollectiveAlgo::tree;
   return cc;
@@ -301,7 +310,8 @@ CommCost CostModel::collective_cost(Collective c, int64_t bytes, int size, int n
 }
 
 CommCost CostModel::collective_cost(Collective c, int64_t bytes, int size, int nodes) const {
-  if (c == Collective::all_to_all) return collective_cost(c, bytes, size, nodes, CollectiveAlgo::direct);
+  if (c == Collective::all_to_all)
+    return collective_cost(c, bytes, size, nodes, CollectiveAlgo::direct);
   CommCost best = collective_cost(c, bytes, size, nodes, CollectiveAlgo::ring);
   if (c == Collective::all_reduce) {
     // As NCCL's tuner: the fastest algorithm for this size and group.
@@ -313,7 +323,8 @@ CommCost CostModel::collective_cost(Collective c, int64_t bytes, int size, int n
   return best;
 }
 
-CommCost CostModel::collective_cost(Collective c, int64_t bytes, const std::vector<int>& ranks) const {
+CommCost CostModel::collective_cost(Collective c, int64_t bytes,
+                                    const std::vector<int>& ranks) const {
   const int p = int(ranks.size());
   if (p <= 1) return collective_cost(c, bytes, p, 1);
   // Distinct nodes of the group (the Layout's groups spread their ranks evenly over them).
@@ -381,18 +392,23 @@ CommCost CostModel::comm_cost(const Op& op, const Layout& layout, int rank) cons
       return p2p_cost(op.bytes, rank, peer);
     }
     case OpKind::copy_d2h:
-    case OpKind::copy_h2d: return copy_cost(op.bytes);
-    default: return {};
+    case OpKind::copy_h2d:
+      return copy_cost(op.bytes);
+    default:
+      return {};
   }
 }
 
 double CostModel::op_time_s(const Op& op, const Layout& layout, int rank) const {
   switch (op.kind) {
     case OpKind::compute:
-    case OpKind::host_compute: return compute_time_s(op);
+    case OpKind::host_compute:
+      return compute_time_s(op);
     case OpKind::alloc:
-    case OpKind::free: return 0;
-    default: return comm_cost(op, layout, rank).time_s();
+    case OpKind::free:
+      return 0;
+    default:
+      return comm_cost(op, layout, rank).time_s();
   }
 }
 

@@ -3,7 +3,6 @@
 #include "stratagem/estimate.hpp"
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "src/cost/plan_costs.hpp"
@@ -73,8 +72,10 @@ Estimate estimate(const CostModel& cost) {
   {
     const auto& x = sc[ts];
     double dp = x.reduce_exposed_s, opt = 0, off = 0;
-    if (x.host_s > x.optimizer_s + x.gather_s) off = x.host_s;
-    else opt = x.optimizer_s, dp += x.gather_s;
+    if (x.host_s > x.optimizer_s + x.gather_s)
+      off = x.host_s;
+    else
+      opt = x.optimizer_s, dp += x.gather_s;
     double left = worst_slack;
     for (double* part : {&dp, &opt, &off}) {
       const double cut = std::min(*part, left);

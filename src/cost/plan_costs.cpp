@@ -7,7 +7,7 @@ namespace {
 
 // Per-rank figures of one Transformer layer for one micro-batch.
 struct LayerCost {
-  double fwd_s = 0, bwd_s = 0, rec_s = 0;          // kernels
+  double fwd_s = 0, bwd_s = 0, rec_s = 0;           // kernels
   double tp_fwd_s = 0, tp_bwd_s = 0, tp_rec_s = 0;  // compute waits for these
   double fetch_s = 0;  // one fetch of the weights: ZeRO-3 all-gather (dp) or h2d copy
   bool fetch_on_h2d = false;
@@ -70,7 +70,7 @@ struct Reduce {
 
 // Buffers reused from call to call, so that an estimate allocates nothing in steady use.
 struct Scratch {
-  std::vector<int64_t> A;  // per chunk of the stage: kept activations of one micro-batch
+  std::vector<int64_t> A;     // per chunk of the stage: kept activations of one micro-batch
   std::vector<Mem> fpk, bpk;  // per chunk: own bytes at the forward's / backward's worst moment
   std::vector<double> chunk_bwd;
   std::vector<Reduce> reduces;
@@ -79,9 +79,16 @@ struct Scratch {
 class Analyzer {
  public:
   Analyzer(const CostModel& cost, bool with_time, Scratch& scratch)
-      : c_(cost), m_(cost.model()), p_(cost.plan()), with_time_(with_time),
-        e_(dtype_bytes(p_.dtype)), opt_bpp_(p_.dtype == Dtype::fp32 ? 8 : 12),
-        A_(scratch.A), fpk_(scratch.fpk), bpk_(scratch.bpk), chunk_bwd_(scratch.chunk_bwd),
+      : c_(cost),
+        m_(cost.model()),
+        p_(cost.plan()),
+        with_time_(with_time),
+        e_(dtype_bytes(p_.dtype)),
+        opt_bpp_(p_.dtype == Dtype::fp32 ? 8 : 12),
+        A_(scratch.A),
+        fpk_(scratch.fpk),
+        bpk_(scratch.bpk),
+        chunk_bwd_(scratch.chunk_bwd),
         reduces_(scratch.reduces) {
     geo_.g = std::max(1, cost.cluster().node.gpus_per_node);
     geo_.D = p_.devices_per_stage();
@@ -103,7 +110,9 @@ class Analyzer {
   }
 
  private:
-  const LayerStrategy& strat(int layer) const { return layer < 0 ? p_.embedding : p_.layers[layer]; }
+  const LayerStrategy& strat(int layer) const {
+    return layer < 0 ? p_.embedding : p_.layers[layer];
+  }
   int samples_for(int dp) const { return p_.micro_batch * max_dp_ / dp; }
   int samples(int layer) const { return samples_for(strat(layer).dp); }
   int64_t boundary(int layer) const {
@@ -184,10 +193,10 @@ class Analyzer {
       }
       if (s.tp > 1) {
         const int64_t msg = int64_t(e_) * b * m_.seq_len * m_.hidden;
-        const double per_block =
-            s.sequence_parallel ? coll(Collective::all_gather, msg, s.tp, tp_nodes) +
-                                      coll(Collective::reduce_scatter, msg, s.tp, tp_nodes)
-                                : coll(Collective::all_reduce, msg, s.tp, tp_nodes);
+        const double per_block = s.sequence_parallel
+                                     ? coll(Collective::all_gather, msg, s.tp, tp_nodes) +
+                                           coll(Collective::reduce_scatter, msg, s.tp, tp_nodes)
+                                     : coll(Collective::all_reduce, msg, s.tp, tp_nodes);
         lc.tp_fwd_s = lc.tp_bwd_s = 2 * per_block;
         lc.tp_rec_s = s.recompute == Recompute::full ? 2 * per_block : 0;
       }
@@ -195,10 +204,12 @@ class Analyzer {
       if (s.dp > 1) {
         if (s.zero == 3) lc.fetch_s = coll(Collective::all_gather, pbytes, s.dp, dp_nodes);
         // ZeRO-3 with offloaded parameters: the shard crosses PCIe before each gather.
-        if (s.zero == 3 && s.offload_params) lc.fetch_s += c_.copy_cost((pbytes + s.dp - 1) / s.dp).time_s();
+        if (s.zero == 3 && s.offload_params)
+          lc.fetch_s += c_.copy_cost((pbytes + s.dp - 1) / s.dp).time_s();
         if (s.zero >= 2) lc.grad_rs_mb_s = coll(Collective::reduce_scatter, pbytes, s.dp, dp_nodes);
         if (s.zero == 0) lc.grad_reduce_s = coll(Collective::all_reduce, pbytes, s.dp, dp_nodes);
-        if (s.zero == 1) lc.grad_reduce_s = coll(Collective::reduce_scatter, pbytes, s.dp, dp_nodes);
+        if (s.zero == 1)
+          lc.grad_reduce_s = coll(Collective::reduce_scatter, pbytes, s.dp, dp_nodes);
         if (s.zero == 1 || s.zero == 2)
           lc.gather_s = coll(Collective::all_gather, pbytes, s.dp, dp_nodes);
       }
@@ -274,8 +285,10 @@ class Analyzer {
         if (l == r.end - 1) sc.first_fetch_s += lc.fetch_s + lc.act_h2d_s;
         if (lc.grad_rs_mb_s > 0) reduces_.push_back({bwd_below, lc.grad_rs_mb_s, i});
         if (lc.grad_reduce_s > 0) {
-          if (overlap) reduces_.push_back({bwd_below, lc.grad_reduce_s, i});
-          else deferred += lc.grad_reduce_s;
+          if (overlap)
+            reduces_.push_back({bwd_below, lc.grad_reduce_s, i});
+          else
+            deferred += lc.grad_reduce_s;
         }
         sc.gather_s += lc.gather_s;
         bwd_below += lc.bwd_s + lc.rec_s + tp_bwd;
@@ -293,9 +306,11 @@ class Analyzer {
       if (with_time_) {
         // Pipeline sends: activations to the next chunk, gradients to the previous one.
         if (ch < nchunks - 1)
-          sc.p2p_fwd_s += c_.p2p_cost(boundary(r.end - 1), geo_.same_node(s, (s + 1) % pp)).time_s();
+          sc.p2p_fwd_s +=
+              c_.p2p_cost(boundary(r.end - 1), geo_.same_node(s, (s + 1) % pp)).time_s();
         if (ch > 0)
-          sc.p2p_bwd_s += c_.p2p_cost(boundary(r.begin - 1), geo_.same_node(s, (s + pp - 1) % pp)).time_s();
+          sc.p2p_bwd_s +=
+              c_.p2p_cost(boundary(r.begin - 1), geo_.same_node(s, (s + pp - 1) % pp)).time_s();
       }
     }
     const int64_t ep = embed_params(s);
@@ -343,8 +358,9 @@ class Analyzer {
         if (es.sequence_parallel) sc.tp_s += coll(Collective::all_gather, act, es.tp, tpn);
         // Vocabulary-parallel cross entropy: max, sum-exp and target logit per token.
         sc.tp_s += coll(Collective::all_reduce, static_cast<int64_t>(12 * T), es.tp, tpn);
-        const double t = coll(es.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce,
-                              act, es.tp, tpn);
+        const double t =
+            coll(es.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce, act,
+                 es.tp, tpn);
         sc.tp_s += t;
         sc.tp_bwd_s += t;
       }
@@ -363,10 +379,13 @@ class Analyzer {
       } else {
         const double red = coll(es.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
                                 bytes, es.dp, dpn);
-        if (p_.overlap_grad_reduce) reduces_.push_back({tau, red, -1});
-        else deferred += red;
+        if (p_.overlap_grad_reduce)
+          reduces_.push_back({tau, red, -1});
+        else
+          deferred += red;
       }
-      if (es.zero == 1 || es.zero == 2) sc.gather_s += coll(Collective::all_gather, bytes, es.dp, dpn);
+      if (es.zero == 1 || es.zero == 2)
+        sc.gather_s += coll(Collective::all_gather, bytes, es.dp, dpn);
     }
     // Chunk i's last backward pass is followed by i*pp passes of the stage's lower chunks
     // (interleaved cool-down); chunk 0 on stage 0 is followed by the embedding backward.

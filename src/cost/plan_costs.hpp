@@ -13,12 +13,12 @@ namespace stratagem::cost_detail {
 struct StageCost {
   // Per micro-batch, summed over the stage's chunks (seconds on one rank).
   double fwd_s = 0, bwd_s = 0, rec_s = 0;  // kernels (embedding and head included)
-  double tp_s = 0;                          // tensor-parallel, reshard and loss collectives
-  double tp_bwd_s = 0;                      // the part of tp_s in backward and recompute
-  double dp_stream_s = 0;                   // ZeRO-2/3 traffic the dp stream carries
+  double tp_s = 0;                         // tensor-parallel, reshard and loss collectives
+  double tp_bwd_s = 0;                     // the part of tp_s in backward and recompute
+  double dp_stream_s = 0;                  // ZeRO-2/3 traffic the dp stream carries
   double h2d_stream_s = 0, d2h_stream_s = 0;
-  double first_fetch_s = 0;                 // transfers nothing precedes (cannot prefetch)
-  double p2p_fwd_s = 0, p2p_bwd_s = 0;      // activation / gradient sends, all chunks
+  double first_fetch_s = 0;             // transfers nothing precedes (cannot prefetch)
+  double p2p_fwd_s = 0, p2p_bwd_s = 0;  // activation / gradient sends, all chunks
   // After the last micro-batch.
   double reduce_exposed_s = 0;  // gradient reductions (and tied-embedding sum) not hidden
   double gather_s = 0;          // ZeRO-1/2 weight all-gather after the step

@@ -1,7 +1,7 @@
 #include "stratagem/checkpoint.hpp"
 
-#include <unistd.h>
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -63,7 +63,8 @@ void select_range(hid_t space, const std::vector<int64_t>& shape, int64_t a, int
                                            start.data(), nullptr, count.data(), nullptr));
     first = false;
   };
-  if (nd > 2) throw std::logic_error("checkpoint: tensors of more than 2 dimensions are not supported");
+  if (nd > 2)
+    throw std::logic_error("checkpoint: tensors of more than 2 dimensions are not supported");
   const int64_t r0 = a / cols, c0 = a % cols;
   const int64_t r1 = (b - 1) / cols, c1 = (b - 1) % cols + 1;
   if (r0 == r1) {
@@ -125,12 +126,15 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
       io::ensure_groups(file, buf.group);
       for (const auto& t : tensors) {
         std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
-        H5Handle fspace(STRATAGEM_H5_CHECK(H5Screate_simple((int)dims.size(), dims.data(), nullptr)), H5Sclose);
+        H5Handle fspace(
+            STRATAGEM_H5_CHECK(H5Screate_simple((int)dims.size(), dims.data(), nullptr)), H5Sclose);
         const std::string name = buf.group + "/" + t.name;
         H5Handle ds(STRATAGEM_H5_CHECK(H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, fspace,
-                                                  H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Dclose);
+                                                  H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                    H5Dclose);
         // This rank's part of the tensor: the overlap of [begin,end) with the tensor's range.
-        const int64_t a = std::max(buf.begin, t.offset), b = std::min(buf.end, t.offset + t.numel());
+        const int64_t a = std::max(buf.begin, t.offset),
+                      b = std::min(buf.end, t.offset + t.numel());
         select_range(fspace, t.shape, a - t.offset, std::max(a, b) - t.offset);
         hsize_t n = hsize_t(std::max<int64_t>(0, b - a));
         H5Handle mspace(STRATAGEM_H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
@@ -158,7 +162,8 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
     // Keep the newest `keep` complete checkpoints.
     std::vector<std::string> all;
     for (const auto& e : fs::directory_iterator(dir))
-      if (classify(e.path().filename().string()) == CkptFile::complete) all.push_back(e.path().string());
+      if (classify(e.path().filename().string()) == CkptFile::complete)
+        all.push_back(e.path().string());
     std::sort(all.begin(), all.end());
     for (size_t i = 0; keep > 0 && i + keep < all.size(); ++i) fs::remove(all[i]);
   }
@@ -170,16 +175,19 @@ std::optional<std::string> newest_checkpoint(const std::string& dir, bool warn) 
   std::vector<std::string> done;
   for (const auto& e : fs::directory_iterator(dir)) {
     const CkptFile kind = classify(e.path().filename().string());
-    if (kind == CkptFile::complete) done.push_back(e.path().string());
+    if (kind == CkptFile::complete)
+      done.push_back(e.path().string());
     else if (warn && kind == CkptFile::partial)
-      std::fprintf(stderr, "stratagem: warning: ignoring half-written checkpoint %s\n", e.path().c_str());
+      std::fprintf(stderr, "stratagem: warning: ignoring half-written checkpoint %s\n",
+                   e.path().c_str());
   }
   std::sort(done.rbegin(), done.rend());
   io::H5Quiet quiet;
   for (const auto& p : done) {
     H5Handle f(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
     if (f.valid() && io::has_attr(f, "complete")) return p;
-    if (warn) std::fprintf(stderr, "stratagem: warning: ignoring unreadable checkpoint %s\n", p.c_str());
+    if (warn)
+      std::fprintf(stderr, "stratagem: warning: ignoring unreadable checkpoint %s\n", p.c_str());
   }
   return std::nullopt;
 }
@@ -213,7 +221,8 @@ void load_checkpoint(const std::string& path, const std::vector<CheckpointTensor
     for (const auto& t : tensors) {
       const std::string name = buf.group + "/" + t.name;
       H5Handle ds(H5Dopen2(f, name.c_str(), H5P_DEFAULT), H5Dclose);
-      if (!ds.valid()) throw InputError(path + ": checkpoint has no dataset '" + name + "' (different model?)");
+      if (!ds.valid())
+        throw InputError(path + ": checkpoint has no dataset '" + name + "' (different model?)");
       H5Handle fspace(STRATAGEM_H5_CHECK(H5Dget_space(ds)), H5Sclose);
       std::vector<hsize_t> dims(t.shape.size());
       if (H5Sget_simple_extent_ndims(fspace) != (int)dims.size() ||
@@ -226,7 +235,8 @@ void load_checkpoint(const std::string& path, const std::vector<CheckpointTensor
       select_range(fspace, t.shape, a - t.offset, b - t.offset);
       hsize_t n = hsize_t(b - a);
       H5Handle mspace(STRATAGEM_H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
-      if (H5Dread(ds, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, buf.data + (a - buf.begin)) < 0)
+      if (H5Dread(ds, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, buf.data + (a - buf.begin)) <
+          0)
         throw InputError(path + ": cannot read dataset '" + name + "' (truncated file?)");
     }
   }

@@ -8,7 +8,8 @@ void write_string_attr(hid_t obj, const char* name, const std::string& value) {
   H5Handle type(STRATAGEM_H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
   STRATAGEM_H5_CHECK(H5Tset_size(type, value.empty() ? 1 : value.size()));
   H5Handle space(STRATAGEM_H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
-  H5Handle attr(STRATAGEM_H5_CHECK(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  H5Handle attr(STRATAGEM_H5_CHECK(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT)),
+                H5Aclose);
   std::string v = value.empty() ? std::string(1, '\0') : value;
   STRATAGEM_H5_CHECK(H5Awrite(attr, type, v.data()));
 }
@@ -24,7 +25,9 @@ std::string read_string_attr(hid_t obj, const char* name) {
 
 void write_int64_attr(hid_t obj, const char* name, int64_t value) {
   H5Handle space(STRATAGEM_H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
-  H5Handle attr(STRATAGEM_H5_CHECK(H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  H5Handle attr(
+      STRATAGEM_H5_CHECK(H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)),
+      H5Aclose);
   STRATAGEM_H5_CHECK(H5Awrite(attr, H5T_NATIVE_INT64, &value));
 }
 
@@ -35,7 +38,9 @@ int64_t read_int64_attr(hid_t obj, const char* name) {
   return v;
 }
 
-bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
+bool has_attr(hid_t obj, const char* name) {
+  return H5Aexists(obj, name) > 0;
+}
 
 void ensure_groups(hid_t file, const std::string& path) {
   size_t at = 0;
@@ -43,7 +48,9 @@ void ensure_groups(hid_t file, const std::string& path) {
     size_t slash = path.find('/', at);
     std::string prefix = path.substr(0, slash == std::string::npos ? path.size() : slash);
     if (!prefix.empty() && H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) {
-      H5Handle g(STRATAGEM_H5_CHECK(H5Gcreate2(file, prefix.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+      H5Handle g(STRATAGEM_H5_CHECK(
+                     H5Gcreate2(file, prefix.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                 H5Gclose);
     }
     if (slash == std::string::npos) break;
     at = slash + 1;

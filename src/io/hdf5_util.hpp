@@ -8,13 +8,13 @@
 namespace stratagem::io {
 
 // One checked-call macro for HDF5, reporting file and line.
-#define STRATAGEM_H5_CHECK(expr)                                                            \
-  ([&]() {                                                                                  \
-    auto v_ = (expr);                                                                       \
-    if (v_ < 0)                                                                             \
-      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +     \
-                               ": HDF5 call failed: " #expr);                               \
-    return v_;                                                                              \
+#define STRATAGEM_H5_CHECK(expr)                                                        \
+  ([&]() {                                                                              \
+    auto v_ = (expr);                                                                   \
+    if (v_ < 0)                                                                         \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
+                               ": HDF5 call failed: " #expr);                           \
+    return v_;                                                                          \
   }())
 
 class H5Handle {

@@ -24,8 +24,9 @@ nlohmann::json read_json_file(const std::string& path) {
 
 JsonReader::JsonReader(const nlohmann::json& j, std::string source, std::string path)
     : j_(j), source_(std::move(source)), path_(std::move(path)) {
-  if (!j_.is_object()) throw InputError(source_ + ": " + (path_.empty() ? "top level" : path_) +
-                                        " must be a JSON object");
+  if (!j_.is_object())
+    throw InputError(source_ + ": " + (path_.empty() ? "top level" : path_) +
+                     " must be a JSON object");
 }
 
 std::string JsonReader::where(const std::string& key) const {
@@ -147,7 +148,9 @@ const nlohmann::json& JsonReader::array(const char* key) {
   return v;
 }
 
-const nlohmann::json& JsonReader::raw(const char* key) { return need(key); }
+const nlohmann::json& JsonReader::raw(const char* key) {
+  return need(key);
+}
 
 void JsonReader::reject_unknown() const {
   for (auto it = j_.begin(); it != j_.end(); ++it)

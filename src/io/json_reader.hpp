@@ -1,10 +1,9 @@
 // Strict reading of JSON objects: every field is typed and range-checked, unknown fields are
 // errors, and every message names the source file and the field path.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "stratagem/error.hpp"
 

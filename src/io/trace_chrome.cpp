@@ -28,7 +28,9 @@ void put_escaped(std::FILE* f, const char* s, size_t n) {
   }
   std::fputc('"', f);
 }
-void put_escaped(std::FILE* f, const std::string& s) { put_escaped(f, s.c_str(), s.size()); }
+void put_escaped(std::FILE* f, const std::string& s) {
+  put_escaped(f, s.c_str(), s.size());
+}
 
 // Microseconds with nanosecond precision.
 void put_us(std::FILE* f, int64_t ns) {
@@ -38,7 +40,7 @@ void put_us(std::FILE* f, int64_t ns) {
 }
 
 const char* kind_name(uint8_t k) {
-  static const char* n[] = {"compute", "collective", "send", "recv", "copy_d2h",
+  static const char* n[] = {"compute",  "collective",   "send",  "recv", "copy_d2h",
                             "copy_h2d", "host_compute", "alloc", "free"};
   return k < 9 ? n[k] : "?";
 }
@@ -74,18 +76,30 @@ void export_chrome(const std::string& h5_path, const std::string& json_path) {
     for (int rank : in.ranks()) {
       const std::vector<OpRecord> ops = in.ops(rank);
       sep();
-      std::fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", rank, rank);
+      std::fprintf(f,
+                   "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{"
+                   "\"name\":\"rank %d\"}}",
+                   rank, rank);
       sep();
-      std::fprintf(f, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}", rank, rank);
+      std::fprintf(f,
+                   "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{"
+                   "\"sort_index\":%d}}",
+                   rank, rank);
       bool used[kNumStreams] = {};
       for (const OpRecord& r : ops)
         if (r.stream < kNumStreams) used[r.stream] = true;
       for (int s = 0; s < kNumStreams; ++s) {
         if (!used[s]) continue;
         sep();
-        std::fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", rank, s, stream_name(uint8_t(s)));
+        std::fprintf(f,
+                     "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{"
+                     "\"name\":\"%s\"}}",
+                     rank, s, stream_name(uint8_t(s)));
         sep();
-        std::fprintf(f, "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}", rank, s, s);
+        std::fprintf(f,
+                     "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{"
+                     "\"sort_index\":%d}}",
+                     rank, s, s);
       }
       for (const OpRecord& r : ops) {
         sep();
@@ -95,7 +109,9 @@ void export_chrome(const std::string& h5_path, const std::string& json_path) {
         put_us(f, r.start_ns);
         std::fputs(",\"dur\":", f);
         put_us(f, r.end_ns - r.start_ns);
-        std::fprintf(f, ",\"pid\":%d,\"tid\":%d,\"args\":{\"bytes\":%" PRId64 ",\"flops\":%.17g,\"microbatch\":%d,\"layer\":%d,\"iteration\":%d}}",
+        std::fprintf(f,
+                     ",\"pid\":%d,\"tid\":%d,\"args\":{\"bytes\":%" PRId64
+                     ",\"flops\":%.17g,\"microbatch\":%d,\"layer\":%d,\"iteration\":%d}}",
                      rank, int(r.stream), r.bytes, r.flops, r.microbatch, r.layer, r.iteration);
       }
       for (const MemorySample& m : in.memory(rank)) {
@@ -105,15 +121,17 @@ void export_chrome(const std::string& h5_path, const std::string& json_path) {
         std::fprintf(f, ",\"pid\":%d,\"tid\":0,\"args\":{", rank);
         for (int c = 0; c < kNumMemCategories; ++c)
           std::fprintf(f, "%s\"%s\":%" PRId64, c ? "," : "", to_string(MemCategory(c)), m.bytes[c]);
-        std::fprintf(f, ",\"other\":%" PRId64 "}}", m.total_bytes - [&] {
-          int64_t s = 0;
-          for (int c = 0; c < kNumMemCategories; ++c) s += m.bytes[c];
-          return s;
-        }());
+        std::fprintf(
+            f, ",\"other\":%" PRId64 "}}", m.total_bytes - [&] {
+              int64_t s = 0;
+              for (int c = 0; c < kNumMemCategories; ++c) s += m.bytes[c];
+              return s;
+            }());
       }
     }
     std::fputs("\n]}\n", f);
-    if (std::fflush(f) != 0 || std::ferror(f)) throw std::runtime_error("trace export: write error on " + json_path);
+    if (std::fflush(f) != 0 || std::ferror(f))
+      throw std::runtime_error("trace export: write error on " + json_path);
   } catch (...) {
     std::fclose(f);
     std::remove(tmp.c_str());

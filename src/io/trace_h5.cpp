@@ -57,7 +57,7 @@ hid_t enum_type(const char* const* names, int n) {
 }
 
 hid_t op_type() {
-  static const char* kinds[] = {"compute", "collective", "send", "recv", "copy_d2h",
+  static const char* kinds[] = {"compute",  "collective",   "send",  "recv", "copy_d2h",
                                 "copy_h2d", "host_compute", "alloc", "free"};
   static const char* streams[] = {"compute", "tp_comm", "dp_comm", "pp_comm", "h2d", "d2h"};
   hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(OpRecord));
@@ -86,7 +86,8 @@ hid_t memory_type() {
   H5Tinsert(t, "time_ns", HOFFSET(MemorySample, time_ns), H5T_NATIVE_INT64);
   for (int c = 0; c < kNumMemCategories; ++c) {
     const std::string name = std::string(to_string(MemCategory(c))) + "_bytes";
-    H5Tinsert(t, name.c_str(), HOFFSET(MemorySample, bytes) + c * sizeof(int64_t), H5T_NATIVE_INT64);
+    H5Tinsert(t, name.c_str(), HOFFSET(MemorySample, bytes) + c * sizeof(int64_t),
+              H5T_NATIVE_INT64);
   }
   H5Tinsert(t, "total_bytes", HOFFSET(MemorySample, total_bytes), H5T_NATIVE_INT64);
   H5Tinsert(t, "high_water_bytes", HOFFSET(MemorySample, high_water_bytes), H5T_NATIVE_INT64);
@@ -94,12 +95,15 @@ hid_t memory_type() {
 }
 
 hid_t open_or_create_group(hid_t parent, const std::string& name, const std::string& path) {
-  if (H5Lexists(parent, name.c_str(), H5P_DEFAULT) > 0) return check(H5Gopen2(parent, name.c_str(), H5P_DEFAULT), "open group " + name, path);
-  return check(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "create group " + name, path);
+  if (H5Lexists(parent, name.c_str(), H5P_DEFAULT) > 0)
+    return check(H5Gopen2(parent, name.c_str(), H5P_DEFAULT), "open group " + name, path);
+  return check(H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+               "create group " + name, path);
 }
 
 // Appends rows to /ranks/<rank>/<name>, creating a chunked, extendible dataset on first use.
-void append(hid_t file, int rank, const char* name, hid_t type, const void* rows, size_t n, const std::string& path) {
+void append(hid_t file, int rank, const char* name, hid_t type, const void* rows, size_t n,
+            const std::string& path) {
   QuietHdf5 quiet;
   Handle ranks(open_or_create_group(file, "ranks", path), H5Gclose);
   Handle grp(open_or_create_group(ranks, std::to_string(rank), path), H5Gclose);
@@ -115,7 +119,8 @@ void append(hid_t file, int rank, const char* name, hid_t type, const void* rows
       H5Pset_shuffle(dcpl);
       H5Pset_deflate(dcpl, 1);
     }
-    ds = check(H5Dcreate2(grp, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), std::string("create ") + name, path);
+    ds = check(H5Dcreate2(grp, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+               std::string("create ") + name, path);
   }
   Handle dset(ds, H5Dclose);
   if (n == 0) return;
@@ -131,7 +136,8 @@ void append(hid_t file, int rank, const char* name, hid_t type, const void* rows
 }
 
 template <class T>
-std::vector<T> read_table(hid_t file, int rank, const char* name, hid_t type, const std::string& path) {
+std::vector<T> read_table(hid_t file, int rank, const char* name, hid_t type,
+                          const std::string& path) {
   QuietHdf5 quiet;
   const std::string where = "/ranks/" + std::to_string(rank) + "/" + name;
   std::vector<T> out;
@@ -146,7 +152,9 @@ std::vector<T> read_table(hid_t file, int rank, const char* name, hid_t type, co
   hsize_t n = 0;
   H5Sget_simple_extent_dims(space, &n, nullptr);
   out.resize(n);
-  if (n) check(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), ("read " + where).c_str(), path);
+  if (n)
+    check(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), ("read " + where).c_str(),
+          path);
   return out;
 }
 
@@ -193,7 +201,9 @@ void Writer::set_attribute(const std::string& name, const std::string& value) {
   H5Tset_size(type, H5T_VARIABLE);
   H5Tset_cset(type, H5T_CSET_UTF8);
   Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  Handle attr(check(H5Acreate2(file_, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), "create attribute " + name, path_), H5Aclose);
+  Handle attr(check(H5Acreate2(file_, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT),
+                    "create attribute " + name, path_),
+              H5Aclose);
   const char* s = value.c_str();
   check(H5Awrite(attr, type, &s), "write attribute", path_);
 }
@@ -202,7 +212,10 @@ void Writer::set_attribute(const std::string& name, int64_t value) {
   QuietHdf5 quiet;
   if (H5Aexists(file_, name.c_str()) > 0) H5Adelete(file_, name.c_str());
   Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  Handle attr(check(H5Acreate2(file_, name.c_str(), H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT), "create attribute " + name, path_), H5Aclose);
+  Handle attr(
+      check(H5Acreate2(file_, name.c_str(), H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT),
+            "create attribute " + name, path_),
+      H5Aclose);
   check(H5Awrite(attr, H5T_NATIVE_INT64, &value), "write attribute", path_);
 }
 
@@ -218,7 +231,8 @@ void Writer::add_memory_samples(int rank, const std::vector<MemorySample>& sampl
 
 Reader::Reader(const std::string& path) : path_(path) {
   QuietHdf5 quiet;
-  if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError("trace: " + path + " is not an HDF5 file (or cannot be read)");
+  if (H5Fis_hdf5(path.c_str()) <= 0)
+    throw InputError("trace: " + path + " is not an HDF5 file (or cannot be read)");
   file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file_ < 0) throw InputError("trace: cannot open " + path);
   if (H5Lexists(file_, "ranks", H5P_DEFAULT) <= 0) {
@@ -273,14 +287,15 @@ std::vector<int> Reader::ranks() const {
   QuietHdf5 quiet;
   Handle grp(H5Gopen2(file_, "ranks", H5P_DEFAULT), H5Gclose);
   std::vector<int> out;
-  H5Literate(grp, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr,
-             [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
-               char* end = nullptr;
-               const long v = std::strtol(name, &end, 10);
-               if (end && *end == '\0') static_cast<std::vector<int>*>(data)->push_back(int(v));
-               return 0;
-             },
-             &out);
+  H5Literate(
+      grp, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr,
+      [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+        char* end = nullptr;
+        const long v = std::strtol(name, &end, 10);
+        if (end && *end == '\0') static_cast<std::vector<int>*>(data)->push_back(int(v));
+        return 0;
+      },
+      &out);
   std::sort(out.begin(), out.end());
   return out;
 }

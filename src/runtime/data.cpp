@@ -41,8 +41,10 @@ std::vector<uint16_t> load_hdf5_tokens(const std::string& path) {
   hid_t d = f >= 0 ? H5Dopen2(f, "/tokens", H5P_DEFAULT) : -1;
   std::vector<uint16_t> out;
   std::string err;
-  if (f < 0) err = "cannot open as HDF5 (truncated or corrupt?)";
-  else if (d < 0) err = "no dataset '/tokens'";
+  if (f < 0)
+    err = "cannot open as HDF5 (truncated or corrupt?)";
+  else if (d < 0)
+    err = "no dataset '/tokens'";
   else {
     hid_t s = H5Dget_space(d);
     hssize_t n = H5Sget_simple_extent_npoints(s);
@@ -84,7 +86,8 @@ TokenDataset TokenDataset::load(const std::string& path) {
   int32_t header[kHeaderInts] = {};
   in.read(reinterpret_cast<char*>(header), sizeof(header));
   if (in.gcount() != sizeof(header))
-    throw InputError("--data " + path + ": shorter than the 1024-byte llm.c header (not a .bin token file?)");
+    throw InputError("--data " + path +
+                     ": shorter than the 1024-byte llm.c header (not a .bin token file?)");
   if (header[0] != kBinMagic)
     throw InputError("--data " + path + ": bad magic " + std::to_string(header[0]) +
                      " (expected llm.c's 20240520, or an HDF5 file with /tokens)");
@@ -102,7 +105,8 @@ TokenDataset TokenDataset::load(const std::string& path) {
 void TokenDataset::check_fits(int seq_len, int vocab) const {
   if (size() < seq_len + 1)
     throw InputError("--data " + path_ + ": " + std::to_string(size()) +
-                     " tokens is too small for one sequence of " + std::to_string(seq_len) + " + 1");
+                     " tokens is too small for one sequence of " + std::to_string(seq_len) +
+                     " + 1");
   if (max_token_ >= vocab)
     throw InputError("--data " + path_ + ": token id " + std::to_string(max_token_) +
                      " does not fit the model's vocab of " + std::to_string(vocab));
@@ -111,7 +115,8 @@ void TokenDataset::check_fits(int seq_len, int vocab) const {
 void TokenDataset::sample(uint64_t seed, int64_t step, int64_t sample_index, int seq_len,
                           int32_t* tokens, int32_t* targets) const {
   const uint64_t span = static_cast<uint64_t>(size() - seq_len);
-  const uint64_t h = mix(mix(mix(seed) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(sample_index));
+  const uint64_t h =
+      mix(mix(mix(seed) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(sample_index));
   const int64_t start = static_cast<int64_t>(h % span);
   for (int t = 0; t < seq_len; ++t) {
     tokens[t] = tokens_[start + t];

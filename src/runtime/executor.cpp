@@ -172,8 +172,10 @@ std::vector<std::pair<int64_t, int64_t>> Executor::layer_ranges(int layer) const
     const bool in_layer = e.name.rfind("layers.", 0) == 0;
     const bool mine = layer >= 0 ? e.name.rfind(prefix, 0) == 0 : !in_layer;
     if (!mine) continue;
-    if (!out.empty() && out.back().second == e.offset) out.back().second += e.numel();
-    else out.push_back({e.offset, e.offset + e.numel()});
+    if (!out.empty() && out.back().second == e.offset)
+      out.back().second += e.numel();
+    else
+      out.push_back({e.offset, e.offset + e.numel()});
   }
   return out;
 }
@@ -181,7 +183,8 @@ std::vector<std::pair<int64_t, int64_t>> Executor::layer_ranges(int layer) const
 std::vector<int64_t> Executor::shard_counts(int64_t a, int64_t b) const {
   std::vector<int64_t> counts(dp_);
   for (int d = 0; d < dp_; ++d)
-    counts[d] = std::max<int64_t>(0, std::min(b, shard_bounds_[d + 1]) - std::max(a, shard_bounds_[d]));
+    counts[d] =
+        std::max<int64_t>(0, std::min(b, shard_bounds_[d + 1]) - std::max(a, shard_bounds_[d]));
   return counts;
 }
 
@@ -202,7 +205,8 @@ void Executor::dp_reduce(const Op& op) {
 
 void Executor::dp_gather(const Op& op) {
   // After a ZeRO-1 step each rank holds fresh weights only in its shard: gather the others.
-  for (auto [a, b] : layer_ranges(op.layer)) dp_comm_->all_gather_v_inplace(model_.params.data + a, shard_counts(a, b));
+  for (auto [a, b] : layer_ranges(op.layer))
+    dp_comm_->all_gather_v_inplace(model_.params.data + a, shard_counts(a, b));
 }
 
 void Executor::optimizer_step(int64_t step, StepResult& out) {
@@ -234,10 +238,13 @@ void Executor::run_op(const Op& op, int64_t step, MicroState*& ms_out, StepResul
     case OpKind::collective:
       if (dp_ == 1 || op.group != GroupKind::dp)
         throw std::logic_error("executor: unexpected collective " + op_name(op));
-      if (op.collective == Collective::all_gather) dp_gather(op);
-      else dp_reduce(op);
+      if (op.collective == Collective::all_gather)
+        dp_gather(op);
+      else
+        dp_reduce(op);
       return;
-    case OpKind::compute: break;
+    case OpKind::compute:
+      break;
     default:
       throw NotSupported("op " + op_name(op) + " is not executed by the CPU runtime yet");
   }
@@ -262,7 +269,8 @@ void Executor::run_op(const Op& op, int64_t step, MicroState*& ms_out, StepResul
           data_.sample(opt_cfg_.seed, step, sample, T, ms.tokens.data() + size_t(i) * T,
                        ms.targets.data() + size_t(i) * T);
         }
-        embedding_forward(be_, cfg_, w, ms.tokens, alloc_tracked(ms.x[0], stream, MemCategory::activations));
+        embedding_forward(be_, cfg_, w, ms.tokens,
+                          alloc_tracked(ms.x[0], stream, MemCategory::activations));
       } else {
         embedding_backward(be_, cfg_, g, ms.tokens, ms.dx);
         release(ms.x[0]);
@@ -280,7 +288,8 @@ void Executor::run_op(const Op& op, int64_t step, MicroState*& ms_out, StepResul
         }
         // Under full recompute only the layer input survives: the block output goes to a
         // scratch stream and is rebuilt before backward.
-        Tensor& x_out = full ? scratch_mid_ : alloc_tracked(ms.x[2 * l + 1], stream, MemCategory::activations);
+        Tensor& x_out =
+            full ? scratch_mid_ : alloc_tracked(ms.x[2 * l + 1], stream, MemCategory::activations);
         attention_forward(be_, cfg_, w.layer(l), ms.x[2 * l], x_out, acts);
       } else if (op.phase == Phase::recompute) {
         // Selective recompute happens inside attention_backward (it rebuilds the
@@ -304,7 +313,8 @@ void Executor::run_op(const Op& op, int64_t step, MicroState*& ms_out, StepResul
           track(tensors_of(acts), MemCategory::activations);
         }
         const Tensor& x_in = full ? scratch_mid_ : ms.x[2 * l + 1];
-        mlp_forward(be_, cfg_, w.layer(l), x_in, alloc_tracked(ms.x[2 * l + 2], stream, MemCategory::activations), acts);
+        mlp_forward(be_, cfg_, w.layer(l), x_in,
+                    alloc_tracked(ms.x[2 * l + 2], stream, MemCategory::activations), acts);
       } else if (op.phase == Phase::recompute) {
         mlp_forward(be_, cfg_, w.layer(l), ms.x[2 * l + 1], scratch_out_, acts);
       } else {
@@ -348,8 +358,10 @@ StepResult Executor::step(int64_t step) {
     run_op(op, step, ms, out);
     be_.synchronize();
     const int64_t end = now_ns();
-    if (op.kind != OpKind::alloc && op.kind != OpKind::free) out.timings.push_back({i, start, end});
-    else sample_memory(end, out);
+    if (op.kind != OpKind::alloc && op.kind != OpKind::free)
+      out.timings.push_back({i, start, end});
+    else
+      sample_memory(end, out);
     if (op.kind == OpKind::compute) sample_memory(end, out);
   }
   if (!micro_.empty()) throw std::logic_error("executor: micro-batch state left after the step");

@@ -35,7 +35,9 @@ float normal(uint64_t key, uint64_t i) {
   return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
 }
 
-bool ends_with(std::string_view s, std::string_view suffix) { return s.ends_with(suffix); }
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.ends_with(suffix);
+}
 
 }  // namespace
 

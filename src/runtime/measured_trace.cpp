@@ -1,7 +1,6 @@
 // The runtime's trace: the same schema and writer as the simulator's, with wall-clock times.
 #include <cstdio>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
 
 #include "src/io/atomic_file.hpp"
@@ -24,7 +23,8 @@ std::vector<std::vector<T>> gather(MPI_Comm comm, const std::vector<T>& mine) {
   int total = 0;
   for (int r = 0; r < size; ++r) displs[r] = total, total += rank == 0 ? counts[r] : 0;
   std::vector<char> all(rank == 0 ? total : 0);
-  MPI_Gatherv(mine.data(), bytes, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, 0, comm);
+  MPI_Gatherv(mine.data(), bytes, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, 0,
+              comm);
   std::vector<std::vector<T>> out;
   if (rank != 0) return out;
   for (int r = 0; r < size; ++r) {
@@ -37,8 +37,8 @@ std::vector<std::vector<T>> gather(MPI_Comm comm, const std::vector<T>& mine) {
 }  // namespace
 
 void write_measured_trace(MPI_Comm comm, const std::string& path, const ModelSpec& model,
-                          const ClusterSpec& cluster, const Plan& plan,
-                          const StageProgram& program, const StepResult& step) {
+                          const ClusterSpec& cluster, const Plan& plan, const StageProgram& program,
+                          const StepResult& step) {
   std::vector<trace::OpRecord> ops;
   for (const auto& t : step.timings)
     ops.push_back(trace::make_record(program.ops.at(t.op_index), 0, t.start_ns, t.end_ns));
@@ -47,7 +47,8 @@ void write_measured_trace(MPI_Comm comm, const std::string& path, const ModelSpe
   for (const auto& s : step.memory) {
     trace::MemorySample m;
     m.time_ns = s.time_ns;
-    for (int c = 0; c < kNumMemCategories; ++c) m.bytes[c] = s.bytes_in_use[c], m.total_bytes += s.bytes_in_use[c];
+    for (int c = 0; c < kNumMemCategories; ++c)
+      m.bytes[c] = s.bytes_in_use[c], m.total_bytes += s.bytes_in_use[c];
     high = std::max(high, m.total_bytes);
     m.high_water_bytes = high;
     mem.push_back(m);

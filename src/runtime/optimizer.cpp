@@ -14,8 +14,8 @@ float LrSchedule::at(int64_t step) const {
     return max_lr * static_cast<float>(step + 1) / static_cast<float>(warmup_steps);
   if (total_steps <= warmup_steps) return max_lr;
   if (step >= total_steps) return min_lr;
-  const double ratio = static_cast<double>(step - warmup_steps) /
-                       static_cast<double>(total_steps - warmup_steps);
+  const double ratio =
+      static_cast<double>(step - warmup_steps) / static_cast<double>(total_steps - warmup_steps);
   const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * ratio));
   return static_cast<float>(min_lr + coeff * (max_lr - min_lr));
 }

@@ -60,7 +60,9 @@ void norm_backward(Backend& be, const TransformerConfig& cfg, Tensor& dx, Tensor
     be.rmsnorm_backward(dx, dw, dout, x, w, rstd);
 }
 
-std::string layer_prefix(int l) { return "layers." + std::to_string(l) + "."; }
+std::string layer_prefix(int l) {
+  return "layers." + std::to_string(l) + ".";
+}
 
 }  // namespace
 
@@ -112,10 +114,9 @@ const ParamInfo& ParamTable::at(std::string_view name) const {
 }
 
 std::vector<ParamSpan> ParamTable::spans(int64_t begin, int64_t end) const {
-  require(0 <= begin && begin <= end && end <= size_, "ParamTable::spans: range [" +
-                                                          std::to_string(begin) + "," +
-                                                          std::to_string(end) + ") outside [0," +
-                                                          std::to_string(size_) + ")");
+  require(0 <= begin && begin <= end && end <= size_,
+          "ParamTable::spans: range [" + std::to_string(begin) + "," + std::to_string(end) +
+              ") outside [0," + std::to_string(size_) + ")");
   std::vector<ParamSpan> out;
   for (const ParamInfo& e : entries_) {
     const int64_t lo = std::max(begin, e.offset), hi = std::min(end, e.offset + e.numel());
@@ -162,8 +163,7 @@ ParamTable make_param_table(const TransformerConfig& c, const ModelPart& part) {
   return t;
 }
 
-ModelWeights bind_weights(const TransformerConfig& c, const ParamTable& table,
-                          const Tensor& flat) {
+ModelWeights bind_weights(const TransformerConfig& c, const ParamTable& table, const Tensor& flat) {
   require(flat.numel() >= table.size(), "bind_weights: buffer holds " +
                                             std::to_string(flat.numel()) + " floats, table needs " +
                                             std::to_string(table.size()));
@@ -265,10 +265,10 @@ void attention_forward(Backend& be, const TransformerConfig& c, const LayerWeigh
   expect_shape(x_out, x_in.shape, "attention_forward", "x_out");
   require(x_out.data != x_in.data, "attention_forward: x_out must not alias x_in");
   norm_forward(be, c, x_in, w.attn_norm_w, w.attn_norm_b, a.norm_out, a.norm_mean, a.norm_rstd);
-  be.matmul_forward(a.qkv, a.norm_out, w.qkv_w, w.qkv_b);                  // (B,T,QKV)
+  be.matmul_forward(a.qkv, a.norm_out, w.qkv_w, w.qkv_b);  // (B,T,QKV)
   if (c.position == Position::rope) be.rope_forward(a.qkv, c.heads, c.kv_heads, c.rope_theta);
   be.attention_forward(a.out, a.att, a.lse, a.qkv, c.heads, c.kv_heads);  // (B,T,NH*hd)
-  be.matmul_forward(x_out, a.out, w.proj_w, w.proj_b);                     // (B,T,C)
+  be.matmul_forward(x_out, a.out, w.proj_w, w.proj_b);                    // (B,T,C)
   be.residual_forward(x_out, x_out, x_in);
 }
 
@@ -284,12 +284,12 @@ void attention_backward(Backend& be, const TransformerConfig& c, const LayerWeig
   be.attention_backward(d_qkv, d_attn, a.out, a.qkv, a.att, a.lse, c.heads, c.kv_heads);
   if (c.position == Position::rope) be.rope_backward(d_qkv, c.heads, c.kv_heads, c.rope_theta);
   be.matmul_backward(d_norm, g.qkv_w, g.qkv_b, d_qkv, a.norm_out, w.qkv_w);
-  norm_backward(be, c, dx, g.attn_norm_w, g.attn_norm_b, d_norm, x_in, w.attn_norm_w,
-                a.norm_mean, a.norm_rstd);
+  norm_backward(be, c, dx, g.attn_norm_w, g.attn_norm_b, d_norm, x_in, w.attn_norm_w, a.norm_mean,
+                a.norm_rstd);
 }
 
-void mlp_forward(Backend& be, const TransformerConfig& c, const LayerWeights& w,
-                 const Tensor& x_in, Tensor& x_out, MlpActs& a) {
+void mlp_forward(Backend& be, const TransformerConfig& c, const LayerWeights& w, const Tensor& x_in,
+                 Tensor& x_out, MlpActs& a) {
   stream_dims(c, x_in, "mlp_forward");
   expect_shape(x_out, x_in.shape, "mlp_forward", "x_out");
   require(x_out.data != x_in.data, "mlp_forward: x_out must not alias x_in");
@@ -298,14 +298,13 @@ void mlp_forward(Backend& be, const TransformerConfig& c, const LayerWeights& w,
   if (c.activation == Activation::gelu)
     be.gelu_forward(a.act_out, a.fc1_out);
   else
-    be.swiglu_forward(a.act_out, a.fc1_out);                   // (B,T,F)
-  be.matmul_forward(x_out, a.act_out, w.fc2_w, w.fc2_b);       // (B,T,C)
+    be.swiglu_forward(a.act_out, a.fc1_out);              // (B,T,F)
+  be.matmul_forward(x_out, a.act_out, w.fc2_w, w.fc2_b);  // (B,T,C)
   be.residual_forward(x_out, x_out, x_in);
 }
 
-void mlp_backward(Backend& be, const TransformerConfig& c, const LayerWeights& w,
-                  LayerWeights& g, const Tensor& x_in, Tensor& dx, const MlpActs& a,
-                  Workspace& ws) {
+void mlp_backward(Backend& be, const TransformerConfig& c, const LayerWeights& w, LayerWeights& g,
+                  const Tensor& x_in, Tensor& dx, const MlpActs& a, Workspace& ws) {
   const auto [B, T] = stream_dims(c, x_in, "mlp_backward");
   expect_shape(dx, x_in.shape, "mlp_backward", "dx");
   Tensor d_act = scratch_view(ws.d_act, Shape{B, T, c.ffn_hidden}, "d_act");
@@ -321,18 +320,18 @@ void mlp_backward(Backend& be, const TransformerConfig& c, const LayerWeights& w
                 a.norm_rstd);
 }
 
-float lm_head_loss(Backend& be, const TransformerConfig& c, const ModelWeights& w,
-                   ModelWeights& g, const Tensor& x_in, std::span<const int32_t> targets,
-                   float grad_scale, Tensor& dx, Workspace& ws) {
+float lm_head_loss(Backend& be, const TransformerConfig& c, const ModelWeights& w, ModelWeights& g,
+                   const Tensor& x_in, std::span<const int32_t> targets, float grad_scale,
+                   Tensor& dx, Workspace& ws) {
   const auto [B, T] = stream_dims(c, x_in, "lm_head_loss");
   expect_shape(dx, x_in.shape, "lm_head_loss", "dx");
   const int64_t N = B * T, C = c.hidden, V = c.vocab;
-  require(static_cast<int64_t>(targets.size()) == N,
-          "lm_head_loss: got " + std::to_string(targets.size()) + " targets for B*T = " +
-              std::to_string(N));
+  require(static_cast<int64_t>(targets.size()) == N, "lm_head_loss: got " +
+                                                         std::to_string(targets.size()) +
+                                                         " targets for B*T = " + std::to_string(N));
   Tensor xn = scratch_view(ws.head_norm_out, Shape{B, T, C}, "head_norm_out");
-  Tensor mean = c.norm == Norm::layernorm ? scratch_view(ws.head_mean, Shape{B, T}, "head_mean")
-                                          : Tensor{};
+  Tensor mean =
+      c.norm == Norm::layernorm ? scratch_view(ws.head_mean, Shape{B, T}, "head_mean") : Tensor{};
   Tensor rstd = scratch_view(ws.head_rstd, Shape{B, T}, "head_rstd");
   Tensor d_norm = scratch_view(ws.d_norm, Shape{N, C}, "d_norm");
   Tensor losses = scratch_view(ws.losses, Shape{N}, "losses");
@@ -346,14 +345,14 @@ float lm_head_loss(Backend& be, const TransformerConfig& c, const ModelWeights& 
   Tensor none;
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t rows = std::min(chunk, N - r0);
-    Tensor logits = ws.logits.slice(0, Shape{rows, V});                  // (rows,V)
-    const Tensor xr = xn2.rows(r0, r0 + rows);                            // (rows,C)
+    Tensor logits = ws.logits.slice(0, Shape{rows, V});  // (rows,V)
+    const Tensor xr = xn2.rows(r0, r0 + rows);           // (rows,C)
     Tensor lr = losses.rows(r0, r0 + rows);
     Tensor dr = d_norm.rows(r0, r0 + rows);
     const auto tr = targets.subspan(static_cast<size_t>(r0), static_cast<size_t>(rows));
     be.matmul_forward(logits, xr, head_w, none);
     be.crossentropy_forward(lr, logits, tr);
-    be.crossentropy_softmax_backward(logits, logits, tr, scale);           // logits -> dlogits
+    be.crossentropy_softmax_backward(logits, logits, tr, scale);  // logits -> dlogits
     be.matmul_backward(dr, head_g, none, logits, xr, head_w);
   }
   be.fill(dx, 0.0f);
@@ -382,9 +381,9 @@ Model make_model(Backend& be, const TransformerConfig& cfg, uint64_t seed, const
 
 TrainBuffers allocate_train_buffers(Backend& be, const TransformerConfig& c, int micro_batch,
                                     int seq, Recompute mode) {
-  require(micro_batch > 0 && seq > 0 && seq <= c.max_seq,
-          "allocate_train_buffers: need micro_batch > 0 and 0 < seq <= " +
-              std::to_string(c.max_seq));
+  require(
+      micro_batch > 0 && seq > 0 && seq <= c.max_seq,
+      "allocate_train_buffers: need micro_batch > 0 and 0 < seq <= " + std::to_string(c.max_seq));
   TrainBuffers b;
   b.micro_batch = micro_batch;
   b.seq = seq;
@@ -409,12 +408,12 @@ float forward_backward(Backend& be, Model& model, const Batch& batch, int micro_
   ModelWeights& g = model.grad_weights;
   require(w.wte.defined() && w.norm_f_w.defined() && static_cast<int>(w.layers.size()) == c.layers,
           "forward_backward: the serial driver needs the whole model (ModelPart{})");
-  require(micro_batches > 0 && batch.batch == micro_batches * buf.micro_batch &&
-              batch.seq == buf.seq,
-          "forward_backward: batch " + std::to_string(batch.batch) + "x" +
-              std::to_string(batch.seq) + " does not split into " +
-              std::to_string(micro_batches) + " micro-batches of the buffers' " +
-              std::to_string(buf.micro_batch) + "x" + std::to_string(buf.seq));
+  require(
+      micro_batches > 0 && batch.batch == micro_batches * buf.micro_batch && batch.seq == buf.seq,
+      "forward_backward: batch " + std::to_string(batch.batch) + "x" + std::to_string(batch.seq) +
+          " does not split into " + std::to_string(micro_batches) +
+          " micro-batches of the buffers' " + std::to_string(buf.micro_batch) + "x" +
+          std::to_string(buf.seq));
   const size_t n = static_cast<size_t>(batch.batch) * batch.seq;
   require(batch.tokens.size() == n && batch.targets.size() == n,
           "forward_backward: tokens and targets must hold batch*seq ids");
@@ -431,23 +430,23 @@ float forward_backward(Backend& be, Model& model, const Batch& batch, int micro_
       attention_forward(be, c, w.layer(l), x[2 * l], x[2 * l + 1], buf.attn[full ? 0 : l]);
       mlp_forward(be, c, w.layer(l), x[2 * l + 1], x[2 * l + 2], buf.mlp[full ? 0 : l]);
     }
-    total += lm_head_loss(be, c, w, g, x[2 * L], targets, extra_scale / micro_batches, buf.dx,
-                          buf.ws);
+    total +=
+        lm_head_loss(be, c, w, g, x[2 * L], targets, extra_scale / micro_batches, buf.dx, buf.ws);
     for (int l = L - 1; l >= 0; --l) {
       if (full) mlp_forward(be, c, w.layer(l), x[2 * l + 1], buf.x_scratch, buf.mlp[0]);
       mlp_backward(be, c, w.layer(l), g.layer(l), x[2 * l + 1], buf.dx, buf.mlp[full ? 0 : l],
                    buf.ws);
       if (full) attention_forward(be, c, w.layer(l), x[2 * l], buf.x_scratch, buf.attn[0]);
-      attention_backward(be, c, w.layer(l), g.layer(l), x[2 * l], buf.dx,
-                         buf.attn[full ? 0 : l], buf.ws);
+      attention_backward(be, c, w.layer(l), g.layer(l), x[2 * l], buf.dx, buf.attn[full ? 0 : l],
+                         buf.ws);
     }
     embedding_backward(be, c, g, tokens, buf.dx);
   }
   return static_cast<float>(total / micro_batches);
 }
 
-StepStats train_step(Backend& be, Model& model, AdamW& opt, TrainBuffers& buf,
-                     const Batch& batch, const TrainOptions& options, int64_t step) {
+StepStats train_step(Backend& be, Model& model, AdamW& opt, TrainBuffers& buf, const Batch& batch,
+                     const TrainOptions& options, int64_t step) {
   StepStats s;
   be.fill(model.grads, 0.0f);
   s.loss = forward_backward(be, model, batch, options.micro_batches, buf);

@@ -55,8 +55,13 @@ double LayerCost::step_s() const {
 
 CostTables::CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bool flash,
                        bool overlap_grad_reduce)
-    : m_(m), c_(c), dtype_(dtype), flash_(flash), overlap_(overlap_grad_reduce),
-      e_(dtype_bytes(dtype)), opt_bpp_(dtype == Dtype::fp32 ? 8 : 12) {
+    : m_(m),
+      c_(c),
+      dtype_(dtype),
+      flash_(flash),
+      overlap_(overlap_grad_reduce),
+      e_(dtype_bytes(dtype)),
+      opt_bpp_(dtype == Dtype::fp32 ? 8 : 12) {
   const int g = std::max(1, c.node.gpus_per_node);
   for (int tp = 1; tp <= std::max(1, g); tp *= 2) {
     auto p = std::make_unique<Plan>();
@@ -159,8 +164,10 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
     // ZeRO-3 with offloaded parameters: the shard crosses PCIe before each gather.
     if (s.zero == 3 && s.offload_params) fetch += cm.copy_cost((pbytes + s.dp - 1) / s.dp).time_s();
     if (s.zero >= 2) grad_rs_mb = coll(Collective::reduce_scatter, pbytes, s.dp, dp_nodes);
-    lc.reduce_s = s.zero >= 2 ? grad_rs_mb
-                  : coll(s.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter, pbytes, s.dp, dp_nodes);
+    lc.reduce_s = s.zero >= 2
+                      ? grad_rs_mb
+                      : coll(s.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
+                             pbytes, s.dp, dp_nodes);
     if (s.zero == 1 || s.zero == 2) gather = coll(Collective::all_gather, pbytes, s.dp, dp_nodes);
   }
   if (s.offload_params && !(s.zero == 3 && s.dp > 1)) {
@@ -200,11 +207,12 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
   const int64_t act = int64_t(e_) * b * m_.seq_len * m_.hidden;
   const double launch = c_.gpu.kernel_launch_s;
   // First stage: lookup forward, scatter-add backward, vocabulary-parallel sum.
-  ec.first_busy_s = cm.elementwise_time_s(2.0 * act) + launch + cm.elementwise_time_s(2.0 * act) +
-                    2 * launch;
+  ec.first_busy_s =
+      cm.elementwise_time_s(2.0 * act) + launch + cm.elementwise_time_s(2.0 * act) + 2 * launch;
   if (es.tp > 1)
-    ec.first_busy_s += coll(es.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce,
-                            act, es.tp, tpn);
+    ec.first_busy_s +=
+        coll(es.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce, act, es.tp,
+             tpn);
   // Last stage: logits GEMM and the loss, forward and backward.
   const double T = double(b) * m_.seq_len;
   ec.logits = static_cast<int64_t>(4.0 * T * m_.vocab / es.tp);
@@ -214,8 +222,9 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
   if (es.tp > 1) {
     if (es.sequence_parallel) ec.last_busy_s += coll(Collective::all_gather, act, es.tp, tpn);
     ec.last_busy_s += coll(Collective::all_reduce, static_cast<int64_t>(12 * T), es.tp, tpn);
-    ec.last_busy_s += coll(es.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce,
-                           act, es.tp, tpn);
+    ec.last_busy_s +=
+        coll(es.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce, act, es.tp,
+             tpn);
   }
   ec.workspace = int64_t(2) * e_ * b * m_.seq_len * m_.hidden;
   // Parameters: first stage the embeddings, last stage the head (+ its copy of a tied wte).
@@ -276,8 +285,8 @@ std::vector<int> tp_degrees_for(const ModelSpec& m, const ClusterSpec& c, int D,
   return out;
 }
 
-std::vector<LayerStrategy> layer_candidates(const ModelSpec& m, const ClusterSpec& c, int D,
-                                            int Bm, const SpaceFilter& f) {
+std::vector<LayerStrategy> layer_candidates(const ModelSpec& m, const ClusterSpec& c, int D, int Bm,
+                                            const SpaceFilter& f) {
   std::vector<LayerStrategy> out;
   for (int tp : tp_degrees_for(m, c, D, Bm, f)) {
     const int dp = D / tp;
@@ -327,21 +336,24 @@ std::vector<LayerStrategy> embedding_candidates(const ModelSpec& m, const Cluste
 // ---- pruning ----------------------------------------------------------------------------------
 
 namespace {
-bool le(double a, double b) { return a <= b; }
+bool le(double a, double b) {
+  return a <= b;
+}
 bool dominates(const LayerCost& a, const LayerCost& b) {
   return le(a.busy_s, b.busy_s) && le(a.dp_stream_s, b.dp_stream_s) &&
          le(a.h2d_stream_s, b.h2d_stream_s) && le(a.d2h_stream_s, b.d2h_stream_s) &&
          le(a.fetch_s, b.fetch_s) && le(a.act_h2d_s, b.act_h2d_s) && le(a.tail_s, b.tail_s) &&
-         le(a.reduce_s, b.reduce_s) &&
-         a.states <= b.states && a.kept <= b.kept && a.transient <= b.transient;
+         le(a.reduce_s, b.reduce_s) && a.states <= b.states && a.kept <= b.kept &&
+         a.transient <= b.transient;
 }
 bool dominates(const EmbeddingCost& a, const EmbeddingCost& b) {
   return le(a.first_busy_s, b.first_busy_s) && le(a.last_busy_s, b.last_busy_s) &&
-         le(a.first_dp_stream_s, b.first_dp_stream_s) && le(a.last_dp_stream_s, b.last_dp_stream_s) &&
-         le(a.only_dp_stream_s, b.only_dp_stream_s) && le(a.first_tail_s, b.first_tail_s) &&
-         le(a.last_tail_s, b.last_tail_s) && le(a.only_tail_s, b.only_tail_s) &&
-         a.first_states <= b.first_states && a.last_states <= b.last_states &&
-         a.only_states <= b.only_states && a.logits <= b.logits && a.workspace <= b.workspace;
+         le(a.first_dp_stream_s, b.first_dp_stream_s) &&
+         le(a.last_dp_stream_s, b.last_dp_stream_s) && le(a.only_dp_stream_s, b.only_dp_stream_s) &&
+         le(a.first_tail_s, b.first_tail_s) && le(a.last_tail_s, b.last_tail_s) &&
+         le(a.only_tail_s, b.only_tail_s) && a.first_states <= b.first_states &&
+         a.last_states <= b.last_states && a.only_states <= b.only_states && a.logits <= b.logits &&
+         a.workspace <= b.workspace;
 }
 template <class T>
 bool same_class(const T& a, const T& b) {
@@ -364,14 +376,16 @@ std::vector<T> prune(std::vector<T> in) {
 }
 }  // namespace
 
-std::vector<LayerCost> prune_dominated(std::vector<LayerCost> in) { return prune(std::move(in)); }
+std::vector<LayerCost> prune_dominated(std::vector<LayerCost> in) {
+  return prune(std::move(in));
+}
 std::vector<EmbeddingCost> prune_dominated(std::vector<EmbeddingCost> in) {
   return prune(std::move(in));
 }
 
 std::vector<double> entry_costs(const CostTables& tables, const std::vector<LayerCost>& costs,
-                                const StageDpProblem& prob, const LayerStrategy& from, int from_samples,
-                                double M) {
+                                const StageDpProblem& prob, const LayerStrategy& from,
+                                int from_samples, double M) {
   LayerCost src;
   src.st = from;
   src.boundary = boundary_activation_bytes(tables.model(), from, from_samples, tables.dtype());
@@ -414,7 +428,8 @@ StageDpProblem stage_problem(const CostTables& tables, const std::vector<LayerCo
   prob.num_classes = std::max(1, C);
   prob.reshard.assign(size_t(prob.num_classes) * prob.num_classes, 0.0);
   for (int a = 0; a < C; ++a)
-    for (int b = 0; b < C; ++b) prob.reshard[size_t(a) * C + b] = M * tables.reshard_s(*rep[a], *rep[b]);
+    for (int b = 0; b < C; ++b)
+      prob.reshard[size_t(a) * C + b] = M * tables.reshard_s(*rep[a], *rep[b]);
   for (int i = 0; i < int(costs.size()); ++i) {
     const LayerCost& lc = costs[i];
     DpItem d;
@@ -437,7 +452,10 @@ StageDpProblem stage_problem(const CostTables& tables, const std::vector<LayerCo
     };
     bool dead = false;
     for (const auto& x : prob.items)
-      if (beats(x, d)) { dead = true; break; }
+      if (beats(x, d)) {
+        dead = true;
+        break;
+      }
     if (dead) continue;
     std::erase_if(prob.items, [&](const DpItem& x) { return beats(d, x); });
     prob.items.push_back(d);

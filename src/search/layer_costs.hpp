@@ -56,13 +56,13 @@ struct LayerCost {
 struct EmbeddingCost {
   LayerStrategy st;
   int samples = 0;
-  double first_busy_s = 0, last_busy_s = 0;       // per micro-batch
+  double first_busy_s = 0, last_busy_s = 0;  // per micro-batch
   double first_dp_stream_s = 0, last_dp_stream_s = 0;
-  double first_tail_s = 0, last_tail_s = 0;       // per iteration
-  int64_t first_states = 0, last_states = 0;      // bytes (both when one stage holds both)
-  int64_t only_states = 0;                        // pp == 1: embedding and head on one stage
+  double first_tail_s = 0, last_tail_s = 0;   // per iteration
+  int64_t first_states = 0, last_states = 0;  // bytes (both when one stage holds both)
+  int64_t only_states = 0;                    // pp == 1: embedding and head on one stage
   double only_tail_s = 0, only_dp_stream_s = 0;
-  int64_t logits = 0;                             // fp32 logits kept through the loss
+  int64_t logits = 0;  // fp32 logits kept through the loss
   int64_t workspace = 0;
 };
 
@@ -106,18 +106,18 @@ class CostTables {
 // before pruning: tp a power of two up to the node (dividing heads, kv heads, ffn and D),
 // dp = D/tp dividing Bm, sequence parallel, ZeRO 0-3 (only with dp > 1), recompute, offload.
 struct SpaceFilter {
-  std::vector<int> tp_degrees;            // empty: powers of two up to GPUs per node
+  std::vector<int> tp_degrees;  // empty: powers of two up to GPUs per node
   std::vector<int> zero_stages{0, 1, 2, 3};
   std::vector<Recompute> recompute{Recompute::none, Recompute::selective, Recompute::full};
-  bool sequence_parallel_off = true;      // candidates without sp (tp > 1)
-  bool sequence_parallel_on = true;       // candidates with sp (tp > 1)
+  bool sequence_parallel_off = true;  // candidates without sp (tp > 1)
+  bool sequence_parallel_on = true;   // candidates with sp (tp > 1)
   bool offload = true;
   int max_samples_per_rank = 64;
 };
 std::vector<int> tp_degrees_for(const ModelSpec& m, const ClusterSpec& c, int D, int Bm,
                                 const SpaceFilter& f);
-std::vector<LayerStrategy> layer_candidates(const ModelSpec& m, const ClusterSpec& c, int D,
-                                            int Bm, const SpaceFilter& f);
+std::vector<LayerStrategy> layer_candidates(const ModelSpec& m, const ClusterSpec& c, int D, int Bm,
+                                            const SpaceFilter& f);
 std::vector<LayerStrategy> embedding_candidates(const ModelSpec& m, const ClusterSpec& c, int D,
                                                 int Bm, const SpaceFilter& f);
 
@@ -137,8 +137,8 @@ std::vector<EmbeddingCost> prune_dominated(std::vector<EmbeddingCost> in);
 // Per class of `prob` (built from `costs`), M x the reshard from a layer of strategy `from`
 // (the embedding) into the class: the stage's entry costs.
 std::vector<double> entry_costs(const CostTables& tables, const std::vector<LayerCost>& costs,
-                                const StageDpProblem& prob, const LayerStrategy& from, int from_samples,
-                                double M);
+                                const StageDpProblem& prob, const LayerStrategy& from,
+                                int from_samples, double M);
 StageDpProblem stage_problem(const CostTables& tables, const std::vector<LayerCost>& costs,
                              double M, double k, int n_max, int64_t bucket_bytes,
                              int64_t max_budget_bytes, int max_tr_classes, int max_kept_levels,

@@ -27,9 +27,8 @@
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "src/search/layer_costs.hpp"
 #include "src/search/stage_dp.hpp"
@@ -44,9 +43,12 @@ namespace stratagem {
 
 const char* to_string(SearchSpace s) {
   switch (s) {
-    case SearchSpace::full: return "full";
-    case SearchSpace::megatron: return "megatron";
-    case SearchSpace::zero: return "zero";
+    case SearchSpace::full:
+      return "full";
+    case SearchSpace::megatron:
+      return "megatron";
+    case SearchSpace::zero:
+      return "zero";
   }
   return "?";
 }
@@ -66,7 +68,9 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-double gib(int64_t b) { return double(b) / double(int64_t(1) << 30); }
+double gib(int64_t b) {
+  return double(b) / double(int64_t(1) << 30);
+}
 std::string fmt_gib(int64_t b) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f GiB", gib(b));
@@ -79,7 +83,9 @@ std::vector<int> divisors(int n) {
     if (n % i == 0) d.push_back(i);
   return d;
 }
-bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+bool contains(const std::vector<int>& v, int x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 template <class T>
 bool contains(const std::vector<T>& v, T x) {
   return std::find(v.begin(), v.end(), x) != v.end();
@@ -225,9 +231,14 @@ struct Config {
 class Searcher {
  public:
   Searcher(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o, int64_t budget)
-      : m_(m), c_(c), o_(o), budget_(budget),
-        tables_(m, c, o.dtype, o.flash_attention, o.overlap_grad_reduce), full_(o.top_k),
-        megatron_(o.top_k), zero_(o.top_k) {
+      : m_(m),
+        c_(c),
+        o_(o),
+        budget_(budget),
+        tables_(m, c, o.dtype, o.flash_attention, o.overlap_grad_reduce),
+        full_(o.top_k),
+        megatron_(o.top_k),
+        zero_(o.top_k) {
     filter_.tp_degrees = o.tp_degrees;
     filter_.zero_stages = o.zero_stages;
     filter_.recompute = o.recompute;
@@ -236,11 +247,14 @@ class Searcher {
     filter_.offload = o.offload;
     filter_.max_samples_per_rank = o.max_samples_per_rank;
     const GpuSpec& g = c.gpu;
-    net_budget_ = int64_t(double(budget_ - g.context_overhead_bytes) / (1.0 + g.allocator_fragmentation));
+    net_budget_ =
+        int64_t(double(budget_ - g.context_overhead_bytes) / (1.0 + g.allocator_fragmentation));
     // DP resolution: 64 MiB, or budget / 1024 (whole MiB) when that is finer.
-    bucket_ = o.memory_resolution_bytes > 0
-                  ? o.memory_resolution_bytes
-                  : std::max<int64_t>(1 << 20, std::min<int64_t>(64 << 20, (budget_ / 1024) & ~int64_t((1 << 20) - 1)));
+    bucket_ =
+        o.memory_resolution_bytes > 0
+            ? o.memory_resolution_bytes
+            : std::max<int64_t>(
+                  1 << 20, std::min<int64_t>(64 << 20, (budget_ / 1024) & ~int64_t((1 << 20) - 1)));
     if (o.comm != MPI_COMM_NULL) {
       MPI_Comm_rank(o.comm, &rank_);
       MPI_Comm_size(o.comm, &procs_);
@@ -364,7 +378,8 @@ const PairData& Searcher::pair(int pp, int Bm) {
     std::vector<LayerCost> costs;
     costs.reserve(raw.size());
     for (const auto& st : raw)
-      costs.push_back(tables_.layer(st, Bm / st.dp, geo.tp_nodes(s, st.tp), geo.dp_nodes(s, st.tp)));
+      costs.push_back(
+          tables_.layer(st, Bm / st.dp, geo.tp_nodes(s, st.tp), geo.dp_nodes(s, st.tp)));
     pd.raw_layers += int64_t(costs.size());
     GeoData gd;
     gd.items = prune_dominated(std::move(costs));
@@ -375,8 +390,10 @@ const PairData& Searcher::pair(int pp, int Bm) {
   std::vector<EmbeddingCost> emb;
   for (const auto& st : embedding_candidates(m_, c_, pd.D, Bm, filter_)) {
     const int b = Bm / st.dp;
-    EmbeddingCost first = tables_.embedding(st, b, geo.tp_nodes(0, st.tp), geo.dp_nodes(0, st.tp), pp == 1);
-    EmbeddingCost last = tables_.embedding(st, b, geo.tp_nodes(pp - 1, st.tp), geo.dp_nodes(pp - 1, st.tp), pp == 1);
+    EmbeddingCost first =
+        tables_.embedding(st, b, geo.tp_nodes(0, st.tp), geo.dp_nodes(0, st.tp), pp == 1);
+    EmbeddingCost last =
+        tables_.embedding(st, b, geo.tp_nodes(pp - 1, st.tp), geo.dp_nodes(pp - 1, st.tp), pp == 1);
     first.last_busy_s = last.last_busy_s;
     first.last_dp_stream_s = last.last_dp_stream_s;
     first.last_tail_s = last.last_tail_s;
@@ -392,8 +409,10 @@ const PairData& Searcher::pair(int pp, int Bm) {
 // Micro-batches whose saved activations a stage holds at its worst moment (per layer).
 double Searcher::in_flight(const Config& cf, int s) const {
   switch (cf.sched) {
-    case Schedule::gpipe: return cf.M;
-    case Schedule::one_f_one_b: return std::min(cf.pp - s, cf.M);
+    case Schedule::gpipe:
+      return cf.M;
+    case Schedule::one_f_one_b:
+      return std::min(cf.pp - s, cf.M);
     case Schedule::interleaved: {
       const int W = (cf.pp - s - 1) * 2 + (cf.v - 1) * cf.pp;
       return double(std::min(W + 1, cf.M * cf.v)) / cf.v;
@@ -415,7 +434,8 @@ class Envelope {
         const auto& a = h_[h_.size() - 2];
         const auto& b = h_.back();
         // b above segment a-p: drop it.
-        if ((b.second - a.second) * (p.first - a.first) >= (p.second - a.second) * (b.first - a.first))
+        if ((b.second - a.second) * (p.first - a.first) >=
+            (p.second - a.second) * (b.first - a.first))
           h_.pop_back();
         else
           break;
@@ -426,8 +446,9 @@ class Envelope {
   double at(double x) const {
     if (h_.empty() || x < h_.front().first) return kInf;
     if (x >= h_.back().first) return h_.back().second;
-    auto it = std::upper_bound(h_.begin(), h_.end(), x,
-                               [](double v, const std::pair<double, double>& p) { return v < p.first; });
+    auto it =
+        std::upper_bound(h_.begin(), h_.end(), x,
+                         [](double v, const std::pair<double, double>& p) { return v < p.first; });
     const auto& b = *it;
     const auto& a = *(it - 1);
     return a.second + (b.second - a.second) * (x - a.first) / (b.first - a.first);
@@ -464,12 +485,16 @@ double Searcher::lower_bound(const Config& cf) {
     const double k = cf.sched == Schedule::interleaved ? 1.0 : in_flight(cf, s);
     const GeoData& gd = pd.geos[pd.stage_geo[s]];
     std::vector<std::pair<double, double>> pts;
-    for (const auto& it : gd.items) pts.push_back({double(it.states) + k * double(it.kept), it.busy_s});
+    for (const auto& it : gd.items)
+      pts.push_back({double(it.states) + k * double(it.kept), it.busy_s});
     Envelope env(std::move(pts));
     double room = double(net_budget_), extra = 0;
-    if (pp == 1) room -= e_only, extra = b_only;
-    else if (s == 0) room -= e_first, extra = b_first;
-    else if (s == pp - 1) room -= e_last, extra = b_last;
+    if (pp == 1)
+      room -= e_only, extra = b_only;
+    else if (s == 0)
+      room -= e_first, extra = b_first;
+    else if (s == pp - 1)
+      room -= e_last, extra = b_last;
     for (int n = cf.v; n <= n_max; ++n) {
       const double per = env.at(room / n);
       if (per < kInf) T[s][n] = n * per + extra;
@@ -497,14 +522,18 @@ void Searcher::consider(const Plan& p, const char* origin, TopK* space_pool) {
 void Searcher::tick(const char* what) {
   ++progress_done_;
   if (rank_ != 0 || !o_.progress) return;
-  if (std::chrono::duration<double>(Clock::now() - last_progress_).count() < o_.progress_interval_s) return;
+  if (std::chrono::duration<double>(Clock::now() - last_progress_).count() < o_.progress_interval_s)
+    return;
   last_progress_ = Clock::now();
-  const TopK& pool = o_.space == SearchSpace::full ? full_
-                     : o_.space == SearchSpace::megatron ? megatron_ : zero_;
+  const TopK& pool = o_.space == SearchSpace::full       ? full_
+                     : o_.space == SearchSpace::megatron ? megatron_
+                                                         : zero_;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "search: %s %lld/%lld on this process, %lld plans scored, best %.0f tokens/s, %.1f s",
-                what, (long long)progress_done_, (long long)progress_total_, (long long)local_scored_,
-                pool.empty() ? 0.0 : pool.items().front().est_tokens_per_s, seconds_since(t0_));
+  std::snprintf(
+      buf, sizeof buf,
+      "search: %s %lld/%lld on this process, %lld plans scored, best %.0f tokens/s, %.1f s", what,
+      (long long)progress_done_, (long long)progress_total_, (long long)local_scored_,
+      pool.empty() ? 0.0 : pool.items().front().est_tokens_per_s, seconds_since(t0_));
   o_.progress(buf);
 }
 
@@ -614,7 +643,10 @@ void Searcher::search_config(const Config& cf) {
       bool ok = true;
       for (int s = 0; s < pp && ok; ++s) {
         const auto r = stage_answer(s, part[s], best_e, -shift[s]);
-        if (r.cost == kInf) { ok = false; break; }
+        if (r.cost == kInf) {
+          ok = false;
+          break;
+        }
         ids[s] = dps[stage_type[s]]->reconstruct(part[s], r.a, &model[s]);
         reserved[s] = r.a.reserved;
         model[s] += emb_states(s, e);
@@ -657,7 +689,8 @@ void Searcher::search_config(const Config& cf) {
       } else {
         for (int s = 0; s < pp; ++s)
           if (sc.stage_peaks[s] > budget_)
-            shift[s] -= int64_t(double(sc.stage_peaks[s] - budget_) / frag) + bucket, changed = true;
+            shift[s] -= int64_t(double(sc.stage_peaks[s] - budget_) / frag) + bucket,
+                changed = true;
       }
       if (!changed) break;
     }
@@ -688,8 +721,9 @@ void Searcher::min_memory_config(const Config& cf) {
   const EmbeddingCost* e = nullptr;
   for (const auto& x : pd.emb) {
     auto size = [&](const EmbeddingCost& y) {
-      return pp == 1 ? y.only_states + y.logits + y.workspace
-                     : std::max(y.first_states + y.workspace, y.last_states + y.logits + y.workspace);
+      return pp == 1
+                 ? y.only_states + y.logits + y.workspace
+                 : std::max(y.first_states + y.workspace, y.last_states + y.logits + y.workspace);
     };
     if (!e || size(x) < size(*e)) e = &x;
   }
@@ -702,9 +736,10 @@ void Searcher::min_memory_config(const Config& cf) {
       if (!pick[s] || resident(lc) + double(lc.transient + lc.workspace) <
                           resident(*pick[s]) + double(pick[s]->transient + pick[s]->workspace))
         pick[s] = &lc;
-    const double fixed = pp == 1 ? double(e->only_states + e->logits + e->workspace)
-                         : s == 0 ? double(e->first_states + e->workspace)
-                         : s == pp - 1 ? double(e->last_states + e->logits + e->workspace) : 0.0;
+    const double fixed = pp == 1       ? double(e->only_states + e->logits + e->workspace)
+                         : s == 0      ? double(e->first_states + e->workspace)
+                         : s == pp - 1 ? double(e->last_states + e->logits + e->workspace)
+                                       : 0.0;
     for (int n = v; n <= n_max; ++n)
       Mem[s][n] = fixed + n * resident(*pick[s]) + double(pick[s]->transient + pick[s]->workspace);
   }
@@ -736,7 +771,8 @@ std::vector<Plan> Searcher::megatron_plans() const {
         if (!o_.micro_batches.empty() && !contains(o_.micro_batches, Bm)) continue;
         const int M = o_.global_batch / Bm;
         std::vector<std::pair<Schedule, int>> scheds;
-        if (contains(o_.schedules, Schedule::one_f_one_b)) scheds.push_back({Schedule::one_f_one_b, 1});
+        if (contains(o_.schedules, Schedule::one_f_one_b))
+          scheds.push_back({Schedule::one_f_one_b, 1});
         if (contains(o_.schedules, Schedule::interleaved) && pp >= 2 && M % pp == 0)
           for (int v : o_.vpp_degrees)
             if (v >= 2 && pp * v <= m_.layers) scheds.push_back({Schedule::interleaved, v});
@@ -817,7 +853,8 @@ void Searcher::baselines() {
   }
 }
 
-// ---- MPI merge ------------------------------------------------------------------------------------
+// ---- MPI merge
+// ------------------------------------------------------------------------------------
 
 std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine) {
   if (comm == MPI_COMM_NULL) return {mine};
@@ -836,9 +873,13 @@ std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& min
 }
 
 nlohmann::json pack_candidate(const SearchCandidate& c) {
-  return {{"plan", to_json(c.plan)}, {"key", c.key}, {"origin", c.origin},
-          {"t", c.est_iteration_time_s}, {"tok", c.est_tokens_per_s},
-          {"peak", c.est_peak_memory_bytes}, {"stages", c.est_stage_peak_bytes}};
+  return {{"plan", to_json(c.plan)},
+          {"key", c.key},
+          {"origin", c.origin},
+          {"t", c.est_iteration_time_s},
+          {"tok", c.est_tokens_per_s},
+          {"peak", c.est_peak_memory_bytes},
+          {"stages", c.est_stage_peak_bytes}};
 }
 SearchCandidate unpack_candidate(const nlohmann::json& j, const ModelSpec& m) {
   SearchCandidate c;
@@ -899,7 +940,8 @@ void Searcher::merge(const std::vector<std::string>& parts) {
 
 // ---- simulator re-rank ------------------------------------------------------------------------
 
-void simulate_candidate(const ModelSpec& m, const ClusterSpec& c, int64_t budget, SearchCandidate& x) {
+void simulate_candidate(const ModelSpec& m, const ClusterSpec& c, int64_t budget,
+                        SearchCandidate& x) {
   const Plan& p = x.plan;
   Layout layout(p, c);
   Program prog = build_program(m, p);
@@ -916,7 +958,8 @@ void simulate_candidate(const ModelSpec& m, const ClusterSpec& c, int64_t budget
   for (const auto& rr : r.ranks) {
     x.sim_peak_memory_bytes = std::max(x.sim_peak_memory_bytes, rr.peak_memory_bytes);
     if (rr.stage >= 0 && rr.stage < p.pp)
-      x.sim_stage_peak_bytes[rr.stage] = std::max(x.sim_stage_peak_bytes[rr.stage], rr.peak_memory_bytes);
+      x.sim_stage_peak_bytes[rr.stage] =
+          std::max(x.sim_stage_peak_bytes[rr.stage], rr.peak_memory_bytes);
   }
   x.sim_fits = !r.deadlock.deadlocked && x.sim_peak_memory_bytes <= budget;
 }
@@ -925,14 +968,16 @@ void simulate_candidate(const ModelSpec& m, const ClusterSpec& c, int64_t budget
 void final_sort(std::vector<SearchCandidate>& v) {
   std::stable_sort(v.begin(), v.end(), [](const SearchCandidate& a, const SearchCandidate& b) {
     if (a.sim_fits != b.sim_fits) return a.sim_fits;
-    if (a.iteration_time_s() != b.iteration_time_s()) return a.iteration_time_s() < b.iteration_time_s();
+    if (a.iteration_time_s() != b.iteration_time_s())
+      return a.iteration_time_s() < b.iteration_time_s();
     return a.key < b.key;
   });
 }
 
 void Searcher::rerank(SearchResult& r) {
-  const TopK& own = o_.space == SearchSpace::full ? full_
-                    : o_.space == SearchSpace::megatron ? megatron_ : zero_;
+  const TopK& own = o_.space == SearchSpace::full       ? full_
+                    : o_.space == SearchSpace::megatron ? megatron_
+                                                        : zero_;
   // The set to re-rank: the space's top K and, for the full space, both baselines' top K, so
   // that the full search never does worse than a baseline search under the same scorer.
   std::vector<SearchCandidate> set;
@@ -949,14 +994,17 @@ void Searcher::rerank(SearchResult& r) {
     nlohmann::json mine = nlohmann::json::array();
     for (size_t i = rank_; i < set.size(); i += procs_) {
       simulate_candidate(m_, c_, budget_, set[i]);
-      mine.push_back({i, set[i].sim_iteration_time_s, set[i].sim_tokens_per_s, set[i].sim_peak_memory_bytes,
-                      set[i].sim_stage_peak_bytes, set[i].sim_fits});
+      mine.push_back({i, set[i].sim_iteration_time_s, set[i].sim_tokens_per_s,
+                      set[i].sim_peak_memory_bytes, set[i].sim_stage_peak_bytes, set[i].sim_fits});
       if (rank_ == 0 && o_.progress &&
-          std::chrono::duration<double>(Clock::now() - last_progress_).count() >= o_.progress_interval_s) {
+          std::chrono::duration<double>(Clock::now() - last_progress_).count() >=
+              o_.progress_interval_s) {
         last_progress_ = Clock::now();
         char buf[160];
-        std::snprintf(buf, sizeof buf, "search: simulating the top candidates, %zu/%zu on this process, %.1f s",
-                      i / procs_ + 1, (set.size() + procs_ - 1 - rank_) / procs_, seconds_since(t0_));
+        std::snprintf(buf, sizeof buf,
+                      "search: simulating the top candidates, %zu/%zu on this process, %.1f s",
+                      i / procs_ + 1, (set.size() + procs_ - 1 - rank_) / procs_,
+                      seconds_since(t0_));
         o_.progress(buf);
       }
     }
@@ -985,7 +1033,8 @@ void Searcher::rerank(SearchResult& r) {
     for (auto& x : set) x.simulated = false, x.sim_fits = true;
     final_sort(set);
     r.scorer = "estimator";
-    r.scorer_note = "the simulator found every re-ranked plan over the memory budget; ranked by the estimator";
+    r.scorer_note =
+        "the simulator found every re-ranked plan over the memory budget; ranked by the estimator";
   }
   // Best of the space, and best of each baseline under the same scorer.
   auto best_of = [&](const char* origin_space) -> std::optional<SearchCandidate> {
@@ -1071,7 +1120,8 @@ class BoundExchange {
   void post(const TopK& mine, bool active) {
     std::fill(send_.begin(), send_.end(), Entry{kInf, 0});
     for (size_t i = 0; i < mine.items().size() && i < size_t(k_); ++i)
-      send_[i] = {mine.items()[i].est_iteration_time_s, std::hash<std::string>{}(mine.items()[i].key)};
+      send_[i] = {mine.items()[i].est_iteration_time_s,
+                  std::hash<std::string>{}(mine.items()[i].key)};
     send_[size_t(k_)] = {active ? 1.0 : 0.0, 0};  // the last entry: still searching?
     const int bytes = int(send_.size() * sizeof(Entry));
     MPI_Iallgather(send_.data(), bytes, MPI_BYTE, recv_.data(), bytes, MPI_BYTE, comm_, &req_);
@@ -1089,7 +1139,8 @@ class BoundExchange {
     std::sort(all.begin(), all.end(), [](const Entry& a, const Entry& b) {
       return a.hash != b.hash ? a.hash < b.hash : a.time < b.time;
     });
-    all.erase(std::unique(all.begin(), all.end(), [](const Entry& a, const Entry& b) { return a.hash == b.hash; }),
+    all.erase(std::unique(all.begin(), all.end(),
+                          [](const Entry& a, const Entry& b) { return a.hash == b.hash; }),
               all.end());
     if (int(all.size()) >= k_) {
       std::nth_element(all.begin(), all.begin() + (k_ - 1), all.end(),
@@ -1141,8 +1192,9 @@ SearchResult Searcher::run() {
   }
   stats_.estimate_phase_s = seconds_since(t0_);
   merge(allgather_strings(o_.comm, pack()));
-  const TopK& own = o_.space == SearchSpace::full ? full_
-                    : o_.space == SearchSpace::megatron ? megatron_ : zero_;
+  const TopK& own = o_.space == SearchSpace::full       ? full_
+                    : o_.space == SearchSpace::megatron ? megatron_
+                                                        : zero_;
   if (own.empty()) {
     // Nothing fits: find the least memory any plan of the space needs.
     if (o_.space == SearchSpace::full) {
@@ -1153,8 +1205,8 @@ SearchResult Searcher::run() {
                       " space fits the memory budget of " + fmt_gib(budget_) + " per GPU";
     if (min_memory_.best) {
       msg += "; the smallest peak memory reachable is " +
-             fmt_gib(min_memory_.best->est_peak_memory_bytes) + " per GPU, with: " +
-             min_memory_.best->plan.describe();
+             fmt_gib(min_memory_.best->est_peak_memory_bytes) +
+             " per GPU, with: " + min_memory_.best->plan.describe();
     } else {
       msg += " (no valid plan at all for this model, cluster and global batch)";
     }
@@ -1208,14 +1260,14 @@ void Searcher::enumerate(const std::function<void(const Plan&)>& visit) {
 
 int64_t resolve_budget(const ClusterSpec& c, const SearchOptions& o) {
   const int64_t hbm = c.gpu.hbm_bytes;
-  if (o.memory_budget_bytes < 0)
-    throw InputError("--memory-budget-gib: expected a positive size");
+  if (o.memory_budget_bytes < 0) throw InputError("--memory-budget-gib: expected a positive size");
   const int64_t b = o.memory_budget_bytes == 0 ? hbm : o.memory_budget_bytes;
   if (b > hbm)
     throw InputError("--memory-budget-gib: " + fmt_gib(b) + " exceeds the " + fmt_gib(hbm) +
                      " of the cluster's GPU (" + c.gpu.name + "); give at most the GPU's memory");
   if (b <= c.gpu.context_overhead_bytes)
-    throw InputError("--memory-budget-gib: " + fmt_gib(b) + " leaves nothing after the GPU's context overhead of " +
+    throw InputError("--memory-budget-gib: " + fmt_gib(b) +
+                     " leaves nothing after the GPU's context overhead of " +
                      fmt_gib(c.gpu.context_overhead_bytes));
   return b;
 }
@@ -1231,7 +1283,8 @@ void check_options(const ModelSpec& m, const ClusterSpec& c, const SearchOptions
 
 }  // namespace
 
-SearchResult search(const ModelSpec& model, const ClusterSpec& cluster, const SearchOptions& options) {
+SearchResult search(const ModelSpec& model, const ClusterSpec& cluster,
+                    const SearchOptions& options) {
   check_options(model, cluster, options);
   const int64_t budget = resolve_budget(cluster, options);
   Searcher s(model, cluster, options, budget);
@@ -1254,8 +1307,8 @@ SearchResult search(const ModelSpec& model, const ClusterSpec& cluster, const Se
       std::string list;
       for (int d : dps) list += (list.empty() ? "" : ", ") + std::to_string(d);
       throw InputError("--global-batch " + std::to_string(options.global_batch) +
-                       " is not divisible by any data-parallel degree this cluster allows (" + list +
-                       " for " + std::to_string(world) + " GPUs, tp up to " +
+                       " is not divisible by any data-parallel degree this cluster allows (" +
+                       list + " for " + std::to_string(world) + " GPUs, tp up to " +
                        std::to_string(cluster.node.gpus_per_node) + ", pp up to the " +
                        std::to_string(model.layers) + " layers)");
     }
@@ -1312,8 +1365,9 @@ nlohmann::json to_json(const SearchResult& r) {
           {"scorer_note", r.scorer_note},
           {"memory_budget_bytes", r.memory_budget_bytes},
           {"best", to_json(r.best)},
-          {"baselines", {{"megatron", baseline(r.megatron, r.megatron_note)},
-                         {"zero", baseline(r.zero, r.zero_note)}}},
+          {"baselines",
+           {{"megatron", baseline(r.megatron, r.megatron_note)},
+            {"zero", baseline(r.zero, r.zero_note)}}},
           {"candidates", cands},
           {"candidates_evaluated", s.candidates_evaluated},
           {"search_time_s", s.search_time_s},

@@ -13,8 +13,8 @@ std::vector<std::vector<double>>& table_pool() {
   return pool;
 }
 // dst[j] = min(dst[j], src[j] + add): the DP's inner loop (kept apart so that it vectorizes).
-__attribute__((noinline)) void relax(const double* __restrict src, double* __restrict dst, size_t len,
-                                     double add) {
+__attribute__((noinline)) void relax(const double* __restrict src, double* __restrict dst,
+                                     size_t len, double add) {
 #pragma omp simd
   for (size_t j = 0; j < len; ++j) {
     const double v = src[j] + add, cur = dst[j];
@@ -213,11 +213,12 @@ StageDp::Answer StageDp::best(int n, int64_t budget, int64_t extra_tr, int64_t e
         if (n > 1) {
           prev = kInf;
           for (int b = 0; b < C_; ++b)
-            prev = std::min(prev, t.f[at(n - 1, m - it.w, b, q)] + p_.reshard[size_t(b) * C_ + it.cls]);
+            prev = std::min(prev,
+                            t.f[at(n - 1, m - it.w, b, q)] + p_.reshard[size_t(b) * C_ + it.cls]);
           if (prev == kInf) continue;
         }
-        const double v = prev + it.cost + it.first + (n == 1 ? it.last : 0.0) +
-                         (entry ? (*entry)[it.cls] : 0.0);
+        const double v =
+            prev + it.cost + it.first + (n == 1 ? it.last : 0.0) + (entry ? (*entry)[it.cls] : 0.0);
         if (v < a.cost) a = {v, k, m, i, q, reserved};
       }
     }
@@ -228,7 +229,8 @@ StageDp::Answer StageDp::best(int n, int64_t budget, int64_t extra_tr, int64_t e
 double StageDp::below(const Threshold& t, int n, int64_t m, int b, int q) const {
   if (n == 1) return q == 0 ? 0.0 : kInf;
   double v = kInf;
-  for (int a = 0; a < C_; ++a) v = std::min(v, t.f[at(n - 1, m, a, q)] + p_.reshard[size_t(a) * C_ + b]);
+  for (int a = 0; a < C_; ++a)
+    v = std::min(v, t.f[at(n - 1, m, a, q)] + p_.reshard[size_t(a) * C_ + b]);
   return v;
 }
 
@@ -280,7 +282,9 @@ double stage_model_cost(const StageDpProblem& p, const std::vector<int64_t>& L,
                         int64_t extra_ws, const std::vector<double>* entry) {
   const int C = std::max(1, p.num_classes);
   const int n = int(idx.size());
-  auto floor_level = [&](int64_t x) { return int(std::upper_bound(L.begin(), L.end(), x) - L.begin()) - 1; };
+  auto floor_level = [&](int64_t x) {
+    return int(std::upper_bound(L.begin(), L.end(), x) - L.begin()) - 1;
+  };
   int64_t w = 0, peak = extra_tr, ws = extra_ws;
   double cost = 0;
   int q = 0;
@@ -290,7 +294,8 @@ double stage_model_cost(const StageDpProblem& p, const std::vector<int64_t>& L,
     peak = std::max(peak, std::max<int64_t>(0, it.tr - L[q]));
     ws = std::max(ws, it.ws);
     cost += it.cost;
-    if (l > 0) cost += p.reshard.empty() ? 0.0 : p.reshard[size_t(p.items[idx[l - 1]].cls) * C + it.cls];
+    if (l > 0)
+      cost += p.reshard.empty() ? 0.0 : p.reshard[size_t(p.items[idx[l - 1]].cls) * C + it.cls];
     q = floor_level(L[q] + it.kept);
   }
   cost += p.items[idx[0]].first + p.items[idx[n - 1]].last;
@@ -378,8 +383,10 @@ std::vector<int> solve_partition(const std::vector<std::vector<double>>& T, int 
   if (min_sum_capped(T, L, n_min, vals[hi], nullptr) == kInf) return best;
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
-    if (min_sum_capped(T, L, n_min, vals[mid], nullptr) < kInf) hi = mid;
-    else lo = mid + 1;
+    if (min_sum_capped(T, L, n_min, vals[mid], nullptr) < kInf)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   double best_obj = kInf;
   // Exact for bubble_weight in [0, 1]: under each cap the least sum is best among partitions of

@@ -33,15 +33,15 @@ namespace stratagem::search_detail {
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 struct DpItem {
-  int id = 0;         // the caller's index
-  int cls = 0;        // reshard class, 0 .. num_classes-1
-  double cost = 0;    // objective (seconds per iteration)
-  double last = 0;    // extra cost when it is the stage's last layer
-  double first = 0;   // extra cost when it is the stage's first layer
-  int64_t w = 0;      // resident memory in buckets
-  int64_t tr = 0;     // transient bytes beyond its own kept activations
-  int64_t kept = 0;   // saved activations of one micro-batch (covers earlier layers' peaks)
-  int64_t ws = 0;     // workspace bytes
+  int id = 0;        // the caller's index
+  int cls = 0;       // reshard class, 0 .. num_classes-1
+  double cost = 0;   // objective (seconds per iteration)
+  double last = 0;   // extra cost when it is the stage's last layer
+  double first = 0;  // extra cost when it is the stage's first layer
+  int64_t w = 0;     // resident memory in buckets
+  int64_t tr = 0;    // transient bytes beyond its own kept activations
+  int64_t kept = 0;  // saved activations of one micro-batch (covers earlier layers' peaks)
+  int64_t ws = 0;    // workspace bytes
 };
 
 struct StageDpProblem {
@@ -94,7 +94,8 @@ class StageDp {
     std::vector<double> f;    // [((n * C + cls) * Q + level) * (M + 1) + m]
   };
   size_t at(int n, int64_t m, int cls, int q) const {
-    return ((size_t(n) * size_t(C_) + size_t(cls)) * size_t(Q_) + size_t(q)) * size_t(M_ + 1) + size_t(m);
+    return ((size_t(n) * size_t(C_) + size_t(cls)) * size_t(Q_) + size_t(q)) * size_t(M_ + 1) +
+           size_t(m);
   }
   bool admits(const Threshold& t, const DpItem& it, int q) const { return it.tr - L_[q] <= t.tr; }
   void run(Threshold& t);
@@ -104,7 +105,7 @@ class StageDp {
   StageDpProblem p_;
   int C_ = 1, Q_ = 1;
   int64_t M_ = 0;
-  std::vector<int64_t> L_;          // levels, L_[0] = 0
+  std::vector<int64_t> L_;               // levels, L_[0] = 0
   std::vector<std::vector<int>> after_;  // [item][level] -> level after adding the item below
   std::vector<Threshold> thr_;
   uint64_t cells_ = 0;
@@ -118,7 +119,8 @@ double stage_model_cost(const StageDpProblem& p, const std::vector<int64_t>& lev
 // cost (kInf when nothing fits) and, if asked, the sequence of item ids.
 double brute_force_stage(const StageDpProblem& p, const std::vector<int64_t>& levels, int n,
                          int64_t budget_bytes, int64_t extra_tr, int64_t extra_ws,
-                         const std::vector<double>* entry = nullptr, std::vector<int>* best = nullptr);
+                         const std::vector<double>* entry = nullptr,
+                         std::vector<int>* best = nullptr);
 
 // Stage partition. T[s][n] is the cost of stage s holding n layers (kInf: does not fit or not
 // allowed), n = 0 .. T[s].size()-1. Chooses n_s >= n_min with sum n_s = L minimizing

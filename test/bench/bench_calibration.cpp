@@ -46,11 +46,12 @@ int main(int argc, char** argv) {
   std::printf("simulate: MAPE over all %zu rows %.1f%%, over the %d Megatron PTD-P rows %.1f%%\n",
               rows.size(), 100 * sim_sum / rows.size(), n_megatron,
               100 * sim_sum_megatron / std::max(1, n_megatron));
-  std::printf("estimate: MAPE over all %zu rows: %.1f%%  (%d within 15%%)\n", rows.size(), 100 * sum / rows.size(),
-              within);
-  std::printf("MAPE over the %d Megatron PTD-P rows: %.1f%%; the DeepSpeed ZeRO-3 rows are known misses "
-              "(see test/calibration/test_calibration.cpp)\n",
-              n_megatron, 100 * sum_megatron / std::max(1, n_megatron));
+  std::printf("estimate: MAPE over all %zu rows: %.1f%%  (%d within 15%%)\n", rows.size(),
+              100 * sum / rows.size(), within);
+  std::printf(
+      "MAPE over the %d Megatron PTD-P rows: %.1f%%; the DeepSpeed ZeRO-3 rows are known misses "
+      "(see test/calibration/test_calibration.cpp)\n",
+      n_megatron, 100 * sum_megatron / std::max(1, n_megatron));
   MPI_Finalize();
   return 0;
 }

@@ -47,6 +47,7 @@ int main() {
               c.world_size(), calls, elapsed);
   std::printf("estimator calls per second (one core, CostModel construction included): %.0f\n",
               calls / elapsed);
-  std::printf("  %s (goal >= 100000)\n", calls / elapsed >= 1e5 ? "meets the goal" : "BELOW the goal");
+  std::printf("  %s (goal >= 100000)\n",
+              calls / elapsed >= 1e5 ? "meets the goal" : "BELOW the goal");
   return sink > 0 ? 0 : 1;
 }

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -71,21 +71,26 @@ void report(const Case& c, const SearchResult& r) {
   const SearchStats& s = r.stats;
   std::printf("\n%s, global batch %d, budget %.0f GiB\n", c.name, c.global_batch,
               double(r.memory_budget_bytes) / double(int64_t(1) << 30));
-  std::printf("  search %.2f s (DP + estimator %.2f s%s, re-rank by the %s %.2f s); %lld candidates "
-              "evaluated, %lld simulated; %lld of %lld configurations searched\n",
-              s.search_time_s, s.estimate_phase_s, s.estimate_phase_s < 10 ? ", goal < 10 s met" : ", ABOVE the 10 s goal",
-              r.scorer.c_str(), s.rerank_phase_s, (long long)s.candidates_evaluated,
-              (long long)s.plans_simulated, (long long)s.configs_searched, (long long)s.configs);
-  std::printf("  best      %10.0f tokens/s (estimator %10.0f), peak %5.1f GiB: %s\n", r.best.tokens_per_s(),
-              r.best.est_tokens_per_s, double(r.best.peak_memory_bytes()) / double(int64_t(1) << 30),
+  std::printf(
+      "  search %.2f s (DP + estimator %.2f s%s, re-rank by the %s %.2f s); %lld candidates "
+      "evaluated, %lld simulated; %lld of %lld configurations searched\n",
+      s.search_time_s, s.estimate_phase_s,
+      s.estimate_phase_s < 10 ? ", goal < 10 s met" : ", ABOVE the 10 s goal", r.scorer.c_str(),
+      s.rerank_phase_s, (long long)s.candidates_evaluated, (long long)s.plans_simulated,
+      (long long)s.configs_searched, (long long)s.configs);
+  std::printf("  best      %10.0f tokens/s (estimator %10.0f), peak %5.1f GiB: %s\n",
+              r.best.tokens_per_s(), r.best.est_tokens_per_s,
+              double(r.best.peak_memory_bytes()) / double(int64_t(1) << 30),
               r.best.plan.describe().c_str());
-  auto base = [&](const char* name, const std::optional<SearchCandidate>& b, const std::string& note) {
+  auto base = [&](const char* name, const std::optional<SearchCandidate>& b,
+                  const std::string& note) {
     if (!b) {
       std::printf("  %-9s none (%s)\n", name, note.c_str());
       return;
     }
-    std::printf("  %-9s %10.0f tokens/s (estimator %10.0f): search is %.2fx; %s\n", name, b->tokens_per_s(),
-                b->est_tokens_per_s, ratio(r.best.tokens_per_s(), b), b->plan.describe().c_str());
+    std::printf("  %-9s %10.0f tokens/s (estimator %10.0f): search is %.2fx; %s\n", name,
+                b->tokens_per_s(), b->est_tokens_per_s, ratio(r.best.tokens_per_s(), b),
+                b->plan.describe().c_str());
   };
   base("megatron", r.megatron, r.megatron_note);
   base("zero-3", r.zero, r.zero_note);
@@ -93,7 +98,8 @@ void report(const Case& c, const SearchResult& r) {
 
 // The estimator-ranked search of the cases (the work MPI splits); on rank 0 prints
 // "time <case> <seconds> <best key length>:<best tokens/s>" lines for the parent to parse.
-std::vector<double> timed_searches(const std::vector<int>& which, MPI_Comm comm, std::vector<std::string>* keys) {
+std::vector<double> timed_searches(const std::vector<int>& which, MPI_Comm comm,
+                                   std::vector<std::string>* keys) {
   std::vector<double> out;
   for (int i : which) {
     Loaded l = load(kCases[i], false, comm);
@@ -114,10 +120,14 @@ int main(int argc, char** argv) {
   bool simulate = true, mpi = true, child = false;
   std::vector<int> which;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--no-simulate")) simulate = false;
-    else if (!std::strcmp(argv[i], "--no-mpi")) mpi = false;
-    else if (!std::strcmp(argv[i], "--child")) child = true;
-    else if (!std::strcmp(argv[i], "--case") && i + 1 < argc) which.push_back(std::atoi(argv[++i]));
+    if (!std::strcmp(argv[i], "--no-simulate"))
+      simulate = false;
+    else if (!std::strcmp(argv[i], "--no-mpi"))
+      mpi = false;
+    else if (!std::strcmp(argv[i], "--child"))
+      child = true;
+    else if (!std::strcmp(argv[i], "--case") && i + 1 < argc)
+      which.push_back(std::atoi(argv[++i]));
   }
   if (which.empty())
     for (int i = 0; i < kNumCases; ++i) which.push_back(i);
@@ -130,7 +140,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> keys;
     const auto t = timed_searches(which, MPI_COMM_WORLD, &keys);
     if (rank == 0)
-      for (size_t k = 0; k < which.size(); ++k) std::printf("time %d %.6f %s\n", which[k], t[k], keys[k].c_str());
+      for (size_t k = 0; k < which.size(); ++k)
+        std::printf("time %d %.6f %s\n", which[k], t[k], keys[k].c_str());
     MPI_Finalize();
     return 0;
   }
@@ -148,8 +159,9 @@ int main(int argc, char** argv) {
 
   int status = 0;
   if (mpi) {
-    std::printf("\nMPI speedup of the search (estimator ranking; -np 1 in this process, -np 2 by %s)\n",
-                STRATAGEM_MPIEXEC);
+    std::printf(
+        "\nMPI speedup of the search (estimator ranking; -np 1 in this process, -np 2 by %s)\n",
+        STRATAGEM_MPIEXEC);
     std::vector<std::string> keys1;
     const auto t1 = timed_searches(which, MPI_COMM_NULL, &keys1);
     std::string cmd = std::string(STRATAGEM_MPIEXEC) + " -np 2 " + argv[0] + " --child";
@@ -184,9 +196,10 @@ int main(int argc, char** argv) {
       sum1 += t1[k], sum2 += t2[i].first;
     }
     if (sum2 > 0)
-      std::printf("  all cases: -np 1 %.2f s, -np 2 %.2f s, speedup %.2fx (goal >= 1.7x; this host has %ld "
-                  "cores, shared)\n",
-                  sum1, sum2, sum1 / sum2, sysconf(_SC_NPROCESSORS_ONLN));
+      std::printf(
+          "  all cases: -np 1 %.2f s, -np 2 %.2f s, speedup %.2fx (goal >= 1.7x; this host has %ld "
+          "cores, shared)\n",
+          sum1, sum2, sum1 / sum2, sysconf(_SC_NPROCESSORS_ONLN));
   }
   return status;
 }

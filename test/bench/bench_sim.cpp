@@ -14,7 +14,9 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(clk::time_point t) { return std::chrono::duration<double>(clk::now() - t).count(); }
+double seconds_since(clk::time_point t) {
+  return std::chrono::duration<double>(clk::now() - t).count();
+}
 
 }  // namespace
 
@@ -44,12 +46,13 @@ int main() {
     if (best_total < 0 || total < best_total)
       best_total = total, best_run = r.stats.run_s, best_setup = r.stats.setup_s, build_s = b;
   }
-  std::printf("GPT-3 175B, 1024 x A100-80GB (tp8 pp16 dp8, 1F1B, 192 micro-batches), one iteration:\n");
+  std::printf(
+      "GPT-3 175B, 1024 x A100-80GB (tp8 pp16 dp8, 1F1B, 192 micro-batches), one iteration:\n");
   std::printf("  simulated iteration time      %.4f s\n", double(r.makespan_ns) * 1e-9);
   std::printf("  op events (all ranks)          %llu\n", (unsigned long long)r.stats.ops_executed);
   std::printf("  queue events                   %llu\n", (unsigned long long)r.stats.heap_events);
-  std::printf("  wall: program+cost model %.3f s, simulator setup %.3f s, event loop %.3f s\n", build_s,
-              best_setup, best_run);
+  std::printf("  wall: program+cost model %.3f s, simulator setup %.3f s, event loop %.3f s\n",
+              build_s, best_setup, best_run);
   std::printf("  wall time, one core            %.3f s  (goal < 2 s) %s\n", best_total,
               best_total < 2 ? "OK" : "SLOWER THAN GOAL");
   std::printf("  op events per second           %.3g (event loop), %.3g (end to end)\n",
@@ -65,7 +68,8 @@ int main() {
       "--micro-batch 1 --global-batch 1536";
   double sim[2] = {-1, -1}, cli[2] = {-1, -1};
   for (int k = 0; k < 2; ++k) {
-    const std::string cmd = (k ? std::string(STRATAGEM_MPIEXEC_CMD) + " -np 2 " : std::string()) + bin + args;
+    const std::string cmd =
+        (k ? std::string(STRATAGEM_MPIEXEC_CMD) + " -np 2 " : std::string()) + bin + args;
     for (int rep = 0; rep < 3; ++rep) {
       const auto t = clk::now();
       std::FILE* f = popen((cmd + " 2>/dev/null </dev/null").c_str(), "r");
@@ -88,7 +92,9 @@ int main() {
     std::printf("  mpirun -np 2: could not run %s\n", bin.c_str());
     return 1;
   }
-  std::printf("  mpirun -np 2 speedup           %.2fx simulator (%.3f s -> %.3f s), %.2fx CLI (%.3f s -> %.3f s)\n",
-              sim[0] / sim[1], sim[0], sim[1], cli[0] / cli[1], cli[0], cli[1]);
+  std::printf(
+      "  mpirun -np 2 speedup           %.2fx simulator (%.3f s -> %.3f s), %.2fx CLI (%.3f s -> "
+      "%.3f s)\n",
+      sim[0] / sim[1], sim[0], sim[1], cli[0] / cli[1], cli[0], cli[1]);
   return 0;
 }

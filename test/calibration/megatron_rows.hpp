@@ -4,12 +4,11 @@
 #pragma once
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "stratagem/cluster.hpp"
 #include "stratagem/model.hpp"
@@ -73,12 +72,14 @@ inline std::vector<Row> load_rows(const std::string& path = megatron_file()) {
       s.schedule = "1f1b";
     }
     const std::string framework = r.value("framework", std::string("Megatron"));
-    row.framework = framework.find("DeepSpeed") != std::string::npos ? "DeepSpeed ZeRO-3" : "Megatron";
+    row.framework =
+        framework.find("DeepSpeed") != std::string::npos ? "DeepSpeed ZeRO-3" : "Megatron";
     // Megatron's own "local" DDP (the paper's default for pipelined runs, and the only one
     // Table 2's Megatron rows could use) reduces gradients after the last backward; PyTorch
     // DDP and DeepSpeed overlap them with backward.
-    const std::string ddp = r.value("data_parallel_impl",
-                                    row.framework == "Megatron" ? std::string("local") : std::string("torch"));
+    const std::string ddp =
+        r.value("data_parallel_impl",
+                row.framework == "Megatron" ? std::string("local") : std::string("torch"));
     s.no_overlap_grad_reduce = ddp == "local";
     row.plan = expand_shorthand(s, m, row.cluster);
     validate(row.plan, m, row.cluster, row.id);

@@ -2,10 +2,10 @@
 // time on the same cost model as the estimator. Same tolerance and the same stated exception
 // for the DeepSpeed ZeRO-3 rows as test_calibration.cpp.
 #define BOOST_TEST_MODULE calibration_sim
+#include <mpi.h>
+
 #include <boost/test/unit_test.hpp>
 #include <cmath>
-
-#include <mpi.h>
 
 #include "stratagem/cost.hpp"
 #include "stratagem/simulate.hpp"
@@ -25,7 +25,8 @@ BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 double simulated_s(const calibration::Row& r) {
   CostModel cost(r.model, r.cluster, r.plan);
   const CostModelCosts costs(cost);
-  const SimResult sim = simulate(build_program(r.model, r.plan), Layout(r.plan, r.cluster), r.cluster, costs);
+  const SimResult sim =
+      simulate(build_program(r.model, r.plan), Layout(r.plan, r.cluster), r.cluster, costs);
   BOOST_TEST(!sim.oom.oom, r.id << " runs out of memory in the simulator");
   return double(sim.makespan_ns) * 1e-9 / sim.iterations;
 }

@@ -2,9 +2,8 @@
 // plans (schedules, ZeRO, offload, recompute, sequence parallelism, stages straddling nodes,
 // several iterations), with --mirror (one process per simulated rank), and writes the same trace.
 #define BOOST_TEST_MODULE sim_cli_mpi
-#include <boost/test/unit_test.hpp>
-
 #include <array>
+#include <boost/test/unit_test.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -32,7 +31,9 @@ std::string bin() {
   const char* b = std::getenv("STRATAGEM_BIN");
   return b ? b : STRATAGEM_BIN;
 }
-std::string mpi(int np) { return std::string(STRATAGEM_MPIEXEC_CMD) + " -np " + std::to_string(np) + " "; }
+std::string mpi(int np) {
+  return std::string(STRATAGEM_MPIEXEC_CMD) + " -np " + std::to_string(np) + " ";
+}
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path);
@@ -42,16 +43,22 @@ std::string slurp(const std::string& path) {
 }
 
 const char* kPlans[] = {
-    "--model gpt2-350m --cluster dgx-a100-80g --nodes 2 --tp 2 --pp 4 --dp 2 --micro-batch 1 --global-batch 16",
-    "--model gpt2-350m --cluster dgx-a100-80g --nodes 2 --tp 2 --pp 4 --dp 2 --micro-batch 1 --global-batch 16 "
+    "--model gpt2-350m --cluster dgx-a100-80g --nodes 2 --tp 2 --pp 4 --dp 2 --micro-batch 1 "
+    "--global-batch 16",
+    "--model gpt2-350m --cluster dgx-a100-80g --nodes 2 --tp 2 --pp 4 --dp 2 --micro-batch 1 "
+    "--global-batch 16 "
     "--schedule gpipe --zero 1 --iterations 2",
-    "--model gpt2-350m --cluster dgx-a100-80g --nodes 2 --tp 2 --pp 4 --dp 2 --micro-batch 1 --global-batch 16 "
+    "--model gpt2-350m --cluster dgx-a100-80g --nodes 2 --tp 2 --pp 4 --dp 2 --micro-batch 1 "
+    "--global-batch 16 "
     "--schedule interleaved --vpp 2 --sequence-parallel",
-    "--model gpt3-1.3b --cluster dgx-a100-80g --nodes 2 --tp 2 --pp 2 --dp 4 --micro-batch 2 --global-batch 32 "
+    "--model gpt3-1.3b --cluster dgx-a100-80g --nodes 2 --tp 2 --pp 2 --dp 4 --micro-batch 2 "
+    "--global-batch 32 "
     "--zero 3 --offload optimizer --recompute full",
     // 6 GPUs per stage on 8-GPU nodes: stages straddle nodes, NICs are shared across processes.
-    "--model gpt2-350m --cluster dgx-a100-80g --nodes 3 --tp 2 --pp 4 --dp 3 --micro-batch 1 --global-batch 12",
-    "--model llama2-7b --cluster dgx-h100 --nodes 4 --tp 4 --pp 4 --dp 2 --micro-batch 1 --global-batch 32 "
+    "--model gpt2-350m --cluster dgx-a100-80g --nodes 3 --tp 2 --pp 4 --dp 3 --micro-batch 1 "
+    "--global-batch 12",
+    "--model llama2-7b --cluster dgx-h100 --nodes 4 --tp 4 --pp 4 --dp 2 --micro-batch 1 "
+    "--global-batch 32 "
     "--offload activations --flash-attention",
 };
 
@@ -75,7 +82,8 @@ BOOST_AUTO_TEST_CASE(json_is_bit_identical_for_any_process_count) {
 
 BOOST_AUTO_TEST_CASE(mirror_runs_every_rank_in_its_own_process) {
   const std::string plan =
-      "--model gpt2-124m --cluster dgx-a100-80g --nodes 1 --tp 2 --pp 2 --dp 2 --micro-batch 1 --global-batch 8";
+      "--model gpt2-124m --cluster dgx-a100-80g --nodes 1 --tp 2 --pp 2 --dp 2 --micro-batch 1 "
+      "--global-batch 8";
   int rc = 0;
   const std::string one = run(bin() + " simulate " + plan + " --json", &rc);
   BOOST_REQUIRE(rc == 0);
@@ -88,7 +96,8 @@ BOOST_AUTO_TEST_CASE(mirror_runs_every_rank_in_its_own_process) {
 }
 
 BOOST_AUTO_TEST_CASE(trace_is_the_same_for_any_process_count) {
-  const fs::path dir = fs::temp_directory_path() / ("stratagem_sim_mpi_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("stratagem_sim_mpi_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string plan = kPlans[4];
   std::string ref;
@@ -102,8 +111,10 @@ BOOST_AUTO_TEST_CASE(trace_is_the_same_for_any_process_count) {
     BOOST_REQUIRE(rc == 0);
     const std::string text = slurp(js);
     BOOST_TEST(text.size() > 1000u);
-    if (np == 1) ref = text;
-    else BOOST_TEST(text == ref);
+    if (np == 1)
+      ref = text;
+    else
+      BOOST_TEST(text == ref);
   }
   fs::remove_all(dir);
 }

@@ -3,10 +3,9 @@
 // transfers sharing a NIC whose GPUs live in different processes, collectives spanning
 // processes, several iterations, zero-latency links (no lookahead), and deadlocks.
 #define BOOST_TEST_MODULE sim_pdes
-#include <boost/test/unit_test.hpp>
-
 #include <mpi.h>
 
+#include <boost/test/unit_test.hpp>
 #include <cstring>
 #include <functional>
 
@@ -54,7 +53,8 @@ ClusterSpec cluster(int gpn, int nodes) {
   return c;
 }
 
-Plan plan(const ModelSpec& m, const ClusterSpec& c, int tp, int pp, int dp, int gb, const char* sched = "1f1b") {
+Plan plan(const ModelSpec& m, const ClusterSpec& c, int tp, int pp, int dp, int gb,
+          const char* sched = "1f1b") {
   PlanShorthand s;
   s.tp = tp, s.pp = pp, s.dp = dp, s.micro_batch = 1, s.global_batch = gb;
   s.schedule = std::string(sched);
@@ -98,7 +98,8 @@ SimResult compare(const Program& prog, const Layout& L, const ClusterSpec& c, co
   BOOST_TEST(par.oom.oom == alone.oom.oom);
   if (me() == 0) {
     BOOST_TEST(par.ranks.size() == alone.ranks.size());
-    for (size_t i = 0; i < std::min(par.ranks.size(), alone.ranks.size()); ++i) same(par.ranks[i], alone.ranks[i]);
+    for (size_t i = 0; i < std::min(par.ranks.size(), alone.ranks.size()); ++i)
+      same(par.ranks[i], alone.ranks[i]);
     BOOST_TEST(par.stats.ops_executed == alone.stats.ops_executed);
     BOOST_TEST(par.deadlock.ranks == alone.deadlock.ranks);
   }
@@ -128,7 +129,9 @@ BOOST_AUTO_TEST_CASE(real_programs_with_the_cost_model) {
     const CostModel cost(m, c, p);
     SimOptions o;
     o.iterations = 2;
-    BOOST_TEST_CONTEXT("nodes " << nodes) { compare(build_program(m, p), L, c, CostModelCosts(cost), o); }
+    BOOST_TEST_CONTEXT("nodes " << nodes) {
+      compare(build_program(m, p), L, c, CostModelCosts(cost), o);
+    }
   }
 }
 
@@ -217,6 +220,7 @@ BOOST_AUTO_TEST_CASE(deadlock_is_detected_by_every_process) {
   BOOST_TEST(r.deadlock.deadlocked);
   if (me() == 0) {
     BOOST_TEST(r.deadlock.ranks == std::vector<int>({0, 1, 2, 3}));
-    BOOST_TEST(r.deadlock.message.find("rank 0 (stage 0)") != std::string::npos, r.deadlock.message);
+    BOOST_TEST(r.deadlock.message.find("rank 0 (stage 0)") != std::string::npos,
+               r.deadlock.message);
   }
 }

@@ -2,20 +2,18 @@
 // side writes weights and a batch to HDF5, runs the script, and compares the loss, every
 // parameter gradient and ten AdamW steps (with clipping and the cosine schedule).
 #define BOOST_TEST_MODULE reference
-#include <boost/test/unit_test.hpp>
-
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "stratagem/transformer.hpp"
 
@@ -36,7 +34,8 @@ void h5_check(herr_t status, const std::string& what) {
 void write_dataset(hid_t loc, const std::string& name, hid_t type, const void* data,
                    std::vector<hsize_t> dims) {
   const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-  const hid_t ds = H5Dcreate2(loc, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  const hid_t ds =
+      H5Dcreate2(loc, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   if (ds < 0) throw std::runtime_error("HDF5: cannot create " + name);
   h5_check(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "write " + name);
   H5Dclose(ds);
@@ -136,28 +135,38 @@ struct Reference {
 // Writes the model's weights and the batch, runs reference.py, reads what it computed.
 Reference run_reference(const Case& c, const TransformerConfig& cfg, const Model& m,
                         const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets) {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("stratagem-ref-" + std::to_string(::getpid()) + "-" + c.name);
+  const fs::path dir =
+      fs::temp_directory_path() / ("stratagem-ref-" + std::to_string(::getpid()) + "-" + c.name);
   fs::create_directories(dir);
   const fs::path in = dir / "in.h5", out = dir / "out.h5";
   {
     const hid_t f = H5Fcreate(in.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0) throw std::runtime_error("cannot create " + in.string());
-    const nlohmann::json config = {
-        {"layers", cfg.layers},       {"hidden", cfg.hidden},
-        {"heads", cfg.heads},         {"kv_heads", cfg.kv_heads},
-        {"ffn_hidden", cfg.ffn_hidden}, {"vocab", cfg.vocab},
-        {"seq_len", cfg.max_seq},     {"norm", to_string(cfg.norm)},
-        {"activation", to_string(cfg.activation)}, {"position", to_string(cfg.position)},
-        {"tied_embeddings", cfg.tied_embeddings}, {"bias", cfg.bias},
-        {"norm_eps", cfg.norm_eps},   {"rope_theta", cfg.rope_theta}};
+    const nlohmann::json config = {{"layers", cfg.layers},
+                                   {"hidden", cfg.hidden},
+                                   {"heads", cfg.heads},
+                                   {"kv_heads", cfg.kv_heads},
+                                   {"ffn_hidden", cfg.ffn_hidden},
+                                   {"vocab", cfg.vocab},
+                                   {"seq_len", cfg.max_seq},
+                                   {"norm", to_string(cfg.norm)},
+                                   {"activation", to_string(cfg.activation)},
+                                   {"position", to_string(cfg.position)},
+                                   {"tied_embeddings", cfg.tied_embeddings},
+                                   {"bias", cfg.bias},
+                                   {"norm_eps", cfg.norm_eps},
+                                   {"rope_theta", cfg.rope_theta}};
     const LrSchedule& s = options().schedule;
-    const nlohmann::json hyper = {
-        {"max_lr", s.max_lr},         {"min_lr", s.min_lr},
-        {"warmup_steps", s.warmup_steps}, {"total_steps", s.total_steps},
-        {"steps", kSteps},            {"weight_decay", kAdamW.weight_decay},
-        {"beta1", kAdamW.beta1},      {"beta2", kAdamW.beta2},
-        {"eps", kAdamW.eps},          {"grad_clip", options().grad_clip}};
+    const nlohmann::json hyper = {{"max_lr", s.max_lr},
+                                  {"min_lr", s.min_lr},
+                                  {"warmup_steps", s.warmup_steps},
+                                  {"total_steps", s.total_steps},
+                                  {"steps", kSteps},
+                                  {"weight_decay", kAdamW.weight_decay},
+                                  {"beta1", kAdamW.beta1},
+                                  {"beta2", kAdamW.beta2},
+                                  {"eps", kAdamW.eps},
+                                  {"grad_clip", options().grad_clip}};
     write_string_attr(f, "config", config.dump());
     write_string_attr(f, "hyper", hyper.dump());
     const hid_t g = H5Gcreate2(f, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -215,7 +224,8 @@ void check_against_reference(const Case& c) {
     if (p.shape.ndim() == 2)
       be->scale(t, 8.0f);
     else
-      for (int64_t i = 0; i < t.numel(); ++i) t.data[i] += 0.1f * std::sin(0.7f * float(i + p.offset));
+      for (int64_t i = 0; i < t.numel(); ++i)
+        t.data[i] += 0.1f * std::sin(0.7f * float(i + p.offset));
   }
   const int T = cfg.max_seq;
   std::vector<int32_t> tokens(static_cast<size_t>(c.batch) * T), targets(tokens.size());
@@ -233,7 +243,8 @@ void check_against_reference(const Case& c) {
   // Loss and gradients, under every recompute mode and micro-batch split.
   for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
     for (int mb : {1, c.micro_batches}) {
-      BOOST_TEST_CONTEXT(c.name << " recompute=" << static_cast<int>(mode) << " micro_batches=" << mb) {
+      BOOST_TEST_CONTEXT(c.name << " recompute=" << static_cast<int>(mode)
+                                << " micro_batches=" << mb) {
         TrainBuffers buf = allocate_train_buffers(*be, cfg, c.batch / mb, T, mode);
         be->fill(m.grads, 0.0f);
         const float loss = forward_backward(*be, m, batch, mb, buf);
@@ -269,8 +280,8 @@ void check_against_reference(const Case& c) {
   double worst_step = 0;
   for (int step = 0; step < kSteps; ++step) {
     const StepStats s = train_step(*be, m, opt, buf, batch, o, step);
-    worst_step = std::max(worst_step, std::abs(s.loss - ref.step_losses[step]) /
-                                          std::abs(ref.step_losses[step]));
+    worst_step = std::max(
+        worst_step, std::abs(s.loss - ref.step_losses[step]) / std::abs(ref.step_losses[step]));
     BOOST_TEST(std::abs(s.loss - ref.step_losses[step]) <= 1e-4 * std::abs(ref.step_losses[step]),
                c.name << " step " << step << ": loss " << s.loss << " vs reference "
                       << ref.step_losses[step]);

@@ -32,6 +32,8 @@ inline RunResult run(const std::string& args) {
   return r;
 }
 
-inline std::string source_dir() { return STRATAGEM_SOURCE_DIR; }
+inline std::string source_dir() {
+  return STRATAGEM_SOURCE_DIR;
+}
 
 }  // namespace stratagem::test

@@ -39,14 +39,16 @@ BOOST_FIXTURE_TEST_CASE(gemm_efficiency_by_hand, Fixture) {
   {
     const Gemm g{1024, 1024, 1024};
     const double f = 2.0 * 1024 * 1024 * 1024;
-    BOOST_TEST(cm.gemm_efficiency(g) == 0.82 * f / (f + 2e9) * (64.0 / 108.0), tt::tolerance(1e-12));
+    BOOST_TEST(cm.gemm_efficiency(g) == 0.82 * f / (f + 2e9) * (64.0 / 108.0),
+               tt::tolerance(1e-12));
     BOOST_TEST(cm.gemm_efficiency(g) < 0.26);
   }
   // Tile quantization: m = 130 needs two row tiles, the second holds 2 useful rows of 128.
   {
     const Gemm g{130, 128 * 108, 8192};
     const double f = g.flops();
-    BOOST_TEST(cm.gemm_efficiency(g) == 0.82 * f / (f + 2e9) * (130.0 / 256.0), tt::tolerance(1e-12));
+    BOOST_TEST(cm.gemm_efficiency(g) == 0.82 * f / (f + 2e9) * (130.0 / 256.0),
+               tt::tolerance(1e-12));
   }
   // Batched GEMMs count their tiles together.
   {
@@ -164,7 +166,8 @@ BOOST_FIXTURE_TEST_CASE(program_compute_ops_use_their_block_shapes, Fixture) {
                        tt::tolerance(1e-12));
             ++seen[5];
             break;
-          default: BOOST_FAIL("unexpected compute block " << to_string(op.block));
+          default:
+            BOOST_FAIL("unexpected compute block " << to_string(op.block));
         }
       }
     for (int k = 0; k < 6; ++k) BOOST_TEST(seen[k] > 0, "kind " << k << " with recompute " << rc);

@@ -4,9 +4,8 @@
 #define BOOST_TEST_MODULE cost_estimate
 #include <boost/test/unit_test.hpp>
 #include <chrono>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
@@ -61,8 +60,10 @@ BOOST_AUTO_TEST_CASE(stage_time_equals_the_programs_op_costs) {
     PlanShorthand s;
     s.tp = 2, s.pp = 2, s.micro_batch = 1, s.global_batch = 32, s.zero = 1;
     Setup x = gpt3(s, 2);
-    for (int l = 0; l < 96; l += 3) x.plan.layers[l] = {4, 2, false, 1, Recompute::full, false, false, false};
-    for (int l = 1; l < 96; l += 5) x.plan.layers[l] = {8, 1, true, 0, Recompute::selective, false, false, false};
+    for (int l = 0; l < 96; l += 3)
+      x.plan.layers[l] = {4, 2, false, 1, Recompute::full, false, false, false};
+    for (int l = 1; l < 96; l += 5)
+      x.plan.layers[l] = {8, 1, true, 0, Recompute::selective, false, false, false};
     validate(x.plan, x.model, x.cluster, "mixed");
     setups.push_back(x);
   }
@@ -76,7 +77,8 @@ BOOST_AUTO_TEST_CASE(stage_time_equals_the_programs_op_costs) {
       double t = 0;
       for (const Op& op : st.ops) {
         if (op.microbatch != 0) continue;
-        if (op.kind == OpKind::compute || (op.kind == OpKind::collective && op.stream == Stream::tp_comm))
+        if (op.kind == OpKind::compute ||
+            (op.kind == OpKind::collective && op.stream == Stream::tp_comm))
           t += cm.op_time_s(op, layout, rank);
       }
       BOOST_TEST_INFO(x.plan.describe() << " stage " << st.stage);
@@ -105,8 +107,10 @@ BOOST_AUTO_TEST_CASE(breakdown_and_throughput_identities) {
     for (size_t st = 0; st < mem.size(); ++st)
       BOOST_TEST(e.stages[st].peak_memory_bytes == mem[st].total_bytes());
     BOOST_TEST(e.peak_memory_bytes == mem[e.peak_stage].total_bytes());
-    if (std::string(rc) == "none") BOOST_TEST(e.time.recompute_s == 0);
-    else BOOST_TEST(e.time.recompute_s > 0);
+    if (std::string(rc) == "none")
+      BOOST_TEST(e.time.recompute_s == 0);
+    else
+      BOOST_TEST(e.time.recompute_s > 0);
   }
 }
 
@@ -118,7 +122,8 @@ BOOST_AUTO_TEST_CASE(pipeline_bubble) {
   CostModel ca(a.model, a.cluster, a.plan);
   const Estimate ea = estimate(ca);
   const double u = ea.stages[7].time_per_microbatch_s;
-  BOOST_TEST(ea.time.bubble_s == 15 * u, tt::tolerance(0.02));  // head/embedding make 0 and 15 differ
+  BOOST_TEST(ea.time.bubble_s == 15 * u,
+             tt::tolerance(0.02));  // head/embedding make 0 and 15 differ
   s.vpp = 2;
   const Setup b = gpt3(s);
   CostModel cb(b.model, b.cluster, b.plan);
@@ -202,7 +207,8 @@ BOOST_AUTO_TEST_CASE(estimate_takes_microseconds) {
     CostModel cm(x.model, x.cluster, x.plan);
     sink += estimate(cm).iteration_time_s;
   }
-  const double per_call = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 2000;
+  const double per_call =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 2000;
   BOOST_TEST_MESSAGE("estimate(): " << per_call * 1e6 << " us per call");
   BOOST_TEST(sink > 0);
   BOOST_TEST(per_call < 1e-4);  // generous for slow CI machines; bench_estimate measures the rate
@@ -215,8 +221,9 @@ BOOST_AUTO_TEST_CASE(cli_estimate_json) {
   BOOST_TEST_INFO(r.output);
   BOOST_REQUIRE(r.exit_code == 0);
   const auto j = nlohmann::json::parse(r.output);
-  for (const char* k : {"iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "peak_memory_bytes",
-                        "memory_breakdown_bytes", "time_breakdown_s", "per_stage", "flops_formula"})
+  for (const char* k :
+       {"iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "peak_memory_bytes",
+        "memory_breakdown_bytes", "time_breakdown_s", "per_stage", "flops_formula"})
     BOOST_TEST(j.contains(k), k);
   BOOST_TEST(j["memory_breakdown_bytes"].is_object());
   BOOST_TEST(j["time_breakdown_s"].is_object());
@@ -232,8 +239,9 @@ BOOST_AUTO_TEST_CASE(cli_estimate_json) {
       "estimate --model gpt3-175b --cluster dgx-a100-80g --nodes 128 --tp 8 --pp 16 --dp 8 "
       "--micro-batch 1 --global-batch 1536 --recompute full");
   BOOST_REQUIRE(t.exit_code == 0);
-  for (const char* needle : {"72*B*s*l*h^2*(1 + s/(6h) + V/(12lh))", "recompute", "pipeline bubble",
-                             "tp comm", "dp/ZeRO comm", "offload", "activations", "optimizer states"})
+  for (const char* needle :
+       {"72*B*s*l*h^2*(1 + s/(6h) + V/(12lh))", "recompute", "pipeline bubble", "tp comm",
+        "dp/ZeRO comm", "offload", "activations", "optimizer states"})
     BOOST_TEST(t.output.find(needle) != std::string::npos, needle);
   // Bad input names the flag.
   const auto bad = test::run("estimate --model gpt3-175b --nodes 128 --tp 3");

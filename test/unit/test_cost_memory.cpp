@@ -2,8 +2,8 @@
 // model states, and stage_memory's closed form against an independent walk over the Program's
 // alloc/free ops.
 #define BOOST_TEST_MODULE cost_memory
-#include <boost/test/unit_test.hpp>
 #include <algorithm>
+#include <boost/test/unit_test.hpp>
 
 #include "stratagem/cost.hpp"
 #include "stratagem/program.hpp"
@@ -122,7 +122,9 @@ std::vector<Case> cases() {
 }
 
 // Megatron's per-layer activation bytes (Korthikanti et al. 2022, Table 2) for a GPT layer.
-double sbh(const ModelSpec& m, int b) { return double(m.seq_len) * b * m.hidden; }
+double sbh(const ModelSpec& m, int b) {
+  return double(m.seq_len) * b * m.hidden;
+}
 int64_t layer_bytes(const ModelSpec& m, LayerStrategy st, int b, Recompute rc) {
   return saved_activation_bytes(m, st, Block::attention, b, rc, false, Dtype::bf16) +
          saved_activation_bytes(m, st, Block::mlp, b, rc, false, Dtype::bf16);
@@ -171,7 +173,8 @@ BOOST_AUTO_TEST_CASE(gpt3_parameters_per_rank_tp8_pp16) {
   // are replicated): 174.6e9/128 up to the embedding's share.
   BOOST_TEST(std::abs(params(7) - per_rank) / per_rank < 0.01);
   const double embedding = double(m.vocab) * m.hidden / 8;
-  BOOST_TEST(std::abs(params(0) - embedding - double(m.seq_len) * m.hidden - per_rank) / per_rank < 0.01);
+  BOOST_TEST(std::abs(params(0) - embedding - double(m.seq_len) * m.hidden - per_rank) / per_rank <
+             0.01);
   BOOST_TEST(std::abs(params(15) - embedding - per_rank) / per_rank < 0.01);  // tied LM head copy
   // Summed over the 128 model-parallel ranks: the model, plus the last stage's head copy.
   double total = 0;
@@ -200,13 +203,14 @@ BOOST_AUTO_TEST_CASE(zero_and_offload_model_states) {
     int64_t w, g, o;
   };
   const Expect expects[] = {
-      {0, "none", 2 * P, 2 * P, 12 * P},      {1, "none", 2 * P, 2 * P, 12 * Ps},
-      {2, "none", 2 * P, 2 * Ps, 12 * Ps},    {3, "none", 2 * Ps, 2 * Ps, 12 * Ps},
-      {1, "optimizer", 2 * P, 2 * P, 0},      {0, "params", 0, 2 * P, 12 * P},
+      {0, "none", 2 * P, 2 * P, 12 * P},   {1, "none", 2 * P, 2 * P, 12 * Ps},
+      {2, "none", 2 * P, 2 * Ps, 12 * Ps}, {3, "none", 2 * Ps, 2 * Ps, 12 * Ps},
+      {1, "optimizer", 2 * P, 2 * P, 0},   {0, "params", 0, 2 * P, 12 * P},
   };
   for (const Expect& x : expects) {
     PlanShorthand s;
-    s.tp = 2, s.pp = 2, s.micro_batch = 1, s.global_batch = 16, s.zero = x.zero, s.offload = x.offload;
+    s.tp = 2, s.pp = 2, s.micro_batch = 1, s.global_batch = 16, s.zero = x.zero,
+    s.offload = x.offload;
     const Plan p = expand_shorthand(s, m, c);
     validate(p, m, c, "zero");
     CostModel cm(m, c, p);

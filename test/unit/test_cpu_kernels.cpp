@@ -1,9 +1,8 @@
 // Finite-difference checks of every CPU kernel's backward, a naive fp64 attention for the
 // forward, and the Transformer blocks' recompute modes against Recompute::none.
 #define BOOST_TEST_MODULE cpu_kernels
-#include <boost/test/unit_test.hpp>
-
 #include <algorithm>
+#include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -68,8 +67,8 @@ void check_grad(const char* what, Tensor& x, const Tensor& analytic,
       max_err = std::max(max_err, std::abs(fd - analytic.data[i]));
     }
     BOOST_TEST(max_ref > 0.0);
-    BOOST_TEST(max_err <= tol * max_ref, what << ": max |fd - analytic| = " << max_err
-                                              << ", max |analytic| = " << max_ref);
+    BOOST_TEST(max_err <= tol * max_ref,
+               what << ": max |fd - analytic| = " << max_err << ", max |analytic| = " << max_ref);
   }
 }
 
@@ -109,7 +108,8 @@ BOOST_AUTO_TEST_CASE(layernorm_and_rmsnorm) {
       return dot(out, r);
     };
     loss();
-    Tensor dx = e.zeros(x.shape), dw = e.zeros(w.shape), db = with_bias ? e.zeros(b.shape) : Tensor{};
+    Tensor dx = e.zeros(x.shape), dw = e.zeros(w.shape),
+           db = with_bias ? e.zeros(b.shape) : Tensor{};
     e.be->layernorm_backward(dx, dw, db, r, x, w, mean, rstd);
     check_grad("layernorm dinp", x, dx, loss);
     check_grad("layernorm dweight", w, dw, loss);
@@ -170,7 +170,8 @@ BOOST_AUTO_TEST_CASE(rope_rotates_q_and_k_only) {
   for (int64_t c = (NH + KV) * hd; c < W; ++c) BOOST_TEST(y.data[3 * W + c] == x.data[3 * W + c]);
   // Rotations keep norms.
   double nx = 0, ny = 0;
-  for (int64_t c = 0; c < hd; ++c) nx += x.data[4 * W + c] * x.data[4 * W + c], ny += y.data[4 * W + c] * y.data[4 * W + c];
+  for (int64_t c = 0; c < hd; ++c)
+    nx += x.data[4 * W + c] * x.data[4 * W + c], ny += y.data[4 * W + c] * y.data[4 * W + c];
   BOOST_TEST(std::abs(nx - ny) < 1e-4 * nx);
   Tensor dx = e.clone(r);
   e.be->rope_backward(dx, NH, KV, 10000.0f);
@@ -200,7 +201,8 @@ std::vector<double> naive_attention(const Tensor& qkv, int NH, int KV) {
         for (auto& v : s) sum += (v = std::exp(v - mx));
         for (int64_t j = 0; j <= t; ++j) {
           const float* v = qkv.data + (b * T + j) * W + (NH + KV + kvh) * hd;
-          for (int64_t d = 0; d < hd; ++d) out[((b * T + t) * NH + h) * hd + d] += s[j] / sum * v[d];
+          for (int64_t d = 0; d < hd; ++d)
+            out[((b * T + t) * NH + h) * hd + d] += s[j] / sum * v[d];
         }
       }
     }
@@ -219,7 +221,8 @@ BOOST_AUTO_TEST_CASE(attention_forward_matches_naive_and_gradients_check) {
     e.be->attention_forward(out, att, lse, qkv, NH, KV);
     const auto ref = naive_attention(qkv, NH, KV);
     double max_err = 0;
-    for (size_t i = 0; i < ref.size(); ++i) max_err = std::max(max_err, std::abs(ref[i] - out.data[i]));
+    for (size_t i = 0; i < ref.size(); ++i)
+      max_err = std::max(max_err, std::abs(ref[i] - out.data[i]));
     BOOST_TEST(max_err < 1e-5);
     // Selective (att not kept) gives the same output.
     Tensor out2 = e.zeros(out.shape);
@@ -426,8 +429,10 @@ BOOST_AUTO_TEST_CASE(blocks_gradcheck_and_recompute_modes) {
         // norm weights away from 1 so their gradients are tested too.
         for (const ParamInfo& p : m.table.entries()) {
           Tensor t = m.params.slice(p.offset, p.shape);
-          if (p.shape.ndim() == 2) e.be->scale(t, 10.0f);
-          else for (int64_t i = 0; i < t.numel(); ++i) t.data[i] += 0.1f * std::sin(float(i));
+          if (p.shape.ndim() == 2)
+            e.be->scale(t, 10.0f);
+          else
+            for (int64_t i = 0; i < t.numel(); ++i) t.data[i] += 0.1f * std::sin(float(i));
         }
         Tensor x_in = e.randn({2, 12, c.hidden}), r = e.randn({2, 12, c.hidden});
         const BlockGrads none = run_block(*e.be, c, m, attention, x_in, r, Recompute::none);

@@ -168,23 +168,27 @@ BOOST_AUTO_TEST_CASE(program_invariants) {
               if (op.microbatch >= 0 && L.coords(r).local == 0)
                 compute_per_mb[{op.microbatch, (int)op.phase, (int)op.block}]++;
               break;
-            default: break;
+            default:
+              break;
           }
         }
         BOOST_TEST(live.empty(), "rank " << r << " leaves " << live.size() << " buffers allocated");
       }
       BOOST_TEST(sends.size() == recvs.size());
-      for (auto& [pair, seq] : sends) BOOST_TEST((seq == recvs[pair]), "send/recv order " << pair.first << "->" << pair.second);
+      for (auto& [pair, seq] : sends)
+        BOOST_TEST((seq == recvs[pair]), "send/recv order " << pair.first << "->" << pair.second);
       for (auto& [g, members] : colls) {
-        BOOST_TEST(members.size() == L.group(g).ranks.size(), "group " << g << " not all members issue");
-        for (auto& [r, seq] : members) BOOST_TEST((seq == members.begin()->second), "group " << g << " rank " << r);
+        BOOST_TEST(members.size() == L.group(g).ranks.size(),
+                   "group " << g << " not all members issue");
+        for (auto& [r, seq] : members)
+          BOOST_TEST((seq == members.begin()->second), "group " << g << " rank " << r);
       }
       // Per micro-batch: one forward and one backward op per block of every layer, plus the
       // embedding and the head; recompute adds its ops.
       const int layers = c.model.layers;
       int full = 0, selective = 0;
-      for (const auto& l : c.plan.layers) full += l.recompute == Recompute::full,
-                                          selective += l.recompute == Recompute::selective;
+      for (const auto& l : c.plan.layers)
+        full += l.recompute == Recompute::full, selective += l.recompute == Recompute::selective;
       for (int mb = 0; mb < M; ++mb) {
         using B = Block;
         auto count = [&](Phase ph, B b) { return compute_per_mb[{mb, (int)ph, (int)b}]; };

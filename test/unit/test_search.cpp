@@ -4,14 +4,12 @@
 // found by exhaustive enumeration of the whole (narrowed) space. Its plans load and validate,
 // and `stratagem search` handles bad input with the promised exit codes.
 #define BOOST_TEST_MODULE search
-#include <boost/test/unit_test.hpp>
-
 #include <unistd.h>
 
+#include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "stratagem/cost.hpp"
@@ -76,19 +74,45 @@ SearchOptions options_for(const Case& c, double budget_gib) {
 // Budgets from "barely anything fits" (the least reachable is about 2.7 GiB) to loose.
 const std::vector<Case>& cases() {
   static const std::vector<Case> cs = {
-      {"4 layers, 4 GPUs", 4, 4, 1, 16, {1, 2, 4}, {}, {},
-       {Recompute::none, Recompute::full}, {Schedule::one_f_one_b, Schedule::interleaved},
+      {"4 layers, 4 GPUs",
+       4,
+       4,
+       1,
+       16,
+       {1, 2, 4},
+       {},
+       {},
+       {Recompute::none, Recompute::full},
+       {Schedule::one_f_one_b, Schedule::interleaved},
        {2.8, 4, 8, 40}},
-      {"4 layers, 8 GPUs", 4, 8, 1, 32, {1, 2, 8}, {1, 2}, {},
-       {Recompute::none, Recompute::full}, {Schedule::one_f_one_b}, {3, 6}},
-      {"6 layers, 4 GPUs on 2 nodes", 6, 2, 2, 16, {1}, {}, {4, 8, 16},
-       {Recompute::none, Recompute::full}, {Schedule::one_f_one_b, Schedule::gpipe}, {3, 5, 8}},
+      {"4 layers, 8 GPUs",
+       4,
+       8,
+       1,
+       32,
+       {1, 2, 8},
+       {1, 2},
+       {},
+       {Recompute::none, Recompute::full},
+       {Schedule::one_f_one_b},
+       {3, 6}},
+      {"6 layers, 4 GPUs on 2 nodes",
+       6,
+       2,
+       2,
+       16,
+       {1},
+       {},
+       {4, 8, 16},
+       {Recompute::none, Recompute::full},
+       {Schedule::one_f_one_b, Schedule::gpipe},
+       {3, 5, 8}},
   };
   return cs;
 }
 
-double exhaustive_best(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o, int64_t* count,
-                       std::string* best_plan) {
+double exhaustive_best(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o,
+                       int64_t* count, std::string* best_plan) {
   double best = INFINITY;
   const int64_t budget = o.memory_budget_bytes;
   for_each_plan(m, c, o, [&](const Plan& p) {
@@ -126,7 +150,8 @@ BOOST_AUTO_TEST_CASE(best_plan_beats_the_baselines_and_matches_exhaustive_enumer
           est = search(m, c, oe);
         } catch (const NoFeasiblePlan&) {
         }
-        BOOST_TEST(bool(est) == std::isfinite(truth), "feasibility differs from exhaustive enumeration");
+        BOOST_TEST(bool(est) == std::isfinite(truth),
+                   "feasibility differs from exhaustive enumeration");
         if (!est) continue;
         const double got = est->best.est_iteration_time_s;
         BOOST_TEST_MESSAGE(cs.name << ", " << gib << " GiB: " << count << " plans enumerated, best "
@@ -152,8 +177,9 @@ BOOST_AUTO_TEST_CASE(best_plan_beats_the_baselines_and_matches_exhaustive_enumer
             const SearchResult base = search(m, c, ob);
             BOOST_TEST(base.scorer == full.scorer);
             BOOST_TEST(full.best.tokens_per_s() >= base.best.tokens_per_s(),
-                       to_string(sp) << " " << base.best.tokens_per_s() << " tokens/s beats the search's "
-                                     << full.best.tokens_per_s());
+                       to_string(sp)
+                           << " " << base.best.tokens_per_s() << " tokens/s beats the search's "
+                           << full.best.tokens_per_s());
             // The full search reports the same baseline.
             const auto& reported = sp == SearchSpace::megatron ? full.megatron : full.zero;
             BOOST_TEST_REQUIRE(bool(reported));
@@ -174,7 +200,7 @@ BOOST_AUTO_TEST_CASE(best_plan_beats_the_baselines_and_matches_exhaustive_enumer
     }
   }
   BOOST_TEST_MESSAGE("exhaustive checks: " << exhaustive << ", exact " << exact << ", worst gap "
-                                            << 100 * worst_gap << "%");
+                                           << 100 * worst_gap << "%");
   BOOST_TEST(exhaustive >= 8);
   BOOST_TEST(2 * exact >= exhaustive);
   BOOST_TEST(compared_megatron >= 4);
@@ -211,8 +237,8 @@ BOOST_AUTO_TEST_CASE(no_feasible_plan_reports_the_smallest) {
       CostModel cm(m, c, p);
       least = std::min(least, estimate(cm).peak_memory_bytes);
     });
-    BOOST_TEST_MESSAGE("smallest reachable " << e.smallest->est_peak_memory_bytes << " B, exhaustive "
-                                             << least << " B");
+    BOOST_TEST_MESSAGE("smallest reachable " << e.smallest->est_peak_memory_bytes
+                                             << " B, exhaustive " << least << " B");
     BOOST_TEST(double(e.smallest->est_peak_memory_bytes) <= 1.05 * double(least));
   }
 }
@@ -241,7 +267,9 @@ nlohmann::json json_of(const std::string& out) {
   const auto at = out.find("\n{");
   return nlohmann::json::parse(out[0] == '{' ? out : out.substr(at + 1));
 }
-std::string tmp(const char* name) { return "/tmp/stratagem-search-test-" + std::to_string(::getpid()) + "-" + name; }
+std::string tmp(const char* name) {
+  return "/tmp/stratagem-search-test-" + std::to_string(::getpid()) + "-" + name;
+}
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(cli_writes_a_plan_that_plan_check_accepts) {
@@ -252,7 +280,8 @@ BOOST_AUTO_TEST_CASE(cli_writes_a_plan_that_plan_check_accepts) {
   const auto j = json_of(r.output);
   for (const char* k : {"best", "baselines", "candidates_evaluated", "search_time_s", "candidates"})
     BOOST_TEST(j.contains(k), k);
-  for (const char* k : {"plan", "tokens_per_s", "peak_memory_bytes"}) BOOST_TEST(j["best"].contains(k), k);
+  for (const char* k : {"plan", "tokens_per_s", "peak_memory_bytes"})
+    BOOST_TEST(j["best"].contains(k), k);
   BOOST_TEST(j["baselines"].contains("megatron"));
   BOOST_TEST(j["baselines"].contains("zero"));
   BOOST_TEST(j["candidates_evaluated"].get<int64_t>() > 0);
@@ -271,23 +300,30 @@ BOOST_AUTO_TEST_CASE(cli_writes_a_plan_that_plan_check_accepts) {
   // The table: best, candidates, both baselines.
   auto t = test::run("search " + common + " --global-batch 32 --top 3 --quiet");
   BOOST_TEST_REQUIRE(t.exit_code == 0, t.output);
-  for (const char* s : {"best:", "top candidates", "megatron", "zero-3", "candidate plans evaluated"})
+  for (const char* s :
+       {"best:", "top candidates", "megatron", "zero-3", "candidate plans evaluated"})
     BOOST_TEST(t.output.find(s) != std::string::npos, s);
   std::remove(plan.c_str());
 }
 
 BOOST_AUTO_TEST_CASE(cli_bad_input_and_infeasible_budgets) {
   // A budget larger than the GPU.
-  auto r = test::run("search --model gpt2-124m --cluster dgx-a100-40g --nodes 1 --global-batch 8 "
-                     "--memory-budget-gib 60 --quiet");
+  auto r = test::run(
+      "search --model gpt2-124m --cluster dgx-a100-40g --nodes 1 --global-batch 8 "
+      "--memory-budget-gib 60 --quiet");
   BOOST_TEST(r.exit_code == kExitBadInput, r.output);
   BOOST_TEST(r.output.find("exceeds") != std::string::npos, r.output);
   // A global batch that no dp divides (128 GPUs, 4 layers: dp >= 4).
-  r = test::run("search --layers 4 --hidden 256 --heads 4 --cluster dgx-a100-80g --nodes 16 --global-batch 2 --quiet");
+  r = test::run(
+      "search --layers 4 --hidden 256 --heads 4 --cluster dgx-a100-80g --nodes 16 --global-batch 2 "
+      "--quiet");
   BOOST_TEST(r.exit_code == kExitBadInput, r.output);
-  BOOST_TEST(r.output.find("not divisible by any data-parallel degree") != std::string::npos, r.output);
+  BOOST_TEST(r.output.find("not divisible by any data-parallel degree") != std::string::npos,
+             r.output);
   // --space zero needs the batch divisible by every GPU.
-  r = test::run("search --model gpt2-124m --cluster dgx-a100-80g --nodes 1 --global-batch 12 --space zero --quiet");
+  r = test::run(
+      "search --model gpt2-124m --cluster dgx-a100-80g --nodes 1 --global-batch 12 --space zero "
+      "--quiet");
   BOOST_TEST(r.exit_code == kExitBadInput, r.output);
   // Missing --global-batch, unknown space.
   r = test::run("search --model gpt2-124m --cluster dgx-a100-80g --nodes 1 --quiet");
@@ -295,13 +331,15 @@ BOOST_AUTO_TEST_CASE(cli_bad_input_and_infeasible_budgets) {
   r = test::run("search --model gpt2-124m --nodes 1 --global-batch 8 --space everything --quiet");
   BOOST_TEST(r.exit_code == kExitBadInput, r.output);
   // Nothing fits: exit 3, with the smallest reachable peak and its plan.
-  r = test::run("search --model gpt3-175b --cluster dgx-a100-80g --nodes 1 --global-batch 8 "
-                "--memory-budget-gib 20 --quiet --rerank estimator");
+  r = test::run(
+      "search --model gpt3-175b --cluster dgx-a100-80g --nodes 1 --global-batch 8 "
+      "--memory-budget-gib 20 --quiet --rerank estimator");
   BOOST_TEST(r.exit_code == kExitNoFeasiblePlan, r.output);
   BOOST_TEST(r.output.find("smallest peak memory reachable") != std::string::npos, r.output);
   BOOST_TEST(r.output.find("pp") != std::string::npos, r.output);
-  r = test::run("search --model gpt3-175b --cluster dgx-a100-80g --nodes 1 --global-batch 8 "
-                "--memory-budget-gib 20 --quiet --rerank estimator --json");
+  r = test::run(
+      "search --model gpt3-175b --cluster dgx-a100-80g --nodes 1 --global-batch 8 "
+      "--memory-budget-gib 20 --quiet --rerank estimator --json");
   BOOST_TEST(r.exit_code == kExitNoFeasiblePlan, r.output);
   const auto j = json_of(r.output);
   BOOST_TEST(j["feasible"] == false);

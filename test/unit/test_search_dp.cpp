@@ -4,9 +4,8 @@
 // loses no optimum; the partition solver is exact; the per-layer costs add up to the
 // estimator's stage figures.
 #define BOOST_TEST_MODULE search_dp
-#include <boost/test/unit_test.hpp>
-
 #include <algorithm>
+#include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -74,8 +73,9 @@ std::vector<int64_t> budgets_for(const StageDpProblem& p, int n) {
 }
 
 // The model cost of a sequence of item ids (kInf when it does not fit).
-double model_cost(const StageDpProblem& p, const std::vector<int64_t>& levels, const std::vector<int>& ids,
-                  int64_t budget, int64_t xtr, int64_t xws, const std::vector<double>* entry) {
+double model_cost(const StageDpProblem& p, const std::vector<int64_t>& levels,
+                  const std::vector<int>& ids, int64_t budget, int64_t xtr, int64_t xws,
+                  const std::vector<double>* entry) {
   std::vector<int> idx;
   for (int id : ids)
     for (int i = 0; i < int(p.items.size()); ++i)
@@ -105,7 +105,8 @@ BOOST_AUTO_TEST_CASE(stage_dp_equals_brute_force) {
     const auto costs = stage_costs(t, m, c, cs.D, cs.Bm);
     BOOST_TEST_REQUIRE(!costs.empty());
     const int64_t bucket = 64LL << 20;
-    StageDpProblem full = stage_problem(t, costs, cs.M, cs.k, cs.layers, bucket, 80LL << 30, 3, 1, true);
+    StageDpProblem full =
+        stage_problem(t, costs, cs.M, cs.k, cs.layers, bucket, 80LL << 30, 3, 1, true);
     for (int n = 1; n <= cs.layers; ++n) {
       // Brute force enumerates S^n sequences: take a subset of the items for long stages.
       StageDpProblem p = full;
@@ -133,7 +134,8 @@ BOOST_AUTO_TEST_CASE(stage_dp_equals_brute_force) {
           const auto& levels = dp.levels();
           const double bf = brute_force_stage(p, levels, n, budget, xtr, xws, entry, &seq);
           const auto a = dp.best(n, budget, xtr, xws, entry);
-          BOOST_TEST_INFO("layers " << cs.layers << " D " << cs.D << " n " << n << " budget " << budget);
+          BOOST_TEST_INFO("layers " << cs.layers << " D " << cs.D << " n " << n << " budget "
+                                    << budget);
           BOOST_TEST(close(a.cost, bf), "DP " << a.cost << " vs brute force " << bf);
           ++compared;
           if (bf == kInf) continue;
@@ -146,12 +148,14 @@ BOOST_AUTO_TEST_CASE(stage_dp_equals_brute_force) {
           const auto b = dp_merged.best(n, budget, xtr, xws, entry);
           BOOST_TEST(b.cost >= bf * (1 - 1e-12));
           if (b.cost < kInf)
-            BOOST_TEST(model_cost(p, levels, dp_merged.reconstruct(n, b), budget, xtr, xws, entry) < kInf);
+            BOOST_TEST(model_cost(p, levels, dp_merged.reconstruct(n, b), budget, xtr, xws, entry) <
+                       kInf);
         }
       }
     }
   }
-  BOOST_TEST_MESSAGE("stage DP vs brute force: " << compared << " queries, " << feasible << " feasible");
+  BOOST_TEST_MESSAGE("stage DP vs brute force: " << compared << " queries, " << feasible
+                                                 << " feasible");
   BOOST_TEST(feasible > 50);
 }
 
@@ -162,7 +166,8 @@ BOOST_AUTO_TEST_CASE(dominance_pruning_keeps_the_optimum) {
   CostTables t(m, c, Dtype::bf16, false, true);
   const auto raw = stage_costs(t, m, c, 4, 8, false);
   const auto pruned = stage_costs(t, m, c, 4, 8, true);
-  BOOST_TEST_MESSAGE("layer strategies: " << raw.size() << " raw, " << pruned.size() << " after pruning");
+  BOOST_TEST_MESSAGE("layer strategies: " << raw.size() << " raw, " << pruned.size()
+                                          << " after pruning");
   BOOST_TEST(pruned.size() < raw.size());
   const int64_t bucket = 64LL << 20;
   for (double k : {1.0, 3.0}) {
@@ -192,7 +197,8 @@ BOOST_AUTO_TEST_CASE(dominance_pruning_keeps_the_optimum) {
         const std::vector<int64_t> levels = StageDp(pr).levels();
         const double a = brute_force_stage(pr, levels, n, budget, 0, 0);
         const double b = brute_force_stage(pp, levels, n, budget, 0, 0);
-        BOOST_TEST(close(a, b), "raw " << a << " vs pruned " << b << " n " << n << " budget " << budget);
+        BOOST_TEST(close(a, b),
+                   "raw " << a << " vs pruned " << b << " n " << n << " budget " << budget);
       }
   }
 }
@@ -271,6 +277,7 @@ BOOST_AUTO_TEST_CASE(layer_costs_add_up_to_the_estimator) {
       BOOST_TEST_INFO("tp " << tp << " zero " << z);
       BOOST_TEST(e.stages[0].time_per_microbatch_s == expect, tt::tolerance(1e-9));
       const MemoryBreakdown& mb = e.stages[0].memory;
-      BOOST_TEST(mb.weights_bytes + mb.grads_bytes + mb.optimizer_bytes == m.layers * lc.states + ec.only_states);
+      BOOST_TEST(mb.weights_bytes + mb.grads_bytes + mb.optimizer_bytes ==
+                 m.layers * lc.states + ec.only_states);
     }
 }

@@ -2,7 +2,6 @@
 // sharing, interference, memory peaks, deadlock detection, and single ops against the cost model.
 #define BOOST_TEST_MODULE sim_engine
 #include <boost/test/unit_test.hpp>
-
 #include <cmath>
 #include <functional>
 #include <map>
@@ -22,7 +21,9 @@ struct Injected : OpCosts {
   std::function<CommCost(const Op&, int rank)> comm = [](const Op&, int) { return CommCost{}; };
   int64_t ws = 0;
   double compute_time_s(const Op& op) const override { return compute(op); }
-  CommCost comm_cost(const Op& op, const Layout&, int rank) const override { return comm(op, rank); }
+  CommCost comm_cost(const Op& op, const Layout&, int rank) const override {
+    return comm(op, rank);
+  }
   int64_t workspace_bytes(int) const override { return ws; }
 };
 
@@ -86,7 +87,9 @@ Op make_op(OpKind k, Stream s) {
   return o;
 }
 
-int64_t ns(double s) { return std::llround(s * 1e9); }
+int64_t ns(double s) {
+  return std::llround(s * 1e9);
+}
 
 }  // namespace
 
@@ -150,8 +153,8 @@ BOOST_AUTO_TEST_CASE(bubble_accounting_sums_to_the_makespan) {
   const Layout L(p, c);
   const SimResult r = simulate(build_program(m, p), L, c, costs, opts());
   for (const auto& x : r.ranks) {
-    const int64_t sum = x.compute_ns + x.recompute_ns + x.optimizer_ns + x.tp_ns + x.dp_ns + x.pp_ns +
-                        x.bubble_ns + x.offload_ns;
+    const int64_t sum = x.compute_ns + x.recompute_ns + x.optimizer_ns + x.tp_ns + x.dp_ns +
+                        x.pp_ns + x.bubble_ns + x.offload_ns;
     BOOST_TEST(sum == r.makespan_ns);
     BOOST_TEST(x.compute_ns == 4 * ns(3e-3));
     BOOST_TEST(x.bubble_ns == 1 * ns(3e-3));  // (p - 1) (tf + tb)
@@ -174,13 +177,15 @@ BOOST_AUTO_TEST_CASE(one_f_one_b_peak_is_lower_by_m_minus_p_microbatches) {
     const Program prog = build_program(m, p);
     int64_t act = 0;
     for (const Op& op : prog.stages[0].ops)
-      if (op.kind == OpKind::alloc && op.category == MemCategory::activations && op.microbatch == 0) act += op.bytes;
+      if (op.kind == OpKind::alloc && op.category == MemCategory::activations && op.microbatch == 0)
+        act += op.bytes;
     BOOST_TEST(act > 0);
     if (act_per_mb < 0) act_per_mb = act;
     BOOST_TEST(act == act_per_mb);
     const SimResult r = simulate(prog, L, c, costs, opts());
     peak[i++] = r.ranks[0].peak_allocated_bytes;
-    BOOST_TEST(r.ranks[0].peak_by_category[int(MemCategory::activations)] == (i == 1 ? M : pp) * act);
+    BOOST_TEST(r.ranks[0].peak_by_category[int(MemCategory::activations)] ==
+               (i == 1 ? M : pp) * act);
   }
   BOOST_TEST(peak[0] - peak[1] == (M - pp) * act_per_mb);
 }
@@ -195,8 +200,8 @@ BOOST_AUTO_TEST_CASE(device_memory_adds_workspace_context_and_fragmentation) {
   const SimResult r = simulate(build_program(m, p), L, c, costs, opts());
   for (const auto& x : r.ranks) {
     const int64_t a = x.peak_allocated_bytes + 1000;
-    BOOST_TEST(x.peak_memory_bytes ==
-               a + c.gpu.context_overhead_bytes + int64_t(c.gpu.allocator_fragmentation * double(a)));
+    BOOST_TEST(x.peak_memory_bytes == a + c.gpu.context_overhead_bytes +
+                                          int64_t(c.gpu.allocator_fragmentation * double(a)));
     int64_t cats = 0;
     for (int64_t v : x.peak_by_category) cats += v;
     BOOST_TEST(cats + x.peak_context_bytes + x.peak_fragmentation_bytes == x.peak_memory_bytes);
@@ -362,7 +367,9 @@ BOOST_AUTO_TEST_CASE(compute_overlapping_communication_is_slowed) {
     const auto s = spans_of(r, 0).at(0);
     const int64_t head = ns(3e-6) - ns(3e-6) / 3;  // data starts moving after the head latency
     const double expect = double(head) + (double(ns(D)) - double(head)) * f;
-    BOOST_TEST_CONTEXT("factor " << f) { BOOST_TEST(std::abs(double(s.end_ns) - expect) <= 1e-4 * expect); }
+    BOOST_TEST_CONTEXT("factor " << f) {
+      BOOST_TEST(std::abs(double(s.end_ns) - expect) <= 1e-4 * expect);
+    }
   }
 }
 
@@ -479,8 +486,8 @@ BOOST_AUTO_TEST_CASE(real_program_with_the_cost_model_runs_and_accounts) {
       BOOST_TEST(r.makespan_ns > 0);
       BOOST_TEST(r.ranks.size() == 16u);
       for (const auto& x : r.ranks) {
-        const int64_t sum = x.compute_ns + x.recompute_ns + x.optimizer_ns + x.tp_ns + x.dp_ns + x.pp_ns +
-                            x.bubble_ns + x.offload_ns;
+        const int64_t sum = x.compute_ns + x.recompute_ns + x.optimizer_ns + x.tp_ns + x.dp_ns +
+                            x.pp_ns + x.bubble_ns + x.offload_ns;
         BOOST_TEST(sum == r.makespan_ns);
       }
     }

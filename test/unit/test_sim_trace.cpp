@@ -1,16 +1,14 @@
 // Simulator outputs: the HDF5 trace (round trip, independent of how it was produced), the
 // Chrome trace-event export, the JSON report, and the CLI (simulate --json/--trace, trace export).
 #define BOOST_TEST_MODULE sim_trace
-#include <boost/test/unit_test.hpp>
-
 #include <array>
+#include <boost/test/unit_test.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "stratagem/cost.hpp"
 #include "stratagem/simulate.hpp"
@@ -155,9 +153,9 @@ BOOST_AUTO_TEST_CASE(json_report_has_the_estimate_keys) {
   const CostModel cost(s.m, s.c, s.p);
   const SimResult r = simulate(prog, L, s.c, CostModelCosts(cost), {});
   const nlohmann::json j = to_json(r, s.m, s.c, s.p, prog);
-  for (const char* k : {"iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "peak_memory_bytes",
-                        "memory_breakdown_bytes", "time_breakdown_s", "per_rank", "events_processed",
-                        "bubble_fraction", "exposed_comm_s", "oom"})
+  for (const char* k : {"iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
+                        "peak_memory_bytes", "memory_breakdown_bytes", "time_breakdown_s",
+                        "per_rank", "events_processed", "bubble_fraction", "exposed_comm_s", "oom"})
     BOOST_TEST(j.contains(k), k);
   BOOST_TEST(j["oom"] == false);
   BOOST_TEST(j["per_rank"].size() == 8u);
@@ -179,8 +177,9 @@ BOOST_AUTO_TEST_CASE(json_report_has_the_estimate_keys) {
 BOOST_AUTO_TEST_CASE(cli_simulate_trace_and_chrome_export) {
   Tmp tmp;
   int rc = 0;
-  const std::string plan = " --model gpt2-124m --cluster dgx-a100-80g --nodes 1 --tp 2 --pp 2 --dp 2 "
-                           "--micro-batch 1 --global-batch 8";
+  const std::string plan =
+      " --model gpt2-124m --cluster dgx-a100-80g --nodes 1 --tp 2 --pp 2 --dp 2 "
+      "--micro-batch 1 --global-batch 8";
   std::string out = run(bin() + " simulate" + plan + " --json --trace " + tmp("c.h5"), &rc);
   BOOST_REQUIRE_MESSAGE(rc == 0, out);
   const auto j = nlohmann::json::parse(out);
@@ -210,9 +209,11 @@ BOOST_AUTO_TEST_CASE(cli_simulate_trace_and_chrome_export) {
 BOOST_AUTO_TEST_CASE(cli_reports_out_of_memory_and_still_prints_results) {
   int rc = 0;
   // GPT-3 6.7B without any sharding on one 80 GB GPU's worth of pipeline stage does not fit.
-  const std::string out = run(bin() + " simulate --model gpt3-6.7b --cluster dgx-a100-80g --nodes 1 --tp 1 "
-                                      "--pp 1 --dp 8 --micro-batch 1 --global-batch 8 --json",
-                              &rc);
+  const std::string out =
+      run(bin() +
+              " simulate --model gpt3-6.7b --cluster dgx-a100-80g --nodes 1 --tp 1 "
+              "--pp 1 --dp 8 --micro-batch 1 --global-batch 8 --json",
+          &rc);
   BOOST_TEST(rc == 0);
   const auto at = out.find('{');
   BOOST_REQUIRE(at != std::string::npos);

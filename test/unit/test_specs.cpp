@@ -4,7 +4,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "stratagem/error.hpp"
@@ -32,14 +31,26 @@ bool one_line(const std::string& s) {
 BOOST_AUTO_TEST_CASE(parameter_counts_match_published_totals) {
   // Exact published totals (HF model cards, papers) to 1%; GPT-3's sizes are rounded to the
   // digits printed in Brown et al., so those get the rounding as tolerance.
-  struct Row { const char* name; double published; double tolerance; };
-  const Row rows[] = {
-      {"gpt2-124m", 124.44e6, 0.01}, {"gpt2-350m", 354.8e6, 0.01},  {"gpt2-774m", 774.0e6, 0.01},
-      {"gpt2-1.5b", 1557.6e6, 0.01}, {"gpt3-175b", 174.6e9, 0.01},  {"llama2-7b", 6.74e9, 0.01},
-      {"llama2-13b", 13.016e9, 0.01}, {"llama2-70b", 68.98e9, 0.01}, {"llama3-8b", 8.03e9, 0.01},
-      {"llama3-70b", 70.55e9, 0.01}, {"bert-large", 336.2e6, 0.01}, {"bert-huge-32", 672e6, 0.01},
-      {"gpt3-1.3b", 1.3e9, 0.05 / 1.3}, {"gpt3-6.7b", 6.7e9, 0.05 / 6.7},
-      {"gpt3-13b", 13.0e9, 0.05 / 13.0 + 0.01}};
+  struct Row {
+    const char* name;
+    double published;
+    double tolerance;
+  };
+  const Row rows[] = {{"gpt2-124m", 124.44e6, 0.01},
+                      {"gpt2-350m", 354.8e6, 0.01},
+                      {"gpt2-774m", 774.0e6, 0.01},
+                      {"gpt2-1.5b", 1557.6e6, 0.01},
+                      {"gpt3-175b", 174.6e9, 0.01},
+                      {"llama2-7b", 6.74e9, 0.01},
+                      {"llama2-13b", 13.016e9, 0.01},
+                      {"llama2-70b", 68.98e9, 0.01},
+                      {"llama3-8b", 8.03e9, 0.01},
+                      {"llama3-70b", 70.55e9, 0.01},
+                      {"bert-large", 336.2e6, 0.01},
+                      {"bert-huge-32", 672e6, 0.01},
+                      {"gpt3-1.3b", 1.3e9, 0.05 / 1.3},
+                      {"gpt3-6.7b", 6.7e9, 0.05 / 6.7},
+                      {"gpt3-13b", 13.0e9, 0.05 / 13.0 + 0.01}};
   for (const auto& r : rows) {
     ModelSpec m = load_model(r.name);
     double rel = std::abs(double(m.parameters()) - r.published) / r.published;
@@ -82,9 +93,11 @@ BOOST_AUTO_TEST_CASE(model_bad_inputs_name_the_file_and_field) {
     }
   };
   expect("{\"name\": \"x\", \"layers\": 2", "malformed");
-  expect(R"({"name":"x","layers":2,"hidden":64,"heads":4,"vocab":10,"seq_len":8,"colour":1})", "colour");
+  expect(R"({"name":"x","layers":2,"hidden":64,"heads":4,"vocab":10,"seq_len":8,"colour":1})",
+         "colour");
   expect(R"({"name":"x","layers":2,"hidden":64,"heads":5,"vocab":10,"seq_len":8})", "heads");
-  expect(R"({"name":"x","layers":2,"hidden":64,"heads":4,"kv_heads":3,"vocab":10,"seq_len":8})", "kv_heads");
+  expect(R"({"name":"x","layers":2,"hidden":64,"heads":4,"kv_heads":3,"vocab":10,"seq_len":8})",
+         "kv_heads");
   expect(R"({"name":"x","hidden":64,"heads":4,"vocab":10,"seq_len":8})", "layers");
   expect(R"({"name":"x","layers":"two","hidden":64,"heads":4,"vocab":10,"seq_len":8})", "layers");
   BOOST_CHECK_THROW(load_model("no-such-model"), InputError);
@@ -176,16 +189,22 @@ BOOST_AUTO_TEST_CASE(plan_json_round_trip_with_heterogeneous_layers) {
 BOOST_AUTO_TEST_CASE(cli_bad_input_is_one_line_and_exit_2) {
   using stratagem::test::run;
   const std::string base = "plan check --model gpt3-175b --cluster dgx-a100-80g ";
-  struct Case { std::string args; std::string needle; };
+  struct Case {
+    std::string args;
+    std::string needle;
+  };
   const Case cases[] = {
       {base + "--nodes 64 --tp 8 --pp 16 --dp 8 --global-batch 1536", "world size"},
-      {base + "--nodes 128 --tp 8 --pp 16 --dp 8 --micro-batch 5 --global-batch 1536", "global batch"},
+      {base + "--nodes 128 --tp 8 --pp 16 --dp 8 --micro-batch 5 --global-batch 1536",
+       "global batch"},
       {"plan check --model gpt2-124m --cluster dgx-a100-80g --nodes 1 --tp 8 --pp 1", "heads"},
       {"plan check --model nope --nodes 1", "--model 'nope'"},
       {"plan check --model gpt2-124m --cluster nope", "--cluster 'nope'"},
       {base + "--nodes 128 --tp 8 --pp 16 --bogus 3", "--bogus"},
-      {"plan check --model gpt2-124m --nodes 1 --plan /nonexistent/plan.json", "/nonexistent/plan.json"},
-      {base + "--nodes 128 --tp 8 --pp 16 --vpp 2 --global-batch 512 --micro-batch 8", "multiple of pp"},
+      {"plan check --model gpt2-124m --nodes 1 --plan /nonexistent/plan.json",
+       "/nonexistent/plan.json"},
+      {base + "--nodes 128 --tp 8 --pp 16 --vpp 2 --global-batch 512 --micro-batch 8",
+       "multiple of pp"},
   };
   for (const auto& k : cases) {
     auto r = run(k.args);

@@ -2,11 +2,10 @@
 // accumulation, recompute modes, the parameter table, deterministic init, the optimizer and
 // the LR schedule.
 #define BOOST_TEST_MODULE transformer_grad
-#include <boost/test/unit_test.hpp>
-
 #include <omp.h>
 
 #include <algorithm>
+#include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -49,7 +48,9 @@ struct Data {
   Batch batch(int b, int t) const { return Batch{tokens, targets, b, t}; }
 };
 
-std::vector<float> to_vec(const Tensor& t) { return {t.data, t.data + t.numel()}; }
+std::vector<float> to_vec(const Tensor& t) {
+  return {t.data, t.data + t.numel()};
+}
 
 double rel_maxnorm(const std::vector<float>& a, const std::vector<float>& ref) {
   double err = 0, mag = 0;
@@ -142,7 +143,8 @@ BOOST_AUTO_TEST_CASE(init_is_deterministic_and_gpt2_scaled) {
   auto stddev = [&](const char* name) {
     const ParamInfo& e = one.table.at(name);
     double ss = 0;
-    for (int64_t i = 0; i < e.numel(); ++i) ss += double(one.params.data[e.offset + i]) * one.params.data[e.offset + i];
+    for (int64_t i = 0; i < e.numel(); ++i)
+      ss += double(one.params.data[e.offset + i]) * one.params.data[e.offset + i];
     return std::sqrt(ss / e.numel());
   };
   BOOST_TEST(std::abs(stddev("wte") - 0.02) < 0.001);
@@ -161,22 +163,23 @@ BOOST_AUTO_TEST_CASE(model_gradients_match_finite_differences) {
       // Bigger weights than the init so that every parameter's gradient is well above noise.
       for (const ParamInfo& p : m.table.entries()) {
         Tensor t = m.params.slice(p.offset, p.shape);
-        if (p.shape.ndim() == 2) be->scale(t, 10.0f);
-        else for (int64_t i = 0; i < t.numel(); ++i) t.data[i] += 0.1f * std::cos(float(i));
+        if (p.shape.ndim() == 2)
+          be->scale(t, 10.0f);
+        else
+          for (int64_t i = 0; i < t.numel(); ++i) t.data[i] += 0.1f * std::cos(float(i));
       }
       const int B = 2, T = c.max_seq;
       Data d(B * T, c.vocab, 5);
       const auto [loss0, g] = grads_of(*be, m, d, B, 1, Recompute::none);
       BOOST_TEST(std::isfinite(loss0));
       TrainBuffers buf = allocate_train_buffers(*be, c, B, T, Recompute::none);
-      auto loss = [&] {
-        return double(forward_backward(*be, m, d.batch(B, T), 1, buf));
-      };
+      auto loss = [&] { return double(forward_backward(*be, m, d.batch(B, T), 1, buf)); };
       const double h = 1e-2;
       for (const ParamInfo& p : m.table.entries()) {
         BOOST_TEST_CONTEXT(p.name) {
           double max_err = 0, max_ref = 0;
-          for (int64_t i = 0; i < p.numel(); ++i) max_ref = std::max(max_ref, double(std::abs(g[p.offset + i])));
+          for (int64_t i = 0; i < p.numel(); ++i)
+            max_ref = std::max(max_ref, double(std::abs(g[p.offset + i])));
           const int64_t stride = std::max<int64_t>(1, p.numel() / 12);
           for (int64_t i = 0; i < p.numel(); i += stride) {
             float& w = m.params.data[p.offset + i];
@@ -188,7 +191,8 @@ BOOST_AUTO_TEST_CASE(model_gradients_match_finite_differences) {
             w = saved;
             max_err = std::max(max_err, std::abs((lp - lm) / (2 * h) - g[p.offset + i]));
           }
-          BOOST_TEST(max_err <= 3e-2 * max_ref + 2e-4, "max err " << max_err << " vs max |g| " << max_ref);
+          BOOST_TEST(max_err <= 3e-2 * max_ref + 2e-4,
+                     "max err " << max_err << " vs max |g| " << max_ref);
         }
       }
     }
@@ -274,7 +278,8 @@ BOOST_AUTO_TEST_CASE(training_overfits_one_batch) {
       BOOST_TEST(std::isfinite(s.grad_norm));
     }
     BOOST_TEST(std::abs(first - std::log(float(c.vocab))) < 0.1f);  // near-uniform at init
-    BOOST_TEST(last < 0.5f * first, (llama ? "llama" : "gpt2") << " loss " << first << " -> " << last);
+    BOOST_TEST(last < 0.5f * first, (llama ? "llama" : "gpt2")
+                                        << " loss " << first << " -> " << last);
   }
 }
 

@@ -5,16 +5,16 @@
 #include "stratagem/comm.hpp"
 
 // One checked-call macro for MPI, reporting file and line.
-#define STRATAGEM_MPI_CHECK(call)                                                      \
-  do {                                                                                 \
-    int rc_ = (call);                                                                  \
-    if (rc_ != MPI_SUCCESS) {                                                          \
-      char msg_[MPI_MAX_ERROR_STRING];                                                 \
-      int len_ = 0;                                                                    \
-      MPI_Error_string(rc_, msg_, &len_);                                              \
+#define STRATAGEM_MPI_CHECK(call)                                                       \
+  do {                                                                                  \
+    int rc_ = (call);                                                                   \
+    if (rc_ != MPI_SUCCESS) {                                                           \
+      char msg_[MPI_MAX_ERROR_STRING];                                                  \
+      int len_ = 0;                                                                     \
+      MPI_Error_string(rc_, msg_, &len_);                                               \
       throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
-                               ": " #call ": " + std::string(msg_, len_));             \
-    }                                                                                  \
+                               ": " #call ": " + std::string(msg_, len_));              \
+    }                                                                                   \
   } while (0)
 
 namespace stratagem {
@@ -32,13 +32,20 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce_sum(float* data, int64_t count) override { reduce(data, count, MPI_FLOAT, MPI_SUM); }
-  void all_reduce_sum(double* data, int64_t count) override { reduce(data, count, MPI_DOUBLE, MPI_SUM); }
-  void all_reduce_max(double* data, int64_t count) override { reduce(data, count, MPI_DOUBLE, MPI_MAX); }
+  void all_reduce_sum(float* data, int64_t count) override {
+    reduce(data, count, MPI_FLOAT, MPI_SUM);
+  }
+  void all_reduce_sum(double* data, int64_t count) override {
+    reduce(data, count, MPI_DOUBLE, MPI_SUM);
+  }
+  void all_reduce_max(double* data, int64_t count) override {
+    reduce(data, count, MPI_DOUBLE, MPI_MAX);
+  }
 
   void reduce_scatter_sum(const float* send, float* recv, int64_t block) override {
     if (block > kMaxChunk) throw std::runtime_error("reduce_scatter: block too large for MPI");
-    STRATAGEM_MPI_CHECK(MPI_Reduce_scatter_block(send, recv, static_cast<int>(block), MPI_FLOAT, MPI_SUM, comm_));
+    STRATAGEM_MPI_CHECK(
+        MPI_Reduce_scatter_block(send, recv, static_cast<int>(block), MPI_FLOAT, MPI_SUM, comm_));
   }
   void all_gather(const float* send, float* recv, int64_t block) override {
     if (block > kMaxChunk) throw std::runtime_error("all_gather: block too large for MPI");
@@ -53,8 +60,8 @@ class MpiCommunicator final : public Communicator {
   void all_gather_v_inplace(float* buf, const std::vector<int64_t>& counts) override {
     std::vector<int> c = to_int(counts), displs(c.size(), 0);
     for (size_t i = 1; i < c.size(); ++i) displs[i] = displs[i - 1] + c[i - 1];
-    STRATAGEM_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, c.data(), displs.data(),
-                                       MPI_FLOAT, comm_));
+    STRATAGEM_MPI_CHECK(
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, c.data(), displs.data(), MPI_FLOAT, comm_));
   }
   void barrier() override { STRATAGEM_MPI_CHECK(MPI_Barrier(comm_)); }
 
@@ -63,7 +70,8 @@ class MpiCommunicator final : public Communicator {
     std::vector<int> out;
     int64_t total = 0;
     for (int64_t x : v) out.push_back(static_cast<int>(x)), total += x;
-    if (total > kMaxChunk) throw std::runtime_error("collective: buffer too large for one MPI call");
+    if (total > kMaxChunk)
+      throw std::runtime_error("collective: buffer too large for one MPI call");
     return out;
   }
   template <class T>

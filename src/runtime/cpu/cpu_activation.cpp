@@ -19,7 +19,8 @@ struct SwigluDims {
 
 SwigluDims swiglu_dims(const char* kernel, const Tensor& inp, const Tensor& out) {
   if (!inp.defined() || inp.ndim() < 1 || inp.dim(-1) % 2 != 0)
-    throw std::invalid_argument(kernel_error(kernel, "inp must be (...,2F), got " + inp.shape.str()));
+    throw std::invalid_argument(
+        kernel_error(kernel, "inp must be (...,2F), got " + inp.shape.str()));
   const int64_t F = inp.dim(-1) / 2;
   const int64_t N = inp.numel() / inp.dim(-1);
   if (!out.defined() || out.dim(-1) != F || out.numel() != N * F)
@@ -35,7 +36,7 @@ void CpuBackend::gelu_forward(Tensor& out, const Tensor& inp) {
   const float* x = inp.data;
   float* o = out.data;
   const int64_t n = inp.numel();
-#pragma omp parallel for simd schedule(static) if(n >= kMinParallelWork)
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float u = kGeluScale * (x[i] + kGeluCube * x[i] * x[i] * x[i]);
     o[i] = 0.5f * x[i] * (1.0f + fast_tanh(u));
@@ -49,20 +50,20 @@ void CpuBackend::gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& i
   const float* g = dout.data;
   float* dx = dinp.data;
   const int64_t n = inp.numel();
-#pragma omp parallel for simd schedule(static) if(n >= kMinParallelWork)
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     const float xi = x[i];
     const float u = kGeluScale * (xi + kGeluCube * xi * xi * xi);
     const float t = fast_tanh(u);
-    const float local = 0.5f * (1.0f + t) +
-                        0.5f * xi * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCube * xi * xi);
+    const float local = 0.5f * (1.0f + t) + 0.5f * xi * (1.0f - t * t) * kGeluScale *
+                                                (1.0f + 3.0f * kGeluCube * xi * xi);
     dx[i] = local * g[i];
   }
 }
 
 void CpuBackend::swiglu_forward(Tensor& out, const Tensor& inp) {
   const auto [N, F] = swiglu_dims("swiglu_forward", inp, out);
-#pragma omp parallel for schedule(static) if(N * F >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (N * F >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* gate = inp.data + r * 2 * F;  // (F)
     const float* up = gate + F;                // (F)
@@ -75,7 +76,7 @@ void CpuBackend::swiglu_forward(Tensor& out, const Tensor& inp) {
 void CpuBackend::swiglu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
   const auto [N, F] = swiglu_dims("swiglu_backward", inp, dout);
   check_same("swiglu_backward", dinp, "dinp", inp);
-#pragma omp parallel for schedule(static) if(N * F >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (N * F >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* gate = inp.data + r * 2 * F;
     const float* up = gate + F;

@@ -12,10 +12,9 @@ void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tens
   const int64_t n = grad.numel();
   for (const Tensor* t : {&param, &m, &v})
     if (t->numel() != n)
-      throw std::invalid_argument(kernel_error("adamw_update", "param/m/v must hold " +
-                                                                   std::to_string(n) +
-                                                                   " floats like grad, got " +
-                                                                   t->shape.str()));
+      throw std::invalid_argument(kernel_error(
+          "adamw_update",
+          "param/m/v must hold " + std::to_string(n) + " floats like grad, got " + t->shape.str()));
   if (s.step < 1) throw std::invalid_argument("adamw_update: step must be >= 1");
   const double bc1 = 1.0 - std::pow(static_cast<double>(s.beta1), static_cast<double>(s.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(s.beta2), static_cast<double>(s.step));
@@ -27,7 +26,7 @@ void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tens
   float* mm = m.data;
   float* vv = v.data;
   const float* g = grad.data;
-#pragma omp parallel for simd schedule(static) if(n >= kMinParallelWork)
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) {
     p[i] *= decay;
     mm[i] = b1 * mm[i] + (1.0f - b1) * g[i];

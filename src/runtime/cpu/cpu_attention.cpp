@@ -20,13 +20,13 @@ struct AttnDims {
 
 AttnDims attn_dims(const char* kernel, const Tensor& qkv, int heads, int kv_heads) {
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
-    throw std::invalid_argument(kernel_error(kernel, "kv_heads must divide heads, got heads=" +
-                                                         std::to_string(heads) + " kv_heads=" +
-                                                         std::to_string(kv_heads)));
+    throw std::invalid_argument(
+        kernel_error(kernel, "kv_heads must divide heads, got heads=" + std::to_string(heads) +
+                                 " kv_heads=" + std::to_string(kv_heads)));
   if (!qkv.defined() || qkv.ndim() != 3 || qkv.dim(2) % (heads + 2 * kv_heads) != 0)
-    throw std::invalid_argument(kernel_error(kernel, "qkv must be (B,T,(NH+2KV)*hd), got " +
-                                                         qkv.shape.str()));
-  return {qkv.dim(0), qkv.dim(1), qkv.dim(2), qkv.dim(2) / (heads + 2 * kv_heads),
+    throw std::invalid_argument(
+        kernel_error(kernel, "qkv must be (B,T,(NH+2KV)*hd), got " + qkv.shape.str()));
+  return {qkv.dim(0), qkv.dim(1), qkv.dim(2),      qkv.dim(2) / (heads + 2 * kv_heads),
           heads,      kv_heads,   heads / kv_heads};
 }
 
@@ -45,21 +45,21 @@ void CpuBackend::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const 
   reserve_scratch(static_cast<size_t>(R * T));
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
-#pragma omp parallel for collapse(2) schedule(dynamic) if(B * T * T * W >= kMinParallelWork)
+#pragma omp parallel for collapse(2) schedule(dynamic) if (B * T * T * W >= kMinParallelWork)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
       const int64_t kvh = h / d.group;
-      const float* base = qkv.data + b * T * W;                      // (T,W)
+      const float* base = qkv.data + b * T * W;                                     // (T,W)
       ConstStridedMap k_all(base + (NH + kvh) * hd, T, hd, OuterStride<>(W));       // (T,hd)
       ConstStridedMap v_all(base + (NH + KV + kvh) * hd, T, hd, OuterStride<>(W));  // (T,hd)
-      float* lse_bh = lse.data + (b * NH + h) * T;                   // (T)
+      float* lse_bh = lse.data + (b * NH + h) * T;                                  // (T)
       float* scratch = thread_scratch(omp_get_thread_num(), 0);
       for (int64_t r0 = 0; r0 < T; r0 += R) {
         const int64_t r1 = std::min(T, r0 + R), rows = r1 - r0, keys = r1;
         float* s_ptr = keep ? att.data + ((b * NH + h) * T + r0) * T : scratch;
         const int64_t ld = keep ? T : keys;
-        StridedMap s(s_ptr, rows, keys, OuterStride<>(ld));                          // (rows,keys)
-        ConstStridedMap q(base + r0 * W + h * hd, rows, hd, OuterStride<>(W));       // (rows,hd)
+        StridedMap s(s_ptr, rows, keys, OuterStride<>(ld));                     // (rows,keys)
+        ConstStridedMap q(base + r0 * W + h * hd, rows, hd, OuterStride<>(W));  // (rows,hd)
         s.noalias() = scale * (q * k_all.topRows(keys).transpose());
         for (int64_t i = 0; i < rows; ++i) {
           const int64_t t = r0 + i;
@@ -79,7 +79,7 @@ void CpuBackend::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const 
           lse_bh[t] = mx + std::log(sum);
         }
         StridedMap y(out.data + (b * T + r0) * NH * hd + h * hd, rows, hd,
-                     OuterStride<>(NH * hd));                                        // (rows,hd)
+                     OuterStride<>(NH * hd));  // (rows,hd)
         y.noalias() = s * v_all.topRows(keys);
       }
     }
@@ -105,13 +105,13 @@ void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tens
 
   // Parallel over kv heads, not query heads: the query heads of one group all add into the
   // same dK and dV, and keeping them in one task avoids both races and atomics.
-#pragma omp parallel for collapse(2) schedule(dynamic) if(B * T * T * W >= kMinParallelWork)
+#pragma omp parallel for collapse(2) schedule(dynamic) if (B * T * T * W >= kMinParallelWork)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t kvh = 0; kvh < KV; ++kvh) {
       const float* base = qkv.data + b * T * W;
       float* dbase = dqkv.data + b * T * W;
-      ConstStridedMap k_all(base + (NH + kvh) * hd, T, hd, OuterStride<>(W));        // (T,hd)
-      ConstStridedMap v_all(base + (NH + KV + kvh) * hd, T, hd, OuterStride<>(W));   // (T,hd)
+      ConstStridedMap k_all(base + (NH + kvh) * hd, T, hd, OuterStride<>(W));       // (T,hd)
+      ConstStridedMap v_all(base + (NH + KV + kvh) * hd, T, hd, OuterStride<>(W));  // (T,hd)
       StridedMap dk_all(dbase + (NH + kvh) * hd, T, hd, OuterStride<>(W));
       StridedMap dv_all(dbase + (NH + KV + kvh) * hd, T, hd, OuterStride<>(W));
       dk_all.setZero();
@@ -124,7 +124,7 @@ void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tens
         const float* lse_bh = lse.data + (b * NH + h) * T;
         for (int64_t r0 = 0; r0 < T; r0 += R) {
           const int64_t r1 = std::min(T, r0 + R), rows = r1 - r0, keys = r1;
-          ConstStridedMap q(base + r0 * W + h * hd, rows, hd, OuterStride<>(W));   // (rows,hd)
+          ConstStridedMap q(base + r0 * W + h * hd, rows, hd, OuterStride<>(W));  // (rows,hd)
           const float* p_ptr;
           int64_t ld;
           if (keep) {
@@ -145,10 +145,10 @@ void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tens
             }
             p_ptr = p_scratch;
           }
-          ConstStridedMap p(p_ptr, rows, keys, OuterStride<>(ld));                  // (rows,keys)
+          ConstStridedMap p(p_ptr, rows, keys, OuterStride<>(ld));  // (rows,keys)
           const float* dy_ptr = dout.data + (b * T + r0) * C + h * hd;
           const float* y_ptr = out.data + (b * T + r0) * C + h * hd;
-          ConstStridedMap dy(dy_ptr, rows, hd, OuterStride<>(C));                    // (rows,hd)
+          ConstStridedMap dy(dy_ptr, rows, hd, OuterStride<>(C));  // (rows,hd)
           for (int64_t i = 0; i < rows; ++i) {
             float acc = 0;
 #pragma omp simd reduction(+ : acc)

@@ -42,9 +42,8 @@ class CpuBackend final : public Backend {
 
   void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads,
                          int kv_heads) override;
-  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& out,
-                          const Tensor& qkv, const Tensor& att, const Tensor& lse, int heads,
-                          int kv_heads) override;
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv,
+                          const Tensor& att, const Tensor& lse, int heads, int kv_heads) override;
 
   void gelu_forward(Tensor& out, const Tensor& inp) override;
   void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) override;

@@ -12,9 +12,9 @@ constexpr int64_t kChannelChunk = 64;
 
 void check_tokens(const char* kernel, std::span<const int32_t> tokens, int64_t n, int64_t vocab) {
   if (static_cast<int64_t>(tokens.size()) != n)
-    throw std::invalid_argument(kernel_error(kernel, "got " + std::to_string(tokens.size()) +
-                                                         " tokens, expected B*T = " +
-                                                         std::to_string(n)));
+    throw std::invalid_argument(kernel_error(
+        kernel,
+        "got " + std::to_string(tokens.size()) + " tokens, expected B*T = " + std::to_string(n)));
   for (int32_t t : tokens)
     if (t < 0 || t >= vocab)
       throw std::invalid_argument(kernel_error(
@@ -23,27 +23,32 @@ void check_tokens(const char* kernel, std::span<const int32_t> tokens, int64_t n
 
 void check_embedding_shapes(const char* kernel, const Tensor& x, const Tensor& wte,
                             const Tensor& wpe) {
-  if (x.ndim() != 3) throw std::invalid_argument(kernel_error(kernel, "activation must be (B,T,C), got " + x.shape.str()));
+  if (x.ndim() != 3)
+    throw std::invalid_argument(
+        kernel_error(kernel, "activation must be (B,T,C), got " + x.shape.str()));
   const int64_t T = x.dim(1), C = x.dim(2);
   if (!wte.defined() || wte.ndim() != 2 || wte.dim(1) != C)
-    throw std::invalid_argument(kernel_error(kernel, "wte must be (V," + std::to_string(C) + "), got " + wte.shape.str()));
+    throw std::invalid_argument(
+        kernel_error(kernel, "wte must be (V," + std::to_string(C) + "), got " + wte.shape.str()));
   if (wpe.defined() && (wpe.ndim() != 2 || wpe.dim(1) != C || wpe.dim(0) < T))
-    throw std::invalid_argument(kernel_error(kernel, "wpe must be (maxT>=" + std::to_string(T) + "," + std::to_string(C) + "), got " + wpe.shape.str()));
+    throw std::invalid_argument(kernel_error(kernel, "wpe must be (maxT>=" + std::to_string(T) +
+                                                         "," + std::to_string(C) + "), got " +
+                                                         wpe.shape.str()));
 }
 }  // namespace
 
-void CpuBackend::embedding_forward(Tensor& out, std::span<const int32_t> tokens,
-                                   const Tensor& wte, const Tensor& wpe) {
+void CpuBackend::embedding_forward(Tensor& out, std::span<const int32_t> tokens, const Tensor& wte,
+                                   const Tensor& wpe) {
   check_embedding_shapes("embedding_forward", out, wte, wpe);
   const int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
   check_tokens("embedding_forward", tokens, B * T, wte.dim(0));
   const float* pos = wpe.data;
-#pragma omp parallel for schedule(static) if(B * T * C >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (B * T * C >= kMinParallelWork)
   for (int64_t bt = 0; bt < B * T; ++bt) {
-    float* o = out.data + bt * C;                     // (C)
-    const float* w = wte.data + tokens[bt] * C;       // (C)
+    float* o = out.data + bt * C;                // (C)
+    const float* w = wte.data + tokens[bt] * C;  // (C)
     if (pos) {
-      const float* p = pos + (bt % T) * C;            // (C)
+      const float* p = pos + (bt % T) * C;  // (C)
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) o[c] = w[c] + p[c];
     } else {
@@ -59,12 +64,12 @@ void CpuBackend::embedding_backward(Tensor& dwte, Tensor& dwpe, std::span<const 
   check_tokens("embedding_backward", tokens, B * T, dwte.dim(0));
   const int64_t chunks = (C + kChannelChunk - 1) / kChannelChunk;
   float* dpos = dwpe.data;
-#pragma omp parallel for schedule(static) if(B * T * C >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (B * T * C >= kMinParallelWork)
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t c0 = chunk * kChannelChunk, c1 = std::min(C, c0 + kChannelChunk);
     for (int64_t bt = 0; bt < B * T; ++bt) {
-      const float* g = dout.data + bt * C;           // (C)
-      float* w = dwte.data + tokens[bt] * C;          // (C)
+      const float* g = dout.data + bt * C;    // (C)
+      float* w = dwte.data + tokens[bt] * C;  // (C)
 #pragma omp simd
       for (int64_t c = c0; c < c1; ++c) w[c] += g[c];
       if (dpos) {

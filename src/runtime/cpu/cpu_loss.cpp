@@ -13,7 +13,8 @@ struct LossDims {
 
 LossDims loss_dims(const char* kernel, const Tensor& logits, std::span<const int32_t> targets) {
   if (!logits.defined() || logits.ndim() < 2)
-    throw std::invalid_argument(kernel_error(kernel, "logits must be (N,V), got " + logits.shape.str()));
+    throw std::invalid_argument(
+        kernel_error(kernel, "logits must be (N,V), got " + logits.shape.str()));
   const int64_t V = logits.dim(-1), N = logits.numel() / V;
   if (static_cast<int64_t>(targets.size()) != N)
     throw std::invalid_argument(kernel_error(kernel, "got " + std::to_string(targets.size()) +
@@ -42,11 +43,10 @@ void CpuBackend::crossentropy_forward(Tensor& losses, const Tensor& logits,
                                       std::span<const int32_t> targets) {
   const auto [N, V] = loss_dims("crossentropy_forward", logits, targets);
   if (!losses.defined() || losses.numel() != N)
-    throw std::invalid_argument(kernel_error("crossentropy_forward", "losses must hold " +
-                                                                          std::to_string(N) +
-                                                                          " floats, got " +
-                                                                          losses.shape.str()));
-#pragma omp parallel for schedule(static) if(N * V >= kMinParallelWork)
+    throw std::invalid_argument(kernel_error(
+        "crossentropy_forward",
+        "losses must hold " + std::to_string(N) + " floats, got " + losses.shape.str()));
+#pragma omp parallel for schedule(static) if (N * V >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* row = logits.data + r * V;  // (V)
     losses.data[r] = logsumexp(row, V) - row[targets[r]];
@@ -57,7 +57,7 @@ void CpuBackend::crossentropy_softmax_backward(Tensor& dlogits, const Tensor& lo
                                                std::span<const int32_t> targets, float scale) {
   const auto [N, V] = loss_dims("crossentropy_softmax_backward", logits, targets);
   expect_shape(dlogits, logits.shape, "crossentropy_softmax_backward", "dlogits");
-#pragma omp parallel for schedule(static) if(N * V >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (N * V >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* row = logits.data + r * V;  // (V)
     float* drow = dlogits.data + r * V;      // (V), may be the same memory as row

@@ -44,9 +44,13 @@ inline float fast_exp(float x) {
 }
 
 // tanh through exp: 1 - 2/(e^{2x}+1) saturates cleanly to +-1 and vectorizes.
-inline float fast_tanh(float x) { return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0f); }
+inline float fast_tanh(float x) {
+  return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0f);
+}
 
-inline float sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
+inline float sigmoid(float x) {
+  return 1.0f / (1.0f + fast_exp(-x));
+}
 
 // Below this many floats of work a kernel runs on the calling thread: a parallel region costs
 // microseconds, and far more when MPI ranks oversubscribe the cores (tiny test models).

@@ -16,7 +16,8 @@ struct Dims {
 Dims check(const char* kernel, const Tensor& inp, const Tensor& weight, const Tensor& out,
            const char* out_name) {
   if (!weight.defined() || weight.ndim() != 2)
-    throw std::invalid_argument(kernel_error(kernel, "weight must be (OC,C), got " + weight.shape.str()));
+    throw std::invalid_argument(
+        kernel_error(kernel, "weight must be (OC,C), got " + weight.shape.str()));
   const int64_t OC = weight.dim(0), C = weight.dim(1);
   if (!inp.defined() || inp.ndim() < 2 || inp.dim(-1) != C)
     throw std::invalid_argument(kernel_error(kernel, "inp must be (...," + std::to_string(C) +
@@ -24,10 +25,9 @@ Dims check(const char* kernel, const Tensor& inp, const Tensor& weight, const Te
                                                          ", got " + inp.shape.str()));
   const int64_t N = inp.numel() / C;
   if (!out.defined() || out.dim(-1) != OC || out.numel() != N * OC)
-    throw std::invalid_argument(kernel_error(kernel, std::string(out_name) + " must be (...," +
-                                                         std::to_string(OC) + ") with " +
-                                                         std::to_string(N) + " rows, got " +
-                                                         out.shape.str()));
+    throw std::invalid_argument(
+        kernel_error(kernel, std::string(out_name) + " must be (...," + std::to_string(OC) +
+                                 ") with " + std::to_string(N) + " rows, got " + out.shape.str()));
   return {N, C, OC};
 }
 }  // namespace
@@ -36,13 +36,13 @@ void CpuBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& we
                                 const Tensor& bias) {
   const auto [N, C, OC] = check("matmul_forward", inp, weight, out, "out");
   if (bias.defined()) expect_shape(bias, Shape{OC}, "matmul_forward", "bias");
-  MatMap o(out.data, N, OC);                  // (N,OC)
-  ConstMatMap x(inp.data, N, C);              // (N,C)
-  ConstMatMap w(weight.data, OC, C);          // (OC,C)
+  MatMap o(out.data, N, OC);          // (N,OC)
+  ConstMatMap x(inp.data, N, C);      // (N,C)
+  ConstMatMap w(weight.data, OC, C);  // (OC,C)
   o.noalias() = x * w.transpose();
   if (bias.defined()) {
     const float* b = bias.data;
-#pragma omp parallel for schedule(static) if(N * OC >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (N * OC >= kMinParallelWork)
     for (int64_t r = 0; r < N; ++r) {
       float* row = out.data + r * OC;
 #pragma omp simd
@@ -51,14 +51,14 @@ void CpuBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& we
   }
 }
 
-void CpuBackend::matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
-                                 const Tensor& dout, const Tensor& inp, const Tensor& weight) {
+void CpuBackend::matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                 const Tensor& inp, const Tensor& weight) {
   const auto [N, C, OC] = check("matmul_backward", inp, weight, dout, "dout");
   expect_shape(dweight, weight.shape, "matmul_backward", "dweight");
   if (dbias.defined()) expect_shape(dbias, Shape{OC}, "matmul_backward", "dbias");
-  ConstMatMap g(dout.data, N, OC);            // (N,OC)
-  ConstMatMap x(inp.data, N, C);              // (N,C)
-  ConstMatMap w(weight.data, OC, C);          // (OC,C)
+  ConstMatMap g(dout.data, N, OC);    // (N,OC)
+  ConstMatMap x(inp.data, N, C);      // (N,C)
+  ConstMatMap w(weight.data, OC, C);  // (OC,C)
   if (dinp.defined()) {
     expect_shape(dinp, inp.shape, "matmul_backward", "dinp");
     MatMap dx(dinp.data, N, C);
@@ -69,7 +69,7 @@ void CpuBackend::matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
   if (dbias.defined()) {
     float* db = dbias.data;
     const int64_t chunks = (OC + kChannelChunk - 1) / kChannelChunk;
-#pragma omp parallel for schedule(static) if(N * OC >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (N * OC >= kMinParallelWork)
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       const int64_t j0 = chunk * kChannelChunk, j1 = std::min(OC, j0 + kChannelChunk);
       float acc[kChannelChunk] = {};

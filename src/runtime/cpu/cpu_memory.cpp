@@ -10,7 +10,9 @@
 
 namespace stratagem {
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<cpu::CpuBackend>();
+}
 
 namespace cpu {
 namespace {
@@ -19,8 +21,8 @@ constexpr size_t kAlign = 64;
 
 void check_same_numel(const char* kernel, const Tensor& a, const Tensor& b) {
   if (a.numel() != b.numel())
-    throw std::invalid_argument(kernel_error(
-        kernel, "sizes differ: " + a.shape.str() + " vs " + b.shape.str()));
+    throw std::invalid_argument(
+        kernel_error(kernel, "sizes differ: " + a.shape.str() + " vs " + b.shape.str()));
 }
 }  // namespace
 
@@ -36,7 +38,7 @@ Tensor CpuBackend::allocate(Shape shape) {
 void CpuBackend::fill(Tensor& t, float value) {
   float* p = t.data;
   const int64_t n = t.numel();
-#pragma omp parallel for simd schedule(static) if(n >= kMinParallelWork)
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) p[i] = value;
 }
 
@@ -60,7 +62,7 @@ void CpuBackend::residual_forward(Tensor& out, const Tensor& a, const Tensor& b)
   const float* x = a.data;
   const float* y = b.data;
   const int64_t n = out.numel();
-#pragma omp parallel for simd schedule(static) if(n >= kMinParallelWork)
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
 }
 
@@ -74,7 +76,7 @@ double CpuBackend::sum_squares(const Tensor& t) {
   const int64_t n = t.numel();
   double total = 0;
   // fp64 partial sums: the grad norm of 100M+ parameters must not lose small tensors.
-#pragma omp parallel for reduction(+ : total) schedule(static) if(n >= kMinParallelWork)
+#pragma omp parallel for reduction(+ : total) schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) total += static_cast<double>(p[i]) * p[i];
   return total;
 }
@@ -82,7 +84,7 @@ double CpuBackend::sum_squares(const Tensor& t) {
 void CpuBackend::scale(Tensor& t, float factor) {
   float* p = t.data;
   const int64_t n = t.numel();
-#pragma omp parallel for simd schedule(static) if(n >= kMinParallelWork)
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
   for (int64_t i = 0; i < n; ++i) p[i] *= factor;
 }
 

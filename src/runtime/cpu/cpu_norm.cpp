@@ -25,9 +25,9 @@ Rows rows_of(const char* kernel, const Tensor& x, const Tensor& weight) {
 
 void expect_numel(const char* kernel, const char* what, const Tensor& t, int64_t n) {
   if (!t.defined() || t.numel() != n)
-    throw std::invalid_argument(kernel_error(kernel, std::string(what) + " must hold " +
-                                                         std::to_string(n) + " floats, got " +
-                                                         t.shape.str()));
+    throw std::invalid_argument(kernel_error(
+        kernel,
+        std::string(what) + " must hold " + std::to_string(n) + " floats, got " + t.shape.str()));
 }
 }  // namespace
 
@@ -40,7 +40,7 @@ void CpuBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, cons
   if (bias.defined()) expect_shape(bias, Shape{C}, "layernorm_forward", "bias");
   const float* w = weight.data;
   const float* b = bias.data;
-#pragma omp parallel for schedule(static) if(N * C >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* x = inp.data + r * C;  // (C)
     float* o = out.data + r * C;        // (C)
@@ -76,7 +76,7 @@ void CpuBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias
   expect_numel("layernorm_backward", "rstd", rstd, N);
   const float* w = weight.data;
 
-#pragma omp parallel for schedule(static) if(N * C >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* x = inp.data + r * C;   // (C)
     const float* g = dout.data + r * C;  // (C)
@@ -98,7 +98,7 @@ void CpuBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias
   const int64_t chunks = (C + kChannelChunk - 1) / kChannelChunk;
   float* dw = dweight.data;
   float* db = dbias.data;
-#pragma omp parallel for schedule(static) if(N * C >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t c0 = chunk * kChannelChunk, c1 = std::min(C, c0 + kChannelChunk);
     float acc_w[kChannelChunk] = {}, acc_b[kChannelChunk] = {};
@@ -119,13 +119,13 @@ void CpuBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias
   }
 }
 
-void CpuBackend::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp,
-                                 const Tensor& weight, float eps) {
+void CpuBackend::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                                 float eps) {
   const auto [N, C] = rows_of("rmsnorm_forward", inp, weight);
   expect_shape(out, inp.shape, "rmsnorm_forward", "out");
   expect_numel("rmsnorm_forward", "rstd", rstd, N);
   const float* w = weight.data;
-#pragma omp parallel for schedule(static) if(N * C >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* x = inp.data + r * C;
     float* o = out.data + r * C;
@@ -147,7 +147,7 @@ void CpuBackend::rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& d
   expect_shape(dweight, Shape{C}, "rmsnorm_backward", "dweight");
   expect_numel("rmsnorm_backward", "rstd", rstd, N);
   const float* w = weight.data;
-#pragma omp parallel for schedule(static) if(N * C >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* x = inp.data + r * C;
     const float* g = dout.data + r * C;
@@ -164,7 +164,7 @@ void CpuBackend::rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& d
 
   const int64_t chunks = (C + kChannelChunk - 1) / kChannelChunk;
   float* dw = dweight.data;
-#pragma omp parallel for schedule(static) if(N * C >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t c0 = chunk * kChannelChunk, c1 = std::min(C, c0 + kChannelChunk);
     float acc[kChannelChunk] = {};
