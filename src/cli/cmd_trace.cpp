@@ -15,10 +15,13 @@ std::string one_file(Args& a) {
 
 int run_export(Args& a) {
   const auto chrome = a.value("--chrome");
+  const bool json = a.flag("--json");
   const std::string file = one_file(a);
   a.finish();
   if (!chrome) throw InputError(a.command() + ": give --chrome OUT.json");
   if (world_rank() == 0) trace::export_chrome(file, *chrome);
+  if (json)
+    print_json({{"input", file}, {"chrome", *chrome}, {"format", "chrome trace-event JSON"}});
   return 0;
 }
 
@@ -49,7 +52,7 @@ int run_info(Args& a) {
 
 Register reg_export{
     {"trace export", "convert an HDF5 trace to Chrome trace-event JSON",
-     "usage: stratagem trace export FILE.h5 --chrome OUT.json\n"
+     "usage: stratagem trace export FILE.h5 --chrome OUT.json [--json]\n"
      "  one process per rank (pid = rank), one thread per stream (tid), \"ph\":\"X\"\n"
      "  events with ts/dur in microseconds; open in chrome://tracing or Perfetto\n",
      run_export}};
