@@ -102,6 +102,7 @@ class Engine final : private FlowOwners {
   void coll_update(int id);
   void coll_data_done(int id, Time t);  // kEvColl
   void coll_finish(int id, Time t);
+  int open_xfer(XKind kind, const RankSt& r, int s, Time t, const CommP& cp);
   void start_send(RankSt& r, const StageData& sd, int s, uint32_t op, Time t);
   void start_copy(RankSt& r, const StageData& sd, int s, uint32_t op, Time t);
   bool start_recv(RankSt& r, const StageData& sd, int s, uint32_t op, Time t);

@@ -9,6 +9,20 @@
 
 namespace stratagem::sim {
 
+// A transfer record with the cost split of its op; the caller fills in what its kind needs.
+int Engine::open_xfer(XKind kind, const RankSt& r, int s, Time t, const CommP& cp) {
+  const int id = xfers_.open();
+  Xfer& x = xfers_[id];
+  x.kind = kind;
+  x.rank = r.rank;
+  x.stream = uint8_t(s);
+  x.start = t;
+  x.head = cp.head;
+  x.tail = cp.tail;
+  x.work = cp.work;
+  return id;
+}
+
 void Engine::start_send(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) {
   const int ch = r.chmap[sd.key[op]];
   const int peer = r.ch[ch].peer;
@@ -16,15 +30,8 @@ void Engine::start_send(RankSt& r, const StageData& sd, int s, uint32_t op, Time
     throw std::runtime_error("simulate: rank " + std::to_string(r.rank) + " op " +
                              std::to_string(op) + " sends to no pipeline peer");
   const CommP& cp = comm_of(sd, r.cls, op);
-  const int id = xfers_.open();
+  const int id = open_xfer(kXSend, r, s, t, cp);
   Xfer& x = xfers_[id];
-  x.kind = kXSend;
-  x.rank = r.rank;
-  x.stream = uint8_t(s);
-  x.start = t;
-  x.head = cp.head;
-  x.tail = cp.tail;
-  x.work = cp.work;
   x.dst = peer;
   const RankSt& q = ranks_[peer];
   x.dst_ch = q.ch[0].peer == r.rank ? 0 : 1;
@@ -45,15 +52,8 @@ void Engine::start_send(RankSt& r, const StageData& sd, int s, uint32_t op, Time
 void Engine::start_copy(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) {
   const Op& o = sd.sp->ops[op];
   const CommP& cp = comm_of(sd, r.cls, op);
-  const int id = xfers_.open();
+  const int id = open_xfer(kXCopy, r, s, t, cp);
   Xfer& x = xfers_[id];
-  x.kind = kXCopy;
-  x.rank = r.rank;
-  x.stream = uint8_t(s);
-  x.start = t;
-  x.head = cp.head;
-  x.tail = cp.tail;
-  x.work = cp.work;
   x.remote = false;
   const int res = cp.work > 0 ? net_.resource_of(cp.link, r.rank, o.kind) : -1;
   if (res >= 0) {
