@@ -17,31 +17,16 @@
 #include "stratagem/estimate.hpp"
 #include "stratagem/search.hpp"
 #include "test/support/run.hpp"
+#include "test/support/small_models.hpp"
 
 using namespace stratagem;
 
 namespace {
 
 ModelSpec small_model(int layers) {
-  ModelSpec m;
-  m.name = "test-gpt";
-  m.layers = layers;
-  m.hidden = 2048;
-  m.heads = 16;
-  m.kv_heads = 16;
-  m.ffn_hidden = 8192;
-  m.vocab = 32000;
-  m.seq_len = 2048;
-  validate(m, "test");
-  return m;
+  return test::small_model(layers, 2048);
 }
-
-ClusterSpec cluster(int gpus_per_node, int nodes) {
-  ClusterSpec c = load_cluster("dgx-a100-80g");
-  c.node.gpus_per_node = gpus_per_node;
-  c.nodes = nodes;
-  return c;
-}
+using test::cluster;
 
 struct Case {
   const char* name;

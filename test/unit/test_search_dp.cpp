@@ -14,6 +14,7 @@
 #include "src/search/stage_dp.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
+#include "test/support/small_models.hpp"
 
 using namespace stratagem;
 using namespace stratagem::search_detail;
@@ -22,25 +23,9 @@ namespace tt = boost::test_tools;
 namespace {
 
 ModelSpec small_model(int layers) {
-  ModelSpec m;
-  m.name = "test-gpt";
-  m.layers = layers;
-  m.hidden = 2048;
-  m.heads = 16;
-  m.kv_heads = 16;
-  m.ffn_hidden = 8192;
-  m.vocab = 32000;
-  m.seq_len = 1024;
-  validate(m, "test");
-  return m;
+  return test::small_model(layers, 1024);
 }
-
-ClusterSpec cluster(int gpus_per_node, int nodes) {
-  ClusterSpec c = load_cluster("dgx-a100-80g");
-  c.node.gpus_per_node = gpus_per_node;
-  c.nodes = nodes;
-  return c;
-}
+using test::cluster;
 
 struct Case {
   int layers, gpus_per_node, nodes, D, Bm, M;
