@@ -144,6 +144,9 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
     c.network.switch_latency_s = net.get_double("switch_latency_s", 0, 1, 1e-6);
     net.reject_unknown();
   }
+  // Provenance of a measured file (stratagem profile): kept for readers, not a model input.
+  if (r.has("profile") && !r.raw("profile").is_object())
+    r.fail("profile", "an object (written by stratagem profile)");
   r.reject_unknown();
   return c;
 }

@@ -12,3 +12,15 @@ TINY=(--layers 2 --hidden 64 --heads 4 --vocab 256 --seq-len 32)
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # losses FILE -> one loss per line, as written (%.9g)
 losses() { $PY -c 'import json,sys; [print(json.loads(l)["loss"]) for l in open(sys.argv[1])]' "$1"; }
+# expect_failure SUBCOMMAND NEEDLE NP ARGS...: the command must fail and print NEEDLE; leaves
+# its output in $out and its exit code in $rc.
+expect_failure() {
+  local sub=$1 needle=$2 np=$3; shift 3
+  set +e
+  # shellcheck disable=SC2086  # SUBCOMMAND may be two words ("data tokenize")
+  out=$("${MPIRUN[@]}" -np "$np" "$BIN" $sub "$@" 2>&1)
+  rc=$?
+  set -e
+  [ $rc -ne 0 ] || fail "accepted: $sub $*"
+  echo "$out" | grep -q -- "$needle" || fail "expected '$needle' for: $sub $*; got: $out"
+}

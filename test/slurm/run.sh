@@ -10,7 +10,8 @@
 #      every step as an uninterrupted jobs/local-train.sh run; checkpoints and trace must load.
 #      A plain scancel must checkpoint and end CANCELLED, not requeued;
 #   5. jobs/dryrun.sbatch (plan.json, search.json/.txt, forecast.json with iteration_time_s,
-#      forecast.h5) and jobs/mirror.sbatch (8 tasks, one per GPU of a 1-node plan);
+#      forecast.h5), jobs/mirror.sbatch (8 tasks, one per GPU of a 1-node plan) and the CPU
+#      variant of jobs/profile.sbatch (measured-cluster.json that loads as --cluster);
 #   6. bad input (no checkpoint for RESUME=1, plan vs node or task count, unknown model or
 #      cluster, a data file that is not tokens) ends with exit 2, a clear message in the job
 #      log, and no requeue.
@@ -272,7 +273,7 @@ if [ "$train_ok" = 1 ]; then
         sbatch --parsable "${CPU_GEOMETRY[@]}" -o "$WORK/train-cancel.out" "$REPO/jobs/train.sbatch")
   t0=$SECONDS
   while [ $((SECONDS - t0)) -lt 60 ]; do
-    [ "$(grep -c '"step"' "$R/log.jsonl" 2>/dev/null)" -ge 3 ] && break
+    [ "$( (cat "$R/log.jsonl" 2>/dev/null || true) | grep -c '"step"')" -ge 3 ] && break
     sleep 0.2
   done
   scancel "$jid"
@@ -340,6 +341,26 @@ else
     else
       failc "mirror.sbatch job $jid ended $st, ExitCode $ec"; show_log "$WORK/mirror.out"
     fi
+  fi
+fi
+
+# ---- 5c. profile: the CPU variant of jobs/profile.sbatch (4 tasks, cpu-local, --quick) -------
+if ! has_cmd profile; then
+  failc "profile: $BIN has no 'profile' subcommand yet; profile.sbatch untested"
+else
+  RP=$WORK/profile
+  jid=$(env CLUSTER=cpu-local BACKEND=cpu PROFILE_FLAGS=--quick RUN_DIR="$RP" OMP_NUM_THREADS=1 \
+        sbatch --parsable "${CPU_GEOMETRY[@]}" -o "$WORK/profile.out" "$REPO/jobs/profile.sbatch")
+  wait_done "$jid" "$(( $(left) - 30 ))"; st=$JOB_STATE
+  ec=$(jfield "$jid" ExitCode)
+  if [ "$st" = COMPLETED ] && [ "$ec" = 0:0 ]; then
+    pass "profile.sbatch (CPU variant: cpu-local, 4 tasks, --quick) completed in $(jfield "$jid" RunTime)"
+    check "profile measured-cluster.json" "${CHECK[@]}" json "$RP/measured-cluster.json" profile gpu node
+    check "measured-cluster.json loads as --cluster" "$BIN" estimate --layers 2 --hidden 64 --heads 4 \
+      --vocab 256 --seq-len 32 --dp 4 --micro-batch 1 --global-batch 4 --dtype fp32 \
+      --cluster "$RP/measured-cluster.json" --nodes 1
+  else
+    failc "profile.sbatch job $jid ended $st, ExitCode $ec"; show_log "$WORK/profile.out"
   fi
 fi
 
