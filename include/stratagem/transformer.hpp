@@ -1,7 +1,7 @@
 // The decoder Transformer as separately callable blocks over explicit weights, gradients and
 // saved activations, so a per-rank executor can run them in any pipeline order:
 //
-//   embedding fwd; for each layer: attention fwd, mlp fwd; lm_head_loss (fwd + bwd);
+//   embedding fwd; for each layer: attention fwd, mlp fwd; lm_head fwd; lm_head bwd;
 //   for each layer in reverse: mlp bwd, attention bwd; embedding bwd.
 //
 // Families: GPT-2 (layernorm, gelu, learned positions, biases, tied head) and LLaMA (rmsnorm,
@@ -149,8 +149,7 @@ struct Workspace {
   Tensor d_fc1;                                // (B,T,F | 2F)
   Tensor d_act;                                // (B,T,F)
   Tensor head_norm_out, head_mean, head_rstd;  // (B,T,C), (B,T), (B,T)
-  Tensor logits;  // (rows,V): the LM head runs over chunks of rows to bound memory
-  Tensor losses;  // (B*T)
+  Tensor losses;                               // (B*T)
 };
 Workspace allocate_workspace(Backend& backend, const TransformerConfig& cfg, int B, int T);
 
@@ -177,13 +176,22 @@ void mlp_backward(Backend& be, const TransformerConfig& cfg, const LayerWeights&
                   LayerWeights& grads, const Tensor& x_in, Tensor& dx, const MlpActs& acts,
                   Workspace& ws);
 
-// Final norm -> logits -> cross-entropy, forward and backward in one call. Returns the mean
-// loss over the B*T tokens; gradients are those of grad_scale * mean loss (pass
-// 1/(micro-batches * dp) so accumulation yields the global-batch mean). dx (B,T,C) is
-// overwritten with dL/dx_in.
+// Final norm -> logits (B*T,V) -> cross-entropy. Returns the mean loss over the B*T tokens.
+// logits is the caller's fp32 (B*T,V) buffer: it lives until the backward, as the Program's
+// head allocation says; the norm output and statistics stay in the workspace.
+float lm_head_forward(Backend& be, const TransformerConfig& cfg, const ModelWeights& w,
+                      const Tensor& x_in, std::span<const int32_t> targets, Tensor& logits,
+                      Workspace& ws);
+// Gradients of grad_scale * mean loss (pass 1/(micro-batches * dp) so accumulation yields the
+// global-batch mean) into the head weight and the final norm; logits become dlogits in place;
+// dx (B,T,C) is overwritten with dL/dx_in. Must follow the forward of the same micro-batch.
+void lm_head_backward(Backend& be, const TransformerConfig& cfg, const ModelWeights& w,
+                      ModelWeights& grads, const Tensor& x_in, std::span<const int32_t> targets,
+                      float grad_scale, Tensor& logits, Tensor& dx, Workspace& ws);
+// Both halves in one call (the serial driver).
 float lm_head_loss(Backend& be, const TransformerConfig& cfg, const ModelWeights& w,
                    ModelWeights& grads, const Tensor& x_in, std::span<const int32_t> targets,
-                   float grad_scale, Tensor& dx, Workspace& ws);
+                   float grad_scale, Tensor& logits, Tensor& dx, Workspace& ws);
 
 // ---- a whole model on one rank -----------------------------------------------------------
 struct Model {
@@ -210,6 +218,7 @@ struct TrainBuffers {
   std::vector<MlpActs> mlp;
   Tensor x_scratch;  // forward output sink when re-running under full
   Tensor dx;         // (B,T,C)
+  Tensor logits;     // (B*T,V) fp32, from the head's forward to its backward
   Workspace ws;
 };
 TrainBuffers allocate_train_buffers(Backend& be, const TransformerConfig& cfg, int micro_batch,

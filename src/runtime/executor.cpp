@@ -47,7 +47,8 @@ struct Executor::MicroState {
   std::vector<Tensor> x;  // residual streams (B,T,C): x[2l] enters layer l, x[2l+1] its mlp
   std::vector<AttentionActs> attn;
   std::vector<MlpActs> mlp;
-  Tensor dx;  // (B,T,C) gradient of the residual stream
+  Tensor dx;      // (B,T,C) gradient of the residual stream
+  Tensor logits;  // (B*T,V) fp32, from the head forward to its backward
 };
 
 Executor::Executor(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cluster,
@@ -111,7 +112,7 @@ Executor::Executor(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
       if (t->defined()) in_use_[static_cast<int>(MemCategory::buffers)] += t->numel() * 4;
   };
   count({&ws_.d_norm, &ws_.d_qkv, &ws_.d_attn, &ws_.d_fc1, &ws_.d_act, &ws_.head_norm_out,
-         &ws_.head_mean, &ws_.head_rstd, &ws_.logits, &ws_.losses, &scratch_mid_, &scratch_out_});
+         &ws_.head_mean, &ws_.head_rstd, &ws_.losses, &scratch_mid_, &scratch_out_});
   count(tensors_of(scratch_attn_));
   count(tensors_of(scratch_mlp_));
 }
@@ -327,11 +328,14 @@ void Executor::run_op(const Op& op, int64_t step, MicroState*& ms_out, StepResul
     }
     case Block::head:
       if (op.phase == Phase::forward) {
-        // Forward and backward of the loss run together; the head's backward op is then free.
+        Tensor& logits =
+            alloc_tracked(ms.logits, Shape{B * int64_t(T), cfg_.vocab}, MemCategory::activations);
+        loss_sum_ += lm_head_forward(be_, cfg_, w, ms.x[2 * L], ms.targets, logits, ws_);
+      } else {
         const float scale = 1.0f / float(program_.num_microbatches * dp_);
-        float loss = lm_head_loss(be_, cfg_, w, g, ms.x[2 * L], ms.targets, scale,
-                                  alloc_tracked(ms.dx, stream, MemCategory::activations), ws_);
-        loss_sum_ += loss;
+        lm_head_backward(be_, cfg_, w, g, ms.x[2 * L], ms.targets, scale, ms.logits,
+                         alloc_tracked(ms.dx, stream, MemCategory::activations), ws_);
+        release(ms.logits);
       }
       return;
     default:

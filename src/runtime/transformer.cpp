@@ -12,10 +12,6 @@
 namespace stratagem {
 namespace {
 
-// The LM head runs over chunks of this many logits so a 50k vocabulary never needs a full
-// (B*T,V) buffer (820 MB at B*T = 4096); chunks stay big enough for efficient GEMMs.
-constexpr int64_t kHeadChunkElements = int64_t{1} << 25;
-
 void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument(what);
 }
@@ -238,8 +234,6 @@ Workspace allocate_workspace(Backend& be, const TransformerConfig& c, int B, int
   ws.head_norm_out = be.allocate(Shape{B, T, c.hidden});
   ws.head_mean = be.allocate(Shape{B, T});
   ws.head_rstd = be.allocate(Shape{B, T});
-  const int64_t rows = std::clamp<int64_t>(kHeadChunkElements / c.vocab, 1, int64_t{B} * T);
-  ws.logits = be.allocate(Shape{rows, c.vocab});
   ws.losses = be.allocate(Shape{int64_t{B} * T});
   return ws;
 }
@@ -320,50 +314,73 @@ void mlp_backward(Backend& be, const TransformerConfig& c, const LayerWeights& w
                 a.norm_rstd);
 }
 
-float lm_head_loss(Backend& be, const TransformerConfig& c, const ModelWeights& w, ModelWeights& g,
-                   const Tensor& x_in, std::span<const int32_t> targets, float grad_scale,
-                   Tensor& dx, Workspace& ws) {
-  const auto [B, T] = stream_dims(c, x_in, "lm_head_loss");
-  expect_shape(dx, x_in.shape, "lm_head_loss", "dx");
-  const int64_t N = B * T, C = c.hidden, V = c.vocab;
-  require(static_cast<int64_t>(targets.size()) == N, "lm_head_loss: got " +
+namespace {
+// Shapes shared by the head's two halves: N = B*T rows of the residual stream.
+int64_t head_rows(const TransformerConfig& c, const Tensor& x_in, std::span<const int32_t> targets,
+                  const Tensor& logits, const char* who) {
+  const auto [B, T] = stream_dims(c, x_in, who);
+  const int64_t N = B * T;
+  require(static_cast<int64_t>(targets.size()) == N, std::string(who) + ": got " +
                                                          std::to_string(targets.size()) +
                                                          " targets for B*T = " + std::to_string(N));
+  expect_shape(logits, Shape{N, c.vocab}, who, "logits");
+  return N;
+}
+}  // namespace
+
+float lm_head_forward(Backend& be, const TransformerConfig& c, const ModelWeights& w,
+                      const Tensor& x_in, std::span<const int32_t> targets, Tensor& logits,
+                      Workspace& ws) {
+  const int64_t N = head_rows(c, x_in, targets, logits, "lm_head_forward");
+  const auto [B, T] = stream_dims(c, x_in, "lm_head_forward");
+  const int64_t C = c.hidden;
   Tensor xn = scratch_view(ws.head_norm_out, Shape{B, T, C}, "head_norm_out");
   Tensor mean =
       c.norm == Norm::layernorm ? scratch_view(ws.head_mean, Shape{B, T}, "head_mean") : Tensor{};
   Tensor rstd = scratch_view(ws.head_rstd, Shape{B, T}, "head_rstd");
-  Tensor d_norm = scratch_view(ws.d_norm, Shape{N, C}, "d_norm");
   Tensor losses = scratch_view(ws.losses, Shape{N}, "losses");
   norm_forward(be, c, x_in, w.norm_f_w, w.norm_f_b, xn, mean, rstd);
-
-  const Tensor& head_w = w.head_weight();
-  Tensor& head_g = g.head_weight();
-  const Tensor xn2 = xn.view(Shape{N, C});
-  const int64_t chunk = ws.logits.dim(0);
-  const float scale = grad_scale / static_cast<float>(N);
-  Tensor none;
-  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
-    const int64_t rows = std::min(chunk, N - r0);
-    Tensor logits = ws.logits.slice(0, Shape{rows, V});  // (rows,V)
-    const Tensor xr = xn2.rows(r0, r0 + rows);           // (rows,C)
-    Tensor lr = losses.rows(r0, r0 + rows);
-    Tensor dr = d_norm.rows(r0, r0 + rows);
-    const auto tr = targets.subspan(static_cast<size_t>(r0), static_cast<size_t>(rows));
-    be.matmul_forward(logits, xr, head_w, none);
-    be.crossentropy_forward(lr, logits, tr);
-    be.crossentropy_softmax_backward(logits, logits, tr, scale);  // logits -> dlogits
-    be.matmul_backward(dr, head_g, none, logits, xr, head_w);
-  }
-  be.fill(dx, 0.0f);
-  Tensor d_norm3 = d_norm.view(Shape{B, T, C});
-  norm_backward(be, c, dx, g.norm_f_w, g.norm_f_b, d_norm3, x_in, w.norm_f_w, mean, rstd);
-
+  const Tensor none;
+  be.matmul_forward(logits, xn.view(Shape{N, C}), w.head_weight(), none);  // (N,V)
+  be.crossentropy_forward(losses, logits, targets);
   std::vector<float> host(static_cast<size_t>(N));
   be.download(host.data(), losses);
   double total = 0;
   for (float l : host) total += l;
   return static_cast<float>(total / static_cast<double>(N));
+}
+
+void lm_head_backward(Backend& be, const TransformerConfig& c, const ModelWeights& w,
+                      ModelWeights& g, const Tensor& x_in, std::span<const int32_t> targets,
+                      float grad_scale, Tensor& logits, Tensor& dx, Workspace& ws) {
+  const int64_t N = head_rows(c, x_in, targets, logits, "lm_head_backward");
+  const auto [B, T] = stream_dims(c, x_in, "lm_head_backward");
+  expect_shape(dx, x_in.shape, "lm_head_backward", "dx");
+  const int64_t C = c.hidden;
+  // The forward's saved norm output and statistics (the workspace holds one micro-batch's, and
+  // the Program runs a head's backward right after its forward).
+  Tensor xn = scratch_view(ws.head_norm_out, Shape{B, T, C}, "head_norm_out");
+  Tensor mean =
+      c.norm == Norm::layernorm ? scratch_view(ws.head_mean, Shape{B, T}, "head_mean") : Tensor{};
+  Tensor rstd = scratch_view(ws.head_rstd, Shape{B, T}, "head_rstd");
+  Tensor d_norm = scratch_view(ws.d_norm, Shape{N, C}, "d_norm");
+  be.crossentropy_softmax_backward(logits, logits, targets,
+                                   grad_scale / static_cast<float>(N));  // logits -> dlogits
+  const Tensor none;
+  Tensor no_bias;
+  be.matmul_backward(d_norm, g.head_weight(), no_bias, logits, xn.view(Shape{N, C}),
+                     w.head_weight());
+  be.fill(dx, 0.0f);
+  Tensor d_norm3 = d_norm.view(Shape{B, T, C});
+  norm_backward(be, c, dx, g.norm_f_w, g.norm_f_b, d_norm3, x_in, w.norm_f_w, mean, rstd);
+}
+
+float lm_head_loss(Backend& be, const TransformerConfig& c, const ModelWeights& w, ModelWeights& g,
+                   const Tensor& x_in, std::span<const int32_t> targets, float grad_scale,
+                   Tensor& logits, Tensor& dx, Workspace& ws) {
+  const float loss = lm_head_forward(be, c, w, x_in, targets, logits, ws);
+  lm_head_backward(be, c, w, g, x_in, targets, grad_scale, logits, dx, ws);
+  return loss;
 }
 
 // ---- the serial driver --------------------------------------------------------------------
@@ -398,6 +415,7 @@ TrainBuffers allocate_train_buffers(Backend& be, const TransformerConfig& c, int
   if (mode == Recompute::full) b.x_scratch = be.allocate(stream);
   b.dx = be.allocate(stream);
   b.ws = allocate_workspace(be, c, micro_batch, seq);
+  b.logits = be.allocate(Shape{int64_t{micro_batch} * seq, c.vocab});
   return b;
 }
 
@@ -430,8 +448,8 @@ float forward_backward(Backend& be, Model& model, const Batch& batch, int micro_
       attention_forward(be, c, w.layer(l), x[2 * l], x[2 * l + 1], buf.attn[full ? 0 : l]);
       mlp_forward(be, c, w.layer(l), x[2 * l + 1], x[2 * l + 2], buf.mlp[full ? 0 : l]);
     }
-    total +=
-        lm_head_loss(be, c, w, g, x[2 * L], targets, extra_scale / micro_batches, buf.dx, buf.ws);
+    total += lm_head_loss(be, c, w, g, x[2 * L], targets, extra_scale / micro_batches, buf.logits,
+                          buf.dx, buf.ws);
     for (int l = L - 1; l >= 0; --l) {
       if (full) mlp_forward(be, c, w.layer(l), x[2 * l + 1], buf.x_scratch, buf.mlp[0]);
       mlp_backward(be, c, w.layer(l), g.layer(l), x[2 * l + 1], buf.dx, buf.mlp[full ? 0 : l],
