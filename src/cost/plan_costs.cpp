@@ -2,55 +2,10 @@
 
 #include <algorithm>
 
+#include "src/cost/layer_cost.hpp"
+
 namespace stratagem::cost_detail {
 namespace {
-
-// Per-rank figures of one Transformer layer for one micro-batch.
-struct LayerCost {
-  double fwd_s = 0, bwd_s = 0, rec_s = 0;           // kernels
-  double tp_fwd_s = 0, tp_bwd_s = 0, tp_rec_s = 0;  // compute waits for these
-  double fetch_s = 0;  // one fetch of the weights: ZeRO-3 all-gather (dp) or h2d copy
-  bool fetch_on_h2d = false;
-  double grad_rs_mb_s = 0;   // ZeRO-2/3 reduce-scatter after every micro-batch
-  double grad_reduce_s = 0;  // ZeRO-0/1 all-reduce / reduce-scatter after the last one
-  double gather_s = 0;       // ZeRO-1/2 all-gather after the step
-  double act_d2h_s = 0, act_h2d_s = 0;
-  int64_t weights = 0, grads = 0, optimizer = 0;
-  int64_t device_opt_params = 0, host_opt_params = 0;
-  int64_t kept = 0;                  // saved activations resident until backward
-  int64_t fwd_act = 0, fwd_buf = 0;  // this layer's bytes at its forward's worst moment
-  int64_t bwd_act = 0, bwd_buf = 0;  // ... and at its backward's worst moment
-};
-
-// Where a stage's ranks sit: stage s holds ranks s*D .. s*D+D-1, gpus_per_node to a node.
-struct Geometry {
-  int64_t g = 1, D = 1;
-  int span(int64_t first, int64_t count) const {
-    return int((first + count - 1) / g - first / g + 1);
-  }
-  // Nodes of the worst tensor group of degree tp on stage s.
-  int tp_nodes(int s, int tp) const {
-    const int64_t dp = D / tp;
-    int worst = 1;
-    for (int64_t k = 0; k < std::min<int64_t>(dp, g); ++k)
-      worst = std::max(worst, span(s * D + k * tp, tp));
-    return worst;
-  }
-  // Nodes of the worst data-parallel group (a stride tp <= gpus_per_node skips no node).
-  int dp_nodes(int s, int tp) const {
-    const int64_t dp = D / tp;
-    int worst = 1;
-    for (int64_t j : {int64_t(0), int64_t(tp - 1)}) {
-      const int64_t first = s * D + j;
-      worst = std::max(worst, int((first + (dp - 1) * tp) / g - first / g + 1));
-    }
-    return worst;
-  }
-  // Do the ranks of stages s and t with the same local index share nodes?
-  bool same_node(int s, int t) const {
-    return (s * D) / g == (t * D) / g && (s * D + D - 1) / g == (t * D + D - 1) / g;
-  }
-};
 
 // Activation bytes at one moment, split by category.
 struct Mem {
@@ -84,7 +39,7 @@ class Analyzer {
         p_(cost.plan()),
         with_time_(with_time),
         e_(dtype_bytes(p_.dtype)),
-        opt_bpp_(p_.dtype == Dtype::fp32 ? 8 : 12),
+        opt_bpp_(optimizer_bytes_per_param(p_.dtype)),
         A_(scratch.A),
         fpk_(scratch.fpk),
         bpk_(scratch.bpk),
@@ -122,17 +77,6 @@ class Analyzer {
     return c_.collective_cost(k, bytes, size, nodes).time_s();
   }
 
-  // Model states of `params` parameters under a strategy (as the Program's setup()).
-  void add_states(const LayerStrategy& s, int64_t params, int64_t& w, int64_t& g, int64_t& o,
-                  int64_t& dev, int64_t& host) const {
-    const int64_t shard = (params + s.dp - 1) / s.dp;
-    w += s.offload_params ? 0 : (s.zero == 3 ? shard : params) * e_;
-    g += (s.zero >= 2 ? shard : params) * e_;
-    const int64_t n = s.zero >= 1 ? shard : params;
-    o += s.offload_optimizer ? 0 : n * opt_bpp_;
-    (s.offload_optimizer ? host : dev) += n;
-  }
-
   // Embedding (+ LM head) parameters of a stage, as the Program's embed_params().
   int64_t embed_params(int s) const {
     const bool first = s == 0, last = s == p_.pp - 1;
@@ -148,85 +92,11 @@ class Analyzer {
     // a strategy, so a uniform plan costs one layer.
     if (have_ && tp_nodes == cached_tp_nodes_ && dp_nodes == cached_dp_nodes_ && s == cached_st_)
       return cached_;
-    LayerCost lc;
-    const int b = samples_for(s.dp);
-    const bool flash = p_.flash_attention;
-    const int64_t params = block_parameters_per_rank(m_, s.tp, Block::attention) +
-                           block_parameters_per_rank(m_, s.tp, Block::mlp);
-    add_states(s, params, lc.weights, lc.grads, lc.optimizer, lc.device_opt_params,
-               lc.host_opt_params);
-    // Activations, tensor by tensor as the Program allocates them.
-    auto saved = [&](Block blk, Recompute rc, bool fl) {
-      return saved_activation_bytes(m_, s, blk, b, rc, fl, p_.dtype);
-    };
-    const int64_t sa = saved(Block::attention, s.recompute, flash);
-    const int64_t sm = saved(Block::mlp, s.recompute, flash);
-    const bool fetches = (s.zero == 3 && s.dp > 1) || s.offload_params;
-    const int64_t fetch_bytes = fetches ? params * e_ : 0;
-    lc.kept = s.offload_activations ? 0 : sa + sm;
-    lc.fwd_act = sa + sm;
-    lc.fwd_buf = fetch_bytes;
-    // Backward of the layer: the mlp backward runs with both blocks' saved tensors (and full
-    // recompute's rebuilt ones); the attention backward with the attention's only.
-    int64_t during_mlp = sa + sm, during_attn = sa;
-    if (s.recompute == Recompute::full) {
-      const int64_t re_a = saved(Block::attention, Recompute::none, flash) - sa;
-      during_mlp += re_a + saved(Block::mlp, Recompute::none, flash);
-      during_attn += re_a;
-    } else if (s.recompute == Recompute::selective && !flash) {
-      during_attn += saved(Block::attention, Recompute::none, false) - sa;  // probabilities
-    }
-    lc.bwd_act = std::max(during_mlp, during_attn);
-    lc.bwd_buf = fetch_bytes;
-
-    if (with_time_) {
-      lc.fwd_s = c_.block_time_s(forward_work(m_, s, Block::attention, b, flash)) +
-                 c_.block_time_s(forward_work(m_, s, Block::mlp, b, flash));
-      lc.bwd_s = c_.block_time_s(backward_work(m_, s, Block::attention, b, flash)) +
-                 c_.block_time_s(backward_work(m_, s, Block::mlp, b, flash));
-      if (s.recompute == Recompute::full) {
-        lc.rec_s = lc.fwd_s;
-      } else if (s.recompute == Recompute::selective && !flash) {
-        BlockWork core = attention_core_work(m_, s, b, false);
-        core.attention_flops /= 2;  // QK^T only: AV's output is saved as the projection input
-        lc.rec_s = c_.block_time_s(core);
-      }
-      if (s.tp > 1) {
-        const int64_t msg = int64_t(e_) * b * m_.seq_len * m_.hidden;
-        const double per_block = s.sequence_parallel
-                                     ? coll(Collective::all_gather, msg, s.tp, tp_nodes) +
-                                           coll(Collective::reduce_scatter, msg, s.tp, tp_nodes)
-                                     : coll(Collective::all_reduce, msg, s.tp, tp_nodes);
-        lc.tp_fwd_s = lc.tp_bwd_s = 2 * per_block;
-        lc.tp_rec_s = s.recompute == Recompute::full ? 2 * per_block : 0;
-      }
-      const int64_t pbytes = params * e_;
-      if (s.dp > 1) {
-        if (s.zero == 3) lc.fetch_s = coll(Collective::all_gather, pbytes, s.dp, dp_nodes);
-        // ZeRO-3 with offloaded parameters: the shard crosses PCIe before each gather.
-        if (s.zero == 3 && s.offload_params)
-          lc.fetch_s += c_.copy_cost((pbytes + s.dp - 1) / s.dp).time_s();
-        if (s.zero >= 2) lc.grad_rs_mb_s = coll(Collective::reduce_scatter, pbytes, s.dp, dp_nodes);
-        if (s.zero == 0) lc.grad_reduce_s = coll(Collective::all_reduce, pbytes, s.dp, dp_nodes);
-        if (s.zero == 1)
-          lc.grad_reduce_s = coll(Collective::reduce_scatter, pbytes, s.dp, dp_nodes);
-        if (s.zero == 1 || s.zero == 2)
-          lc.gather_s = coll(Collective::all_gather, pbytes, s.dp, dp_nodes);
-      }
-      if (s.offload_params && !(s.zero == 3 && s.dp > 1)) {
-        lc.fetch_s = c_.copy_cost(pbytes).time_s();
-        lc.fetch_on_h2d = true;
-      }
-      if (s.offload_activations) {
-        lc.act_d2h_s = c_.copy_cost(sa + sm).time_s();
-        lc.act_h2d_s = lc.act_d2h_s;
-      }
-    }
+    cached_ = cost_detail::layer_cost(c_, s, samples_for(s.dp), tp_nodes, dp_nodes, with_time_);
     have_ = true;
     cached_st_ = s;
     cached_tp_nodes_ = tp_nodes;
     cached_dp_nodes_ = dp_nodes;
-    cached_ = lc;
     return cached_;
   }
 
@@ -234,7 +104,7 @@ class Analyzer {
     const int pp = p_.pp;
     geo_tp_ = 0;  // group placement depends on the stage
     const int nchunks = int(p_.chunks.size());
-    int64_t w = 0, g = 0, o = 0, dev = 0, host = 0;
+    ModelStates states;
     int max_samples = samples(-1);
     reduces_.clear();
     double deferred = 0;  // reductions run after the last micro-batch (no overlap)
@@ -257,8 +127,10 @@ class Analyzer {
         keep_max(fp, {prefix + lc.fwd_act, lc.fwd_buf});
         keep_max(bp, {prefix + lc.bwd_act, lc.bwd_buf});
         prefix += lc.kept;
-        w += lc.weights, g += lc.grads, o += lc.optimizer;
-        dev += lc.device_opt_params, host += lc.host_opt_params;
+        states.weights += lc.states.weights, states.grads += lc.states.grads;
+        states.optimizer += lc.states.optimizer;
+        states.device_opt_params += lc.states.device_opt_params;
+        states.host_opt_params += lc.states.host_opt_params;
         if (!with_time_) continue;
         sc.fwd_s += lc.fwd_s;
         sc.bwd_s += lc.bwd_s;
@@ -314,12 +186,13 @@ class Analyzer {
       }
     }
     const int64_t ep = embed_params(s);
-    if (ep > 0) add_states(p_.embedding, ep, w, g, o, dev, host);
-    if (with_time_) extras(s, ep, dev, host, deferred, sc);
+    if (ep > 0) states.add(p_.embedding, ep, e_, opt_bpp_);
+    if (with_time_) extras(s, ep, states.device_opt_params, states.host_opt_params, deferred, sc);
 
     const Mem peak = schedule_peak(s);
     const int64_t ws = int64_t(2) * e_ * max_samples * m_.seq_len * m_.hidden;
     MemoryBreakdown& mb = sc.memory;
+    const int64_t w = states.weights, g = states.grads, o = states.optimizer;
     mb.weights_bytes = w;
     mb.grads_bytes = g;
     mb.optimizer_bytes = o;
@@ -336,34 +209,20 @@ class Analyzer {
     const int pp = p_.pp;
     const LayerStrategy& es = p_.embedding;
     const int b = samples(-1);
-    const int64_t act = int64_t(e_) * b * m_.seq_len * m_.hidden;
     const int tpn = geo_.tp_nodes(s, es.tp), dpn = geo_.dp_nodes(s, es.tp);
-    const double launch = c_.cluster().gpu.kernel_launch_s;
+    const EmbeddingHeadCost x = embedding_head_cost(c_, es, b, tpn);
     double emb_bwd = 0;
     if (s == 0) {
-      sc.fwd_s += c_.elementwise_time_s(2.0 * act) + launch;
-      emb_bwd = c_.elementwise_time_s(2.0 * act) + 2 * launch;
+      sc.fwd_s += x.emb_fwd_s;
+      emb_bwd = x.emb_bwd_s;
       sc.bwd_s += emb_bwd;
-      if (es.tp > 1)
-        sc.tp_s += coll(es.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce,
-                        act, es.tp, tpn);
+      sc.tp_s += x.emb_tp_s;
     }
     if (s == pp - 1) {
-      const double T = double(b) * m_.seq_len;
-      const int64_t logits = static_cast<int64_t>(4.0 * T * m_.vocab / es.tp);
-      const double ew = 2.0 * logits + 2.0 * e_ * T * m_.hidden;
-      sc.fwd_s += c_.block_time_s(c_.head_work(Phase::forward, b, ew));
-      sc.bwd_s += c_.block_time_s(c_.head_work(Phase::backward, b, ew));
-      if (es.tp > 1) {
-        if (es.sequence_parallel) sc.tp_s += coll(Collective::all_gather, act, es.tp, tpn);
-        // Vocabulary-parallel cross entropy: max, sum-exp and target logit per token.
-        sc.tp_s += coll(Collective::all_reduce, static_cast<int64_t>(12 * T), es.tp, tpn);
-        const double t =
-            coll(es.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce, act,
-                 es.tp, tpn);
-        sc.tp_s += t;
-        sc.tp_bwd_s += t;
-      }
+      sc.fwd_s += x.head_fwd_s;
+      sc.bwd_s += x.head_bwd_s;
+      sc.tp_s += x.head_tp_s;
+      sc.tp_bwd_s += x.head_tp_bwd_s;
     }
     // Embedding gradients: reduced after the embedding backward (stage 0, the very end) or
     // after the loss backward (last stage, before its final backward passes).

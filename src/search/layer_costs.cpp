@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "src/cost/layer_cost.hpp"
 #include "stratagem/workload.hpp"
 
 namespace stratagem::search_detail {
@@ -10,33 +11,12 @@ namespace stratagem::search_detail {
 // ---- geometry (as the estimator places groups) ----------------------------------------------
 
 namespace {
-int span(int64_t g, int64_t first, int64_t count) {
-  return int((first + count - 1) / g - first / g + 1);
-}
 int log2_of(int x) {
   int l = 0;
   while ((1 << l) < x) ++l;
   return l;
 }
 }  // namespace
-
-int Geometry::tp_nodes(int s, int tp) const {
-  const int64_t dp = D / tp;
-  int worst = 1;
-  for (int64_t k = 0; k < std::min<int64_t>(dp, g); ++k)
-    worst = std::max(worst, span(g, s * D + k * tp, tp));
-  return worst;
-}
-
-int Geometry::dp_nodes(int s, int tp) const {
-  const int64_t dp = D / tp;
-  int worst = 1;
-  for (int64_t j : {int64_t(0), int64_t(tp - 1)}) {
-    const int64_t first = s * D + j;
-    worst = std::max(worst, int((first + (dp - 1) * tp) / g - first / g + 1));
-  }
-  return worst;
-}
 
 std::vector<int> Geometry::signature(int s, const std::vector<int>& tps) const {
   std::vector<int> sig;
@@ -61,7 +41,7 @@ CostTables::CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bo
       flash_(flash),
       overlap_(overlap_grad_reduce),
       e_(dtype_bytes(dtype)),
-      opt_bpp_(dtype == Dtype::fp32 ? 8 : 12) {
+      opt_bpp_(cost_detail::optimizer_bytes_per_param(dtype)) {
   const int g = std::max(1, c.node.gpus_per_node);
   for (int tp = 1; tp <= std::max(1, g); tp *= 2) {
     auto p = std::make_unique<Plan>();
@@ -93,96 +73,27 @@ const CostModel& CostTables::cost(int tp) const {
 }
 
 LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_nodes) const {
-  const CostModel& cm = *costs_.front();
+  // The estimator's per-layer figures (src/cost/layer_cost.cpp), folded into what the stage DP
+  // needs: one busy time, the side streams, a tail and four memory terms.
+  const cost_detail::LayerCost x =
+      cost_detail::layer_cost(*costs_.front(), s, b, tp_nodes, dp_nodes, /*with_time=*/true);
   LayerCost lc;
   lc.st = s;
   lc.samples = b;
-  const bool flash = flash_;
-  const int64_t params = block_parameters_per_rank(m_, s.tp, Block::attention) +
-                         block_parameters_per_rank(m_, s.tp, Block::mlp);
-  // Model states, as the Program's setup() and the estimator's add_states().
-  const int64_t shard = (params + s.dp - 1) / s.dp;
-  const int64_t w = s.offload_params ? 0 : (s.zero == 3 ? shard : params) * e_;
-  const int64_t gr = (s.zero >= 2 ? shard : params) * e_;
-  const int64_t nopt = s.zero >= 1 ? shard : params;
-  const int64_t o = s.offload_optimizer ? 0 : nopt * opt_bpp_;
-  lc.states = w + gr + o;
-  // Activations, tensor by tensor as the Program allocates them.
-  auto saved = [&](Block blk, Recompute rc, bool fl) {
-    return saved_activation_bytes(m_, s, blk, b, rc, fl, dtype_);
-  };
-  const int64_t sa = saved(Block::attention, s.recompute, flash);
-  const int64_t sm = saved(Block::mlp, s.recompute, flash);
-  const bool fetches = (s.zero == 3 && s.dp > 1) || s.offload_params;
-  const int64_t fetch_bytes = fetches ? params * e_ : 0;
-  lc.kept = s.offload_activations ? 0 : sa + sm;
-  const int64_t fwd_act = sa + sm;
-  int64_t during_mlp = sa + sm, during_attn = sa;
-  if (s.recompute == Recompute::full) {
-    const int64_t re_a = saved(Block::attention, Recompute::none, flash) - sa;
-    during_mlp += re_a + saved(Block::mlp, Recompute::none, flash);
-    during_attn += re_a;
-  } else if (s.recompute == Recompute::selective && !flash) {
-    during_attn += saved(Block::attention, Recompute::none, false) - sa;
-  }
-  const int64_t bwd_act = std::max(during_mlp, during_attn);
-  lc.transient = std::max(fwd_act - lc.kept + fetch_bytes, bwd_act - lc.kept + fetch_bytes);
+  lc.states = x.states.weights + x.states.grads + x.states.optimizer;
+  lc.kept = x.kept;
+  lc.transient = std::max(x.fwd_act - x.kept + x.fwd_buf, x.bwd_act - x.kept + x.bwd_buf);
   lc.workspace = int64_t(2) * e_ * b * m_.seq_len * m_.hidden;
   lc.boundary = boundary_activation_bytes(m_, s, b, dtype_);
-
-  // Time per micro-batch.
-  const double fwd = cm.block_time_s(forward_work(m_, s, Block::attention, b, flash)) +
-                     cm.block_time_s(forward_work(m_, s, Block::mlp, b, flash));
-  const double bwd = cm.block_time_s(backward_work(m_, s, Block::attention, b, flash)) +
-                     cm.block_time_s(backward_work(m_, s, Block::mlp, b, flash));
-  double rec = 0;
-  if (s.recompute == Recompute::full) {
-    rec = fwd;
-  } else if (s.recompute == Recompute::selective && !flash) {
-    BlockWork core = attention_core_work(m_, s, b, false);
-    core.attention_flops /= 2;
-    rec = cm.block_time_s(core);
-  }
-  auto coll = [&](Collective k, int64_t bytes, int size, int nodes) {
-    return cm.collective_cost(k, bytes, size, nodes).time_s();
-  };
-  double tp_time = 0;
-  if (s.tp > 1) {
-    const int64_t msg = int64_t(e_) * b * m_.seq_len * m_.hidden;
-    const double per_block = s.sequence_parallel
-                                 ? coll(Collective::all_gather, msg, s.tp, tp_nodes) +
-                                       coll(Collective::reduce_scatter, msg, s.tp, tp_nodes)
-                                 : coll(Collective::all_reduce, msg, s.tp, tp_nodes);
-    tp_time = 2 * per_block + 2 * per_block + (s.recompute == Recompute::full ? 2 * per_block : 0);
-  }
-  lc.busy_s = fwd + bwd + rec + tp_time;
-  const int64_t pbytes = params * e_;
-  double fetch = 0, grad_rs_mb = 0, gather = 0;
-  bool fetch_on_h2d = false;
-  if (s.dp > 1) {
-    if (s.zero == 3) fetch = coll(Collective::all_gather, pbytes, s.dp, dp_nodes);
-    // ZeRO-3 with offloaded parameters: the shard crosses PCIe before each gather.
-    if (s.zero == 3 && s.offload_params) fetch += cm.copy_cost((pbytes + s.dp - 1) / s.dp).time_s();
-    if (s.zero >= 2) grad_rs_mb = coll(Collective::reduce_scatter, pbytes, s.dp, dp_nodes);
-    lc.reduce_s = s.zero >= 2
-                      ? grad_rs_mb
-                      : coll(s.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
-                             pbytes, s.dp, dp_nodes);
-    if (s.zero == 1 || s.zero == 2) gather = coll(Collective::all_gather, pbytes, s.dp, dp_nodes);
-  }
-  if (s.offload_params && !(s.zero == 3 && s.dp > 1)) {
-    fetch = cm.copy_cost(pbytes).time_s();
-    fetch_on_h2d = true;
-  }
-  double act_copy = 0;
-  if (s.offload_activations) act_copy = cm.copy_cost(sa + sm).time_s();
-  lc.fetch_s = fetch;
-  lc.act_h2d_s = act_copy;
-  lc.dp_stream_s = (fetch_on_h2d ? 0 : 2 * fetch) + grad_rs_mb;
-  lc.h2d_stream_s = (fetch_on_h2d ? 2 * fetch : 0) + act_copy;
-  lc.d2h_stream_s = act_copy;
-  lc.tail_s = gather + double(s.offload_optimizer ? 0 : nopt) * dev_opt_rate_ +
-              double(s.offload_optimizer ? nopt : 0) * host_opt_rate_;
+  lc.busy_s = x.fwd_s + x.bwd_s + x.rec_s + x.tp_fwd_s + x.tp_bwd_s + x.tp_rec_s;
+  lc.fetch_s = x.fetch_s;
+  lc.act_h2d_s = x.act_h2d_s;
+  lc.dp_stream_s = (x.fetch_on_h2d ? 0 : 2 * x.fetch_s) + x.grad_rs_mb_s;
+  lc.h2d_stream_s = (x.fetch_on_h2d ? 2 * x.fetch_s : 0) + x.act_h2d_s;
+  lc.d2h_stream_s = x.act_d2h_s;
+  lc.reduce_s = s.zero >= 2 ? x.grad_rs_mb_s : x.grad_reduce_s;
+  lc.tail_s = x.gather_s + double(x.states.device_opt_params) * dev_opt_rate_ +
+              double(x.states.host_opt_params) * host_opt_rate_;
   return lc;
 }
 
@@ -204,28 +115,10 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
   auto coll = [&](Collective k, int64_t bytes, int size, int nodes) {
     return cm.collective_cost(k, bytes, size, nodes).time_s();
   };
-  const int64_t act = int64_t(e_) * b * m_.seq_len * m_.hidden;
-  const double launch = c_.gpu.kernel_launch_s;
-  // First stage: lookup forward, scatter-add backward, vocabulary-parallel sum.
-  ec.first_busy_s =
-      cm.elementwise_time_s(2.0 * act) + launch + cm.elementwise_time_s(2.0 * act) + 2 * launch;
-  if (es.tp > 1)
-    ec.first_busy_s +=
-        coll(es.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce, act, es.tp,
-             tpn);
-  // Last stage: logits GEMM and the loss, forward and backward.
-  const double T = double(b) * m_.seq_len;
-  ec.logits = static_cast<int64_t>(4.0 * T * m_.vocab / es.tp);
-  const double ew = 2.0 * ec.logits + 2.0 * e_ * T * m_.hidden;
-  ec.last_busy_s = cm.block_time_s(cm.head_work(Phase::forward, b, ew)) +
-                   cm.block_time_s(cm.head_work(Phase::backward, b, ew));
-  if (es.tp > 1) {
-    if (es.sequence_parallel) ec.last_busy_s += coll(Collective::all_gather, act, es.tp, tpn);
-    ec.last_busy_s += coll(Collective::all_reduce, static_cast<int64_t>(12 * T), es.tp, tpn);
-    ec.last_busy_s +=
-        coll(es.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce, act, es.tp,
-             tpn);
-  }
+  const cost_detail::EmbeddingHeadCost x = cost_detail::embedding_head_cost(cm, es, b, tpn);
+  ec.first_busy_s = x.emb_fwd_s + x.emb_bwd_s + x.emb_tp_s;
+  ec.last_busy_s = x.head_fwd_s + x.head_bwd_s + x.head_tp_s;
+  ec.logits = x.logits_bytes;
   ec.workspace = int64_t(2) * e_ * b * m_.seq_len * m_.hidden;
   // Parameters: first stage the embeddings, last stage the head (+ its copy of a tied wte).
   const int64_t first_p = embedding_parameters_per_rank(m_, es.tp);
@@ -235,14 +128,11 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
   // pass and is exposed in full (the estimator's tau = 0).
   auto states_of = [&](int64_t params, int64_t& states, double& tail, double& dps,
                        bool exposed_reduce) {
-    const int64_t shard = (params + es.dp - 1) / es.dp;
-    const int64_t w = es.offload_params ? 0 : (es.zero == 3 ? shard : params) * e_;
-    const int64_t gr = (es.zero >= 2 ? shard : params) * e_;
-    const int64_t nopt = es.zero >= 1 ? shard : params;
-    const int64_t o = es.offload_optimizer ? 0 : nopt * opt_bpp_;
-    states = w + gr + o;
-    tail = double(es.offload_optimizer ? 0 : nopt) * dev_opt_rate_ +
-           double(es.offload_optimizer ? nopt : 0) * host_opt_rate_;
+    cost_detail::ModelStates st;
+    st.add(es, params, e_, opt_bpp_);
+    states = st.weights + st.grads + st.optimizer;
+    tail =
+        double(st.device_opt_params) * dev_opt_rate_ + double(st.host_opt_params) * host_opt_rate_;
     dps = 0;
     if (es.dp > 1) {
       const int64_t bytes = params * e_;

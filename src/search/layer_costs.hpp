@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "src/cost/layer_cost.hpp"
 #include "src/search/stage_dp.hpp"
 #include "stratagem/cluster.hpp"
 #include "stratagem/cost.hpp"
@@ -15,12 +16,8 @@
 
 namespace stratagem::search_detail {
 
-// Where a stage's ranks sit (stage s holds ranks s*D .. s*D+D-1, gpus_per_node to a node):
-// how many nodes its tensor- and data-parallel groups span, as the estimator places them.
-struct Geometry {
-  int64_t g = 1, D = 1;
-  int tp_nodes(int stage, int tp) const;
-  int dp_nodes(int stage, int tp) const;
+// Where a stage's ranks sit, as the estimator places them (src/cost/layer_cost.hpp).
+struct Geometry : cost_detail::Geometry {
   // Signature of a stage's placement for the given tp degrees (stages with equal signatures
   // cost every strategy alike).
   std::vector<int> signature(int stage, const std::vector<int>& tps) const;

@@ -1,0 +1,70 @@
+// One Transformer layer on one rank, per micro-batch: its kernels, the collectives and copies
+// its strategy adds, its model states and its activation bytes. The fast estimator
+// (plan_costs.cpp) composes stages from these and the strategy search (src/search/) builds its
+// tables from them, so the two cannot drift apart. Every figure mirrors what the Program
+// generator emits for the layer (src/core/program.cpp) and is priced by the CostModel.
+#pragma once
+#include <cstdint>
+
+#include "stratagem/cost.hpp"
+
+namespace stratagem::cost_detail {
+
+// Where a stage's ranks sit: stage s holds ranks s*D .. s*D+D-1, g (GPUs per node) to a node.
+struct Geometry {
+  int64_t g = 1, D = 1;
+  // Nodes of the worst tensor-parallel group of degree tp on stage s.
+  int tp_nodes(int s, int tp) const;
+  // Nodes of the worst data-parallel group (a stride tp <= gpus_per_node skips no node).
+  int dp_nodes(int s, int tp) const;
+  // Do the ranks of stages s and t with the same local index share nodes?
+  bool same_node(int s, int t) const;
+};
+
+// Model states of `params` parameters under a strategy, as the Program's setup() allocates
+// them: weights and gradients in the plan's dtype, optimizer states (fp32 master + Adam
+// moments) after ZeRO, nothing on the device for what is offloaded.
+struct ModelStates {
+  int64_t weights = 0, grads = 0, optimizer = 0;       // device bytes
+  int64_t device_opt_params = 0, host_opt_params = 0;  // parameters each optimizer updates
+  void add(const LayerStrategy& s, int64_t params, int elem_bytes, int64_t opt_bytes_per_param);
+};
+// Optimizer-state bytes per parameter: fp32 master + two moments (12), or two moments when the
+// weights are already fp32 (8).
+int64_t optimizer_bytes_per_param(Dtype d);
+
+struct LayerCost {
+  // Kernels per micro-batch (seconds on one rank).
+  double fwd_s = 0, bwd_s = 0, rec_s = 0;
+  // Tensor-parallel collectives compute waits for, in the forward, backward and recompute.
+  double tp_fwd_s = 0, tp_bwd_s = 0, tp_rec_s = 0;
+  double fetch_s = 0;  // one fetch of the weights: ZeRO-3 all-gather (dp) or h2d copy
+  bool fetch_on_h2d = false;
+  double grad_rs_mb_s = 0;              // ZeRO-2/3 reduce-scatter after every micro-batch
+  double grad_reduce_s = 0;             // ZeRO-0/1 all-reduce / reduce-scatter after the last one
+  double gather_s = 0;                  // ZeRO-1/2 all-gather after the step
+  double act_d2h_s = 0, act_h2d_s = 0;  // offloaded activations, each way
+  ModelStates states;
+  int64_t kept = 0;                  // saved activations resident until backward
+  int64_t fwd_act = 0, fwd_buf = 0;  // this layer's bytes at its forward's worst moment
+  int64_t bwd_act = 0, bwd_buf = 0;  // ... and at its backward's worst moment
+};
+
+// The embedding (first stage) and the LM head with its loss (last stage), per micro-batch.
+struct EmbeddingHeadCost {
+  double emb_fwd_s = 0, emb_bwd_s = 0;  // lookup; zero + scatter-add
+  double emb_tp_s = 0;                  // vocabulary-parallel sum of the lookup (tp > 1)
+  double head_fwd_s = 0, head_bwd_s = 0;
+  double head_tp_s = 0;      // sequence gather, loss statistics and input-gradient reduction
+  double head_tp_bwd_s = 0;  // the part of head_tp_s in backward
+  int64_t logits_bytes = 0;  // fp32 logits alive from the loss forward to its backward
+};
+EmbeddingHeadCost embedding_head_cost(const CostModel& cost, const LayerStrategy& es, int samples,
+                                      int tp_nodes);
+
+// `samples` per rank per micro-batch; tp_nodes and dp_nodes: nodes its groups span. Without
+// `with_time` only the bytes are filled in.
+LayerCost layer_cost(const CostModel& cost, const LayerStrategy& s, int samples, int tp_nodes,
+                     int dp_nodes, bool with_time);
+
+}  // namespace stratagem::cost_detail
