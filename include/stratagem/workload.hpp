@@ -58,6 +58,10 @@ int64_t block_parameters_per_rank(const ModelSpec& m, int tp, Block b);
 // Embedding (+ LM head when untied) parameters on a rank of the first/last stage.
 int64_t embedding_parameters_per_rank(const ModelSpec& m, int tp);
 int64_t head_parameters_per_rank(const ModelSpec& m, int tp);  // untied head + final norm
+// Parameters the LM head and loss read on a rank: its weight (the word embedding when tied) and
+// the final norm. What a ZeRO-3 or offloaded head fetches; the lookup fetches
+// embedding_parameters_per_rank, and the embedding backward reads no weights.
+int64_t head_compute_parameters_per_rank(const ModelSpec& m, int tp);
 
 // Megatron's model-FLOP count per iteration: 72 B s l h^2 (1 + s/6h + V/12lh) for GPT
 // (generalized per layer for GQA/SwiGLU by counting the GEMMs). Recompute does not count.

@@ -247,8 +247,10 @@ class StageBuilder {
 
   // Parameters that are not resident (ZeRO-3 shards or host-offloaded) are fetched before use.
   int fetch_params(int layer, Phase ph, int mb, int after) {
-    const auto& s = strat(layer);
-    int64_t bytes = layer_params(layer) * e_;
+    return fetch(strat(layer), layer_params(layer) * e_, layer, ph, mb, after);
+  }
+  // `bytes` of parameters of strategy s (layer -1: embedding or LM head), or -1 when resident.
+  int fetch(const LayerStrategy& s, int64_t bytes, int layer, Phase ph, int mb, int after) {
     if (s.zero == 3 && s.dp > 1) {
       if (s.offload_params) {
         // ZeRO-Infinity: the rank's shard lives in host memory; it crosses PCIe before the
@@ -324,7 +326,7 @@ class StageBuilder {
       saved_[key(l, mb)] = {act_a, act_m};
     }
     if (chunk == nchunks_ - 1) {
-      head(mb);
+      head(mb, prev_attn);
     } else {
       Op op = make(OpKind::send, Stream::pp_comm, Block::none, Phase::forward, r.end - 1, mb);
       op.group = GroupKind::pp_next;
@@ -433,7 +435,12 @@ class StageBuilder {
     const auto& s = p_.embedding;
     const int b = samples(-1);
     int64_t out_bytes = int64_t(e_) * b * m_.seq_len * m_.hidden;
+    // The lookup reads the word (and position) embeddings; their backward, a scatter-add of
+    // the output gradient, does not, so only the forward fetches them.
+    int fetched =
+        fetch(s, embedding_parameters_per_rank(m_, s.tp) * e_, -1, Phase::forward, mb, -1);
     compute(Block::embedding, Phase::forward, -1, mb, b, 0, 2.0 * out_bytes);
+    release(fetched, Stream::compute);
     if (s.tp > 1) {
       // Vocabulary-parallel lookup: partial rows are summed across the tp group.
       int c = collective(Stream::tp_comm,
@@ -451,8 +458,12 @@ class StageBuilder {
     reduce_grads(-1, mb, c);
   }
 
-  void head(int mb) {
+  // `prefetch_after`: the op after which the head's weights may be fetched (the last layer's
+  // attention, as a layer prefetches its successor's).
+  void head(int mb, int prefetch_after) {
     const auto& s = p_.embedding;
+    int fetched = fetch(s, head_compute_parameters_per_rank(m_, s.tp) * e_, -1, Phase::forward, mb,
+                        prefetch_after);
     const int b = samples(-1);
     const double T = double(b) * m_.seq_len;
     const double logits_flops = 2.0 * T * m_.hidden * m_.vocab / s.tp;
@@ -473,6 +484,7 @@ class StageBuilder {
     compute(Block::head, Phase::backward, -1, mb, b, 2 * logits_flops,
             2.0 * logits + 2.0 * e_ * T * m_.hidden);
     release(buf, Stream::compute);
+    release(fetched, Stream::compute);
     tp_after(Block::head, Phase::backward, -1, mb);
     if (has_head() && !has_embedding()) reduce_grads(-2, mb, last_compute_);
   }

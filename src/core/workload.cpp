@@ -181,6 +181,12 @@ int64_t head_parameters_per_rank(const ModelSpec& m, int tp) {
   return p;
 }
 
+int64_t head_compute_parameters_per_rank(const ModelSpec& m, int tp) {
+  // A tied head multiplies by the word embedding (the first stage's, or the last stage's copy).
+  return head_parameters_per_rank(m, tp) +
+         (m.tied_embeddings ? int64_t(m.vocab) * m.hidden / tp : 0);
+}
+
 double model_flops_per_iteration(const ModelSpec& m, int64_t global_batch) {
   const double h = m.hidden, s = m.seq_len, f = m.ffn_hidden, kv = m.kv_hidden();
   const double w = m.activation == Activation::swiglu ? 3 : 2;

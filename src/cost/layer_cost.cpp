@@ -49,6 +49,25 @@ void ModelStates::add(const LayerStrategy& s, int64_t params, int elem_bytes,
   (s.offload_optimizer ? host_opt_params : device_opt_params) += n;
 }
 
+FetchCost fetch_cost(const CostModel& c, const LayerStrategy& s, int64_t params, int dp_nodes,
+                     bool with_time) {
+  FetchCost f;
+  const bool gathers = s.zero == 3 && s.dp > 1;
+  if (!gathers && !s.offload_params) return f;
+  const int64_t pbytes = params * dtype_bytes(c.plan().dtype);
+  f.bytes = pbytes;
+  if (!with_time) return f;
+  if (gathers) {
+    f.time_s = c.collective_cost(Collective::all_gather, pbytes, s.dp, dp_nodes).time_s();
+    // ZeRO-3 with offloaded parameters: the shard crosses PCIe before each gather.
+    if (s.offload_params) f.time_s += c.copy_cost((pbytes + s.dp - 1) / s.dp).time_s();
+  } else {
+    f.time_s = c.copy_cost(pbytes).time_s();
+    f.on_h2d = true;
+  }
+  return f;
+}
+
 LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_nodes, int dp_nodes,
                      bool with_time) {
   const ModelSpec& m = c.model();
@@ -65,8 +84,8 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
   };
   const int64_t sa = saved(Block::attention, s.recompute, flash);
   const int64_t sm = saved(Block::mlp, s.recompute, flash);
-  const bool fetches = (s.zero == 3 && s.dp > 1) || s.offload_params;
-  const int64_t fetch_bytes = fetches ? params * e : 0;
+  const FetchCost fetch = fetch_cost(c, s, params, dp_nodes, with_time);
+  const int64_t fetch_bytes = fetch.bytes;
   lc.kept = s.offload_activations ? 0 : sa + sm;
   lc.fwd_act = sa + sm;
   lc.fwd_buf = fetch_bytes;
@@ -108,20 +127,14 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
     lc.tp_rec_s = s.recompute == Recompute::full ? 2 * per_block : 0;
   }
   const int64_t pbytes = params * e;
+  lc.fetch_s = fetch.time_s;
+  lc.fetch_on_h2d = fetch.on_h2d;
   if (s.dp > 1) {
-    if (s.zero == 3) lc.fetch_s = coll(Collective::all_gather, pbytes, s.dp, dp_nodes);
-    // ZeRO-3 with offloaded parameters: the shard crosses PCIe before each gather.
-    if (s.zero == 3 && s.offload_params)
-      lc.fetch_s += c.copy_cost((pbytes + s.dp - 1) / s.dp).time_s();
     if (s.zero >= 2) lc.grad_rs_mb_s = coll(Collective::reduce_scatter, pbytes, s.dp, dp_nodes);
     if (s.zero == 0) lc.grad_reduce_s = coll(Collective::all_reduce, pbytes, s.dp, dp_nodes);
     if (s.zero == 1) lc.grad_reduce_s = coll(Collective::reduce_scatter, pbytes, s.dp, dp_nodes);
     if (s.zero == 1 || s.zero == 2)
       lc.gather_s = coll(Collective::all_gather, pbytes, s.dp, dp_nodes);
-  }
-  if (s.offload_params && !(s.zero == 3 && s.dp > 1)) {
-    lc.fetch_s = c.copy_cost(pbytes).time_s();
-    lc.fetch_on_h2d = true;
   }
   if (s.offload_activations) {
     lc.act_d2h_s = c.copy_cost(sa + sm).time_s();
@@ -130,7 +143,8 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
   return lc;
 }
 
-EmbeddingHeadCost embedding_head_cost(const CostModel& c, const LayerStrategy& es, int b, int tpn) {
+EmbeddingHeadCost embedding_head_cost(const CostModel& c, const LayerStrategy& es, int b, int tpn,
+                                      int dpn, bool with_time) {
   // head_work shards the vocabulary by the cost model's plan: it must be this strategy's.
   if (c.plan().embedding.tp != es.tp)
     throw std::logic_error("embedding_head_cost: the cost model's plan has embedding tp " +
@@ -142,6 +156,11 @@ EmbeddingHeadCost embedding_head_cost(const CostModel& c, const LayerStrategy& e
     return c.collective_cost(k, bytes, es.tp, tpn).time_s();
   };
   EmbeddingHeadCost x;
+  x.emb_fetch = fetch_cost(c, es, embedding_parameters_per_rank(m, es.tp), dpn, with_time);
+  x.head_fetch = fetch_cost(c, es, head_compute_parameters_per_rank(m, es.tp), dpn, with_time);
+  const double T = double(b) * m.seq_len;
+  x.logits_bytes = static_cast<int64_t>(4.0 * T * m.vocab / es.tp);
+  if (!with_time) return x;
   const int64_t act = int64_t(e) * b * m.seq_len * m.hidden;
   const double launch = c.cluster().gpu.kernel_launch_s;
   x.emb_fwd_s = c.elementwise_time_s(2.0 * act) + launch;
@@ -149,8 +168,6 @@ EmbeddingHeadCost embedding_head_cost(const CostModel& c, const LayerStrategy& e
   const Collective input_reduce =
       es.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce;
   if (es.tp > 1) x.emb_tp_s = coll(input_reduce, act);
-  const double T = double(b) * m.seq_len;
-  x.logits_bytes = static_cast<int64_t>(4.0 * T * m.vocab / es.tp);
   const double ew = 2.0 * x.logits_bytes + 2.0 * e * T * m.hidden;
   x.head_fwd_s = c.block_time_s(c.head_work(Phase::forward, b, ew));
   x.head_bwd_s = c.block_time_s(c.head_work(Phase::backward, b, ew));

@@ -50,6 +50,17 @@ struct LayerCost {
   int64_t bwd_act = 0, bwd_buf = 0;  // ... and at its backward's worst moment
 };
 
+// Bringing a strategy's non-resident parameters to the device before use: the ZeRO-3
+// all-gather over dp (after a PCIe copy of the shard when it is offloaded too), or the PCIe copy
+// of offloaded parameters. Nothing when they are resident.
+struct FetchCost {
+  int64_t bytes = 0;  // device buffer of the gathered / copied parameters
+  double time_s = 0;
+  bool on_h2d = false;  // the copy runs on the h2d stream, not the dp stream
+};
+FetchCost fetch_cost(const CostModel& cost, const LayerStrategy& s, int64_t params, int dp_nodes,
+                     bool with_time);
+
 // The embedding (first stage) and the LM head with its loss (last stage), per micro-batch.
 struct EmbeddingHeadCost {
   double emb_fwd_s = 0, emb_bwd_s = 0;  // lookup; zero + scatter-add
@@ -58,9 +69,11 @@ struct EmbeddingHeadCost {
   double head_tp_s = 0;      // sequence gather, loss statistics and input-gradient reduction
   double head_tp_bwd_s = 0;  // the part of head_tp_s in backward
   int64_t logits_bytes = 0;  // fp32 logits alive from the loss forward to its backward
+  FetchCost emb_fetch;       // before the lookup (its backward reads no weights)
+  FetchCost head_fetch;      // before the head's forward, kept through its backward
 };
 EmbeddingHeadCost embedding_head_cost(const CostModel& cost, const LayerStrategy& es, int samples,
-                                      int tp_nodes);
+                                      int tp_nodes, int dp_nodes, bool with_time);
 
 // `samples` per rank per micro-batch; tp_nodes and dp_nodes: nodes its groups span. Without
 // `with_time` only the bytes are filled in.

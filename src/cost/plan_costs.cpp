@@ -109,11 +109,16 @@ class Analyzer {
     reduces_.clear();
     double deferred = 0;  // reductions run after the last micro-batch (no overlap)
     const bool overlap = p_.overlap_grad_reduce;
+    const LayerStrategy& es = p_.embedding;
+    const EmbeddingHeadCost eh = embedding_head_cost(c_, es, samples(-1), geo_.tp_nodes(s, es.tp),
+                                                     geo_.dp_nodes(s, es.tp), with_time_);
     for (int i = 0; i < v_; ++i) {
       const int ch = i * pp + s;
       const LayerRange r = p_.chunks[ch];
       int64_t prefix = 0;
       Mem fp, bp;
+      // The lookup's fetched weights, before any of the micro-batch's own activations.
+      if (ch == 0) keep_max(fp, {0, eh.emb_fetch.bytes});
       double bwd_below = 0;  // backward time of the chunk's layers below the current one
       for (int l = r.begin; l < r.end; ++l) {
         const LayerStrategy& st = p_.layers[l];
@@ -165,12 +170,9 @@ class Analyzer {
         sc.gather_s += lc.gather_s;
         bwd_below += lc.bwd_s + lc.rec_s + tp_bwd;
       }
-      if (ch == nchunks - 1) {
-        // fp32 logits live between the loss's forward and backward (Program::head).
-        const double T = double(samples(-1)) * m_.seq_len;
-        const int64_t logits = static_cast<int64_t>(4.0 * T * m_.vocab / p_.embedding.tp);
-        keep_max(fp, {prefix + logits, 0});
-      }
+      // fp32 logits live between the loss's forward and backward (Program::head), beside
+      // the head's fetched weights.
+      if (ch == nchunks - 1) keep_max(fp, {prefix + eh.logits_bytes, eh.head_fetch.bytes});
       A_[i] = prefix;
       fpk_[i] = fp;
       bpk_[i] = bp;
@@ -187,7 +189,8 @@ class Analyzer {
     }
     const int64_t ep = embed_params(s);
     if (ep > 0) states.add(p_.embedding, ep, e_, opt_bpp_);
-    if (with_time_) extras(s, ep, states.device_opt_params, states.host_opt_params, deferred, sc);
+    if (with_time_)
+      extras(s, eh, ep, states.device_opt_params, states.host_opt_params, deferred, sc);
 
     const Mem peak = schedule_peak(s);
     const int64_t ws = int64_t(2) * e_ * max_samples * m_.seq_len * m_.hidden;
@@ -205,24 +208,29 @@ class Analyzer {
   }
 
   // Embedding/head work, the end-of-iteration reductions and the optimizer step of stage s.
-  void extras(int s, int64_t ep, int64_t dev, int64_t host, double deferred, StageCost& sc) {
+  void extras(int s, const EmbeddingHeadCost& x, int64_t ep, int64_t dev, int64_t host,
+              double deferred, StageCost& sc) {
     const int pp = p_.pp;
     const LayerStrategy& es = p_.embedding;
-    const int b = samples(-1);
-    const int tpn = geo_.tp_nodes(s, es.tp), dpn = geo_.dp_nodes(s, es.tp);
-    const EmbeddingHeadCost x = embedding_head_cost(c_, es, b, tpn);
+    const int dpn = geo_.dp_nodes(s, es.tp);
+    auto fetch = [&](const FetchCost& f, bool first_of_pass) {
+      (f.on_h2d ? sc.h2d_stream_s : sc.dp_stream_s) += f.time_s;
+      if (first_of_pass) sc.first_fetch_s += f.time_s;
+    };
     double emb_bwd = 0;
     if (s == 0) {
       sc.fwd_s += x.emb_fwd_s;
       emb_bwd = x.emb_bwd_s;
       sc.bwd_s += emb_bwd;
       sc.tp_s += x.emb_tp_s;
+      fetch(x.emb_fetch, true);  // nothing precedes the lookup in a pass
     }
     if (s == pp - 1) {
       sc.fwd_s += x.head_fwd_s;
       sc.bwd_s += x.head_bwd_s;
       sc.tp_s += x.head_tp_s;
       sc.tp_bwd_s += x.head_tp_bwd_s;
+      fetch(x.head_fetch, false);  // prefetched behind the last layer
     }
     // Embedding gradients: reduced after the embedding backward (stage 0, the very end) or
     // after the loss backward (last stage, before its final backward passes).

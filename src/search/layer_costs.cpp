@@ -115,10 +115,15 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
   auto coll = [&](Collective k, int64_t bytes, int size, int nodes) {
     return cm.collective_cost(k, bytes, size, nodes).time_s();
   };
-  const cost_detail::EmbeddingHeadCost x = cost_detail::embedding_head_cost(cm, es, b, tpn);
-  ec.first_busy_s = x.emb_fwd_s + x.emb_bwd_s + x.emb_tp_s;
+  const cost_detail::EmbeddingHeadCost x =
+      cost_detail::embedding_head_cost(cm, es, b, tpn, dpn, /*with_time=*/true);
+  // The lookup's fetch has nothing to hide behind (as the estimator's first fetch of a pass);
+  // the head's is prefetched behind the last layer, on the side stream.
+  ec.first_busy_s = x.emb_fwd_s + x.emb_bwd_s + x.emb_tp_s + x.emb_fetch.time_s;
   ec.last_busy_s = x.head_fwd_s + x.head_bwd_s + x.head_tp_s;
   ec.logits = x.logits_bytes;
+  ec.emb_fetch_bytes = x.emb_fetch.bytes;
+  ec.head_fetch_bytes = x.head_fetch.bytes;
   ec.workspace = int64_t(2) * e_ * b * m_.seq_len * m_.hidden;
   // Parameters: first stage the embeddings, last stage the head (+ its copy of a tied wte).
   const int64_t first_p = embedding_parameters_per_rank(m_, es.tp);
@@ -146,6 +151,8 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
   states_of(first_p, ec.first_states, ec.first_tail_s, ec.first_dp_stream_s, true);
   states_of(last_p + tied_copy, ec.last_states, ec.last_tail_s, ec.last_dp_stream_s, false);
   states_of(first_p + last_p, ec.only_states, ec.only_tail_s, ec.only_dp_stream_s, true);
+  ec.last_dp_stream_s += x.head_fetch.time_s;
+  ec.only_dp_stream_s += x.head_fetch.time_s;
   if (!pp_one && m_.tied_embeddings) {
     // The first and last stage sum their copies' gradients (counted on both ends).
     const int64_t bytes = int64_t(m_.vocab) * m_.hidden / es.tp * e_;
@@ -243,6 +250,7 @@ bool dominates(const EmbeddingCost& a, const EmbeddingCost& b) {
          le(a.first_tail_s, b.first_tail_s) && le(a.last_tail_s, b.last_tail_s) &&
          le(a.only_tail_s, b.only_tail_s) && a.first_states <= b.first_states &&
          a.last_states <= b.last_states && a.only_states <= b.only_states && a.logits <= b.logits &&
+         a.emb_fetch_bytes <= b.emb_fetch_bytes && a.head_fetch_bytes <= b.head_fetch_bytes &&
          a.workspace <= b.workspace;
 }
 template <class T>

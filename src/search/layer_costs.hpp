@@ -3,6 +3,7 @@
 // Transformer layer is costed once per (strategy, samples per rank, group placement) and reused
 // for every layer, stage, schedule and micro-batch count that shares them.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -60,7 +61,15 @@ struct EmbeddingCost {
   int64_t only_states = 0;                    // pp == 1: embedding and head on one stage
   double only_tail_s = 0, only_dp_stream_s = 0;
   int64_t logits = 0;  // fp32 logits kept through the loss
+  // Gathered (ZeRO-3) or copied (offloaded) weights while the lookup, resp. the head, runs.
+  int64_t emb_fetch_bytes = 0, head_fetch_bytes = 0;
   int64_t workspace = 0;
+  // Bytes beyond the states while the embedding or the head of stage s (of pp) runs.
+  int64_t transient(int s, int pp) const {
+    const int64_t head = logits + head_fetch_bytes;
+    if (pp == 1) return std::max(emb_fetch_bytes, head);
+    return s == 0 ? emb_fetch_bytes : s == pp - 1 ? head : 0;
+  }
 };
 
 // Everything the search needs about one (pp, stage micro-batch) pair: the raw per-layer

@@ -598,7 +598,7 @@ void Searcher::search_config(const Config& cf) {
     const EmbeddingCost& e = pd.emb[ei];
     StageAnswer r;
     const int64_t room = net_budget_ - emb_states(s, e) - shrink;
-    const int64_t xtr = (s == pp - 1) ? e.logits : 0;
+    const int64_t xtr = e.transient(s, pp);
     const int64_t xws = (s == 0 || s == pp - 1) ? e.workspace : 0;
     r.a = dps[stage_type[s]]->best(n, room, xtr, xws, s == 0 ? &entry(ei) : nullptr);
     if (r.a.cost < kInf) r.cost = r.a.cost + emb_cost(s, e);
@@ -721,9 +721,9 @@ void Searcher::min_memory_config(const Config& cf) {
   const EmbeddingCost* e = nullptr;
   for (const auto& x : pd.emb) {
     auto size = [&](const EmbeddingCost& y) {
-      return pp == 1
-                 ? y.only_states + y.logits + y.workspace
-                 : std::max(y.first_states + y.workspace, y.last_states + y.logits + y.workspace);
+      return pp == 1 ? y.only_states + y.transient(0, 1) + y.workspace
+                     : std::max(y.first_states + y.transient(0, pp) + y.workspace,
+                                y.last_states + y.transient(pp - 1, pp) + y.workspace);
     };
     if (!e || size(x) < size(*e)) e = &x;
   }
@@ -736,9 +736,9 @@ void Searcher::min_memory_config(const Config& cf) {
       if (!pick[s] || resident(lc) + double(lc.transient + lc.workspace) <
                           resident(*pick[s]) + double(pick[s]->transient + pick[s]->workspace))
         pick[s] = &lc;
-    const double fixed = pp == 1       ? double(e->only_states + e->logits + e->workspace)
-                         : s == 0      ? double(e->first_states + e->workspace)
-                         : s == pp - 1 ? double(e->last_states + e->logits + e->workspace)
+    const double fixed = pp == 1  ? double(e->only_states + e->transient(0, 1) + e->workspace)
+                         : s == 0 ? double(e->first_states + e->transient(0, pp) + e->workspace)
+                         : s == pp - 1 ? double(e->last_states + e->transient(s, pp) + e->workspace)
                                        : 0.0;
     for (int n = v; n <= n_max; ++n)
       Mem[s][n] = fixed + n * resident(*pick[s]) + double(pick[s]->transient + pick[s]->workspace);
