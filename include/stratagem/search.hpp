@@ -69,6 +69,9 @@ struct SearchOptions {
   bool flash_attention = false;
   bool overlap_grad_reduce = true;
   bool rerank_with_simulator = true;  // false: the estimator ranks alone
+  // Threads per process that simulate re-rank candidates at once; 0: this node's cores divided
+  // by the search processes on it.
+  int threads = 0;
   // DP memory bucket; 0: 64 MiB, or budget / 1024 when that is finer.
   int64_t memory_resolution_bytes = 0;
   // Narrowing of the space (tests and experiments); the defaults are the whole space.

@@ -46,6 +46,11 @@ int run_search(Args& a) {
   SearchOptions o;
   if (auto s = a.value("--space")) o.space = search_space_from_string(*s, "--space");
   if (auto k = a.int_value("--top")) o.top_k = *k;
+  if (auto t = a.int_value("--threads")) {
+    if (*t < 1 || *t > 1024)
+      throw InputError(a.command() + ": --threads: expected 1..1024, got " + std::to_string(*t));
+    o.threads = *t;
+  }
   if (auto b = a.double_value("--memory-budget-gib")) {
     if (!(*b > 0) || !std::isfinite(*b))
       throw InputError(a.command() + ": --memory-budget-gib: expected a positive number of GiB");
@@ -159,6 +164,7 @@ Register reg{
     {"search", "search the fastest hybrid-parallel plan under a memory budget",
      std::string("usage: stratagem search --model M --cluster C --nodes N --global-batch B\n"
                  "       [--memory-budget-gib X] [--space full|megatron|zero] [--top K]\n"
+                 "       [--threads N]\n"
                  "       [-o plan.json] [--json] [--rerank simulator|estimator] [--dtype D]\n"
                  "       [--flash-attention] [--no-overlap-grad-reduce] [--quiet]\n"
                  "  under mpirun -np P the candidate space is split over the P processes; the\n"
@@ -170,6 +176,7 @@ Register reg{
          "                           tp/pp/dp, ZeRO <= 1, no offload) or zero (pp 1, tp 1, "
          "ZeRO-3)\n"
          "  --top K                  candidates re-ranked by the simulator and listed [8]\n"
+         "  --threads N              simulations at once per process [cores / processes]\n"
          "  -o FILE                  write the best plan (plan JSON, for --plan)\n"
          "  --json                   machine-readable output\n"
          "  --rerank R               simulator (default) or estimator\n"

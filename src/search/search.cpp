@@ -22,13 +22,16 @@
 #include "stratagem/search.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "src/search/layer_costs.hpp"
 #include "src/search/stage_dp.hpp"
@@ -286,6 +289,7 @@ class Searcher {
   std::string pack() const;
   void merge(const std::vector<std::string>& parts);
   void rerank(SearchResult& r);
+  int rerank_threads() const;
 
   const ModelSpec& m_;
   const ClusterSpec& c_;
@@ -974,6 +978,21 @@ void final_sort(std::vector<SearchCandidate>& v) {
   });
 }
 
+int Searcher::rerank_threads() const {
+  if (o_.threads > 0) return o_.threads;
+  // This node's cores shared by the search processes on it. Collective over o_.comm: every
+  // process re-ranks, so every process gets here.
+  int local = 1;
+  if (o_.comm != MPI_COMM_NULL) {
+    MPI_Comm node;
+    MPI_Comm_split_type(o_.comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+  }
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, local));
+}
+
 void Searcher::rerank(SearchResult& r) {
   const TopK& own = o_.space == SearchSpace::full       ? full_
                     : o_.space == SearchSpace::megatron ? megatron_
@@ -990,24 +1009,49 @@ void Searcher::rerank(SearchResult& r) {
   if (o_.space == SearchSpace::full) add(megatron_), add(zero_);
   const auto t0 = Clock::now();
   if (o_.rerank_with_simulator) {
-    // Deal the simulations round-robin; gather (time, peak, stage peaks, fits).
+    // Deal the simulations round-robin over the processes, and over threads inside each;
+    // gather (time, peak, stage peaks, fits). Each candidate is simulated on its own, so the
+    // results do not depend on the number of threads.
+    std::vector<size_t> todo;
+    for (size_t i = rank_; i < set.size(); i += procs_) todo.push_back(i);
+    const int threads = std::max(1, std::min<int>(rerank_threads(), int(todo.size())));
+    std::atomic<size_t> next{0}, done{0};
+    std::mutex failed_mutex;
+    std::exception_ptr failed;
+    auto work = [&](bool report) {
+      for (size_t k; (k = next++) < todo.size();) {
+        try {
+          simulate_candidate(m_, c_, budget_, set[todo[k]]);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failed_mutex);
+          if (!failed) failed = std::current_exception();
+          next = todo.size();
+        }
+        ++done;
+        if (report && rank_ == 0 && o_.progress &&
+            std::chrono::duration<double>(Clock::now() - last_progress_).count() >=
+                o_.progress_interval_s) {
+          last_progress_ = Clock::now();
+          char buf[180];
+          std::snprintf(buf, sizeof buf,
+                        "search: simulating the top candidates, %zu/%zu on this process "
+                        "(%d threads), %.1f s",
+                        done.load(), todo.size(), threads, seconds_since(t0_));
+          o_.progress(buf);
+        }
+      }
+    };
+    {
+      std::vector<std::thread> pool;
+      for (int t = 1; t < threads; ++t) pool.emplace_back(work, false);
+      work(true);
+      for (auto& t : pool) t.join();
+    }
+    if (failed) std::rethrow_exception(failed);
     nlohmann::json mine = nlohmann::json::array();
-    for (size_t i = rank_; i < set.size(); i += procs_) {
-      simulate_candidate(m_, c_, budget_, set[i]);
+    for (size_t i : todo)
       mine.push_back({i, set[i].sim_iteration_time_s, set[i].sim_tokens_per_s,
                       set[i].sim_peak_memory_bytes, set[i].sim_stage_peak_bytes, set[i].sim_fits});
-      if (rank_ == 0 && o_.progress &&
-          std::chrono::duration<double>(Clock::now() - last_progress_).count() >=
-              o_.progress_interval_s) {
-        last_progress_ = Clock::now();
-        char buf[160];
-        std::snprintf(buf, sizeof buf,
-                      "search: simulating the top candidates, %zu/%zu on this process, %.1f s",
-                      i / procs_ + 1, (set.size() + procs_ - 1 - rank_) / procs_,
-                      seconds_since(t0_));
-        o_.progress(buf);
-      }
-    }
     for (const auto& part : allgather_strings(o_.comm, mine.dump()))
       for (const auto& e : nlohmann::json::parse(part)) {
         SearchCandidate& x = set[e[0].get<size_t>()];
