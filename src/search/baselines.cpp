@@ -1,0 +1,104 @@
+// The baseline spaces: uniform Megatron-style plans and ZeRO-3 data parallelism.
+#include "src/search/searcher.hpp"
+
+namespace stratagem::search_detail {
+
+std::vector<Plan> Searcher::megatron_plans() const {
+  std::vector<Plan> out;
+  const int world = c_.world_size();
+  const int g = std::max(1, c_.node.gpus_per_node);
+  for (int pp : pp_list()) {
+    const int D = world / pp;
+    for (int tp = 1; tp <= g && tp <= D; tp *= 2) {
+      if (D % tp || m_.heads % tp || m_.kv_heads % tp || m_.ffn_hidden % tp) continue;
+      if (!o_.tp_degrees.empty() && !contains(o_.tp_degrees, tp)) continue;
+      const int dp = D / tp;
+      for (int mb = 1; mb <= o_.max_samples_per_rank; ++mb) {
+        const int Bm = mb * dp;
+        if (o_.global_batch % Bm) continue;
+        if (!o_.micro_batches.empty() && !contains(o_.micro_batches, Bm)) continue;
+        const int M = o_.global_batch / Bm;
+        std::vector<std::pair<Schedule, int>> scheds;
+        if (contains(o_.schedules, Schedule::one_f_one_b))
+          scheds.push_back({Schedule::one_f_one_b, 1});
+        if (contains(o_.schedules, Schedule::interleaved) && pp >= 2 && M % pp == 0)
+          for (int v : o_.vpp_degrees)
+            if (v >= 2 && pp * v <= m_.layers) scheds.push_back({Schedule::interleaved, v});
+        for (auto [sch, v] : scheds)
+          for (Recompute rc : o_.recompute)
+            for (int sp = 0; sp < 2; ++sp) {
+              if (sp && (tp == 1 || !o_.sequence_parallel_on || m_.seq_len % tp)) continue;
+              if (!sp && tp > 1 && !o_.sequence_parallel_off) continue;
+              for (int z : {0, 1}) {
+                if (!contains(o_.zero_stages, z) || (z == 1 && dp == 1)) continue;
+                LayerStrategy l;
+                l.tp = tp, l.dp = dp, l.sequence_parallel = sp, l.zero = z, l.recompute = rc;
+                LayerStrategy emb = l;
+                emb.recompute = Recompute::none;
+                std::vector<int> totals(pp, 0);
+                const auto ch = even_chunks(m_.layers, pp * v);
+                for (int c = 0; c < pp * v; ++c) totals[c % pp] += ch[c].size();
+                std::vector<std::vector<LayerStrategy>> seqs(pp);
+                for (int s = 0; s < pp; ++s) seqs[s].assign(totals[s], l);
+                out.push_back(assemble(m_, o_, pp, sch, v, Bm, totals, seqs, emb));
+              }
+            }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<Plan> Searcher::zero_plans() const {
+  std::vector<Plan> out;
+  const int world = c_.world_size();
+  if (!o_.pp_degrees.empty() && !contains(o_.pp_degrees, 1)) return out;
+  if (!o_.tp_degrees.empty() && !contains(o_.tp_degrees, 1)) return out;
+  if (!contains(o_.schedules, Schedule::one_f_one_b)) return out;
+  const int z = world > 1 ? 3 : 0;  // ZeRO without data parallelism changes nothing
+  if (!contains(o_.zero_stages, z)) return out;
+  for (int mb = 1; mb <= o_.max_samples_per_rank; ++mb) {
+    const int Bm = mb * world;
+    if (o_.global_batch % Bm) continue;
+    if (!o_.micro_batches.empty() && !contains(o_.micro_batches, Bm)) continue;
+    for (Recompute rc : o_.recompute)
+      // DeepSpeed: ZeRO-Offload (optimizer), ZeRO-Infinity (+ parameters), and CPU
+      // checkpointing of the activations kept by full recompute.
+      for (int off = 0; off < (o_.offload ? 3 : 1); ++off)
+        for (int act = 0; act < ((o_.offload && rc == Recompute::full) ? 2 : 1); ++act) {
+          LayerStrategy l;
+          l.tp = 1, l.dp = world, l.zero = z, l.recompute = rc;
+          l.offload_optimizer = off >= 1;
+          l.offload_params = off >= 2;
+          l.offload_activations = act;
+          LayerStrategy emb = l;
+          emb.recompute = Recompute::none;
+          emb.offload_activations = false;
+          std::vector<std::vector<LayerStrategy>> seqs{std::vector<LayerStrategy>(m_.layers, l)};
+          out.push_back(assemble(m_, o_, 1, Schedule::one_f_one_b, 1, Bm, {m_.layers}, seqs, emb));
+        }
+  }
+  return out;
+}
+
+void Searcher::baselines() {
+  const bool full = o_.space == SearchSpace::full;
+  if (full ? o_.baselines : o_.space == SearchSpace::megatron) {
+    const auto plans = megatron_plans();
+    progress_done_ = 0;
+    progress_total_ = int64_t((plans.size() + procs_ - 1) / procs_);
+    for (size_t i = rank_; i < plans.size(); i += procs_) {
+      consider(plans[i], "megatron", &megatron_);
+      tick("baseline plans");
+    }
+  }
+  if (full ? o_.baselines : o_.space == SearchSpace::zero) {
+    const auto plans = zero_plans();
+    for (size_t i = rank_; i < plans.size(); i += procs_) {
+      consider(plans[i], "zero", &zero_);
+      tick("baseline plans");
+    }
+  }
+}
+
+}  // namespace stratagem::search_detail

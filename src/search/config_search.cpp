@@ -1,0 +1,224 @@
+// One configuration (pp, Bm, schedule, v): the stage DPs, the partition per embedding strategy,
+// and the plans they yield (see searcher.hpp).
+#include <cmath>
+#include <cstdio>
+
+#include "src/search/searcher.hpp"
+
+namespace stratagem::search_detail {
+
+void Searcher::search_config(const Config& cf) {
+  const PairData& pd = pair(cf.pp, cf.Bm);
+  const int pp = cf.pp, L = m_.layers, v = cf.v, M = cf.M;
+  if (pd.emb.empty()) return;
+  const int n_max = n_max_of(L, pp, v);
+  const int64_t bucket = bucket_;
+  // One DP per distinct (in-flight count, placement).
+  std::map<std::pair<double, int>, int> type_index;
+  std::vector<std::unique_ptr<StageDp>> dps;
+  std::vector<int> stage_type(pp);
+  for (int s = 0; s < pp; ++s) {
+    const double k = in_flight(cf, s);
+    const int gi = pd.stage_geo[s];
+    auto key = std::make_pair(k, gi);
+    auto it = type_index.find(key);
+    if (it != type_index.end()) {
+      stage_type[s] = it->second;
+      continue;
+    }
+    // The memory axis reaches a quarter beyond the budget: room for build()'s widening.
+    StageDpProblem prob = stage_problem(tables_, pd.geos[gi].items, M, k, n_max, bucket,
+                                        net_budget_ + net_budget_ / 4, o_.max_tr_classes,
+                                        o_.max_kept_levels, o_.exact_dp);
+    auto dp = std::make_unique<StageDp>(std::move(prob));
+    local_dp_cells_ += int64_t(dp->cells());
+    stage_type[s] = int(dps.size());
+    type_index[key] = int(dps.size());
+    dps.push_back(std::move(dp));
+  }
+  // Stage cost of n layers under embedding strategy e.
+  struct StageAnswer {
+    StageDp::Answer a;
+    double cost = kInf;
+  };
+  auto emb_states = [&](int s, const EmbeddingCost& e) -> int64_t {
+    if (pp == 1) return e.only_states;
+    if (s == 0) return e.first_states;
+    if (s == pp - 1) return e.last_states;
+    return 0;
+  };
+  auto emb_cost = [&](int s, const EmbeddingCost& e) -> double {
+    if (pp == 1) return M * (e.first_busy_s + e.last_busy_s) + e.only_tail_s;
+    if (s == 0) return M * e.first_busy_s + e.first_tail_s;
+    if (s == pp - 1) return M * e.last_busy_s + e.last_tail_s;
+    return 0;
+  };
+  // Stage 0's first layer reshards from the embedding (per embedding strategy, cached).
+  std::map<int, std::vector<double>> entry_cache;
+  auto entry = [&](int ei) -> const std::vector<double>& {
+    auto it = entry_cache.find(ei);
+    if (it != entry_cache.end()) return it->second;
+    const EmbeddingCost& e = pd.emb[ei];
+    return entry_cache[ei] = entry_costs(tables_, pd.geos[pd.stage_geo[0]].items,
+                                         dps[stage_type[0]]->problem(), e.st, e.samples, M);
+  };
+  auto stage_answer = [&](int s, int n, int ei, int64_t shrink) {
+    const EmbeddingCost& e = pd.emb[ei];
+    StageAnswer r;
+    const int64_t room = net_budget_ - emb_states(s, e) - shrink;
+    const int64_t xtr = e.transient(s, pp);
+    const int64_t xws = (s == 0 || s == pp - 1) ? e.workspace : 0;
+    r.a = dps[stage_type[s]]->best(n, room, xtr, xws, s == 0 ? &entry(ei) : nullptr);
+    if (r.a.cost < kInf) r.cost = r.a.cost + emb_cost(s, e);
+    return r;
+  };
+
+  const double bubble_weight = 1.0 / (double(M) * v);
+  // Middle stages do not depend on the embedding strategy.
+  std::vector<std::vector<double>> T(pp, std::vector<double>(n_max + 1, kInf));
+  // Layer counts a stage can hold (pp == 1: all of them).
+  const int n_lo = pp == 1 ? L : v;
+  for (int s = 1; s + 1 < pp; ++s)
+    for (int n = n_lo; n <= n_max; ++n) T[s][n] = stage_answer(s, n, 0, 0).cost;
+  int best_e = -1;
+  double best_obj = kInf;
+  std::vector<int> best_part;
+  for (int ei = 0; ei < int(pd.emb.size()); ++ei) {
+    for (int s : {0, pp - 1})
+      for (int n = n_lo; n <= n_max; ++n) T[s][n] = stage_answer(s, n, ei, 0).cost;
+    double obj = kInf;
+    std::vector<int> part = solve_partition(T, L, v, bubble_weight, &obj);
+    if (!part.empty() && obj < best_obj) best_obj = obj, best_e = ei, best_part = part;
+  }
+  if (best_e < 0) return;
+  const EmbeddingCost& e = pd.emb[best_e];
+
+  // Builds, scores and offers the plan of a partition. The DP's memory model is conservative
+  // (buckets rounded up, transient peaks bounded as if every later layer's activations were
+  // alive), so when the estimator finds room left in a stage, that stage's DP budget is widened
+  // by the gap and the plan rebuilt; a stage over the budget is narrowed by its overshoot. The
+  // best plan that fits is kept (at most six rounds).
+  const double frag = 1.0 + c_.gpu.allocator_fragmentation;
+  const int64_t ctx = c_.gpu.context_overhead_bytes;
+  auto build = [&](const std::vector<int>& part) {
+    std::vector<int64_t> shift(pp, 0);  // DP room beyond the budget (negative: less)
+    std::vector<int64_t> reserved(pp, 0);
+    bool probed = false;
+    std::vector<std::vector<std::vector<int>>> seen;
+    for (int attempt = 0; attempt < 6; ++attempt) {
+      std::vector<std::vector<int>> ids(pp);
+      std::vector<int64_t> model(pp, 0);
+      bool ok = true;
+      for (int s = 0; s < pp && ok; ++s) {
+        const auto r = stage_answer(s, part[s], best_e, -shift[s]);
+        if (r.cost == kInf) {
+          ok = false;
+          break;
+        }
+        ids[s] = dps[stage_type[s]]->reconstruct(part[s], r.a, &model[s]);
+        reserved[s] = r.a.reserved;
+        model[s] += emb_states(s, e);
+        // Inside each run of one tp (first and last layer fixed: they carry the pass-end
+        // costs), larger transient peaks first: a layer's peak sits on the activations of the
+        // layers before it only.
+        const GeoData& gd = pd.geos[pd.stage_geo[s]];
+        auto& q = ids[s];
+        for (size_t i = 1; i + 1 < q.size();) {
+          size_t j = i;
+          while (j + 1 < q.size() - 1 && gd.items[q[j + 1]].st.tp == gd.items[q[i]].st.tp) ++j;
+          std::stable_sort(q.begin() + long(i), q.begin() + long(j) + 1, [&](int a, int b) {
+            return gd.items[a].transient > gd.items[b].transient;
+          });
+          i = j + 1;
+        }
+      }
+      if (!ok || std::find(seen.begin(), seen.end(), ids) != seen.end()) break;
+      seen.push_back(ids);
+      std::vector<std::vector<LayerStrategy>> seqs(pp);
+      for (int s = 0; s < pp; ++s)
+        for (int id : ids[s]) seqs[s].push_back(pd.geos[pd.stage_geo[s]].items[id].st);
+      Plan p = assemble(m_, o_, pp, cf.sched, v, cf.Bm, part, seqs, e.st);
+      Scored sc = score(m_, c_, p);
+      ++local_scored_;
+      if (sc.time < cf.lb * (1 - 1e-9)) ++local_violations_;
+      min_memory_.offer(p, sc, "dp");
+      bool changed = false;
+      if (fits(sc)) {
+        if (full_.wants(sc.time)) full_.offer(make_candidate(p, sc, "dp"));
+        for (int s = 0; s < pp; ++s) {
+          const int64_t truth = int64_t(double(sc.stage_peaks[s] - ctx) / frag);
+          // The model overstates a stage by at most its reserved transient peak (a layer's peak
+          // may sit on far fewer activations than all of them): probe that once, then follow
+          // the measured gap.
+          const int64_t gap = std::max(model[s] - truth, probed ? int64_t(0) : reserved[s]);
+          if (gap > shift[s] + bucket) shift[s] = gap, changed = true;
+        }
+        probed = true;
+      } else {
+        for (int s = 0; s < pp; ++s)
+          if (sc.stage_peaks[s] > budget_)
+            shift[s] -= int64_t(double(sc.stage_peaks[s] - budget_) / frag) + bucket,
+                changed = true;
+      }
+      if (!changed) break;
+    }
+  };
+  build(best_part);
+  // The even partition (Megatron's), when it differs and fits the DP's model.
+  std::vector<int> even(pp, 0);
+  {
+    const auto ch = even_chunks(L, pp * v);
+    for (int c = 0; c < pp * v; ++c) even[c % pp] += ch[c].size();
+  }
+  if (even != best_part) {
+    bool ok = true;
+    for (int s = 0; s < pp && ok; ++s)
+      ok = even[s] <= n_max && stage_answer(s, even[s], best_e, 0).cost < kInf;
+    if (ok) build(even);
+  }
+}
+
+// The least-memory plan of a configuration (only when nothing fits): every stage uses its
+// least-memory layer strategy, the embedding its least-memory one, and the partition minimizes
+// the largest stage.
+void Searcher::min_memory_config(const Config& cf) {
+  const PairData& pd = pair(cf.pp, cf.Bm);
+  const int pp = cf.pp, L = m_.layers, v = cf.v;
+  if (pd.emb.empty()) return;
+  const int n_max = n_max_of(L, pp, v);
+  const EmbeddingCost* e = nullptr;
+  for (const auto& x : pd.emb) {
+    auto size = [&](const EmbeddingCost& y) {
+      return pp == 1 ? y.only_states + y.transient(0, 1) + y.workspace
+                     : std::max(y.first_states + y.transient(0, pp) + y.workspace,
+                                y.last_states + y.transient(pp - 1, pp) + y.workspace);
+    };
+    if (!e || size(x) < size(*e)) e = &x;
+  }
+  std::vector<std::vector<double>> Mem(pp, std::vector<double>(n_max + 1, kInf));
+  std::vector<const LayerCost*> pick(pp, nullptr);
+  for (int s = 0; s < pp; ++s) {
+    const double k = in_flight(cf, s);
+    auto resident = [&](const LayerCost& lc) { return double(lc.states) + k * double(lc.kept); };
+    for (const auto& lc : pd.geos[pd.stage_geo[s]].items)
+      if (!pick[s] || resident(lc) + double(lc.transient + lc.workspace) <
+                          resident(*pick[s]) + double(pick[s]->transient + pick[s]->workspace))
+        pick[s] = &lc;
+    const double fixed = pp == 1  ? double(e->only_states + e->transient(0, 1) + e->workspace)
+                         : s == 0 ? double(e->first_states + e->transient(0, pp) + e->workspace)
+                         : s == pp - 1 ? double(e->last_states + e->transient(s, pp) + e->workspace)
+                                       : 0.0;
+    for (int n = v; n <= n_max; ++n)
+      Mem[s][n] = fixed + n * resident(*pick[s]) + double(pick[s]->transient + pick[s]->workspace);
+  }
+  const auto part = solve_partition(Mem, L, v, 0.0);
+  if (part.empty()) return;
+  std::vector<std::vector<LayerStrategy>> seqs(pp);
+  for (int s = 0; s < pp; ++s) seqs[s].assign(part[s], pick[s]->st);
+  Plan p = assemble(m_, o_, pp, cf.sched, v, cf.Bm, part, seqs, e->st);
+  Scored sc = score(m_, c_, p);
+  ++local_scored_;
+  min_memory_.offer(p, sc, "dp");
+}
+
+}  // namespace stratagem::search_detail

@@ -1,0 +1,194 @@
+// The simulator re-rank of the top candidates, over processes and threads.
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "src/search/searcher.hpp"
+#include "stratagem/cost.hpp"
+#include "stratagem/layout.hpp"
+#include "stratagem/program.hpp"
+#include "stratagem/simulate.hpp"
+
+namespace stratagem::search_detail {
+namespace {
+
+void simulate_candidate(const ModelSpec& m, const ClusterSpec& c, int64_t budget,
+                        SearchCandidate& x) {
+  const Plan& p = x.plan;
+  Layout layout(p, c);
+  Program prog = build_program(m, p);
+  CostModel cost(m, c, p);
+  CostModelCosts costs(cost);
+  SimOptions opt;
+  SimResult r = simulate(prog, layout, c, costs, opt);
+  x.simulated = true;
+  const double it = double(r.makespan_ns) * 1e-9 / std::max(1, r.iterations);
+  x.sim_iteration_time_s = it;
+  x.sim_tokens_per_s = it > 0 ? double(p.global_batch) * m.seq_len / it : 0;
+  x.sim_stage_peak_bytes.assign(p.pp, 0);
+  x.sim_peak_memory_bytes = 0;
+  for (const auto& rr : r.ranks) {
+    x.sim_peak_memory_bytes = std::max(x.sim_peak_memory_bytes, rr.peak_memory_bytes);
+    if (rr.stage >= 0 && rr.stage < p.pp)
+      x.sim_stage_peak_bytes[rr.stage] =
+          std::max(x.sim_stage_peak_bytes[rr.stage], rr.peak_memory_bytes);
+  }
+  x.sim_fits = !r.deadlock.deadlocked && x.sim_peak_memory_bytes <= budget;
+}
+
+// Final order: fitting candidates by the scorer's time, then the rest; ties by key.
+void final_sort(std::vector<SearchCandidate>& v) {
+  std::stable_sort(v.begin(), v.end(), [](const SearchCandidate& a, const SearchCandidate& b) {
+    if (a.sim_fits != b.sim_fits) return a.sim_fits;
+    if (a.iteration_time_s() != b.iteration_time_s())
+      return a.iteration_time_s() < b.iteration_time_s();
+    return a.key < b.key;
+  });
+}
+}  // namespace
+
+int Searcher::rerank_threads() const {
+  if (o_.threads > 0) return o_.threads;
+  // This node's cores shared by the search processes on it. Collective over o_.comm: every
+  // process re-ranks, so every process gets here.
+  int local = 1;
+  if (o_.comm != MPI_COMM_NULL) {
+    MPI_Comm node;
+    MPI_Comm_split_type(o_.comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+  }
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, local));
+}
+
+void Searcher::rerank(SearchResult& r) {
+  const TopK& own = o_.space == SearchSpace::full       ? full_
+                    : o_.space == SearchSpace::megatron ? megatron_
+                                                        : zero_;
+  // The set to re-rank: the space's top K and, for the full space, both baselines' top K, so
+  // that the full search never does worse than a baseline search under the same scorer.
+  std::vector<SearchCandidate> set;
+  std::set<std::string> keys;
+  auto add = [&](const TopK& t) {
+    for (const auto& c : t.items())
+      if (keys.insert(c.key).second) set.push_back(c);
+  };
+  add(own);
+  if (o_.space == SearchSpace::full) add(megatron_), add(zero_);
+  const auto t0 = Clock::now();
+  if (o_.rerank_with_simulator) {
+    // Deal the simulations round-robin over the processes, and over threads inside each;
+    // gather (time, peak, stage peaks, fits). Each candidate is simulated on its own, so the
+    // results do not depend on the number of threads.
+    std::vector<size_t> todo;
+    for (size_t i = rank_; i < set.size(); i += procs_) todo.push_back(i);
+    const int threads = std::max(1, std::min<int>(rerank_threads(), int(todo.size())));
+    std::atomic<size_t> next{0}, done{0};
+    std::mutex failed_mutex;
+    std::exception_ptr failed;
+    auto work = [&](bool report) {
+      for (size_t k; (k = next++) < todo.size();) {
+        try {
+          simulate_candidate(m_, c_, budget_, set[todo[k]]);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failed_mutex);
+          if (!failed) failed = std::current_exception();
+          next = todo.size();
+        }
+        ++done;
+        if (report && rank_ == 0 && o_.progress &&
+            std::chrono::duration<double>(Clock::now() - last_progress_).count() >=
+                o_.progress_interval_s) {
+          last_progress_ = Clock::now();
+          char buf[180];
+          std::snprintf(buf, sizeof buf,
+                        "search: simulating the top candidates, %zu/%zu on this process "
+                        "(%d threads), %.1f s",
+                        done.load(), todo.size(), threads, seconds_since(t0_));
+          o_.progress(buf);
+        }
+      }
+    };
+    {
+      std::vector<std::thread> pool;
+      for (int t = 1; t < threads; ++t) pool.emplace_back(work, false);
+      work(true);
+      for (auto& t : pool) t.join();
+    }
+    if (failed) std::rethrow_exception(failed);
+    nlohmann::json mine = nlohmann::json::array();
+    for (size_t i : todo)
+      mine.push_back({i, set[i].sim_iteration_time_s, set[i].sim_tokens_per_s,
+                      set[i].sim_peak_memory_bytes, set[i].sim_stage_peak_bytes, set[i].sim_fits});
+    for (const auto& part : allgather_strings(o_.comm, mine.dump()))
+      for (const auto& e : nlohmann::json::parse(part)) {
+        SearchCandidate& x = set[e[0].get<size_t>()];
+        x.simulated = true;
+        x.sim_iteration_time_s = e[1].get<double>();
+        x.sim_tokens_per_s = e[2].get<double>();
+        x.sim_peak_memory_bytes = e[3].get<int64_t>();
+        x.sim_stage_peak_bytes = e[4].get<std::vector<int64_t>>();
+        x.sim_fits = e[5].get<bool>();
+      }
+    stats_.plans_simulated = int64_t(set.size());
+    r.scorer = "simulator";
+  } else {
+    r.scorer = "estimator";
+    r.scorer_note = "the simulator re-rank is disabled (--rerank estimator)";
+  }
+  stats_.rerank_phase_s = seconds_since(t0);
+  final_sort(set);
+  bool any_fits = false;
+  for (const auto& x : set) any_fits |= x.sim_fits;
+  if (!any_fits) {
+    // Every re-ranked plan overflows under the simulator: fall back to the estimator's order.
+    for (auto& x : set) x.simulated = false, x.sim_fits = true;
+    final_sort(set);
+    r.scorer = "estimator";
+    r.scorer_note =
+        "the simulator found every re-ranked plan over the memory budget; ranked by the estimator";
+  }
+  // Best of the space, and best of each baseline under the same scorer.
+  auto best_of = [&](const char* origin_space) -> std::optional<SearchCandidate> {
+    const TopK& t = std::string(origin_space) == "megatron" ? megatron_ : zero_;
+    std::set<std::string> ks;
+    for (const auto& c : t.items()) ks.insert(c.key);
+    for (const auto& x : set)
+      if (ks.count(x.key)) return x;
+    return std::nullopt;
+  };
+  std::vector<SearchCandidate> ranked;
+  std::set<std::string> own_keys;
+  for (const auto& c : own.items()) own_keys.insert(c.key);
+  if (o_.space == SearchSpace::full) {
+    ranked = set;  // baselines belong to the full space
+  } else {
+    for (const auto& x : set)
+      if (own_keys.count(x.key)) ranked.push_back(x);
+  }
+  if (int(ranked.size()) > o_.top_k) ranked.resize(o_.top_k);
+  r.best = ranked.front();
+  r.ranked = ranked;
+  if (o_.space == SearchSpace::full) {
+    if (o_.baselines) {
+      r.megatron = best_of("megatron");
+      r.zero = best_of("zero");
+      if (!r.megatron) r.megatron_note = "no uniform Megatron-style plan fits the budget";
+      if (!r.zero) r.zero_note = "no ZeRO-3 plan (pp 1, tp 1) fits the budget or divides the batch";
+    } else {
+      r.megatron_note = r.zero_note = "baselines not searched";
+    }
+  } else if (o_.space == SearchSpace::megatron) {
+    r.megatron = r.best;
+    r.zero_note = "not searched (--space megatron)";
+  } else {
+    r.zero = r.best;
+    r.megatron_note = "not searched (--space zero)";
+  }
+}
+
+}  // namespace stratagem::search_detail

@@ -1,0 +1,505 @@
+// The search driver: the configuration space, its lower bounds, the run and the exhaustive
+// enumeration (see searcher.hpp).
+#include "src/search/searcher.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "stratagem/cost.hpp"
+#include "stratagem/estimate.hpp"
+
+namespace stratagem::search_detail {
+namespace {
+// Lower convex envelope of (memory, time) points, made non-increasing: the least average time
+// per layer reachable with average memory x (LP relaxation of the stage's layer choice).
+class Envelope {
+ public:
+  explicit Envelope(std::vector<std::pair<double, double>> pts) {
+    std::sort(pts.begin(), pts.end());
+    for (const auto& p : pts) {
+      if (!h_.empty() && p.second >= h_.back().second) continue;  // no cheaper: not on the front
+      while (h_.size() >= 2) {
+        const auto& a = h_[h_.size() - 2];
+        const auto& b = h_.back();
+        // b above segment a-p: drop it.
+        if ((b.second - a.second) * (p.first - a.first) >=
+            (p.second - a.second) * (b.first - a.first))
+          h_.pop_back();
+        else
+          break;
+      }
+      h_.push_back(p);
+    }
+  }
+  double at(double x) const {
+    if (h_.empty() || x < h_.front().first) return kInf;
+    if (x >= h_.back().first) return h_.back().second;
+    auto it =
+        std::upper_bound(h_.begin(), h_.end(), x,
+                         [](double v, const std::pair<double, double>& p) { return v < p.first; });
+    const auto& b = *it;
+    const auto& a = *(it - 1);
+    return a.second + (b.second - a.second) * (x - a.first) / (b.first - a.first);
+  }
+
+ private:
+  std::vector<std::pair<double, double>> h_;
+};
+
+// The shared bound of run(): the processes exchange their top-K (time, plan-key hash) lists in
+// a chain of non-blocking all-gathers (every process posts the same sequence; the chain ends
+// with the first exchange in which nobody is searching any more). The K-th best distinct plan
+// of the union bounds every process's pruning. A hash collision can only merge two plans, which
+// loosens the bound: the answer never depends on the process count.
+class BoundExchange {
+ public:
+  struct Entry {
+    double time;
+    uint64_t hash;
+  };
+  BoundExchange(MPI_Comm comm, int k) : comm_(comm), k_(k) {
+    if (comm_ != MPI_COMM_NULL) {
+      MPI_Comm_size(comm_, &procs_);
+      send_.resize(size_t(k_) + 1);
+      recv_.resize(send_.size() * size_t(procs_));
+    }
+  }
+  double shared() const { return shared_; }
+  // Between configurations: take a finished exchange's result and post the next one.
+  void poll(const TopK& mine) {
+    if (comm_ == MPI_COMM_NULL) return;
+    if (req_ == MPI_REQUEST_NULL) return post(mine, true);
+    int done = 0;
+    MPI_Test(&req_, &done, MPI_STATUS_IGNORE);
+    if (done) {
+      absorb();
+      post(mine, true);
+    }
+  }
+  // After the last configuration: keep exchanging until nobody searches.
+  void finish(const TopK& mine) {
+    if (comm_ == MPI_COMM_NULL) return;
+    if (req_ == MPI_REQUEST_NULL) post(mine, true);
+    while (true) {
+      MPI_Wait(&req_, MPI_STATUS_IGNORE);
+      if (!absorb()) break;
+      post(mine, false);
+    }
+  }
+
+ private:
+  void post(const TopK& mine, bool active) {
+    std::fill(send_.begin(), send_.end(), Entry{kInf, 0});
+    for (size_t i = 0; i < mine.items().size() && i < size_t(k_); ++i)
+      send_[i] = {mine.items()[i].est_iteration_time_s,
+                  std::hash<std::string>{}(mine.items()[i].key)};
+    send_[size_t(k_)] = {active ? 1.0 : 0.0, 0};  // the last entry: still searching?
+    const int bytes = int(send_.size() * sizeof(Entry));
+    MPI_Iallgather(send_.data(), bytes, MPI_BYTE, recv_.data(), bytes, MPI_BYTE, comm_, &req_);
+  }
+  // Updates the bound; true when some process is still searching.
+  bool absorb() {
+    std::vector<Entry> all;
+    bool active = false;
+    for (int p = 0; p < procs_; ++p) {
+      const Entry* e = recv_.data() + size_t(p) * send_.size();
+      for (int i = 0; i < k_; ++i)
+        if (e[i].time < kInf) all.push_back(e[i]);
+      active |= e[k_].time > 0;
+    }
+    std::sort(all.begin(), all.end(), [](const Entry& a, const Entry& b) {
+      return a.hash != b.hash ? a.hash < b.hash : a.time < b.time;
+    });
+    all.erase(std::unique(all.begin(), all.end(),
+                          [](const Entry& a, const Entry& b) { return a.hash == b.hash; }),
+              all.end());
+    if (int(all.size()) >= k_) {
+      std::nth_element(all.begin(), all.begin() + (k_ - 1), all.end(),
+                       [](const Entry& a, const Entry& b) { return a.time < b.time; });
+      shared_ = std::min(shared_, all[size_t(k_ - 1)].time);
+    }
+    return active;
+  }
+  MPI_Comm comm_;
+  int k_, procs_ = 1;
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  std::vector<Entry> send_, recv_;
+  double shared_ = kInf;
+};
+}  // namespace
+
+double gib(int64_t b) {
+  return double(b) / double(int64_t(1) << 30);
+}
+std::string fmt_gib(int64_t b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", gib(b));
+  return buf;
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+std::vector<int> chunk_sizes(int n, int v) {
+  std::vector<int> out;
+  for (const auto& r : even_chunks(n, v)) out.push_back(r.size());
+  return out;
+}
+
+Plan assemble(const ModelSpec& m, const SearchOptions& o, int pp, Schedule sched, int v, int Bm,
+              const std::vector<int>& totals, const std::vector<std::vector<LayerStrategy>>& seqs,
+              const LayerStrategy& emb) {
+  Plan p;
+  p.pp = pp;
+  p.schedule = sched;
+  p.vpp = sched == Schedule::interleaved ? v : 1;
+  p.global_batch = o.global_batch;
+  p.dtype = o.dtype;
+  p.flash_attention = o.flash_attention;
+  p.overlap_grad_reduce = o.overlap_grad_reduce;
+  p.embedding = emb;
+  p.layers.assign(m.layers, LayerStrategy{});
+  std::vector<std::vector<int>> sizes(pp);
+  for (int s = 0; s < pp; ++s) sizes[s] = chunk_sizes(totals[s], v);
+  std::vector<int> used(pp, 0);
+  int at = 0;
+  for (int c = 0; c < pp * v; ++c) {
+    const int s = c % pp, i = c / pp;
+    const int n = sizes[s][i];
+    p.chunks.push_back({at, at + n});
+    for (int k = 0; k < n; ++k) p.layers[at + k] = seqs[s][used[s]++];
+    at += n;
+  }
+  int max_dp = emb.dp;
+  for (const auto& l : p.layers) max_dp = std::max(max_dp, l.dp);
+  p.micro_batch = Bm / max_dp;
+  return p;
+}
+
+Scored score(const ModelSpec& m, const ClusterSpec& c, const Plan& p) {
+  CostModel cm(m, c, p);
+  Estimate e = estimate(cm);
+  Scored s;
+  s.time = e.iteration_time_s;
+  s.tokens = e.tokens_per_s;
+  s.peak = e.peak_memory_bytes;
+  for (const auto& st : e.stages) s.stage_peaks.push_back(st.peak_memory_bytes);
+  return s;
+}
+
+SearchCandidate make_candidate(const Plan& p, const Scored& s, const char* origin) {
+  SearchCandidate c;
+  c.plan = p;
+  c.key = to_json(p).dump();
+  c.origin = origin;
+  c.est_iteration_time_s = s.time;
+  c.est_tokens_per_s = s.tokens;
+  c.est_peak_memory_bytes = s.peak;
+  c.est_stage_peak_bytes = s.stage_peaks;
+  return c;
+}
+
+std::vector<int> Searcher::pp_list() const {
+  std::vector<int> out;
+  for (int pp : divisors(c_.world_size())) {
+    if (pp > m_.layers) continue;
+    if (!o_.pp_degrees.empty() && !contains(o_.pp_degrees, pp)) continue;
+    out.push_back(pp);
+  }
+  return out;
+}
+
+std::vector<int> Searcher::bm_list() const {
+  std::vector<int> out;
+  for (int b : divisors(o_.global_batch)) {
+    if (!o_.micro_batches.empty() && !contains(o_.micro_batches, b)) continue;
+    out.push_back(b);
+  }
+  return out;
+}
+
+std::vector<Config> Searcher::configs() const {
+  std::vector<Config> out;
+  const int world = c_.world_size();
+  for (int pp : pp_list()) {
+    const int D = world / pp;
+    for (int Bm : bm_list()) {
+      if (tp_degrees_for(m_, c_, D, Bm, filter_).empty()) continue;
+      const int M = o_.global_batch / Bm;
+      for (Schedule sch : o_.schedules) {
+        std::vector<int> vs{1};
+        if (sch == Schedule::gpipe && pp == 1) continue;  // 1f1b with more memory in flight
+        if (sch == Schedule::interleaved) {
+          if (pp < 2 || M % pp) continue;
+          vs.clear();
+          for (int v : o_.vpp_degrees)
+            if (v >= 2 && pp * v <= m_.layers) vs.push_back(v);
+        }
+        for (int v : vs) {
+          Config cf;
+          cf.pp = pp, cf.Bm = Bm, cf.M = M, cf.v = v, cf.sched = sch;
+          cf.order = int(out.size());
+          out.push_back(cf);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+const PairData& Searcher::pair(int pp, int Bm) {
+  auto& slot = pairs_[{pp, Bm}];
+  if (slot) return *slot;
+  slot = std::make_unique<PairData>();
+  PairData& pd = *slot;
+  pd.pp = pp, pd.Bm = Bm, pd.D = c_.world_size() / pp;
+  pd.tps = tp_degrees_for(m_, c_, pd.D, Bm, filter_);
+  Geometry geo;
+  geo.g = std::max(1, c_.node.gpus_per_node);
+  geo.D = pd.D;
+  const auto raw = layer_candidates(m_, c_, pd.D, Bm, filter_);
+  std::map<std::vector<int>, int> sig_index;
+  for (int s = 0; s < pp; ++s) {
+    auto sig = geo.signature(s, pd.tps);
+    auto it = sig_index.find(sig);
+    if (it != sig_index.end()) {
+      pd.stage_geo.push_back(it->second);
+      continue;
+    }
+    const int gi = int(pd.geos.size());
+    sig_index[sig] = gi;
+    pd.stage_geo.push_back(gi);
+    std::vector<LayerCost> costs;
+    costs.reserve(raw.size());
+    for (const auto& st : raw)
+      costs.push_back(
+          tables_.layer(st, Bm / st.dp, geo.tp_nodes(s, st.tp), geo.dp_nodes(s, st.tp)));
+    pd.raw_layers += int64_t(costs.size());
+    GeoData gd;
+    gd.items = prune_dominated(std::move(costs));
+    pd.kept_layers += int64_t(gd.items.size());
+    pd.geos.push_back(std::move(gd));
+  }
+  // Embedding strategies: the first stage's placement for the embedding, the last's for the head.
+  std::vector<EmbeddingCost> emb;
+  for (const auto& st : embedding_candidates(m_, c_, pd.D, Bm, filter_)) {
+    const int b = Bm / st.dp;
+    EmbeddingCost first =
+        tables_.embedding(st, b, geo.tp_nodes(0, st.tp), geo.dp_nodes(0, st.tp), pp == 1);
+    EmbeddingCost last =
+        tables_.embedding(st, b, geo.tp_nodes(pp - 1, st.tp), geo.dp_nodes(pp - 1, st.tp), pp == 1);
+    first.last_busy_s = last.last_busy_s;
+    first.last_dp_stream_s = last.last_dp_stream_s;
+    first.last_tail_s = last.last_tail_s;
+    first.last_states = last.last_states;
+    emb.push_back(first);
+  }
+  pd.emb = prune_dominated(std::move(emb));
+  stats_.layer_strategies_costed += pd.raw_layers;
+  stats_.layer_strategies_kept += pd.kept_layers;
+  return pd;
+}
+
+// Micro-batches whose saved activations a stage holds at its worst moment (per layer).
+double Searcher::in_flight(const Config& cf, int s) const {
+  switch (cf.sched) {
+    case Schedule::gpipe:
+      return cf.M;
+    case Schedule::one_f_one_b:
+      return std::min(cf.pp - s, cf.M);
+    case Schedule::interleaved: {
+      const int W = (cf.pp - s - 1) * 2 + (cf.v - 1) * cf.pp;
+      return double(std::min(W + 1, cf.M * cf.v)) / cf.v;
+    }
+  }
+  return 1;
+}
+
+int n_max_of(int L, int pp, int v) {
+  if (pp == 1) return L;
+  const int even = (L + pp - 1) / pp;
+  return std::max(v, std::min(L - (pp - 1) * v, 2 * even + 2));
+}
+
+double Searcher::lower_bound(const Config& cf) {
+  const PairData& pd = pair(cf.pp, cf.Bm);
+  const int pp = cf.pp, L = m_.layers;
+  if (pd.emb.empty()) return kInf;
+  const int n_max = n_max_of(L, pp, cf.v);
+  double e_first = kInf, e_last = kInf, e_only = kInf, b_first = kInf, b_last = kInf, b_only = kInf;
+  for (const auto& e : pd.emb) {
+    e_first = std::min(e_first, double(e.first_states));
+    e_last = std::min(e_last, double(e.last_states));
+    e_only = std::min(e_only, double(e.only_states));
+    b_first = std::min(b_first, e.first_busy_s);
+    b_last = std::min(b_last, e.last_busy_s);
+    b_only = std::min(b_only, e.first_busy_s + e.last_busy_s);
+  }
+  std::vector<std::vector<double>> T(pp, std::vector<double>(n_max + 1, kInf));
+  for (int s = 0; s < pp; ++s) {
+    // Interleaved: a stage holds at least one whole micro-batch's activations (proof in the
+    // header comment of the estimator's schedule_peak: its first backward needs all chunks).
+    const double k = cf.sched == Schedule::interleaved ? 1.0 : in_flight(cf, s);
+    const GeoData& gd = pd.geos[pd.stage_geo[s]];
+    std::vector<std::pair<double, double>> pts;
+    for (const auto& it : gd.items)
+      pts.push_back({double(it.states) + k * double(it.kept), it.busy_s});
+    Envelope env(std::move(pts));
+    double room = double(net_budget_), extra = 0;
+    if (pp == 1)
+      room -= e_only, extra = b_only;
+    else if (s == 0)
+      room -= e_first, extra = b_first;
+    else if (s == pp - 1)
+      room -= e_last, extra = b_last;
+    for (int n = cf.v; n <= n_max; ++n) {
+      const double per = env.at(room / n);
+      if (per < kInf) T[s][n] = n * per + extra;
+    }
+  }
+  const double sum = min_sum_partition(T, L, cf.v);
+  if (sum == kInf) return kInf;
+  const double v = cf.v;
+  return ((cf.M - 1.0 / v) / pp + 1.0 / v) * sum;
+}
+
+void Searcher::consider(const Plan& p, const char* origin, TopK* space_pool) {
+  Scored s = score(m_, c_, p);
+  ++local_scored_;
+  min_memory_.offer(p, s, origin);
+  if (!fits(s)) return;
+  const bool want_full = o_.space == SearchSpace::full && full_.wants(s.time);
+  const bool want_space = space_pool && space_pool->wants(s.time);
+  if (!want_full && !want_space) return;
+  SearchCandidate c = make_candidate(p, s, origin);
+  if (want_space) space_pool->offer(c);
+  if (want_full) full_.offer(std::move(c));
+}
+
+void Searcher::tick(const char* what) {
+  ++progress_done_;
+  if (rank_ != 0 || !o_.progress) return;
+  if (std::chrono::duration<double>(Clock::now() - last_progress_).count() < o_.progress_interval_s)
+    return;
+  last_progress_ = Clock::now();
+  const TopK& pool = o_.space == SearchSpace::full       ? full_
+                     : o_.space == SearchSpace::megatron ? megatron_
+                                                         : zero_;
+  char buf[256];
+  std::snprintf(
+      buf, sizeof buf,
+      "search: %s %lld/%lld on this process, %lld plans scored, best %.0f tokens/s, %.1f s", what,
+      (long long)progress_done_, (long long)progress_total_, (long long)local_scored_,
+      pool.empty() ? 0.0 : pool.items().front().est_tokens_per_s, seconds_since(t0_));
+  o_.progress(buf);
+}
+
+SearchResult Searcher::run() {
+  SearchResult r;
+  r.space = o_.space;
+  r.memory_budget_bytes = budget_;
+  stats_.processes = procs_;
+  std::vector<Config> cfs;
+  if (o_.space == SearchSpace::full) cfs = configs();
+  stats_.configs = int64_t(cfs.size());
+  // Baselines first: they seed the K-th best time that lets the bound skip configurations.
+  baselines();
+  if (!cfs.empty()) {
+    for (auto& cf : cfs) cf.lb = lower_bound(cf);
+    std::sort(cfs.begin(), cfs.end(), [](const Config& a, const Config& b) {
+      if (a.lb != b.lb) return a.lb < b.lb;
+      return a.order < b.order;
+    });
+    progress_done_ = 0;
+    progress_total_ = int64_t((cfs.size() + procs_ - 1) / procs_);
+    // Under MPI the processes share their K-th best time while they search (a chain of
+    // non-blocking all-reduces, MIN, that also tells whether anyone is still searching): any
+    // bound at or above the final K-th best is valid, so sharing it changes no answer, only how
+    // many configurations are skipped.
+    BoundExchange bound(o_.comm, std::max(1, o_.top_k));
+    for (size_t i = rank_; i < cfs.size(); i += procs_) {
+      const Config& cf = cfs[i];
+      if (cf.lb == kInf) break;  // sorted: the rest cannot fit either
+      if (cf.lb > std::min(full_.kth_time(), bound.shared())) break;
+      ++local_searched_;
+      search_config(cf);
+      bound.poll(full_);
+      tick("configurations");
+    }
+    bound.finish(full_);
+  }
+  stats_.estimate_phase_s = seconds_since(t0_);
+  merge(allgather_strings(o_.comm, pack()));
+  const TopK& own = o_.space == SearchSpace::full       ? full_
+                    : o_.space == SearchSpace::megatron ? megatron_
+                                                        : zero_;
+  if (own.empty()) {
+    // Nothing fits: find the least memory any plan of the space needs.
+    if (o_.space == SearchSpace::full) {
+      for (size_t i = rank_; i < cfs.size(); i += procs_) min_memory_config(cfs[i]);
+      merge(allgather_strings(o_.comm, pack()));
+    }
+    std::string msg = "no plan of the " + std::string(to_string(o_.space)) +
+                      " space fits the memory budget of " + fmt_gib(budget_) + " per GPU";
+    if (min_memory_.best) {
+      msg += "; the smallest peak memory reachable is " +
+             fmt_gib(min_memory_.best->est_peak_memory_bytes) +
+             " per GPU, with: " + min_memory_.best->plan.describe();
+    } else {
+      msg += " (no valid plan at all for this model, cluster and global batch)";
+    }
+    throw NoFeasiblePlan(msg, budget_, min_memory_.best);
+  }
+  rerank(r);
+  stats_.search_time_s = seconds_since(t0_);
+  r.stats = stats_;
+  return r;
+}
+
+// ---- exhaustive enumeration -------------------------------------------------------------------
+
+void Searcher::enumerate(const std::function<void(const Plan&)>& visit) {
+  const int L = m_.layers;
+  for (const Config& cf : configs()) {
+    const int pp = cf.pp, v = cf.v, D = c_.world_size() / pp;
+    const auto raw = layer_candidates(m_, c_, D, cf.Bm, filter_);
+    const auto embs = embedding_candidates(m_, c_, D, cf.Bm, filter_);
+    if (raw.empty() || embs.empty()) continue;
+    // Stage totals: every composition of L into pp parts of at least v layers.
+    std::vector<int> totals(pp, v);
+    std::function<void(int, int)> compose = [&](int s, int left) {
+      if (s == pp - 1) {
+        if (left < v) return;
+        totals[s] = left;
+        std::vector<int> idx(L, 0);
+        for (const auto& e : embs) {
+          std::fill(idx.begin(), idx.end(), 0);
+          while (true) {
+            std::vector<std::vector<LayerStrategy>> seqs(pp);
+            int at = 0;
+            for (int st = 0; st < pp; ++st)
+              for (int k = 0; k < totals[st]; ++k) seqs[st].push_back(raw[idx[at++]]);
+            visit(assemble(m_, o_, pp, cf.sched, v, cf.Bm, totals, seqs, e));
+            int l = L - 1;
+            while (l >= 0 && ++idx[l] == int(raw.size())) idx[l--] = 0;
+            if (l < 0) break;
+          }
+        }
+        return;
+      }
+      for (int n = v; n <= left - v * (pp - 1 - s); ++n) {
+        totals[s] = n;
+        compose(s + 1, left - n);
+      }
+    };
+    compose(0, L);
+  }
+}
+
+}  // namespace stratagem::search_detail

@@ -1,0 +1,229 @@
+// Internals of the strategy search, shared by its files:
+//   searcher.cpp       the configuration space, lower bounds, the run and exhaustive enumeration
+//   config_search.cpp  one configuration: stage DPs, the partition, the plans it yields
+//   baselines.cpp      the uniform Megatron and ZeRO-3 spaces
+//   merge.cpp          merging what the MPI processes found
+//   rerank.cpp         the simulator re-rank of the top candidates
+//   search.cpp         the public entry points and JSON
+//
+// Work units. An outer configuration is (pp, Bm, schedule, v) where Bm is the number of samples
+// a micro-batch carries through the pipeline (Plan::micro_batch x the widest dp) and
+// M = global_batch / Bm the micro-batch count. Per (pp, Bm) every candidate layer strategy is
+// costed once per stage placement (PairData) and pruned by dominance; every configuration with
+// that pair reuses the costs, weighting them by its M and by each stage's in-flight count.
+//
+// Lower bound (best-first order and skipping). The estimator's iteration time is at least
+//     ((M - 1/v)/pp + 1/v) * sum_s busy_s
+// (M x the slowest stage's micro-batch time plus the fill and drain of the others), and a
+// stage's busy time is at least its layers' LP-relaxed minimum under its memory budget, with the
+// resident memory (model states + in-flight saved activations) that the estimator charges at
+// least. The configurations are visited in increasing bound; one whose bound exceeds the K-th
+// best plan found so far cannot enter the top K and is skipped.
+//
+// Per configuration: a stage DP (stage_dp.hpp) per distinct (in-flight count, placement), the
+// partition solver per embedding strategy, then the plan of the best (embedding, partition) and
+// the plan of the even partition are built and scored by the estimator. A plan the estimator
+// finds over budget (the DP's memory model rounds up, but merges transient-memory classes) is
+// repaired by shrinking the offending stage's budget (up to three times).
+#pragma once
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "src/search/layer_costs.hpp"
+#include "src/search/stage_dp.hpp"
+#include "stratagem/search.hpp"
+
+namespace stratagem::search_detail {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+std::string fmt_gib(int64_t b);
+std::vector<int> divisors(int n);
+template <class T>
+bool contains(const std::vector<T>& v, T x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+// Layer sizes of the v chunks of a stage holding n layers (earlier chunks take the remainder).
+std::vector<int> chunk_sizes(int n, int v);
+// A plan from stage totals and per-stage layer strategies (first layer of the stage first).
+Plan assemble(const ModelSpec& m, const SearchOptions& o, int pp, Schedule sched, int v, int Bm,
+              const std::vector<int>& totals, const std::vector<std::vector<LayerStrategy>>& seqs,
+              const LayerStrategy& emb);
+
+// ---- the scorer ---------------------------------------------------------------------------
+
+struct Scored {
+  double time = kInf;
+  double tokens = 0;
+  int64_t peak = 0;
+  std::vector<int64_t> stage_peaks;
+};
+
+Scored score(const ModelSpec& m, const ClusterSpec& c, const Plan& p);
+
+SearchCandidate make_candidate(const Plan& p, const Scored& s, const char* origin);
+
+// The K best plans by (estimated time, key), distinct keys.
+class TopK {
+ public:
+  explicit TopK(int k) : k_(std::max(1, k)) {}
+  double kth_time() const { return int(v_.size()) < k_ ? kInf : v_.back().est_iteration_time_s; }
+  bool wants(double t) const { return t <= kth_time(); }
+  void offer(SearchCandidate c) {
+    if (!wants(c.est_iteration_time_s)) return;
+    for (const auto& x : v_)
+      if (x.key == c.key) return;
+    auto less = [](const SearchCandidate& a, const SearchCandidate& b) {
+      if (a.est_iteration_time_s != b.est_iteration_time_s)
+        return a.est_iteration_time_s < b.est_iteration_time_s;
+      return a.key < b.key;
+    };
+    v_.insert(std::upper_bound(v_.begin(), v_.end(), c, less), std::move(c));
+    if (int(v_.size()) > k_) v_.pop_back();
+  }
+  const std::vector<SearchCandidate>& items() const { return v_; }
+  bool empty() const { return v_.empty(); }
+
+ private:
+  int k_;
+  std::vector<SearchCandidate> v_;
+};
+
+// The plan with the smallest forecast peak memory (ties: key).
+struct MinMemory {
+  std::optional<SearchCandidate> best;
+  void offer(const Plan& p, const Scored& s, const char* origin) {
+    if (best && s.peak > best->est_peak_memory_bytes) return;
+    SearchCandidate c = make_candidate(p, s, origin);
+    if (best && s.peak == best->est_peak_memory_bytes && c.key >= best->key) return;
+    best = std::move(c);
+  }
+  void offer(const SearchCandidate& c) {
+    if (best && (c.est_peak_memory_bytes > best->est_peak_memory_bytes ||
+                 (c.est_peak_memory_bytes == best->est_peak_memory_bytes && c.key >= best->key)))
+      return;
+    best = c;
+  }
+};
+
+// ---- (pp, Bm) cost tables ---------------------------------------------------------------------
+
+struct GeoData {
+  std::vector<LayerCost> items;  // pruned
+};
+
+struct PairData {
+  int pp = 1, Bm = 1, D = 1;
+  std::vector<int> tps;
+  std::vector<int> stage_geo;  // stage -> geometry index
+  std::vector<GeoData> geos;
+  std::vector<EmbeddingCost> emb;  // pruned; first_* with stage 0's placement, last_* with pp-1's
+  int64_t raw_layers = 0, kept_layers = 0;
+};
+
+// ---- the search -------------------------------------------------------------------------------
+
+struct Config {
+  int pp = 1, Bm = 1, M = 1, v = 1;
+  Schedule sched = Schedule::one_f_one_b;
+  double lb = 0;
+  int order = 0;  // enumeration index (tie-break of equal bounds)
+};
+
+class Searcher {
+ public:
+  Searcher(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o, int64_t budget)
+      : m_(m),
+        c_(c),
+        o_(o),
+        budget_(budget),
+        tables_(m, c, o.dtype, o.flash_attention, o.overlap_grad_reduce),
+        full_(o.top_k),
+        megatron_(o.top_k),
+        zero_(o.top_k) {
+    filter_.tp_degrees = o.tp_degrees;
+    filter_.zero_stages = o.zero_stages;
+    filter_.recompute = o.recompute;
+    filter_.sequence_parallel_off = o.sequence_parallel_off;
+    filter_.sequence_parallel_on = o.sequence_parallel_on;
+    filter_.offload = o.offload;
+    filter_.max_samples_per_rank = o.max_samples_per_rank;
+    const GpuSpec& g = c.gpu;
+    net_budget_ =
+        int64_t(double(budget_ - g.context_overhead_bytes) / (1.0 + g.allocator_fragmentation));
+    // DP resolution: 64 MiB, or budget / 1024 (whole MiB) when that is finer.
+    bucket_ =
+        o.memory_resolution_bytes > 0
+            ? o.memory_resolution_bytes
+            : std::max<int64_t>(
+                  1 << 20, std::min<int64_t>(64 << 20, (budget_ / 1024) & ~int64_t((1 << 20) - 1)));
+    if (o.comm != MPI_COMM_NULL) {
+      MPI_Comm_rank(o.comm, &rank_);
+      MPI_Comm_size(o.comm, &procs_);
+    }
+  }
+
+  SearchResult run();
+
+  // Exhaustive enumeration (for_each_plan).
+  void enumerate(const std::function<void(const Plan&)>& visit);
+
+ private:
+  // space
+  std::vector<int> pp_list() const;
+  std::vector<int> bm_list() const;
+  std::vector<Config> configs() const;
+  const PairData& pair(int pp, int Bm);
+  double in_flight(const Config& cf, int s) const;
+  double lower_bound(const Config& cf);
+  void search_config(const Config& cf);
+  void min_memory_config(const Config& cf);
+  void baselines();
+  std::vector<Plan> megatron_plans() const;
+  std::vector<Plan> zero_plans() const;
+  bool fits(const Scored& s) const { return s.peak <= budget_; }
+  void consider(const Plan& p, const char* origin, TopK* space_pool);
+  void tick(const char* what);
+  // MPI merge
+  std::string pack() const;
+  void merge(const std::vector<std::string>& parts);
+  void rerank(SearchResult& r);
+  int rerank_threads() const;
+
+  const ModelSpec& m_;
+  const ClusterSpec& c_;
+  const SearchOptions& o_;
+  int64_t budget_;
+  int64_t net_budget_ = 0;
+  int64_t bucket_ = 64 << 20;
+  CostTables tables_;
+  SpaceFilter filter_;
+  std::map<std::pair<int, int>, std::unique_ptr<PairData>> pairs_;
+  TopK full_, megatron_, zero_;
+  MinMemory min_memory_;
+  SearchStats stats_;
+  int64_t local_scored_ = 0, local_searched_ = 0, local_dp_cells_ = 0, local_violations_ = 0;
+  int rank_ = 0, procs_ = 1;
+  Clock::time_point t0_ = Clock::now(), last_progress_ = Clock::now();
+  int64_t progress_done_ = 0, progress_total_ = 0;
+};
+
+// The largest layer count the search gives one stage of a pp-stage pipeline.
+int n_max_of(int L, int pp, int v);
+// Every process's string, in process order (an all-gather of variable-length strings).
+std::vector<std::string> allgather_strings(MPI_Comm comm, const std::string& mine);
+int64_t resolve_budget(const ClusterSpec& c, const SearchOptions& o);
+void check_options(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o);
+
+}  // namespace stratagem::search_detail
