@@ -33,7 +33,7 @@ void Engine::setup() {
     MPI_Comm_size(comm_, &P_);
     MPI_Comm_rank(comm_, &me_);
   }
-  const double f = opt_.interference > 0 ? opt_.interference : kComputeCommInterference;
+  const double f = opt_.interference > 0 ? opt_.interference : C_.gpu.compute_comm_interference;
   q_slow_ = std::clamp<int64_t>(std::llround(double(kS) / std::max(1.0, f)), 1, kS);
   memory_.init(C_);
   if (int(prog_.stages.size()) != L_.pp())

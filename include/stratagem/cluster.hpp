@@ -26,6 +26,9 @@ struct GpuSpec {
   double attention_standard_efficiency = 0.35;
   double memory_efficiency = 0.85;
   double kernel_launch_s = 4e-6;
+  // Slowdown of compute kernels while a collective or send of the same GPU moves data beside
+  // them (NCCL kernels take SMs, HBM and L2); see data/clusters/README.md for the sources.
+  double compute_comm_interference = 1.15;
   int64_t context_overhead_bytes = 0;
   double allocator_fragmentation = 0.05;
 

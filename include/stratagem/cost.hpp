@@ -34,6 +34,14 @@ struct CommCost {
   }
 };
 
+// Kernels beside communication: `kernels_s` of compute and `critical_s` of collectives the
+// compute waits for, while `dp_stream_s` of collectives (ZeRO gathers and reduce-scatters) and
+// `copy_stream_s` of PCIe copies run on side streams. The kernels slow down by `interference`
+// while the collectives overlap them (copy engines do not count); the pass lasts as long as the
+// busiest of compute and the side streams.
+double overlapped_time_s(double interference, double kernels_s, double critical_s,
+                         double dp_stream_s, double copy_stream_s);
+
 class CostModel {
  public:
   // Keeps references: model, cluster and plan must outlive the CostModel and not change while
@@ -57,6 +65,14 @@ class CostModel {
   // Kernels of the LM head: the logits GEMM (b*s, V/tp, h) (forward) or its two gradient GEMMs
   // (backward), and the loss.
   BlockWork head_work(Phase phase, int samples, double elementwise_bytes) const;
+
+  // ::overlapped_time_s with this GPU's compute_comm_interference.
+  double overlapped_time_s(double kernels_s, double critical_s, double dp_stream_s,
+                           double copy_stream_s) const {
+    return stratagem::overlapped_time_s(interference_, kernels_s, critical_s, dp_stream_s,
+                                        copy_stream_s);
+  }
+  double compute_comm_interference() const { return interference_; }
 
   // Collectives over explicit ranks (the Layout's group); the algorithm is chosen per call.
   // `bytes` is the whole buffer: the input of all-reduce and reduce-scatter, the output of
@@ -107,7 +123,7 @@ class CostModel {
   double gemm_half_flops_ = 0;
   int tile_m_ = 128, tile_n_ = 128, sm_count_ = 0;
   double attention_flops_ = 0;  // achieved by the plan's attention kernel
-  double hbm_bytes_per_s_ = 0, launch_s_ = 0;
+  double hbm_bytes_per_s_ = 0, launch_s_ = 0, interference_ = 1;
   double host_flops_per_gpu_ = 0, host_bytes_per_s_per_gpu_ = 0;
   double intra_gbps_ = 0, inter_gbps_ = 0;
   double intra_step_s_ = 0, inter_step_s_ = 0;

@@ -55,7 +55,7 @@ class CostModelCosts final : public OpCosts {
 struct SimOptions {
   int iterations = 1;
   // Compute slowdown while a comm op of the same rank moves data; <= 0 takes
-  // sim::kComputeCommInterference (sim/tunables.hpp); 1 disables it.
+  // the cluster file's gpu.compute_comm_interference; 1 disables it.
   double interference = 0;
   bool record_trace = false;
   // MPI: spread the simulated ranks over this communicator (MPI_COMM_NULL: this process

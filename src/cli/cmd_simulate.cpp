@@ -121,7 +121,7 @@ Register reg{
          "  --trace FILE.h5          write an HDF5 trace (see `stratagem trace export`)\n"
          "  --iterations K           simulate K iterations back to back [1]\n"
          "  --mirror                 one MPI process per simulated rank (the job's layout)\n"
-         "  --interference F         compute slowdown while comm overlaps it [1.15]\n"
+         "  --interference F         compute slowdown while comm overlaps it [the cluster's]\n"
          "exit codes: 0 ok (also when out of memory: see \"oom\"), 1 the program deadlocks,\n"
          "2 bad input\n",
      run_simulate}};

@@ -99,6 +99,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
     }
     c.gpu.memory_efficiency = g.get_double("memory_efficiency", 0.01, 1.0, 0.85);
     c.gpu.kernel_launch_s = g.get_double("kernel_launch_s", 0, 1, 4e-6);
+    c.gpu.compute_comm_interference = g.get_double("compute_comm_interference", 1.0, 10.0, 1.15);
     c.gpu.context_overhead_bytes =
         g.has("context_overhead_bytes") ? g.get_int64("context_overhead_bytes", 0) : 0;
     c.gpu.allocator_fragmentation = g.get_double("allocator_fragmentation", 0, 1, 0.05);
@@ -185,6 +186,7 @@ nlohmann::json to_json(const ClusterSpec& c) {
               {"standard_efficiency", c.gpu.attention_standard_efficiency}}},
             {"memory_efficiency", c.gpu.memory_efficiency},
             {"kernel_launch_s", c.gpu.kernel_launch_s},
+            {"compute_comm_interference", c.gpu.compute_comm_interference},
             {"context_overhead_bytes", c.gpu.context_overhead_bytes},
             {"allocator_fragmentation", c.gpu.allocator_fragmentation}}},
           {"node",

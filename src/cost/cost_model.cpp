@@ -91,6 +91,7 @@ CostModel::CostModel(const ModelSpec& model, const ClusterSpec& cluster, const P
                                                          : g.attention_standard_efficiency);
   hbm_bytes_per_s_ = g.hbm_bandwidth_gbps * 1e9 * g.memory_efficiency;
   launch_s_ = g.kernel_launch_s;
+  interference_ = std::max(1.0, g.compute_comm_interference);
   host_flops_per_gpu_ = n.host_flops / gpus_per_node_;
   host_bytes_per_s_per_gpu_ = n.host_memory_bandwidth_gbps * 1e9 / gpus_per_node_;
   intra_gbps_ = n.intra.bandwidth_gbps * n.intra.bus_efficiency;
@@ -138,6 +139,13 @@ double CostModel::attention_time_s(double flops) const {
 
 double CostModel::elementwise_time_s(double bytes) const {
   return bytes > 0 ? bytes / hbm_bytes_per_s_ : 0;
+}
+
+double overlapped_time_s(double interference, double kernels_s, double critical_s,
+                         double dp_stream_s, double copy_stream_s) {
+  const double busy =
+      kernels_s + critical_s + (interference - 1) * std::min(kernels_s, dp_stream_s);
+  return std::max({busy, dp_stream_s, copy_stream_s});
 }
 
 double CostModel::host_compute_time_s(double flops, double bytes) const {

@@ -25,9 +25,9 @@ Estimate estimate(const CostModel& cost) {
   int crit = 0;
   for (int s = 0; s < pp; ++s) {
     const auto& x = sc[s];
-    const double busy = x.fwd_s + x.bwd_s + x.rec_s + x.tp_s;
-    const double stream = std::max({x.dp_stream_s, x.h2d_stream_s, x.d2h_stream_s});
-    const double u = busy + std::max(0.0, stream - busy) + x.first_fetch_s;
+    const double u = cost.overlapped_time_s(x.fwd_s + x.bwd_s + x.rec_s, x.tp_s, x.dp_stream_s,
+                                            std::max(x.h2d_stream_s, x.d2h_stream_s)) +
+                     x.first_fetch_s;
     // In the steady state every micro-batch waits once for a pipeline transfer: the round trip
     // of an activation and its gradient spans two micro-batch cycles.
     const double cycle = u + 0.5 * (x.p2p_fwd_s + x.p2p_bwd_s);

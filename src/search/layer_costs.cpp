@@ -28,7 +28,8 @@ std::vector<int> Geometry::signature(int s, const std::vector<int>& tps) const {
 }
 
 double LayerCost::step_s() const {
-  return std::max({busy_s, dp_stream_s, h2d_stream_s, d2h_stream_s});
+  return overlapped_time_s(interference, kernel_s, busy_s - kernel_s, dp_stream_s,
+                           std::max(h2d_stream_s, d2h_stream_s));
 }
 
 // ---- cost tables ------------------------------------------------------------------------------
@@ -85,7 +86,9 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   lc.transient = std::max(x.fwd_act - x.kept + x.fwd_buf, x.bwd_act - x.kept + x.bwd_buf);
   lc.workspace = int64_t(2) * e_ * b * m_.seq_len * m_.hidden;
   lc.boundary = boundary_activation_bytes(m_, s, b, dtype_);
-  lc.busy_s = x.fwd_s + x.bwd_s + x.rec_s + x.tp_fwd_s + x.tp_bwd_s + x.tp_rec_s;
+  lc.kernel_s = x.fwd_s + x.bwd_s + x.rec_s;
+  lc.busy_s = lc.kernel_s + x.tp_fwd_s + x.tp_bwd_s + x.tp_rec_s;
+  lc.interference = costs_.front()->compute_comm_interference();
   lc.fetch_s = x.fetch_s;
   lc.act_h2d_s = x.act_h2d_s;
   lc.dp_stream_s = (x.fetch_on_h2d ? 0 : 2 * x.fetch_s) + x.grad_rs_mb_s;

@@ -31,6 +31,8 @@ struct LayerCost {
   // Time per micro-batch (seconds). busy: kernels (fwd, bwd, recompute) and the tensor-parallel
   // collectives compute waits for. The side streams run concurrently with it.
   double busy_s = 0;
+  double kernel_s = 0;      // the kernels' part of busy_s (slowed by overlapping collectives)
+  double interference = 1;  // the GPU's compute_comm_interference
   double dp_stream_s = 0;   // ZeRO-3 weight gathers and ZeRO-2/3 gradient reduce-scatters
   double h2d_stream_s = 0;  // offloaded weights and activations coming back
   double d2h_stream_s = 0;  // activations going to the host
@@ -47,7 +49,8 @@ struct LayerCost {
   int64_t transient = 0;  // extra bytes while the layer runs, beyond its kept activations
   int64_t workspace = 0;  // incoming + outgoing activation gradients, 2 x b x s x h elements
   int64_t boundary = 0;   // activation bytes passed to the next layer (reshard size)
-  double step_s() const;  // max(busy, side streams): a micro-batch's time on this layer
+  // A micro-batch's time on this layer: CostModel::overlapped_time_s of its parts.
+  double step_s() const;
 };
 
 // The embedding (first stage) and LM head (last stage) under one embedding strategy.
