@@ -47,7 +47,11 @@ struct Plan {
   int global_batch = 1;  // samples per iteration
   Dtype dtype = Dtype::bf16;
   bool flash_attention = false;
-  bool overlap_grad_reduce = true;    // data-parallel reduction overlaps backward (PyTorch DDP)
+  bool overlap_grad_reduce = true;  // data-parallel reduction overlaps backward (PyTorch DDP)
+  // ZeRO-3 / offloaded weights of the layer below are fetched during a layer's attention
+  // backward, ahead of its gradient reduction (FSDP's BACKWARD_PRE): faster, and one more
+  // layer's weights held. Off: fetched when that layer starts, behind the reduction.
+  bool backward_prefetch = true;
   std::vector<LayerStrategy> layers;  // one per Transformer layer
   LayerStrategy embedding;            // embedding and LM head (tp/dp/zero apply)
 
@@ -69,6 +73,7 @@ struct PlanShorthand {
   bool sequence_parallel = false;
   bool flash_attention = false;
   bool no_overlap_grad_reduce = false;
+  bool no_backward_prefetch = false;
   bool any() const;
 };
 

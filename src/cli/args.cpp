@@ -18,7 +18,7 @@ const char* kPlanHelp =
     "  --tp N --pp N --dp N --micro-batch N --global-batch N --vpp N --zero 0-3\n"
     "  --recompute none|selective|full --schedule gpipe|1f1b|interleaved --sequence-parallel\n"
     "  --offload optimizer,params,activations --dtype bf16|fp16|fp32 --flash-attention\n"
-    "  --no-overlap-grad-reduce\n";
+    "  --no-overlap-grad-reduce --no-backward-prefetch\n";
 
 Args::Args(std::string command, std::vector<std::string> tokens)
     : command_(std::move(command)), tokens_(std::move(tokens)), used_(tokens_.size(), false) {}
@@ -168,6 +168,7 @@ PlanShorthand shorthand_from_args(Args& a) {
   s.sequence_parallel = a.flag("--sequence-parallel");
   s.flash_attention = a.flag("--flash-attention");
   s.no_overlap_grad_reduce = a.flag("--no-overlap-grad-reduce");
+  s.no_backward_prefetch = a.flag("--no-backward-prefetch");
   return s;
 }
 

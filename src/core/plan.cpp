@@ -118,7 +118,8 @@ std::vector<LayerRange> even_chunks(int layers, int chunks) {
 
 bool PlanShorthand::any() const {
   return tp || pp || dp || micro_batch || global_batch || vpp || zero || recompute || schedule ||
-         dtype || offload || sequence_parallel || flash_attention || no_overlap_grad_reduce;
+         dtype || offload || sequence_parallel || flash_attention || no_overlap_grad_reduce ||
+         no_backward_prefetch;
 }
 
 Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterSpec& c) {
@@ -168,6 +169,7 @@ Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterS
   p.dtype = dtype_from_string(s.dtype.value_or("bf16"), "--dtype");
   p.flash_attention = s.flash_attention;
   p.overlap_grad_reduce = !s.no_overlap_grad_reduce;
+  p.backward_prefetch = !s.no_backward_prefetch;
   p.layers.assign(m.layers, l);
   p.embedding = l;
   p.embedding.recompute = Recompute::none;
@@ -227,6 +229,7 @@ Plan plan_from_json(const nlohmann::json& j, const ModelSpec& m, const std::stri
   p.dtype = dtype_from_string(r.get_string("dtype", "bf16"), r.where("dtype"));
   p.flash_attention = r.get_bool("flash_attention", false);
   p.overlap_grad_reduce = r.get_bool("overlap_grad_reduce", true);
+  p.backward_prefetch = r.get_bool("backward_prefetch", true);
   r.get_string("description", "");
   p.embedding = strategy_from(r.object("embedding"), false);
   // "layers": a list of {"layers": [begin, end], <strategy>} runs covering every layer once.
@@ -294,6 +297,7 @@ nlohmann::json to_json(const Plan& p) {
           {"dtype", to_string(p.dtype)},
           {"flash_attention", p.flash_attention},
           {"overlap_grad_reduce", p.overlap_grad_reduce},
+          {"backward_prefetch", p.backward_prefetch},
           {"chunks", chunks},
           {"embedding", strategy_json(p.embedding)},
           {"layers", runs}};

@@ -246,11 +246,20 @@ class StageBuilder {
   }
 
   // Parameters that are not resident (ZeRO-3 shards or host-offloaded) are fetched before use.
-  int fetch_params(int layer, Phase ph, int mb, int after) {
-    return fetch(strat(layer), layer_params(layer) * e_, layer, ph, mb, after);
+  // The next compute op waits for the fetch, or, with `wait_out`, whoever the caller hands the
+  // returned op id to (a prefetch for a later layer).
+  int fetch_params(int layer, Phase ph, int mb, int after, int* wait_out = nullptr) {
+    return fetch(strat(layer), layer_params(layer) * e_, layer, ph, mb, after, wait_out);
   }
   // `bytes` of parameters of strategy s (layer -1: embedding or LM head), or -1 when resident.
-  int fetch(const LayerStrategy& s, int64_t bytes, int layer, Phase ph, int mb, int after) {
+  int fetch(const LayerStrategy& s, int64_t bytes, int layer, Phase ph, int mb, int after,
+            int* wait_out = nullptr) {
+    auto wait_for = [&](int op) {
+      if (wait_out)
+        *wait_out = op;
+      else
+        compute_waits_.push_back(op);
+    };
     if (s.zero == 3 && s.dp > 1) {
       if (s.offload_params) {
         // ZeRO-Infinity: the rank's shard lives in host memory; it crosses PCIe before the
@@ -261,9 +270,8 @@ class StageBuilder {
       }
       int buf =
           alloc(Stream::dp_comm, MemCategory::buffers, bytes, layer, mb, ph, Block::none, {after});
-      int c = collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp, bytes,
-                         Block::none, ph, layer, mb, {after});
-      compute_waits_.push_back(c);
+      wait_for(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp, bytes,
+                          Block::none, ph, layer, mb, {after}));
       return buf;
     }
     if (s.offload_params) {
@@ -271,7 +279,7 @@ class StageBuilder {
           alloc(Stream::h2d, MemCategory::buffers, bytes, layer, mb, ph, Block::none, {after});
       Op op = make(OpKind::copy_h2d, Stream::h2d, Block::none, ph, layer, mb);
       op.bytes = bytes;
-      compute_waits_.push_back(emit(op, {after}));
+      wait_for(emit(op, {after}));
       return buf;
     }
     return -1;
@@ -347,12 +355,20 @@ class StageBuilder {
       compute_waits_.push_back(emit(op, {}));
     }
     int prev_mlp = -1;
+    // Backward prefetch (FSDP's BACKWARD_PRE): layer l-1's weights are fetched once layer l's
+    // mlp backward has run, before layer l's gradient reduction takes the in-order dp stream,
+    // so that the fetch is not queued behind it.
+    int next_wait = -1;
+    int next_fetched = fetch_params(r.end - 1, Phase::backward, mb, prev_mlp, &next_wait);
     for (int l = r.end - 1; l >= r.begin; --l) {
       const auto& s = strat(l);
       const int b = samples(l);
       auto [act_a, act_m] = saved_.at(key(l, mb));
       saved_.erase(key(l, mb));
-      int fetched = fetch_params(l, Phase::backward, mb, prev_mlp);
+      const int fetched = p_.backward_prefetch || l == r.end - 1
+                              ? next_fetched
+                              : fetch_params(l, Phase::backward, mb, prev_mlp);
+      if (next_wait >= 0) compute_waits_.push_back(next_wait), next_wait = -1;
       if (s.offload_activations) {
         int64_t ba = saved_activation_bytes(m_, s, Block::attention, b, s.recompute,
                                             p_.flash_attention, p_.dtype);
@@ -394,6 +410,9 @@ class StageBuilder {
       tp_after(Block::mlp, Phase::backward, l, mb);
       release(act_m, Stream::compute);
       release(re_m, Stream::compute);
+      if (p_.backward_prefetch)
+        next_fetched =
+            l > r.begin ? fetch_params(l - 1, Phase::backward, mb, prev_mlp, &next_wait) : -1;
       if (s.recompute == Recompute::selective && !p_.flash_attention) {
         // The attention probabilities were not kept: rebuild them from the saved Q and K.
         const LayerStrategy& ss = s;

@@ -99,7 +99,8 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
   } else if (s.recompute == Recompute::selective && !flash) {
     during_attn += saved(Block::attention, Recompute::none, false) - sa;  // probabilities
   }
-  lc.bwd_act = std::max(during_mlp, during_attn);
+  lc.bwd_mlp_act = during_mlp;
+  lc.bwd_attn_act = during_attn;
   lc.bwd_buf = fetch_bytes;
   if (!with_time) return lc;
 

@@ -47,7 +47,10 @@ struct LayerCost {
   ModelStates states;
   int64_t kept = 0;                  // saved activations resident until backward
   int64_t fwd_act = 0, fwd_buf = 0;  // this layer's bytes at its forward's worst moment
-  int64_t bwd_act = 0, bwd_buf = 0;  // ... and at its backward's worst moment
+  // ... at its backward's two moments: the mlp backward (with the fetched weights), and the
+  // attention backward, beside which the layer below's weights are already being fetched
+  // (add that layer's fetch to bwd_buf there).
+  int64_t bwd_mlp_act = 0, bwd_attn_act = 0, bwd_buf = 0;
 };
 
 // Bringing a strategy's non-resident parameters to the device before use: the ZeRO-3

@@ -115,7 +115,7 @@ class Analyzer {
     for (int i = 0; i < v_; ++i) {
       const int ch = i * pp + s;
       const LayerRange r = p_.chunks[ch];
-      int64_t prefix = 0;
+      int64_t prefix = 0, below_fetch = 0;
       Mem fp, bp;
       // The lookup's fetched weights, before any of the micro-batch's own activations.
       if (ch == 0) keep_max(fp, {0, eh.emb_fetch.bytes});
@@ -130,7 +130,10 @@ class Analyzer {
         const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_);
         max_samples = std::max(max_samples, samples_for(st.dp));
         keep_max(fp, {prefix + lc.fwd_act, lc.fwd_buf});
-        keep_max(bp, {prefix + lc.bwd_act, lc.bwd_buf});
+        keep_max(bp, {prefix + lc.bwd_mlp_act, lc.bwd_buf});
+        // The layer below (same chunk) is prefetched during this layer's attention backward.
+        keep_max(bp, {prefix + lc.bwd_attn_act, lc.bwd_buf + below_fetch});
+        if (p_.backward_prefetch) below_fetch = lc.fwd_buf;
         prefix += lc.kept;
         states.weights += lc.states.weights, states.grads += lc.states.grads;
         states.optimizer += lc.states.optimizer;
@@ -160,6 +163,10 @@ class Analyzer {
         // Nothing precedes the first forward fetch and the first backward fetch of a pass.
         if (l == r.begin) sc.first_fetch_s += lc.fetch_s;
         if (l == r.end - 1) sc.first_fetch_s += lc.fetch_s + lc.act_h2d_s;
+        // Without backward prefetch a layer's fetch waits on the in-order dp stream behind the
+        // reduce-scatter of the layer above, and compute waits for both.
+        else if (!p_.backward_prefetch && !lc.fetch_on_h2d)
+          sc.first_fetch_s += lc.fetch_s + lc.grad_rs_mb_s;
         if (lc.grad_rs_mb_s > 0) reduces_.push_back({bwd_below, lc.grad_rs_mb_s, i});
         if (lc.grad_reduce_s > 0) {
           if (overlap)

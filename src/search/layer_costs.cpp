@@ -83,7 +83,9 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   lc.samples = b;
   lc.states = x.states.weights + x.states.grads + x.states.optimizer;
   lc.kept = x.kept;
-  lc.transient = std::max(x.fwd_act - x.kept + x.fwd_buf, x.bwd_act - x.kept + x.bwd_buf);
+  // The attention backward overlaps the fetch of the layer below, taken to be of this size.
+  lc.transient = std::max({x.fwd_act - x.kept + x.fwd_buf, x.bwd_mlp_act - x.kept + x.bwd_buf,
+                           x.bwd_attn_act - x.kept + 2 * x.bwd_buf});
   lc.workspace = int64_t(2) * e_ * b * m_.seq_len * m_.hidden;
   lc.boundary = boundary_activation_bytes(m_, s, b, dtype_);
   lc.kernel_s = x.fwd_s + x.bwd_s + x.rec_s;

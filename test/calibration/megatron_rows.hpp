@@ -81,6 +81,10 @@ inline std::vector<Row> load_rows(const std::string& path = megatron_file()) {
         r.value("data_parallel_impl",
                 row.framework == "Megatron" ? std::string("local") : std::string("torch"));
     s.no_overlap_grad_reduce = ddp == "local";
+    // DeepSpeed's ZeRO-3 prefetches at most stage3_prefetch_bucket_size parameters (5e7 by
+    // default), far below one 2-5 billion-parameter layer of these models: each layer's
+    // weights are fetched when it starts.
+    s.no_backward_prefetch = row.framework != "Megatron";
     row.plan = expand_shorthand(s, m, row.cluster);
     validate(row.plan, m, row.cluster, row.id);
     out.push_back(std::move(row));
