@@ -110,8 +110,12 @@ class Analyzer {
     double deferred = 0;  // reductions run after the last micro-batch (no overlap)
     const bool overlap = p_.overlap_grad_reduce;
     const LayerStrategy& es = p_.embedding;
-    const EmbeddingHeadCost eh = embedding_head_cost(c_, es, samples(-1), geo_.tp_nodes(s, es.tp),
-                                                     geo_.dp_nodes(s, es.tp), with_time_);
+    // Only the first and the last stage hold the embedding and the head.
+    const bool ends = s == 0 || s == pp - 1;
+    const EmbeddingHeadCost eh =
+        ends ? embedding_head_cost(c_, es, samples(-1), geo_.tp_nodes(s, es.tp),
+                                   geo_.dp_nodes(s, es.tp), with_time_)
+             : EmbeddingHeadCost{};
     for (int i = 0; i < v_; ++i) {
       const int ch = i * pp + s;
       const LayerRange r = p_.chunks[ch];
