@@ -38,6 +38,9 @@ BlockWork forward_work(const ModelSpec& m, const LayerStrategy& s, Block b, int 
 // Backward is the two GEMMs per forward GEMM (dgrad, wgrad) and ~2x the elementwise traffic.
 BlockWork backward_work(const ModelSpec& m, const LayerStrategy& s, Block b, int samples,
                         bool flash_attention);
+// The backward of any forward work, by the rule above (the profile applies it to the attention
+// core alone).
+BlockWork backward_of(const BlockWork& forward);
 // Work of just the attention core (QK^T, softmax, AV): what selective recompute redoes.
 BlockWork attention_core_work(const ModelSpec& m, const LayerStrategy& s, int samples,
                               bool flash_attention);

@@ -93,7 +93,10 @@ BlockWork forward_work(const ModelSpec& m, const LayerStrategy& st, Block b, int
 
 BlockWork backward_work(const ModelSpec& m, const LayerStrategy& st, Block b, int samples,
                         bool flash) {
-  BlockWork f = forward_work(m, st, b, samples, flash);
+  return backward_of(forward_work(m, st, b, samples, flash));
+}
+
+BlockWork backward_of(const BlockWork& f) {
   BlockWork w;
   for (int i = 0; i < f.num_gemms; ++i) {
     const Gemm& g = f.gemms[i];

@@ -50,10 +50,7 @@ double predicted_time_s(const ClusterSpec& c, const ProfileMeasurements& m,
   const CostModel cm(model, c, p);
   LayerStrategy st;
   const BlockWork fwd = attention_core_work(model, st, int(s.batch), p.flash_attention);
-  // Backward of the core is twice the forward's FLOPs and traffic (workload.cpp's rule).
-  BlockWork bwd = fwd;
-  bwd.attention_flops *= 2, bwd.elementwise_bytes *= 2, bwd.kernels *= 2;
-  return cm.block_time_s(fwd) + cm.block_time_s(bwd);
+  return cm.block_time_s(fwd) + cm.block_time_s(backward_of(fwd));
 }
 double predicted_time_s(const ClusterSpec& c, const ProfileMeasurements& m, const StreamSample& s) {
   static const ModelSpec none;
