@@ -169,7 +169,7 @@ class Analyzer {
         if (l == r.end - 1) sc.first_fetch_s += lc.fetch_s + lc.act_h2d_s;
         // Without backward prefetch a layer's fetch waits on the in-order dp stream behind the
         // reduce-scatter of the layer above, and compute waits for both.
-        else if (!p_.backward_prefetch && !lc.fetch_on_h2d)
+        else if (!p_.backward_prefetch && lc.fetch_s > 0 && !lc.fetch_on_h2d)
           sc.first_fetch_s += lc.fetch_s + lc.grad_rs_mb_s;
         if (lc.grad_rs_mb_s > 0) reduces_.push_back({bwd_below, lc.grad_rs_mb_s, i});
         if (lc.grad_reduce_s > 0) {
