@@ -12,15 +12,6 @@
 namespace stratagem::cli {
 namespace {
 
-int node_size() {
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &node);
-  int n = 0;
-  MPI_Comm_size(node, &n);
-  MPI_Comm_free(&node);
-  return n;
-}
-
 void print_summary(const ProfileFit& f, const ProfileMeasurements& m) {
   const GpuSpec &a = f.base.gpu, &b = f.cluster.gpu;
   const LinkSpec &ia = f.base.node.intra, &ib = f.cluster.node.intra;
@@ -85,7 +76,7 @@ int run_profile(Args& a) {
                      cluster_arg + " describes " + base.gpu.name +
                      " devices; profile a CPU description (gpu.name \"cpu\", e.g. cpu-local)");
   // Checked before any measurement, so that a wrong job fails in seconds.
-  const int local = node_size();
+  const int local = local_size();
   if (local != world_size())
     throw InputError(a.command() + ": profile measures one node, but MPI started " +
                      std::to_string(world_size()) + " ranks of which " + std::to_string(local) +

@@ -28,6 +28,7 @@ int world_rank();
 int world_size();
 // Rank among the processes of this node (picks the GPU on GPU nodes).
 int local_rank();
+int local_size();  // processes on this node
 // Prints JSON on rank 0 only.
 void print_json(const nlohmann::json& j);
 

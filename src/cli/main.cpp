@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <utility>
 
 #include "src/cli/command.hpp"
 #include "stratagem/error.hpp"
@@ -28,15 +29,26 @@ int world_size() {
   return s;
 }
 
-int local_rank() {
-  static int cached = -1;
-  if (cached < 0) {
+namespace {
+// This process's rank among, and the number of, the processes on its node (collective once).
+std::pair<int, int> node_rank_and_size() {
+  static std::pair<int, int> cached{-1, 0};
+  if (cached.first < 0) {
     MPI_Comm node;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &cached);
+    MPI_Comm_rank(node, &cached.first);
+    MPI_Comm_size(node, &cached.second);
     MPI_Comm_free(&node);
   }
   return cached;
+}
+}  // namespace
+
+int local_rank() {
+  return node_rank_and_size().first;
+}
+int local_size() {
+  return node_rank_and_size().second;
 }
 
 void print_json(const nlohmann::json& j) {
