@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The training part of `make demo`: a small GPT on 4 MPI ranks (CPU backend, dp 4) trained on
+# The training part of `make demo`: a small GPT on 4 MPI ranks (CPU backend, tp 2 x pp 2) trained on
 # English text that Debian installs on every machine (/usr/share/common-licenses).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +14,7 @@ cat /usr/share/common-licenses/{GPL-3,LGPL-3,Apache-2.0,MPL-2.0,Artistic,GFDL-1.
 "$BIN" data tokenize "$OUT/corpus.txt" -o "$OUT/corpus.bin"
 MODEL=(--layers 4 --hidden 128 --heads 4 --vocab 256 --seq-len 64)
 # The CPU backend computes in fp32; the forecast uses the same dtype.
-PLAN=(--dp 4 --micro-batch 4 --global-batch 16 --dtype fp32)
+PLAN=(--tp 2 --pp 2 --dp 1 --micro-batch 4 --global-batch 16 --dtype fp32)
 rm -rf "$OUT/ckpt"
 "${MPIRUN[@]}" "$BIN" train "${MODEL[@]}" "${PLAN[@]}" --data "$OUT/corpus.bin" --steps "$STEPS" \
   --lr 3e-3 --warmup 20 --ckpt-dir "$OUT/ckpt" --ckpt-every 100 --log-every 25 \

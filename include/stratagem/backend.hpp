@@ -53,7 +53,9 @@ class Backend {
 
   // ---- embedding --------------------------------------------------------------------------
   // out (B,T,C) = wte[tokens] (+ wpe[t] when wpe is defined: learned positions; undefined for
-  // RoPE). tokens (B*T) host ids; wte (V,C); wpe (maxT,C) with T <= maxT.
+  // RoPE). tokens (B*T) host ids; wte (V,C); wpe (maxT,C) with T <= maxT. An id of -1 marks a
+  // token held by another vocabulary shard (tensor parallelism): its row is zero (+ wpe), and
+  // backward skips it.
   virtual void embedding_forward(Tensor& out, std::span<const int32_t> tokens, const Tensor& wte,
                                  const Tensor& wpe) = 0;
   // dwte (V,C) += scatter of dout; dwpe (maxT,C) += sum over B (skipped when undefined).
@@ -121,6 +123,22 @@ class Backend {
   // dlogits (N,V) = (softmax(logits) - onehot(target)) * scale; dlogits may alias logits.
   virtual void crossentropy_softmax_backward(Tensor& dlogits, const Tensor& logits,
                                              std::span<const int32_t> targets, float scale) = 0;
+
+  // Vocabulary-parallel cross-entropy (Megatron-LM): logits (N,Vl) hold vocabulary ids
+  // [vocab_begin, vocab_begin + valid) in their first `valid` columns; later columns pad the
+  // vocabulary to a multiple of tp and are ignored. A caller reduces across the shards:
+  //   max (N)      = row maxima of the valid columns            (then all-reduce max)
+  //   sums (N,2)   = [sum exp(logit - max), target logit or 0]   (then all-reduce sum)
+  //   loss         = log(sums[:,0]) + max - sums[:,1]
+  virtual void crossentropy_row_max(Tensor& max, const Tensor& logits, int64_t valid) = 0;
+  virtual void crossentropy_sums(Tensor& sums, const Tensor& logits, const Tensor& max,
+                                 std::span<const int32_t> targets, int64_t vocab_begin,
+                                 int64_t valid) = 0;
+  // dlogits (N,Vl) = (exp(logit - max) / sums[:,0] - onehot(target)) * scale on the valid
+  // columns, 0 on the padding; dlogits may alias logits. max and sums are the reduced ones.
+  virtual void crossentropy_shard_backward(Tensor& dlogits, const Tensor& logits, const Tensor& max,
+                                           const Tensor& sums, std::span<const int32_t> targets,
+                                           int64_t vocab_begin, int64_t valid, float scale) = 0;
 
   // ---- optimizer --------------------------------------------------------------------------
   virtual double sum_squares(const Tensor& t) = 0;  // in fp64, for the global grad norm

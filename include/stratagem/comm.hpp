@@ -1,27 +1,40 @@
-// Communicator: the collectives the runtime needs, over one group of ranks. The MPI version
-// serves the CPU backend; an NCCL version implements the same interface for CUDA.
+// Communicator: the collectives and point-to-point transfers the runtime needs, over one group
+// of ranks. The MPI version serves the CPU backend; an NCCL version implements the same
+// interface for CUDA. Nonblocking calls return a Request that the ops depending on the
+// transfer wait for, so communication overlaps compute as the Program's streams say.
 #pragma once
 #include <mpi.h>
 
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace stratagem {
+
+// A transfer in flight. wait() completes it (the buffers may then be reused); it throws
+// CommTimeout when the peers do not arrive within the communicator's timeout.
+class Request {
+ public:
+  virtual ~Request() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;  // true once complete (never blocks)
+};
+using RequestPtr = std::unique_ptr<Request>;
+
+enum class ReduceOp { sum, max };
 
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // ---- blocking ---------------------------------------------------------------------------
   // In place: every member ends with the element-wise sum.
   virtual void all_reduce_sum(float* data, int64_t count) = 0;
   virtual void all_reduce_sum(double* data, int64_t count) = 0;
   virtual void all_reduce_max(double* data, int64_t count) = 0;
-  // send holds size() blocks of block_count; member i receives the sum of block i.
-  virtual void reduce_scatter_sum(const float* send, float* recv, int64_t block_count) = 0;
-  // Each member contributes block_count; recv holds size() blocks in member order.
-  virtual void all_gather(const float* send, float* recv, int64_t block_count) = 0;
   // Uneven variants (ZeRO shards rarely split a tensor evenly): member i receives the sum of
   // the counts[i] elements that follow the first i blocks of `send`.
   virtual void reduce_scatter_sum_v(const float* send, float* recv,
@@ -30,10 +43,35 @@ class Communicator {
   // holds all blocks.
   virtual void all_gather_v_inplace(float* buf, const std::vector<int64_t>& counts) = 0;
   virtual void barrier() = 0;
+  // ---- nonblocking ------------------------------------------------------------------------
+  // In place over `count` elements.
+  virtual RequestPtr iall_reduce(float* data, int64_t count, ReduceOp op) = 0;
+  // send holds size() blocks of block_count; member i receives the sum of block i.
+  virtual RequestPtr ireduce_scatter(const float* send, float* recv, int64_t block_count) = 0;
+  // Each member contributes block_count; recv holds size() blocks in member order.
+  virtual RequestPtr iall_gather(const float* send, float* recv, int64_t block_count) = 0;
+  // Uneven variants over `counts` (one per member): reduce-scatter into recv (counts[rank]
+  // elements), and all-gather in place (member i's block at its displacement in buf).
+  virtual RequestPtr ireduce_scatter_v(const float* send, float* recv,
+                                       const std::vector<int64_t>& counts) = 0;
+  virtual RequestPtr iall_gather_v_inplace(float* buf, const std::vector<int64_t>& counts) = 0;
+  // Point-to-point with a member (by its rank in this communicator); `tag` tells apart
+  // transfers between the same pair (an interleaved pipeline of two stages sends both ways).
+  virtual RequestPtr isend(const float* data, int64_t count, int peer, int tag) = 0;
+  virtual RequestPtr irecv(float* data, int64_t count, int peer, int tag) = 0;
 };
 
-// A communicator over an MPI communicator (not owned: the caller frees it).
-std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
+// Thrown by Request::wait when a transfer waits longer than the timeout: names the operation,
+// the group and the members that did not arrive (when known).
+class CommTimeout : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A communicator over an MPI communicator (not owned: the caller frees it). `name` labels the
+// group in errors; waits longer than timeout_s throw CommTimeout (<= 0: wait forever).
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::string name = "world",
+                                                    double timeout_s = 0);
 
 // MPI communicators for the Layout's groups that contain this rank, made collectively over
 // world with MPI_Comm_split (every rank must call it with the same group list).

@@ -1,21 +1,28 @@
-// The runtime executor: runs a rank's Program (the same instruction stream the simulator runs)
-// with real kernels and a communicator. The CPU backend covers plans with pp = 1 and tp = 1:
-// any dp, ZeRO 0 and 1, gradient accumulation, and recompute none/selective/full. Other plans
-// are rejected with NotSupported until the hybrid-parallel runtime lands.
+// The runtime executor: runs this rank's stage Program (the instruction stream the simulator
+// runs) op by op, with real kernels and communicators.
+//  - Order: ops run in Program order; collectives and transfers are issued without blocking
+//    and waited for by the ops that depend on them (the Program's cross-stream deps), so
+//    communication overlaps compute the way the simulator assumes.
+//  - Memory: alloc and free ops create and release the Program's buffers; the tensors of a
+//    block live inside them. What does not fit, and the executor's transient scratch, is
+//    counted beside them, so the measured memory is the Program's accounting made real.
+//  - Groups and peers come from the Layout through ParallelState.
+// Supported: tensor parallelism (with sequence parallelism), pipeline parallelism under GPipe,
+// 1F1B and interleaved 1F1B, data parallelism with ZeRO 0 and 1, recompute none, selective and
+// full. Plans with ZeRO-2/3, offloading or per-layer heterogeneous strategies are refused with
+// NotSupported naming the feature.
 #pragma once
 #include <mpi.h>
 
 #include <array>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "stratagem/backend.hpp"
-#include "stratagem/comm.hpp"
 #include "stratagem/data.hpp"
-#include "stratagem/layout.hpp"
+#include "stratagem/parallel_state.hpp"
 #include "stratagem/program.hpp"
 #include "stratagem/transformer.hpp"
 
@@ -26,6 +33,28 @@ struct ExecutorOptions {
   float grad_clip = 1.0f;
   LrSchedule schedule;
   AdamWConfig adamw;
+  bool update = true;  // false: compute gradients only (reference tests inspect them)
+};
+
+// Where micro-batches come from: global sample `index` of optimizer step `step`.
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  virtual void sample(int64_t step, int64_t index, int seq_len, int32_t* tokens,
+                      int32_t* targets) const = 0;
+};
+// Samples drawn from a token file, a pure function of (seed, step, index).
+class DatasetSamples final : public SampleSource {
+ public:
+  DatasetSamples(const TokenDataset& data, uint64_t seed) : data_(data), seed_(seed) {}
+  void sample(int64_t step, int64_t index, int seq_len, int32_t* tokens,
+              int32_t* targets) const override {
+    data_.sample(seed_, step, index, seq_len, tokens, targets);
+  }
+
+ private:
+  const TokenDataset& data_;
+  uint64_t seed_;
 };
 
 // What one executed op took: the raw material of the measured trace.
@@ -40,8 +69,8 @@ struct MemorySample {
 
 struct StepResult {
   int64_t step = 0;
-  float loss = 0;       // mean over the global batch
-  float grad_norm = 0;  // before clipping
+  float loss = 0;       // mean over the global batch (on every rank)
+  float grad_norm = 0;  // before clipping (on every rank)
   float lr = 0;
   double time_s = 0;
   std::vector<OpTiming> timings;
@@ -51,70 +80,41 @@ struct StepResult {
 
 class Executor {
  public:
-  Executor(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
-           Backend& backend, const TokenDataset& data, ExecutorOptions options);
+  // Throws NotSupported for plans the runtime cannot run yet, InputError for a model that
+  // does not fit the plan (heads not divisible by tp, ...).
+  Executor(ParallelState& state, const ModelSpec& model, const Plan& plan, Backend& backend,
+           const SampleSource& samples, ExecutorOptions options);
   ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
 
   StepResult step(int64_t step);  // one optimizer step at 0-based `step`
 
-  // State for checkpoints: flat fp32 buffers and the tensors inside them.
-  const ParamTable& table() const { return model_.table; }
-  Model& model() { return model_; }
-  AdamW& optimizer() { return *opt_; }
-  int64_t shard_begin() const { return shard_begin_; }
-  int64_t shard_end() const { return shard_end_; }
-  const Layout& layout() const { return layout_; }
-  const StageProgram& program() const { return program_.stages.at(0); }
-  int64_t high_water_bytes() const { return high_water_; }
+  // This rank's model part (a stage's layers, one tensor-parallel share) and its state.
+  Model& model();
+  AdamW& optimizer();
+  // The flat range of the parameters whose optimizer state this rank holds (ZeRO-1: a shard).
+  int64_t shard_begin() const;
+  int64_t shard_end() const;
+  // Whether this rank writes the data-parallel-replicated state of [begin, end) in a
+  // checkpoint (one replica does; ZeRO shards are written by their owners).
+  int dp_index() const;
+  int dp_size() const;
+  const Program& program() const;
+  const StageProgram& stage_program() const;
+  int64_t high_water_bytes() const;
+
+  struct Impl;
 
  private:
-  struct MicroState;
-  void run_op(const Op& op, int64_t step, MicroState*& ms, StepResult& out);
-  MicroState& micro(int mb);
-  Tensor& alloc_tracked(Tensor& slot, Shape shape, MemCategory cat);
-  void track(const std::vector<Tensor*>& tensors, MemCategory cat);  // count in the ledger
-  void release(Tensor& t);
-  void sample_memory(int64_t now_ns, StepResult& out);
-  std::vector<std::pair<int64_t, int64_t>> layer_ranges(int layer) const;
-  std::vector<int64_t> shard_counts(int64_t begin, int64_t end) const;
-  void dp_reduce(const Op& op);
-  void dp_gather(const Op& op);
-  void optimizer_step(int64_t step, StepResult& out);
-
-  MPI_Comm world_;
-  const ModelSpec& spec_;
-  const Plan& plan_;
-  Backend& be_;
-  const TokenDataset& data_;
-  ExecutorOptions opt_cfg_;
-  Layout layout_;
-  Program program_;
-  TransformerConfig cfg_;
-  Model model_;
-  std::unique_ptr<AdamW> opt_;
-  std::unique_ptr<MpiGroups> groups_;
-  std::unique_ptr<Communicator> dp_comm_;
-  int dp_ = 1, dp_index_ = 0, samples_ = 1, zero_ = 0;
-  int64_t shard_begin_ = 0, shard_end_ = 0;
-  std::vector<int64_t> shard_bounds_;  // dp+1 boundaries of the ZeRO-1 partition
-  std::map<int, std::unique_ptr<MicroState>> micro_;
-  AttentionActs scratch_attn_;
-  MlpActs scratch_mlp_;
-  Tensor scratch_mid_, scratch_out_;
-  Workspace ws_;
-  std::map<const float*, std::pair<MemCategory, int64_t>> ledger_;
-  std::array<int64_t, kNumMemCategories> in_use_{};
-  int64_t high_water_ = 0;
-  double loss_sum_ = 0;
+  std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace stratagem
-
-namespace stratagem {
 // Writes the measured trace of one step (the runtime side of the trace schema, source =
 // "measured"). Collective over `comm`: every rank sends its op timings and memory samples to
-// rank 0, which writes the file atomically.
+// rank 0, which writes the file atomically. Each rank's ops are named from its stage's program.
 void write_measured_trace(MPI_Comm comm, const std::string& path, const ModelSpec& model,
-                          const ClusterSpec& cluster, const Plan& plan, const StageProgram& program,
-                          const StepResult& step);
+                          const ClusterSpec& cluster, const Plan& plan, const Program& program,
+                          int stage, const StepResult& step);
+
 }  // namespace stratagem

@@ -38,6 +38,8 @@ struct ParamSpan {
 class AdamW {
  public:
   AdamW(Backend& backend, int64_t numel, AdamWConfig config = {});
+  // State in memory the caller provides (the Program's optimizer buffer); zeroed here.
+  AdamW(Backend& backend, Tensor m, Tensor v, AdamWConfig config = {});
 
   // One step on params/grads (each `numel` floats, the same range as the state); `spans`
   // covers the range and says where weight decay applies.

@@ -1,8 +1,14 @@
-// The decoder Transformer as separately callable blocks over explicit weights, gradients and
-// saved activations, so a per-rank executor can run them in any pipeline order:
+// The decoder Transformer as separately callable pieces over explicit weights, gradients and
+// saved activations, split where the Program puts a tensor-parallel collective (Megatron-LM):
 //
-//   embedding fwd; for each layer: attention fwd, mlp fwd; lm_head fwd; lm_head bwd;
-//   for each layer in reverse: mlp bwd, attention bwd; embedding bwd.
+//   block forward  = norm -> [all-gather] -> core (partial sum under tp) -> [reduce] -> + residual
+//   block backward = [gather] -> core backward (partial) -> [reduce] -> norm backward (+ residual)
+//
+// The executor (executor.hpp) runs the pieces in the Program's order on any pipeline stage;
+// with tp = 1 the collectives vanish and the pieces compose into the plain serial model.
+// Tensor parallelism shards parameters: qkv and fc1 by rows (column-parallel), attn.proj and
+// fc2 by columns (row-parallel), wte by vocabulary rows (padded to a multiple of tp); norms and
+// row-parallel biases stay whole on every rank.
 //
 // Families: GPT-2 (layernorm, gelu, learned positions, biases, tied head) and LLaMA (rmsnorm,
 // swiglu, RoPE, no biases, untied head, GQA); each ModelSpec field is honoured on its own.
@@ -41,6 +47,8 @@
 namespace stratagem {
 
 // ---- shapes -------------------------------------------------------------------------------
+// Shapes of one tensor-parallel rank: heads, kv_heads, ffn_hidden and the vocabulary are this
+// rank's share (tp = 1: the whole model).
 struct TransformerConfig {
   int layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn_hidden = 0;
   int vocab = 0, max_seq = 0;
@@ -51,46 +59,74 @@ struct TransformerConfig {
   bool bias = true;
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  int tp = 1;          // tensor-parallel degree these shapes are shares of
+  int vocab_rows = 0;  // rows of this rank's wte shard: ceil(vocab / tp) (vocab when tp = 1)
 
   int qkv_width() const { return (heads + 2 * kv_heads) * head_dim; }
   int attn_width() const { return heads * head_dim; }
   int fc1_width() const { return activation == Activation::swiglu ? 2 * ffn_hidden : ffn_hidden; }
+  // The share of one rank of a tp group; throws NotSupported when heads, kv heads or the ffn
+  // width do not divide by tp.
+  TransformerConfig sharded(int tp) const;
+  // Vocabulary ids [begin, begin + valid) held by tp rank r (the rest of its rows is padding).
+  int64_t vocab_begin(int r) const { return int64_t(r) * vocab_rows; }
+  int64_t vocab_valid(int r) const;
 };
 // Throws NotSupported for encoders, std::invalid_argument for inconsistent shapes.
 TransformerConfig transformer_config(const ModelSpec& spec);
 
 // ---- parameters ---------------------------------------------------------------------------
-// Which part of the model a rank holds (a pipeline stage). A stage with the head of a tied
-// model holds its own copy of wte (the executor keeps the copies in sync, as Megatron does).
+// Which part of the model a rank holds: a pipeline stage's layers and one tensor-parallel share.
+// A stage with the head of a tied model holds its own copy of wte (the executor keeps the
+// copies in sync, as Megatron does).
 struct ModelPart {
   int first_layer = 0;
   int end_layer = -1;  // one past the last layer; -1 = all layers
   bool embedding = true;
   bool head = true;
+  int tp = 1, tp_rank = 0;
+  std::vector<int> layers;  // when set: exactly these layers (an interleaved stage's chunks)
+  std::vector<int> layer_list(int num_layers) const;
+};
+
+// Local rows [local_row, local_row + rows) of a sharded tensor are the logical tensor's rows
+// [logical_row, ...), starting at logical column `logical_col` (row-parallel weights).
+struct ShardSegment {
+  int64_t local_row = 0, rows = 0, logical_row = 0, logical_col = 0;
 };
 
 struct ParamInfo {
   std::string name;
-  Shape shape;
-  int64_t offset = 0;  // in floats, into the flat buffer
+  Shape shape;                         // this rank's (local) shape
+  int64_t offset = 0;                  // in floats, into the flat buffer
+  Shape logical;                       // the whole tensor's shape
+  std::vector<ShardSegment> segments;  // where the local rows sit in the logical tensor
+  bool replicated = true;              // whole on every rank of the tp group
+  bool tied_copy = false;              // the last stage's copy of a tied wte
   int64_t numel() const { return shape.numel(); }
   bool decay() const { return shape.ndim() == 2; }  // weight decay on 2-D weights only
+  // Flat index in the logical tensor of local element i, or -1 for padding.
+  int64_t logical_index(int64_t i) const;
 };
 
 class ParamTable {
  public:
-  void add(std::string name, Shape shape);
+  void add(ParamInfo info);
+  void add(std::string name, Shape shape);  // a whole (unsharded) tensor
   const std::vector<ParamInfo>& entries() const { return entries_; }
   int64_t size() const { return size_; }  // floats in the flat buffer
   const ParamInfo* find(std::string_view name) const;
   const ParamInfo& at(std::string_view name) const;  // throws std::out_of_range
   // AdamW spans covering flat range [begin, end), offsets relative to begin (ZeRO-1 shards).
   std::vector<ParamSpan> spans(int64_t begin, int64_t end) const;
+  // Flat runs of the parameters of `layer` (-1: everything outside the layers).
+  std::vector<std::pair<int64_t, int64_t>> ranges_of_layer(int layer) const;
 
  private:
   std::vector<ParamInfo> entries_;
   int64_t size_ = 0;
 };
+// `cfg` is the whole model's config; the part's tp shares it.
 ParamTable make_param_table(const TransformerConfig& cfg, const ModelPart& part = {});
 
 // Views into a flat buffer (parameters or gradients); absent tensors are undefined.
@@ -100,31 +136,37 @@ struct LayerWeights {
 };
 struct ModelWeights {
   Tensor wte, wpe;
-  int first_layer = 0;
-  std::vector<LayerWeights> layers;  // layers[i] is model layer first_layer + i
+  std::vector<int> slot;             // model layer -> index into layers, -1 when not held
+  std::vector<LayerWeights> layers;  // the held layers in increasing order
   Tensor norm_f_w, norm_f_b, lm_head_w;
 
-  LayerWeights& layer(int l) { return layers.at(static_cast<size_t>(l - first_layer)); }
-  const LayerWeights& layer(int l) const { return layers.at(static_cast<size_t>(l - first_layer)); }
+  LayerWeights& layer(int l) { return layers.at(index(l)); }
+  const LayerWeights& layer(int l) const { return layers.at(index(l)); }
   const Tensor& head_weight() const { return lm_head_w.defined() ? lm_head_w : wte; }
   Tensor& head_weight() { return lm_head_w.defined() ? lm_head_w : wte; }
+
+ private:
+  size_t index(int l) const;
 };
 ModelWeights bind_weights(const TransformerConfig& cfg, const ParamTable& table,
                           const Tensor& flat);
 
 // GPT-2 init: N(0, 0.02); attn.proj and mlp.fc2 weights N(0, 0.02/sqrt(2*layers)); norm
-// weights 1; biases 0. Each value is a pure function of (seed, tensor name, element index)
-// via a counter-based RNG, so it does not depend on thread count or on the ModelPart.
+// weights 1; biases 0; vocabulary padding 0. Each value is a pure function of (seed, tensor
+// name, logical element index) via a counter-based RNG, so it does not depend on thread count,
+// pipeline stage or tensor-parallel share.
 void init_parameters(Backend& backend, const TransformerConfig& cfg, const ParamTable& table,
                      Tensor& flat, uint64_t seed);
 
 // ---- saved activations (one struct per layer, block and micro-batch) -----------------------
+// T is the whole sequence; under sequence parallelism the norm tensors hold the rank's token
+// shard (N/tp rows) instead.
 struct AttentionActs {
-  Tensor norm_out;   // (B,T,C)
+  Tensor norm_out;   // (B,T,C) normalized input (the token shard under sp)
   Tensor norm_mean;  // (B,T) layernorm only
   Tensor norm_rstd;  // (B,T)
   Tensor qkv;        // (B,T,(NH+2KV)*hd) after RoPE
-  Tensor att;        // (B,NH,T,T) probabilities; undefined = selective recompute
+  Tensor att;        // (B,NH,T,T) probabilities; undefined = rebuilt in backward (selective)
   Tensor lse;        // (B,NH,T) log-sum-exp of each score row
   Tensor out;        // (B,T,NH*hd) attention output, the input of the projection
 };
@@ -133,113 +175,70 @@ struct MlpActs {
   Tensor fc1_out;                         // (B,T,F | 2F)
   Tensor act_out;                         // (B,T,F)
 };
-// Recompute::none keeps att; selective and full do not. Under `full` the executor keeps only
-// the block input and calls *_forward again (into one shared set of acts) right before the
-// block's backward.
-AttentionActs allocate_attention_acts(Backend& backend, const TransformerConfig& cfg, int B, int T,
-                                      Recompute mode);
-MlpActs allocate_mlp_acts(Backend& backend, const TransformerConfig& cfg, int B, int T);
 
 // Backward scratch shared by all blocks of one rank; sized for micro-batch (B,T).
 struct Workspace {
   int B = 0, T = 0;
-  Tensor d_norm;                               // (B,T,C)
-  Tensor d_qkv;                                // (B,T,(NH+2KV)*hd)
-  Tensor d_attn;                               // (B,T,NH*hd)
-  Tensor d_fc1;                                // (B,T,F | 2F)
-  Tensor d_act;                                // (B,T,F)
-  Tensor head_norm_out, head_mean, head_rstd;  // (B,T,C), (B,T), (B,T)
-  Tensor losses;                               // (B*T)
+  Tensor d_qkv;   // (B,T,(NH+2KV)*hd)
+  Tensor d_attn;  // (B,T,NH*hd)
+  Tensor d_fc1;   // (B,T,F | 2F)
+  Tensor d_act;   // (B,T,F)
 };
 Workspace allocate_workspace(Backend& backend, const TransformerConfig& cfg, int B, int T);
 
-// ---- blocks --------------------------------------------------------------------------------
-// x (B,T,C) is the residual stream. Forward: x_out = x_in + f(x_in); x_out must not alias
-// x_in (backward needs x_in). Backward: dx holds dL/dx_out on entry and dL/dx_in on exit (in
-// place); parameter gradients accumulate into `grads`.
+// ---- pieces ----------------------------------------------------------------------------------
+// Norm over the last dim of x (N rows of C): mean is undefined for RMSNorm.
+void norm_forward(Backend& be, const TransformerConfig& cfg, const Tensor& x, const Tensor& w,
+                  const Tensor& b, Tensor& out, Tensor& mean, Tensor& rstd);
+// dx ACCUMULATES (it is the residual stream's gradient); dw, db accumulate.
+void norm_backward(Backend& be, const TransformerConfig& cfg, Tensor& dx, Tensor& dw, Tensor& db,
+                   const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
+                   const Tensor& rstd);
+
+// Vocabulary-parallel lookup: local_ids (B*T) are ids inside this rank's wte shard or -1.
+// x_out (B,T,C) = wte rows (+ wpe when add_positions: one rank of a tp group adds them, so the
+// group's sum holds them once).
 void embedding_forward(Backend& be, const TransformerConfig& cfg, const ModelWeights& w,
-                       std::span<const int32_t> tokens, Tensor& x_out);
+                       std::span<const int32_t> local_ids, Tensor& x_out, bool add_positions);
 void embedding_backward(Backend& be, const TransformerConfig& cfg, ModelWeights& grads,
-                        std::span<const int32_t> tokens, const Tensor& dx);
+                        std::span<const int32_t> local_ids, const Tensor& dx);
 
-// norm -> qkv -> RoPE -> causal attention -> out proj -> + residual.
+// Attention core: xn (B,T,C) normalized input -> qkv -> RoPE -> causal attention -> out proj.
+// y (B,T,C) is this rank's partial sum of the block output (add_bias: the rank that adds the
+// row-parallel bias). Saves qkv, att (when defined), lse and out in acts.
 void attention_forward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w,
-                       const Tensor& x_in, Tensor& x_out, AttentionActs& acts);
+                       const Tensor& xn, Tensor& y, AttentionActs& acts, bool add_bias);
+// dy (B,T,C) gradient of the block output (whole); d_xn (B,T,C) = this rank's partial gradient
+// of the normalized input (overwritten). Weight gradients accumulate.
 void attention_backward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w,
-                        LayerWeights& grads, const Tensor& x_in, Tensor& dx,
+                        LayerWeights& grads, const Tensor& dy, const Tensor& xn, Tensor& d_xn,
                         const AttentionActs& acts, Workspace& ws);
+// Rebuilds the attention probabilities from the saved q, k (selective recompute) into att.
+void attention_recompute(Backend& be, const TransformerConfig& cfg, AttentionActs& acts,
+                         Tensor& att);
 
-// norm -> fc1 (gate|up) -> gelu | swiglu -> fc2 -> + residual.
-void mlp_forward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w,
-                 const Tensor& x_in, Tensor& x_out, MlpActs& acts);
+// MLP core: xn -> fc1 (gate|up) -> gelu | swiglu -> fc2 -> y partial; backward as above.
+void mlp_forward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w, const Tensor& xn,
+                 Tensor& y, MlpActs& acts, bool add_bias);
 void mlp_backward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w,
-                  LayerWeights& grads, const Tensor& x_in, Tensor& dx, const MlpActs& acts,
-                  Workspace& ws);
+                  LayerWeights& grads, const Tensor& dy, const Tensor& xn, Tensor& d_xn,
+                  const MlpActs& acts, Workspace& ws);
 
-// Final norm -> logits (B*T,V) -> cross-entropy. Returns the mean loss over the B*T tokens.
-// logits is the caller's fp32 (B*T,V) buffer: it lives until the backward, as the Program's
-// head allocation says; the norm output and statistics stay in the workspace.
-float lm_head_forward(Backend& be, const TransformerConfig& cfg, const ModelWeights& w,
-                      const Tensor& x_in, std::span<const int32_t> targets, Tensor& logits,
-                      Workspace& ws);
-// Gradients of grad_scale * mean loss (pass 1/(micro-batches * dp) so accumulation yields the
-// global-batch mean) into the head weight and the final norm; logits become dlogits in place;
-// dx (B,T,C) is overwritten with dL/dx_in. Must follow the forward of the same micro-batch.
-void lm_head_backward(Backend& be, const TransformerConfig& cfg, const ModelWeights& w,
-                      ModelWeights& grads, const Tensor& x_in, std::span<const int32_t> targets,
-                      float grad_scale, Tensor& logits, Tensor& dx, Workspace& ws);
-// Both halves in one call (the serial driver).
-float lm_head_loss(Backend& be, const TransformerConfig& cfg, const ModelWeights& w,
-                   ModelWeights& grads, const Tensor& x_in, std::span<const int32_t> targets,
-                   float grad_scale, Tensor& logits, Tensor& dx, Workspace& ws);
+// LM head: logits (N,Vl) = xn (N,C) @ head_weight^T (this rank's vocabulary rows).
+void lm_head_forward(Backend& be, const ModelWeights& w, const Tensor& xn, Tensor& logits);
+// dlogits (N,Vl) -> head weight gradient (accumulates) and d_xn (N,C), this rank's partial.
+void lm_head_backward(Backend& be, const ModelWeights& w, ModelWeights& grads,
+                      const Tensor& dlogits, const Tensor& xn, Tensor& d_xn);
 
 // ---- a whole model on one rank -----------------------------------------------------------
 struct Model {
-  TransformerConfig config;
+  TransformerConfig config;  // this rank's share
+  int tp_rank = 0;
   ParamTable table;
   Tensor params, grads;  // flat, table.size() floats each
   ModelWeights weights, grad_weights;
 };
 Model make_model(Backend& be, const TransformerConfig& cfg, uint64_t seed,
                  const ModelPart& part = {});
-
-// tokens/targets (batch, seq) row-major host ids; micro-batches split the batch dimension.
-struct Batch {
-  std::span<const int32_t> tokens, targets;
-  int batch = 0, seq = 0;
-};
-
-// Everything the serial driver needs for one micro-batch shape, allocated once.
-struct TrainBuffers {
-  int micro_batch = 0, seq = 0;
-  Recompute recompute = Recompute::none;
-  std::vector<Tensor> x;            // 2*layers+1 residual streams (B,T,C)
-  std::vector<AttentionActs> attn;  // per layer; one shared set under Recompute::full
-  std::vector<MlpActs> mlp;
-  Tensor x_scratch;  // forward output sink when re-running under full
-  Tensor dx;         // (B,T,C)
-  Tensor logits;     // (B*T,V) fp32, from the head's forward to its backward
-  Workspace ws;
-};
-TrainBuffers allocate_train_buffers(Backend& be, const TransformerConfig& cfg, int micro_batch,
-                                    int seq, Recompute mode);
-
-// Serial forward + backward of every micro-batch through the block functions above.
-// Gradients accumulate into model.grads (zero them first); each micro-batch's loss is scaled
-// by 1/micro_batches * extra_scale. Returns the mean loss over the batch.
-float forward_backward(Backend& be, Model& model, const Batch& batch, int micro_batches,
-                       TrainBuffers& buf, float extra_scale = 1.0f);
-
-struct TrainOptions {
-  int micro_batches = 1;
-  float grad_clip = 1.0f;  // <= 0 disables
-  LrSchedule schedule;
-};
-struct StepStats {
-  float loss = 0, grad_norm = 0, lr = 0;
-};
-// zero grads -> forward_backward -> clip -> AdamW at lr = schedule.at(step).
-StepStats train_step(Backend& be, Model& model, AdamW& opt, TrainBuffers& buf, const Batch& batch,
-                     const TrainOptions& options, int64_t step);
 
 }  // namespace stratagem

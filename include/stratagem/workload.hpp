@@ -58,6 +58,12 @@ int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& s, in
 // Parameters of a block held by one rank before ZeRO sharding (divided by tp where Megatron
 // shards them, replicated norms/biases otherwise).
 int64_t block_parameters_per_rank(const ModelSpec& m, int tp, Block b);
+// Parameters of a block that every rank of its tp group holds whole and whose gradient each
+// computes from its own token shard under sequence parallelism (the norm): summed over the
+// group. (The row-parallel output bias is whole too, but its gradient comes from the gathered
+// output gradient, the same on every rank.)
+int64_t replicated_block_parameters(const ModelSpec& m, Block b);
+int64_t replicated_head_parameters(const ModelSpec& m);  // the final norm
 // Embedding (+ LM head when untied) parameters on a rank of the first/last stage.
 int64_t embedding_parameters_per_rank(const ModelSpec& m, int tp);
 int64_t head_parameters_per_rank(const ModelSpec& m, int tp);  // untied head + final norm

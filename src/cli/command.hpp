@@ -28,6 +28,10 @@ int world_rank();
 int world_size();
 // Rank among the processes of this node (picks the GPU on GPU nodes).
 int local_rank();
+// Once ranks work together (training), an error on one rank must end the whole job: main then
+// prints it with the rank and calls MPI_Abort instead of waiting in MPI_Finalize.
+void set_collective_phase(bool on);
+bool collective_phase();
 int local_size();  // processes on this node
 // Prints JSON on rank 0 only.
 void print_json(const nlohmann::json& j);

@@ -51,6 +51,16 @@ int local_size() {
   return node_rank_and_size().second;
 }
 
+namespace {
+bool g_collective_phase = false;
+}
+void set_collective_phase(bool on) {
+  g_collective_phase = on;
+}
+bool collective_phase() {
+  return g_collective_phase;
+}
+
 void print_json(const nlohmann::json& j) {
   if (world_rank() == 0) std::cout << j.dump(2) << std::endl;
 }
@@ -93,6 +103,25 @@ const Command* match(int argc, char** argv, int* consumed) {
 }
 }  // namespace
 
+namespace {
+// Reports an error and ends the job. Before ranks work together every rank meets the same bad
+// input: rank 0 prints it and all exit. Afterwards (or for an internal error) the failing rank
+// prints it, prefixed with its rank, and aborts the job so that no peer waits for it forever.
+void fail(const std::string& who, const char* kind, const char* what, int code,
+          bool always_abort = false) {
+  const int size = stratagem::cli::world_size();
+  const bool abort = size > 1 && (always_abort || stratagem::cli::collective_phase());
+  if (abort) {
+    std::fprintf(stderr, "%s: %s on rank %d: %s\n", who.c_str(), kind, stratagem::cli::world_rank(),
+                 what);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+  } else if (stratagem::cli::world_rank() == 0) {
+    std::fprintf(stderr, "%s: %s: %s\n", who.c_str(), kind, what);
+  }
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     print_overview();
@@ -121,18 +150,14 @@ int main(int argc, char** argv) {
     stratagem::cli::Args args("stratagem " + cmd->name, rest);
     code = cmd->run(args);
   } catch (const stratagem::InputError& e) {
-    if (stratagem::cli::world_rank() == 0)
-      std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
     code = stratagem::kExitBadInput;
+    fail(who, "error", e.what(), code);
   } catch (const stratagem::NotSupported& e) {
-    std::fprintf(stderr, "%s: not supported yet: %s\n", who.c_str(), e.what());
     code = stratagem::kExitBadInput;
+    fail(who, "not supported yet", e.what(), code);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error on rank %d: %s\n", who.c_str(), stratagem::cli::world_rank(),
-                 e.what());
     code = stratagem::kExitFailure;
-    // One failing rank must not leave the others hanging in a collective.
-    if (stratagem::cli::world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    fail(who, "error", e.what(), code, /*always_abort=*/true);
   }
   MPI_Finalize();
   return code;

@@ -108,6 +108,11 @@ class StageBuilder {
     setup();
     for (const auto& st : steps)
       st.forward ? forward(st.chunk, st.microbatch) : backward(st.chunk, st.microbatch);
+    if (head_done_mb_ >= 0) {
+      chunk_ = nchunks_ - 1;
+      const int after = sp_replicated_reduce(-1, tied_reduce(last_compute_));
+      reduce_grads(-2, last_bwd_mb_[chunk_], after);
+    }
     for (const Op& op : deferred_) emit(op, {last_compute_});
     optimizer();
     teardown();
@@ -215,13 +220,20 @@ class StageBuilder {
 
   // Tensor-parallel collectives around a block: all-reduce, or all-gather before and
   // reduce-scatter after under sequence parallelism (Megatron-LM).
+  // Backward under sequence parallelism gathers twice (Megatron-LM): the output gradient (the
+  // reduce-scatter's backward) and the block's sequence-sharded normalized input, which forward
+  // kept sharded and the weight gradient needs whole.
   int tp_before(Block b, Phase ph, int layer, int mb) {
     const auto& s = strat(layer);
     if (s.tp == 1 || !s.sequence_parallel) return -1;
     int64_t bytes = int64_t(e_) * samples(layer) * m_.seq_len * m_.hidden;
-    int c = collective(Stream::tp_comm, Collective::all_gather, GroupKind::tp, s.tp, bytes, b, ph,
-                       layer, mb, {last_compute_});
-    compute_waits_.push_back(c);
+    int c = -1;
+    const int gathers = ph == Phase::backward && b != Block::head ? 2 : 1;
+    for (int i = 0; i < gathers; ++i) {
+      c = collective(Stream::tp_comm, Collective::all_gather, GroupKind::tp, s.tp, bytes, b, ph,
+                     layer, mb, {last_compute_});
+      compute_waits_.push_back(c);
+    }
     return c;
   }
   void tp_after(Block b, Phase ph, int layer, int mb) {
@@ -340,7 +352,7 @@ class StageBuilder {
       op.group = GroupKind::pp_next;
       op.bytes = boundary(r.end - 1);
       op.chunk = static_cast<int16_t>(chunk);
-      emit(op, {last_compute_});
+      emit_send(op);
     }
   }
 
@@ -434,6 +446,7 @@ class StageBuilder {
       release(act_a, Stream::compute);
       release(re_a, Stream::compute);
       release(fetched, Stream::compute);
+      if (mb == last_bwd_mb_[chunk_]) c = sp_replicated_reduce(l, c);
       reduce_grads(l, mb, c);
       // Going back across a dp change: the gradient for a wider-dp layer is a slice, for a
       // narrower-dp (larger tp) previous layer the ranks all-gather it.
@@ -446,8 +459,16 @@ class StageBuilder {
       op.group = GroupKind::pp_prev;
       op.bytes = boundary(r.begin - 1);
       op.chunk = static_cast<int16_t>(chunk);
-      emit(op, {last_compute_});
+      emit_send(op);
     }
+  }
+
+  // A send carries the block output: it waits for the compute and for the tensor-parallel
+  // collective that completes that output (pending for the next compute op as well).
+  void emit_send(Op op) {
+    std::vector<int> deps = compute_waits_;
+    deps.push_back(last_compute_);
+    emit(op, deps);
   }
 
   void embedding_forward(int mb) {
@@ -471,10 +492,43 @@ class StageBuilder {
   }
 
   void embedding_backward(int mb) {
+    const auto& s = p_.embedding;
     const int b = samples(-1);
     int64_t bytes = int64_t(e_) * b * m_.seq_len * m_.hidden;
+    if (s.tp > 1 && s.sequence_parallel)
+      compute_waits_.push_back(collective(Stream::tp_comm, Collective::all_gather, GroupKind::tp,
+                                          s.tp, bytes, Block::embedding, Phase::backward, -1, mb,
+                                          {last_compute_}));
     int c = compute(Block::embedding, Phase::backward, -1, mb, b, 0, 2.0 * bytes);
+    if (mb == last_bwd_mb_[chunk_]) c = sp_replicated_reduce(-1, tied_reduce(c));
     reduce_grads(-1, mb, c);
+  }
+
+  // Tied word embeddings with pp > 1: the first and last stage sum their copies' gradients
+  // once both are final, before the data-parallel reduction (which may shard them) and on the
+  // dp stream, which no pipeline transfer waits for. Returns the op later reductions follow.
+  int tied_reduce(int after) {
+    if (p_.pp == 1 || !m_.tied_embeddings) return after;
+    int64_t bytes = int64_t(m_.vocab) * m_.hidden / p_.embedding.tp * e_;
+    const int16_t chunk = static_cast<int16_t>(chunk_);
+    int c = collective(Stream::dp_comm, Collective::all_reduce, GroupKind::tied_embedding, 1, bytes,
+                       Block::embedding, Phase::backward, -1, -1, {after});
+    out_.ops[c].chunk = chunk;
+    return c;
+  }
+
+  // Norm parameters, replicated across a sequence-parallel tp group, saw one token shard each:
+  // their gradients are summed over the group once final (Megatron-LM).
+  int sp_replicated_reduce(int layer, int after) {
+    const auto& s = strat(layer);
+    if (s.tp == 1 || !s.sequence_parallel) return after;
+    const int64_t n = layer >= 0 ? replicated_block_parameters(m_, Block::attention) +
+                                       replicated_block_parameters(m_, Block::mlp)
+                      : has_head() ? replicated_head_parameters(m_)
+                                   : 0;
+    if (n == 0) return after;
+    return collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, s.tp, n * e_,
+                      Block::none, Phase::backward, layer, -1, {after});
   }
 
   // `prefetch_after`: the op after which the head's weights may be fetched (the last layer's
@@ -494,10 +548,13 @@ class StageBuilder {
     compute(Block::head, Phase::forward, -1, mb, b, logits_flops,
             2.0 * logits + 2.0 * e_ * T * m_.hidden);
     if (s.tp > 1) {
-      // Vocabulary-parallel cross entropy: max, sum-exp and target logit per token.
+      // Vocabulary-parallel cross entropy (Megatron-LM): the row maximum of the logits, then
+      // the sum of exponentials and the target logit, per token.
       int c = collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, s.tp,
-                         static_cast<int64_t>(12 * T), Block::head, Phase::forward, -1, mb,
+                         static_cast<int64_t>(4 * T), Block::head, Phase::forward, -1, mb,
                          {last_compute_});
+      c = collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, s.tp,
+                     static_cast<int64_t>(8 * T), Block::head, Phase::forward, -1, mb, {c});
       compute_waits_.push_back(c);
     }
     compute(Block::head, Phase::backward, -1, mb, b, 2 * logits_flops,
@@ -505,7 +562,14 @@ class StageBuilder {
     release(buf, Stream::compute);
     release(fetched, Stream::compute);
     tp_after(Block::head, Phase::backward, -1, mb);
-    if (has_head() && !has_embedding()) reduce_grads(-2, mb, last_compute_);
+    if (has_head() && !has_embedding()) {
+      if (m_.tied_embeddings && p_.pp > 1)
+        head_done_mb_ = mb;  // reduced after this stage's last backward (see build)
+      else
+        reduce_grads(
+            -2, mb,
+            mb == last_bwd_mb_[chunk_] ? sp_replicated_reduce(-1, last_compute_) : last_compute_);
+    }
   }
 
   // Data-parallel gradient reduction of a layer (layer -1: embedding, -2: untied head).
@@ -553,13 +617,6 @@ class StageBuilder {
     chunk_ = -1;
     std::vector<int> waits = grad_reductions_;
     waits.push_back(last_compute_);
-    // Tied word embeddings: the first and last stage sum their copies' gradients.
-    if (p_.pp > 1 && m_.tied_embeddings && (has_embedding() || has_head())) {
-      int64_t bytes = int64_t(m_.vocab) * m_.hidden / p_.embedding.tp * e_;
-      waits.push_back(collective(Stream::dp_comm, Collective::all_reduce, GroupKind::tied_embedding,
-                                 1, bytes, Block::embedding, Phase::optimizer, -1, -1,
-                                 {last_compute_}));
-    }
     for (int w : waits) compute_waits_.push_back(w);
     int64_t device_params = 0, host_params = 0;
     auto add = [&](const LayerStrategy& s, int64_t params) {
@@ -616,6 +673,7 @@ class StageBuilder {
   int last_compute_ = -1;
   int next_buffer_ = 0;
   int static_bufs_[3] = {-1, -1, -1};
+  int head_done_mb_ = -1;
   std::vector<int> compute_waits_;
   std::vector<int> grad_reductions_;
   std::vector<int> last_bwd_mb_;

@@ -172,6 +172,16 @@ int64_t block_parameters_per_rank(const ModelSpec& m, int tp, Block b) {
   throw std::logic_error("block_parameters_per_rank: only attention and mlp blocks");
 }
 
+int64_t replicated_block_parameters(const ModelSpec& m, Block b) {
+  if (b != Block::attention && b != Block::mlp)
+    throw std::logic_error("replicated_block_parameters: only attention and mlp blocks");
+  return norm_params(m);
+}
+
+int64_t replicated_head_parameters(const ModelSpec& m) {
+  return norm_params(m);
+}
+
 int64_t embedding_parameters_per_rank(const ModelSpec& m, int tp) {
   // Vocabulary-parallel word embedding; positions, types and the BERT norm are replicated.
   return m.embedding_parameters() - int64_t(m.vocab) * m.hidden + int64_t(m.vocab) * m.hidden / tp;

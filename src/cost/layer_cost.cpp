@@ -120,12 +120,16 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
   }
   if (s.tp > 1) {
     const int64_t msg = int64_t(e) * b * m.seq_len * m.hidden;
+    // Under sequence parallelism backward gathers twice (output gradient and sharded input).
+    const double gather = coll(Collective::all_gather, msg, s.tp, tp_nodes);
     const double per_block = s.sequence_parallel
-                                 ? coll(Collective::all_gather, msg, s.tp, tp_nodes) +
-                                       coll(Collective::reduce_scatter, msg, s.tp, tp_nodes)
+                                 ? gather + coll(Collective::reduce_scatter, msg, s.tp, tp_nodes)
                                  : coll(Collective::all_reduce, msg, s.tp, tp_nodes);
-    lc.tp_fwd_s = lc.tp_bwd_s = 2 * per_block;
+    lc.tp_fwd_s = 2 * per_block;
+    lc.tp_bwd_s = 2 * (per_block + (s.sequence_parallel ? gather : 0));
     lc.tp_rec_s = s.recompute == Recompute::full ? 2 * per_block : 0;
+    // (The once-per-iteration sum of the norms' gradients under sequence parallelism, a few
+    // KiB, is left to the simulator.)
   }
   const int64_t pbytes = params * e;
   lc.fetch_s = fetch.time_s;
@@ -169,13 +173,16 @@ EmbeddingHeadCost embedding_head_cost(const CostModel& c, const LayerStrategy& e
   const Collective input_reduce =
       es.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce;
   if (es.tp > 1) x.emb_tp_s = coll(input_reduce, act);
+  // Under sequence parallelism the lookup's backward gathers the sharded gradient.
+  if (es.tp > 1 && es.sequence_parallel) x.emb_tp_s += coll(Collective::all_gather, act);
   const double ew = 2.0 * x.logits_bytes + 2.0 * e * T * m.hidden;
   x.head_fwd_s = c.block_time_s(c.head_work(Phase::forward, b, ew));
   x.head_bwd_s = c.block_time_s(c.head_work(Phase::backward, b, ew));
   if (es.tp > 1) {
     if (es.sequence_parallel) x.head_tp_s += coll(Collective::all_gather, act);
-    // Vocabulary-parallel cross entropy: max, sum-exp and target logit per token.
-    x.head_tp_s += coll(Collective::all_reduce, static_cast<int64_t>(12 * T));
+    // Vocabulary-parallel cross entropy: the max, then sum-exp and target logit per token.
+    x.head_tp_s += coll(Collective::all_reduce, static_cast<int64_t>(4 * T)) +
+                   coll(Collective::all_reduce, static_cast<int64_t>(8 * T));
     x.head_tp_bwd_s = coll(input_reduce, act);
     x.head_tp_s += x.head_tp_bwd_s;
   }

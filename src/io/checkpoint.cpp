@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "src/io/hdf5_util.hpp"
 #include "stratagem/error.hpp"
@@ -32,50 +33,24 @@ std::string checkpoint_name(int64_t step) {
 namespace {
 constexpr int64_t kFormatVersion = 1;
 
-// Selects the row-major element range [a, b) of a tensor of `shape` in `space`: at most three
-// hyperslabs (partial first row, whole rows, partial last row).
-void select_range(hid_t space, const std::vector<int64_t>& shape, int64_t a, int64_t b) {
-  if (a >= b) {
-    STRATAGEM_H5_CHECK(H5Sselect_none(space));
-    return;
+// Selects a piece's box in a dataset of `ndims` dimensions.
+void select_box(hid_t space, int ndims, const CheckpointPiece& p) {
+  hsize_t start[2] = {hsize_t(p.row), hsize_t(p.col)},
+          count[2] = {hsize_t(p.rows), hsize_t(p.cols)};
+  STRATAGEM_H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr));
+  (void)ndims;
+}
+// The piece in memory: `rows` rows of `ld` floats, of which columns [0, cols) are the box.
+H5Handle memory_space(const CheckpointPiece& p, int ndims) {
+  if (ndims == 1) {
+    hsize_t n = hsize_t(p.rows);
+    return H5Handle(STRATAGEM_H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
   }
-  if (shape.size() <= 1) {
-    hsize_t start[1] = {hsize_t(a)}, count[1] = {hsize_t(b - a)};
-    STRATAGEM_H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr));
-    return;
-  }
-  // Collapse to 2-D (rows, cols) over the last dimension.
-  const int64_t cols = shape.back();
-  const int nd = static_cast<int>(shape.size());
-  bool first = true;
-  auto slab = [&](int64_t row0, int64_t nrows, int64_t c0, int64_t c1) {
-    if (nrows <= 0 || c1 <= c0) return;
-    std::vector<hsize_t> start(nd, 0), count(nd, 1);
-    int64_t r = row0;
-    for (int d = nd - 2; d >= 0; --d) {
-      start[d] = hsize_t(r % shape[d]);
-      r /= shape[d];
-    }
-    count[nd - 2] = hsize_t(nrows);
-    start[nd - 1] = hsize_t(c0);
-    count[nd - 1] = hsize_t(c1 - c0);
-    STRATAGEM_H5_CHECK(H5Sselect_hyperslab(space, first ? H5S_SELECT_SET : H5S_SELECT_OR,
-                                           start.data(), nullptr, count.data(), nullptr));
-    first = false;
-  };
-  if (nd > 2)
-    throw std::logic_error("checkpoint: tensors of more than 2 dimensions are not supported");
-  const int64_t r0 = a / cols, c0 = a % cols;
-  const int64_t r1 = (b - 1) / cols, c1 = (b - 1) % cols + 1;
-  if (r0 == r1) {
-    slab(r0, 1, c0, c1);
-    return;
-  }
-  int64_t full_begin = r0, full_end = r1 + 1;
-  if (c0 > 0) slab(r0, 1, c0, cols), full_begin = r0 + 1;
-  if (c1 < cols) full_end = r1;
-  slab(full_begin, full_end - full_begin, 0, cols);
-  if (c1 < cols) slab(r1, 1, 0, c1);
+  hsize_t dims[2] = {hsize_t(p.rows), hsize_t(p.ld)};
+  H5Handle space(STRATAGEM_H5_CHECK(H5Screate_simple(2, dims, nullptr)), H5Sclose);
+  hsize_t start[2] = {0, 0}, count[2] = {hsize_t(p.rows), hsize_t(p.cols)};
+  STRATAGEM_H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr));
+  return space;
 }
 
 // "step-<digits>.h5" (complete) or "step-<digits>.h5.tmp" (half-written).
@@ -102,7 +77,7 @@ void fsync_dir(const std::string& dir) {
 
 void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta& meta,
                      const std::vector<CheckpointTensor>& tensors,
-                     const std::vector<CheckpointBuffer>& buffers, int keep) {
+                     const std::vector<CheckpointPiece>& pieces, int keep) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   if (rank == 0) {
@@ -119,30 +94,35 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
     H5Handle file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), H5Fclose);
     if (!file.valid()) throw InputError("--ckpt-dir " + dir + ": cannot create " + tmp_path);
     H5Handle dxpl(STRATAGEM_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
-    STRATAGEM_H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
+    STRATAGEM_H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_INDEPENDENT));
     // Test hook: hold the half-written file open so a test can kill a rank mid-write.
     if (const char* d = std::getenv("STRATAGEM_TEST_CKPT_DELAY_S")) ::sleep(std::atoi(d));
-    for (const auto& buf : buffers) {
-      io::ensure_groups(file, buf.group);
-      for (const auto& t : tensors) {
-        std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
-        H5Handle fspace(
-            STRATAGEM_H5_CHECK(H5Screate_simple((int)dims.size(), dims.data(), nullptr)), H5Sclose);
-        const std::string name = buf.group + "/" + t.name;
-        H5Handle ds(STRATAGEM_H5_CHECK(H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, fspace,
-                                                  H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
-                    H5Dclose);
-        // This rank's part of the tensor: the overlap of [begin,end) with the tensor's range.
-        const int64_t a = std::max(buf.begin, t.offset),
-                      b = std::min(buf.end, t.offset + t.numel());
-        select_range(fspace, t.shape, a - t.offset, std::max(a, b) - t.offset);
-        hsize_t n = hsize_t(std::max<int64_t>(0, b - a));
-        H5Handle mspace(STRATAGEM_H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
-        if (n == 0) STRATAGEM_H5_CHECK(H5Sselect_none(mspace));
-        const float* src = n ? buf.data + (a - buf.begin) : nullptr;
-        STRATAGEM_H5_CHECK(H5Dwrite(ds, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, src));
-      }
+    // Datasets are created collectively (same list on every rank), then each rank writes its
+    // own boxes independently.
+    std::map<std::string, std::pair<H5Handle, int>> open;
+    for (const auto& t : tensors) {
+      const auto slash = t.dataset.rfind('/');
+      if (slash != std::string::npos) io::ensure_groups(file, t.dataset.substr(0, slash));
+      std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+      H5Handle fspace(STRATAGEM_H5_CHECK(H5Screate_simple((int)dims.size(), dims.data(), nullptr)),
+                      H5Sclose);
+      H5Handle ds(STRATAGEM_H5_CHECK(H5Dcreate2(file, t.dataset.c_str(), H5T_IEEE_F32LE, fspace,
+                                                H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                  H5Dclose);
+      open.emplace(t.dataset, std::make_pair(std::move(ds), (int)dims.size()));
     }
+    for (const auto& p : pieces) {
+      auto it = open.find(p.dataset);
+      if (it == open.end()) throw std::logic_error("checkpoint: no dataset " + p.dataset);
+      if (p.rows <= 0 || p.cols <= 0) continue;
+      const int nd = it->second.second;
+      H5Handle fspace(STRATAGEM_H5_CHECK(H5Dget_space(it->second.first)), H5Sclose);
+      select_box(fspace, nd, p);
+      H5Handle mspace = memory_space(p, nd);
+      STRATAGEM_H5_CHECK(
+          H5Dwrite(it->second.first, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, p.data));
+    }
+    open.clear();
     io::write_int64_attr(file, "format_version", kFormatVersion);
     io::write_int64_attr(file, "step", meta.step);
     io::write_int64_attr(file, "seed", static_cast<int64_t>(meta.seed));
@@ -213,32 +193,35 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
 }
 
 void load_checkpoint(const std::string& path, const std::vector<CheckpointTensor>& tensors,
-                     const std::vector<CheckpointBuffer>& buffers) {
+                     const std::vector<CheckpointPiece>& pieces) {
   io::H5Quiet quiet;
   H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!f.valid()) throw InputError(path + ": cannot open checkpoint (truncated or not HDF5)");
-  for (const auto& buf : buffers) {
-    for (const auto& t : tensors) {
-      const std::string name = buf.group + "/" + t.name;
-      H5Handle ds(H5Dopen2(f, name.c_str(), H5P_DEFAULT), H5Dclose);
-      if (!ds.valid())
-        throw InputError(path + ": checkpoint has no dataset '" + name + "' (different model?)");
-      H5Handle fspace(STRATAGEM_H5_CHECK(H5Dget_space(ds)), H5Sclose);
-      std::vector<hsize_t> dims(t.shape.size());
-      if (H5Sget_simple_extent_ndims(fspace) != (int)dims.size() ||
-          H5Sget_simple_extent_dims(fspace, dims.data(), nullptr) < 0 ||
-          !std::equal(dims.begin(), dims.end(), t.shape.begin(),
-                      [](hsize_t x, int64_t y) { return int64_t(x) == y; }))
-        throw InputError(path + ": dataset '" + name + "' has a different shape than the model's");
-      const int64_t a = std::max(buf.begin, t.offset), b = std::min(buf.end, t.offset + t.numel());
-      if (a >= b) continue;
-      select_range(fspace, t.shape, a - t.offset, b - t.offset);
-      hsize_t n = hsize_t(b - a);
-      H5Handle mspace(STRATAGEM_H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
-      if (H5Dread(ds, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, buf.data + (a - buf.begin)) <
-          0)
-        throw InputError(path + ": cannot read dataset '" + name + "' (truncated file?)");
-    }
+  std::map<std::string, std::pair<H5Handle, int>> open;
+  for (const auto& t : tensors) {
+    H5Handle ds(H5Dopen2(f, t.dataset.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!ds.valid())
+      throw InputError(path + ": checkpoint has no dataset '" + t.dataset + "' (different model?)");
+    H5Handle fspace(STRATAGEM_H5_CHECK(H5Dget_space(ds)), H5Sclose);
+    std::vector<hsize_t> dims(t.shape.size());
+    if (H5Sget_simple_extent_ndims(fspace) != (int)dims.size() ||
+        H5Sget_simple_extent_dims(fspace, dims.data(), nullptr) < 0 ||
+        !std::equal(dims.begin(), dims.end(), t.shape.begin(),
+                    [](hsize_t x, int64_t y) { return int64_t(x) == y; }))
+      throw InputError(path + ": dataset '" + t.dataset +
+                       "' has a different shape than the model's (different model?)");
+    open.emplace(t.dataset, std::make_pair(std::move(ds), (int)dims.size()));
+  }
+  for (const auto& p : pieces) {
+    auto it = open.find(p.dataset);
+    if (it == open.end()) throw std::logic_error("checkpoint: no dataset " + p.dataset);
+    if (p.rows <= 0 || p.cols <= 0) continue;
+    const int nd = it->second.second;
+    H5Handle fspace(STRATAGEM_H5_CHECK(H5Dget_space(it->second.first)), H5Sclose);
+    select_box(fspace, nd, p);
+    H5Handle mspace = memory_space(p, nd);
+    if (H5Dread(it->second.first, H5T_NATIVE_FLOAT, mspace, fspace, H5P_DEFAULT, p.data) < 0)
+      throw InputError(path + ": cannot read dataset '" + p.dataset + "' (truncated file?)");
   }
 }
 

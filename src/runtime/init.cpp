@@ -1,6 +1,7 @@
 // Deterministic GPT-2 style initialization from a counter-based RNG: every value is a pure
 // function of (seed, tensor name, element index), so it is the same for any thread count and
-// for any ModelPart (a pipeline stage gets exactly the values of the full model's layers).
+// for any ModelPart (a pipeline stage or tensor-parallel share gets exactly the values of the
+// full model's elements).
 #include <cmath>
 #include <numbers>
 #include <string_view>
@@ -63,8 +64,12 @@ void init_parameters(Backend& be, const TransformerConfig& cfg, const ParamTable
                            ? std_resid
                            : std_base;
       const uint64_t key = mix64(seed) ^ fnv1a(name);
+      // Counted by the logical (whole-tensor) index: a tp share draws the whole model's values.
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; ++i) out[i] = sd * normal(key, static_cast<uint64_t>(i));
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t j = e.logical_index(i);
+        out[i] = j < 0 ? 0.0f : sd * normal(key, static_cast<uint64_t>(j));
+      }
     }
   }
   Tensor dst = flat.slice(0, Shape{table.size()});

@@ -37,11 +37,12 @@ std::vector<std::vector<T>> gather(MPI_Comm comm, const std::vector<T>& mine) {
 }  // namespace
 
 void write_measured_trace(MPI_Comm comm, const std::string& path, const ModelSpec& model,
-                          const ClusterSpec& cluster, const Plan& plan, const StageProgram& program,
-                          const StepResult& step) {
+                          const ClusterSpec& cluster, const Plan& plan, const Program& program,
+                          int stage, const StepResult& step) {
   std::vector<trace::OpRecord> ops;
+  const StageProgram& sp = program.stages.at(stage);
   for (const auto& t : step.timings)
-    ops.push_back(trace::make_record(program.ops.at(t.op_index), 0, t.start_ns, t.end_ns));
+    ops.push_back(trace::make_record(sp.ops.at(t.op_index), 0, t.start_ns, t.end_ns));
   std::vector<trace::MemorySample> mem;
   int64_t high = 0;
   for (const auto& s : step.memory) {

@@ -26,6 +26,13 @@ AdamW::AdamW(Backend& backend, int64_t numel, AdamWConfig config) : config_(conf
   v_ = backend.zeros(Shape{numel});
 }
 
+AdamW::AdamW(Backend& backend, Tensor m, Tensor v, AdamWConfig config)
+    : config_(config), m_(std::move(m)), v_(std::move(v)) {
+  if (m_.numel() != v_.numel()) throw std::invalid_argument("AdamW: m and v differ in size");
+  backend.fill(m_, 0.0f);
+  backend.fill(v_, 0.0f);
+}
+
 void AdamW::step(Backend& backend, Tensor& params, const Tensor& grads,
                  std::span<const ParamSpan> spans, float lr) {
   const int64_t n = m_.numel();

@@ -1,6 +1,8 @@
-// The CPU Transformer against an independent PyTorch implementation (reference.py): the C++
-// side writes weights and a batch to HDF5, runs the script, and compares the loss, every
-// parameter gradient and ten AdamW steps (with clipping and the cosine schedule).
+// The production executor against an independent PyTorch implementation (reference.py): the
+// C++ side writes weights and a batch to HDF5, runs the script, and compares the loss, every
+// parameter gradient and ten AdamW steps (with clipping and the cosine schedule). On one rank
+// the plan is serial; under `mpirun -np 4` it is tp 2 x pp 2, and every rank compares its own
+// shard of each gradient with the reference's whole tensor.
 #define BOOST_TEST_MODULE reference
 #include <hdf5.h>
 #include <unistd.h>
@@ -16,8 +18,11 @@
 #include <vector>
 
 #include "stratagem/transformer.hpp"
+#include "test/support/serial_executor.hpp"
 
 using namespace stratagem;
+using MpiSession = stratagem::test::MpiSession;
+BOOST_GLOBAL_FIXTURE(MpiSession);
 namespace fs = std::filesystem;
 
 #ifndef STRATAGEM_PYTHON
@@ -65,17 +70,6 @@ std::vector<double> read_doubles(hid_t file, const std::string& name) {
   return v;
 }
 
-// ---- the comparison ---------------------------------------------------------------------------
-// max|a - ref| / max|ref|: one number per tensor, insensitive to tiny entries.
-double maxnorm_rel(const float* a, const std::vector<double>& ref) {
-  double err = 0, mag = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, std::abs(a[i] - ref[i]));
-    mag = std::max(mag, std::abs(ref[i]));
-  }
-  return mag > 0 ? err / mag : err;
-}
-
 struct Case {
   std::string name;
   ModelSpec spec;
@@ -114,17 +108,73 @@ ModelSpec llama_tiny() {
   return s;
 }
 
-const TrainOptions& options() {
-  static const TrainOptions o = [] {
-    TrainOptions t;
-    t.grad_clip = 0.5f;  // below the initial norm, so clipping is exercised
-    t.schedule = LrSchedule{3e-3f, 3e-4f, 3, 10};
-    return t;
-  }();
-  return o;
-}
 constexpr int kSteps = 10;
 const AdamWConfig kAdamW{0.9f, 0.95f, 1e-8f, 0.1f};
+ExecutorOptions options() {
+  ExecutorOptions t;
+  t.grad_clip = 0.5f;  // below the initial norm, so clipping is exercised
+  t.schedule = LrSchedule{3e-3f, 3e-4f, 3, 10};
+  t.adamw = kAdamW;
+  return t;
+}
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// The plan of this run: serial on one rank, tp 2 x pp 2 (1F1B) on four.
+struct Layouted {
+  ClusterSpec cluster;
+  Plan plan;
+};
+Layouted layout_for(const ModelSpec& m, int batch, int micro, Recompute rc) {
+  Layouted l{load_cluster("cpu-local"), test::serial_plan(m, batch, micro, rc)};
+  l.cluster.nodes = 1;
+  l.cluster.node.gpus_per_node = world_size();
+  if (world_size() == 4) {
+    PlanShorthand s;
+    s.tp = 2, s.pp = 2, s.dp = 1, s.micro_batch = micro, s.global_batch = batch;
+    s.recompute = rc == Recompute::none        ? "none"
+                  : rc == Recompute::selective ? "selective"
+                                               : "full";
+    s.dtype = "fp32";
+    l.plan = expand_shorthand(s, m, l.cluster);
+  } else if (world_size() != 1) {
+    throw std::runtime_error("the reference test runs on 1 or 4 ranks");
+  }
+  return l;
+}
+
+// An executor of this run's plan whose parameters are the whole model's `whole` (flat, in the
+// whole model's table order).
+struct Run {
+  Layouted l;
+  test::FixedSamples samples;
+  std::unique_ptr<ParallelState> state;
+  std::unique_ptr<Executor> ex;
+  Run(const ModelSpec& m, Backend& be, const ParamTable& whole_table,
+      const std::vector<float>& whole, int batch, int micro, Recompute rc, ExecutorOptions o,
+      const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets)
+      : l(layout_for(m, batch, micro, rc)), samples(tokens, targets) {
+    state = std::make_unique<ParallelState>(MPI_COMM_WORLD, l.plan, l.cluster, 0);
+    ex = std::make_unique<Executor>(*state, m, l.plan, be, samples, o);
+    Model& mine = ex->model();
+    for (const ParamInfo& p : mine.table.entries()) {
+      const ParamInfo& w = whole_table.at(p.name);
+      for (int64_t i = 0; i < p.numel(); ++i) {
+        const int64_t j = p.logical_index(i);
+        mine.params.data[p.offset + i] = j < 0 ? 0.0f : whole[w.offset + j];
+      }
+    }
+  }
+};
 
 struct Reference {
   double loss = 0;
@@ -156,7 +206,7 @@ Reference run_reference(const Case& c, const TransformerConfig& cfg, const Model
                                    {"bias", cfg.bias},
                                    {"norm_eps", cfg.norm_eps},
                                    {"rope_theta", cfg.rope_theta}};
-    const LrSchedule& s = options().schedule;
+    const LrSchedule s = options().schedule;
     const nlohmann::json hyper = {{"max_lr", s.max_lr},
                                   {"min_lr", s.min_lr},
                                   {"warmup_steps", s.warmup_steps},
@@ -200,16 +250,25 @@ Reference run_reference(const Case& c, const TransformerConfig& cfg, const Model
   return r;
 }
 
-// Every gradient within 1e-4 (max-norm relative); returns the worst tensor's error.
+// Every gradient within 1e-4 (max-norm relative to the whole reference tensor), each rank on
+// its own shard; returns the worst tensor's error over all ranks.
 double worst_grad_error(const Model& m, const Reference& r, std::string* worst_name) {
   double worst = 0;
   for (const ParamInfo& p : m.table.entries()) {
-    const double e = maxnorm_rel(m.grads.data + p.offset, r.grads.at(p.name));
+    const std::vector<double>& ref = r.grads.at(p.name);
+    double err = 0, mag = 0;
+    for (double x : ref) mag = std::max(mag, std::abs(x));
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      const int64_t j = p.logical_index(i);
+      if (j >= 0) err = std::max(err, std::abs(m.grads.data[p.offset + i] - ref[size_t(j)]));
+    }
+    const double e = mag > 0 ? err / mag : err;
     if (e >= worst) {
       worst = e;
       if (worst_name) *worst_name = p.name;
     }
   }
+  MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return worst;
 }
 
@@ -227,6 +286,7 @@ void check_against_reference(const Case& c) {
       for (int64_t i = 0; i < t.numel(); ++i)
         t.data[i] += 0.1f * std::sin(0.7f * float(i + p.offset));
   }
+  const std::vector<float> whole(m.params.data, m.params.data + m.params.numel());
   const int T = cfg.max_seq;
   std::vector<int32_t> tokens(static_cast<size_t>(c.batch) * T), targets(tokens.size());
   std::mt19937 rng(77);
@@ -235,23 +295,38 @@ void check_against_reference(const Case& c) {
   // Targets are the next token, as in language modelling; the last one is random.
   for (size_t i = 0; i < tokens.size(); ++i)
     targets[i] = (i + 1) % T == 0 ? id(rng) : tokens[i + 1];
-  const Batch batch{tokens, targets, c.batch, T};
 
-  const Reference ref = run_reference(c, cfg, m, tokens, targets);
-  BOOST_REQUIRE_EQUAL(ref.step_losses.size(), static_cast<size_t>(kSteps));
+  // Every rank reads the reference's output; rank 0 runs it.
+  Reference ref;
+  if (world_rank() == 0) ref = run_reference(c, cfg, m, tokens, targets);
+  {
+    std::vector<double> flat = {ref.loss};
+    std::vector<int> sizes;
+    for (const ParamInfo& p : m.table.entries()) {
+      if (world_rank() != 0) ref.grads[p.name].assign(size_t(p.numel()), 0.0);
+      MPI_Bcast(ref.grads[p.name].data(), int(p.numel()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    }
+    MPI_Bcast(&ref.loss, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    ref.step_losses.resize(kSteps);
+    ref.grad_norms.resize(kSteps);
+    MPI_Bcast(ref.step_losses.data(), kSteps, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Bcast(ref.grad_norms.data(), kSteps, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  }
+  ExecutorOptions grads_only = options();
+  grads_only.update = false;
 
   // Loss and gradients, under every recompute mode and micro-batch split.
   for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
     for (int mb : {1, c.micro_batches}) {
       BOOST_TEST_CONTEXT(c.name << " recompute=" << static_cast<int>(mode)
                                 << " micro_batches=" << mb) {
-        TrainBuffers buf = allocate_train_buffers(*be, cfg, c.batch / mb, T, mode);
-        be->fill(m.grads, 0.0f);
-        const float loss = forward_backward(*be, m, batch, mb, buf);
+        Run run(c.spec, *be, m.table, whole, c.batch, c.batch / mb, mode, grads_only, tokens,
+                targets);
+        const float loss = run.ex->step(0).loss;
         BOOST_TEST(std::abs(loss - ref.loss) <= 1e-5 * std::abs(ref.loss),
                    "loss " << loss << " vs reference " << ref.loss);
         std::string worst_name;
-        const double worst = worst_grad_error(m, ref, &worst_name);
+        const double worst = worst_grad_error(run.ex->model(), ref, &worst_name);
         BOOST_TEST(worst <= 1e-4, "worst gradient " << worst_name << ": " << worst);
         BOOST_TEST_MESSAGE(c.name << ": loss " << loss << " (ref " << ref.loss
                                   << "), worst grad error " << worst << " in " << worst_name);
@@ -261,25 +336,25 @@ void check_against_reference(const Case& c) {
 
   // The comparison can fail: a 1% change of one gradient entry is caught.
   {
-    TrainBuffers buf = allocate_train_buffers(*be, cfg, c.batch, T, Recompute::none);
-    be->fill(m.grads, 0.0f);
-    forward_backward(*be, m, batch, 1, buf);
-    const ParamInfo& p = m.table.at("layers.1.mlp.fc2.weight");
-    const auto& g = ref.grads.at(p.name);
-    double mag = 0;
-    for (double x : g) mag = std::max(mag, std::abs(x));
-    m.grads.data[p.offset + 5] += static_cast<float>(0.01 * mag);
-    BOOST_TEST(worst_grad_error(m, ref, nullptr) > 1e-4);
+    Run run(c.spec, *be, m.table, whole, c.batch, c.batch, Recompute::none, grads_only, tokens,
+            targets);
+    run.ex->step(0);
+    Model& mine = run.ex->model();
+    if (const ParamInfo* p = mine.table.find("layers.1.mlp.fc2.weight")) {
+      const auto& g = ref.grads.at(p->name);
+      double mag = 0;
+      for (double x : g) mag = std::max(mag, std::abs(x));
+      mine.grads.data[p->offset + 5] += static_cast<float>(0.01 * mag);
+    }
+    BOOST_TEST(worst_grad_error(mine, ref, nullptr) > 1e-4);
   }
 
   // Ten AdamW steps with clipping and the warm-up + cosine schedule.
-  TrainBuffers buf = allocate_train_buffers(*be, cfg, c.batch / c.micro_batches, T, c.train_mode);
-  AdamW opt(*be, m.table.size(), kAdamW);
-  TrainOptions o = options();
-  o.micro_batches = c.micro_batches;
+  Run run(c.spec, *be, m.table, whole, c.batch, c.batch / c.micro_batches, c.train_mode, options(),
+          tokens, targets);
   double worst_step = 0;
   for (int step = 0; step < kSteps; ++step) {
-    const StepStats s = train_step(*be, m, opt, buf, batch, o, step);
+    const StepResult s = run.ex->step(step);
     worst_step = std::max(
         worst_step, std::abs(s.loss - ref.step_losses[step]) / std::abs(ref.step_losses[step]));
     BOOST_TEST(std::abs(s.loss - ref.step_losses[step]) <= 1e-4 * std::abs(ref.step_losses[step]),

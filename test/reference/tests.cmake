@@ -8,3 +8,8 @@ target_compile_definitions(reference_test PRIVATE
 add_test(NAME reference.transformer COMMAND reference_test)
 set_tests_properties(reference.transformer PROPERTIES LABELS reference TIMEOUT 600
                      ENVIRONMENT "OMP_NUM_THREADS=2")
+# The same comparison through a tp 2 x pp 2 plan on four ranks (each checks its own shards).
+add_test(NAME reference.transformer_tp2_pp2
+         COMMAND ${STRATAGEM_MPIEXEC} -np 4 $<TARGET_FILE:reference_test>)
+set_tests_properties(reference.transformer_tp2_pp2 PROPERTIES LABELS "reference;mpi" TIMEOUT 600
+                     ENVIRONMENT "OMP_NUM_THREADS=1")

@@ -368,6 +368,60 @@ struct BlockGrads {
   std::vector<float> dx, dparams;
 };
 
+// A block's saved tensors: its normalized input and the core's activations.
+struct BlockActs {
+  Tensor xn, mean, rstd;
+  AttentionActs attn;
+  MlpActs mlp;
+};
+
+BlockActs allocate_block(Backend& be, const TransformerConfig& c, int B, int T, bool attention,
+                         Recompute mode) {
+  BlockActs a;
+  a.xn = be.allocate(Shape{B, T, c.hidden});
+  if (c.norm == Norm::layernorm) a.mean = be.allocate(Shape{B, T});
+  a.rstd = be.allocate(Shape{B, T});
+  if (attention) {
+    a.attn.qkv = be.allocate(Shape{B, T, c.qkv_width()});
+    if (mode == Recompute::none) a.attn.att = be.allocate(Shape{B, c.heads, T, T});
+    a.attn.lse = be.allocate(Shape{B, c.heads, T});
+    a.attn.out = be.allocate(Shape{B, T, c.attn_width()});
+  } else {
+    a.mlp.fc1_out = be.allocate(Shape{B, T, c.fc1_width()});
+    a.mlp.act_out = be.allocate(Shape{B, T, c.ffn_hidden});
+  }
+  return a;
+}
+
+// x_out = x_in + block(norm(x_in)), composed from the pieces as the executor runs them.
+void block_forward(Backend& be, const TransformerConfig& c, const LayerWeights& w, bool attention,
+                   const Tensor& x_in, Tensor& x_out, BlockActs& a) {
+  const Tensor& nw = attention ? w.attn_norm_w : w.mlp_norm_w;
+  const Tensor& nb = attention ? w.attn_norm_b : w.mlp_norm_b;
+  norm_forward(be, c, x_in, nw, nb, a.xn, a.mean, a.rstd);
+  if (attention)
+    attention_forward(be, c, w, a.xn, x_out, a.attn, true);
+  else
+    mlp_forward(be, c, w, a.xn, x_out, a.mlp, true);
+  be.residual_forward(x_out, x_out, x_in);
+}
+
+// dx holds dL/dx_out on entry and dL/dx_in on exit.
+void block_backward(Backend& be, const TransformerConfig& c, const LayerWeights& w, LayerWeights& g,
+                    bool attention, const Tensor& x_in, Tensor& dx, const BlockActs& a,
+                    Workspace& ws) {
+  Tensor d_xn = be.allocate(x_in.shape);
+  if (attention)
+    attention_backward(be, c, w, g, dx, a.xn, d_xn, a.attn, ws);
+  else
+    mlp_backward(be, c, w, g, dx, a.xn, d_xn, a.mlp, ws);
+  if (attention)
+    norm_backward(be, c, dx, g.attn_norm_w, g.attn_norm_b, d_xn, x_in, w.attn_norm_w, a.mean,
+                  a.rstd);
+  else
+    norm_backward(be, c, dx, g.mlp_norm_w, g.mlp_norm_b, d_xn, x_in, w.mlp_norm_w, a.mean, a.rstd);
+}
+
 // Runs one attention or mlp block forward+backward for dL/dx_out = r, the way the executor
 // would under `mode`.
 BlockGrads run_block(Backend& be, const TransformerConfig& c, Model& m, bool attention,
@@ -379,29 +433,16 @@ BlockGrads run_block(Backend& be, const TransformerConfig& c, Model& m, bool att
   be.copy(dx, r);
   const LayerWeights& w = m.weights.layer(1);
   LayerWeights& g = m.grad_weights.layer(1);
-  if (attention) {
-    AttentionActs a = allocate_attention_acts(be, c, B, T, mode);
-    attention_forward(be, c, w, x_in, x_out, a);
-    if (mode == Recompute::full) {
-      // Full: nothing kept but x_in; forward again right before backward.
-      AttentionActs fresh = allocate_attention_acts(be, c, B, T, mode);
-      Tensor sink = be.allocate(x_in.shape);
-      attention_forward(be, c, w, x_in, sink, fresh);
-      attention_backward(be, c, w, g, x_in, dx, fresh, ws);
-    } else {
-      attention_backward(be, c, w, g, x_in, dx, a, ws);
-    }
+  BlockActs a = allocate_block(be, c, B, T, attention, mode);
+  block_forward(be, c, w, attention, x_in, x_out, a);
+  if (mode == Recompute::full) {
+    // Full: nothing kept but x_in; forward again right before backward.
+    BlockActs fresh = allocate_block(be, c, B, T, attention, Recompute::none);
+    Tensor sink = be.allocate(x_in.shape);
+    block_forward(be, c, w, attention, x_in, sink, fresh);
+    block_backward(be, c, w, g, attention, x_in, dx, fresh, ws);
   } else {
-    MlpActs a = allocate_mlp_acts(be, c, B, T);
-    mlp_forward(be, c, w, x_in, x_out, a);
-    if (mode == Recompute::full) {
-      MlpActs fresh = allocate_mlp_acts(be, c, B, T);
-      Tensor sink = be.allocate(x_in.shape);
-      mlp_forward(be, c, w, x_in, sink, fresh);
-      mlp_backward(be, c, w, g, x_in, dx, fresh, ws);
-    } else {
-      mlp_backward(be, c, w, g, x_in, dx, a, ws);
-    }
+    block_backward(be, c, w, g, attention, x_in, dx, a, ws);
   }
   return {std::vector<float>(dx.data, dx.data + dx.numel()),
           std::vector<float>(m.grads.data, m.grads.data + m.grads.numel())};
@@ -442,14 +483,10 @@ BOOST_AUTO_TEST_CASE(blocks_gradcheck_and_recompute_modes) {
           BOOST_TEST(rel_maxnorm(g.dparams, none.dparams) < 1e-5);
         }
         // Finite differences of sum(x_out * r) in x_in and in the layer's parameters.
-        AttentionActs aa = allocate_attention_acts(*e.be, c, 2, 12, Recompute::selective);
-        MlpActs ma = allocate_mlp_acts(*e.be, c, 2, 12);
+        BlockActs acts = allocate_block(*e.be, c, 2, 12, attention, Recompute::selective);
         Tensor x_out = e.be->allocate(x_in.shape);
         auto loss = [&] {
-          if (attention)
-            attention_forward(*e.be, c, m.weights.layer(1), x_in, x_out, aa);
-          else
-            mlp_forward(*e.be, c, m.weights.layer(1), x_in, x_out, ma);
+          block_forward(*e.be, c, m.weights.layer(1), attention, x_in, x_out, acts);
           return dot(x_out, r);
         };
         Tensor dx{const_cast<float*>(none.dx.data()), x_in.shape, nullptr};

@@ -12,8 +12,14 @@
 
 #include "stratagem/error.hpp"
 #include "stratagem/transformer.hpp"
+#include "test/support/serial_executor.hpp"
 
 using namespace stratagem;
+using stratagem::test::FixedSamples;
+using stratagem::test::SerialExecutor;
+
+using MpiSession = stratagem::test::MpiSession;
+BOOST_GLOBAL_FIXTURE(MpiSession);
 
 namespace {
 
@@ -45,8 +51,18 @@ struct Data {
     for (auto& t : tokens) t = d(rng);
     for (auto& t : targets) t = d(rng);
   }
-  Batch batch(int b, int t) const { return Batch{tokens, targets, b, t}; }
+  FixedSamples samples() const { return FixedSamples(tokens, targets); }
 };
+
+// The last stage of a two-stage pipeline: layer 1 (and the head, when asked).
+ModelPart stage_part(bool head) {
+  ModelPart p;
+  p.first_layer = 1;
+  p.end_layer = 2;
+  p.embedding = false;
+  p.head = head;
+  return p;
+}
 
 std::vector<float> to_vec(const Tensor& t) {
   return {t.data, t.data + t.numel()};
@@ -61,14 +77,22 @@ double rel_maxnorm(const std::vector<float>& a, const std::vector<float>& ref) {
   return mag > 0 ? err / mag : err;
 }
 
-// Gradients of the batch-mean loss, computed with `micro_batches` and `mode`.
-std::pair<float, std::vector<float>> grads_of(Backend& be, Model& m, const Data& d, int B,
-                                              int micro_batches, Recompute mode) {
-  const int T = m.config.max_seq;
-  TrainBuffers buf = allocate_train_buffers(be, m.config, B / micro_batches, T, mode);
-  be.fill(m.grads, 0.0f);
-  const float loss = forward_backward(be, m, d.batch(B, T), micro_batches, buf);
-  return {loss, to_vec(m.grads)};
+// The executor with gradients only (no optimizer step), over batch d.
+ExecutorOptions grads_only() {
+  ExecutorOptions o;
+  o.update = false;
+  return o;
+}
+
+// Gradients of the batch-mean loss with `micro_batches` and `mode`, from initial weights
+// `params` (the model's flat buffer).
+std::pair<float, std::vector<float>> grads_of(Backend& be, const ModelSpec& s,
+                                              const std::vector<float>& params, const Data& d,
+                                              int B, int micro_batches, Recompute mode) {
+  SerialExecutor run(s, be, B, B / micro_batches, mode, d.samples(), grads_only());
+  std::copy(params.begin(), params.end(), run.model().params.data);
+  const float loss = run.ex->step(0).loss;
+  return {loss, to_vec(run.model().grads)};
 }
 
 }  // namespace
@@ -102,7 +126,7 @@ BOOST_AUTO_TEST_CASE(param_table_matches_the_spec) {
   }
   // A pipeline stage: layer 1 and the head of a tied model holds its own wte.
   const TransformerConfig c = transformer_config(tiny_spec(false));
-  const ParamTable last = make_param_table(c, ModelPart{1, 2, false, true});
+  const ParamTable last = make_param_table(c, stage_part(true));
   BOOST_TEST(last.find("wte") != nullptr);
   BOOST_TEST(last.find("wpe") == nullptr);
   BOOST_TEST(last.find("layers.0.attn.qkv.weight") == nullptr);
@@ -134,7 +158,7 @@ BOOST_AUTO_TEST_CASE(init_is_deterministic_and_gpt2_scaled) {
   Model other = make_model(*be, c, 43);
   BOOST_TEST((to_vec(other.params) != to_vec(one.params)));
   // A stage holding only layer 1 gets the full model's layer 1.
-  Model stage = make_model(*be, c, 42, ModelPart{1, 2, false, false});
+  Model stage = make_model(*be, c, 42, stage_part(false));
   const ParamInfo& a = stage.table.at("layers.1.mlp.fc1.weight");
   const ParamInfo& b = one.table.at("layers.1.mlp.fc1.weight");
   BOOST_TEST(std::equal(stage.params.data + a.offset, stage.params.data + a.offset + a.numel(),
@@ -158,8 +182,11 @@ BOOST_AUTO_TEST_CASE(model_gradients_match_finite_differences) {
   for (bool llama : {false, true}) {
     BOOST_TEST_CONTEXT(std::string(llama ? "llama" : "gpt2")) {
       auto be = make_cpu_backend();
-      const TransformerConfig c = transformer_config(tiny_spec(llama));
-      Model m = make_model(*be, c, 3);
+      const ModelSpec spec = tiny_spec(llama);
+      const int B = 2, T = spec.seq_len;
+      Data d(B * T, spec.vocab, 5);
+      SerialExecutor run(spec, *be, B, B, Recompute::none, d.samples(), grads_only());
+      Model& m = run.model();
       // Bigger weights than the init so that every parameter's gradient is well above noise.
       for (const ParamInfo& p : m.table.entries()) {
         Tensor t = m.params.slice(p.offset, p.shape);
@@ -168,12 +195,10 @@ BOOST_AUTO_TEST_CASE(model_gradients_match_finite_differences) {
         else
           for (int64_t i = 0; i < t.numel(); ++i) t.data[i] += 0.1f * std::cos(float(i));
       }
-      const int B = 2, T = c.max_seq;
-      Data d(B * T, c.vocab, 5);
-      const auto [loss0, g] = grads_of(*be, m, d, B, 1, Recompute::none);
+      const float loss0 = run.ex->step(0).loss;
+      const std::vector<float> g = to_vec(m.grads);
       BOOST_TEST(std::isfinite(loss0));
-      TrainBuffers buf = allocate_train_buffers(*be, c, B, T, Recompute::none);
-      auto loss = [&] { return double(forward_backward(*be, m, d.batch(B, T), 1, buf)); };
+      auto loss = [&] { return double(run.ex->step(0).loss); };
       const double h = 1e-2;
       for (const ParamInfo& p : m.table.entries()) {
         BOOST_TEST_CONTEXT(p.name) {
@@ -203,14 +228,15 @@ BOOST_AUTO_TEST_CASE(microbatches_and_recompute_give_the_same_gradients) {
   for (bool llama : {false, true}) {
     BOOST_TEST_CONTEXT(std::string(llama ? "llama" : "gpt2")) {
       auto be = make_cpu_backend();
-      const TransformerConfig c = transformer_config(tiny_spec(llama));
-      Model m = make_model(*be, c, 11);
+      const ModelSpec spec = tiny_spec(llama);
+      const TransformerConfig c = transformer_config(spec);
+      const std::vector<float> params = to_vec(make_model(*be, c, 11).params);
       const int B = 4;
       Data d(B * c.max_seq, c.vocab, 9);
-      const auto [loss_ref, g_ref] = grads_of(*be, m, d, B, 1, Recompute::none);
+      const auto [loss_ref, g_ref] = grads_of(*be, spec, params, d, B, 1, Recompute::none);
       for (int mb : {2, 4}) {
         for (Recompute mode : {Recompute::none, Recompute::selective, Recompute::full}) {
-          const auto [loss, g] = grads_of(*be, m, d, B, mb, mode);
+          const auto [loss, g] = grads_of(*be, spec, params, d, B, mb, mode);
           BOOST_TEST(std::abs(loss - loss_ref) <= 1e-6f * loss_ref);
           BOOST_TEST(rel_maxnorm(g, g_ref) < 1e-5);
         }
@@ -261,35 +287,50 @@ BOOST_AUTO_TEST_CASE(adamw_decays_2d_weights_only) {
 BOOST_AUTO_TEST_CASE(training_overfits_one_batch) {
   for (bool llama : {false, true}) {
     auto be = make_cpu_backend();
-    const TransformerConfig c = transformer_config(tiny_spec(llama));
-    Model m = make_model(*be, c, 5);
-    const int B = 4, T = c.max_seq;
-    Data d(B * T, c.vocab, 2);
-    TrainBuffers buf = allocate_train_buffers(*be, c, B / 2, T, Recompute::selective);
-    AdamW opt(*be, m.table.size(), AdamWConfig{});
-    TrainOptions o;
-    o.micro_batches = 2;
+    const ModelSpec spec = tiny_spec(llama);
+    const int B = 4, T = spec.seq_len;
+    Data d(B * T, spec.vocab, 2);
+    ExecutorOptions o;
+    o.seed = 5;
     o.schedule = LrSchedule{1e-2f, 1e-3f, 5, 60};
+    SerialExecutor run(spec, *be, B, B / 2, Recompute::selective, d.samples(), o);
     float first = 0, last = 0;
     for (int step = 0; step < 60; ++step) {
-      const StepStats s = train_step(*be, m, opt, buf, d.batch(B, T), o, step);
+      const StepResult s = run.ex->step(step);
       if (step == 0) first = s.loss;
       last = s.loss;
       BOOST_TEST(std::isfinite(s.grad_norm));
     }
-    BOOST_TEST(std::abs(first - std::log(float(c.vocab))) < 0.1f);  // near-uniform at init
+    BOOST_TEST(std::abs(first - std::log(float(spec.vocab))) < 0.1f);  // near-uniform at init
     BOOST_TEST(last < 0.5f * first, (llama ? "llama" : "gpt2")
                                         << " loss " << first << " -> " << last);
   }
 }
 
-BOOST_AUTO_TEST_CASE(bad_batches_throw) {
+BOOST_AUTO_TEST_CASE(plans_the_runtime_cannot_run_are_refused) {
   auto be = make_cpu_backend();
-  const TransformerConfig c = transformer_config(tiny_spec(false));
-  Model m = make_model(*be, c, 5);
-  Data d(4 * c.max_seq, c.vocab, 2);
-  TrainBuffers buf = allocate_train_buffers(*be, c, 2, c.max_seq, Recompute::none);
-  BOOST_CHECK_THROW(forward_backward(*be, m, d.batch(4, c.max_seq), 1, buf), std::invalid_argument);
-  BOOST_CHECK_THROW(allocate_train_buffers(*be, c, 2, c.max_seq + 1, Recompute::none),
-                    std::invalid_argument);
+  const ModelSpec spec = tiny_spec(false);
+  Data d(4 * spec.seq_len, spec.vocab, 2);
+  ClusterSpec c = load_cluster("cpu-local");
+  c.nodes = 1, c.node.gpus_per_node = 1;
+  Plan p = test::serial_plan(spec, 4, 2, Recompute::none);
+  ParallelState state(MPI_COMM_WORLD, p, c, 0);
+  FixedSamples samples = d.samples();
+  Plan z3 = p;
+  z3.embedding.zero = 3;
+  for (auto& l : z3.layers) l.zero = 3;
+  BOOST_CHECK_THROW(Executor(state, spec, z3, *be, samples, {}), NotSupported);
+  Plan off = p;
+  off.layers[0].offload_activations = true;
+  BOOST_CHECK_THROW(Executor(state, spec, off, *be, samples, {}), NotSupported);
+  Plan bf16 = p;
+  bf16.dtype = Dtype::bf16;
+  BOOST_CHECK_THROW(Executor(state, spec, bf16, *be, samples, {}), NotSupported);
+  // A plan for another world size than the job's.
+  Plan two = test::serial_plan(spec, 4, 2, Recompute::none);
+  ClusterSpec c2 = c;
+  c2.node.gpus_per_node = 2;
+  two.embedding.dp = 2;
+  for (auto& l : two.layers) l.dp = 2;
+  BOOST_CHECK_THROW(ParallelState(MPI_COMM_WORLD, two, c2, 0), InputError);
 }

@@ -1,5 +1,7 @@
+#include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "stratagem/comm.hpp"
@@ -23,11 +25,130 @@ namespace {
 // MPI counts are int; large buffers go in chunks.
 constexpr int64_t kMaxChunk = 1 << 30;
 
+int checked_count(int64_t n, const char* what) {
+  if (n < 0 || n > kMaxChunk)
+    throw std::runtime_error(std::string(what) + ": " + std::to_string(n) +
+                             " elements do not fit one MPI call");
+  return static_cast<int>(n);
+}
+
+// MPI requests of one transfer. wait() polls so that a peer that never arrives becomes an
+// error after the timeout instead of a hang.
+class MpiRequest final : public Request {
+ public:
+  MpiRequest(std::string what, double timeout_s) : what_(std::move(what)), timeout_s_(timeout_s) {}
+  std::vector<MPI_Request> requests;
+  std::vector<int> counts, displs;  // count arrays of v-collectives, alive until completion
+  void wait() override {
+    if (requests.empty()) return;
+    if (timeout_s_ <= 0) {
+      STRATAGEM_MPI_CHECK(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+      requests.clear();
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    int done = 0;
+    for (int spins = 0;; ++spins) {
+      STRATAGEM_MPI_CHECK(
+          MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE));
+      if (done) break;
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout_s_)
+        throw CommTimeout(what_ + " waited " + std::to_string(int(waited)) +
+                          " s (--comm-timeout-s): a peer stopped or died");
+      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    requests.clear();
+  }
+  bool test() override {
+    if (requests.empty()) return true;
+    int done = 0;
+    STRATAGEM_MPI_CHECK(
+        MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE));
+    if (done) requests.clear();
+    return done != 0;
+  }
+  ~MpiRequest() override {
+    // An unfinished transfer at destruction is an error path: free what MPI allows.
+    for (MPI_Request& r : requests)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+  }
+
+ private:
+  std::string what_;
+  double timeout_s_;
+};
+
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(MPI_Comm c) : comm_(c) {
+  MpiCommunicator(MPI_Comm c, std::string name, double timeout_s)
+      : comm_(c), name_(std::move(name)), timeout_s_(timeout_s) {
     MPI_Comm_rank(c, &rank_);
     MPI_Comm_size(c, &size_);
+  }
+
+  RequestPtr iall_reduce(float* data, int64_t count, ReduceOp op) override {
+    auto r = request("all-reduce");
+    for (int64_t at = 0; at < count; at += kMaxChunk) {
+      int n = static_cast<int>(std::min(kMaxChunk, count - at));
+      r->requests.emplace_back();
+      STRATAGEM_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + at, n, MPI_FLOAT,
+                                         op == ReduceOp::sum ? MPI_SUM : MPI_MAX, comm_,
+                                         &r->requests.back()));
+    }
+    return r;
+  }
+  RequestPtr ireduce_scatter(const float* send, float* recv, int64_t block) override {
+    auto r = request("reduce-scatter");
+    r->requests.emplace_back();
+    STRATAGEM_MPI_CHECK(MPI_Ireduce_scatter_block(send, recv,
+                                                  checked_count(block, "reduce-scatter"), MPI_FLOAT,
+                                                  MPI_SUM, comm_, &r->requests.back()));
+    return r;
+  }
+  RequestPtr iall_gather(const float* send, float* recv, int64_t block) override {
+    auto r = request("all-gather");
+    const int n = checked_count(block, "all-gather");
+    r->requests.emplace_back();
+    STRATAGEM_MPI_CHECK(
+        MPI_Iallgather(send, n, MPI_FLOAT, recv, n, MPI_FLOAT, comm_, &r->requests.back()));
+    return r;
+  }
+  RequestPtr ireduce_scatter_v(const float* send, float* recv,
+                               const std::vector<int64_t>& counts) override {
+    auto r = request("reduce-scatter");
+    r->counts = to_int(counts);
+    r->requests.emplace_back();
+    STRATAGEM_MPI_CHECK(MPI_Ireduce_scatter(send, recv, r->counts.data(), MPI_FLOAT, MPI_SUM, comm_,
+                                            &r->requests.back()));
+    return r;
+  }
+  RequestPtr iall_gather_v_inplace(float* buf, const std::vector<int64_t>& counts) override {
+    auto r = request("all-gather");
+    // MPI reads the count arrays until the operation completes: the request keeps them.
+    r->counts = to_int(counts);
+    r->displs.assign(r->counts.size(), 0);
+    for (size_t i = 1; i < r->counts.size(); ++i)
+      r->displs[i] = r->displs[i - 1] + r->counts[i - 1];
+    r->requests.emplace_back();
+    STRATAGEM_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, r->counts.data(),
+                                        r->displs.data(), MPI_FLOAT, comm_, &r->requests.back()));
+    return r;
+  }
+  RequestPtr isend(const float* data, int64_t count, int peer, int tag) override {
+    auto r = request("send to rank " + std::to_string(peer));
+    r->requests.emplace_back();
+    STRATAGEM_MPI_CHECK(MPI_Isend(data, checked_count(count, "send"), MPI_FLOAT, peer, tag, comm_,
+                                  &r->requests.back()));
+    return r;
+  }
+  RequestPtr irecv(float* data, int64_t count, int peer, int tag) override {
+    auto r = request("receive from rank " + std::to_string(peer));
+    r->requests.emplace_back();
+    STRATAGEM_MPI_CHECK(MPI_Irecv(data, checked_count(count, "receive"), MPI_FLOAT, peer, tag,
+                                  comm_, &r->requests.back()));
+    return r;
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -42,16 +163,6 @@ class MpiCommunicator final : public Communicator {
     reduce(data, count, MPI_DOUBLE, MPI_MAX);
   }
 
-  void reduce_scatter_sum(const float* send, float* recv, int64_t block) override {
-    if (block > kMaxChunk) throw std::runtime_error("reduce_scatter: block too large for MPI");
-    STRATAGEM_MPI_CHECK(
-        MPI_Reduce_scatter_block(send, recv, static_cast<int>(block), MPI_FLOAT, MPI_SUM, comm_));
-  }
-  void all_gather(const float* send, float* recv, int64_t block) override {
-    if (block > kMaxChunk) throw std::runtime_error("all_gather: block too large for MPI");
-    STRATAGEM_MPI_CHECK(MPI_Allgather(send, static_cast<int>(block), MPI_FLOAT, recv,
-                                      static_cast<int>(block), MPI_FLOAT, comm_));
-  }
   void reduce_scatter_sum_v(const float* send, float* recv,
                             const std::vector<int64_t>& counts) override {
     std::vector<int> c = to_int(counts);
@@ -74,6 +185,10 @@ class MpiCommunicator final : public Communicator {
       throw std::runtime_error("collective: buffer too large for one MPI call");
     return out;
   }
+  std::unique_ptr<MpiRequest> request(const std::string& op) const {
+    return std::make_unique<MpiRequest>(
+        op + " on group " + name_ + " (" + std::to_string(size_) + " ranks)", timeout_s_);
+  }
   template <class T>
   void reduce(T* data, int64_t count, MPI_Datatype type, MPI_Op op) {
     for (int64_t at = 0; at < count; at += kMaxChunk) {
@@ -82,13 +197,16 @@ class MpiCommunicator final : public Communicator {
     }
   }
   MPI_Comm comm_;
+  std::string name_;
+  double timeout_s_ = 0;
   int rank_ = 0, size_ = 1;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm) {
-  return std::make_unique<MpiCommunicator>(comm);
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::string name,
+                                                    double timeout_s) {
+  return std::make_unique<MpiCommunicator>(comm, std::move(name), timeout_s);
 }
 
 MpiGroups::MpiGroups(MPI_Comm world, const std::vector<std::vector<int>>& groups) {

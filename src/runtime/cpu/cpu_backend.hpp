@@ -57,6 +57,14 @@ class CpuBackend final : public Backend {
   void crossentropy_softmax_backward(Tensor& dlogits, const Tensor& logits,
                                      std::span<const int32_t> targets, float scale) override;
 
+  void crossentropy_row_max(Tensor& max, const Tensor& logits, int64_t valid) override;
+  void crossentropy_sums(Tensor& sums, const Tensor& logits, const Tensor& max,
+                         std::span<const int32_t> targets, int64_t vocab_begin,
+                         int64_t valid) override;
+  void crossentropy_shard_backward(Tensor& dlogits, const Tensor& logits, const Tensor& max,
+                                   const Tensor& sums, std::span<const int32_t> targets,
+                                   int64_t vocab_begin, int64_t valid, float scale) override;
+
   double sum_squares(const Tensor& t) override;
   void scale(Tensor& t, float factor) override;
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,

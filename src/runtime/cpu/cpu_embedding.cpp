@@ -16,9 +16,10 @@ void check_tokens(const char* kernel, std::span<const int32_t> tokens, int64_t n
         kernel,
         "got " + std::to_string(tokens.size()) + " tokens, expected B*T = " + std::to_string(n)));
   for (int32_t t : tokens)
-    if (t < 0 || t >= vocab)
-      throw std::invalid_argument(kernel_error(
-          kernel, "token id " + std::to_string(t) + " outside [0," + std::to_string(vocab) + ")"));
+    if (t < -1 || t >= vocab)
+      throw std::invalid_argument(kernel_error(kernel, "token id " + std::to_string(t) +
+                                                           " outside [0," + std::to_string(vocab) +
+                                                           ") (or -1: another shard's)"));
 }
 
 void check_embedding_shapes(const char* kernel, const Tensor& x, const Tensor& wte,
@@ -45,7 +46,14 @@ void CpuBackend::embedding_forward(Tensor& out, std::span<const int32_t> tokens,
   const float* pos = wpe.data;
 #pragma omp parallel for schedule(static) if (B * T * C >= kMinParallelWork)
   for (int64_t bt = 0; bt < B * T; ++bt) {
-    float* o = out.data + bt * C;                // (C)
+    float* o = out.data + bt * C;  // (C)
+    if (tokens[bt] < 0) {          // another vocabulary shard's token
+      if (pos)
+        std::copy(pos + (bt % T) * C, pos + (bt % T + 1) * C, o);
+      else
+        std::fill(o, o + C, 0.0f);
+      continue;
+    }
     const float* w = wte.data + tokens[bt] * C;  // (C)
     if (pos) {
       const float* p = pos + (bt % T) * C;  // (C)
@@ -68,10 +76,12 @@ void CpuBackend::embedding_backward(Tensor& dwte, Tensor& dwpe, std::span<const 
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t c0 = chunk * kChannelChunk, c1 = std::min(C, c0 + kChannelChunk);
     for (int64_t bt = 0; bt < B * T; ++bt) {
-      const float* g = dout.data + bt * C;    // (C)
-      float* w = dwte.data + tokens[bt] * C;  // (C)
+      const float* g = dout.data + bt * C;  // (C)
+      if (tokens[bt] >= 0) {
+        float* w = dwte.data + tokens[bt] * C;  // (C)
 #pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) w[c] += g[c];
+        for (int64_t c = c0; c < c1; ++c) w[c] += g[c];
+      }
       if (dpos) {
         float* p = dpos + (bt % T) * C;
 #pragma omp simd

@@ -1,0 +1,52 @@
+// Trainer: the training loop around the executor. It samples data by the Layout's data index
+// (inside the executor), logs, saves and restores checkpoints (full logical tensors, so any
+// layout reads any other's), agrees on stop signals at step boundaries, and writes the
+// measured trace. `stratagem train` only parses arguments and calls train().
+#pragma once
+#include <mpi.h>
+
+#include <csignal>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "stratagem/checkpoint.hpp"
+#include "stratagem/executor.hpp"
+
+namespace stratagem {
+
+struct TrainerOptions {
+  int64_t steps = 1;
+  std::optional<std::string> ckpt_dir;
+  int ckpt_every = 0;  // 0: only at the end and on a stop signal
+  int keep = 3;
+  bool resume = false;
+  int stop_after = -1;  // stop (with a checkpoint) after this many steps of this run
+  std::optional<std::string> trace_path;
+  std::optional<std::string> log_json;
+  int log_every = 1;
+  bool quiet = false;  // no per-step lines on stdout (--json)
+  double comm_timeout_s = 600;
+  ExecutorOptions exec;
+};
+
+struct TrainSummary {
+  int64_t steps_completed = 0;
+  StepResult last;
+  int64_t high_water_bytes = 0;
+  std::string checkpoint;  // the last one written, or empty
+};
+
+// Collective over `world`. `stop_signal` is read at every step boundary (a signal handler sets
+// it): all ranks agree, checkpoint, and return.
+TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cluster,
+                   const Plan& plan, Backend& backend, const TokenDataset& data,
+                   const TrainerOptions& options, const volatile std::sig_atomic_t* stop_signal);
+
+// The checkpoint's view of an executor's state: every logical dataset of the model, and the
+// boxes of them this rank writes (one owner per element) or reads (all it holds).
+std::vector<CheckpointTensor> checkpoint_tensors(const ModelSpec& model);
+std::vector<CheckpointPiece> checkpoint_pieces(Executor& ex, bool for_writing);
+
+}  // namespace stratagem

@@ -1,0 +1,134 @@
+// Inside the executor (executor.hpp): the state one rank keeps while it runs its stage
+// Program. executor.cpp holds the op loop, dependencies and memory samples; ops_compute.cpp
+// what each compute op does; ops_comm.cpp the collectives, sends and receives.
+#pragma once
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "src/runtime/exec/memory.hpp"
+#include "stratagem/executor.hpp"
+
+namespace stratagem {
+
+// A residual-stream (or gradient) value that may still be in flight: value = base (+ add),
+// ready once op `producer` has completed. The residual add of a tensor-parallel block waits
+// for its reduction, so it happens where the value is next used.
+struct Flow {
+  Tensor base, add;
+  int producer = -1;
+  bool defined() const { return base.defined(); }
+};
+
+// What one layer of one micro-batch keeps between its forward and its backward.
+struct LayerState {
+  Tensor x_in, x_mid;  // inputs of the attention and the mlp block (token shard under sp)
+  AttentionActs attn;
+  MlpActs mlp;
+};
+
+struct Micro {
+  std::vector<int32_t> tokens, targets, ids;  // ids: this rank's vocabulary-shard ids or -1
+  Flow fwd;                                   // forward residual stream
+  Flow rec;                                   // full recompute's stream
+  Tensor grad;                                // dL/d(stream) in backward (token shard under sp)
+  int grad_producer = -1;
+  std::map<int, LayerState> layers;
+  Tensor partial;   // a block's partial output or input gradient, before its tp reduction
+  Tensor gathered;  // a gathered (whole-sequence) normalized input
+  Tensor gathered_dy;
+  // head: final norm input/statistics, normalized input, logits and loss statistics
+  Tensor x_final, xn, xn_whole, head_mean, head_rstd, logits, ce_max, ce_sums;
+};
+
+struct Executor::Impl {
+  Impl(ParallelState& state, const ModelSpec& model, const Plan& plan, Backend& backend,
+       const SampleSource& samples, ExecutorOptions options);
+
+  // ---- identity --------------------------------------------------------------------------
+  ParallelState& ps;
+  const ModelSpec& spec;
+  Plan plan;
+  Backend& be;
+  const SampleSource& samples;
+  ExecutorOptions opt;
+  Program program;
+  const StageProgram* sp = nullptr;
+  int stage = 0, tp = 1, tp_index = 0, dp = 1, dp_index = 0, zero = 0;
+  bool sp_on = false;     // sequence parallel
+  int B = 1, T = 1;       // samples per rank per micro-batch, sequence length
+  int64_t N = 1, Ns = 1;  // tokens per micro-batch, and this rank's token shard
+  TransformerConfig whole, local;
+
+  // ---- state -----------------------------------------------------------------------------
+  std::shared_ptr<exec::MemoryLedger> ledger;
+  exec::BufferPool pool;
+  Model model;
+  std::unique_ptr<AdamW> adamw;
+  std::vector<int64_t> shard_bounds;  // dp+1 boundaries of the ZeRO-1 partition
+  int64_t shard_begin = 0, shard_end = 0;
+  std::vector<uint8_t> norm_owner;  // 1 where this rank counts an element in the grad norm
+  Workspace ws;
+  std::map<int, Micro> micro;
+  std::map<int, int> static_buffers;  // setup buffers, resident across steps: id -> category
+  std::map<std::tuple<int, int, int, int>, int> buffer_of;  // (block, phase, layer, mb) -> id
+
+  // ---- the step in flight ----------------------------------------------------------------
+  struct InFlight {
+    RequestPtr request;
+    std::function<void()> on_done;
+  };
+  std::map<int, InFlight> inflight;   // op index -> transfer not yet completed
+  std::map<int, size_t> timing_slot;  // async op -> its entry in out->timings (end at completion)
+  std::map<int, std::vector<int>> buffer_users;  // buffer -> ops whose completion reads it
+  int64_t step_index = 0;
+  double loss_sum = 0;
+  StepResult* out = nullptr;
+  std::chrono::steady_clock::time_point t0;
+
+  // ---- executor.cpp ----------------------------------------------------------------------
+  StepResult step(int64_t step);
+  void run(uint32_t index);
+  void complete(int op);  // waits for op's transfer and runs its completion (once)
+  void complete_all();
+  void poll_sends();
+  void issue(int op, RequestPtr request, std::function<void()> on_done = {});
+  int64_t now_ns() const;
+  void sample_memory();
+
+  // ---- ops_compute.cpp -------------------------------------------------------------------
+  void compute(const Op& op);
+  Micro& mb(int m);
+  Tensor materialize(Flow& f, int buffer, Shape shape);
+  int buffer(Block b, Phase ph, int layer, int m) const;
+  Shape stream_shape() const { return Shape{Ns, int64_t(whole.hidden)}; }
+  Shape full_shape() const { return Shape{B, T, int64_t(whole.hidden)}; }
+  void embedding_forward(const Op& op);
+  void embedding_backward(const Op& op);
+  void block_input(const Op& op, Micro& m, LayerState& ls);
+  void block_forward(const Op& op);
+  void block_backward(const Op& op);
+  void head_forward(const Op& op);
+  void head_backward(const Op& op);
+  void head_loss_sums(Micro& m);
+  void head_loss(Micro& m);
+  void finish_block_backward(int layer, Block b, Micro& m, const Tensor& d_xn);
+  void norm_head_input(Micro& m);
+  void finish_head_backward(Micro& m, const Tensor& d_xn);
+  void optimizer_step();
+  bool attention_keeps_probs(int layer) const;
+
+  // ---- ops_comm.cpp ----------------------------------------------------------------------
+  void collective(const Op& op, int index);
+  void tp_collective(const Op& op, int index);
+  void dp_collective(const Op& op, int index);
+  void send(const Op& op, int index);
+  void recv(const Op& op, int index);
+  int pp_tag(const Op& op, bool sending) const;
+  std::vector<int64_t> shard_counts(int64_t a, int64_t b) const;
+};
+
+}  // namespace stratagem

@@ -1,0 +1,235 @@
+// The Program's collectives, sends and receives on this rank: which tensors each one moves,
+// issued without blocking, and what completes when it lands.
+#include <algorithm>
+
+#include "src/runtime/exec/impl.hpp"
+#include "stratagem/error.hpp"
+
+namespace stratagem {
+
+namespace {
+// Several transfers waited for as one (a gradient reduction over a layer's flat runs).
+class RequestGroup final : public Request {
+ public:
+  std::vector<RequestPtr> parts;
+  void wait() override {
+    for (auto& r : parts) r->wait();
+  }
+  bool test() override {
+    bool all = true;
+    for (auto& r : parts) all = r->test() && all;
+    return all;
+  }
+};
+}  // namespace
+
+std::vector<int64_t> Executor::Impl::shard_counts(int64_t a, int64_t b) const {
+  std::vector<int64_t> counts(dp);
+  for (int d = 0; d < dp; ++d)
+    counts[d] =
+        std::max<int64_t>(0, std::min(b, shard_bounds[d + 1]) - std::max(a, shard_bounds[d]));
+  return counts;
+}
+
+void Executor::Impl::collective(const Op& op, int index) {
+  switch (op.group) {
+    case GroupKind::tp:
+      tp_collective(op, index);
+      return;
+    case GroupKind::dp:
+    case GroupKind::tied_embedding:
+      dp_collective(op, index);
+      return;
+    default:
+      throw NotSupported("collective " + op_name(op) + " over the " + to_string(op.group) +
+                         " group is not executed by the runtime yet (heterogeneous plans)");
+  }
+}
+
+void Executor::Impl::tp_collective(const Op& op, int index) {
+  Communicator& comm = ps.group(resolve_group(ps.layout(), ps.rank(), op));
+  const int64_t C = whole.hidden;
+  const int64_t whole_n = N * C, shard_n = Ns * C;
+  if (op.block == Block::none) {
+    // Sequence parallel: gradients of the norms of a layer (or the final norm), each computed
+    // on one token shard, summed over the group.
+    std::vector<Tensor> parts;
+    for (const ParamInfo& e : model.table.entries()) {
+      const bool is_norm = e.name.find("norm") != std::string::npos;
+      const bool mine = op.layer >= 0
+                            ? e.name.rfind("layers." + std::to_string(op.layer) + ".", 0) == 0
+                            : e.name.rfind("norm_f.", 0) == 0;
+      if (mine && is_norm && e.replicated)
+        parts.push_back(model.grads.slice(e.offset, Shape{e.numel()}));
+    }
+    auto group = std::make_unique<RequestGroup>();
+    for (Tensor& t : parts)
+      group->parts.push_back(comm.iall_reduce(t.data, t.numel(), ReduceOp::sum));
+    issue(index, std::move(group));
+    return;
+  }
+  Micro& m = mb(op.microbatch);
+  const bool backward = op.phase == Phase::backward;
+  if (op.collective == Collective::all_gather) {
+    Tensor gathered = pool.scratch(full_shape());
+    Tensor src;
+    if (op.block == Block::head) {  // the final norm on this rank's shard, then gather
+      norm_head_input(m);
+      src = m.xn;
+      m.gathered = gathered;
+    } else if (backward) {
+      if (m.grad_producer >= 0) complete(m.grad_producer);
+      if (!m.gathered_dy.defined() || op.block == Block::embedding) {
+        src = m.grad;  // first: the output gradient
+        m.gathered_dy = gathered;
+      } else {
+        LayerState& ls = m.layers.at(op.layer);  // second: the sharded normalized input
+        src = op.block == Block::attention ? ls.attn.norm_out : ls.mlp.norm_out;
+        m.gathered = gathered;
+      }
+    } else {
+      block_input(op, m, m.layers[op.layer]);
+      LayerState& ls = m.layers[op.layer];
+      src = op.block == Block::attention ? ls.attn.norm_out : ls.mlp.norm_out;
+      m.gathered = gathered;
+    }
+    issue(index, comm.iall_gather(src.data, gathered.data, shard_n), [src] {});
+    return;
+  }
+  if (op.block == Block::head && !backward) {
+    // Vocabulary-parallel cross entropy: the row maximum, then sum-exp and target logit.
+    if (!m.ce_sums.defined()) {
+      issue(index, comm.iall_reduce(m.ce_max.data, N, ReduceOp::max),
+            [this, &m] { head_loss_sums(m); });
+    } else {
+      issue(index, comm.iall_reduce(m.ce_sums.data, 2 * N, ReduceOp::sum),
+            [this, &m] { head_loss(m); });
+    }
+    return;
+  }
+  // The reduction of a partial sum: a block's (or the lookup's) output in forward, the
+  // gradient of its normalized input in backward.
+  Tensor partial = m.partial;
+  m.partial = Tensor{};
+  Tensor reduced = partial;
+  RequestPtr req;
+  if (op.collective == Collective::reduce_scatter) {
+    reduced = pool.scratch(stream_shape());
+    req = comm.ireduce_scatter(partial.data, reduced.data, shard_n);
+  } else {
+    req = comm.iall_reduce(partial.data, whole_n, ReduceOp::sum);
+  }
+  const int mbi = op.microbatch;
+  if (!backward) {
+    Flow* flow = op.phase == Phase::recompute ? &m.rec : &m.fwd;
+    Tensor base;
+    if (op.block == Block::attention) base = m.layers.at(op.layer).x_in;
+    if (op.block == Block::mlp) base = m.layers.at(op.layer).x_mid;
+    *flow = Flow{op.block == Block::embedding ? reduced : base,
+                 op.block == Block::embedding ? Tensor{} : reduced, index};
+    issue(index, std::move(req), [partial] {});
+    return;
+  }
+  m.grad_producer = index;
+  if (op.block == Block::head) {
+    issue(index, std::move(req),
+          [this, mbi, reduced, partial] { finish_head_backward(micro.at(mbi), reduced); });
+    return;
+  }
+  const int l = op.layer;
+  const Block b = op.block;
+  if (b == Block::mlp) m.grad_producer = index;
+  issue(index, std::move(req), [this, mbi, l, b, reduced, partial] {
+    finish_block_backward(l, b, micro.at(mbi), reduced);
+  });
+  // The completion reads the block's saved input and statistics: their buffers wait for it.
+  for (Phase ph : {Phase::forward, Phase::recompute}) {
+    auto it = buffer_of.find({int(b), int(ph), l, mbi});
+    if (it != buffer_of.end()) buffer_users[it->second].push_back(index);
+  }
+}
+
+void Executor::Impl::dp_collective(const Op& op, int index) {
+  Communicator& comm = ps.group(resolve_group(ps.layout(), ps.rank(), op));
+  float* g = model.grads.data;
+  auto group = std::make_unique<RequestGroup>();
+  if (op.group == GroupKind::tied_embedding) {
+    // First and last stage sum their copies of the tied word embedding's gradient.
+    const ParamInfo& e = model.table.at("wte");
+    group->parts.push_back(comm.iall_reduce(g + e.offset, e.numel(), ReduceOp::sum));
+    issue(index, std::move(group));
+    return;
+  }
+  const auto ranges = model.table.ranges_of_layer(op.layer);
+  if (op.phase == Phase::optimizer) {
+    // ZeRO-1: every rank updated its shard; gather the others' fresh weights.
+    for (auto [a, b] : ranges)
+      group->parts.push_back(comm.iall_gather_v_inplace(model.params.data + a, shard_counts(a, b)));
+    issue(index, std::move(group));
+    return;
+  }
+  if (op.collective == Collective::all_reduce) {
+    for (auto [a, b] : ranges)
+      group->parts.push_back(comm.iall_reduce(g + a, b - a, ReduceOp::sum));
+    issue(index, std::move(group));
+    return;
+  }
+  // ZeRO-1 reduce-scatter: this rank receives the sum where the range meets its shard.
+  std::vector<std::pair<int64_t, Tensor>> landed;
+  for (auto [a, b] : ranges) {
+    auto counts = shard_counts(a, b);
+    Tensor mine = pool.scratch(Shape{std::max<int64_t>(1, counts[dp_index])});
+    group->parts.push_back(comm.ireduce_scatter_v(g + a, mine.data, counts));
+    if (counts[dp_index] > 0)
+      landed.push_back({std::max(a, shard_begin), mine.slice(0, Shape{counts[dp_index]})});
+  }
+  issue(index, std::move(group), [this, landed] {
+    for (auto [at, t] : landed) {
+      Tensor dst = model.grads.slice(at, t.shape);
+      be.copy(dst, t);
+    }
+  });
+}
+
+int Executor::Impl::pp_tag(const Op& op, bool sending) const {
+  // One tag per (chunk boundary, micro-batch, direction): an interleaved pipeline of two
+  // stages sends both ways between the same two ranks.
+  const bool fwd = op.phase == Phase::forward;
+  int boundary = op.chunk;
+  if (fwd && !sending) boundary = op.chunk - 1;
+  if (!fwd && sending) boundary = op.chunk - 1;
+  return 2 * (boundary * program.num_microbatches + op.microbatch) + (fwd ? 0 : 1);
+}
+
+void Executor::Impl::send(const Op& op, int index) {
+  Micro& m = mb(op.microbatch);
+  const int peer = resolve_peer(ps.layout(), ps.rank(), op);
+  Tensor data;
+  if (op.phase == Phase::forward) {
+    data = materialize(m.fwd, -1, stream_shape());
+    m.fwd = Flow{};
+  } else {
+    if (m.grad_producer >= 0) complete(m.grad_producer);
+    data = m.grad;
+    m.grad = Tensor{};
+    m.grad_producer = -1;
+  }
+  issue(index, ps.world().isend(data.data, data.numel(), peer, pp_tag(op, true)), [data] {});
+  // A stage's first chunk sends the micro-batch's last gradient: its state is done.
+  if (op.phase == Phase::backward && op.chunk == stage) micro.erase(op.microbatch);
+}
+
+void Executor::Impl::recv(const Op& op, int index) {
+  Micro& m = mb(op.microbatch);
+  const int peer = resolve_peer(ps.layout(), ps.rank(), op);
+  Tensor data = pool.scratch(stream_shape());
+  issue(index, ps.world().irecv(data.data, data.numel(), peer, pp_tag(op, false)));
+  if (op.phase == Phase::forward) {
+    m.fwd = Flow{data, {}, index};
+  } else {
+    m.grad = data;
+    m.grad_producer = index;
+  }
+}
+
+}  // namespace stratagem

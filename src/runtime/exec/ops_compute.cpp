@@ -1,0 +1,328 @@
+// What each compute op of the Program does on this rank: the Transformer's pieces
+// (transformer.hpp) on the micro-batch's tensors, which live in the Program's buffers.
+#include <cmath>
+
+#include "src/runtime/exec/impl.hpp"
+#include "stratagem/error.hpp"
+
+namespace stratagem {
+
+Micro& Executor::Impl::mb(int m) {
+  auto [it, fresh] = micro.try_emplace(m);
+  Micro& s = it->second;
+  if (fresh && (stage == 0 || stage == plan.pp - 1)) {
+    // This rank's samples of micro-batch m, indexed globally so that any layout sees the same
+    // global batch.
+    s.tokens.resize(size_t(N));
+    s.targets.resize(size_t(N));
+    for (int i = 0; i < B; ++i) {
+      const int64_t index = int64_t(m) * B * dp + int64_t(dp_index) * B + i;
+      samples.sample(step_index, index, T, s.tokens.data() + size_t(i) * T,
+                     s.targets.data() + size_t(i) * T);
+    }
+    const int64_t begin = local.vocab_begin(tp_index), valid = local.vocab_valid(tp_index);
+    s.ids.resize(s.tokens.size());
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      if (s.tokens[i] < 0 || s.tokens[i] >= whole.vocab)
+        throw InputError("token id " + std::to_string(s.tokens[i]) + " outside the vocabulary");
+      const int64_t id = s.tokens[i] - begin;
+      s.ids[i] = id >= 0 && id < valid ? static_cast<int32_t>(id) : -1;
+    }
+  }
+  return s;
+}
+
+int Executor::Impl::buffer(Block b, Phase ph, int layer, int m) const {
+  auto it = buffer_of.find({int(b), int(ph), layer, m});
+  if (it == buffer_of.end())
+    throw std::logic_error("executor: no live buffer for " + std::string(to_string(b)) + " " +
+                           to_string(ph) + " layer " + std::to_string(layer) + " mb " +
+                           std::to_string(m));
+  return it->second;
+}
+
+Tensor Executor::Impl::materialize(Flow& f, int buf, Shape shape) {
+  if (!f.defined()) throw std::logic_error("executor: a block input is missing");
+  if (f.producer >= 0) complete(f.producer);
+  Tensor x = pool.take(buf, shape);
+  if (f.add.defined())
+    be.residual_forward(x, f.base.view(shape), f.add.view(shape));
+  else
+    be.copy(x, f.base.view(shape));
+  return x;
+}
+
+bool Executor::Impl::attention_keeps_probs(int layer) const {
+  return !plan.flash_attention && plan.layers[layer].recompute == Recompute::none;
+}
+
+// The block's input and its normalization: on the whole stream, or on this rank's token shard
+// before the all-gather under sequence parallelism (called by that gather).
+void Executor::Impl::block_input(const Op& op, Micro& m, LayerState& ls) {
+  const int l = op.layer;
+  const bool rec = op.phase == Phase::recompute, attn = op.block == Block::attention;
+  const bool full = plan.layers[l].recompute == Recompute::full;
+  const Shape s = stream_shape();
+  Tensor x;
+  int acts = -1;
+  if (attn) {
+    if (rec) {
+      x = ls.x_in;  // the saved layer input
+    } else {
+      x = ls.x_in =
+          materialize(m.fwd, buffer(Block::attention, Phase::forward, l, op.microbatch), s);
+    }
+    acts = rec ? buffer(Block::attention, Phase::recompute, l, op.microbatch)
+               : (full ? -1 : buffer(Block::attention, Phase::forward, l, op.microbatch));
+  } else {
+    acts = rec ? buffer(Block::mlp, Phase::recompute, l, op.microbatch)
+               : (full ? -1 : buffer(Block::mlp, Phase::forward, l, op.microbatch));
+    x = ls.x_mid = materialize(rec ? m.rec : m.fwd, acts, s);
+  }
+  Tensor out = pool.take(acts, s);
+  Tensor mean = whole.norm == Norm::layernorm ? pool.take(acts, Shape{Ns}) : Tensor{};
+  Tensor rstd = pool.take(acts, Shape{Ns});
+  const LayerWeights& w = model.weights.layer(l);
+  if (attn) {
+    norm_forward(be, local, x, w.attn_norm_w, w.attn_norm_b, out, mean, rstd);
+    ls.attn.norm_out = out, ls.attn.norm_mean = mean, ls.attn.norm_rstd = rstd;
+  } else {
+    norm_forward(be, local, x, w.mlp_norm_w, w.mlp_norm_b, out, mean, rstd);
+    ls.mlp.norm_out = out, ls.mlp.norm_mean = mean, ls.mlp.norm_rstd = rstd;
+  }
+}
+
+void Executor::Impl::block_forward(const Op& op) {
+  Micro& m = mb(op.microbatch);
+  const int l = op.layer;
+  LayerState& ls = m.layers[l];
+  const Recompute rc = plan.layers[l].recompute;
+  const bool rec = op.phase == Phase::recompute, attn = op.block == Block::attention;
+  if (rec && attn && rc == Recompute::selective) {
+    // Rebuild the attention probabilities from the saved q, k (selective recompute).
+    Tensor att = pool.take(buffer(Block::attention, Phase::recompute, l, op.microbatch),
+                           Shape{B, local.heads, T, T});
+    attention_recompute(be, local, ls.attn, att);
+    return;
+  }
+  const bool full = rc == Recompute::full;
+  if (!sp_on) block_input(op, m, ls);
+  const int acts = rec ? buffer(op.block, Phase::recompute, l, op.microbatch)
+                       : (full ? -1 : buffer(op.block, Phase::forward, l, op.microbatch));
+  const Shape full_s = full_shape();
+  const Tensor& norm_out = attn ? ls.attn.norm_out : ls.mlp.norm_out;
+  Tensor xn = sp_on ? m.gathered.view(full_s) : norm_out.view(full_s);
+  Tensor y = pool.scratch(full_s);
+  const bool bias = tp_index == 0;  // the row-parallel bias counts once in the group's sum
+  const LayerWeights& w = model.weights.layer(l);
+  if (attn) {
+    AttentionActs& a = ls.attn;
+    a.qkv = pool.take(acts, Shape{B, T, local.qkv_width()});
+    a.att = (rec || attention_keeps_probs(l)) && !plan.flash_attention
+                ? pool.take(acts, Shape{B, local.heads, T, T})
+                : Tensor{};
+    a.lse = pool.take(acts, Shape{B, local.heads, T});
+    a.out = pool.take(acts, Shape{B, T, local.attn_width()});
+    attention_forward(be, local, w, xn, y, a, bias);
+  } else {
+    MlpActs& a = ls.mlp;
+    a.fc1_out = pool.take(acts, Shape{B, T, local.fc1_width()});
+    a.act_out = pool.take(acts, Shape{B, T, local.ffn_hidden});
+    mlp_forward(be, local, w, xn, y, a, bias);
+  }
+  m.gathered = Tensor{};
+  if (!rec && full) {  // under full recompute forward keeps only the layer input
+    if (attn)
+      ls.attn = AttentionActs{};
+    else
+      ls.mlp = MlpActs{};
+  }
+  Flow& flow = rec ? m.rec : m.fwd;
+  const Tensor& base = attn ? ls.x_in : ls.x_mid;
+  if (tp == 1)
+    flow = Flow{base, y, -1};
+  else
+    m.partial = y;  // the tp reduction that follows completes the flow
+}
+
+void Executor::Impl::block_backward(const Op& op) {
+  Micro& m = mb(op.microbatch);
+  const int l = op.layer;
+  LayerState& ls = m.layers.at(l);
+  if (m.grad_producer >= 0) complete(m.grad_producer);
+  const Shape full_s = full_shape();
+  const bool attn = op.block == Block::attention;
+  const Tensor& norm_out = attn ? ls.attn.norm_out : ls.mlp.norm_out;
+  Tensor dy = sp_on ? m.gathered_dy.view(full_s) : m.grad.view(full_s);
+  Tensor xn = sp_on ? m.gathered.view(full_s) : norm_out.view(full_s);
+  Tensor d_xn = pool.scratch(full_s);
+  const LayerWeights& w = model.weights.layer(l);
+  LayerWeights& g = model.grad_weights.layer(l);
+  if (attn)
+    attention_backward(be, local, w, g, dy, xn, d_xn, ls.attn, ws);
+  else
+    mlp_backward(be, local, w, g, dy, xn, d_xn, ls.mlp, ws);
+  m.gathered = m.gathered_dy = Tensor{};
+  if (tp == 1)
+    finish_block_backward(l, op.block, m, d_xn);
+  else
+    m.partial = d_xn;
+}
+
+// The norm's backward on the reduced gradient of its output: accumulates into the stream's
+// gradient, which so also takes the residual branch.
+void Executor::Impl::finish_block_backward(int l, Block b, Micro& m, const Tensor& d_xn) {
+  LayerState& ls = m.layers.at(l);
+  const LayerWeights& w = model.weights.layer(l);
+  LayerWeights& g = model.grad_weights.layer(l);
+  const Shape s = stream_shape();
+  Tensor dx = m.grad.view(s);
+  Tensor dn = d_xn.view(s);
+  if (b == Block::attention) {
+    norm_backward(be, local, dx, g.attn_norm_w, g.attn_norm_b, dn, ls.x_in, w.attn_norm_w,
+                  ls.attn.norm_mean, ls.attn.norm_rstd);
+    m.layers.erase(l);  // the layer's backward is done
+  } else {
+    norm_backward(be, local, dx, g.mlp_norm_w, g.mlp_norm_b, dn, ls.x_mid, w.mlp_norm_w,
+                  ls.mlp.norm_mean, ls.mlp.norm_rstd);
+  }
+}
+
+void Executor::Impl::embedding_forward(const Op& op) {
+  Micro& m = mb(op.microbatch);
+  Tensor x = pool.scratch(full_shape());
+  stratagem::embedding_forward(be, local, model.weights, m.ids, x, tp_index == 0);
+  if (tp == 1)
+    m.fwd = Flow{x, {}, -1};
+  else
+    m.partial = x;  // vocabulary shards' partial rows: summed by the collective that follows
+}
+
+void Executor::Impl::embedding_backward(const Op& op) {
+  Micro& m = mb(op.microbatch);
+  if (m.grad_producer >= 0) complete(m.grad_producer);
+  Tensor dx = sp_on ? m.gathered_dy.view(full_shape()) : m.grad.view(full_shape());
+  stratagem::embedding_backward(be, local, model.grad_weights, m.ids, dx);
+  micro.erase(op.microbatch);
+}
+
+// The final norm's input and output: whole, or this rank's token shard before the gather.
+void Executor::Impl::norm_head_input(Micro& m) {
+  const Shape s = stream_shape();
+  m.x_final = materialize(m.fwd, -1, s);
+  m.xn = pool.scratch(s);
+  m.head_mean = whole.norm == Norm::layernorm ? pool.scratch(Shape{Ns}) : Tensor{};
+  m.head_rstd = pool.scratch(Shape{Ns});
+  const ModelWeights& w = model.weights;
+  norm_forward(be, local, m.x_final, w.norm_f_w, w.norm_f_b, m.xn, m.head_mean, m.head_rstd);
+}
+
+void Executor::Impl::head_forward(const Op& op) {
+  Micro& m = mb(op.microbatch);
+  if (!sp_on) norm_head_input(m);
+  if (sp_on)
+    m.xn_whole = m.gathered, m.gathered = Tensor{};
+  else
+    m.xn_whole = m.xn;
+  m.logits =
+      pool.take(buffer(Block::head, Phase::forward, -1, op.microbatch), Shape{N, local.vocab_rows});
+  lm_head_forward(be, model.weights, m.xn_whole.view(Shape{N, whole.hidden}), m.logits);
+  m.ce_max = pool.scratch(Shape{N});
+  be.crossentropy_row_max(m.ce_max, m.logits, local.vocab_valid(tp_index));
+  if (tp == 1) {
+    head_loss_sums(m);
+    head_loss(m);
+  }  // else: max all-reduce, then sums all-reduce (ops_comm.cpp)
+}
+
+void Executor::Impl::head_loss_sums(Micro& m) {
+  m.ce_sums = pool.scratch(Shape{N, 2});
+  be.crossentropy_sums(m.ce_sums, m.logits, m.ce_max, m.targets, local.vocab_begin(tp_index),
+                       local.vocab_valid(tp_index));
+}
+
+void Executor::Impl::head_loss(Micro& m) {
+  if (tp_index != 0) return;  // every tp rank holds the same reduced statistics
+  std::vector<float> mx(static_cast<size_t>(N)), sums(static_cast<size_t>(2 * N));
+  be.download(mx.data(), m.ce_max);
+  be.download(sums.data(), m.ce_sums);
+  double total = 0;
+  for (int64_t i = 0; i < N; ++i) total += std::log(double(sums[2 * i])) + mx[i] - sums[2 * i + 1];
+  loss_sum += total;
+}
+
+void Executor::Impl::head_backward(const Op& op) {
+  Micro& m = mb(op.microbatch);
+  // Gradient of the mean loss over the global batch's tokens.
+  const float scale = 1.0f / float(double(program.num_microbatches) * dp * N);
+  be.crossentropy_shard_backward(m.logits, m.logits, m.ce_max, m.ce_sums, m.targets,
+                                 local.vocab_begin(tp_index), local.vocab_valid(tp_index), scale);
+  Tensor d_xn = pool.scratch(Shape{N, whole.hidden});
+  lm_head_backward(be, model.weights, model.grad_weights, m.logits,
+                   m.xn_whole.view(Shape{N, whole.hidden}), d_xn);
+  m.logits = m.ce_max = m.ce_sums = m.xn_whole = Tensor{};
+  if (tp == 1)
+    finish_head_backward(m, d_xn);
+  else
+    m.partial = d_xn;
+}
+
+void Executor::Impl::finish_head_backward(Micro& m, const Tensor& d_xn) {
+  m.grad = pool.scratch(stream_shape());
+  m.grad_producer = -1;
+  be.fill(m.grad, 0.0f);
+  ModelWeights& g = model.grad_weights;
+  const ModelWeights& w = model.weights;
+  norm_backward(be, local, m.grad, g.norm_f_w, g.norm_f_b, d_xn.view(stream_shape()), m.x_final,
+                w.norm_f_w, m.head_mean, m.head_rstd);
+  m.x_final = m.xn = m.head_mean = m.head_rstd = Tensor{};
+}
+
+void Executor::Impl::optimizer_step() {
+  complete_all();  // every gradient reduction of the step has landed
+  if (!opt.update) return;
+  double sq = 0;
+  const int64_t n = model.table.size();
+  for (int64_t i = 0; i < n;) {  // runs of counted elements
+    if (!norm_owner[i]) {
+      ++i;
+      continue;
+    }
+    int64_t j = i;
+    while (j < n && norm_owner[j]) ++j;
+    sq += be.sum_squares(model.grads.slice(i, Shape{j - i}));
+    i = j;
+  }
+  ps.world().all_reduce_sum(&sq, 1);
+  const double norm = std::sqrt(sq);
+  const float coef = clip_coefficient(norm, opt.grad_clip);
+  Tensor g_shard = model.grads.slice(shard_begin, Shape{shard_end - shard_begin});
+  Tensor p_shard = model.params.slice(shard_begin, Shape{shard_end - shard_begin});
+  if (coef != 1.0f) be.scale(g_shard, coef);
+  out->grad_norm = static_cast<float>(norm);
+  out->lr = opt.schedule.at(step_index);
+  const auto spans = model.table.spans(shard_begin, shard_end);
+  adamw->step(be, p_shard, g_shard, spans, out->lr);
+}
+
+void Executor::Impl::compute(const Op& op) {
+  switch (op.block) {
+    case Block::optimizer:
+      optimizer_step();
+      return;
+    case Block::embedding:
+      op.phase == Phase::forward ? embedding_forward(op) : embedding_backward(op);
+      return;
+    case Block::attention:
+    case Block::mlp:
+      op.phase == Phase::backward ? block_backward(op) : block_forward(op);
+      return;
+    case Block::head:
+      op.phase == Phase::forward ? head_forward(op) : head_backward(op);
+      return;
+    default:
+      throw NotSupported("compute op " + op_name(op) + " is not executed by the runtime yet");
+  }
+}
+
+}  // namespace stratagem

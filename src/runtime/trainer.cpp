@@ -1,0 +1,144 @@
+#include "stratagem/trainer.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "src/io/atomic_file.hpp"
+#include "stratagem/error.hpp"
+#include "stratagem/workload.hpp"
+
+namespace stratagem {
+
+namespace {
+int rank_of(MPI_Comm c) {
+  int r = 0;
+  MPI_Comm_rank(c, &r);
+  return r;
+}
+
+// On resume, steps logged after the checkpoint (by a run killed past it) are run again: drop
+// their lines so the log holds each step once.
+void truncate_log_after(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() > step) continue;
+    kept += line + "\n";
+  }
+  in.close();
+  io::write_file_atomic(path, kept);
+}
+}  // namespace
+
+TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cluster,
+                   const Plan& plan, Backend& backend, const TokenDataset& data,
+                   const TrainerOptions& o, const volatile std::sig_atomic_t* stop_signal) {
+  const int rank = rank_of(world);
+  std::optional<std::string> resume_from;
+  if (o.resume) {
+    resume_from = newest_checkpoint(*o.ckpt_dir, rank == 0);
+    if (!resume_from)
+      throw InputError("--resume: no complete checkpoint in --ckpt-dir " + *o.ckpt_dir);
+    CheckpointMeta meta = read_checkpoint_meta(*resume_from);
+    if (meta.model != to_json(model))
+      throw InputError(*resume_from + ": checkpoint is of a different model (" +
+                       meta.model.value("name", "?") + ") than --model " + model.name);
+  }
+  data.check_fits(model.seq_len, model.vocab);
+  ParallelState state(world, plan, cluster, o.comm_timeout_s);
+  DatasetSamples samples(data, o.exec.seed);
+  Executor ex(state, model, plan, backend, samples, o.exec);
+  const auto tensors = checkpoint_tensors(model);
+
+  int64_t start = 0;
+  if (resume_from) {
+    CheckpointMeta meta = read_checkpoint_meta(*resume_from);
+    load_checkpoint(*resume_from, tensors, checkpoint_pieces(ex, false));
+    ex.optimizer().set_steps_taken(meta.step);
+    start = meta.step;
+    if (rank == 0 && !o.quiet)
+      std::printf("resumed from %s at step %lld\n", resume_from->c_str(), (long long)start);
+  }
+  FILE* jlog = nullptr;
+  if (o.log_json && rank == 0) {
+    if (resume_from) truncate_log_after(*o.log_json, start);
+    jlog = std::fopen(o.log_json->c_str(), resume_from ? "a" : "w");
+    if (!jlog) throw InputError("--log-json " + *o.log_json + ": cannot open");
+  }
+  const double tokens_per_step = double(plan.global_batch) * model.seq_len;
+  const double flops_per_step = model_flops_per_iteration(model, plan.global_batch);
+  int world_size = 1;
+  MPI_Comm_size(world, &world_size);
+  const double peak = cluster.gpu.peak_flops(plan.dtype) * world_size;
+  TrainSummary summary;
+  auto save = [&](int64_t done) {
+    CheckpointMeta meta;
+    meta.step = done;
+    meta.seed = o.exec.seed;
+    meta.data_position = done * plan.global_batch;
+    meta.model = to_json(model);
+    meta.plan = to_json(plan);
+    meta.layout = {{"world_size", world_size},
+                   {"pp", plan.pp},
+                   {"tp", plan.embedding.tp},
+                   {"dp", plan.embedding.dp},
+                   {"zero", plan.embedding.zero}};
+    meta.extra = {{"rng", "counter-based: samples are a function of (seed, step, sample index)"}};
+    save_checkpoint(world, *o.ckpt_dir, meta, tensors, checkpoint_pieces(ex, true), o.keep);
+    summary.checkpoint = *o.ckpt_dir + "/" + checkpoint_name(done);
+    if (rank == 0 && !o.quiet) std::printf("checkpoint %s\n", summary.checkpoint.c_str());
+  };
+  double elapsed = 0;
+  StepResult last;
+  for (int64_t s = start; s < o.steps; ++s) {
+    last = ex.step(s);
+    elapsed += last.time_s;
+    const double tps = tokens_per_step / last.time_s;
+    const double mfu = flops_per_step / last.time_s / peak;
+    if (rank == 0) {
+      if (!o.quiet && ((s + 1) % o.log_every == 0 || s + 1 == o.steps)) {
+        const double left = elapsed / double(s + 1 - start) * double(o.steps - s - 1);
+        std::printf(
+            "step %6lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.0f s left\n",
+            (long long)s + 1, (long long)o.steps, last.loss, last.lr, last.grad_norm, tps, left);
+        std::fflush(stdout);
+      }
+      if (jlog) {
+        std::fprintf(jlog,
+                     "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
+                     "\"tokens_per_s\": %.6g, \"mfu\": %.6g}\n",
+                     (long long)s + 1, last.loss, last.lr, last.grad_norm, tps, mfu);
+        std::fflush(jlog);
+      }
+    }
+    summary.steps_completed = s + 1;
+    // All ranks agree on a pending stop signal at the step boundary.
+    int stop = stop_signal ? *stop_signal : 0, any = 0;
+    if (o.stop_after > 0 && s + 1 - start >= o.stop_after) stop = -1;  // a time-boxed run
+    MPI_Allreduce(&stop, &any, 1, MPI_INT, MPI_MAX, world);
+    if (stop < 0 && any == 0) any = -1;
+    const bool last_step = s + 1 == o.steps;
+    if (o.ckpt_dir && (any || last_step || (o.ckpt_every > 0 && (s + 1) % o.ckpt_every == 0)))
+      save(s + 1);
+    if (any && !last_step) {
+      if (rank == 0 && !o.quiet)
+        std::printf("%s: checkpointed at step %lld, exiting to be resumed\n",
+                    any > 0 ? ("signal " + std::to_string(any)).c_str() : "--stop-after",
+                    (long long)s + 1);
+      break;
+    }
+  }
+  if (jlog) std::fclose(jlog);
+  // The last step is traced: by then allocations and caches have settled.
+  if (o.trace_path)
+    write_measured_trace(world, *o.trace_path, model, cluster, plan, ex.program(), state.stage(),
+                         last);
+  summary.last = last;
+  summary.high_water_bytes = ex.high_water_bytes();
+  return summary;
+}
+
+}  // namespace stratagem
