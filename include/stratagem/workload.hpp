@@ -55,6 +55,23 @@ int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& s, Block
 int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
                                   Dtype dt);
 
+// Device memory a rank uses besides the Program's buffers while it runs a layer of strategy s
+// (the runtime's scratch, which frameworks hold as workspace and autograd temporaries):
+//  - the backward kernels' scratch: gradients of qkv, of the attention output, of fc1 and of
+//    the activation (tp shares);
+//  - five token-stream tensors: the stream's gradient, a block's partial sum before its tp
+//    reduction and the reduced value, a pipeline send and a receive in flight;
+//  - under sequence parallelism, the two whole-sequence gathers of a block's backward;
+//  - under ZeRO-1 with MPI, the received shard of the layer's reduce-scatter (MPI has no
+//    in-place form that lands it at the shard's position).
+// (A fully recomputed layer's forward intermediates are transient too; they live while fewer
+// activations are held than at the recompute that rebuilds them, so they do not add to it.)
+int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt);
+// The same for the embedding and head of a stage holding `params` of them: the token-stream
+// tensors and the ZeRO-1 shard.
+int64_t embedding_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
+                                  int64_t params, Dtype dt);
+
 // Parameters of a block held by one rank before ZeRO sharding (divided by tp where Megatron
 // shards them, replicated norms/biases otherwise).
 int64_t block_parameters_per_rank(const ModelSpec& m, int tp, Block b);
@@ -64,6 +81,9 @@ int64_t block_parameters_per_rank(const ModelSpec& m, int tp, Block b);
 // output gradient, the same on every rank.)
 int64_t replicated_block_parameters(const ModelSpec& m, Block b);
 int64_t replicated_head_parameters(const ModelSpec& m);  // the final norm
+// Rows of the vocabulary-parallel word embedding (and LM head) on one rank: the vocabulary is
+// padded to a multiple of tp, as the runtime (and Megatron-LM) pads it.
+int64_t vocab_rows_per_rank(const ModelSpec& m, int tp);
 // Embedding (+ LM head when untied) parameters on a rank of the first/last stage.
 int64_t embedding_parameters_per_rank(const ModelSpec& m, int tp);
 int64_t head_parameters_per_rank(const ModelSpec& m, int tp);  // untied head + final norm

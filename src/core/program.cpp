@@ -207,7 +207,7 @@ class StageBuilder {
     // With tied embeddings the last stage keeps its own copy of the word embedding for the
     // LM head (Megatron-LM); the copies' gradients are summed before the optimizer step.
     if (has_head() && !has_embedding() && m_.tied_embeddings)
-      n += int64_t(m_.vocab) * m_.hidden / p_.embedding.tp;
+      n += vocab_rows_per_rank(m_, p_.embedding.tp) * m_.hidden;
     return n;
   }
   std::vector<int> stage_layers() const {
@@ -509,7 +509,7 @@ class StageBuilder {
   // dp stream, which no pipeline transfer waits for. Returns the op later reductions follow.
   int tied_reduce(int after) {
     if (p_.pp == 1 || !m_.tied_embeddings) return after;
-    int64_t bytes = int64_t(m_.vocab) * m_.hidden / p_.embedding.tp * e_;
+    int64_t bytes = vocab_rows_per_rank(m_, p_.embedding.tp) * m_.hidden * e_;
     const int16_t chunk = static_cast<int16_t>(chunk_);
     int c = collective(Stream::dp_comm, Collective::all_reduce, GroupKind::tied_embedding, 1, bytes,
                        Block::embedding, Phase::backward, -1, -1, {after});
@@ -539,9 +539,9 @@ class StageBuilder {
                         prefetch_after);
     const int b = samples(-1);
     const double T = double(b) * m_.seq_len;
-    const double logits_flops = 2.0 * T * m_.hidden * m_.vocab / s.tp;
+    const double logits_flops = 2.0 * T * m_.hidden * vocab_rows_per_rank(m_, s.tp);
     // fp32 logits live from the forward to the backward of the loss.
-    int64_t logits = static_cast<int64_t>(4.0 * T * m_.vocab / s.tp);
+    int64_t logits = static_cast<int64_t>(4.0 * T * vocab_rows_per_rank(m_, s.tp));
     int buf = alloc(Stream::compute, MemCategory::activations, logits, -1, mb, Phase::forward,
                     Block::head);
     tp_before(Block::head, Phase::forward, -1, mb);

@@ -1,5 +1,6 @@
 #include "stratagem/workload.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "stratagem/program.hpp"
@@ -144,6 +145,32 @@ int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Bloc
   return bytes;
 }
 
+namespace {
+// The token-stream tensors and the ZeRO-1 receive shard shared by layers and embeddings.
+int64_t stream_workspace(const Shape& x, const LayerStrategy& st, int64_t params, int64_t e) {
+  int64_t bytes = e * x.Tn * x.h * 3 + e * x.T * x.h * 2;  // stream tensors (partial whole)
+  if (st.sequence_parallel && st.tp > 1) bytes += 2 * e * x.T * x.h;  // backward gathers
+  if (st.zero == 1 && st.dp > 1) bytes += (params + st.dp - 1) / st.dp * e;
+  return bytes;
+}
+}  // namespace
+
+int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int samples, Dtype dt) {
+  Shape x = shape_of(m, st, samples);
+  const int64_t e = dtype_bytes(dt);
+  const int64_t params = block_parameters_per_rank(m, st.tp, Block::attention) +
+                         block_parameters_per_rank(m, st.tp, Block::mlp);
+  int64_t bytes = stream_workspace(x, st, params, e);
+  // d_qkv, d_attn, d_fc1 (gate and up), d_act
+  bytes += e * x.T * ((x.h + 2 * x.kvh) / x.t + x.h / x.t + (x.ffn_gemm_width + 1) * x.f / x.t);
+  return bytes;
+}
+
+int64_t embedding_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int samples,
+                                  int64_t params, Dtype dt) {
+  return stream_workspace(shape_of(m, st, samples), st, params, dtype_bytes(dt));
+}
+
 int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& st, int samples,
                                   Dtype dt) {
   Shape x = shape_of(m, st, samples);
@@ -182,22 +209,27 @@ int64_t replicated_head_parameters(const ModelSpec& m) {
   return norm_params(m);
 }
 
+int64_t vocab_rows_per_rank(const ModelSpec& m, int tp) {
+  return (int64_t(m.vocab) + tp - 1) / tp;
+}
+
 int64_t embedding_parameters_per_rank(const ModelSpec& m, int tp) {
   // Vocabulary-parallel word embedding; positions, types and the BERT norm are replicated.
-  return m.embedding_parameters() - int64_t(m.vocab) * m.hidden + int64_t(m.vocab) * m.hidden / tp;
+  return m.embedding_parameters() - int64_t(m.vocab) * m.hidden +
+         vocab_rows_per_rank(m, tp) * m.hidden;
 }
 
 int64_t head_parameters_per_rank(const ModelSpec& m, int tp) {
   int64_t p = m.head_parameters();
   if (m.arch == Arch::decoder && !m.tied_embeddings)
-    p = p - int64_t(m.vocab) * m.hidden + int64_t(m.vocab) * m.hidden / tp;
+    p = p - int64_t(m.vocab) * m.hidden + vocab_rows_per_rank(m, tp) * m.hidden;
   return p;
 }
 
 int64_t head_compute_parameters_per_rank(const ModelSpec& m, int tp) {
   // A tied head multiplies by the word embedding (the first stage's, or the last stage's copy).
   return head_parameters_per_rank(m, tp) +
-         (m.tied_embeddings ? int64_t(m.vocab) * m.hidden / tp : 0);
+         (m.tied_embeddings ? vocab_rows_per_rank(m, tp) * m.hidden : 0);
 }
 
 double model_flops_per_iteration(const ModelSpec& m, int64_t global_batch) {

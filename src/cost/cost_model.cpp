@@ -165,7 +165,7 @@ BlockWork CostModel::head_work(Phase phase, int samples, double elementwise_byte
   const int64_t T = int64_t(samples) * model_.seq_len;
   const int64_t h = model_.hidden;
   const int tp = std::max(1, plan_.embedding.tp);
-  const int64_t v = (int64_t(model_.vocab) + tp - 1) / tp;  // vocabulary-parallel logits
+  const int64_t v = vocab_rows_per_rank(model_, tp);  // vocabulary-parallel logits
   BlockWork w;
   if (phase == Phase::backward) {
     w.add({T, h, v});  // grad of the hidden states

@@ -164,7 +164,7 @@ EmbeddingHeadCost embedding_head_cost(const CostModel& c, const LayerStrategy& e
   x.emb_fetch = fetch_cost(c, es, embedding_parameters_per_rank(m, es.tp), dpn, with_time);
   x.head_fetch = fetch_cost(c, es, head_compute_parameters_per_rank(m, es.tp), dpn, with_time);
   const double T = double(b) * m.seq_len;
-  x.logits_bytes = static_cast<int64_t>(4.0 * T * m.vocab / es.tp);
+  x.logits_bytes = static_cast<int64_t>(4.0 * T * vocab_rows_per_rank(m, es.tp));
   if (!with_time) return x;
   const int64_t act = int64_t(e) * b * m.seq_len * m.hidden;
   const double launch = c.cluster().gpu.kernel_launch_s;

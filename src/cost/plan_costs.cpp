@@ -83,7 +83,8 @@ class Analyzer {
     int64_t n = 0;
     if (first) n += embedding_parameters_per_rank(m_, p_.embedding.tp);
     if (last) n += head_parameters_per_rank(m_, p_.embedding.tp);
-    if (last && !first && m_.tied_embeddings) n += int64_t(m_.vocab) * m_.hidden / p_.embedding.tp;
+    if (last && !first && m_.tied_embeddings)
+      n += vocab_rows_per_rank(m_, p_.embedding.tp) * m_.hidden;
     return n;
   }
 
@@ -106,6 +107,7 @@ class Analyzer {
     const int nchunks = int(p_.chunks.size());
     ModelStates states;
     int max_samples = samples(-1);
+    int64_t ws = 0;  // the runtime's scratch beside the Program's buffers
     reduces_.clear();
     double deferred = 0;  // reductions run after the last micro-batch (no overlap)
     const bool overlap = p_.overlap_grad_reduce;
@@ -133,6 +135,7 @@ class Analyzer {
         }
         const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_);
         max_samples = std::max(max_samples, samples_for(st.dp));
+        ws = std::max(ws, layer_workspace_bytes(m_, st, samples_for(st.dp), p_.dtype));
         keep_max(fp, {prefix + lc.fwd_act, lc.fwd_buf});
         keep_max(bp, {prefix + lc.bwd_mlp_act, lc.bwd_buf});
         // The layer below (same chunk) is prefetched during this layer's attention backward.
@@ -200,11 +203,11 @@ class Analyzer {
     }
     const int64_t ep = embed_params(s);
     if (ep > 0) states.add(p_.embedding, ep, e_, opt_bpp_);
+    if (ep > 0) ws = std::max(ws, embedding_workspace_bytes(m_, es, samples(-1), ep, p_.dtype));
     if (with_time_)
       extras(s, eh, ep, states.device_opt_params, states.host_opt_params, deferred, sc);
 
     const Mem peak = schedule_peak(s);
-    const int64_t ws = int64_t(2) * e_ * max_samples * m_.seq_len * m_.hidden;
     MemoryBreakdown& mb = sc.memory;
     const int64_t w = states.weights, g = states.grads, o = states.optimizer;
     mb.weights_bytes = w;
@@ -283,7 +286,7 @@ class Analyzer {
     t = std::max(t, 0.0) + deferred;
     if (pp > 1 && m_.tied_embeddings && (s == 0 || s == pp - 1)) {
       // Tied word embedding: the first and last stage sum their copies' gradients.
-      const int64_t bytes = int64_t(m_.vocab) * m_.hidden / es.tp * e_;
+      const int64_t bytes = vocab_rows_per_rank(m_, es.tp) * m_.hidden * e_;
       t += coll(Collective::all_reduce, bytes, 2, geo_.same_node(0, pp - 1) ? 1 : 2);
     }
     sc.reduce_exposed_s = std::max(0.0, t);

@@ -215,6 +215,7 @@ StepResult Executor::Impl::step(int64_t s) {
   out = &result;
   step_index = s;
   loss_sum = 0;
+  last_dp_reduce = -1;
   t0 = Clock::now();
   be.fill(model.grads, 0.0f);
   result.timings.reserve(sp->ops.size());

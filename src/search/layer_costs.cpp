@@ -86,7 +86,7 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   // The attention backward overlaps the fetch of the layer below, taken to be of this size.
   lc.transient = std::max({x.fwd_act - x.kept + x.fwd_buf, x.bwd_mlp_act - x.kept + x.bwd_buf,
                            x.bwd_attn_act - x.kept + 2 * x.bwd_buf});
-  lc.workspace = int64_t(2) * e_ * b * m_.seq_len * m_.hidden;
+  lc.workspace = layer_workspace_bytes(m_, s, b, dtype_);
   lc.boundary = boundary_activation_bytes(m_, s, b, dtype_);
   lc.kernel_s = x.fwd_s + x.bwd_s + x.rec_s;
   lc.busy_s = lc.kernel_s + x.tp_fwd_s + x.tp_bwd_s + x.tp_rec_s;
@@ -129,11 +129,11 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
   ec.logits = x.logits_bytes;
   ec.emb_fetch_bytes = x.emb_fetch.bytes;
   ec.head_fetch_bytes = x.head_fetch.bytes;
-  ec.workspace = int64_t(2) * e_ * b * m_.seq_len * m_.hidden;
+  ec.workspace = 0;  // set below, once the parameters of each end are known
   // Parameters: first stage the embeddings, last stage the head (+ its copy of a tied wte).
   const int64_t first_p = embedding_parameters_per_rank(m_, es.tp);
   int64_t last_p = head_parameters_per_rank(m_, es.tp);
-  const int64_t tied_copy = m_.tied_embeddings ? int64_t(m_.vocab) * m_.hidden / es.tp : 0;
+  const int64_t tied_copy = m_.tied_embeddings ? vocab_rows_per_rank(m_, es.tp) * m_.hidden : 0;
   // On the first stage the embedding's gradient reduction is issued after the last backward
   // pass and is exposed in full (the estimator's tau = 0).
   auto states_of = [&](int64_t params, int64_t& states, double& tail, double& dps,
@@ -156,11 +156,13 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
   states_of(first_p, ec.first_states, ec.first_tail_s, ec.first_dp_stream_s, true);
   states_of(last_p + tied_copy, ec.last_states, ec.last_tail_s, ec.last_dp_stream_s, false);
   states_of(first_p + last_p, ec.only_states, ec.only_tail_s, ec.only_dp_stream_s, true);
+  ec.workspace =
+      embedding_workspace_bytes(m_, es, b, std::max(first_p + last_p, last_p + tied_copy), dtype_);
   ec.last_dp_stream_s += x.head_fetch.time_s;
   ec.only_dp_stream_s += x.head_fetch.time_s;
   if (!pp_one && m_.tied_embeddings) {
     // The first and last stage sum their copies' gradients (counted on both ends).
-    const int64_t bytes = int64_t(m_.vocab) * m_.hidden / es.tp * e_;
+    const int64_t bytes = vocab_rows_per_rank(m_, es.tp) * m_.hidden * e_;
     const double t = cm.collective_cost(Collective::all_reduce, bytes, 2, 1).time_s();
     ec.first_tail_s += t;
     ec.last_tail_s += t;

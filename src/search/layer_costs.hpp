@@ -47,7 +47,7 @@ struct LayerCost {
   int64_t states = 0;     // weights + gradients + optimizer states after ZeRO/offload
   int64_t kept = 0;       // saved activations of one micro-batch kept until its backward
   int64_t transient = 0;  // extra bytes while the layer runs, beyond its kept activations
-  int64_t workspace = 0;  // incoming + outgoing activation gradients, 2 x b x s x h elements
+  int64_t workspace = 0;  // the runtime's scratch (layer_workspace_bytes)
   int64_t boundary = 0;   // activation bytes passed to the next layer (reshard size)
   // A micro-batch's time on this layer: CostModel::overlapped_time_s of its parts.
   double step_s() const;

@@ -1,29 +1,55 @@
 #!/usr/bin/env bash
-# mpirun -np 4 with dp 4 gives the losses of -np 1 with the same global batch (5 steps, 1e-6).
+# Every parallel layout equals the serial run with the same global batch and seed: losses over
+# 5 steps to 1e-5 relative and final weights to 1e-5 (from the checkpoints, which hold the
+# whole tensors). Each run's measured peak memory per rank is within 10% of the simulator's
+# forecast for the same plan on cpu-local (the tolerance of the issue: a forecast that misses
+# is a model to fix, not a number to loosen).
 source "$(dirname "$0")/common.sh"
-run() {  # name np extra-flags...
+GPT=(--layers 4 --hidden 64 --heads 4 --vocab 256 --seq-len 32)
+GPT8=(--layers 8 --hidden 64 --heads 4 --vocab 256 --seq-len 32)
+ODD=(--layers 4 --hidden 64 --heads 4 --vocab 250 --seq-len 32)  # 250 = 4 x 62 + 2: padded
+cat >"$WORK/llama.json" <<'JSON'
+{"name": "tiny-llama", "arch": "decoder", "norm": "rmsnorm", "activation": "swiglu",
+ "position": "rope", "tied_embeddings": false, "bias": false, "dropout": false, "layers": 4,
+ "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 96, "vocab": 256, "seq_len": 32}
+JSON
+LLAMA=(--model "$WORK/llama.json")
+run() {  # name np model-and-plan flags...
   local name=$1 np=$2; shift 2
-  "${MPIRUN[@]}" -np "$np" "$BIN" train "${TINY[@]}" --data "$WORK/data.bin" --steps 5 \
-    --global-batch 8 --micro-batch 2 --log-json "$WORK/$name.jsonl" "$@" >/dev/null
+  timeout 120 "${MPIRUN[@]}" -np "$np" "$BIN" train --data "$WORK/data.bin" --steps 5 \
+    --log-json "$WORK/$name.jsonl" --ckpt-dir "$WORK/$name" --trace "$WORK/$name.h5" "$@" \
+    >"$WORK/$name.log" 2>&1 || fail "$name: exit $?: $(tail -5 "$WORK/$name.log")"
 }
-compare() {
-  $PY - "$WORK/$1.jsonl" "$WORK/$2.jsonl" <<'PY'
-import json, sys
-a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
-b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
-assert len(a) == len(b) == 5, (a, b)
-for x, y in zip(a, b):
-    assert abs(x - y) <= 1e-6 * abs(x), f"{sys.argv[1]} vs {sys.argv[2]}: {x} != {y}"
-print(f"ok {sys.argv[1].split('/')[-1]} == {sys.argv[2].split('/')[-1]}: {a}")
-PY
+check() {  # kind a b tol
+  $PY "$(dirname "$0")/check_run.py" "$@" || fail "$2 vs $3"
 }
-for mode in "--zero 0" "--zero 1" "--recompute full" "--recompute selective --zero 1"; do
-  tag=$(echo "$mode" | tr -d ' -')
+# case name np model-flags plan-flags (serial twin: same model, batch and recompute, dp 1)
+case_() {
+  local name=$1 np=$2 model=$3 batch=$4 serial_flags=$5 plan=$6
+  local -n m=$model
   # shellcheck disable=SC2086
-  run "serial$tag" 1 --dp 1 $mode
+  run "$name.serial" 1 "${m[@]}" $batch --dp 1 $serial_flags
   # shellcheck disable=SC2086
-  run "dp4$tag" 4 --dp 4 $mode
-  compare "serial$tag" "dp4$tag"
-done
-# Recompute changes no numbers: full recompute equals none.
-compare serialzero0 serialrecomputefull
+  run "$name" "$np" "${m[@]}" $batch $plan
+  check losses "$WORK/$name.serial.jsonl" "$WORK/$name.jsonl" 1e-5
+  check weights "$WORK/$name.serial/step-00000005.h5" "$WORK/$name/step-00000005.h5" 1e-5
+  # The forecast models the cluster the run was launched on (train writes it into its trace).
+  $PY -c 'import h5py,sys; print(h5py.File(sys.argv[1],"r").attrs["cluster"])' "$WORK/$name.h5" \
+    >"$WORK/$name.cluster.json"
+  # shellcheck disable=SC2086
+  "$BIN" simulate "${m[@]}" $batch $plan --dtype fp32 --cluster "$WORK/$name.cluster.json" \
+    --json >"$WORK/$name.forecast.json" || fail "$name: simulate failed"
+  check memory "$WORK/$name.h5" "$WORK/$name.forecast.json" 0.10
+  echo "ok: $name ($plan)"
+}
+B8="--global-batch 8 --micro-batch 2"
+case_ tp2 2 GPT "$B8" "" "--tp 2 --dp 1"
+case_ tp2_sp_gqa 2 LLAMA "$B8" "" "--tp 2 --dp 1 --sequence-parallel"
+case_ tp4_padded_vocab 4 ODD "$B8" "" "--tp 4 --dp 1"
+case_ pp2_gpipe 2 GPT "$B8" "" "--pp 2 --dp 1 --schedule gpipe"
+case_ pp4_1f1b_2mb 4 GPT "--global-batch 4 --micro-batch 2" "" "--pp 4 --dp 1"
+case_ pp2_vpp2 2 GPT "$B8" "" "--pp 2 --dp 1 --schedule interleaved --vpp 2"
+case_ pp4_vpp2 4 GPT8 "--global-batch 8 --micro-batch 1" "" "--pp 4 --dp 1 --schedule interleaved --vpp 2"
+case_ tp2_pp2_dp2_selective 8 GPT "$B8" "--recompute selective" "--tp 2 --pp 2 --dp 2 --recompute selective"
+case_ tp2_pp2_dp2_full_z1 8 GPT "$B8" "--recompute full" "--tp 2 --pp 2 --dp 2 --recompute full --zero 1"
+case_ dp4_z1 4 GPT "$B8" "" "--dp 4 --zero 1"

@@ -85,6 +85,7 @@ struct Executor::Impl {
   std::map<int, size_t> timing_slot;  // async op -> its entry in out->timings (end at completion)
   std::map<int, std::vector<int>> buffer_users;  // buffer -> ops whose completion reads it
   int64_t step_index = 0;
+  int last_dp_reduce = -1;  // the dp reduce-scatter in flight
   double loss_sum = 0;
   StepResult* out = nullptr;
   std::chrono::steady_clock::time_point t0;

@@ -1,6 +1,7 @@
 // The Program's collectives, sends and receives on this rank: which tensors each one moves,
 // issued without blocking, and what completes when it lands.
 #include <algorithm>
+#include <cstring>
 
 #include "src/runtime/exec/impl.hpp"
 #include "stratagem/error.hpp"
@@ -174,7 +175,13 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
     issue(index, std::move(group));
     return;
   }
-  // ZeRO-1 reduce-scatter: this rank receives the sum where the range meets its shard.
+  // The dp stream is in order (as the Program's): one reduce-scatter and its received shard at
+  // a time.
+  if (last_dp_reduce >= 0) complete(last_dp_reduce);
+  last_dp_reduce = index;
+  // ZeRO-1 reduce-scatter: this rank receives the sum where the range meets its shard. (MPI has
+  // no in-place form that leaves the result at the shard's position, as NCCL's has: the sum
+  // lands in scratch and is copied there.)
   std::vector<std::pair<int64_t, Tensor>> landed;
   for (auto [a, b] : ranges) {
     auto counts = shard_counts(a, b);

@@ -49,6 +49,7 @@ Tensor Executor::Impl::materialize(Flow& f, int buf, Shape shape) {
     be.residual_forward(x, f.base.view(shape), f.add.view(shape));
   else
     be.copy(x, f.base.view(shape));
+  f = Flow{};  // consumed: its scratch goes now
   return x;
 }
 
