@@ -107,18 +107,19 @@ Rows search_rows(const nlohmann::json& s, const std::string& path) {
 
 std::string render_html(const ReportInputs& in) {
   if (in.trace.empty() && in.search.empty())
-    throw InputError("report: give --trace FILE.h5 or --search SEARCH.json");
+    throw InputError("give --trace FILE.h5 or --search SEARCH.json");
   if (!in.measured.empty() && in.trace.empty())
-    throw InputError("report: --measured needs --trace (the forecast to compare it with)");
+    throw InputError("--measured needs --trace (the forecast to compare it with)");
+  for (const auto& [flag, file] : {std::pair<const char*, const std::string&>{"--trace", in.trace},
+                                   {"--measured", in.measured},
+                                   {"--search", in.search}})
+    if (!file.empty() && !std::filesystem::is_regular_file(file))
+      throw InputError(std::string(flag) + " " + file + ": no such file");
   std::optional<TraceData> forecast, measured;
   nlohmann::json search;
   if (!in.trace.empty()) forecast = read_trace(in.trace, in.ranks);
   if (!in.measured.empty()) measured = read_trace(in.measured, {});
-  if (!in.search.empty()) {
-    if (!std::filesystem::exists(in.search))
-      throw InputError("report: " + in.search + ": no such file");
-    search = io::read_json_file(in.search);
-  }
+  if (!in.search.empty()) search = io::read_json_file(in.search);
 
   Rows rows;
   std::string title = "stratagem report";

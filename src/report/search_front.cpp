@@ -22,18 +22,22 @@ struct Point {
 
 double num_at(const nlohmann::json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || !j[key].is_number())
-    throw InputError("report: " + where + ": expected a number in '" + key + "'");
+    throw InputError(where + ": expected a number in '" + key + "'");
   return j[key].get<double>();
 }
 
 }  // namespace
 
 std::string search_section(const nlohmann::json& s, const std::string& path) {
-  if (!s.is_object()) throw InputError("report: " + path + ": expected a JSON object");
+  if (!s.is_object()) throw InputError(path + ": expected a JSON object");
+  if (s.contains("feasible") && s["feasible"] == false)
+    throw InputError(path +
+                     ": the search found no plan within its budget (\"feasible\": false): "
+                     "no candidates to draw");
   if (!s.contains("evaluated_candidates") || !s["evaluated_candidates"].is_object() ||
       !s["evaluated_candidates"].contains("plans") ||
       !s["evaluated_candidates"]["plans"].is_array() || s["evaluated_candidates"]["plans"].empty())
-    throw InputError("report: " + path +
+    throw InputError(path +
                      ": no evaluated_candidates.plans (the candidates a search scored, written "
                      "by `stratagem search --json`)");
   const auto& ev = s["evaluated_candidates"];
@@ -42,7 +46,7 @@ std::string search_section(const nlohmann::json& s, const std::string& path) {
   for (size_t i = 0; i < ev["plans"].size(); ++i) {
     const auto& p = ev["plans"][i];
     const std::string where = path + ": evaluated_candidates.plans[" + std::to_string(i) + "]";
-    if (!p.is_object()) throw InputError("report: " + where + ": expected an object");
+    if (!p.is_object()) throw InputError(where + ": expected an object");
     Point x;
     x.tokens = num_at(p, "tokens_per_s", where);
     x.gib = num_at(p, "peak_memory_bytes", where) / gib;

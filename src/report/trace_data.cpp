@@ -128,7 +128,7 @@ nlohmann::json parse_attribute(const trace::Reader& r, const char* name, const s
   try {
     return nlohmann::json::parse(text);
   } catch (const std::exception&) {
-    throw InputError("report: " + path + ": attribute '" + name + "' is not JSON");
+    throw InputError(path + ": attribute '" + name + "' is not JSON");
   }
 }
 
@@ -172,7 +172,7 @@ TraceSummary summarize_trace(const std::string& path) {
 }
 
 TraceData read_trace(const std::string& path, const std::vector<int>& extra_ranks) {
-  if (!std::filesystem::exists(path)) throw InputError("report: " + path + ": no such file");
+  if (!std::filesystem::exists(path)) throw InputError(path + ": no such file");
   trace::Reader r(path);
   TraceData d;
   d.path = path;
@@ -183,17 +183,12 @@ TraceData read_trace(const std::string& path, const std::vector<int>& extra_rank
   d.model_json = parse_attribute(r, "model", path);
   d.cluster_json = parse_attribute(r, "cluster", path);
   d.plan_json = parse_attribute(r, "plan", path);
-  try {
-    if (!d.model_json.is_null()) d.model = model_from_json(d.model_json, path + " (model)");
-    if (!d.cluster_json.is_null())
-      d.cluster = cluster_from_json(d.cluster_json, path + " (cluster)");
-    if (d.model && !d.plan_json.is_null())
-      d.plan = plan_from_json(d.plan_json, *d.model, path + " (plan)");
-  } catch (const InputError& e) {
-    throw InputError(std::string("report: ") + e.what());
-  }
+  if (!d.model_json.is_null()) d.model = model_from_json(d.model_json, path + " (model)");
+  if (!d.cluster_json.is_null()) d.cluster = cluster_from_json(d.cluster_json, path + " (cluster)");
+  if (d.model && !d.plan_json.is_null())
+    d.plan = plan_from_json(d.plan_json, *d.model, path + " (plan)");
   const auto ranks = r.ranks();
-  if (ranks.empty()) throw InputError("report: " + path + ": the trace holds no ranks");
+  if (ranks.empty()) throw InputError(path + ": the trace holds no ranks");
   d.world = int(r.has_attribute("world_size") ? r.int_attribute("world_size") : 0);
   d.world = std::max(d.world, ranks.back() + 1);
   if (d.plan) {
@@ -240,7 +235,7 @@ TraceData read_trace(const std::string& path, const std::vector<int>& extra_rank
     d.summary.peak_bytes = std::max(d.summary.peak_bytes, f.peak_bytes);
     d.ranks.push_back(f);
   }
-  if (d.t1_ns <= d.t0_ns) throw InputError("report: " + path + ": the trace holds no timed ops");
+  if (d.t1_ns <= d.t0_ns) throw InputError(path + ": the trace holds no timed ops");
   d.summary.source = d.source;
   d.summary.ranks = int(ranks.size());
   sb.finish(d.summary, d.iterations);
@@ -282,7 +277,7 @@ TraceData read_trace(const std::string& path, const std::vector<int>& extra_rank
     std::vector<int> v;
     for (int x : extra_ranks) {
       if (!index.count(x))
-        throw InputError("report: --ranks: rank " + std::to_string(x) + " is not in " + path +
+        throw InputError("--ranks: rank " + std::to_string(x) + " is not in " + path +
                          " (ranks 0.." + std::to_string(ranks.back()) + ")");
       v.push_back(x);
     }
