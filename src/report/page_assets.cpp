@@ -84,16 +84,32 @@ const char* const kPageScript = R"JS(
         R[2].forEach(function (row) {
           var b = row[1], at = 0, stream = D.streams[row[0]];
           out.push('<text class="lbl" x="4" y="' + (y + 11) + '">stage ' + R[1] + ' \u00b7 rank ' + R[0] + ' \u00b7 ' + stream + '</text>');
-          for (var i = 0; i < b.length; i += 5) {
-            var s = at + b[i], e = s + b[i + 1], x0 = LW + s * px, w = Math.max(0.4, (e - s) * px);
-            at = e;
-            tips.push(D.classes[b[i + 2]].replace('_', ' ') + (b[i + 3] >= 0 ? ', micro-batch ' + b[i + 3] : '') +
-              ', ' + b[i + 4] + ' op' + (b[i + 4] > 1 ? 's' : '') + '\n' + fmt(s * D.unit_ns) + ' + ' +
-              fmt((e - s) * D.unit_ns) + ' (rank ' + R[0] + ', ' + stream + ')');
-            out.push('<rect class="k' + b[i + 2] + '" x="' + x0.toFixed(1) + '" y="' + y + '" width="' + w.toFixed(1) + '" height="' + RH + '" data-k="' + (tips.length - 1) + '"/>');
-            if (b[i + 3] >= 0 && w >= 6 * String(b[i + 3]).length + 4)
-              out.push('<text class="mb" x="' + (x0 + w / 2).toFixed(1) + '" y="' + (y + 10) + '" text-anchor="middle">' + b[i + 3] + '</text>');
+          // Blocks of one class closer than half a pixel are drawn as one rect (the tip counts
+          // them): at 1x a 1,024-rank iteration would otherwise be ~10^5 sub-pixel rects.
+          var cur = null;
+          function flush() {
+            if (!cur) return;
+            var w = Math.max(0.4, cur.x1 - cur.x0);
+            tips.push(D.classes[cur.c].replace('_', ' ') + (cur.n > 1 ? ', ' + cur.n + ' blocks' :
+              (cur.mb >= 0 ? ', micro-batch ' + cur.mb : '')) + ', ' + cur.ops + ' op' +
+              (cur.ops > 1 ? 's' : '') + '\n' + fmt(cur.s * D.unit_ns) + ' + ' +
+              fmt((cur.e - cur.s) * D.unit_ns) + ' (rank ' + R[0] + ', ' + stream + ')');
+            out.push('<rect class="k' + cur.c + '" x="' + cur.x0.toFixed(1) + '" y="' + y + '" width="' + w.toFixed(1) + '" height="' + RH + '" data-k="' + (tips.length - 1) + '"/>');
+            if (cur.n === 1 && cur.mb >= 0 && w >= 6 * String(cur.mb).length + 4)
+              out.push('<text class="mb" x="' + (cur.x0 + w / 2).toFixed(1) + '" y="' + (y + 10) + '" text-anchor="middle">' + cur.mb + '</text>');
+            cur = null;
           }
+          for (var i = 0; i < b.length; i += 5) {
+            var s = at + b[i], e = s + b[i + 1], x0 = LW + s * px, x1 = LW + e * px;
+            at = e;
+            if (cur && cur.c === b[i + 2] && x0 - cur.x1 < 0.5 && x1 - cur.x0 < 3) {
+              cur.x1 = x1; cur.e = e; cur.n++; cur.ops += b[i + 4];
+              continue;
+            }
+            flush();
+            cur = {c: b[i + 2], x0: x0, x1: x1, s: s, e: e, mb: b[i + 3], n: 1, ops: b[i + 4]};
+          }
+          flush();
           y += RH + 2;
         });
         out.push('</g>');
@@ -112,7 +128,9 @@ const char* const kPageScript = R"JS(
     draw();
   }
   var ok = document.createElement('div');
-  ok.id = 'report-ready'; ok.hidden = true; document.body.appendChild(ok);
+  ok.id = 'report-ready'; ok.hidden = true;
+  ok.setAttribute('data-ms', Math.round(performance.now()));  // navigation start to drawn
+  document.body.appendChild(ok);
 })();
 )JS";
 
