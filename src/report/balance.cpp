@@ -33,7 +33,7 @@ std::string balance_section(const TraceData& d) {
   const bool capacity_shown = capacity > 0 && double(capacity) <= 1.5 * double(mem_top);
   mem_top = capacity_shown ? std::max(mem_top, capacity) : int64_t(double(mem_top) * 1.25);
 
-  constexpr int kLabelW = 90, kTimeW = 560, kGap = 40, kMemW = 300, kRowH = 18;
+  constexpr int kLabelW = 90, kTimeW = 560, kGap = 40, kMemW = 340, kRowH = 18;
   const int width = kLabelW + kTimeW + kGap + kMemW + 10;
   const int height = 28 + stages * (kRowH + 6);
   std::string s = "<svg class=\"balance\" width=\"" + std::to_string(width) + "\" height=\"" +
@@ -43,8 +43,8 @@ std::string balance_section(const TraceData& d) {
        "\" y=\"12\">time per iteration (mean over the stage's ranks), of " + html::seconds(iter) +
        "</text>";
   s += "<text class=\"axis-title\" x=\"" + std::to_string(kLabelW + kTimeW + kGap) +
-       "\" y=\"12\">peak memory (max over the stage's ranks)" +
-       (capacity > 0 && !capacity_shown ? ", capacity " + html::gib(capacity) : std::string()) +
+       "\" y=\"12\">peak memory (max over ranks)" +
+       (capacity > 0 && !capacity_shown ? "; capacity " + html::gib(capacity) : std::string()) +
        "</text>";
   const double mem_x0 = kLabelW + kTimeW + kGap;
   if (capacity_shown) {

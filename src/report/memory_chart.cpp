@@ -95,11 +95,10 @@ std::string chart(const TraceData& d, int rank, const std::vector<trace::MemoryS
     s += "<line class=\"capacity\" x1=\"" + std::to_string(kPadL) + "\" x2=\"" +
          html::num(kPadL + plot_w, 1) + "\" y1=\"" + html::num(y(double(capacity)), 1) +
          "\" y2=\"" + html::num(y(double(capacity)), 1) + "\"/>";
-  if (capacity > 0)
+  if (capacity_shown)
     s += "<text class=\"budget-label\" x=\"" + html::num(kPadL + plot_w, 1) + "\" y=\"" +
-         html::num(capacity_shown ? y(double(capacity)) - 3 : kPadT + 8.0, 1) +
-         "\" text-anchor=\"end\">capacity " + html::gib(capacity) +
-         (capacity_shown ? "" : " (above the scale)") + "</text>";
+         html::num(y(double(capacity)) - 3, 1) + "\" text-anchor=\"end\">capacity " +
+         html::gib(capacity) + "</text>";
   std::string caption;
   if (peak) {
     const double px = kPadL + plot_w * double(peak->time_ns - t0) / double(span);
@@ -115,6 +114,8 @@ std::string chart(const TraceData& d, int rank, const std::vector<trace::MemoryS
     for (int k = 0; k < kLayers; ++k)
       caption += std::string(k ? "," : "") + " " + kLayerNames[k] + " " + html::gib(at[k]);
   }
+  if (capacity > 0 && !capacity_shown)
+    caption += "; capacity " + html::gib(capacity) + " (above the scale)";
   s += "<text class=\"tick\" x=\"" + std::to_string(kPadL) + "\" y=\"" +
        std::to_string(kChartH - 4) + "\">0</text><text class=\"tick\" x=\"" +
        html::num(kPadL + plot_w, 1) + "\" y=\"" + std::to_string(kChartH - 4) +

@@ -113,7 +113,10 @@ std::string search_section(const nlohmann::json& s, const std::string& path) {
          html::num(kT + ph, 1) + "\"/><text class=\"budget-label\" x=\"" +
          html::num(X(budget) - 4, 1) + "\" y=\"" + html::num(kT + 12, 1) +
          "\" text-anchor=\"end\">budget " + html::num(budget, 1) + " GiB</text>";
-  // Points, then the front over them, then the marked plans on top.
+  // Points (the per-layer search's on top of the baselines'), then the front, then the marks.
+  std::stable_sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) {
+    return (a.origin == "dp") < (b.origin == "dp");
+  });
   for (const auto& p : pts) {
     const bool fits = budget <= 0 || p.gib <= budget;
     std::string cls = "cand o-" + html::escape(p.origin) + (fits ? "" : " over");
@@ -151,8 +154,12 @@ std::string search_section(const nlohmann::json& s, const std::string& path) {
       g += "<rect class=\"mark " + std::string(m.cls) + "\" x=\"" + html::num(cx - 5, 1) +
            "\" y=\"" + html::num(cy - 5, 1) + "\" width=\"10\" height=\"10\"><title>" +
            html::escape(tip) + "</title></rect>";
-    g += "<text class=\"mark-label\" x=\"" + html::num(cx + 10, 1) + "\" y=\"" +
-         html::num(cy + (std::string(m.cls) == "zero" ? 14 : -8), 1) + "\">" + m.label + "</text>";
+    // Labels in three directions, so that close marks keep readable labels.
+    const std::string cls = m.cls;
+    const double lx = cls == "zero" ? cx - 10 : cx + 10;
+    const double ly = cls == "chosen" ? cy - 12 : cls == "megatron" ? cy + 18 : cy + 18;
+    g += "<text class=\"mark-label\" x=\"" + html::num(lx, 1) + "\" y=\"" + html::num(ly, 1) +
+         "\"" + (cls == "zero" ? " text-anchor=\"end\"" : "") + ">" + m.label + "</text>";
     table += "<tr><td>" + std::string(m.label) + "</td><td class=\"n\">" +
              html::rate(m.j.value("tokens_per_s", 0.0)) + "</td><td>" +
              html::escape(m.j.value("scored_by", "")) + "</td><td class=\"n\">" + html::rate(t) +
