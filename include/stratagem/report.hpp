@@ -12,15 +12,14 @@
 
 namespace stratagem::report {
 
-// "L3.attention.fwd.compute mb0" -> "attention.fwd.compute": one kind of op, all layers.
-std::string op_kind(const trace::OpRecord& r);
-
 // What `stratagem compare` puts side by side.
 struct TraceSummary {
-  std::map<std::string, double> seconds_by_kind;  // per iteration, mean over ranks
-  double iteration_s = 0;                         // (last end - first start) / iterations
-  int64_t peak_bytes = 0;                         // max high-water mark over ranks
-  std::string source;                             // "simulated" | "measured"
+  // Per op kind ("attention.fwd.compute": the op name without layer and micro-batch), seconds
+  // per iteration, mean over ranks.
+  std::map<std::string, double> seconds_by_kind;
+  double iteration_s = 0;  // (last end - first start) / iterations
+  int64_t peak_bytes = 0;  // max high-water mark over ranks
+  std::string source;      // "simulated" | "measured"
   int ranks = 0;
 };
 TraceSummary summarize_trace(const std::string& path);  // throws InputError naming the file
