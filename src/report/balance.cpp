@@ -44,7 +44,7 @@ std::string balance_section(const TraceData& d) {
        "</text>";
   s += "<text class=\"axis-title\" x=\"" + std::to_string(kLabelW + kTimeW + kGap) +
        "\" y=\"12\">peak memory (max over ranks)" +
-       (capacity > 0 && !capacity_shown ? "; capacity " + html::gib(capacity) : std::string()) +
+       (capacity > 0 && !capacity_shown ? "; capacity " + html::bytes(capacity) : std::string()) +
        "</text>";
   const double mem_x0 = kLabelW + kTimeW + kGap;
   if (capacity_shown) {
@@ -62,9 +62,9 @@ std::string balance_section(const TraceData& d) {
     for (int k = 0; k < 3; ++k)
       tip += std::string(k ? ", " : "") + names[k] + " " + html::seconds(parts[k]) + " (" +
              html::percent(iter > 0 ? parts[k] / iter : 0) + ")";
-    tip += "; peak " + html::gib(x.peak) + " (rank " + std::to_string(x.peak_rank) + ")";
-    s += "<g class=\"balance-row\" data-stage=\"" + std::to_string(i) + "\" data-tip=\"" +
-         html::escape(tip) + "\"><title>" + html::escape(tip) + "</title>";
+    tip += "; peak " + html::bytes(x.peak) + " (rank " + std::to_string(x.peak_rank) + ")";
+    s += "<g class=\"balance-row\" data-stage=\"" + std::to_string(i) + "\"><title>" +
+         html::escape(tip) + "</title>";
     s += "<text class=\"lbl\" x=\"4\" y=\"" + std::to_string(y + 13) + "\">stage " +
          std::to_string(i) + "</text>";
     double at = kLabelW;
@@ -80,7 +80,7 @@ std::string balance_section(const TraceData& d) {
     s += "<rect class=\"b-memory\" x=\"" + html::num(mem_x0, 1) + "\" y=\"" + std::to_string(y) +
          "\" width=\"" + html::num(mw, 1) + "\" height=\"" + std::to_string(kRowH) + "\"/>";
     s += "<text class=\"tick\" x=\"" + html::num(mem_x0 + mw + 4, 1) + "\" y=\"" +
-         std::to_string(y + 13) + "\">" + html::gib(x.peak) + "</text></g>";
+         std::to_string(y + 13) + "\">" + html::bytes(x.peak) + "</text></g>";
   }
   s += "</svg>";
   std::string h =

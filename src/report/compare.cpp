@@ -22,7 +22,7 @@ std::string error_cell(double e) {
 
 // A row with paired bars: predicted above, measured below, on a common scale.
 std::string row(const std::string& name, double p, double m, double scale, bool bytes) {
-  auto fmt = [&](double v) { return bytes ? html::gib(int64_t(v)) : html::seconds(v); };
+  auto fmt = [&](double v) { return bytes ? html::bytes(int64_t(v)) : html::seconds(v); };
   auto bar = [&](double v, const char* cls) {
     const double w = scale > 0 ? 160 * v / scale : 0;
     return "<svg class=\"pair\" width=\"164\" height=\"7\"><rect class=\"" + std::string(cls) +

@@ -1,7 +1,9 @@
 #include "src/report/html.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace stratagem::report::html {
 
@@ -45,9 +47,12 @@ std::string num(double v, int decimals) {
   return s;
 }
 
-std::string gib(int64_t bytes) {
+std::string bytes(int64_t b) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / double(int64_t(1) << 30));
+  if (std::llabs(b) >= int64_t(1) << 30)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(int64_t(1) << 30));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / double(1 << 20));
   return buf;
 }
 
@@ -94,6 +99,11 @@ double nice_step(double range, int ticks) {
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   const double f = raw / mag;
   return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
+}
+
+std::string tick(double v, double step) {
+  const int decimals = step > 0 ? std::max(0, int(-std::floor(std::log10(step) + 1e-9))) : 1;
+  return num(v, std::min(decimals, 9));
 }
 
 }  // namespace stratagem::report::html

@@ -64,7 +64,8 @@ std::string chart(const TraceData& d, int rank, const std::vector<trace::MemoryS
     s += "<line class=\"grid\" x1=\"" + html::num(kPadL, 1) + "\" x2=\"" +
          html::num(kPadL + plot_w, 1) + "\" y1=\"" + html::num(yy, 1) + "\" y2=\"" +
          html::num(yy, 1) + "\"/><text class=\"tick\" x=\"" + std::to_string(kPadL - 4) +
-         "\" y=\"" + html::num(yy + 3, 1) + "\" text-anchor=\"end\">" + html::num(v, 1) + "</text>";
+         "\" y=\"" + html::num(yy + 3, 1) + "\" text-anchor=\"end\">" + html::tick(v, step) +
+         "</text>";
   }
   // Stacked layers, each a closed path: its top edge left to right, the previous top back.
   std::vector<std::array<int64_t, kLayers>> cum(kBuckets);
@@ -98,7 +99,7 @@ std::string chart(const TraceData& d, int rank, const std::vector<trace::MemoryS
   if (capacity_shown)
     s += "<text class=\"budget-label\" x=\"" + html::num(kPadL + plot_w, 1) + "\" y=\"" +
          html::num(y(double(capacity)) - 3, 1) + "\" text-anchor=\"end\">capacity " +
-         html::gib(capacity) + "</text>";
+         html::bytes(capacity) + "</text>";
   std::string caption;
   if (peak) {
     const double px = kPadL + plot_w * double(peak->time_ns - t0) / double(span);
@@ -106,16 +107,16 @@ std::string chart(const TraceData& d, int rank, const std::vector<trace::MemoryS
     s += "<circle class=\"peak\" cx=\"" + html::num(px, 1) + "\" cy=\"" + html::num(py, 1) +
          "\" r=\"3.5\"/><text class=\"peak-label\" x=\"" +
          html::num(std::min(px, kChartW - 80.0), 1) + "\" y=\"" +
-         html::num(std::max(py - 6, 10.0), 1) + "\">peak " + html::gib(peak->total_bytes) +
+         html::num(std::max(py - 6, 10.0), 1) + "\">peak " + html::bytes(peak->total_bytes) +
          "</text>";
     const auto at = layers_of(*peak);
-    caption = "peak " + html::gib(peak->total_bytes) + " at " +
+    caption = "peak " + html::bytes(peak->total_bytes) + " at " +
               html::seconds(double(peak->time_ns - t0) * 1e-9) + ":";
     for (int k = 0; k < kLayers; ++k)
-      caption += std::string(k ? "," : "") + " " + kLayerNames[k] + " " + html::gib(at[k]);
+      caption += std::string(k ? "," : "") + " " + kLayerNames[k] + " " + html::bytes(at[k]);
   }
   if (capacity > 0 && !capacity_shown)
-    caption += "; capacity " + html::gib(capacity) + " (above the scale)";
+    caption += "; capacity " + html::bytes(capacity) + " (above the scale)";
   s += "<text class=\"tick\" x=\"" + std::to_string(kPadL) + "\" y=\"" +
        std::to_string(kChartH - 4) + "\">0</text><text class=\"tick\" x=\"" +
        html::num(kPadL + plot_w, 1) + "\" y=\"" + std::to_string(kChartH - 4) +

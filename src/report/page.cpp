@@ -26,7 +26,7 @@ std::string header_table(const Rows& rows) {
 std::string cluster_text(const ClusterSpec& c) {
   return html::escape(c.name) + " &times; " + std::to_string(c.nodes) + " nodes (" +
          std::to_string(c.world_size()) + " GPUs, " + html::escape(c.gpu.name) + ", " +
-         html::gib(c.gpu.hbm_bytes) + ")";
+         html::bytes(c.gpu.hbm_bytes) + ")";
 }
 
 double mfu_of(const ModelSpec& m, const ClusterSpec& c, const Plan& p, double iteration_s) {
@@ -51,9 +51,9 @@ Rows trace_rows(const TraceData& d) {
     r.push_back({"tokens/s", html::rate(it > 0 ? tokens / it : 0)});
     if (d.cluster) r.push_back({"MFU", html::percent(mfu_of(*d.model, *d.cluster, *d.plan, it))});
   }
-  std::string peak = html::gib(d.summary.peak_bytes);
+  std::string peak = html::bytes(d.summary.peak_bytes);
   if (d.cluster)
-    peak += " of " + html::gib(d.cluster->gpu.hbm_bytes) + " (" +
+    peak += " of " + html::bytes(d.cluster->gpu.hbm_bytes) + " (" +
             html::percent(double(d.summary.peak_bytes) / double(d.cluster->gpu.hbm_bytes)) + ")";
   r.push_back({"peak memory per GPU", peak});
   return r;
@@ -96,9 +96,9 @@ Rows search_rows(const nlohmann::json& s, const std::string& path) {
       } catch (const std::exception&) {
       }
     }
-    r.push_back(
-        {"peak memory per GPU", html::gib(b.value("peak_memory_bytes", int64_t(0))) + " (budget " +
-                                    html::gib(s.value("memory_budget_bytes", int64_t(0))) + ")"});
+    r.push_back({"peak memory per GPU",
+                 html::bytes(b.value("peak_memory_bytes", int64_t(0))) + " (budget " +
+                     html::bytes(s.value("memory_budget_bytes", int64_t(0))) + ")"});
   }
   return r;
 }

@@ -52,8 +52,6 @@ const char* const kPageScript = R"JS(
   document.addEventListener('mousemove', function (e) {
     var t = e.target, k = t.getAttribute && t.getAttribute('data-k');
     if (k !== null && k !== undefined) return showTip(e, tips[+k]);
-    var el = t.closest ? t.closest('[data-tip]') : null;
-    if (el) return showTip(e, el.getAttribute('data-tip'));
     tip.style.display = 'none';
   });
   var dataEl = document.getElementById('timeline-data');

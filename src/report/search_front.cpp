@@ -96,7 +96,7 @@ std::string search_section(const nlohmann::json& s, const std::string& path) {
     g += "<line class=\"grid\" x1=\"" + html::num(X(v), 1) + "\" x2=\"" + html::num(X(v), 1) +
          "\" y1=\"" + html::num(kT, 1) + "\" y2=\"" + html::num(kT + ph, 1) +
          "\"/><text class=\"tick\" x=\"" + html::num(X(v), 1) + "\" y=\"" +
-         html::num(kT + ph + 14, 1) + "\" text-anchor=\"middle\">" + html::num(v, 1) + "</text>";
+         html::num(kT + ph + 14, 1) + "\" text-anchor=\"middle\">" + html::tick(v, xs) + "</text>";
   for (double v = 0; v <= ymax; v += ys)
     g += "<line class=\"grid\" x1=\"" + html::num(kL, 1) + "\" x2=\"" + html::num(kL + pw, 1) +
          "\" y1=\"" + html::num(Y(v), 1) + "\" y2=\"" + html::num(Y(v), 1) +
@@ -163,7 +163,7 @@ std::string search_section(const nlohmann::json& s, const std::string& path) {
     table += "<tr><td>" + std::string(m.label) + "</td><td class=\"n\">" +
              html::rate(m.j.value("tokens_per_s", 0.0)) + "</td><td>" +
              html::escape(m.j.value("scored_by", "")) + "</td><td class=\"n\">" + html::rate(t) +
-             "</td><td class=\"n\">" + html::gib(m.j.value("peak_memory_bytes", int64_t(0))) +
+             "</td><td class=\"n\">" + html::bytes(m.j.value("peak_memory_bytes", int64_t(0))) +
              "</td><td>" + html::escape(desc) + "</td></tr>\n";
   }
   table += "</table>\n";
