@@ -68,10 +68,11 @@ const char* const kPageScript = R"JS(
     }
     function draw() {
       var LW = 210, RH = 14, W = Math.max(600, host.clientWidth - LW - 20) * zoom;
-      var px = W / D.span_units, out = [], y = 22;
+      var px = W / D.span_units, out = [], labels = [], y = 22;
       tips = [];
-      var span = D.span_units * D.unit_ns, step = Math.pow(10, Math.floor(Math.log10(span / 8)));
-      if (span / step > 16) step *= span / step > 40 ? 5 : 2;
+      var span = D.span_units * D.unit_ns, seen = span / zoom;  // ns across one screen width
+      var step = Math.pow(10, Math.floor(Math.log10(seen / 8)));
+      if (seen / step > 16) step *= seen / step > 40 ? 5 : 2;
       for (var t = 0; t <= span; t += step) {
         var x = (LW + t / D.unit_ns * px).toFixed(1);
         out.push('<line class="grid" x1="' + x + '" x2="' + x + '" y1="14" y2="100%"/><text class="tick" x="' + x + '" y="11">' + fmt(t) + '</text>');
@@ -81,7 +82,7 @@ const char* const kPageScript = R"JS(
         out.push('<g class="rank-row" data-rank="' + R[0] + '" data-stage="' + R[1] + '">');
         R[2].forEach(function (row) {
           var b = row[1], at = 0, stream = D.streams[row[0]];
-          out.push('<text class="lbl" x="4" y="' + (y + 11) + '">stage ' + R[1] + ' \u00b7 rank ' + R[0] + ' \u00b7 ' + stream + '</text>');
+          labels.push('<text class="lbl" x="4" y="' + (y + 11) + '">stage ' + R[1] + ' \u00b7 rank ' + R[0] + ' \u00b7 ' + stream + '</text>');
           // Blocks of one class closer than half a pixel are drawn as one rect (the tip counts
           // them): at 1x a 1,024-rank iteration would otherwise be ~10^5 sub-pixel rects.
           var cur = null;
@@ -113,10 +114,16 @@ const char* const kPageScript = R"JS(
         out.push('</g>');
         y += 6;
       });
+      // Row labels stay in view while the chart scrolls (see the scroll handler).
+      out.push('<g id="timeline-labels" transform="translate(' + host.scrollLeft + ' 0)"><rect x="0" y="0" width="' + (LW - 6) + '" height="100%" fill="#fff"/>' + labels.join('') + '</g>');
       host.innerHTML = '<svg id="timeline-svg" width="' + (LW + W + 10).toFixed(0) + '" height="' + (y + 4) + '">' + out.join('') + '</svg>';
       document.getElementById('zoom-label').textContent = zoom + 'x';
     }
     sel.onchange = function () { view = +sel.value; draw(); };
+    host.addEventListener('scroll', function () {
+      var g = document.getElementById('timeline-labels');
+      if (g) g.setAttribute('transform', 'translate(' + host.scrollLeft + ' 0)');
+    });
     function rezoom(z) {  // keeps the centre of the view in place
       var c = (host.scrollLeft + host.clientWidth / 2) / host.scrollWidth;
       zoom = z; draw(); host.scrollLeft = c * host.scrollWidth - host.clientWidth / 2;
