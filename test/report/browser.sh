@@ -22,13 +22,11 @@ browse() {
   local name=$1 size=$2
   local flags=(--headless --no-sandbox --disable-gpu --hide-scrollbars --enable-logging=stderr
                --v=0 --user-data-dir="$WORK/profile" --window-size="$size")
-  timeout 120 "$CHROMIUM" "${flags[@]}" --screenshot="$WORK/$name.png" \
-    "file://$WORK/$name.html" >/dev/null 2>"$WORK/$name.shot.log" ||
-    fail "$name: chromium --screenshot failed: $(tail -3 "$WORK/$name.shot.log")"
-  timeout 120 "$CHROMIUM" "${flags[@]}" --dump-dom "file://$WORK/$name.html" \
-    >"$WORK/$name.dom" 2>"$WORK/$name.dom.log" ||
-    fail "$name: chromium --dump-dom failed: $(tail -3 "$WORK/$name.dom.log")"
-  if grep -h "CONSOLE" "$WORK/$name.shot.log" "$WORK/$name.dom.log"; then
+  # One browser run writes both the screenshot and the DOM after the page's script ran.
+  timeout 120 "$CHROMIUM" "${flags[@]}" --screenshot="$WORK/$name.png" --dump-dom \
+    "file://$WORK/$name.html" >"$WORK/$name.dom" 2>"$WORK/$name.log" ||
+    fail "$name: chromium failed: $(tail -3 "$WORK/$name.log")"
+  if grep -h "CONSOLE" "$WORK/$name.log"; then
     fail "$name: the page wrote to the console (above)"
   fi
 }
