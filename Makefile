@@ -4,7 +4,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 DEB_PACKAGES := openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libeigen3-dev \
                 libboost-test-dev nlohmann-json3-dev python3-torch python3-h5py python3-numpy \
-                libopenblas0-pthread cmake g++ make
+                libopenblas0-pthread python3-pil chromium cmake g++ make
 
 .PHONY: deps build test test-asan demo bench format clean
 

@@ -34,3 +34,6 @@ PY
 # by side, op kind by op kind.
 "$BIN" simulate "${MODEL[@]}" "${PLAN[@]}" --cluster cpu-local --nodes 1 --trace "$OUT/forecast.h5" >/dev/null
 "$BIN" compare "$OUT/forecast.h5" "$OUT/run.h5"
+if "$BIN" --help | grep -q "^  report "; then
+  "$BIN" report --trace "$OUT/forecast.h5" --measured "$OUT/run.h5" -o "$OUT/train-report.html"
+fi

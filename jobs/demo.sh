@@ -26,6 +26,12 @@ if has simulate; then
   "$BIN" simulate --model "$MODEL" --cluster "$CLUSTER" --nodes "$NODES" --plan "$OUT/plan.json" \
     --trace "$OUT/forecast.h5"
 fi
+REPORT=""
+if has report && has simulate; then
+  step "report: one HTML page of the forecast (timeline, memory, stage balance)"
+  "$BIN" report --trace "$OUT/forecast.h5" -o "$OUT/report.html"
+  REPORT="$OUT/report.html"
+fi
 if has search; then
   step "search: best strategy for $MODEL on 8 x $CLUSTER"
   "$BIN" search --model "$MODEL" --cluster "$CLUSTER" --nodes 8 --global-batch 1536 -o "$OUT/best.json" --top 5
@@ -35,3 +41,4 @@ if has train; then
   bash jobs/demo-train.sh "$OUT"
 fi
 printf '\ndemo outputs in %s\n' "$OUT"
+[ -z "$REPORT" ] || printf 'report: %s (open it in a browser)\n' "$(cd "$(dirname "$REPORT")" && pwd)/$(basename "$REPORT")"

@@ -123,6 +123,19 @@ struct SearchCandidate {
   }
 };
 
+// A plan the search scored, as the search front of `stratagem report` plots it (estimator's
+// figures). The search keeps a bounded record (src/search/evaluated.hpp): a uniform sample of at
+// most kEvaluatedSampleCap plans plus the Pareto front of throughput against peak memory.
+inline constexpr int kEvaluatedSampleCap = 2000;
+struct EvaluatedPlan {
+  double tokens_per_s = 0, iteration_time_s = 0;
+  int64_t peak_memory_bytes = 0;
+  std::string origin;       // "dp", "megatron" or "zero"
+  std::string description;  // Plan::describe()
+  bool pareto = false;      // on the front of every plan scored
+  uint64_t hash = 0;        // of the figures: the sample's key
+};
+
 struct SearchStats {
   int64_t candidates_evaluated = 0;  // complete plans scored by the estimator (all processes)
   int64_t plans_simulated = 0;
@@ -147,6 +160,7 @@ struct SearchResult {
   std::vector<SearchCandidate> ranked;            // the re-ranked candidates, best first
   std::optional<SearchCandidate> megatron, zero;  // best of each baseline space
   std::string megatron_note, zero_note;           // why a baseline is missing
+  std::vector<EvaluatedPlan> evaluated;           // sample and front of every plan scored
   SearchStats stats;
 };
 
@@ -166,7 +180,9 @@ SearchResult search(const ModelSpec& model, const ClusterSpec& cluster,
                     const SearchOptions& options);
 
 // JSON of a result: best {plan, tokens_per_s, peak_memory_bytes, ...}, baselines {megatron,
-// zero}, candidates, candidates_evaluated, search_time_s, scorer, memory_budget_bytes, stats.
+// zero}, candidates, candidates_evaluated, search_time_s, scorer, memory_budget_bytes, stats,
+// and evaluated_candidates {evaluated, recorded, sample_cap, sample, plans: [{tokens_per_s,
+// iteration_time_s, peak_memory_bytes, origin, pareto, description}]}.
 nlohmann::json to_json(const SearchResult& r);
 nlohmann::json to_json(const SearchCandidate& c);
 

@@ -1,4 +1,5 @@
-# The dry-run flow shared by jobs/dryrun.sbatch and jobs/local-dryrun.sh: search, then simulate.
+# The dry-run flow shared by jobs/dryrun.sbatch and jobs/local-dryrun.sh: search, then simulate,
+# then the HTML report.
 # shellcheck shell=bash
 
 # dryrun_main SCRIPT "$@"
@@ -52,4 +53,13 @@ dryrun_main() {
   local t
   t=$(sed -n 's/^ *"iteration_time_s": *\([^,]*\).*/\1/p' "$RUN_DIR/forecast.json" | head -1)
   sg_log "forecast: ${t:-?} s per iteration; outputs in $RUN_DIR"
+
+  # One HTML page beside the plan and the forecast: timeline, memory, stage balance, and the
+  # search front when a search ran. A serial step: one process reads the trace.
+  sg_need_subcommand report
+  local report=(report --trace "$RUN_DIR/forecast.h5" -o "$RUN_DIR/report.html")
+  [ -n "$PLAN" ] || report+=(--search "$RUN_DIR/search.json")
+  OMPI_MCA_ess_singleton_isolated=1 "$BIN" "${report[@]}" >&2 || rc=$?
+  if [ "$rc" != 0 ]; then sg_explain_exit "$rc" "report"; exit "$rc"; fi
+  sg_log "report: $RUN_DIR/report.html"
 }

@@ -1,59 +1,16 @@
 // `stratagem compare forecast.h5 run.h5`: the simulator's forecast against a measured run, op
 // kind by op kind, then iteration time and peak memory, each with its relative error.
-#include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <map>
 
 #include "src/cli/command.hpp"
-#include "stratagem/trace.hpp"
+#include "stratagem/report.hpp"
 
 namespace stratagem::cli {
 namespace {
 
-// "L3.attention.fwd.compute mb0" -> "attention.fwd.compute": one kind of op, all layers.
-std::string op_kind(const trace::OpRecord& r) {
-  std::string n(r.name, strnlen(r.name, trace::kNameBytes));
-  if (n.size() > 1 && n[0] == 'L' && std::isdigit(static_cast<unsigned char>(n[1])))
-    n = n.substr(n.find('.') + 1);
-  if (auto at = n.rfind(" mb"); at != std::string::npos) n.resize(at);
-  return n;
-}
-
-struct Summary {
-  std::map<std::string, std::pair<double, int>> seconds_by_kind;  // per iteration, mean over ranks
-  double iteration_s = 0;
-  int64_t peak_bytes = 0;
-  std::string source;
-  int ranks = 0;
-};
-
-Summary summarize(const std::string& path) {
-  trace::Reader r(path);
-  Summary s;
-  s.source = r.attribute("source");
-  const int64_t iters =
-      std::max<int64_t>(1, r.has_attribute("iterations") ? r.int_attribute("iterations") : 1);
-  int64_t t0 = INT64_MAX, t1 = INT64_MIN;
-  for (int rank : r.ranks()) {
-    ++s.ranks;
-    for (const auto& op : r.ops(rank)) {
-      if (op.kind == static_cast<uint8_t>(OpKind::alloc) ||
-          op.kind == static_cast<uint8_t>(OpKind::free))
-        continue;
-      auto& [sec, n] = s.seconds_by_kind[op_kind(op)];
-      sec += double(op.end_ns - op.start_ns) * 1e-9;
-      ++n;
-      t0 = std::min(t0, op.start_ns);
-      t1 = std::max(t1, op.end_ns);
-    }
-    for (const auto& m : r.memory(rank)) s.peak_bytes = std::max(s.peak_bytes, m.high_water_bytes);
-  }
-  for (auto& [k, v] : s.seconds_by_kind) v.first /= double(s.ranks) * double(iters);
-  s.iteration_s = t1 > t0 ? double(t1 - t0) * 1e-9 / double(iters) : 0;
-  return s;
-}
+using report::TraceSummary;
 
 double rel(double predicted, double measured) {
   return measured != 0 ? (predicted - measured) / measured : NAN;
@@ -64,7 +21,7 @@ int run_compare(Args& a) {
   auto pos = a.positionals();
   a.finish();
   if (pos.size() != 2) throw InputError(a.command() + ": expected FORECAST.h5 RUN.h5");
-  Summary f = summarize(pos[0]), m = summarize(pos[1]);
+  TraceSummary f = report::summarize_trace(pos[0]), m = report::summarize_trace(pos[1]);
   if (world_rank() != 0) return 0;
   nlohmann::json kinds = nlohmann::json::array();
   std::map<std::string, int> all;
@@ -72,8 +29,8 @@ int run_compare(Args& a) {
   for (auto& [k, v] : m.seconds_by_kind) all[k] = 1;
   for (auto& [k, unused] : all) {
     (void)unused;
-    double p = f.seconds_by_kind.count(k) ? f.seconds_by_kind[k].first : 0;
-    double q = m.seconds_by_kind.count(k) ? m.seconds_by_kind[k].first : 0;
+    double p = f.seconds_by_kind.count(k) ? f.seconds_by_kind[k] : 0;
+    double q = m.seconds_by_kind.count(k) ? m.seconds_by_kind[k] : 0;
     kinds.push_back(
         {{"kind", k}, {"predicted_s", p}, {"measured_s", q}, {"relative_error", rel(p, q)}});
   }

@@ -240,6 +240,15 @@ Reader::Reader(const std::string& path) : path_(path) {
     file_ = -1;
     throw InputError("trace: " + path + " has no /ranks group (not a stratagem trace)");
   }
+  // A file of another schema would be misread field by field: refuse it by name.
+  const int64_t version = has_attribute("schema_version") ? int_attribute("schema_version") : -1;
+  if (version != kSchemaVersion) {
+    H5Fclose(file_);
+    file_ = -1;
+    throw InputError("trace: " + path + ": schema_version " +
+                     (version < 0 ? std::string("missing") : std::to_string(version)) +
+                     ", this stratagem reads schema_version " + std::to_string(kSchemaVersion));
+  }
 }
 
 Reader::~Reader() {

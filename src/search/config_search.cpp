@@ -140,6 +140,7 @@ void Searcher::search_config(const Config& cf) {
       Plan p = assemble(m_, o_, pp, cf.sched, v, cf.Bm, part, seqs, e.st);
       Scored sc = score(m_, c_, p);
       ++local_scored_;
+      evaluated_.record(p, sc.time, sc.tokens, sc.peak, "dp");
       if (sc.time < cf.lb * (1 - 1e-9)) ++local_violations_;
       min_memory_.offer(p, sc, "dp");
       bool changed = false;

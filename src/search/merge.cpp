@@ -55,6 +55,11 @@ std::string Searcher::pack() const {
   j["zero"] = list(zero_);
   j["minmem"] = min_memory_.best ? pack_candidate(*min_memory_.best) : nlohmann::json();
   j["stats"] = {local_scored_, local_searched_, local_dp_cells_, local_violations_};
+  nlohmann::json ev = nlohmann::json::array();
+  for (const auto& e : evaluated_.plans())
+    ev.push_back(
+        {e.tokens_per_s, e.iteration_time_s, e.peak_memory_bytes, e.origin, e.description, e.hash});
+  j["evaluated"] = std::move(ev);
   return j.dump();
 }
 
@@ -68,6 +73,7 @@ void Searcher::merge(const std::vector<std::string>& parts) {
   }
   TopK full(o_.top_k), meg(o_.top_k), zero(o_.top_k);
   MinMemory mm;
+  EvaluatedLog ev;
   SearchStats st = stats_;
   st.candidates_evaluated = st.configs_searched = st.dp_cells = st.bound_violations = 0;
   for (const auto& s : parts) {
@@ -76,6 +82,16 @@ void Searcher::merge(const std::vector<std::string>& parts) {
     for (const auto& c : j["megatron"]) meg.offer(unpack_candidate(c, m_));
     for (const auto& c : j["zero"]) zero.offer(unpack_candidate(c, m_));
     if (!j["minmem"].is_null()) mm.offer(unpack_candidate(j["minmem"], m_));
+    for (const auto& e : j["evaluated"]) {
+      EvaluatedPlan x;
+      x.tokens_per_s = e[0].get<double>();
+      x.iteration_time_s = e[1].get<double>();
+      x.peak_memory_bytes = e[2].get<int64_t>();
+      x.origin = e[3].get<std::string>();
+      x.description = e[4].get<std::string>();
+      x.hash = e[5].get<uint64_t>();
+      ev.record(x);
+    }
     st.candidates_evaluated += j["stats"][0].get<int64_t>();
     st.configs_searched += j["stats"][1].get<int64_t>();
     st.dp_cells += j["stats"][2].get<int64_t>();
@@ -85,6 +101,7 @@ void Searcher::merge(const std::vector<std::string>& parts) {
   megatron_ = std::move(meg);
   zero_ = std::move(zero);
   min_memory_ = std::move(mm);
+  evaluated_ = std::move(ev);
   stats_ = st;
 }
 

@@ -135,6 +135,15 @@ nlohmann::json to_json(const SearchResult& r) {
     return nlohmann::json{{"plan", nullptr}, {"note", note}};
   };
   const SearchStats& s = r.stats;
+  nlohmann::json evaluated = nlohmann::json::array();
+  for (const auto& e : r.evaluated)
+    evaluated.push_back({{"tokens_per_s", e.tokens_per_s},
+                         {"iteration_time_s", e.iteration_time_s},
+                         {"peak_memory_bytes", e.peak_memory_bytes},
+                         {"origin", e.origin},
+                         {"pareto", e.pareto},
+                         {"description", e.description}});
+  const bool all = s.candidates_evaluated <= kEvaluatedSampleCap;
   return {{"space", to_string(r.space)},
           {"scorer", r.scorer},
           {"scorer_note", r.scorer_note},
@@ -145,6 +154,16 @@ nlohmann::json to_json(const SearchResult& r) {
             {"zero", baseline(r.zero, r.zero_note)}}},
           {"candidates", cands},
           {"candidates_evaluated", s.candidates_evaluated},
+          {"evaluated_candidates",
+           {{"evaluated", s.candidates_evaluated},
+            {"recorded", r.evaluated.size()},
+            {"sample_cap", kEvaluatedSampleCap},
+            {"scored_by", "estimator"},
+            {"sample", all ? "every plan scored (plans with identical figures once)"
+                           : "a uniform sample of " + std::to_string(kEvaluatedSampleCap) +
+                                 " plans (smallest hash of their figures) plus the Pareto front "
+                                 "of tokens/s against peak memory"},
+            {"plans", evaluated}}},
           {"search_time_s", s.search_time_s},
           {"stats",
            {{"plans_simulated", s.plans_simulated},

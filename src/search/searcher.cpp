@@ -372,6 +372,7 @@ double Searcher::lower_bound(const Config& cf) {
 void Searcher::consider(const Plan& p, const char* origin, TopK* space_pool) {
   Scored s = score(m_, c_, p);
   ++local_scored_;
+  evaluated_.record(p, s.time, s.tokens, s.peak, origin);
   min_memory_.offer(p, s, origin);
   if (!fits(s)) return;
   const bool want_full = o_.space == SearchSpace::full && full_.wants(s.time);
@@ -457,6 +458,7 @@ SearchResult Searcher::run() {
     throw NoFeasiblePlan(msg, budget_, min_memory_.best);
   }
   rerank(r);
+  r.evaluated = evaluated_.plans();
   stats_.search_time_s = seconds_since(t0_);
   r.stats = stats_;
   return r;

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "src/search/evaluated.hpp"
 #include "src/search/layer_costs.hpp"
 #include "src/search/stage_dp.hpp"
 #include "stratagem/search.hpp"
@@ -212,6 +213,7 @@ class Searcher {
   std::map<std::pair<int, int>, std::unique_ptr<PairData>> pairs_;
   TopK full_, megatron_, zero_;
   MinMemory min_memory_;
+  EvaluatedLog evaluated_;  // every plan scored, bounded (evaluated.hpp)
   SearchStats stats_;
   int64_t local_scored_ = 0, local_searched_ = 0, local_dp_cells_ = 0, local_violations_ = 0;
   int rank_ = 0, procs_ = 1;

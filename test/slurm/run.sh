@@ -319,6 +319,9 @@ else
   check "dryrun forecast.json" "${CHECK[@]}" json "$RD/forecast.json" iteration_time_s
   check "dryrun forecast.h5 loads (h5dump -H)" h5dump -H "$RD/forecast.h5"
   check "dryrun forecast.h5 loads (h5py)" "${CHECK[@]}" h5 "$RD/forecast.h5"
+  if has_cmd report; then
+    check "dryrun report.html (stratagem report)" grep -q 'id="timeline-data"' "$RD/report.html"
+  fi
 fi
 
 # ---- 5b. mirror: one task per GPU of a 1-node dgx-a100-80g plan (8 tasks) ---------------------
