@@ -19,7 +19,8 @@ void Engine::arrive(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) 
   const int id = colls_.open(g, ordinal, int(part_.group_procs[g].size()));
   Coll& c = colls_[id];
   const CommP& cp = comm_of(sd, r.cls, op);
-  c.members.push_back({r.rank, uint8_t(s), op, cp.head, cp.tail, cp.work, cp.w, cp.link, kNever});
+  c.members.push_back(
+      {r.rank, uint8_t(s), op, cp.head, cp.tail, cp.work, share_of(r, cp), cp.link, kNever});
   ++c.arrived;
   c.max_arr = std::max(c.max_arr, t);
   if (c.cross)

@@ -20,7 +20,7 @@ namespace sim {
 // ================================================================================ setup ====
 
 void Engine::partition(bool single) {
-  part_ = partition_ranks(L_, net_, G_, P_, me_, opt_.mirror, single);
+  part_ = partition_ranks(L_, net_, G_, P_, me_, opt_.mirror, single, sym_.rep_of);
   for (int r = 0; r < W_; ++r) ranks_[r].li = -1;
   for (size_t i = 0; i < part_.local_ranks.size(); ++i) ranks_[part_.local_ranks[i]].li = int(i);
 }
@@ -48,8 +48,18 @@ void Engine::setup() {
   G_ = std::max(1, C_.node.gpus_per_node);
   init_ranks(ranks_, stages_, rank_groups_, L_, G_);
   for (StageData& sd : stages_) cost_rank_classes(sd, L_, C_, costs_);
+  sym_ = opt_.full || opt_.mirror || trace_ ? no_symmetry(W_)
+                                            : find_symmetry(ranks_, stages_, rank_groups_, L_, G_);
+  for (int r : sym_.reps) ranks_[r].nic_mult = sym_.nic_mult[r];
+  stats_.symmetric = sym_.reduced;
+  stats_.simulated_ranks = int(sym_.reps.size());
+  // A collective waits for the members that are simulated.
   std::vector<int32_t> group_sizes;
-  for (const auto& g : L_.groups()) group_sizes.push_back(int32_t(g.ranks.size()));
+  for (const auto& g : L_.groups()) {
+    int32_t n = 0;
+    for (int m : g.ranks) n += sym_.rep_of[m] == m;
+    group_sizes.push_back(n);
+  }
   colls_.init(group_sizes);
   net_.init(W_, G_, this);
 
@@ -361,8 +371,14 @@ void Engine::start_compute(RankSt& r, const StageData& sd, int s, uint32_t op, T
 
 SimResult simulate(const Program& program, const Layout& layout, const ClusterSpec& cluster,
                    const OpCosts& costs, const SimOptions& options) {
-  sim::Engine engine(program, layout, cluster, costs, options);
-  return engine.run();
+  SimResult r = sim::Engine(program, layout, cluster, costs, options).run();
+  if (r.deadlock.deadlocked && r.stats.symmetric) {
+    // The deadlock report names the stuck ranks one by one: run every rank.
+    SimOptions full = options;
+    full.full = true;
+    r = sim::Engine(program, layout, cluster, costs, full).run();
+  }
+  return r;
 }
 
 }  // namespace stratagem

@@ -27,6 +27,7 @@
 #include "sim/rank_state.hpp"
 #include "sim/resources.hpp"
 #include "sim/stage_data.hpp"
+#include "sim/symmetry.hpp"
 #include "sim/types.hpp"
 #include "stratagem/simulate.hpp"
 
@@ -81,6 +82,11 @@ class Engine final : private FlowOwners {
     if (!inline_) mark_dirty(r);
   }
   void start_compute(RankSt& r, const StageData& sd, int s, uint32_t op, Time t);
+  // A flow's share of its resource: on a NIC, the rank's flow stands for its node's ranks
+  // that it represents (sim/symmetry.hpp).
+  static int64_t share_of(const RankSt& r, const CommP& cp) {
+    return cp.link == LinkClass::inter_node ? cp.w * r.nic_mult : cp.w;
+  }
   void refresh_compute(RankSt& r, Time now) {
     if (!r.kernel.running || q_slow_ == kS) return;
     kernel_consume(r.kernel, r.act_b, q_slow_, now);
@@ -149,6 +155,7 @@ class Engine final : private FlowOwners {
   std::vector<StageData> stages_;
   std::vector<RankSt> ranks_;
   std::vector<int32_t> rank_groups_;
+  Symmetry sym_;
   Partition part_;
   Network net_;
   CollectiveTable colls_;

@@ -40,30 +40,37 @@ void wait_yielding(MPI_Request* req) {
 }
 
 Partition partition_ranks(const Layout& layout, const Network& net, int gpus_per_node, int procs,
-                          int me, bool mirror, bool single) {
+                          int me, bool mirror, bool single, const std::vector<int32_t>& rep_of) {
   const int W = layout.world_size();
   const int G = gpus_per_node;
+  auto simulated = [&](int r) { return rep_of[r] == r; };
+  int S = 0;
+  for (int r = 0; r < W; ++r) S += simulated(r);
   Partition part;
   part.me = me;
   part.owner.assign(W, 0);
   if (procs > 1 && !single) {
     const int pp = layout.pp();
-    for (int r = 0; r < W; ++r) {
+    for (int r = 0, i = 0; r < W; ++r) {
       if (mirror)
         part.owner[r] = r;
       else if (procs <= pp)
         part.owner[r] = int(int64_t(layout.coords(r).stage) * procs / pp);
       else
-        part.owner[r] = int(int64_t(r) * procs / W);
+        part.owner[r] = int(int64_t(i) * procs / S);  // i: index among the simulated ranks
+      i += simulated(r);
     }
   }
+  for (int r = 0; r < W; ++r)
+    if (!simulated(r)) part.owner[r] = -1;
   for (int r = 0; r < W; ++r)
     if (part.owner[r] == me) part.local_ranks.push_back(r);
   const auto& groups = layout.groups();
   part.group_procs.assign(groups.size(), {});
   for (size_t g = 0; g < groups.size(); ++g) {
     auto& pr = part.group_procs[g];
-    for (int m : groups[g].ranks) pr.push_back(part.owner[m]);
+    for (int m : groups[g].ranks)
+      if (simulated(m)) pr.push_back(part.owner[m]);
     std::sort(pr.begin(), pr.end());
     pr.erase(std::unique(pr.begin(), pr.end()), pr.end());
   }
@@ -71,7 +78,8 @@ Partition partition_ranks(const Layout& layout, const Network& net, int gpus_per
   part.res_holders.assign(net.size(), {});
   for (int n = 0; n < nodes; ++n) {
     std::vector<int> h;
-    for (int r = n * G; r < std::min(W, (n + 1) * G); ++r) h.push_back(part.owner[r]);
+    for (int r = n * G; r < std::min(W, (n + 1) * G); ++r)
+      if (simulated(r)) h.push_back(part.owner[r]);
     std::sort(h.begin(), h.end());
     h.erase(std::unique(h.begin(), h.end()), h.end());
     if (h.size() > 1) part.res_holders[net.nic_of_node(n)] = h;

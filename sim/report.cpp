@@ -86,6 +86,8 @@ nlohmann::json to_json(const SimResult& r, const ModelSpec& model, const Cluster
   }
   j["per_rank"] = std::move(per);
   j["events_processed"] = r.stats.ops_executed;
+  j["mode"] = r.stats.symmetric ? "symmetric" : "full";
+  j["simulated_ranks"] = r.stats.simulated_ranks;
   j["iterations"] = K;
   j["makespan_s"] = double(r.makespan_ns) * 1e-9;
   j["world_size"] = world;

@@ -40,7 +40,7 @@ void Engine::start_send(RankSt& r, const StageData& sd, int s, uint32_t op, Time
   set_act(r, s, t + cp.head, t);
   const int res = cp.work > 0 ? net_.resource_of(cp.link, r.rank, OpKind::send) : -1;
   if (res >= 0) {
-    join_flow(res, cp.work * kS, cp.w, t + cp.head, kOwnXfer, id, 0);
+    join_flow(res, cp.work * kS, share_of(r, cp), t + cp.head, kOwnXfer, id, 0);
   } else {
     x.fin = t + cp.head;
     mark_owner(kOwnXfer, id);

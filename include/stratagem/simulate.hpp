@@ -64,6 +64,10 @@ struct SimOptions {
   // Each process simulates the rank equal to its own rank in `comm` (its size must equal the
   // plan's world size): the job's real rank layout.
   bool mirror = false;
+  // Simulate every rank even where ranks are symmetric (by default one representative per
+  // class of identically behaving ranks runs; see sim/symmetry.hpp). Traces and mirror runs
+  // always simulate every rank.
+  bool full = false;
 };
 
 struct SimRankResult {
@@ -111,6 +115,9 @@ struct SimStats {
   uint64_t windows = 0;       // PDES synchronization windows (0 for one process)
   uint64_t messages = 0;      // cross-process events exchanged
   int processes = 1;
+  bool symmetric = false;         // one representative per class of symmetric ranks ran
+  int simulated_ranks = 0;        // ranks actually simulated (all of them unless symmetric)
+  uint64_t ops_simulated = 0;     // op executions of the simulated ranks
   double setup_s = 0, run_s = 0;  // wall time on process 0
 };
 

@@ -85,7 +85,8 @@ BOOST_AUTO_TEST_CASE(mirror_runs_every_rank_in_its_own_process) {
       "--model gpt2-124m --cluster dgx-a100-80g --nodes 1 --tp 2 --pp 2 --dp 2 --micro-batch 1 "
       "--global-batch 8";
   int rc = 0;
-  const std::string one = run(bin() + " simulate " + plan + " --json", &rc);
+  // A mirror run simulates every rank: the same as --full on one process.
+  const std::string one = run(bin() + " simulate " + plan + " --json --full", &rc);
   BOOST_REQUIRE(rc == 0);
   const std::string mirror = run(mpi(8) + bin() + " simulate " + plan + " --json --mirror", &rc);
   BOOST_TEST(rc == 0);

@@ -85,23 +85,31 @@ void same(const SimRankResult& a, const SimRankResult& b) {
   BOOST_TEST(a.ops_executed == b.ops_executed);
 }
 
-// Simulates alone and over the world; compares on every process (makespan) and on process 0
-// (every rank's results).
+// Simulates alone and over the world, every rank (full) and one per class of symmetric ranks;
+// compares on every process (makespan) and on process 0 (every rank's results).
 SimResult compare(const Program& prog, const Layout& L, const ClusterSpec& c, const OpCosts& costs,
                   SimOptions o = {}) {
-  o.comm = MPI_COMM_NULL;
-  const SimResult alone = simulate(prog, L, c, costs, o);
-  o.comm = MPI_COMM_WORLD;
-  const SimResult par = simulate(prog, L, c, costs, o);
-  BOOST_TEST(par.makespan_ns == alone.makespan_ns);
-  BOOST_TEST(par.deadlock.deadlocked == alone.deadlock.deadlocked);
-  BOOST_TEST(par.oom.oom == alone.oom.oom);
-  if (me() == 0) {
-    BOOST_TEST(par.ranks.size() == alone.ranks.size());
-    for (size_t i = 0; i < std::min(par.ranks.size(), alone.ranks.size()); ++i)
-      same(par.ranks[i], alone.ranks[i]);
-    BOOST_TEST(par.stats.ops_executed == alone.stats.ops_executed);
-    BOOST_TEST(par.deadlock.ranks == alone.deadlock.ranks);
+  SimResult first, par;
+  for (bool full : {true, false}) {
+    o.full = full;
+    o.comm = MPI_COMM_NULL;
+    const SimResult alone = simulate(prog, L, c, costs, o);
+    o.comm = MPI_COMM_WORLD;
+    par = simulate(prog, L, c, costs, o);
+    BOOST_TEST(par.makespan_ns == alone.makespan_ns);
+    BOOST_TEST(par.deadlock.deadlocked == alone.deadlock.deadlocked);
+    BOOST_TEST(par.oom.oom == alone.oom.oom);
+    if (full) first = par;
+    BOOST_TEST(par.makespan_ns == first.makespan_ns);
+    if (me() == 0) {
+      BOOST_TEST(par.ranks.size() == alone.ranks.size());
+      for (size_t i = 0; i < std::min(par.ranks.size(), alone.ranks.size()); ++i) {
+        same(par.ranks[i], alone.ranks[i]);
+        if (i < first.ranks.size()) same(par.ranks[i], first.ranks[i]);
+      }
+      BOOST_TEST(par.stats.ops_executed == alone.stats.ops_executed);
+      BOOST_TEST(par.deadlock.ranks == alone.deadlock.ranks);
+    }
   }
   return par;
 }
