@@ -43,11 +43,12 @@ void Engine::setup() {
     throw InputError("simulate --mirror: the MPI world has " + std::to_string(P_) +
                      " processes but the plan needs " + std::to_string(L_.world_size()) +
                      " (one process per simulated rank)");
-  stages_ = build_stages(prog_, costs_);
+  const bool lookahead = P_ > 1;  // the PDES lower bounds
+  stages_ = build_stages(prog_, costs_, lookahead);
   W_ = L_.world_size();
   G_ = std::max(1, C_.node.gpus_per_node);
   init_ranks(ranks_, stages_, rank_groups_, L_, G_);
-  for (StageData& sd : stages_) cost_rank_classes(sd, L_, C_, costs_);
+  for (StageData& sd : stages_) cost_rank_classes(sd, L_, C_, costs_, lookahead);
   sym_ = opt_.full || opt_.mirror || trace_ ? no_symmetry(W_)
                                             : find_symmetry(ranks_, stages_, rank_groups_, L_, G_);
   for (int r : sym_.reps) ranks_[r].nic_mult = sym_.nic_mult[r];

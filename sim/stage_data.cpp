@@ -110,13 +110,20 @@ CommP split_comm_cost(const CommCost& cc, const Op& op, const ClusterSpec& C) {
 
 }  // namespace
 
-std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs) {
+std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, bool lookahead) {
   const int pp = int(prog.stages.size());
   std::vector<StageData> stages(pp);
   std::unordered_map<OpKey, Time, OpKeyHash> cmemo;
   for (int s = 0; s < pp; ++s) {
     StageData& sd = stages[s];
     const StageProgram& sp = prog.stages[s];
+    // Costed comm ops are indexed by their distinct cost key: a Program repeats a few of them.
+    std::unordered_map<OpKey, int32_t, OpKeyHash> comm_index;
+    auto comm_key = [&](uint32_t i) {
+      const auto [it, fresh] = comm_index.emplace(key_of(sp.ops[i]), int32_t(sd.comm_op.size()));
+      if (fresh) sd.comm_op.push_back(i);
+      return it->second;
+    };
     sd.sp = &sp;
     sd.n = uint32_t(sp.ops.size());
     sd.pos.resize(sd.n);
@@ -126,7 +133,6 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs) {
     sd.cat.resize(sd.n);
     sd.cdur.assign(sd.n, 0);
     sd.ci.assign(sd.n, -1);
-    int ncomm = 0;
     for (uint32_t i = 0; i < sd.n; ++i) {
       const Op& op = sp.ops[i];
       const int st = int(op.stream);
@@ -150,14 +156,14 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs) {
           }
           sd.key[i] = uint8_t(j);
           sd.ord[i] = sd.key_count[j]++;
-          sd.ci[i] = ncomm++;
+          sd.ci[i] = comm_key(i);
           break;
         }
         case OpKind::send:
         case OpKind::copy_d2h:
         case OpKind::copy_h2d:
           sd.key[i] = op.group == GroupKind::pp_prev ? 1 : 0;
-          sd.ci[i] = ncomm++;
+          sd.ci[i] = comm_key(i);
           break;
         case OpKind::recv:
           sd.key[i] = op.group == GroupKind::pp_prev ? 1 : 0;
@@ -179,6 +185,8 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs) {
     if (sd.keys.size() > 250)
       throw std::runtime_error("simulate: too many distinct groups in a stage");
     for (int st = 0; st < kStreams; ++st) sd.len[st] = uint32_t(sd.ops_of[st].size());
+    sd.workspace = costs.workspace_bytes(s);
+    if (!lookahead) continue;
     // Anchors: the latest position on every stream that each op transitively waits for.
     sd.anc.resize(sd.n);
     for (uint32_t i = 0; i < sd.n; ++i) {
@@ -193,38 +201,36 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs) {
       for (uint32_t k = 0; k < op.dep_count; ++k) merge(sp.deps_of(op)[k]);
       sd.anc[i] = a;
     }
-    sd.workspace = costs.workspace_bytes(s);
   }
   return stages;
 }
 
 void cost_rank_classes(StageData& sd, const Layout& layout, const ClusterSpec& cluster,
-                       const OpCosts& costs) {
+                       const OpCosts& costs, bool lookahead) {
   const StageProgram& sp = *sd.sp;
   const size_t ncls = sd.rep.size();
   sd.comm.resize(ncls);
-  sd.mind.resize(ncls);
-  sd.prefix.resize(ncls);
+  if (lookahead) {
+    sd.mind.resize(ncls);
+    sd.prefix.resize(ncls);
+  }
   for (size_t cls = 0; cls < ncls; ++cls) {
     const int rep = sd.rep[cls];
-    std::unordered_map<OpKey, CommP, OpKeyHash> memo;
     auto& cv = sd.comm[cls];
+    cv.resize(sd.comm_op.size());
+    for (size_t k = 0; k < sd.comm_op.size(); ++k) {
+      const Op& op = sp.ops[sd.comm_op[k]];
+      cv[k] = split_comm_cost(costs.comm_cost(op, layout, rep), op, cluster);
+    }
+    if (!lookahead) continue;
     auto& md = sd.mind[cls];
     md.assign(sd.n, 0);
     for (uint32_t i = 0; i < sd.n; ++i) {
       const Op& op = sp.ops[i];
-      if (sd.ci[i] >= 0) {
-        OpKey key = key_of(op);
-        auto it = memo.find(key);
-        if (it == memo.end())
-          it = memo.emplace(key, split_comm_cost(costs.comm_cost(op, layout, rep), op, cluster))
-                   .first;
-        if (int(cv.size()) <= sd.ci[i]) cv.resize(sd.ci[i] + 1);
-        cv[sd.ci[i]] = it->second;
-        md[i] = it->second.total();
-      } else if (op.kind == OpKind::compute || op.kind == OpKind::host_compute) {
+      if (sd.ci[i] >= 0)
+        md[i] = cv[sd.ci[i]].total();
+      else if (op.kind == OpKind::compute || op.kind == OpKind::host_compute)
         md[i] = sd.cdur[i];
-      }
     }
     for (int st = 0; st < kStreams; ++st) {
       auto& pf = sd.prefix[cls][st];

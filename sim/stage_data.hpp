@@ -35,8 +35,10 @@ struct StageData {
   std::vector<uint32_t> key_count;
   std::vector<Time> cdur;                // compute / host_compute duration
   std::vector<int32_t> ci;               // index into comm[class] (-1: not a costed comm op)
+  std::vector<uint32_t> comm_op;         // [ci]: an op of each distinct costed comm op
   std::vector<std::vector<CommP>> comm;  // [class][ci]
-  std::vector<std::vector<Time>> mind;   // [class][op] lower bound of the duration
+  // For the PDES lookahead only (empty on one process):
+  std::vector<std::vector<Time>> mind;  // [class][op] lower bound of the duration
   std::vector<std::array<std::vector<Time>, kStreams>>
       prefix;                                      // [class][stream][k]: sum of the first k
   std::vector<std::array<int32_t, kStreams>> anc;  // latest position on each stream op depends on
@@ -49,12 +51,13 @@ inline const CommP& comm_of(const StageData& sd, int cls, uint32_t op) {
 }
 
 // Indexes every stage of `prog`, costs its compute ops (once per distinct op over all stages)
-// and finds each op's dependency anchors. Throws on a malformed Program.
-std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs);
+// and, with `lookahead`, finds each op's dependency anchors. Throws on a malformed Program.
+std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, bool lookahead);
 
-// Costs the communication ops of each rank class of `sd` with the class's representative rank,
-// and the prefix sums of the ops' least durations per stream. Needs `sd.rep`.
+// Costs the distinct communication ops of each rank class of `sd` with the class's
+// representative rank and, with `lookahead`, the prefix sums of the ops' least durations per
+// stream. Needs `sd.rep`.
 void cost_rank_classes(StageData& sd, const Layout& layout, const ClusterSpec& cluster,
-                       const OpCosts& costs);
+                       const OpCosts& costs, bool lookahead);
 
 }  // namespace stratagem::sim

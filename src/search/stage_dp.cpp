@@ -145,9 +145,18 @@ StageDp::StageDp(StageDpProblem p) : p_(std::move(p)) {
 }
 
 StageDp::~StageDp() {
+  // The pool saves the page faults of fresh tables, but what it holds is the search's largest
+  // allocation: keep at most kPoolBytes of them.
+  constexpr size_t kPoolBytes = size_t(96) << 20;
   auto& pool = table_pool();
-  for (auto& t : thr_)
-    if (pool.size() < 64 && t.f.capacity() > 0) pool.push_back(std::move(t.f));
+  size_t held = 0;
+  for (const auto& v : pool) held += v.capacity() * sizeof(double);
+  for (auto& t : thr_) {
+    const size_t b = t.f.capacity() * sizeof(double);
+    if (b == 0 || held + b > kPoolBytes) continue;
+    held += b;
+    pool.push_back(std::move(t.f));
+  }
 }
 
 void StageDp::run(Threshold& t) {
