@@ -15,7 +15,7 @@ std::string Engine::describe_stuck(const RankSt& r) const {
   bool first = true;
   for (int s = 0; s < kStreams; ++s) {
     if (sd.len[s] == 0 || r.it[s] >= uint32_t(K_)) continue;
-    const uint32_t op = sd.ops_of[s][r.pos[s]];
+    const uint32_t op = sd.steps[s][r.pos[s]].op;
     const Op& o = sd.sp->ops[op];
     os << (first ? ": " : "; ") << to_string(Stream(s)) << " stream at op " << op << " '"
        << op_name(o) << "'";

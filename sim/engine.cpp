@@ -199,7 +199,7 @@ void Engine::handle(const Ev& e) {
       r.kernel.running = false;
       const int s = int(Stream::compute);
       const StageData& sd = stages_[r.stage];
-      charge_busy(r, sd.sp->ops[sd.ops_of[s][r.pos[s]]], e.t - r.start[s]);
+      charge_busy(r, sd.steps[s][r.pos[s]], e.t - r.start[s]);
       r.last_compute_end = e.t;
       complete_op(r, s, e.t, false);
       return;
@@ -275,17 +275,15 @@ void Engine::apply(const Msg& m) {
 
 // ============================================================== a rank's streams ====
 
-bool Engine::ready(const RankSt& r, const StageData& sd, int s, uint32_t op) const {
+bool Engine::ready(const RankSt& r, const StageData& sd, int s, const Step& step) const {
   const uint32_t it = r.it[s];
   if (r.pos[s] == 0 && it > 0)
     for (int s2 = 0; s2 < kStreams; ++s2)
       if (sd.len[s2] && r.it[s2] < it) return false;  // iteration boundary: the rank drains first
-  const Op& o = sd.sp->ops[op];
-  const uint32_t* d = sd.sp->deps.data() + o.dep_begin;
-  for (uint32_t k = 0; k < o.dep_count; ++k) {
-    const uint32_t dep = d[k];
-    const int sdp = sd.str[dep];
-    if (r.it[sdp] < it || (r.it[sdp] == it && r.pos[sdp] <= sd.pos[dep])) return false;
+  const uint32_t* d = sd.dep_at.data() + step.dep_begin;
+  for (uint32_t k = 0; k < step.dep_count; ++k) {
+    const uint32_t sdp = dep_stream(d[k]);
+    if (r.it[sdp] < it || (r.it[sdp] == it && r.pos[sdp] <= dep_pos(d[k]))) return false;
   }
   return true;
 }
@@ -300,9 +298,9 @@ void Engine::advance(RankSt& r, Time t) {
     progress = false;
     for (int s = 0; s < kStreams; ++s) {
       while (!r.running[s] && r.it[s] < uint32_t(K_) && sd.len[s] > 0) {
-        const uint32_t op = sd.ops_of[s][r.pos[s]];
-        if (!ready(r, sd, s, op)) break;
-        if (!start_op(r, sd, s, op, t)) break;
+        const Step& step = sd.steps[s][r.pos[s]];
+        if (!ready(r, sd, s, step)) break;
+        if (!start_op(r, sd, s, step, t)) break;
         progress = true;
       }
     }
@@ -310,19 +308,21 @@ void Engine::advance(RankSt& r, Time t) {
 }
 
 // Returns whether the op completed at once.
-bool Engine::start_op(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) {
-  const Op& o = sd.sp->ops[op];
+bool Engine::start_op(RankSt& r, const StageData& sd, int s, const Step& step, Time t) {
+  const uint32_t op = step.op;
   r.start[s] = t;
-  switch (o.kind) {
+  switch (step.kind) {
     case OpKind::alloc:
-    case OpKind::free:
+    case OpKind::free: {
+      const Op& o = sd.sp->ops[op];
       memory_.apply(r.memory, r.res, oom_, o, r.rank, op, int32_t(r.it[sd.str[op]]), sd.workspace,
                     t, o.kind == OpKind::alloc ? 1 : -1, trace_ ? &samples_[r.li] : nullptr);
       complete_op(r, s, t, true);
       return true;
+    }
     case OpKind::compute:
       if (s == int(Stream::compute)) {
-        charge_gap(r, sd, op, t);
+        charge_gap(r, sd, step, t);
         if (sd.cdur[op] == 0) {
           r.last_compute_end = t;
           complete_op(r, s, t, true);

@@ -61,13 +61,13 @@ class Engine final : private FlowOwners {
     }
   }
   void advance(RankSt& r, Time t);
-  bool ready(const RankSt& r, const StageData& sd, int s, uint32_t op) const;
-  bool start_op(RankSt& r, const StageData& sd, int s, uint32_t op, Time t);
+  bool ready(const RankSt& r, const StageData& sd, int s, const Step& step) const;
+  bool start_op(RankSt& r, const StageData& sd, int s, const Step& step, Time t);
   // xfer: how long the op moved data (-1: since it started); waiting for peers is not counted.
   // inline_: completed while its stream is being advanced, which then goes on by itself.
   void complete_op(RankSt& r, int s, Time t, bool inline_, Time xfer = -1) {
     const StageData& sd = stages_[r.stage];
-    const uint32_t op = sd.ops_of[s][r.pos[s]];
+    const uint32_t op = sd.steps[s][r.pos[s]].op;
     if (trace_) spans_[r.li].push_back({op, r.it[s], r.start[s], t});
     r.running[s] = 0;
     r.wake[s] = t;

@@ -18,7 +18,7 @@ Time lb_start(const RankSt& r, const StageData& sd, uint32_t x, uint32_t itx, Ti
     if (a < 0) continue;
     const uint32_t ih = r.it[s], ph = r.pos[s];
     if (ih > itx || (ih == itx && ph > uint32_t(a))) continue;  // already done
-    const uint32_t h = sd.ops_of[s][ph];
+    const uint32_t h = sd.steps[s][ph].op;
     const Time head_end = r.running[s] ? std::max(glb, r.start[s] + md[h]) : glb + md[h];
     const auto& pf = sd.prefix[r.cls][s];
     const Time total = pf[sd.len[s]];

@@ -142,8 +142,22 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
           throw std::runtime_error("simulate: stage " + std::to_string(s) + " op " +
                                    std::to_string(i) + " depends on a later op");
       sd.str[i] = uint8_t(st);
-      sd.pos[i] = uint32_t(sd.ops_of[st].size());
-      sd.ops_of[st].push_back(i);
+      sd.pos[i] = uint32_t(sd.steps[st].size());
+      Step step;
+      step.op = i;
+      step.dep_begin = uint32_t(sd.dep_at.size());
+      if (op.dep_count > 0xffff) throw std::runtime_error("simulate: an op with too many deps");
+      step.dep_count = uint16_t(op.dep_count);
+      step.kind = op.kind;
+      step.busy = uint8_t(op.phase == Phase::recompute   ? kRecompute
+                          : op.phase == Phase::optimizer ? kOptimizer
+                                                         : kCompute);
+      for (uint32_t k = 0; k < op.dep_count; ++k) {
+        const uint32_t d = sp.deps_of(op)[k];
+        if (sd.pos[d] >= (1u << 29)) throw std::runtime_error("simulate: a stream is too long");
+        sd.dep_at.push_back(sd.pos[d] << 3 | sd.str[d]);
+      }
+      sd.steps[st].push_back(step);
       sd.cat[i] = category_of(op);
       switch (op.kind) {
         case OpKind::collective: {
@@ -184,7 +198,7 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
     // Group keys are stored in a byte per op.
     if (sd.keys.size() > 250)
       throw std::runtime_error("simulate: too many distinct groups in a stage");
-    for (int st = 0; st < kStreams; ++st) sd.len[st] = uint32_t(sd.ops_of[st].size());
+    for (int st = 0; st < kStreams; ++st) sd.len[st] = uint32_t(sd.steps[st].size());
     sd.workspace = costs.workspace_bytes(s);
     if (!lookahead) continue;
     // Anchors: the latest position on every stream that each op transitively waits for.
@@ -196,7 +210,7 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
         for (int st = 0; st < kStreams; ++st) a[st] = std::max(a[st], sd.anc[d][st]);
         a[sd.str[d]] = std::max(a[sd.str[d]], int32_t(sd.pos[d]));
       };
-      if (sd.pos[i] > 0) merge(sd.ops_of[sd.str[i]][sd.pos[i] - 1]);
+      if (sd.pos[i] > 0) merge(sd.steps[sd.str[i]][sd.pos[i] - 1].op);
       const Op& op = sp.ops[i];
       for (uint32_t k = 0; k < op.dep_count; ++k) merge(sp.deps_of(op)[k]);
       sd.anc[i] = a;
@@ -235,7 +249,7 @@ void cost_rank_classes(StageData& sd, const Layout& layout, const ClusterSpec& c
     for (int st = 0; st < kStreams; ++st) {
       auto& pf = sd.prefix[cls][st];
       pf.assign(sd.len[st] + 1, 0);
-      for (uint32_t k = 0; k < sd.len[st]; ++k) pf[k + 1] = pf[k] + md[sd.ops_of[st][k]];
+      for (uint32_t k = 0; k < sd.len[st]; ++k) pf[k + 1] = pf[k] + md[sd.steps[st][k].op];
     }
   }
 }

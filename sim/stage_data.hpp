@@ -21,13 +21,32 @@ struct GroupKey {
   }
 };
 
+// An op as its stream runs it. Streams keep these in their order, so a stream walks memory
+// sequentially and the hot path does not touch the (larger, scattered) Op records.
+struct Step {
+  uint32_t op = 0;         // index in the stage program
+  uint32_t dep_begin = 0;  // into StageData::dep_at
+  uint16_t dep_count = 0;
+  OpKind kind = OpKind::compute;
+  uint8_t busy = 0;  // Cat its kernel time counts as (compute, recompute, optimizer)
+};
+
+// A dependency as (position << 3 | stream), the form the readiness check compares.
+inline uint32_t dep_stream(uint32_t d) {
+  return d & 7u;
+}
+inline uint32_t dep_pos(uint32_t d) {
+  return d >> 3;
+}
+
 struct StageData {
   const StageProgram* sp = nullptr;
   uint32_t n = 0;
   std::array<uint32_t, kStreams> len{};
-  std::array<std::vector<uint32_t>, kStreams> ops_of;  // op indices of each stream, in order
-  std::vector<uint32_t> pos;                           // position of op in its stream
-  std::vector<uint8_t> str;                            // stream of op
+  std::array<std::vector<Step>, kStreams> steps;  // each stream's ops, in order
+  std::vector<uint32_t> dep_at;                   // every op's dependencies, packed
+  std::vector<uint32_t> pos;                      // position of op in its stream
+  std::vector<uint8_t> str;                       // stream of op
   std::vector<uint8_t> key;   // collective: group key; send/recv: 0 = pp_next, 1 = pp_prev
   std::vector<uint32_t> ord;  // collective: ordinal among the stage's ops of its key
   std::vector<uint8_t> cat;   // Cat of the op (for the breakdown)
