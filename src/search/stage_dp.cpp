@@ -21,6 +21,14 @@ __attribute__((noinline)) void relax(const double* __restrict src, double* __res
     dst[j] = v < cur ? v : cur;
   }
 }
+}  // namespace
+
+void release_table_pool() {
+  std::vector<std::vector<double>>().swap(table_pool());
+}
+
+namespace {
+
 std::vector<double> take_table() {
   auto& pool = table_pool();
   if (pool.empty()) return {};
