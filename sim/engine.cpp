@@ -323,46 +323,46 @@ bool Engine::start_op(RankSt& r, const StageData& sd, int s, const Step& step, T
     case OpKind::compute:
       if (s == int(Stream::compute)) {
         charge_gap(r, sd, step, t);
-        if (sd.cdur[op] == 0) {
+        if (step.cdur == 0) {
           r.last_compute_end = t;
           complete_op(r, s, t, true);
           return true;
         }
-        start_compute(r, sd, s, op, t);
+        start_compute(r, step, t);
         return false;
       }
       [[fallthrough]];
     case OpKind::host_compute:
-      if (sd.cdur[op] == 0) {
+      if (step.cdur == 0) {
         complete_op(r, s, t, true);
         return true;
       }
       r.running[s] = 1;
-      queue_.push(t + sd.cdur[op], kEvOpEnd, uint32_t(r.rank), uint32_t(s));
+      queue_.push(t + step.cdur, kEvOpEnd, uint32_t(r.rank), uint32_t(s));
       return false;
     case OpKind::collective:
       r.running[s] = 1;
-      arrive(r, sd, s, op, t);
+      arrive(r, sd, s, step, t);
       return false;
     case OpKind::send:
       r.running[s] = 1;
-      start_send(r, sd, s, op, t);
+      start_send(r, sd, s, step, t);
       return false;
     case OpKind::recv:
-      return start_recv(r, sd, s, op, t);
+      return start_recv(r, sd, s, step, t);
     case OpKind::copy_d2h:
     case OpKind::copy_h2d:
       r.running[s] = 1;
-      start_copy(r, sd, s, op, t);
+      start_copy(r, sd, s, step, t);
       return false;
   }
   return false;
 }
 
-void Engine::start_compute(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) {
-  r.running[s] = 1;
+void Engine::start_compute(RankSt& r, const Step& step, Time t) {
+  r.running[int(Stream::compute)] = 1;
   r.kernel.running = true;
-  r.kernel.remaining = sd.cdur[op] * kS;
+  r.kernel.remaining = step.cdur * kS;
   r.kernel.ref = t;
   r.kernel.end = kernel_end(r.kernel, r.act_b, q_slow_);
   queue_.push(r.kernel.end, kEvCompute, uint32_t(r.rank), ++r.kernel.ver);

@@ -156,17 +156,17 @@ bool Lookahead::init(int procs, const Partition& part, const std::vector<RankSt>
       const Op& op = sd.sp->ops[i];
       Time delay = kNever;
       if (op.kind == OpKind::collective) {
-        const int g = rank_groups[rk.gbase + sd.key[i]];
+        const int g = rank_groups[rk.gbase + step_of(sd, i).key];
         if (g < 0) continue;
-        const CommP& cp = comm_of(sd, rk.cls, i);
+        const CommP& cp = comm_of(sd, rk.cls, step_of(sd, i));
         const bool cross = part.group_procs[g].size() > 1;
         const bool shared = cp.link == LinkClass::inter_node && part.group_nic_shared[g];
         if (!cross && !shared) continue;
         delay = cp.head;
         if (cp.head <= 0 || (cross && cp.tail <= 0)) unsafe = true;
       } else if (op.kind == OpKind::send) {
-        const int peer = rk.ch[rk.chmap[sd.key[i]]].peer;
-        const CommP& cp = comm_of(sd, rk.cls, i);
+        const int peer = rk.ch[rk.chmap[step_of(sd, i).key]].peer;
+        const CommP& cp = comm_of(sd, rk.cls, step_of(sd, i));
         const bool remote = peer >= 0 && !part.local(peer);
         const int res = net.resource_of(cp.link, r, op.kind);
         const bool shared = res >= 0 && !part.res_holders[res].empty();

@@ -128,11 +128,6 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
     sd.n = uint32_t(sp.ops.size());
     sd.pos.resize(sd.n);
     sd.str.resize(sd.n);
-    sd.key.assign(sd.n, 0);
-    sd.ord.assign(sd.n, 0);
-    sd.cat.resize(sd.n);
-    sd.cdur.assign(sd.n, 0);
-    sd.ci.assign(sd.n, -1);
     for (uint32_t i = 0; i < sd.n; ++i) {
       const Op& op = sp.ops[i];
       const int st = int(op.stream);
@@ -157,8 +152,7 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
         if (sd.pos[d] >= (1u << 29)) throw std::runtime_error("simulate: a stream is too long");
         sd.dep_at.push_back(sd.pos[d] << 3 | sd.str[d]);
       }
-      sd.steps[st].push_back(step);
-      sd.cat[i] = category_of(op);
+      step.cat = category_of(op);
       switch (op.kind) {
         case OpKind::collective: {
           GroupKey k{op.group, op.tp, op.tp_big};
@@ -168,19 +162,19 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
             sd.keys.push_back(k);
             sd.key_count.push_back(0);
           }
-          sd.key[i] = uint8_t(j);
-          sd.ord[i] = sd.key_count[j]++;
-          sd.ci[i] = comm_key(i);
+          step.key = uint8_t(j);
+          step.ord = sd.key_count[j]++;
+          step.ci = comm_key(i);
           break;
         }
         case OpKind::send:
         case OpKind::copy_d2h:
         case OpKind::copy_h2d:
-          sd.key[i] = op.group == GroupKind::pp_prev ? 1 : 0;
-          sd.ci[i] = comm_key(i);
+          step.key = op.group == GroupKind::pp_prev ? 1 : 0;
+          step.ci = comm_key(i);
           break;
         case OpKind::recv:
-          sd.key[i] = op.group == GroupKind::pp_prev ? 1 : 0;
+          step.key = op.group == GroupKind::pp_prev ? 1 : 0;
           break;
         case OpKind::compute:
         case OpKind::host_compute: {
@@ -188,12 +182,13 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
           auto it = cmemo.find(key);
           if (it == cmemo.end())
             it = cmemo.emplace(key, to_ns(costs.compute_time_s(op), "compute", op)).first;
-          sd.cdur[i] = it->second;
+          step.cdur = it->second;
           break;
         }
         default:
           break;
       }
+      sd.steps[st].push_back(step);
     }
     // Group keys are stored in a byte per op.
     if (sd.keys.size() > 250)
@@ -241,10 +236,11 @@ void cost_rank_classes(StageData& sd, const Layout& layout, const ClusterSpec& c
     md.assign(sd.n, 0);
     for (uint32_t i = 0; i < sd.n; ++i) {
       const Op& op = sp.ops[i];
-      if (sd.ci[i] >= 0)
-        md[i] = cv[sd.ci[i]].total();
+      const Step& step = step_of(sd, i);
+      if (step.ci >= 0)
+        md[i] = cv[step.ci].total();
       else if (op.kind == OpKind::compute || op.kind == OpKind::host_compute)
-        md[i] = sd.cdur[i];
+        md[i] = step.cdur;
     }
     for (int st = 0; st < kStreams; ++st) {
       auto& pf = sd.prefix[cls][st];

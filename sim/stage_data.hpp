@@ -29,6 +29,11 @@ struct Step {
   uint16_t dep_count = 0;
   OpKind kind = OpKind::compute;
   uint8_t busy = 0;  // Cat its kernel time counts as (compute, recompute, optimizer)
+  uint8_t cat = 0;   // Cat of the op (for the breakdown)
+  uint8_t key = 0;   // collective: group key; send/recv: 0 = pp_next, 1 = pp_prev
+  int32_t ci = -1;   // index into comm[class] (-1: not a costed comm op)
+  uint32_t ord = 0;  // collective: ordinal among the stage's ops of its key
+  Time cdur = 0;     // compute / host_compute duration
 };
 
 // A dependency as (position << 3 | stream), the form the readiness check compares.
@@ -47,13 +52,8 @@ struct StageData {
   std::vector<uint32_t> dep_at;                   // every op's dependencies, packed
   std::vector<uint32_t> pos;                      // position of op in its stream
   std::vector<uint8_t> str;                       // stream of op
-  std::vector<uint8_t> key;   // collective: group key; send/recv: 0 = pp_next, 1 = pp_prev
-  std::vector<uint32_t> ord;  // collective: ordinal among the stage's ops of its key
-  std::vector<uint8_t> cat;   // Cat of the op (for the breakdown)
   std::vector<GroupKey> keys;
   std::vector<uint32_t> key_count;
-  std::vector<Time> cdur;                // compute / host_compute duration
-  std::vector<int32_t> ci;               // index into comm[class] (-1: not a costed comm op)
   std::vector<uint32_t> comm_op;         // [ci]: an op of each distinct costed comm op
   std::vector<std::vector<CommP>> comm;  // [class][ci]
   // For the PDES lookahead only (empty on one process):
@@ -65,8 +65,11 @@ struct StageData {
   int64_t workspace = 0;
 };
 
-inline const CommP& comm_of(const StageData& sd, int cls, uint32_t op) {
-  return sd.comm[cls][sd.ci[op]];
+inline const Step& step_of(const StageData& sd, uint32_t op) {
+  return sd.steps[sd.str[op]][sd.pos[op]];
+}
+inline const CommP& comm_of(const StageData& sd, int cls, const Step& step) {
+  return sd.comm[cls][step.ci];
 }
 
 // Indexes every stage of `prog`, costs its compute ops (once per distinct op over all stages)
