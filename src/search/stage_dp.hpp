@@ -107,6 +107,7 @@ class StageDp {
   int64_t M_ = 0;
   std::vector<int64_t> L_;               // levels, L_[0] = 0
   std::vector<std::vector<int>> after_;  // [item][level] -> level after adding the item below
+  std::vector<double> min_reshard_to_;   // [class]: the cheapest reshard into it
   std::vector<Threshold> thr_;
   uint64_t cells_ = 0;
 };
