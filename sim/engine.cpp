@@ -49,8 +49,8 @@ void Engine::setup() {
   G_ = std::max(1, C_.node.gpus_per_node);
   init_ranks(ranks_, stages_, rank_groups_, L_, G_);
   for (StageData& sd : stages_) cost_rank_classes(sd, L_, C_, costs_, lookahead);
-  sym_ = opt_.full || opt_.mirror || trace_ ? no_symmetry(W_)
-                                            : find_symmetry(ranks_, stages_, rank_groups_, L_, G_);
+  sym_ = opt_.full || opt_.mirror ? no_symmetry(W_)
+                                  : find_symmetry(ranks_, stages_, rank_groups_, L_, G_);
   for (int r : sym_.reps) ranks_[r].nic_mult = sym_.nic_mult[r];
   stats_.symmetric = sym_.reduced;
   stats_.simulated_ranks = int(sym_.reps.size());

@@ -140,6 +140,7 @@ SimResult Engine::results(Time last) {
   out.stats = stats_;
   if (trace_) {
     out.trace_ranks = part_.local_ranks;
+    if (sym_.reduced) out.trace_rep_of.assign(sym_.rep_of.begin(), sym_.rep_of.end());
     out.trace_ops = std::move(spans_);
     out.trace_memory = std::move(samples_);
   }

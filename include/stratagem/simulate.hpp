@@ -65,8 +65,8 @@ struct SimOptions {
   // plan's world size): the job's real rank layout.
   bool mirror = false;
   // Simulate every rank even where ranks are symmetric (by default one representative per
-  // class of identically behaving ranks runs; see sim/symmetry.hpp). Traces and mirror runs
-  // always simulate every rank.
+  // class of identically behaving ranks runs; see sim/symmetry.hpp). Mirror runs always
+  // simulate every rank.
   bool full = false;
 };
 
@@ -135,7 +135,10 @@ struct SimResult {
   SimOom oom;                        // the first allocation over gpu.hbm_bytes, if any
   SimDeadlock deadlock;
   SimStats stats;
-  // record_trace: the ranks this process simulated, their op spans and memory samples.
+  // record_trace: the ranks this process simulated, their op spans and memory samples; in a
+  // symmetric run, trace_rep_of[r] is the simulated rank whose trace rank r shares (empty: every
+  // rank was simulated).
+  std::vector<int> trace_rep_of;
   std::vector<int> trace_ranks;
   std::vector<std::vector<SimOpSpan>> trace_ops;
   std::vector<std::vector<trace::MemorySample>> trace_memory;
