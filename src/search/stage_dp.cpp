@@ -225,8 +225,8 @@ StageDp::Answer StageDp::best(int n, int64_t budget, int64_t extra_tr, int64_t e
     if (room < 0) continue;
     const int64_t m = std::min(M_, room / p_.bucket_bytes);
     // A lower bound of every item's `prev`: f does not grow with memory, so no row-n-1 value an
-    // item reads (at m - w) is below its value at m. An item whose total cannot beat the best so far is skipped without
-    // its lookups (the same answer: only strictly better values are taken).
+    // item reads (at m - w) is below its value at m. An item whose total cannot beat the best so
+    // far is skipped without its lookups (the same answer: only strictly better values are taken).
     double lb_below = 0;
     if (n > 1) {
       lb_below = kInf;
