@@ -11,20 +11,15 @@
 
 #include "stratagem/cost.hpp"
 #include "stratagem/simulate.hpp"
+#include "test/support/sim_compare.hpp"
 
 using namespace stratagem;
 
 namespace {
 
-struct Mpi {
-  Mpi() { MPI_Init(nullptr, nullptr); }
-  ~Mpi() { MPI_Finalize(); }
-};
-
+using test::MpiWorld;
 int me() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
+  return test::world_rank();
 }
 
 struct Injected : OpCosts {
@@ -72,17 +67,7 @@ ModelSpec tiny(int layers) {
 }
 
 void same(const SimRankResult& a, const SimRankResult& b) {
-  BOOST_TEST(a.rank == b.rank);
-  BOOST_TEST(a.peak_memory_bytes == b.peak_memory_bytes);
-  BOOST_TEST(a.peak_op == b.peak_op);
-  BOOST_TEST(a.peak_time_ns == b.peak_time_ns);
-  BOOST_TEST(a.end_ns == b.end_ns);
-  BOOST_TEST(a.compute_ns == b.compute_ns);
-  BOOST_TEST(a.tp_ns == b.tp_ns);
-  BOOST_TEST(a.dp_ns == b.dp_ns);
-  BOOST_TEST(a.pp_ns == b.pp_ns);
-  BOOST_TEST(a.bubble_ns == b.bubble_ns);
-  BOOST_TEST(a.ops_executed == b.ops_executed);
+  test::same_rank_results(a, b);
 }
 
 // Simulates alone and over the world, every rank (full) and one per class of symmetric ranks;
@@ -124,7 +109,7 @@ uint32_t add(StageProgram& sp, Op op, std::vector<uint32_t> deps = {}) {
 
 }  // namespace
 
-BOOST_TEST_GLOBAL_FIXTURE(Mpi);
+BOOST_TEST_GLOBAL_FIXTURE(MpiWorld);
 
 BOOST_AUTO_TEST_CASE(real_programs_with_the_cost_model) {
   const ModelSpec m = load_model("gpt2-124m");

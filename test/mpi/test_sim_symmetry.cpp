@@ -13,21 +13,12 @@
 
 #include "stratagem/cost.hpp"
 #include "stratagem/simulate.hpp"
+#include "test/support/sim_compare.hpp"
 
 using namespace stratagem;
+using test::same_rank_results;
 
 namespace {
-
-struct Mpi {
-  Mpi() { MPI_Init(nullptr, nullptr); }
-  ~Mpi() { MPI_Finalize(); }
-};
-
-int me() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
 
 struct Case {
   std::string name, model, cluster;
@@ -109,27 +100,10 @@ std::vector<Case> cases() {
   return v;
 }
 
-void same(const SimRankResult& a, const SimRankResult& b) {
-  BOOST_TEST(a.rank == b.rank);
-  BOOST_TEST(a.stage == b.stage);
-  BOOST_TEST(a.peak_memory_bytes == b.peak_memory_bytes);
-  BOOST_TEST(a.peak_allocated_bytes == b.peak_allocated_bytes);
-  BOOST_TEST(a.peak_op == b.peak_op);
-  BOOST_TEST(a.peak_time_ns == b.peak_time_ns);
-  BOOST_TEST(a.end_ns == b.end_ns);
-  BOOST_TEST(a.compute_ns == b.compute_ns);
-  BOOST_TEST(a.recompute_ns == b.recompute_ns);
-  BOOST_TEST(a.tp_ns == b.tp_ns);
-  BOOST_TEST(a.dp_ns == b.dp_ns);
-  BOOST_TEST(a.pp_ns == b.pp_ns);
-  BOOST_TEST(a.bubble_ns == b.bubble_ns);
-  BOOST_TEST(a.offload_ns == b.offload_ns);
-  BOOST_TEST(a.ops_executed == b.ops_executed);
-}
-
 }  // namespace
 
-BOOST_TEST_GLOBAL_FIXTURE(Mpi);
+using test::MpiWorld;
+BOOST_TEST_GLOBAL_FIXTURE(MpiWorld);
 
 BOOST_AUTO_TEST_CASE(symmetric_equals_full) {
   int world = 1;
@@ -162,10 +136,11 @@ BOOST_AUTO_TEST_CASE(symmetric_equals_full) {
       // Integer nanoseconds: equal, hence equal to 1e-9 relative.
       BOOST_TEST(sym.makespan_ns == full.makespan_ns);
       BOOST_TEST(sym.oom.oom == full.oom.oom);
-      if (me() == 0) {
+      if (test::world_rank() == 0) {
         BOOST_TEST(sym.stats.ops_executed == full.stats.ops_executed);
         BOOST_REQUIRE(sym.ranks.size() == full.ranks.size());
-        for (size_t i = 0; i < full.ranks.size(); ++i) same(sym.ranks[i], full.ranks[i]);
+        for (size_t i = 0; i < full.ranks.size(); ++i)
+          same_rank_results(sym.ranks[i], full.ranks[i]);
         const auto js = to_json(sym, m, c, p, prog), jf = to_json(full, m, c, p, prog);
         BOOST_TEST(js["mode"] == (k.symmetric ? "symmetric" : "full"));
         BOOST_TEST(jf["mode"] == "full");
