@@ -144,8 +144,8 @@ bool memory_bound_table() {
     } else if ((!r.megatron || xm > 1 + 1e-9) && (!r.zero || xz > 1 + 1e-9)) {
       note = "above both (" + std::string(r.best.origin) + ")";
     } else {
-      note = "ties: the best plan is a uniform " + std::string(r.best.origin) +
-             " plan; no per-layer mix is faster under the cost model";
+      note = "ties: the best plan is the uniform " + std::string(r.best.origin) +
+             " baseline itself; every per-layer mix the search scored was slower";
     }
     if (!r.megatron) note += "; megatron: " + r.megatron_note;
     if (!r.zero) note += "; zero-3: " + r.zero_note;
