@@ -5,7 +5,7 @@
 
 namespace stratagem::sim {
 
-void charge_gap(RankSt& r, const StageData& sd, uint32_t op, Time t) {
+void charge_gap(RankSt& r, const StageData& sd, const Step& step, Time t) {
   const Time gap = t - r.last_compute_end;
   if (gap <= 0) return;
   // Several ops may have completed just now; the kernel is taken to have waited for the first
@@ -18,9 +18,8 @@ void charge_gap(RankSt& r, const StageData& sd, uint32_t op, Time t) {
     for (int p = 0; p < 5; ++p)
       if (r.wake_cat[s] == prio[p] && p < best) best = p, best_s = s;
   };
-  const Op& o = sd.sp->ops[op];
-  const uint32_t* d = sd.sp->deps.data() + o.dep_begin;
-  for (uint32_t k = 0; k < o.dep_count; ++k) consider(sd.str[d[k]]);
+  const uint32_t* d = sd.dep_at.data() + step.dep_begin;
+  for (uint32_t k = 0; k < step.dep_count; ++k) consider(int(dep_stream(d[k])));
   if (best == 99)
     for (int s = 1; s < kStreams; ++s) consider(s);
   charge_wait(r, best_s, gap, r.acc);

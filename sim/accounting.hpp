@@ -14,14 +14,12 @@ namespace stratagem::sim {
 
 using Breakdown = std::array<int64_t, 8>;  // ns by Cat (kCompute .. kOffload)
 
-inline void charge_busy(RankSt& r, const Op& op, Time busy) {
-  r.acc[op.phase == Phase::recompute   ? kRecompute
-        : op.phase == Phase::optimizer ? kOptimizer
-                                       : kCompute] += busy;
+inline void charge_busy(RankSt& r, const Step& step, Time busy) {
+  r.acc[step.busy] += busy;
 }
 
 // The compute stream idled until t, when kernel `op` starts.
-void charge_gap(RankSt& r, const StageData& sd, uint32_t op, Time t);
+void charge_gap(RankSt& r, const StageData& sd, const Step& step, Time t);
 
 // Charges `gap` to `acc` as waiting for the op that last completed on stream s (s < 0: none).
 void charge_wait(const RankSt& r, int s, Time gap, Breakdown& acc);

@@ -7,19 +7,21 @@
 
 namespace stratagem::sim {
 
-void Engine::arrive(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) {
-  const int g = rank_groups_[r.gbase + sd.key[op]];
+void Engine::arrive(RankSt& r, const StageData& sd, int s, const Step& step, Time t) {
+  const uint32_t op = step.op;
+  const int g = rank_groups_[r.gbase + step.key];
   if (g < 0) {  // no group (e.g. tied embedding with pp == 1): nothing to do
     queue_.push(t, kEvOpEnd, uint32_t(r.rank), uint32_t(s));
     return;
   }
   // A group's members run its collectives in the same order, so (iteration, ordinal among the
   // stage's ops on that group) names the instance on every member.
-  const uint64_t ordinal = uint64_t(r.it[s]) * sd.key_count[sd.key[op]] + sd.ord[op];
+  const uint64_t ordinal = uint64_t(r.it[s]) * sd.key_count[step.key] + step.ord;
   const int id = colls_.open(g, ordinal, int(part_.group_procs[g].size()));
   Coll& c = colls_[id];
-  const CommP& cp = comm_of(sd, r.cls, op);
-  c.members.push_back({r.rank, uint8_t(s), op, cp.head, cp.tail, cp.work, cp.w, cp.link, kNever});
+  const CommP& cp = comm_of(sd, r.cls, step);
+  c.members.push_back(
+      {r.rank, uint8_t(s), op, cp.head, cp.tail, cp.work, share_of(r, cp), cp.link, kNever});
   ++c.arrived;
   c.max_arr = std::max(c.max_arr, t);
   if (c.cross)

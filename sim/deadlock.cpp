@@ -15,7 +15,7 @@ std::string Engine::describe_stuck(const RankSt& r) const {
   bool first = true;
   for (int s = 0; s < kStreams; ++s) {
     if (sd.len[s] == 0 || r.it[s] >= uint32_t(K_)) continue;
-    const uint32_t op = sd.ops_of[s][r.pos[s]];
+    const uint32_t op = sd.steps[s][r.pos[s]].op;
     const Op& o = sd.sp->ops[op];
     os << (first ? ": " : "; ") << to_string(Stream(s)) << " stream at op " << op << " '"
        << op_name(o) << "'";
@@ -37,13 +37,13 @@ std::string Engine::describe_stuck(const RankSt& r) const {
     }
     switch (o.kind) {
       case OpKind::recv: {
-        const Channel& c = r.ch[r.chmap[sd.key[op]]];
+        const Channel& c = r.ch[r.chmap[step_of(sd, op).key]];
         os << " waits for message #" << c.wait_seq << " from rank " << c.peer
            << " (no matching send)";
         break;
       }
       case OpKind::collective: {
-        const int g = rank_groups_[r.gbase + sd.key[op]];
+        const int g = rank_groups_[r.gbase + step_of(sd, op).key];
         const int id = g >= 0 ? colls_.instance(g) : -1;
         if (id >= 0 && !colls_[id].started) {
           const Coll& c = colls_[id];

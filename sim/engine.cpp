@@ -20,7 +20,7 @@ namespace sim {
 // ================================================================================ setup ====
 
 void Engine::partition(bool single) {
-  part_ = partition_ranks(L_, net_, G_, P_, me_, opt_.mirror, single);
+  part_ = partition_ranks(L_, net_, G_, P_, me_, opt_.mirror, single, sym_.rep_of);
   for (int r = 0; r < W_; ++r) ranks_[r].li = -1;
   for (size_t i = 0; i < part_.local_ranks.size(); ++i) ranks_[part_.local_ranks[i]].li = int(i);
 }
@@ -43,13 +43,24 @@ void Engine::setup() {
     throw InputError("simulate --mirror: the MPI world has " + std::to_string(P_) +
                      " processes but the plan needs " + std::to_string(L_.world_size()) +
                      " (one process per simulated rank)");
-  stages_ = build_stages(prog_, costs_);
+  const bool lookahead = P_ > 1;  // the PDES lower bounds
+  stages_ = build_stages(prog_, costs_, lookahead);
   W_ = L_.world_size();
   G_ = std::max(1, C_.node.gpus_per_node);
   init_ranks(ranks_, stages_, rank_groups_, L_, G_);
-  for (StageData& sd : stages_) cost_rank_classes(sd, L_, C_, costs_);
+  for (StageData& sd : stages_) cost_rank_classes(sd, L_, C_, costs_, lookahead);
+  sym_ = opt_.full || opt_.mirror ? no_symmetry(W_)
+                                  : find_symmetry(ranks_, stages_, rank_groups_, L_, G_);
+  for (int r : sym_.reps) ranks_[r].nic_mult = sym_.nic_mult[r];
+  stats_.symmetric = sym_.reduced;
+  stats_.simulated_ranks = int(sym_.reps.size());
+  // A collective waits for the members that are simulated.
   std::vector<int32_t> group_sizes;
-  for (const auto& g : L_.groups()) group_sizes.push_back(int32_t(g.ranks.size()));
+  for (const auto& g : L_.groups()) {
+    int32_t n = 0;
+    for (int m : g.ranks) n += sym_.rep_of[m] == m;
+    group_sizes.push_back(n);
+  }
   colls_.init(group_sizes);
   net_.init(W_, G_, this);
 
@@ -188,7 +199,7 @@ void Engine::handle(const Ev& e) {
       r.kernel.running = false;
       const int s = int(Stream::compute);
       const StageData& sd = stages_[r.stage];
-      charge_busy(r, sd.sp->ops[sd.ops_of[s][r.pos[s]]], e.t - r.start[s]);
+      charge_busy(r, sd.steps[s][r.pos[s]], e.t - r.start[s]);
       r.last_compute_end = e.t;
       complete_op(r, s, e.t, false);
       return;
@@ -264,17 +275,15 @@ void Engine::apply(const Msg& m) {
 
 // ============================================================== a rank's streams ====
 
-bool Engine::ready(const RankSt& r, const StageData& sd, int s, uint32_t op) const {
+bool Engine::ready(const RankSt& r, const StageData& sd, int s, const Step& step) const {
   const uint32_t it = r.it[s];
   if (r.pos[s] == 0 && it > 0)
     for (int s2 = 0; s2 < kStreams; ++s2)
       if (sd.len[s2] && r.it[s2] < it) return false;  // iteration boundary: the rank drains first
-  const Op& o = sd.sp->ops[op];
-  const uint32_t* d = sd.sp->deps.data() + o.dep_begin;
-  for (uint32_t k = 0; k < o.dep_count; ++k) {
-    const uint32_t dep = d[k];
-    const int sdp = sd.str[dep];
-    if (r.it[sdp] < it || (r.it[sdp] == it && r.pos[sdp] <= sd.pos[dep])) return false;
+  const uint32_t* d = sd.dep_at.data() + step.dep_begin;
+  for (uint32_t k = 0; k < step.dep_count; ++k) {
+    const uint32_t sdp = dep_stream(d[k]);
+    if (r.it[sdp] < it || (r.it[sdp] == it && r.pos[sdp] <= dep_pos(d[k]))) return false;
   }
   return true;
 }
@@ -289,9 +298,9 @@ void Engine::advance(RankSt& r, Time t) {
     progress = false;
     for (int s = 0; s < kStreams; ++s) {
       while (!r.running[s] && r.it[s] < uint32_t(K_) && sd.len[s] > 0) {
-        const uint32_t op = sd.ops_of[s][r.pos[s]];
-        if (!ready(r, sd, s, op)) break;
-        if (!start_op(r, sd, s, op, t)) break;
+        const Step& step = sd.steps[s][r.pos[s]];
+        if (!ready(r, sd, s, step)) break;
+        if (!start_op(r, sd, s, step, t)) break;
         progress = true;
       }
     }
@@ -299,59 +308,61 @@ void Engine::advance(RankSt& r, Time t) {
 }
 
 // Returns whether the op completed at once.
-bool Engine::start_op(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) {
-  const Op& o = sd.sp->ops[op];
+bool Engine::start_op(RankSt& r, const StageData& sd, int s, const Step& step, Time t) {
+  const uint32_t op = step.op;
   r.start[s] = t;
-  switch (o.kind) {
+  switch (step.kind) {
     case OpKind::alloc:
-    case OpKind::free:
+    case OpKind::free: {
+      const Op& o = sd.sp->ops[op];
       memory_.apply(r.memory, r.res, oom_, o, r.rank, op, int32_t(r.it[sd.str[op]]), sd.workspace,
                     t, o.kind == OpKind::alloc ? 1 : -1, trace_ ? &samples_[r.li] : nullptr);
       complete_op(r, s, t, true);
       return true;
+    }
     case OpKind::compute:
       if (s == int(Stream::compute)) {
-        charge_gap(r, sd, op, t);
-        if (sd.cdur[op] == 0) {
+        charge_gap(r, sd, step, t);
+        if (step.cdur == 0) {
           r.last_compute_end = t;
           complete_op(r, s, t, true);
           return true;
         }
-        start_compute(r, sd, s, op, t);
+        start_compute(r, step, t);
         return false;
       }
       [[fallthrough]];
     case OpKind::host_compute:
-      if (sd.cdur[op] == 0) {
+      if (step.cdur == 0) {
         complete_op(r, s, t, true);
         return true;
       }
       r.running[s] = 1;
-      queue_.push(t + sd.cdur[op], kEvOpEnd, uint32_t(r.rank), uint32_t(s));
+      queue_.push(t + step.cdur, kEvOpEnd, uint32_t(r.rank), uint32_t(s));
       return false;
     case OpKind::collective:
       r.running[s] = 1;
-      arrive(r, sd, s, op, t);
+      arrive(r, sd, s, step, t);
       return false;
     case OpKind::send:
       r.running[s] = 1;
-      start_send(r, sd, s, op, t);
+      start_send(r, sd, s, step, t);
       return false;
     case OpKind::recv:
-      return start_recv(r, sd, s, op, t);
+      return start_recv(r, sd, s, step, t);
     case OpKind::copy_d2h:
     case OpKind::copy_h2d:
       r.running[s] = 1;
-      start_copy(r, sd, s, op, t);
+      start_copy(r, sd, s, step, t);
       return false;
   }
   return false;
 }
 
-void Engine::start_compute(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) {
-  r.running[s] = 1;
+void Engine::start_compute(RankSt& r, const Step& step, Time t) {
+  r.running[int(Stream::compute)] = 1;
   r.kernel.running = true;
-  r.kernel.remaining = sd.cdur[op] * kS;
+  r.kernel.remaining = step.cdur * kS;
   r.kernel.ref = t;
   r.kernel.end = kernel_end(r.kernel, r.act_b, q_slow_);
   queue_.push(r.kernel.end, kEvCompute, uint32_t(r.rank), ++r.kernel.ver);
@@ -361,8 +372,14 @@ void Engine::start_compute(RankSt& r, const StageData& sd, int s, uint32_t op, T
 
 SimResult simulate(const Program& program, const Layout& layout, const ClusterSpec& cluster,
                    const OpCosts& costs, const SimOptions& options) {
-  sim::Engine engine(program, layout, cluster, costs, options);
-  return engine.run();
+  SimResult r = sim::Engine(program, layout, cluster, costs, options).run();
+  if (r.deadlock.deadlocked && r.stats.symmetric) {
+    // The deadlock report names the stuck ranks one by one: run every rank.
+    SimOptions full = options;
+    full.full = true;
+    r = sim::Engine(program, layout, cluster, costs, full).run();
+  }
+  return r;
 }
 
 }  // namespace stratagem

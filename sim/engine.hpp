@@ -27,6 +27,7 @@
 #include "sim/rank_state.hpp"
 #include "sim/resources.hpp"
 #include "sim/stage_data.hpp"
+#include "sim/symmetry.hpp"
 #include "sim/types.hpp"
 #include "stratagem/simulate.hpp"
 
@@ -60,17 +61,17 @@ class Engine final : private FlowOwners {
     }
   }
   void advance(RankSt& r, Time t);
-  bool ready(const RankSt& r, const StageData& sd, int s, uint32_t op) const;
-  bool start_op(RankSt& r, const StageData& sd, int s, uint32_t op, Time t);
+  bool ready(const RankSt& r, const StageData& sd, int s, const Step& step) const;
+  bool start_op(RankSt& r, const StageData& sd, int s, const Step& step, Time t);
   // xfer: how long the op moved data (-1: since it started); waiting for peers is not counted.
   // inline_: completed while its stream is being advanced, which then goes on by itself.
   void complete_op(RankSt& r, int s, Time t, bool inline_, Time xfer = -1) {
     const StageData& sd = stages_[r.stage];
-    const uint32_t op = sd.ops_of[s][r.pos[s]];
-    if (trace_) spans_[r.li].push_back({op, r.it[s], r.start[s], t});
+    const Step& step = sd.steps[s][r.pos[s]];
+    if (trace_) spans_[r.li].push_back({step.op, r.it[s], r.start[s], t});
     r.running[s] = 0;
     r.wake[s] = t;
-    r.wake_cat[s] = sd.cat[op];
+    r.wake_cat[s] = step.cat;
     r.wake_dur[s] = xfer >= 0 ? xfer : t - r.start[s];
     r.end = std::max(r.end, t);
     ++r.ops;
@@ -80,7 +81,12 @@ class Engine final : private FlowOwners {
     }
     if (!inline_) mark_dirty(r);
   }
-  void start_compute(RankSt& r, const StageData& sd, int s, uint32_t op, Time t);
+  void start_compute(RankSt& r, const Step& step, Time t);
+  // A flow's share of its resource: on a NIC, the rank's flow stands for its node's ranks
+  // that it represents (sim/symmetry.hpp).
+  static int64_t share_of(const RankSt& r, const CommP& cp) {
+    return cp.link == LinkClass::inter_node ? cp.w * r.nic_mult : cp.w;
+  }
   void refresh_compute(RankSt& r, Time now) {
     if (!r.kernel.running || q_slow_ == kS) return;
     kernel_consume(r.kernel, r.act_b, q_slow_, now);
@@ -97,15 +103,15 @@ class Engine final : private FlowOwners {
   }
 
   // ---- the system layer (collectives.cpp, transfers.cpp) ----
-  void arrive(RankSt& r, const StageData& sd, int s, uint32_t op, Time t);
+  void arrive(RankSt& r, const StageData& sd, int s, const Step& step, Time t);
   void coll_start(int id, Time now);
   void coll_update(int id);
   void coll_data_done(int id, Time t);  // kEvColl
   void coll_finish(int id, Time t);
   int open_xfer(XKind kind, const RankSt& r, int s, Time t, const CommP& cp);
-  void start_send(RankSt& r, const StageData& sd, int s, uint32_t op, Time t);
-  void start_copy(RankSt& r, const StageData& sd, int s, uint32_t op, Time t);
-  bool start_recv(RankSt& r, const StageData& sd, int s, uint32_t op, Time t);
+  void start_send(RankSt& r, const StageData& sd, int s, const Step& step, Time t);
+  void start_copy(RankSt& r, const StageData& sd, int s, const Step& step, Time t);
+  bool start_recv(RankSt& r, const StageData& sd, int s, const Step& step, Time t);
   void xfer_data_done(int id, Time t);  // kEvXfer
   void xfer_done(int id, Time t);       // kEvXferDone
   void xfer_update(int id);
@@ -149,6 +155,7 @@ class Engine final : private FlowOwners {
   std::vector<StageData> stages_;
   std::vector<RankSt> ranks_;
   std::vector<int32_t> rank_groups_;
+  Symmetry sym_;
   Partition part_;
   Network net_;
   CollectiveTable colls_;

@@ -26,6 +26,8 @@ struct Ev {
   uint64_t st;  // sequence number << 8 | EvType
   uint32_t id, ver;
   EvType type() const { return EvType(st & 0xff); }
+  // (t, st) as one 128-bit number: the heap compares it without branches (t >= 0).
+  unsigned __int128 order() const { return (unsigned __int128)uint64_t(t) << 64 | st; }
 };
 
 // A 4-ary heap: half the depth of a binary heap, and its four children share a cache line.
@@ -68,7 +70,7 @@ class EventQueue {
     }
     v_[i] = e;
   }
-  static bool less(const Ev& a, const Ev& b) { return a.t < b.t || (a.t == b.t && a.st < b.st); }
+  static bool less(const Ev& a, const Ev& b) { return a.order() < b.order(); }
 
   std::vector<Ev> v_;
   uint64_t seq_ = 0;

@@ -18,7 +18,7 @@ Time lb_start(const RankSt& r, const StageData& sd, uint32_t x, uint32_t itx, Ti
     if (a < 0) continue;
     const uint32_t ih = r.it[s], ph = r.pos[s];
     if (ih > itx || (ih == itx && ph > uint32_t(a))) continue;  // already done
-    const uint32_t h = sd.ops_of[s][ph];
+    const uint32_t h = sd.steps[s][ph].op;
     const Time head_end = r.running[s] ? std::max(glb, r.start[s] + md[h]) : glb + md[h];
     const auto& pf = sd.prefix[r.cls][s];
     const Time total = pf[sd.len[s]];
@@ -40,30 +40,37 @@ void wait_yielding(MPI_Request* req) {
 }
 
 Partition partition_ranks(const Layout& layout, const Network& net, int gpus_per_node, int procs,
-                          int me, bool mirror, bool single) {
+                          int me, bool mirror, bool single, const std::vector<int32_t>& rep_of) {
   const int W = layout.world_size();
   const int G = gpus_per_node;
+  auto simulated = [&](int r) { return rep_of[r] == r; };
+  int S = 0;
+  for (int r = 0; r < W; ++r) S += simulated(r);
   Partition part;
   part.me = me;
   part.owner.assign(W, 0);
   if (procs > 1 && !single) {
     const int pp = layout.pp();
-    for (int r = 0; r < W; ++r) {
+    for (int r = 0, i = 0; r < W; ++r) {
       if (mirror)
         part.owner[r] = r;
       else if (procs <= pp)
         part.owner[r] = int(int64_t(layout.coords(r).stage) * procs / pp);
       else
-        part.owner[r] = int(int64_t(r) * procs / W);
+        part.owner[r] = int(int64_t(i) * procs / S);  // i: index among the simulated ranks
+      i += simulated(r);
     }
   }
+  for (int r = 0; r < W; ++r)
+    if (!simulated(r)) part.owner[r] = -1;
   for (int r = 0; r < W; ++r)
     if (part.owner[r] == me) part.local_ranks.push_back(r);
   const auto& groups = layout.groups();
   part.group_procs.assign(groups.size(), {});
   for (size_t g = 0; g < groups.size(); ++g) {
     auto& pr = part.group_procs[g];
-    for (int m : groups[g].ranks) pr.push_back(part.owner[m]);
+    for (int m : groups[g].ranks)
+      if (simulated(m)) pr.push_back(part.owner[m]);
     std::sort(pr.begin(), pr.end());
     pr.erase(std::unique(pr.begin(), pr.end()), pr.end());
   }
@@ -71,7 +78,8 @@ Partition partition_ranks(const Layout& layout, const Network& net, int gpus_per
   part.res_holders.assign(net.size(), {});
   for (int n = 0; n < nodes; ++n) {
     std::vector<int> h;
-    for (int r = n * G; r < std::min(W, (n + 1) * G); ++r) h.push_back(part.owner[r]);
+    for (int r = n * G; r < std::min(W, (n + 1) * G); ++r)
+      if (simulated(r)) h.push_back(part.owner[r]);
     std::sort(h.begin(), h.end());
     h.erase(std::unique(h.begin(), h.end()), h.end());
     if (h.size() > 1) part.res_holders[net.nic_of_node(n)] = h;
@@ -148,17 +156,17 @@ bool Lookahead::init(int procs, const Partition& part, const std::vector<RankSt>
       const Op& op = sd.sp->ops[i];
       Time delay = kNever;
       if (op.kind == OpKind::collective) {
-        const int g = rank_groups[rk.gbase + sd.key[i]];
+        const int g = rank_groups[rk.gbase + step_of(sd, i).key];
         if (g < 0) continue;
-        const CommP& cp = comm_of(sd, rk.cls, i);
+        const CommP& cp = comm_of(sd, rk.cls, step_of(sd, i));
         const bool cross = part.group_procs[g].size() > 1;
         const bool shared = cp.link == LinkClass::inter_node && part.group_nic_shared[g];
         if (!cross && !shared) continue;
         delay = cp.head;
         if (cp.head <= 0 || (cross && cp.tail <= 0)) unsafe = true;
       } else if (op.kind == OpKind::send) {
-        const int peer = rk.ch[rk.chmap[sd.key[i]]].peer;
-        const CommP& cp = comm_of(sd, rk.cls, i);
+        const int peer = rk.ch[rk.chmap[step_of(sd, i).key]].peer;
+        const CommP& cp = comm_of(sd, rk.cls, step_of(sd, i));
         const bool remote = peer >= 0 && !part.local(peer);
         const int res = net.resource_of(cp.link, r, op.kind);
         const bool shared = res >= 0 && !part.res_holders[res].empty();

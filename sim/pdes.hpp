@@ -51,8 +51,10 @@ struct Partition {
 
 // Whole pipeline stages per process when procs <= pp (contiguous blocks), otherwise contiguous
 // blocks of ranks; mirror: process r simulates rank r; single: process 0 simulates everything.
+// Only the ranks that represent themselves (rep_of[r] == r) are simulated, and only they make
+// groups and NICs cross processes.
 Partition partition_ranks(const Layout& layout, const Network& net, int gpus_per_node, int procs,
-                          int me, bool mirror, bool single);
+                          int me, bool mirror, bool single, const std::vector<int32_t>& rep_of);
 
 // The cross-process events of one window, per destination process.
 class Mailbox {

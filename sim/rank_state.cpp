@@ -14,6 +14,9 @@ void init_ranks(std::vector<RankSt>& ranks, std::vector<StageData>& stages,
   for (auto& sd : stages) max_keys = std::max<int>(max_keys, int(sd.keys.size()));
   rank_groups.assign(size_t(W) * std::max(1, max_keys), -1);
   std::vector<std::vector<std::vector<int64_t>>> sigs(stages.size());
+  // Per group: its size and node span (computed once, not once per member).
+  std::vector<int64_t> geometry(layout.groups().size(), -1);
+  std::vector<int64_t> sig;
   for (int r = 0; r < W; ++r) {
     RankSt& rk = ranks[r];
     const RankCoords c = layout.coords(r);
@@ -27,7 +30,7 @@ void init_ranks(std::vector<RankSt>& ranks, std::vector<StageData>& stages,
     StageData& sd = stages[rk.stage];
     // The class signature: what comm_cost depends on (group sizes and node spans, and whether
     // each pipeline peer is on this node).
-    std::vector<int64_t> sig;
+    sig.clear();
     for (size_t k = 0; k < sd.keys.size(); ++k) {
       Op op;
       op.kind = OpKind::collective;
@@ -40,12 +43,15 @@ void init_ranks(std::vector<RankSt>& ranks, std::vector<StageData>& stages,
         sig.push_back(-1);
         continue;
       }
-      const auto& members = layout.group(g).ranks;
-      std::vector<int> nodes;
-      for (int m : members) nodes.push_back(m / G);
-      std::sort(nodes.begin(), nodes.end());
-      sig.push_back(int64_t(members.size()) << 32 |
-                    int64_t(std::unique(nodes.begin(), nodes.end()) - nodes.begin()));
+      if (geometry[g] < 0) {
+        const auto& members = layout.group(g).ranks;
+        std::vector<int> nodes;
+        for (int m : members) nodes.push_back(m / G);
+        std::sort(nodes.begin(), nodes.end());
+        geometry[g] = int64_t(members.size()) << 32 |
+                      int64_t(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+      }
+      sig.push_back(geometry[g]);
     }
     for (int ch = 0; ch < 2; ++ch) {
       Op op;

@@ -49,6 +49,7 @@ struct RankSt {
   Channel ch[2];
   uint8_t chmap[2] = {0, 1};  // send/recv key -> channel (one channel when both peers coincide)
   int gbase = 0;              // this rank's row of resolved groups
+  int64_t nic_mult = 1;       // ranks of this node whose NIC flows this rank's stand for
   Time last_compute_end = 0;
   std::array<int64_t, 8> acc{};  // compute-stream time by Cat
   Time end = 0;

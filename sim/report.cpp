@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -86,6 +87,8 @@ nlohmann::json to_json(const SimResult& r, const ModelSpec& model, const Cluster
   }
   j["per_rank"] = std::move(per);
   j["events_processed"] = r.stats.ops_executed;
+  j["mode"] = r.stats.symmetric ? "symmetric" : "full";
+  j["simulated_ranks"] = r.stats.simulated_ranks;
   j["iterations"] = K;
   j["makespan_s"] = double(r.makespan_ns) * 1e-9;
   j["world_size"] = world;
@@ -179,11 +182,21 @@ void write_trace(const std::string& path, const SimResult& r, const ModelSpec& m
   });
   std::vector<int> local_index(world, -1);
   for (size_t i = 0; i < r.trace_ranks.size(); ++i) local_index[r.trace_ranks[i]] = int(i);
+  // A symmetric run: a represented rank's trace is its representative's, which has a lower
+  // rank and so is received first (representatives are kept until the end).
+  const bool lifted = !r.trace_rep_of.empty();
+  std::map<int, std::pair<std::vector<SimOpSpan>, std::vector<trace::MemorySample>>> reps;
   for (int rank = 0; rank < world; ++rank) {
     std::vector<SimOpSpan> spans;
     std::vector<trace::MemorySample> mem;
-    if (owner[rank] < 0) continue;
-    if (owner[rank] == 0) {
+    if (lifted && r.trace_rep_of[rank] != rank) {
+      const auto it = reps.find(r.trace_rep_of[rank]);
+      if (it == reps.end()) continue;
+      spans = it->second.first;
+      mem = it->second.second;
+    } else if (owner[rank] < 0) {
+      continue;
+    } else if (owner[rank] == 0) {
       const int i = local_index[rank];
       if (i < 0) continue;
       spans = r.trace_ops[i];
@@ -198,6 +211,7 @@ void write_trace(const std::string& path, const SimResult& r, const ModelSpec& m
       MPI_Recv(mem.data(), int(n[1] * sizeof(trace::MemorySample)), MPI_BYTE, owner[rank], 3, comm,
                MPI_STATUS_IGNORE);
     }
+    if (lifted && r.trace_rep_of[rank] == rank) reps[rank] = {spans, mem};
     guarded([&] {
       w->add_rank_ops(rank, records_of(program, rank / D, std::move(spans)));
       w->add_memory_samples(rank, mem);

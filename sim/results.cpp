@@ -74,12 +74,15 @@ SimResult Engine::results(Time last) {
   }
   out.makespan_ns = end;
   std::vector<SimRankResult> mine;
+  std::vector<int32_t> represented(sym_.reduced ? W_ : 0, 0);
+  for (int m = 0; m < int(represented.size()); ++m) ++represented[sym_.rep_of[m]];
   for (int r : part_.local_ranks) {
     RankSt& rk = ranks_[r];
     rk.res.end_ns = rk.end;
     rk.res.ops_executed = int64_t(rk.ops);
     finish_accounting(rk, end);
-    stats_.ops_executed += rk.ops;
+    stats_.ops_simulated += rk.ops;
+    stats_.ops_executed += rk.ops * (sym_.reduced ? uint64_t(represented[r]) : 1);
     mine.push_back(rk.res);
   }
   // Deadlock: every process describes up to 8 of its stuck ranks.
@@ -99,14 +102,28 @@ SimResult Engine::results(Time last) {
     gather_bytes(comm_, P_, me_, desc.data(), int(desc.size()), all);
     if (me_ == 0) desc.assign(all.begin(), all.end());
     merge_oom(comm_, P_, memory_.hbm_bytes(), oom_);
-    uint64_t sl[4] = {stats_.ops_executed, stats_.heap_events, stats_.messages, 0}, sg[4];
+    uint64_t sl[4] = {stats_.ops_executed, stats_.heap_events, stats_.messages,
+                      stats_.ops_simulated},
+             sg[4];
     MPI_Allreduce(sl, sg, 4, MPI_UINT64_T, MPI_SUM, comm_);
     stats_.ops_executed = sg[0];
     stats_.heap_events = sg[1];
     stats_.messages = sg[2];
+    stats_.ops_simulated = sg[3];
   }
   std::sort(mine.begin(), mine.end(),
             [](const SimRankResult& a, const SimRankResult& b) { return a.rank < b.rank; });
+  if (sym_.reduced && (P_ == 1 || me_ == 0)) {
+    // Every rank reports what its representative did.
+    std::vector<int32_t> at(W_, -1);
+    for (size_t i = 0; i < mine.size(); ++i) at[mine[i].rank] = int32_t(i);
+    std::vector<SimRankResult> all(W_);
+    for (int m = 0; m < W_; ++m) {
+      all[m] = mine[at[sym_.rep_of[m]]];
+      all[m].rank = m;
+    }
+    mine = std::move(all);
+  }
   std::sort(stuck_ranks.begin(), stuck_ranks.end());
   out.ranks = std::move(mine);
   if (oom_.oom) {
@@ -123,6 +140,7 @@ SimResult Engine::results(Time last) {
   out.stats = stats_;
   if (trace_) {
     out.trace_ranks = part_.local_ranks;
+    if (sym_.reduced) out.trace_rep_of.assign(sym_.rep_of.begin(), sym_.rep_of.end());
     out.trace_ops = std::move(spans_);
     out.trace_memory = std::move(samples_);
   }

@@ -110,23 +110,24 @@ CommP split_comm_cost(const CommCost& cc, const Op& op, const ClusterSpec& C) {
 
 }  // namespace
 
-std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs) {
+std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, bool lookahead) {
   const int pp = int(prog.stages.size());
   std::vector<StageData> stages(pp);
   std::unordered_map<OpKey, Time, OpKeyHash> cmemo;
   for (int s = 0; s < pp; ++s) {
     StageData& sd = stages[s];
     const StageProgram& sp = prog.stages[s];
+    // Costed comm ops are indexed by their distinct cost key: a Program repeats a few of them.
+    std::unordered_map<OpKey, int32_t, OpKeyHash> comm_index;
+    auto comm_key = [&](uint32_t i) {
+      const auto [it, fresh] = comm_index.emplace(key_of(sp.ops[i]), int32_t(sd.comm_op.size()));
+      if (fresh) sd.comm_op.push_back(i);
+      return it->second;
+    };
     sd.sp = &sp;
     sd.n = uint32_t(sp.ops.size());
     sd.pos.resize(sd.n);
     sd.str.resize(sd.n);
-    sd.key.assign(sd.n, 0);
-    sd.ord.assign(sd.n, 0);
-    sd.cat.resize(sd.n);
-    sd.cdur.assign(sd.n, 0);
-    sd.ci.assign(sd.n, -1);
-    int ncomm = 0;
     for (uint32_t i = 0; i < sd.n; ++i) {
       const Op& op = sp.ops[i];
       const int st = int(op.stream);
@@ -136,9 +137,22 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs) {
           throw std::runtime_error("simulate: stage " + std::to_string(s) + " op " +
                                    std::to_string(i) + " depends on a later op");
       sd.str[i] = uint8_t(st);
-      sd.pos[i] = uint32_t(sd.ops_of[st].size());
-      sd.ops_of[st].push_back(i);
-      sd.cat[i] = category_of(op);
+      sd.pos[i] = uint32_t(sd.steps[st].size());
+      Step step;
+      step.op = i;
+      step.dep_begin = uint32_t(sd.dep_at.size());
+      if (op.dep_count > 0xffff) throw std::runtime_error("simulate: an op with too many deps");
+      step.dep_count = uint16_t(op.dep_count);
+      step.kind = op.kind;
+      step.busy = uint8_t(op.phase == Phase::recompute   ? kRecompute
+                          : op.phase == Phase::optimizer ? kOptimizer
+                                                         : kCompute);
+      for (uint32_t k = 0; k < op.dep_count; ++k) {
+        const uint32_t d = sp.deps_of(op)[k];
+        if (sd.pos[d] >= (1u << 29)) throw std::runtime_error("simulate: a stream is too long");
+        sd.dep_at.push_back(sd.pos[d] << 3 | sd.str[d]);
+      }
+      step.cat = category_of(op);
       switch (op.kind) {
         case OpKind::collective: {
           GroupKey k{op.group, op.tp, op.tp_big};
@@ -148,19 +162,19 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs) {
             sd.keys.push_back(k);
             sd.key_count.push_back(0);
           }
-          sd.key[i] = uint8_t(j);
-          sd.ord[i] = sd.key_count[j]++;
-          sd.ci[i] = ncomm++;
+          step.key = uint8_t(j);
+          step.ord = sd.key_count[j]++;
+          step.ci = comm_key(i);
           break;
         }
         case OpKind::send:
         case OpKind::copy_d2h:
         case OpKind::copy_h2d:
-          sd.key[i] = op.group == GroupKind::pp_prev ? 1 : 0;
-          sd.ci[i] = ncomm++;
+          step.key = op.group == GroupKind::pp_prev ? 1 : 0;
+          step.ci = comm_key(i);
           break;
         case OpKind::recv:
-          sd.key[i] = op.group == GroupKind::pp_prev ? 1 : 0;
+          step.key = op.group == GroupKind::pp_prev ? 1 : 0;
           break;
         case OpKind::compute:
         case OpKind::host_compute: {
@@ -168,17 +182,20 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs) {
           auto it = cmemo.find(key);
           if (it == cmemo.end())
             it = cmemo.emplace(key, to_ns(costs.compute_time_s(op), "compute", op)).first;
-          sd.cdur[i] = it->second;
+          step.cdur = it->second;
           break;
         }
         default:
           break;
       }
+      sd.steps[st].push_back(step);
     }
     // Group keys are stored in a byte per op.
     if (sd.keys.size() > 250)
       throw std::runtime_error("simulate: too many distinct groups in a stage");
-    for (int st = 0; st < kStreams; ++st) sd.len[st] = uint32_t(sd.ops_of[st].size());
+    for (int st = 0; st < kStreams; ++st) sd.len[st] = uint32_t(sd.steps[st].size());
+    sd.workspace = costs.workspace_bytes(s);
+    if (!lookahead) continue;
     // Anchors: the latest position on every stream that each op transitively waits for.
     sd.anc.resize(sd.n);
     for (uint32_t i = 0; i < sd.n; ++i) {
@@ -188,48 +205,47 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs) {
         for (int st = 0; st < kStreams; ++st) a[st] = std::max(a[st], sd.anc[d][st]);
         a[sd.str[d]] = std::max(a[sd.str[d]], int32_t(sd.pos[d]));
       };
-      if (sd.pos[i] > 0) merge(sd.ops_of[sd.str[i]][sd.pos[i] - 1]);
+      if (sd.pos[i] > 0) merge(sd.steps[sd.str[i]][sd.pos[i] - 1].op);
       const Op& op = sp.ops[i];
       for (uint32_t k = 0; k < op.dep_count; ++k) merge(sp.deps_of(op)[k]);
       sd.anc[i] = a;
     }
-    sd.workspace = costs.workspace_bytes(s);
   }
   return stages;
 }
 
 void cost_rank_classes(StageData& sd, const Layout& layout, const ClusterSpec& cluster,
-                       const OpCosts& costs) {
+                       const OpCosts& costs, bool lookahead) {
   const StageProgram& sp = *sd.sp;
   const size_t ncls = sd.rep.size();
   sd.comm.resize(ncls);
-  sd.mind.resize(ncls);
-  sd.prefix.resize(ncls);
+  if (lookahead) {
+    sd.mind.resize(ncls);
+    sd.prefix.resize(ncls);
+  }
   for (size_t cls = 0; cls < ncls; ++cls) {
     const int rep = sd.rep[cls];
-    std::unordered_map<OpKey, CommP, OpKeyHash> memo;
     auto& cv = sd.comm[cls];
+    cv.resize(sd.comm_op.size());
+    for (size_t k = 0; k < sd.comm_op.size(); ++k) {
+      const Op& op = sp.ops[sd.comm_op[k]];
+      cv[k] = split_comm_cost(costs.comm_cost(op, layout, rep), op, cluster);
+    }
+    if (!lookahead) continue;
     auto& md = sd.mind[cls];
     md.assign(sd.n, 0);
     for (uint32_t i = 0; i < sd.n; ++i) {
       const Op& op = sp.ops[i];
-      if (sd.ci[i] >= 0) {
-        OpKey key = key_of(op);
-        auto it = memo.find(key);
-        if (it == memo.end())
-          it = memo.emplace(key, split_comm_cost(costs.comm_cost(op, layout, rep), op, cluster))
-                   .first;
-        if (int(cv.size()) <= sd.ci[i]) cv.resize(sd.ci[i] + 1);
-        cv[sd.ci[i]] = it->second;
-        md[i] = it->second.total();
-      } else if (op.kind == OpKind::compute || op.kind == OpKind::host_compute) {
-        md[i] = sd.cdur[i];
-      }
+      const Step& step = step_of(sd, i);
+      if (step.ci >= 0)
+        md[i] = cv[step.ci].total();
+      else if (op.kind == OpKind::compute || op.kind == OpKind::host_compute)
+        md[i] = step.cdur;
     }
     for (int st = 0; st < kStreams; ++st) {
       auto& pf = sd.prefix[cls][st];
       pf.assign(sd.len[st] + 1, 0);
-      for (uint32_t k = 0; k < sd.len[st]; ++k) pf[k + 1] = pf[k] + md[sd.ops_of[st][k]];
+      for (uint32_t k = 0; k < sd.len[st]; ++k) pf[k + 1] = pf[k] + md[sd.steps[st][k].op];
     }
   }
 }

@@ -21,22 +21,43 @@ struct GroupKey {
   }
 };
 
+// An op as its stream runs it. Streams keep these in their order, so a stream walks memory
+// sequentially and the hot path does not touch the (larger, scattered) Op records.
+struct Step {
+  uint32_t op = 0;         // index in the stage program
+  uint32_t dep_begin = 0;  // into StageData::dep_at
+  uint16_t dep_count = 0;
+  OpKind kind = OpKind::compute;
+  uint8_t busy = 0;  // Cat its kernel time counts as (compute, recompute, optimizer)
+  uint8_t cat = 0;   // Cat of the op (for the breakdown)
+  uint8_t key = 0;   // collective: group key; send/recv: 0 = pp_next, 1 = pp_prev
+  int32_t ci = -1;   // index into comm[class] (-1: not a costed comm op)
+  uint32_t ord = 0;  // collective: ordinal among the stage's ops of its key
+  Time cdur = 0;     // compute / host_compute duration
+};
+
+// A dependency as (position << 3 | stream), the form the readiness check compares.
+inline uint32_t dep_stream(uint32_t d) {
+  return d & 7u;
+}
+inline uint32_t dep_pos(uint32_t d) {
+  return d >> 3;
+}
+
 struct StageData {
   const StageProgram* sp = nullptr;
   uint32_t n = 0;
   std::array<uint32_t, kStreams> len{};
-  std::array<std::vector<uint32_t>, kStreams> ops_of;  // op indices of each stream, in order
-  std::vector<uint32_t> pos;                           // position of op in its stream
-  std::vector<uint8_t> str;                            // stream of op
-  std::vector<uint8_t> key;   // collective: group key; send/recv: 0 = pp_next, 1 = pp_prev
-  std::vector<uint32_t> ord;  // collective: ordinal among the stage's ops of its key
-  std::vector<uint8_t> cat;   // Cat of the op (for the breakdown)
+  std::array<std::vector<Step>, kStreams> steps;  // each stream's ops, in order
+  std::vector<uint32_t> dep_at;                   // every op's dependencies, packed
+  std::vector<uint32_t> pos;                      // position of op in its stream
+  std::vector<uint8_t> str;                       // stream of op
   std::vector<GroupKey> keys;
   std::vector<uint32_t> key_count;
-  std::vector<Time> cdur;                // compute / host_compute duration
-  std::vector<int32_t> ci;               // index into comm[class] (-1: not a costed comm op)
+  std::vector<uint32_t> comm_op;         // [ci]: an op of each distinct costed comm op
   std::vector<std::vector<CommP>> comm;  // [class][ci]
-  std::vector<std::vector<Time>> mind;   // [class][op] lower bound of the duration
+  // For the PDES lookahead only (empty on one process):
+  std::vector<std::vector<Time>> mind;  // [class][op] lower bound of the duration
   std::vector<std::array<std::vector<Time>, kStreams>>
       prefix;                                      // [class][stream][k]: sum of the first k
   std::vector<std::array<int32_t, kStreams>> anc;  // latest position on each stream op depends on
@@ -44,17 +65,21 @@ struct StageData {
   int64_t workspace = 0;
 };
 
-inline const CommP& comm_of(const StageData& sd, int cls, uint32_t op) {
-  return sd.comm[cls][sd.ci[op]];
+inline const Step& step_of(const StageData& sd, uint32_t op) {
+  return sd.steps[sd.str[op]][sd.pos[op]];
+}
+inline const CommP& comm_of(const StageData& sd, int cls, const Step& step) {
+  return sd.comm[cls][step.ci];
 }
 
 // Indexes every stage of `prog`, costs its compute ops (once per distinct op over all stages)
-// and finds each op's dependency anchors. Throws on a malformed Program.
-std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs);
+// and, with `lookahead`, finds each op's dependency anchors. Throws on a malformed Program.
+std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, bool lookahead);
 
-// Costs the communication ops of each rank class of `sd` with the class's representative rank,
-// and the prefix sums of the ops' least durations per stream. Needs `sd.rep`.
+// Costs the distinct communication ops of each rank class of `sd` with the class's
+// representative rank and, with `lookahead`, the prefix sums of the ops' least durations per
+// stream. Needs `sd.rep`.
 void cost_rank_classes(StageData& sd, const Layout& layout, const ClusterSpec& cluster,
-                       const OpCosts& costs);
+                       const OpCosts& costs, bool lookahead);
 
 }  // namespace stratagem::sim

@@ -23,13 +23,14 @@ int Engine::open_xfer(XKind kind, const RankSt& r, int s, Time t, const CommP& c
   return id;
 }
 
-void Engine::start_send(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) {
-  const int ch = r.chmap[sd.key[op]];
+void Engine::start_send(RankSt& r, const StageData& sd, int s, const Step& step, Time t) {
+  const uint32_t op = step.op;
+  const int ch = r.chmap[step.key];
   const int peer = r.ch[ch].peer;
   if (peer < 0 || peer == r.rank)
     throw std::runtime_error("simulate: rank " + std::to_string(r.rank) + " op " +
                              std::to_string(op) + " sends to no pipeline peer");
-  const CommP& cp = comm_of(sd, r.cls, op);
+  const CommP& cp = comm_of(sd, r.cls, step);
   const int id = open_xfer(kXSend, r, s, t, cp);
   Xfer& x = xfers_[id];
   x.dst = peer;
@@ -40,7 +41,7 @@ void Engine::start_send(RankSt& r, const StageData& sd, int s, uint32_t op, Time
   set_act(r, s, t + cp.head, t);
   const int res = cp.work > 0 ? net_.resource_of(cp.link, r.rank, OpKind::send) : -1;
   if (res >= 0) {
-    join_flow(res, cp.work * kS, cp.w, t + cp.head, kOwnXfer, id, 0);
+    join_flow(res, cp.work * kS, share_of(r, cp), t + cp.head, kOwnXfer, id, 0);
   } else {
     x.fin = t + cp.head;
     mark_owner(kOwnXfer, id);
@@ -49,13 +50,12 @@ void Engine::start_send(RankSt& r, const StageData& sd, int s, uint32_t op, Time
   flush_owners();
 }
 
-void Engine::start_copy(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) {
-  const Op& o = sd.sp->ops[op];
-  const CommP& cp = comm_of(sd, r.cls, op);
+void Engine::start_copy(RankSt& r, const StageData& sd, int s, const Step& step, Time t) {
+  const CommP& cp = comm_of(sd, r.cls, step);
   const int id = open_xfer(kXCopy, r, s, t, cp);
   Xfer& x = xfers_[id];
   x.remote = false;
-  const int res = cp.work > 0 ? net_.resource_of(cp.link, r.rank, o.kind) : -1;
+  const int res = cp.work > 0 ? net_.resource_of(cp.link, r.rank, step.kind) : -1;
   if (res >= 0) {
     join_flow(res, cp.work * kS, cp.w, t + cp.head, kOwnXfer, id, 0);
   } else {
@@ -117,8 +117,9 @@ void Engine::xfer_done(int id, Time t) {
 }
 
 // Returns whether the recv completed at once (its data had arrived).
-bool Engine::start_recv(RankSt& r, const StageData& sd, int s, uint32_t op, Time t) {
-  Channel& c = r.ch[r.chmap[sd.key[op]]];
+bool Engine::start_recv(RankSt& r, const StageData& sd, int s, const Step& step, Time t) {
+  (void)sd;
+  Channel& c = r.ch[r.chmap[step.key]];
   const uint64_t seq = c.recvd++;
   if (c.head < c.fifo.size()) {
     const Arrival a = c.fifo[c.head++];

@@ -49,6 +49,9 @@ struct NodeSpec {
   LinkSpec intra;  // NVSwitch / NVLink / shared memory
   LinkSpec pcie;   // host <-> device per GPU
   int pcie_generation = 4;
+  // GPUs whose host copies share one PCIe switch's uplink to the CPU (each gets its share of
+  // the pcie bandwidth: offloading from every GPU at once is what training does).
+  int gpus_per_pcie_switch = 1;
   int64_t host_memory_bytes = 0;
   double host_flops = 0;
   double host_memory_bandwidth_gbps = 0;

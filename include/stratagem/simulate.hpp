@@ -64,6 +64,10 @@ struct SimOptions {
   // Each process simulates the rank equal to its own rank in `comm` (its size must equal the
   // plan's world size): the job's real rank layout.
   bool mirror = false;
+  // Simulate every rank even where ranks are symmetric (by default one representative per
+  // class of identically behaving ranks runs; see sim/symmetry.hpp). Mirror runs always
+  // simulate every rank.
+  bool full = false;
 };
 
 struct SimRankResult {
@@ -111,6 +115,9 @@ struct SimStats {
   uint64_t windows = 0;       // PDES synchronization windows (0 for one process)
   uint64_t messages = 0;      // cross-process events exchanged
   int processes = 1;
+  bool symmetric = false;         // one representative per class of symmetric ranks ran
+  int simulated_ranks = 0;        // ranks actually simulated (all of them unless symmetric)
+  uint64_t ops_simulated = 0;     // op executions of the simulated ranks
   double setup_s = 0, run_s = 0;  // wall time on process 0
 };
 
@@ -128,7 +135,10 @@ struct SimResult {
   SimOom oom;                        // the first allocation over gpu.hbm_bytes, if any
   SimDeadlock deadlock;
   SimStats stats;
-  // record_trace: the ranks this process simulated, their op spans and memory samples.
+  // record_trace: the ranks this process simulated, their op spans and memory samples; in a
+  // symmetric run, trace_rep_of[r] is the simulated rank whose trace rank r shares (empty: every
+  // rank was simulated).
+  std::vector<int> trace_rep_of;
   std::vector<int> trace_ranks;
   std::vector<std::vector<SimOpSpan>> trace_ops;
   std::vector<std::vector<trace::MemorySample>> trace_memory;

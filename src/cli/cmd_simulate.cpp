@@ -19,6 +19,7 @@ double gib(int64_t b) {
 int run_simulate(Args& a) {
   const bool json = a.flag("--json");
   const bool mirror = a.flag("--mirror");
+  const bool full = a.flag("--full");
   const auto trace = a.value("--trace");
   const int iterations = a.int_value("--iterations").value_or(1);
   const auto interference = a.double_value("--interference");
@@ -47,6 +48,7 @@ int run_simulate(Args& a) {
   opt.iterations = iterations;
   opt.record_trace = bool(trace);
   opt.mirror = mirror;
+  opt.full = full;
   if (interference) opt.interference = *interference;
   opt.comm = world_size() > 1 ? MPI_COMM_WORLD : MPI_COMM_NULL;
   if (mirror && world_size() != p.world_size())
@@ -106,6 +108,11 @@ int run_simulate(Args& a) {
               (unsigned long long)r.stats.ops_executed, r.stats.setup_s + r.stats.run_s,
               r.stats.processes, r.stats.processes > 1 ? "es" : "",
               (unsigned long long)r.stats.windows);
+  if (r.stats.symmetric)
+    std::printf("mode: symmetric (%d of %d ranks simulated, %llu op events; --full runs all)\n",
+                r.stats.simulated_ranks, p.world_size(), (unsigned long long)r.stats.ops_simulated);
+  else
+    std::printf("mode: full (every rank simulated)\n");
   return 0;
 }
 
@@ -113,7 +120,7 @@ Register reg{
     {"simulate", "discrete-event simulation of a plan's iteration (time, memory, trace)",
      std::string("usage: stratagem simulate --model M --cluster C --nodes N "
                  "(--plan FILE | shorthand flags) [--json] [--trace FILE.h5] [--iterations K]\n"
-                 "       [--mirror] [--interference F]\n"
+                 "       [--mirror] [--interference F] [--full]\n"
                  "  under mpirun -np P the simulated ranks are spread over the P processes; the\n"
                  "  result is bit-identical for any P\n") +
          kModelHelp + kClusterHelp + kPlanHelp +
@@ -122,6 +129,9 @@ Register reg{
          "  --iterations K           simulate K iterations back to back [1]\n"
          "  --mirror                 one MPI process per simulated rank (the job's layout)\n"
          "  --interference F         compute slowdown while comm overlaps it [the cluster's]\n"
+         "  --full                   simulate every rank even where ranks are symmetric (by\n"
+         "                           default one per class of identical ranks; \"mode\" says "
+         "which)\n"
          "exit codes: 0 ok (also when out of memory: see \"oom\"), 1 the program deadlocks,\n"
          "2 bad input\n",
      run_simulate}};

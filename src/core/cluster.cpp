@@ -118,6 +118,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
     {
       auto p = n.object("pcie");
       c.node.pcie_generation = p.get_int("generation", 0, 10, 4);
+      c.node.gpus_per_pcie_switch = p.get_int("gpus_per_switch", 1, 1024, 1);
       c.node.pcie = read_link(p, false, "");
       c.node.pcie.kind = "pcie";
       p.reject_unknown();
@@ -163,6 +164,7 @@ nlohmann::json to_json(const ClusterSpec& c) {
   nlohmann::json pcie = link(c.node.pcie);
   pcie.erase("kind");
   pcie["generation"] = c.node.pcie_generation;
+  pcie["gpus_per_switch"] = c.node.gpus_per_pcie_switch;
   return {{"name", c.name},
           {"description", c.description},
           {"nodes", c.nodes},

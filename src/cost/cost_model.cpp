@@ -381,7 +381,9 @@ CommCost CostModel::copy_cost(int64_t bytes) const {
   if (bytes <= 0) return cc;
   cc.link = LinkClass::pcie;
   cc.link_bytes = double(bytes);
-  cc.bandwidth_gbps = cluster_.node.pcie.bandwidth_gbps;  // an achieved figure already
+  // An achieved figure already; the GPUs behind one PCIe switch share its uplink.
+  cc.bandwidth_gbps =
+      cluster_.node.pcie.bandwidth_gbps / std::max(1, cluster_.node.gpus_per_pcie_switch);
   cc.latency_s = cluster_.node.pcie.latency_s;
   return cc;
 }

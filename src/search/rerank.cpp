@@ -1,5 +1,10 @@
 // The simulator re-rank of the top candidates, over processes and threads.
+#if __has_include(<malloc.h>)
+#include <malloc.h>  // glibc: mallopt, malloc_trim
+#endif
+
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -38,6 +43,16 @@ void simulate_candidate(const ModelSpec& m, const ClusterSpec& c, int64_t budget
   }
   x.sim_fits = !r.deadlock.deadlocked && x.sim_peak_memory_bytes <= budget;
 }
+
+// What simulating a plan holds at its peak, mostly its Program (every op of every stage) and the
+// simulator's per-op index: about 24 ops per (micro-batch, layer) and 120 bytes per op
+// (GPT-3 175B, pp 16, 1536 micro-batches: 3.4 M ops, 300-370 MB resident).
+int64_t simulation_bytes(const ModelSpec& m, const Plan& p) {
+  return int64_t(p.num_microbatches()) * (m.layers + 2) * 24 * 120;
+}
+// Simulations run at once only while their estimates sum to at most this (one larger than it
+// runs alone), so that the re-rank's memory does not grow with the thread count.
+constexpr int64_t kRerankBytes = int64_t(320) << 20;
 
 // Final order: fitting candidates by the scorer's time, then the rest; ties by key.
 void final_sort(std::vector<SearchCandidate>& v) {
@@ -90,8 +105,23 @@ void Searcher::rerank(SearchResult& r) {
     std::atomic<size_t> next{0}, done{0};
     std::mutex failed_mutex;
     std::exception_ptr failed;
+    std::mutex mem_mutex;
+    std::condition_variable mem_cv;
+    int64_t mem_free = kRerankBytes;
+#if defined(M_MMAP_THRESHOLD)
+    // A simulation's large tables go back to the system when it ends: with glibc's adaptive
+    // threshold they would stay in each thread's arena, and resident memory would be the sum of
+    // every thread's largest simulation rather than what runs at once.
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
     auto work = [&](bool report) {
       for (size_t k; (k = next++) < todo.size();) {
+        const int64_t need = std::min(kRerankBytes, simulation_bytes(m_, set[todo[k]].plan));
+        {
+          std::unique_lock<std::mutex> lock(mem_mutex);
+          mem_cv.wait(lock, [&] { return mem_free >= need; });
+          mem_free -= need;
+        }
         try {
           simulate_candidate(m_, c_, budget_, set[todo[k]]);
         } catch (...) {
@@ -99,6 +129,14 @@ void Searcher::rerank(SearchResult& r) {
           if (!failed) failed = std::current_exception();
           next = todo.size();
         }
+#if defined(M_MMAP_THRESHOLD)
+        malloc_trim(0);
+#endif
+        {
+          std::lock_guard<std::mutex> lock(mem_mutex);
+          mem_free += need;
+        }
+        mem_cv.notify_all();
         ++done;
         if (report && rank_ == 0 && o_.progress &&
             std::chrono::duration<double>(Clock::now() - last_progress_).count() >=

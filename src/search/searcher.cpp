@@ -457,6 +457,10 @@ SearchResult Searcher::run() {
     }
     throw NoFeasiblePlan(msg, budget_, min_memory_.best);
   }
+  // The cost tables and DP tables are not needed any more: the re-rank's simulations get their
+  // memory.
+  pairs_.clear();
+  release_table_pool();
   rerank(r);
   r.evaluated = evaluated_.plans();
   stats_.search_time_s = seconds_since(t0_);

@@ -21,6 +21,14 @@ __attribute__((noinline)) void relax(const double* __restrict src, double* __res
     dst[j] = v < cur ? v : cur;
   }
 }
+}  // namespace
+
+void release_table_pool() {
+  std::vector<std::vector<double>>().swap(table_pool());
+}
+
+namespace {
+
 std::vector<double> take_table() {
   auto& pool = table_pool();
   if (pool.empty()) return {};
@@ -71,6 +79,10 @@ StageDp::StageDp(StageDpProblem p) : p_(std::move(p)) {
     }
   }
   Q_ = int(L_.size());
+  min_reshard_to_.assign(C_, kInf);
+  for (int b = 0; b < C_; ++b)
+    for (int c = 0; c < C_; ++c)
+      min_reshard_to_[c] = std::min(min_reshard_to_[c], p_.reshard[size_t(b) * C_ + c]);
   auto floor_level = [&](int64_t x) {
     return int(std::upper_bound(L_.begin(), L_.end(), x) - L_.begin()) - 1;
   };
@@ -145,9 +157,18 @@ StageDp::StageDp(StageDpProblem p) : p_(std::move(p)) {
 }
 
 StageDp::~StageDp() {
+  // The pool saves the page faults of fresh tables, but what it holds is the search's largest
+  // allocation: keep at most kPoolBytes of them.
+  constexpr size_t kPoolBytes = size_t(96) << 20;
   auto& pool = table_pool();
-  for (auto& t : thr_)
-    if (pool.size() < 64 && t.f.capacity() > 0) pool.push_back(std::move(t.f));
+  size_t held = 0;
+  for (const auto& v : pool) held += v.capacity() * sizeof(double);
+  for (auto& t : thr_) {
+    const size_t b = t.f.capacity() * sizeof(double);
+    if (b == 0 || held + b > kPoolBytes) continue;
+    held += b;
+    pool.push_back(std::move(t.f));
+  }
 }
 
 void StageDp::run(Threshold& t) {
@@ -203,10 +224,25 @@ StageDp::Answer StageDp::best(int n, int64_t budget, int64_t extra_tr, int64_t e
     const int64_t room = budget - reserved;
     if (room < 0) continue;
     const int64_t m = std::min(M_, room / p_.bucket_bytes);
+    // A lower bound of every item's `prev`: f does not grow with memory, so no row-n-1 value an
+    // item reads (at m - w) is below its value at m. An item whose total cannot beat the best so
+    // far is skipped without its lookups (the same answer: only strictly better values are taken).
+    double lb_below = 0;
+    if (n > 1) {
+      lb_below = kInf;
+      for (int b = 0; b < C_; ++b)
+        for (int q = 0; q < Q_; ++q) lb_below = std::min(lb_below, t.f[at(n - 1, m, b, q)]);
+      if (lb_below == kInf) continue;
+    }
     // Row n: the first layer on top of the best n-1 layers below it.
     for (int i : n == 1 ? t.single : t.head) {
       const DpItem& it = p_.items[i];
       if (it.w > m) continue;
+      if (n > 1 && a.cost < kInf) {
+        const double bound = (lb_below + min_reshard_to_[it.cls]) + it.cost + it.first +
+                             (entry ? (*entry)[it.cls] : 0.0);
+        if (bound >= a.cost) continue;
+      }
       for (int q = 0; q < (n == 1 ? 1 : Q_); ++q) {
         if (!admits(t, it, q)) continue;
         double prev = 0;

@@ -107,9 +107,13 @@ class StageDp {
   int64_t M_ = 0;
   std::vector<int64_t> L_;               // levels, L_[0] = 0
   std::vector<std::vector<int>> after_;  // [item][level] -> level after adding the item below
+  std::vector<double> min_reshard_to_;   // [class]: the cheapest reshard into it
   std::vector<Threshold> thr_;
   uint64_t cells_ = 0;
 };
+
+// Frees the DP tables this thread keeps for reuse (the search calls it when its DPs are done).
+void release_table_pool();
 
 // The model above, evaluated for one sequence (its cost, kInf when it does not fit).
 double stage_model_cost(const StageDpProblem& p, const std::vector<int64_t>& levels,

@@ -8,7 +8,15 @@
 //   bench_search --no-simulate   skip the simulator re-rank
 //   bench_search --no-mpi        skip the speedup measurement
 //   bench_search --case N        one case (0-based)
+//   bench_search --no-memory-bound   skip the memory-bound table
+//
+// The memory-bound table: the seed papers' settings where memory is tight (Galvatron-BMW's
+// BERT-Huge-32 on 8 GPUs at 8 and 12 GiB; H3T's 6B on 8 x 2080 Ti (11 GB) scaled to GPT-3 6.7B
+// on 8 A100 with an 11 GiB budget, its 13B on 8 A100 and its 175B case on 32 A100-40GB):
+// the searched plan against the best uniform Megatron-style plan and the best uniform ZeRO-3
+// plan, all scored by the simulator. The searched plan must never be below either.
 #include <mpi.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -46,6 +54,21 @@ const Case kCases[] = {
     {"BERT-Huge-32, 8 x A100-40GB, 16 GiB", "bert-huge-32", "dgx-a100-40g", 1, 64, 16},
 };
 constexpr int kNumCases = int(sizeof(kCases) / sizeof(kCases[0]));
+
+struct MemoryBoundCase {
+  Case c;
+  const char* source;
+};
+const MemoryBoundCase kMemoryBound[] = {
+    {{"BERT-Huge-32, 8 x A100-40GB, 8 GiB", "bert-huge-32", "dgx-a100-40g", 1, 64, 8},
+     "Galvatron-BMW"},
+    {{"BERT-Huge-32, 8 x A100-40GB, 12 GiB", "bert-huge-32", "dgx-a100-40g", 1, 64, 12},
+     "Galvatron-BMW"},
+    {{"GPT-3 6.7B, 8 x A100-40GB, 11 GiB", "gpt3-6.7b", "dgx-a100-40g", 1, 128, 11},
+     "H3T 6B/2080Ti"},
+    {{"GPT-3 13B, 8 x A100-40GB", "gpt3-13b", "dgx-a100-40g", 1, 128, 0}, "H3T 13B/A100"},
+    {{"GPT-3 175B, 32 x A100-40GB", "gpt3-175b", "dgx-a100-40g", 4, 256, 0}, "H3T 175B"},
+};
 
 struct Loaded {
   ModelSpec model;
@@ -96,6 +119,45 @@ void report(const Case& c, const SearchResult& r) {
   base("zero-3", r.zero, r.zero_note);
 }
 
+// Prints the table; returns false when the searched plan is below a baseline.
+bool memory_bound_table() {
+  std::printf(
+      "\nmemory-bound cases (seed papers' settings; tokens/s by the simulator, one process)\n");
+  std::printf("  %-38s %-14s %10s %10s %6s %10s %6s  %s\n", "case", "setting from", "searched",
+              "megatron", "x", "zero-3", "x", "note");
+  bool ok = true;
+  for (const auto& mb : kMemoryBound) {
+    Loaded l = load(mb.c, true, MPI_COMM_NULL);
+    const SearchResult r = search(l.model, l.cluster, l.options);
+    const double best = r.best.tokens_per_s();
+    auto cell = [&](const std::optional<SearchCandidate>& b, double* x) {
+      *x = ratio(best, b);
+      return b ? b->tokens_per_s() : 0.0;
+    };
+    double xm = 0, xz = 0;
+    const double tm = cell(r.megatron, &xm), tz = cell(r.zero, &xz);
+    std::string note;
+    const bool below = (r.megatron && xm < 1 - 1e-12) || (r.zero && xz < 1 - 1e-12);
+    if (below) {
+      note = "BELOW A BASELINE";
+      ok = false;
+    } else if ((!r.megatron || xm > 1 + 1e-9) && (!r.zero || xz > 1 + 1e-9)) {
+      note = "above both (" + std::string(r.best.origin) + ")";
+    } else {
+      note = "ties: the best plan is the uniform " + std::string(r.best.origin) +
+             " baseline itself; every per-layer mix the search scored was slower";
+    }
+    if (!r.megatron) note += "; megatron: " + r.megatron_note;
+    if (!r.zero) note += "; zero-3: " + r.zero_note;
+    std::printf("  %-38s %-14s %10.0f %10.0f %6.2f %10.0f %6.2f  %s\n", mb.c.name, mb.source, best,
+                tm, xm, tz, xz, note.c_str());
+    std::printf("  %-38s searched: %s (%.1f s)\n", "", r.best.plan.describe().c_str(),
+                r.stats.search_time_s);
+    std::fflush(stdout);
+  }
+  return ok;
+}
+
 // The estimator-ranked search of the cases (the work MPI splits); on rank 0 prints
 // "time <case> <seconds> <best key length>:<best tokens/s>" lines for the parent to parse.
 std::vector<double> timed_searches(const std::vector<int>& which, MPI_Comm comm,
@@ -117,13 +179,15 @@ std::vector<double> timed_searches(const std::vector<int>& which, MPI_Comm comm,
 int main(int argc, char** argv) {
   // Only the -np 2 child initializes MPI: the parent launches mpirun, which must not inherit an
   // MPI environment, and searches with no communicator (one process).
-  bool simulate = true, mpi = true, child = false;
+  bool simulate = true, mpi = true, child = false, memory_bound = true;
   std::vector<int> which;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--no-simulate"))
       simulate = false;
     else if (!std::strcmp(argv[i], "--no-mpi"))
       mpi = false;
+    else if (!std::strcmp(argv[i], "--no-memory-bound"))
+      memory_bound = false;
     else if (!std::strcmp(argv[i], "--child"))
       child = true;
     else if (!std::strcmp(argv[i], "--case") && i + 1 < argc)
@@ -153,11 +217,25 @@ int main(int argc, char** argv) {
   std::printf("strategy search benchmarks (one process, one core)\n");
   for (int i : which) {
     Loaded l = load(kCases[i], simulate, MPI_COMM_NULL);
-    report(kCases[i], search(l.model, l.cluster, l.options));
+    const SearchResult r = search(l.model, l.cluster, l.options);
+    report(kCases[i], r);
+    // The process's peak resident memory so far (the first case runs first: its own peak).
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    const double rss_mb = double(ru.ru_maxrss) / 1024.0;
+    if (i == 0 && simulate)
+      std::printf(
+          "  goal (GPT-3 175B / 64 A100, re-rank included): <= 5 s: %.2f s %s; <= 500 MB "
+          "resident: %.0f MB %s\n",
+          r.stats.search_time_s, r.stats.search_time_s <= 5 ? "OK" : "NOT MET", rss_mb,
+          rss_mb <= 500 ? "OK" : "NOT MET");
+    else
+      std::printf("  peak resident memory of this process so far: %.0f MB\n", rss_mb);
     std::fflush(stdout);
   }
 
   int status = 0;
+  if (memory_bound && simulate && !memory_bound_table()) status = 1;
   if (mpi) {
     std::printf(
         "\nMPI speedup of the search (estimator ranking; -np 1 in this process, -np 2 by %s)\n",

@@ -85,7 +85,8 @@ BOOST_AUTO_TEST_CASE(mirror_runs_every_rank_in_its_own_process) {
       "--model gpt2-124m --cluster dgx-a100-80g --nodes 1 --tp 2 --pp 2 --dp 2 --micro-batch 1 "
       "--global-batch 8";
   int rc = 0;
-  const std::string one = run(bin() + " simulate " + plan + " --json", &rc);
+  // A mirror run simulates every rank: the same as --full on one process.
+  const std::string one = run(bin() + " simulate " + plan + " --json --full", &rc);
   BOOST_REQUIRE(rc == 0);
   const std::string mirror = run(mpi(8) + bin() + " simulate " + plan + " --json --mirror", &rc);
   BOOST_TEST(rc == 0);
@@ -115,6 +116,39 @@ BOOST_AUTO_TEST_CASE(trace_is_the_same_for_any_process_count) {
       ref = text;
     else
       BOOST_TEST(text == ref);
+  }
+  fs::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(symmetric_trace_equals_full_trace) {
+  // Symmetric plans (one representative per stage): the trace copies each representative's
+  // spans and memory to the ranks it stands for, the same file as simulating every rank.
+  const fs::path dir =
+      fs::temp_directory_path() / ("stratagem_sim_sym_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* plan : {kPlans[0], kPlans[3]}) {
+    std::string ref;
+    for (const char* mode : {"full1", "sym1", "sym2"}) {
+      const std::string h5 = (dir / (std::string(mode) + ".h5")).string();
+      const std::string js = (dir / (std::string(mode) + ".json")).string();
+      const bool full = mode[1] == 'u', np2 = mode[3] == '2';
+      int rc = 0;
+      const std::string out = run((np2 ? mpi(2) : ""s) + bin() + " simulate " + plan +
+                                      (full ? " --full" : "") + " --trace " + h5,
+                                  &rc);
+      BOOST_REQUIRE(rc == 0);
+      BOOST_TEST((out.find("mode: symmetric") != std::string::npos) == !full);
+      run(bin() + " trace export " + h5 + " --chrome " + js, &rc);
+      BOOST_REQUIRE(rc == 0);
+      const std::string text = slurp(js);
+      BOOST_TEST_CONTEXT(plan << " " << mode) {
+        BOOST_TEST(text.size() > 1000u);
+        if (full)
+          ref = text;
+        else
+          BOOST_TEST(text == ref);
+      }
+    }
   }
   fs::remove_all(dir);
 }

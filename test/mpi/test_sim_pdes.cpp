@@ -11,20 +11,15 @@
 
 #include "stratagem/cost.hpp"
 #include "stratagem/simulate.hpp"
+#include "test/support/sim_compare.hpp"
 
 using namespace stratagem;
 
 namespace {
 
-struct Mpi {
-  Mpi() { MPI_Init(nullptr, nullptr); }
-  ~Mpi() { MPI_Finalize(); }
-};
-
+using test::MpiWorld;
 int me() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
+  return test::world_rank();
 }
 
 struct Injected : OpCosts {
@@ -72,36 +67,34 @@ ModelSpec tiny(int layers) {
 }
 
 void same(const SimRankResult& a, const SimRankResult& b) {
-  BOOST_TEST(a.rank == b.rank);
-  BOOST_TEST(a.peak_memory_bytes == b.peak_memory_bytes);
-  BOOST_TEST(a.peak_op == b.peak_op);
-  BOOST_TEST(a.peak_time_ns == b.peak_time_ns);
-  BOOST_TEST(a.end_ns == b.end_ns);
-  BOOST_TEST(a.compute_ns == b.compute_ns);
-  BOOST_TEST(a.tp_ns == b.tp_ns);
-  BOOST_TEST(a.dp_ns == b.dp_ns);
-  BOOST_TEST(a.pp_ns == b.pp_ns);
-  BOOST_TEST(a.bubble_ns == b.bubble_ns);
-  BOOST_TEST(a.ops_executed == b.ops_executed);
+  test::same_rank_results(a, b);
 }
 
-// Simulates alone and over the world; compares on every process (makespan) and on process 0
-// (every rank's results).
+// Simulates alone and over the world, every rank (full) and one per class of symmetric ranks;
+// compares on every process (makespan) and on process 0 (every rank's results).
 SimResult compare(const Program& prog, const Layout& L, const ClusterSpec& c, const OpCosts& costs,
                   SimOptions o = {}) {
-  o.comm = MPI_COMM_NULL;
-  const SimResult alone = simulate(prog, L, c, costs, o);
-  o.comm = MPI_COMM_WORLD;
-  const SimResult par = simulate(prog, L, c, costs, o);
-  BOOST_TEST(par.makespan_ns == alone.makespan_ns);
-  BOOST_TEST(par.deadlock.deadlocked == alone.deadlock.deadlocked);
-  BOOST_TEST(par.oom.oom == alone.oom.oom);
-  if (me() == 0) {
-    BOOST_TEST(par.ranks.size() == alone.ranks.size());
-    for (size_t i = 0; i < std::min(par.ranks.size(), alone.ranks.size()); ++i)
-      same(par.ranks[i], alone.ranks[i]);
-    BOOST_TEST(par.stats.ops_executed == alone.stats.ops_executed);
-    BOOST_TEST(par.deadlock.ranks == alone.deadlock.ranks);
+  SimResult first, par;
+  for (bool full : {true, false}) {
+    o.full = full;
+    o.comm = MPI_COMM_NULL;
+    const SimResult alone = simulate(prog, L, c, costs, o);
+    o.comm = MPI_COMM_WORLD;
+    par = simulate(prog, L, c, costs, o);
+    BOOST_TEST(par.makespan_ns == alone.makespan_ns);
+    BOOST_TEST(par.deadlock.deadlocked == alone.deadlock.deadlocked);
+    BOOST_TEST(par.oom.oom == alone.oom.oom);
+    if (full) first = par;
+    BOOST_TEST(par.makespan_ns == first.makespan_ns);
+    if (me() == 0) {
+      BOOST_TEST(par.ranks.size() == alone.ranks.size());
+      for (size_t i = 0; i < std::min(par.ranks.size(), alone.ranks.size()); ++i) {
+        same(par.ranks[i], alone.ranks[i]);
+        if (i < first.ranks.size()) same(par.ranks[i], first.ranks[i]);
+      }
+      BOOST_TEST(par.stats.ops_executed == alone.stats.ops_executed);
+      BOOST_TEST(par.deadlock.ranks == alone.deadlock.ranks);
+    }
   }
   return par;
 }
@@ -116,7 +109,7 @@ uint32_t add(StageProgram& sp, Op op, std::vector<uint32_t> deps = {}) {
 
 }  // namespace
 
-BOOST_TEST_GLOBAL_FIXTURE(Mpi);
+BOOST_TEST_GLOBAL_FIXTURE(MpiWorld);
 
 BOOST_AUTO_TEST_CASE(real_programs_with_the_cost_model) {
   const ModelSpec m = load_model("gpt2-124m");

@@ -21,3 +21,17 @@ foreach(t unit.test_sim_engine unit.test_sim_trace)
     set_property(TEST ${t} APPEND PROPERTY LABELS sim)
   endif()
 endforeach()
+
+# Rank symmetry: one representative per class of identical ranks equals every rank simulated,
+# on one process and with the symmetric run spread over 2.
+stratagem_boost_test(mpi_test_sim_symmetry ${CMAKE_CURRENT_LIST_DIR}/test_sim_symmetry.cpp)
+add_test(NAME sim.symmetry_np1 COMMAND mpi_test_sim_symmetry)
+add_test(NAME mpi.sim_symmetry_np2
+         COMMAND ${STRATAGEM_MPIEXEC} -np 2 $<TARGET_FILE:mpi_test_sim_symmetry>)
+set_tests_properties(sim.symmetry_np1 mpi.sim_symmetry_np2 PROPERTIES LABELS "mpi;sim" TIMEOUT 600)
+
+# The engine's unit tests once more with every rank simulated (--full).
+if(TARGET unit_test_sim_engine)
+  add_test(NAME sim.engine_full COMMAND unit_test_sim_engine)
+  set_tests_properties(sim.engine_full PROPERTIES LABELS "unit;sim" ENVIRONMENT STRATAGEM_TEST_FULL=1)
+endif()

@@ -169,7 +169,13 @@ BOOST_FIXTURE_TEST_CASE(p2p_and_pcie, Fixture) {
              boost::test_tools::tolerance(1e-12));
   const CommCost pcie = cm.copy_cost(int64_t(1e9));
   BOOST_TEST(pcie.link == LinkClass::pcie);
-  BOOST_TEST(pcie.time_s() == 2e-6 + 1e9 / 25e9, boost::test_tools::tolerance(1e-12));
+  // DGX A100: two GPUs share each PCIe switch's uplink, 25 GB/s achieved.
+  BOOST_TEST(pcie.time_s() == 2e-6 + 1e9 / (25e9 / 2), boost::test_tools::tolerance(1e-12));
+  // A GPU alone on its switch gets the whole link.
+  cluster.node.gpus_per_pcie_switch = 1;
+  const CostModel alone(model, cluster, plan);
+  BOOST_TEST(alone.copy_cost(int64_t(1e9)).time_s() == 2e-6 + 1e9 / 25e9,
+             boost::test_tools::tolerance(1e-12));
 }
 
 BOOST_FIXTURE_TEST_CASE(program_ops_resolve_to_the_same_costs, Fixture) {
