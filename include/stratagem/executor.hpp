@@ -110,6 +110,11 @@ class Executor {
   std::unique_ptr<Impl> impl_;
 };
 
+// Throws NotSupported (naming the feature) for a plan the runtime cannot run yet on this
+// backend, before any work: ZeRO-2/3, offloading, per-layer heterogeneous tp/dp/sp/ZeRO, a
+// dtype the backend does not compute in, or a tp that does not divide the heads.
+void check_runnable(const ModelSpec& model, const Plan& plan, const std::string& backend);
+
 // Writes the measured trace of one step (the runtime side of the trace schema, source =
 // "measured"). Collective over `comm`: every rank sends its op timings and memory samples to
 // rank 0, which writes the file atomically. Each rank's ops are named from its stage's program.

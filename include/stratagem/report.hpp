@@ -21,6 +21,14 @@ struct TraceSummary {
   int64_t peak_bytes = 0;  // max high-water mark over ranks
   std::string source;      // "simulated" | "measured"
   int ranks = 0;
+  // Per pipeline stage: seconds per iteration of compute ops and of communication ops
+  // (collectives, sends, receives), mean over the stage's ranks, and the stage's peak.
+  struct Stage {
+    double compute_s = 0, comm_s = 0;
+    int64_t peak_bytes = 0;
+    int ranks = 0;
+  };
+  std::vector<Stage> stages;
 };
 TraceSummary summarize_trace(const std::string& path);  // throws InputError naming the file
 

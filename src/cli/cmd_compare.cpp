@@ -34,11 +34,30 @@ int run_compare(Args& a) {
     kinds.push_back(
         {{"kind", k}, {"predicted_s", p}, {"measured_s", q}, {"relative_error", rel(p, q)}});
   }
+  nlohmann::json stages = nlohmann::json::array();
+  const size_t ns = std::min(f.stages.size(), m.stages.size());
+  for (size_t i = 0; i < ns; ++i) {
+    const auto &p = f.stages[i], &q = m.stages[i];
+    stages.push_back({{"stage", i},
+                      {"compute_s",
+                       {{"predicted", p.compute_s},
+                        {"measured", q.compute_s},
+                        {"relative_error", rel(p.compute_s, q.compute_s)}}},
+                      {"comm_s",
+                       {{"predicted", p.comm_s},
+                        {"measured", q.comm_s},
+                        {"relative_error", rel(p.comm_s, q.comm_s)}}},
+                      {"peak_memory_bytes",
+                       {{"predicted", p.peak_bytes},
+                        {"measured", q.peak_bytes},
+                        {"relative_error", rel(double(p.peak_bytes), double(q.peak_bytes))}}}});
+  }
   nlohmann::json out = {{"forecast", pos[0]},
                         {"run", pos[1]},
                         {"forecast_source", f.source},
                         {"run_source", m.source},
                         {"op_kinds", kinds},
+                        {"stages", stages},
                         {"iteration_time_s",
                          {{"predicted", f.iteration_s},
                           {"measured", m.iteration_s},
@@ -59,6 +78,20 @@ int run_compare(Args& a) {
     std::printf("  %-34s %12.6f %12.6f %+8.1f%%\n", k["kind"].get<std::string>().c_str(),
                 k["predicted_s"].get<double>(), k["measured_s"].get<double>(),
                 100 * k["relative_error"].get<double>());
+  for (const auto& st : stages) {
+    const std::string name = "stage " + std::to_string(st["stage"].get<size_t>());
+    for (const char* what : {"compute_s", "comm_s"})
+      std::printf(
+          "  %-34s %12.6f %12.6f %+8.1f%%\n",
+          (name + (std::string(what) == "compute_s" ? " compute (s)" : " communication (s)"))
+              .c_str(),
+          st[what]["predicted"].get<double>(), st[what]["measured"].get<double>(),
+          100 * st[what]["relative_error"].get<double>());
+    std::printf("  %-34s %12.4g %12.4g %+8.1f%%\n", (name + " peak memory (bytes)").c_str(),
+                st["peak_memory_bytes"]["predicted"].get<double>(),
+                st["peak_memory_bytes"]["measured"].get<double>(),
+                100 * st["peak_memory_bytes"]["relative_error"].get<double>());
+  }
   std::printf("  %-34s %12.6f %12.6f %+8.1f%%\n", "iteration time (s)", f.iteration_s,
               m.iteration_s, 100 * rel(f.iteration_s, m.iteration_s));
   std::printf("  %-34s %12.4g %12.4g %+8.1f%%\n", "peak memory (bytes, max over ranks)",
@@ -71,8 +104,9 @@ Register reg{
     {"compare", "a forecast trace against a measured one, op kind by op kind",
      "usage: stratagem compare FORECAST.h5 RUN.h5 [--json]\n"
      "  FORECAST.h5 from `stratagem simulate --trace`, RUN.h5 from `stratagem train --trace`.\n"
-     "  Prints predicted and measured seconds per op kind, iteration time and peak memory,\n"
-     "  each with its relative error (predicted - measured) / measured.\n",
+     "  Prints predicted and measured seconds per op kind, per pipeline stage (compute,\n"
+     "  communication, peak memory), iteration time and peak memory, each with its relative\n"
+     "  error (predicted - measured) / measured.\n",
      run_compare}};
 
 }  // namespace

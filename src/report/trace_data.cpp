@@ -167,12 +167,36 @@ TraceSummary summarize_trace(const std::string& path) {
   const int64_t iters =
       std::max<int64_t>(1, r.has_attribute("iterations") ? r.int_attribute("iterations") : 1);
   SummaryBuilder b;
-  for (int rank : r.ranks()) {
-    ++s.ranks;
-    for (const auto& op : r.ops(rank))
-      if (!is_memory_event(op)) b.add(op);
-    for (const auto& m : r.memory(rank)) s.peak_bytes = std::max(s.peak_bytes, m.high_water_bytes);
+  // Ranks per stage from the plan (pp stages of equal size; the world when unknown).
+  const auto ranks = r.ranks();
+  int pp = 1;
+  if (r.has_attribute("plan")) {
+    const auto plan = nlohmann::json::parse(r.attribute("plan"), nullptr, false);
+    if (plan.is_object() && plan.contains("pp") && plan["pp"].is_number_integer())
+      pp = std::max(1, plan["pp"].get<int>());
   }
+  const int world = ranks.empty() ? 1 : ranks.back() + 1;
+  const int per_stage = std::max(1, world / pp);
+  s.stages.assign(size_t(std::max(1, std::min(pp, world))), {});
+  for (int rank : ranks) {
+    ++s.ranks;
+    TraceSummary::Stage& st = s.stages[std::min<size_t>(rank / per_stage, s.stages.size() - 1)];
+    ++st.ranks;
+    for (const auto& op : r.ops(rank)) {
+      if (is_memory_event(op)) continue;
+      b.add(op);
+      const double sec = double(op.end_ns - op.start_ns) * 1e-9 / double(iters);
+      const auto k = static_cast<OpKind>(op.kind);
+      if (k == OpKind::compute || k == OpKind::host_compute) st.compute_s += sec;
+      if (k == OpKind::collective || k == OpKind::send || k == OpKind::recv) st.comm_s += sec;
+    }
+    for (const auto& m : r.memory(rank)) {
+      s.peak_bytes = std::max(s.peak_bytes, m.high_water_bytes);
+      st.peak_bytes = std::max(st.peak_bytes, m.high_water_bytes);
+    }
+  }
+  for (auto& st : s.stages)
+    if (st.ranks) st.compute_s /= st.ranks, st.comm_s /= st.ranks;
   b.finish(s, iters);
   return s;
 }

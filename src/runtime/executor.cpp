@@ -14,8 +14,10 @@ namespace stratagem {
 namespace {
 using Clock = std::chrono::steady_clock;
 
+}  // namespace
+
 // Features of the search's space that the runtime does not execute yet, named for the user.
-void require_supported(const Plan& p, const Backend& be) {
+void check_runnable(const ModelSpec& m, const Plan& p, const std::string& backend) {
   auto check = [](const LayerStrategy& s, const std::string& where) {
     if (s.zero > 1)
       throw NotSupported(where + ": ZeRO-" + std::to_string(s.zero) +
@@ -34,11 +36,11 @@ void require_supported(const Plan& p, const Backend& be) {
                          ") differs from the embedding's strategy (" + e.describe() +
                          "): per-layer heterogeneous tp/dp/sp/ZeRO plans are not executed yet");
   }
-  if (be.name() == "cpu" && p.dtype != Dtype::fp32)
+  if (backend == "cpu" && p.dtype != Dtype::fp32)
     throw NotSupported(std::string("dtype ") + to_string(p.dtype) +
                        ": the cpu backend computes in fp32 (plan dtype fp32)");
+  transformer_config(m).sharded(p.embedding.tp);  // heads, kv heads and ffn divide by tp
 }
-}  // namespace
 
 Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Plan& plan_in,
                      Backend& backend, const SampleSource& sample_source, ExecutorOptions options)
@@ -50,7 +52,7 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
       opt(options),
       ledger(std::make_shared<exec::MemoryLedger>()),
       pool(backend, ledger) {
-  require_supported(plan, be);
+  check_runnable(spec, plan, be.name());
   whole = transformer_config(spec);
   const LayerStrategy& es = plan.embedding;
   tp = es.tp;

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# 10 steps straight equal 5 steps, stop, resume for 5: losses and final weights bitwise.
+# 10 steps straight equal 5 steps, stop, resume for 5: losses and final weights bitwise, under
+# dp 2 with ZeRO-1 and under tp 2 x pp 2 x dp 2 (8 ranks).
 source "$(dirname "$0")/common.sh"
+for LAYOUT in "2 --dp 2 --zero 1" "8 --tp 2 --pp 2 --dp 2 --zero 1 --recompute selective"; do
+NP=${LAYOUT%% *}
+# shellcheck disable=SC2206
+PLAN=(${LAYOUT#* })
+rm -rf "$WORK/straight" "$WORK/split" "$WORK"/*.jsonl
 train() {  # ckpt-dir log extra...
   local dir=$1 log=$2; shift 2
-  "${MPIRUN[@]}" -np 2 "$BIN" train "${TINY[@]}" --data "$WORK/data.bin" --dp 2 --zero 1 \
+  timeout 120 "${MPIRUN[@]}" -np "$NP" "$BIN" train "${TINY[@]}" --data "$WORK/data.bin" "${PLAN[@]}" \
     --global-batch 8 --micro-batch 2 --steps 10 --warmup 2 --ckpt-dir "$dir" --log-json "$log" "$@"
 }
 train "$WORK/straight" "$WORK/straight.jsonl" >/dev/null
@@ -26,4 +32,5 @@ for k in a:
     assert a[k].tobytes() == b[k].tobytes(), f"{k} differs"
 print(f"ok: {len(a)} datasets (params and optimizer state) bitwise equal")
 PY
-echo "ok: losses bitwise equal: $(losses "$WORK/split.jsonl" | tr '\n' ' ')"
+echo "ok (${PLAN[*]}): losses bitwise equal: $(losses "$WORK/split.jsonl" | tr '\n' ' ')"
+done

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Plans the runtime cannot run are refused before any work: exit 2 and one line naming the
+# problem (the world size with both numbers, or the unsupported feature). Nothing is written.
+source "$(dirname "$0")/common.sh"
+refused() {  # needle np args...
+  local needle=$1 np=$2; shift 2
+  set +e
+  out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${TINY[@]}" --data "$WORK/data.bin" \
+    --steps 2 --log-json "$WORK/log.jsonl" --trace "$WORK/t.h5" "$@" 2>&1)
+  rc=$?
+  set -e
+  [ $rc -eq 2 ] || fail "exit $rc (expected 2) for: $*; got: $out"
+  echo "$out" | grep -q -- "$needle" || fail "expected '$needle' for: $*; got: $out"
+  [ "$(echo "$out" | grep -c 'stratagem train')" = 1 ] || fail "not one line for: $*; got: $out"
+  [ ! -e "$WORK/log.jsonl" ] && [ ! -e "$WORK/t.h5" ] || fail "work started for: $*"
+  echo "ok: $needle"
+}
+refused "the plan needs 8 ranks .* MPI started 4" 4 --tp 2 --pp 2 --dp 2 --nodes 2
+refused "the plan needs pp 1 x 2 = 2 GPUs but .* has 4" 4 --tp 2 --dp 1 --nodes 1 --global-batch 8
+refused "ZeRO-2 is not executed by the runtime yet" 2 --dp 2 --zero 2
+refused "ZeRO-3 is not executed by the runtime yet" 2 --dp 2 --zero 3
+refused "offloading is not executed by the runtime yet" 2 --dp 2 --zero 1 --offload optimizer
+refused "tp 3 does not divide heads" 3 --tp 3 --dp 1
+# A per-layer heterogeneous plan: layer 1 with tp 2 x dp 2 beside layer 0 with tp 1 x dp 4.
+"$BIN" plan check "${TINY[@]}" --cluster cpu-local --nodes 1 --dp 4 --global-batch 8 \
+  --micro-batch 2 --dtype fp32 -o "$WORK/plan.json" >/dev/null || fail "plan check failed"
+$PY - "$WORK/plan.json" "$WORK/mixed.json" <<'PY' || fail "cannot write the mixed plan"
+import json, sys
+p = json.load(open(sys.argv[1]))
+(run,) = p["layers"]  # one run of layers [0, 2)
+p["layers"] = [dict(run, layers=[0, 1]), dict(run, layers=[1, 2], tp=2, dp=2)]
+json.dump(p, open(sys.argv[2], "w"))
+PY
+refused "per-layer heterogeneous tp/dp/sp/ZeRO plans are not executed yet" 4 --plan "$WORK/mixed.json"
