@@ -236,14 +236,17 @@ class StageBuilder {
     }
     return c;
   }
-  void tp_after(Block b, Phase ph, int layer, int mb) {
+  // Returns the collective (-1 when none): in backward its completion finishes the block's
+  // gradients (the norm's backward runs on the reduced input gradient).
+  int tp_after(Block b, Phase ph, int layer, int mb) {
     const auto& s = strat(layer);
-    if (s.tp == 1) return;
+    if (s.tp == 1) return -1;
     int64_t bytes = int64_t(e_) * samples(layer) * m_.seq_len * m_.hidden;
     int c = collective(Stream::tp_comm,
                        s.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce,
                        GroupKind::tp, s.tp, bytes, b, ph, layer, mb, {last_compute_});
     compute_waits_.push_back(c);
+    return c;
   }
 
   // Samples move between ranks when consecutive layers use different (tp, dp): when dp
@@ -442,12 +445,15 @@ class StageBuilder {
       BlockWork wa = backward_work(m_, s, Block::attention, b, p_.flash_attention);
       int c =
           compute(Block::attention, Phase::backward, l, mb, b, wa.flops(), wa.elementwise_bytes);
-      tp_after(Block::attention, Phase::backward, l, mb);
+      // The layer's gradients are final once the attention's tp reduction has landed (its
+      // norm's gradient is computed from the reduced input gradient).
+      const int reduced = tp_after(Block::attention, Phase::backward, l, mb);
       release(act_a, Stream::compute);
       release(re_a, Stream::compute);
       release(fetched, Stream::compute);
-      if (mb == last_bwd_mb_[chunk_]) c = sp_replicated_reduce(l, c);
-      reduce_grads(l, mb, c);
+      int ready = reduced >= 0 ? reduced : c;
+      if (mb == last_bwd_mb_[chunk_]) ready = sp_replicated_reduce(l, ready);
+      reduce_grads(l, mb, ready);
       // Going back across a dp change: the gradient for a wider-dp layer is a slice, for a
       // narrower-dp (larger tp) previous layer the ranks all-gather it.
       reshard(l, l - 1, Phase::backward, mb);
@@ -561,14 +567,13 @@ class StageBuilder {
             2.0 * logits + 2.0 * e_ * T * m_.hidden);
     release(buf, Stream::compute);
     release(fetched, Stream::compute);
-    tp_after(Block::head, Phase::backward, -1, mb);
+    const int reduced = tp_after(Block::head, Phase::backward, -1, mb);
     if (has_head() && !has_embedding()) {
+      const int ready = reduced >= 0 ? reduced : last_compute_;
       if (m_.tied_embeddings && p_.pp > 1)
         head_done_mb_ = mb;  // reduced after this stage's last backward (see build)
       else
-        reduce_grads(
-            -2, mb,
-            mb == last_bwd_mb_[chunk_] ? sp_replicated_reduce(-1, last_compute_) : last_compute_);
+        reduce_grads(-2, mb, mb == last_bwd_mb_[chunk_] ? sp_replicated_reduce(-1, ready) : ready);
     }
   }
 
