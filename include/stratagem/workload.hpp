@@ -62,8 +62,10 @@ int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& s, in
 //  - five token-stream tensors: the stream's gradient, a block's partial sum before its tp
 //    reduction and the reduced value, a pipeline send and a receive in flight;
 //  - under sequence parallelism, the two whole-sequence gathers of a block's backward;
-//  - under ZeRO-1 with MPI, the received shard of the layer's reduce-scatter (MPI has no
-//    in-place form that lands it at the shard's position).
+//  - under ZeRO-1/2 with MPI, the received shard of the layer's reduce-scatter (MPI has no
+//    in-place form that lands it at the shard's position);
+//  - under ZeRO-2, the layer's whole gradients staged until their reduce-scatter, and the
+//    previous layer's still in flight.
 // (A fully recomputed layer's forward intermediates are transient too; they live while fewer
 // activations are held than at the recompute that rebuilds them, so they do not add to it.)
 int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt);

@@ -150,7 +150,7 @@ namespace {
 int64_t stream_workspace(const Shape& x, const LayerStrategy& st, int64_t params, int64_t e) {
   int64_t bytes = e * x.Tn * x.h * 3 + e * x.T * x.h * 2;  // stream tensors (partial whole)
   if (st.sequence_parallel && st.tp > 1) bytes += 2 * e * x.T * x.h;  // backward gathers
-  if (st.zero == 1 && st.dp > 1) bytes += (params + st.dp - 1) / st.dp * e;
+  if (st.zero >= 1 && st.dp > 1) bytes += (params + st.dp - 1) / st.dp * e;
   return bytes;
 }
 }  // namespace
@@ -161,6 +161,9 @@ int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int s
   const int64_t params = block_parameters_per_rank(m, st.tp, Block::attention) +
                          block_parameters_per_rank(m, st.tp, Block::mlp);
   int64_t bytes = stream_workspace(x, st, params, e);
+  // ZeRO-2: a layer's gradients are staged whole until its reduce-scatter; the previous
+  // layer's may still be in flight.
+  if (st.zero == 2 && st.dp > 1) bytes += 2 * params * e;
   // d_qkv, d_attn, d_fc1 (gate and up), d_act
   bytes += e * x.T * ((x.h + 2 * x.kvh) / x.t + x.h / x.t + (x.ffn_gemm_width + 1) * x.f / x.t);
   return bytes;
@@ -168,7 +171,9 @@ int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int s
 
 int64_t embedding_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int samples,
                                   int64_t params, Dtype dt) {
-  return stream_workspace(shape_of(m, st, samples), st, params, dtype_bytes(dt));
+  // ZeRO-2: the embedding's and head's gradients are staged whole until their reduce-scatter.
+  const int64_t staged = st.zero == 2 && st.dp > 1 ? params * dtype_bytes(dt) : 0;
+  return stream_workspace(shape_of(m, st, samples), st, params, dtype_bytes(dt)) + staged;
 }
 
 int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& st, int samples,

@@ -19,9 +19,9 @@ using Clock = std::chrono::steady_clock;
 // Features of the search's space that the runtime does not execute yet, named for the user.
 void check_runnable(const ModelSpec& m, const Plan& p, const std::string& backend) {
   auto check = [](const LayerStrategy& s, const std::string& where) {
-    if (s.zero > 1)
+    if (s.zero > 2)
       throw NotSupported(where + ": ZeRO-" + std::to_string(s.zero) +
-                         " is not executed by the runtime yet (ZeRO 0 and 1 are)");
+                         " is not executed by the runtime yet (ZeRO 0, 1 and 2 are)");
     if (s.offload_optimizer || s.offload_params || s.offload_activations)
       throw NotSupported(where + ": offloading is not executed by the runtime yet");
   };
@@ -36,6 +36,13 @@ void check_runnable(const ModelSpec& m, const Plan& p, const std::string& backen
                          ") differs from the embedding's strategy (" + e.describe() +
                          "): per-layer heterogeneous tp/dp/sp/ZeRO plans are not executed yet");
   }
+  const LayerStrategy& e = p.embedding;
+  if (e.zero == 2 && e.dp > 1 && e.sequence_parallel && e.tp > 1)
+    throw NotSupported("ZeRO-2 with sequence parallelism is not executed by the runtime yet");
+  if (e.zero == 2 && e.dp > 1 && p.pp > 1 && m.tied_embeddings)
+    throw NotSupported(
+        "ZeRO-2 with a tied embedding split over pipeline stages is not executed by the runtime "
+        "yet");
   if (backend == "cpu" && p.dtype != Dtype::fp32)
     throw NotSupported(std::string("dtype ") + to_string(p.dtype) +
                        ": the cpu backend computes in fp32 (plan dtype fp32)");
@@ -97,19 +104,21 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
   model.tp_rank = tp_index;
   model.table = make_param_table(whole, part);
   const int64_t n = model.table.size();
-  model.params = pool.take(w_buf, Shape{n});
-  model.grads = pool.take(g_buf, Shape{n});
-  init_parameters(be, whole, model.table, model.params, opt.seed);
-  be.fill(model.grads, 0.0f);
-  model.weights = bind_weights(whole, model.table, model.params);
-  model.grad_weights = bind_weights(whole, model.table, model.grads);
-
-  // ZeRO-1 partition: contiguous, even slices of the flat buffer over the dp group (every
+  // ZeRO partition: contiguous, even slices of the flat buffer over the dp group (every
   // member holds the same layout).
   for (int d = 0; d <= dp; ++d) shard_bounds.push_back(n * d / dp);
   shard_begin = zero >= 1 ? shard_bounds[dp_index] : 0;
   shard_end = zero >= 1 ? shard_bounds[dp_index + 1] : n;
   const int64_t shard = shard_end - shard_begin;
+  // ZeRO-2 keeps only this rank's shard of the gradients: a layer's backward writes into a
+  // staging buffer that its reduce-scatter folds into the shard (grad_shard()).
+  staged = zero >= 2 && dp > 1;
+  model.params = pool.take(w_buf, Shape{n});
+  model.grads = pool.take(g_buf, Shape{staged ? shard : n});
+  init_parameters(be, whole, model.table, model.params, opt.seed);
+  be.fill(model.grads, 0.0f);
+  model.weights = bind_weights(whole, model.table, model.params);
+  if (!staged) model.grad_weights = bind_weights(whole, model.table, model.grads);
   adamw = std::make_unique<AdamW>(be, pool.take(o_buf, Shape{shard}),
                                   pool.take(o_buf, Shape{shard}), opt.adamw);
 
@@ -220,6 +229,7 @@ StepResult Executor::Impl::step(int64_t s) {
   last_dp_reduce = -1;
   t0 = Clock::now();
   be.fill(model.grads, 0.0f);
+  staging.clear();
   result.timings.reserve(sp->ops.size());
   timing_slot.clear();
   sample_memory();
@@ -240,6 +250,7 @@ StepResult Executor::Impl::step(int64_t s) {
   }
   complete_all();
   micro.clear();
+  staging.clear();
   buffer_users.clear();
   sample_memory();
   // Mean loss over the global batch: the last stage's tp rank 0 of every replica contributes.

@@ -53,3 +53,5 @@ case_ pp4_vpp2 4 GPT8 "--global-batch 8 --micro-batch 1" "" "--pp 4 --dp 1 --sch
 case_ tp2_pp2_dp2_selective 8 GPT "$B8" "--recompute selective" "--tp 2 --pp 2 --dp 2 --recompute selective"
 case_ tp2_pp2_dp2_full_z1 8 GPT "$B8" "--recompute full" "--tp 2 --pp 2 --dp 2 --recompute full --zero 1"
 case_ dp4_z1 4 GPT "$B8" "" "--dp 4 --zero 1"
+case_ dp4_z2 4 GPT "$B8" "" "--dp 4 --zero 2"
+case_ tp2_dp2_z2 4 LLAMA "$B8" "" "--tp 2 --dp 2 --zero 2"

@@ -71,6 +71,10 @@ struct Executor::Impl {
   std::vector<int64_t> shard_bounds;  // dp+1 boundaries of the ZeRO-1 partition
   int64_t shard_begin = 0, shard_end = 0;
   std::vector<uint8_t> norm_owner;  // 1 where this rank counts an element in the grad norm
+  bool staged = false;              // ZeRO-2: model.grads holds only this rank's shard
+  // ZeRO-2: per layer (-1: embedding and head) the staging buffers of its flat runs, written
+  // by one micro-batch's backward until its reduce-scatter.
+  std::map<int, std::vector<std::pair<int64_t, Tensor>>> staging;
   Workspace ws;
   std::map<int, Micro> micro;
   std::map<int, int> static_buffers;  // setup buffers, resident across steps: id -> category
@@ -120,6 +124,8 @@ struct Executor::Impl {
   void norm_head_input(Micro& m);
   void finish_head_backward(Micro& m, const Tensor& d_xn);
   void optimizer_step();
+  void stage_gradients(int layer);  // ZeRO-2: bind the layer's gradients to fresh staging
+  Tensor grad_shard();              // the gradients of [shard_begin, shard_end)
   bool attention_keeps_probs(int layer) const;
 
   // ---- ops_comm.cpp ----------------------------------------------------------------------

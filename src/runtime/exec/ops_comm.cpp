@@ -179,6 +179,31 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
   // a time.
   if (last_dp_reduce >= 0) complete(last_dp_reduce);
   last_dp_reduce = index;
+  if (staged) {
+    // ZeRO-2: this micro-batch's staged gradients, reduce-scattered and added to the shard.
+    auto it = staging.find(op.layer);
+    if (it == staging.end())
+      throw std::logic_error("executor: no staged gradients for " + op_name(op));
+    std::vector<std::pair<int64_t, Tensor>> landed;
+    std::vector<Tensor> sent;
+    for (auto& [a, t] : it->second) {
+      auto counts = shard_counts(a, a + t.numel());
+      Tensor mine = pool.scratch(Shape{std::max<int64_t>(1, counts[dp_index])});
+      group->parts.push_back(comm.ireduce_scatter_v(t.data, mine.data, counts));
+      sent.push_back(t);
+      if (counts[dp_index] > 0)
+        landed.push_back(
+            {std::max(a, shard_begin) - shard_begin, mine.slice(0, Shape{counts[dp_index]})});
+    }
+    staging.erase(it);  // the next micro-batch stages afresh
+    issue(index, std::move(group), [this, landed, sent] {
+      for (auto [at, t] : landed) {
+        Tensor dst = model.grads.slice(at, t.shape);
+        be.residual_forward(dst, dst, t);
+      }
+    });
+    return;
+  }
   // ZeRO-1 reduce-scatter: this rank receives the sum where the range meets its shard. (MPI has
   // no in-place form that leaves the result at the shard's position, as NCCL's has: the sum
   // lands in scratch and is copied there.)

@@ -149,6 +149,7 @@ void Executor::Impl::block_forward(const Op& op) {
 void Executor::Impl::block_backward(const Op& op) {
   Micro& m = mb(op.microbatch);
   const int l = op.layer;
+  stage_gradients(l);
   LayerState& ls = m.layers.at(l);
   if (m.grad_producer >= 0) complete(m.grad_producer);
   const Shape full_s = full_shape();
@@ -201,6 +202,7 @@ void Executor::Impl::embedding_forward(const Op& op) {
 
 void Executor::Impl::embedding_backward(const Op& op) {
   Micro& m = mb(op.microbatch);
+  stage_gradients(-1);
   if (m.grad_producer >= 0) complete(m.grad_producer);
   Tensor dx = sp_on ? m.gathered_dy.view(full_shape()) : m.grad.view(full_shape());
   stratagem::embedding_backward(be, local, model.grad_weights, m.ids, dx);
@@ -254,6 +256,7 @@ void Executor::Impl::head_loss(Micro& m) {
 
 void Executor::Impl::head_backward(const Op& op) {
   Micro& m = mb(op.microbatch);
+  stage_gradients(-1);
   // Gradient of the mean loss over the global batch's tokens.
   const float scale = 1.0f / float(double(program.num_microbatches) * dp * N);
   be.crossentropy_shard_backward(m.logits, m.logits, m.ce_max, m.ce_sums, m.targets,
@@ -279,6 +282,41 @@ void Executor::Impl::finish_head_backward(Micro& m, const Tensor& d_xn) {
   m.x_final = m.xn = m.head_mean = m.head_rstd = Tensor{};
 }
 
+Tensor Executor::Impl::grad_shard() {
+  const Shape s{shard_end - shard_begin};
+  return staged ? model.grads.view(s) : model.grads.slice(shard_begin, s);
+}
+
+void Executor::Impl::stage_gradients(int layer) {
+  if (!staged || staging.count(layer)) return;
+  auto& bufs = staging[layer];
+  for (auto [a, b] : model.table.ranges_of_layer(layer)) {
+    Tensor t = pool.scratch(Shape{b - a});
+    be.fill(t, 0.0f);
+    bufs.push_back({a, t});
+    // Views of the run's tensors: a flat buffer whose element a is the staging's first.
+    const Tensor flat{t.data - a, Shape{model.table.size()}, nullptr};
+    ModelWeights g = bind_weights(whole, model.table, flat);
+    auto inside = [&](const Tensor& x) {
+      return x.defined() && x.data >= t.data && x.data < t.data + t.numel();
+    };
+    auto take = [&](Tensor& dst, const Tensor& src) {
+      if (inside(src)) dst = src;
+    };
+    if (layer >= 0) {
+      model.grad_weights.slot = g.slot;
+      if (model.grad_weights.layers.size() != g.layers.size()) model.grad_weights.layers = g.layers;
+      model.grad_weights.layer(layer) = g.layer(layer);
+    } else {
+      take(model.grad_weights.wte, g.wte);
+      take(model.grad_weights.wpe, g.wpe);
+      take(model.grad_weights.norm_f_w, g.norm_f_w);
+      take(model.grad_weights.norm_f_b, g.norm_f_b);
+      take(model.grad_weights.lm_head_w, g.lm_head_w);
+    }
+  }
+}
+
 void Executor::Impl::optimizer_step() {
   complete_all();  // every gradient reduction of the step has landed
   if (!opt.update) return;
@@ -291,13 +329,14 @@ void Executor::Impl::optimizer_step() {
     }
     int64_t j = i;
     while (j < n && norm_owner[j]) ++j;
-    sq += be.sum_squares(model.grads.slice(i, Shape{j - i}));
+    sq += be.sum_squares(staged ? model.grads.slice(i - shard_begin, Shape{j - i})
+                                : model.grads.slice(i, Shape{j - i}));
     i = j;
   }
   ps.world().all_reduce_sum(&sq, 1);
   const double norm = std::sqrt(sq);
   const float coef = clip_coefficient(norm, opt.grad_clip);
-  Tensor g_shard = model.grads.slice(shard_begin, Shape{shard_end - shard_begin});
+  Tensor g_shard = grad_shard();
   Tensor p_shard = model.params.slice(shard_begin, Shape{shard_end - shard_begin});
   if (coef != 1.0f) be.scale(g_shard, coef);
   out->grad_norm = static_cast<float>(norm);
