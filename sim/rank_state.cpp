@@ -14,6 +14,21 @@ void init_ranks(std::vector<RankSt>& ranks, std::vector<StageData>& stages,
   for (auto& sd : stages) max_keys = std::max<int>(max_keys, int(sd.keys.size()));
   rank_groups.assign(size_t(W) * std::max(1, max_keys), -1);
   std::vector<std::vector<std::vector<int64_t>>> sigs(stages.size());
+  // A group's (size, node span) once per group, not once per member: a dp group of a million
+  // ranks would otherwise be sorted a million times.
+  std::vector<int64_t> group_sig(layout.groups().size(), -1);
+  auto sig_of = [&](int g) {
+    if (group_sig[g] < 0) {
+      const auto& members = layout.group(g).ranks;
+      std::vector<int> nodes;
+      nodes.reserve(members.size());
+      for (int m : members) nodes.push_back(m / G);
+      std::sort(nodes.begin(), nodes.end());
+      group_sig[g] = int64_t(members.size()) << 32 |
+                     int64_t(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+    }
+    return group_sig[g];
+  };
   for (int r = 0; r < W; ++r) {
     RankSt& rk = ranks[r];
     const RankCoords c = layout.coords(r);
@@ -40,12 +55,7 @@ void init_ranks(std::vector<RankSt>& ranks, std::vector<StageData>& stages,
         sig.push_back(-1);
         continue;
       }
-      const auto& members = layout.group(g).ranks;
-      std::vector<int> nodes;
-      for (int m : members) nodes.push_back(m / G);
-      std::sort(nodes.begin(), nodes.end());
-      sig.push_back(int64_t(members.size()) << 32 |
-                    int64_t(std::unique(nodes.begin(), nodes.end()) - nodes.begin()));
+      sig.push_back(sig_of(g));
     }
     for (int ch = 0; ch < 2; ++ch) {
       Op op;
