@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <string>
 
 #include "src/cli/command.hpp"
 #include "stratagem/trace.hpp"
@@ -50,6 +51,9 @@ Summary summarize(const std::string& path) {
     }
     for (const auto& m : r.memory(rank)) s.peak_bytes = std::max(s.peak_bytes, m.high_water_bytes);
   }
+  // Nothing timed means nothing to compare: a damaged or empty trace, not a 100% error.
+  if (s.seconds_by_kind.empty())
+    throw InputError("compare: " + path + " holds no timed ops (empty or damaged trace)");
   for (auto& [k, v] : s.seconds_by_kind) v.first /= double(s.ranks) * double(iters);
   s.iteration_s = t1 > t0 ? double(t1 - t0) * 1e-9 / double(iters) : 0;
   return s;
@@ -57,6 +61,14 @@ Summary summarize(const std::string& path) {
 
 double rel(double predicted, double measured) {
   return measured != 0 ? (predicted - measured) / measured : NAN;
+}
+
+// "+12.3%", or "n/a" where nothing was measured (an op kind only one side has).
+std::string percent(double r) {
+  if (!std::isfinite(r)) return "      n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+8.1f%%", 100 * r);
+  return buf;
 }
 
 int run_compare(Args& a) {
@@ -98,15 +110,16 @@ int run_compare(Args& a) {
               f.source.c_str(), f.ranks, pos[1].c_str(), m.source.c_str(), m.ranks);
   std::printf("  %-34s %12s %12s %9s   (seconds per iteration, mean over ranks)\n", "op kind",
               "predicted", "measured", "error");
-  for (const auto& k : kinds)
-    std::printf("  %-34s %12.6f %12.6f %+8.1f%%\n", k["kind"].get<std::string>().c_str(),
-                k["predicted_s"].get<double>(), k["measured_s"].get<double>(),
-                100 * k["relative_error"].get<double>());
-  std::printf("  %-34s %12.6f %12.6f %+8.1f%%\n", "iteration time (s)", f.iteration_s,
-              m.iteration_s, 100 * rel(f.iteration_s, m.iteration_s));
-  std::printf("  %-34s %12.4g %12.4g %+8.1f%%\n", "peak memory (bytes, max over ranks)",
+  for (const auto& k : kinds) {
+    const double p = k["predicted_s"].get<double>(), q = k["measured_s"].get<double>();
+    std::printf("  %-34s %12.6f %12.6f %s\n", k["kind"].get<std::string>().c_str(), p, q,
+                percent(rel(p, q)).c_str());
+  }
+  std::printf("  %-34s %12.6f %12.6f %s\n", "iteration time (s)", f.iteration_s, m.iteration_s,
+              percent(rel(f.iteration_s, m.iteration_s)).c_str());
+  std::printf("  %-34s %12.4g %12.4g %s\n", "peak memory (bytes, max over ranks)",
               double(f.peak_bytes), double(m.peak_bytes),
-              100 * rel(double(f.peak_bytes), double(m.peak_bytes)));
+              percent(rel(double(f.peak_bytes), double(m.peak_bytes))).c_str());
   return 0;
 }
 

@@ -23,6 +23,34 @@ std::string read_string_attr(hid_t obj, const char* name) {
   return std::string(buf.data());
 }
 
+std::string check_1d_layout(hid_t dataset, hsize_t n) {
+  H5Handle space(H5Dget_space(dataset), H5Sclose);
+  H5Handle type(H5Dget_type(dataset), H5Tclose);
+  H5Handle dcpl(H5Dget_create_plist(dataset), H5Pclose);
+  if (!space.valid() || !type.valid() || !dcpl.valid()) return "unreadable dataset header";
+  if (H5Sget_simple_extent_ndims(space) != 1) return "not a 1-D dataset";
+  hsize_t dim = 0, max_dim = 0;
+  if (H5Sget_simple_extent_dims(space, &dim, &max_dim) < 0 || dim != n) return "bad dataspace";
+  const size_t elem = H5Tget_size(type);
+  if (elem == 0 || elem > 4096) return "bad element size";
+  switch (H5Pget_layout(dcpl)) {
+    case H5D_COMPACT:
+      if (H5Dget_storage_size(dataset) < n * elem) return "compact data shorter than its elements";
+      return "";
+    case H5D_CONTIGUOUS:
+      return "";
+    case H5D_CHUNKED: {
+      hsize_t chunk = 0;
+      if (H5Pget_chunk(dcpl, 1, &chunk) != 1 || chunk == 0) return "bad chunk shape";
+      if (max_dim != H5S_UNLIMITED && chunk > max_dim) return "chunk larger than the dataset";
+      if (chunk * elem > (hsize_t(64) << 20)) return "chunk larger than 64 MiB";
+      return "";
+    }
+    default:
+      return "unknown storage layout";
+  }
+}
+
 void write_int64_attr(hid_t obj, const char* name, int64_t value) {
   H5Handle space(STRATAGEM_H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
   H5Handle attr(
