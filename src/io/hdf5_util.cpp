@@ -33,6 +33,22 @@ std::string check_1d_layout(hid_t dataset, hsize_t n) {
   if (H5Sget_simple_extent_dims(space, &dim, &max_dim) < 0 || dim != n) return "bad dataspace";
   const size_t elem = H5Tget_size(type);
   if (elem == 0 || elem > 4096) return "bad element size";
+  // A compound's members must lie inside it (libhdf5 1.10 converts them without checking).
+  if (H5Tget_class(type) == H5T_COMPOUND) {
+    const int members = H5Tget_nmembers(type);
+    if (members < 1 || members > 256) return "bad number of table columns";
+    for (int i = 0; i < members; ++i) {
+      H5Handle mt(H5Tget_member_type(type, unsigned(i)), H5Tclose);
+      const size_t size = mt.valid() ? H5Tget_size(mt) : 0;
+      if (size == 0 || H5Tget_member_offset(type, unsigned(i)) + size > elem)
+        return "a table column outside its row";
+    }
+  }
+  // What the header says is stored cannot exceed the file (a damaged one may claim exabytes).
+  H5Handle file(H5Iget_file_id(dataset), H5Fclose);
+  hsize_t file_bytes = 0;
+  if (!file.valid() || H5Fget_filesize(file, &file_bytes) < 0) return "unreadable file size";
+  if (H5Dget_storage_size(dataset) > file_bytes) return "more data claimed than the file holds";
   switch (H5Pget_layout(dcpl)) {
     case H5D_COMPACT:
       if (H5Dget_storage_size(dataset) < n * elem) return "compact data shorter than its elements";
