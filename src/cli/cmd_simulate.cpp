@@ -39,11 +39,12 @@ int run_simulate(Args& a) {
     throw InputError(a.command() + ": --interference: expected a slowdown factor in [1, 10], got " +
                      std::to_string(*interference));
   if (trace) {
-    if (std::filesystem::is_directory(*trace))
+    std::error_code ec;  // a name the file system rejects is treated as missing
+    if (std::filesystem::is_directory(*trace, ec))
       throw InputError(a.command() + ": --trace " + *trace +
                        ": is a directory, expected a file name (FILE.h5)");
     const auto dir = std::filesystem::path(*trace).parent_path();
-    if (!dir.empty() && !std::filesystem::is_directory(dir))
+    if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
       throw InputError(a.command() + ": --trace " + *trace + ": directory " + dir.string() +
                        " does not exist");
   }

@@ -176,12 +176,15 @@ std::string resolve_spec_path(const std::string& name_or_path, const char* folde
       (name_or_path.size() > 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0);
   if (is_path) return name_or_path;
   fs::path p = fs::path(data_dir()) / folder / (name_or_path + ".json");
-  if (!fs::exists(p)) {
+  // Error-code overloads: a name the file system rejects (too long, say) is an unknown name,
+  // not an exception of the file system library (found by fuzzing).
+  std::error_code ec;
+  if (!fs::exists(p, ec)) {
     std::string known;
-    if (fs::is_directory(p.parent_path()))
-      for (const auto& e : fs::directory_iterator(p.parent_path()))
+    if (fs::is_directory(p.parent_path(), ec))
+      for (const auto& e : fs::directory_iterator(p.parent_path(), ec))
         if (e.path().extension() == ".json") known += " " + e.path().stem().string();
-    throw InputError(std::string(flag) + " '" + name_or_path +
+    throw InputError(std::string(flag) + " '" + shorten(name_or_path) +
                      "': no such built-in (known:" + known + "), and not a path to a .json file");
   }
   return p.string();
