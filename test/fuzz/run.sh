@@ -13,7 +13,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 FUZZ_BUILD=${FUZZ_BUILD:-$ROOT/build-fuzz}
 JOBS=${JOBS:-$(nproc)}
-TARGETS=(model_json cluster_json plan_json cli_args data_bin data_hdf5 trace_h5)
+# FUZZ_TARGETS="a b" runs only those.
+read -r -a TARGETS <<<"${FUZZ_TARGETS:-model_json cluster_json plan_json cli_args data_bin data_hdf5 trace_h5}"
 CXX14=$(command -v clang++-14 || true)
 if [ -z "$CXX14" ]; then
   echo "fuzz: skipped: clang++-14 not found (Debian: apt-get install clang-14)"
