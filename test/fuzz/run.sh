@@ -3,6 +3,7 @@
 #   run.sh build               configure and build ($FUZZ_BUILD, default build-fuzz)
 #   run.sh run SECONDS         each target SECONDS on its committed corpus (make fuzz)
 #   run.sh smoke               each target ~2 s: the committed corpus replayed, then mutated
+#                              (the HDF5 targets: replayed only)
 # New inputs go to $FUZZ_BUILD/corpus/<target>; crashes, hangs (over 10 s) and inputs that
 # need more than 2 GB resident to $FUZZ_BUILD/artifacts/, and the run fails. Single mallocs up
 # to 16 GB are let through: libhdf5 asks for such blocks on some damaged headers and fails
@@ -38,13 +39,18 @@ run_target() {
   [ "$MODE" = smoke ] && found="$FUZZ_BUILD/smoke-corpus/$t" && rm -rf "$found"
   mkdir -p "$found" "$FUZZ_BUILD/artifacts"
   log="$FUZZ_BUILD/fuzz_$t.log"
+  # In the smoke, the HDF5 targets only replay their corpus: mutating a valid HDF5 file reaches
+  # faults inside libhdf5 1.10.8 within seconds (known-hdf5/), which would make `make test`
+  # fail at random on a library bug. `make fuzz` mutates them like the others.
+  local budget=(-max_total_time="$secs")
+  [ "$MODE" = smoke ] && case $t in data_hdf5 | trace_h5) budget=(-runs=0) ;; esac
   local dict=()
   [ -f "$HERE/dict/$t.dict" ] && dict=(-dict="$HERE/dict/$t.dict")
   set +e
   # OpenMPI's own signal handlers would hide an abort from libFuzzer (no crash file written).
   (cd "$FUZZ_BUILD" && TMPDIR="$FUZZ_BUILD" OMPI_MCA_plm=isolated OMPI_MCA_btl=self \
     OMPI_MCA_opal_signal="" ASAN_OPTIONS="suppressions=$HERE/asan.supp:detect_leaks=0:allocator_may_return_null=1" \
-    "./fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=16384 -print_final_stats=1 \
+    "./fuzz_$t" "${budget[@]}" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=16384 -print_final_stats=1 \
     -artifact_prefix="$FUZZ_BUILD/artifacts/$t-" "${dict[@]}" \
     "$found" "$HERE/corpus/$t") >"$log" 2>&1
   local rc=$?
@@ -56,7 +62,7 @@ run_target() {
     grep -m1 -A25 -E "ERROR|runtime error|deadly signal|fuzz:" "$log" || tail -30 "$log"
     return 1
   fi
-  echo "fuzz_$t: ${runs:-?} runs in $secs s, $(ls "$found" | wc -l) new inputs," \
+  echo "fuzz_$t: ${runs:-?} runs (${budget[*]}), $(ls "$found" | wc -l) new inputs," \
     "$(ls "$HERE/corpus/$t" | wc -l) committed"
 }
 
