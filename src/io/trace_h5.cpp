@@ -59,17 +59,6 @@ hid_t check_read(hid_t id, const std::string& what, const std::string& path) {
   return id;
 }
 
-// HDF5's automatic error printing, and its "infinite loop closing library" report at exit
-// (which it prints only while automatic printing is on), stay off for the whole process: every
-// HDF5 failure is reported by the caller as one line.
-void silence_hdf5_for_good() {
-  static const bool done = [] {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    return true;
-  }();
-  (void)done;
-}
-
 // An attribute read into one value must hold exactly one (a damaged one may claim many).
 void require_one_value(hid_t attr, const std::string& name, const std::string& path) {
   Handle space(check_read(H5Aget_space(attr), "read the shape of attribute " + name, path),
@@ -255,7 +244,7 @@ OpRecord make_record(const Op& op, int iteration, int64_t start_ns, int64_t end_
 }
 
 Writer::Writer(const std::string& path) : path_(path) {
-  silence_hdf5_for_good();
+  io::silence_hdf5_errors();
   QuietHdf5 quiet;
   file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file_ < 0) throw InputError("trace: cannot create HDF5 file " + path);
@@ -309,7 +298,7 @@ void Writer::add_memory_samples(int rank, const std::vector<MemorySample>& sampl
 }
 
 Reader::Reader(const std::string& path) : path_(path) {
-  silence_hdf5_for_good();
+  io::silence_hdf5_errors();
   QuietHdf5 quiet;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))

@@ -35,10 +35,7 @@ bool is_hdf5(const std::string& path) {
 }
 
 std::vector<uint16_t> load_hdf5_tokens(const std::string& path) {
-  H5E_auto2_t old_fn;
-  void* old_data;
-  H5Eget_auto2(H5E_DEFAULT, &old_fn, &old_data);
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // we report errors ourselves
+  io::silence_hdf5_errors();  // we report errors ourselves, also at exit
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   hid_t d = f >= 0 ? H5Dopen2(f, "/tokens", H5P_DEFAULT) : -1;
   std::vector<uint16_t> out;
@@ -82,7 +79,6 @@ std::vector<uint16_t> load_hdf5_tokens(const std::string& path) {
   }
   if (d >= 0) H5Dclose(d);
   if (f >= 0) H5Fclose(f);
-  H5Eset_auto2(H5E_DEFAULT, old_fn, old_data);
   if (!err.empty()) throw InputError("--data " + path + ": " + err);
   return out;
 }

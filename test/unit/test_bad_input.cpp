@@ -252,4 +252,10 @@ BOOST_AUTO_TEST_CASE(defect_17_damaged_traces) {
     }
   }
   BOOST_TEST(damaged_reads > 0);
+  // A damaged HDF5 token file (found by fuzz_data_hdf5): one line, no HDF5 report at exit.
+  expect_bad_input(
+      "train --layers 1 --hidden 64 --heads 2 --vocab 256 --seq-len 8 --steps 1 "
+      "--data " +
+          test::source_dir() + "/test/fuzz/corpus/data_hdf5/hdf5-4gb-malloc-in-H5O_protect",
+      {"--data", "no dataset '/tokens'"});
 }
