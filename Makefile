@@ -6,7 +6,7 @@ DEB_PACKAGES := openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libeig
                 libboost-test-dev nlohmann-json3-dev python3-torch python3-h5py python3-numpy \
                 libopenblas0-pthread python3-pil chromium cmake g++ make
 
-.PHONY: deps build test test-asan demo bench format clean
+.PHONY: deps build test test-asan demo bench format clean fuzz fuzz-build
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -23,7 +23,17 @@ $(BUILD)/Makefile:
 build: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: deps build
+# libFuzzer targets (test/fuzz/): built with clang++-14 in $(BUILD)-fuzz; `make test` builds
+# them here so that its fuzz.smoke test only runs them.
+FUZZ_SECONDS ?= 600
+fuzz-build:
+	@if command -v clang++-14 >/dev/null; then FUZZ_BUILD=$(CURDIR)/$(BUILD)-fuzz JOBS=$(JOBS) \
+	  bash test/fuzz/run.sh build; else echo "fuzz: skipped: clang++-14 not found"; fi
+
+fuzz: deps
+	FUZZ_BUILD=$(CURDIR)/$(BUILD)-fuzz JOBS=$(JOBS) bash test/fuzz/run.sh run $(FUZZ_SECONDS)
+
+test: deps build fuzz-build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 test-asan: deps
@@ -40,4 +50,4 @@ format:
 	find src include sim test -name '*.[ch]pp' -o -name '*.cu' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) $(BUILD)-fuzz build-asan

@@ -150,6 +150,15 @@ struct SimResult {
 SimResult simulate(const Program& program, const Layout& layout, const ClusterSpec& cluster,
                    const OpCosts& costs, const SimOptions& options = {});
 
+// Memory the simulator needs in each process, estimated before anything is allocated: every
+// process holds every simulated rank's state, groups and result, plus each of its ranks'
+// op spans when a trace is recorded.
+int64_t simulation_footprint_bytes(const Program& program, int world_size,
+                                   const SimOptions& options);
+// What this process may allocate: the smallest of physical memory, RLIMIT_AS/RLIMIT_DATA and
+// the cgroup's memory.max; `limited_by` names which.
+int64_t memory_limit_bytes(std::string* limited_by);
+
 // The run's figures with the keys of `stratagem estimate --json` (iteration_time_s,
 // tokens_per_s, tflops_per_gpu, mfu, peak_memory_bytes, memory_breakdown_bytes,
 // time_breakdown_s) plus bubble_fraction, exposed_comm_s, per_rank, events_processed, oom.

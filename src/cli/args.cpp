@@ -1,8 +1,11 @@
 #include "src/cli/args.hpp"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 #include "stratagem/error.hpp"
+#include "stratagem/limits.hpp"
 
 namespace stratagem::cli {
 
@@ -48,13 +51,19 @@ std::optional<std::string> Args::value(const std::string& flag) {
   return out;
 }
 
-std::optional<int> Args::int_value(const std::string& flag) {
+std::optional<int> Args::int_value(const std::string& flag, int lo, int hi) {
   auto v = value(flag);
   if (!v) return std::nullopt;
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
   char* end = nullptr;
-  long x = std::strtol(v->c_str(), &end, 10);
-  if (v->empty() || *end != '\0' || x < -(1L << 31) || x > (1L << 31) - 1)
-    throw InputError(command_ + ": flag " + flag + ": expected an integer, got '" + *v + "'");
+  errno = 0;
+  const long long x = std::strtoll(v->c_str(), &end, 10);
+  if (v->empty() || *end != '\0')
+    throw InputError(command_ + ": flag " + flag + ": expected an integer, got '" + shorten(*v) +
+                     "'");
+  if (errno == ERANGE || x < lo || x > hi)
+    throw InputError(command_ + ": flag " + flag + ": expected an integer in " + range + ", got " +
+                     shorten(*v));
   return static_cast<int>(x);
 }
 
@@ -62,9 +71,10 @@ std::optional<double> Args::double_value(const std::string& flag) {
   auto v = value(flag);
   if (!v) return std::nullopt;
   char* end = nullptr;
-  double x = std::strtod(v->c_str(), &end);
-  if (v->empty() || *end != '\0')
-    throw InputError(command_ + ": flag " + flag + ": expected a number, got '" + *v + "'");
+  const double x = std::strtod(v->c_str(), &end);
+  if (v->empty() || *end != '\0' || !std::isfinite(x))
+    throw InputError(command_ + ": flag " + flag + ": expected a finite number, got '" +
+                     shorten(*v) + "'");
   return x;
 }
 
@@ -97,21 +107,25 @@ std::vector<std::string> Args::positionals() {
 void Args::finish() {
   for (size_t i = 0; i < tokens_.size(); ++i)
     if (!used_[i])
-      throw InputError(command_ + ": unknown or misplaced argument '" + tokens_[i] + "' (see " +
-                       command_ + " --help)");
+      throw InputError(command_ + ": unknown or misplaced argument '" + shorten(tokens_[i]) +
+                       "' (see " + command_ + " --help)");
 }
 
 ModelSpec model_from_args(Args& a) {
   auto name = a.value("--model");
+  // The same bounds as the model file's fields (model.cpp).
   struct Override {
     const char* flag;
     int ModelSpec::*field;
+    int lo, hi;
   };
-  const Override overrides[] = {
-      {"--layers", &ModelSpec::layers},         {"--hidden", &ModelSpec::hidden},
-      {"--heads", &ModelSpec::heads},           {"--kv-heads", &ModelSpec::kv_heads},
-      {"--ffn-hidden", &ModelSpec::ffn_hidden}, {"--vocab", &ModelSpec::vocab},
-      {"--seq-len", &ModelSpec::seq_len}};
+  const Override overrides[] = {{"--layers", &ModelSpec::layers, 1, limits::kMaxLayers},
+                                {"--hidden", &ModelSpec::hidden, 1, limits::kMaxDim},
+                                {"--heads", &ModelSpec::heads, 1, limits::kMaxDim},
+                                {"--kv-heads", &ModelSpec::kv_heads, 1, limits::kMaxDim},
+                                {"--ffn-hidden", &ModelSpec::ffn_hidden, 1, limits::kMaxDim},
+                                {"--vocab", &ModelSpec::vocab, 2, limits::kMaxDim},
+                                {"--seq-len", &ModelSpec::seq_len, 1, limits::kMaxDim}};
   ModelSpec m;
   bool any = false;
   if (name) {
@@ -121,13 +135,17 @@ ModelSpec model_from_args(Args& a) {
     m.name = "inline-gpt";
     m.layers = 12, m.hidden = 768, m.heads = 12, m.vocab = 50257, m.seq_len = 1024;
   }
-  bool kv_given = false, ffn_given = false;
+  // Multi-head attention (kv_heads == heads) stays multi-head when --heads changes; GQA keeps
+  // its kv_heads unless --kv-heads says otherwise.
+  const bool multi_head = m.kv_heads == m.heads;
+  bool kv_given = false, ffn_given = false, heads_given = false;
   for (const auto& o : overrides) {
-    if (auto v = a.int_value(o.flag)) {
+    if (auto v = a.int_value(o.flag, o.lo, o.hi)) {
       m.*(o.field) = *v;
       any = true;
       kv_given |= o.field == &ModelSpec::kv_heads;
       ffn_given |= o.field == &ModelSpec::ffn_hidden;
+      heads_given |= o.field == &ModelSpec::heads;
     }
   }
   if (!name && !any)
@@ -135,7 +153,12 @@ ModelSpec model_from_args(Args& a) {
   if (!name) {
     // Derived defaults follow the given shape unless set explicitly.
     if (!kv_given) m.kv_heads = m.heads;
+    if (!ffn_given && 4LL * m.hidden > limits::kMaxDim)
+      throw InputError(a.command() + ": --ffn-hidden: its default 4 x --hidden is above " +
+                       std::to_string(limits::kMaxDim) + "; give --ffn-hidden");
     if (!ffn_given) m.ffn_hidden = 4 * m.hidden;
+  } else if (heads_given && !kv_given && multi_head) {
+    m.kv_heads = m.heads;
   }
   if (any && name) m.name += "+overrides";
   validate(m, name ? "--model " + *name + " with inline overrides" : "inline model flags");
@@ -144,23 +167,20 @@ ModelSpec model_from_args(Args& a) {
 
 ClusterSpec cluster_from_args(Args& a, const char* default_cluster) {
   ClusterSpec c = load_cluster(a.value("--cluster").value_or(default_cluster));
-  if (auto n = a.int_value("--nodes")) {
-    if (*n < 1)
-      throw InputError(a.command() + ": --nodes: expected >= 1, got " + std::to_string(*n));
-    c.nodes = *n;
-  }
+  if (auto n = a.int_value("--nodes", 1, limits::kMaxNodes)) c.nodes = *n;
   return c;
 }
 
 PlanShorthand shorthand_from_args(Args& a) {
   PlanShorthand s;
-  s.tp = a.int_value("--tp");
-  s.pp = a.int_value("--pp");
-  s.dp = a.int_value("--dp");
-  s.micro_batch = a.int_value("--micro-batch");
-  s.global_batch = a.int_value("--global-batch");
-  s.vpp = a.int_value("--vpp");
-  s.zero = a.int_value("--zero");
+  // The same bounds as the plan file's fields (plan.cpp).
+  s.tp = a.int_value("--tp", 1, limits::kMaxTp);
+  s.pp = a.int_value("--pp", 1, limits::kMaxPp);
+  s.dp = a.int_value("--dp", 1, limits::kMaxDp);
+  s.micro_batch = a.int_value("--micro-batch", 1, limits::kMaxMicroBatch);
+  s.global_batch = a.int_value("--global-batch", 1, limits::kMaxGlobalBatch);
+  s.vpp = a.int_value("--vpp", 1, limits::kMaxVpp);
+  s.zero = a.int_value("--zero", 0, 3);
   s.recompute = a.value("--recompute");
   s.schedule = a.value("--schedule");
   s.dtype = a.value("--dtype");

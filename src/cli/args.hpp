@@ -1,5 +1,6 @@
 // Command-line parsing shared by every subcommand: one place reads --model/--cluster/plan flags.
 #pragma once
+#include <climits>
 #include <map>
 #include <optional>
 #include <string>
@@ -17,7 +18,9 @@ class Args {
   const std::string& command() const { return command_; }
   // `--flag value` or `--flag=value`; each flag may appear once.
   std::optional<std::string> value(const std::string& flag);
-  std::optional<int> int_value(const std::string& flag);
+  // Integers outside [lo, hi] (by default int's range) and non-finite numbers are bad input,
+  // reported with the text as written.
+  std::optional<int> int_value(const std::string& flag, int lo = INT_MIN, int hi = INT_MAX);
   std::optional<double> double_value(const std::string& flag);
   std::string required(const std::string& flag);
   bool flag(const std::string& name);  // a switch without a value

@@ -16,12 +16,25 @@ double rel(double predicted, double measured) {
   return measured != 0 ? (predicted - measured) / measured : NAN;
 }
 
+// "+12.3%", or "n/a" where nothing was measured (an op kind only one side has).
+std::string percent(double r) {
+  if (!std::isfinite(r)) return "      n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+8.1f%%", 100 * r);
+  return buf;
+}
+
 int run_compare(Args& a) {
   const bool json = a.flag("--json");
   auto pos = a.positionals();
   a.finish();
   if (pos.size() != 2) throw InputError(a.command() + ": expected FORECAST.h5 RUN.h5");
   TraceSummary f = report::summarize_trace(pos[0]), m = report::summarize_trace(pos[1]);
+  // Nothing timed means nothing to compare: a damaged or empty trace, not a 100% error.
+  for (const auto* s : {&f, &m})
+    if (s->seconds_by_kind.empty())
+      throw InputError("compare: " + (s == &f ? pos[0] : pos[1]) +
+                       " holds no timed ops (empty or damaged trace)");
   if (world_rank() != 0) return 0;
   nlohmann::json kinds = nlohmann::json::array();
   std::map<std::string, int> all;
@@ -74,29 +87,24 @@ int run_compare(Args& a) {
               f.source.c_str(), f.ranks, pos[1].c_str(), m.source.c_str(), m.ranks);
   std::printf("  %-34s %12s %12s %9s   (seconds per iteration, mean over ranks)\n", "op kind",
               "predicted", "measured", "error");
-  for (const auto& k : kinds)
-    std::printf("  %-34s %12.6f %12.6f %+8.1f%%\n", k["kind"].get<std::string>().c_str(),
-                k["predicted_s"].get<double>(), k["measured_s"].get<double>(),
-                100 * k["relative_error"].get<double>());
+  for (const auto& k : kinds) {
+    const double p = k["predicted_s"].get<double>(), q = k["measured_s"].get<double>();
+    std::printf("  %-34s %12.6f %12.6f %s\n", k["kind"].get<std::string>().c_str(), p, q,
+                percent(rel(p, q)).c_str());
+  }
+  auto line = [](const std::string& what, double p, double q, bool bytes) {
+    std::printf(bytes ? "  %-34s %12.4g %12.4g %s\n" : "  %-34s %12.6f %12.6f %s\n", what.c_str(),
+                p, q, percent(rel(p, q)).c_str());
+  };
   for (const auto& st : stages) {
     const std::string name = "stage " + std::to_string(st["stage"].get<size_t>());
-    for (const char* what : {"compute_s", "comm_s"})
-      std::printf(
-          "  %-34s %12.6f %12.6f %+8.1f%%\n",
-          (name + (std::string(what) == "compute_s" ? " compute (s)" : " communication (s)"))
-              .c_str(),
-          st[what]["predicted"].get<double>(), st[what]["measured"].get<double>(),
-          100 * st[what]["relative_error"].get<double>());
-    std::printf("  %-34s %12.4g %12.4g %+8.1f%%\n", (name + " peak memory (bytes)").c_str(),
-                st["peak_memory_bytes"]["predicted"].get<double>(),
-                st["peak_memory_bytes"]["measured"].get<double>(),
-                100 * st["peak_memory_bytes"]["relative_error"].get<double>());
+    line(name + " compute (s)", st["compute_s"]["predicted"], st["compute_s"]["measured"], false);
+    line(name + " communication (s)", st["comm_s"]["predicted"], st["comm_s"]["measured"], false);
+    line(name + " peak memory (bytes)", st["peak_memory_bytes"]["predicted"],
+         st["peak_memory_bytes"]["measured"], true);
   }
-  std::printf("  %-34s %12.6f %12.6f %+8.1f%%\n", "iteration time (s)", f.iteration_s,
-              m.iteration_s, 100 * rel(f.iteration_s, m.iteration_s));
-  std::printf("  %-34s %12.4g %12.4g %+8.1f%%\n", "peak memory (bytes, max over ranks)",
-              double(f.peak_bytes), double(m.peak_bytes),
-              100 * rel(double(f.peak_bytes), double(m.peak_bytes)));
+  line("iteration time (s)", f.iteration_s, m.iteration_s, false);
+  line("peak memory (bytes, max over ranks)", double(f.peak_bytes), double(m.peak_bytes), true);
   return 0;
 }
 

@@ -11,7 +11,7 @@ namespace {
 // The FLOP count behind tflops_per_gpu and mfu (workload.hpp's model_flops_per_iteration).
 std::string flops_formula(const ModelSpec& m) {
   const bool gpt = m.arch == Arch::decoder && m.activation == Activation::gelu &&
-                   m.kv_heads == m.heads && m.ffn_hidden == 4 * m.hidden;
+                   m.kv_heads == m.heads && m.ffn_hidden == 4LL * m.hidden;
   if (gpt)
     return "72*B*s*l*h^2*(1 + s/(6h) + V/(12lh)) per iteration (Megatron model FLOPs; "
            "recompute not counted)";

@@ -86,8 +86,9 @@ int run_profile(Args& a) {
                      cluster_arg + " has " + std::to_string(base.node.gpus_per_node) +
                      " devices per node: run at most one rank per device");
   if (out) {
+    std::error_code ec;  // a name the file system rejects is treated as missing
     const auto dir = std::filesystem::path(*out).parent_path();
-    if (!dir.empty() && !std::filesystem::is_directory(dir))
+    if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
       throw InputError(a.command() + ": -o " + *out + ": directory " + dir.string() +
                        " does not exist");
   }

@@ -16,6 +16,12 @@ double gib(int64_t b) {
   return double(b) / double(1LL << 30);
 }
 
+std::string gib_text(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1LL << 30));
+  return buf;
+}
+
 int run_simulate(Args& a) {
   const bool json = a.flag("--json");
   const bool mirror = a.flag("--mirror");
@@ -34,14 +40,33 @@ int run_simulate(Args& a) {
     throw InputError(a.command() + ": --interference: expected a slowdown factor in [1, 10], got " +
                      std::to_string(*interference));
   if (trace) {
+    std::error_code ec;  // a name the file system rejects is treated as missing
+    if (std::filesystem::is_directory(*trace, ec))
+      throw InputError(a.command() + ": --trace " + *trace +
+                       ": is a directory, expected a file name (FILE.h5)");
     const auto dir = std::filesystem::path(*trace).parent_path();
-    if (!dir.empty() && !std::filesystem::is_directory(dir))
+    if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
       throw InputError(a.command() + ": --trace " + *trace + ": directory " + dir.string() +
                        " does not exist");
   }
   check_launch(a.command());
-  Layout layout(p, c);
   Program prog = build_program(m, p);
+  {
+    SimOptions o;
+    o.iterations = iterations;
+    o.record_trace = bool(trace);
+    // Every process on a node holds the whole simulation.
+    const double need = double(simulation_footprint_bytes(prog, p.world_size(), o)) * local_size();
+    std::string by;
+    const double have = double(memory_limit_bytes(&by));
+    if (need > have)
+      throw InputError(a.command() + ": --nodes " + std::to_string(c.nodes) + " (" +
+                       std::to_string(p.world_size()) + " simulated ranks" +
+                       (trace ? ", with --trace" : "") + ") needs about " + gib_text(need) +
+                       " of memory, more than the " + gib_text(have) + " this process may use (" +
+                       by + "); simulate fewer nodes" + (trace ? " or drop --trace" : ""));
+  }
+  Layout layout(p, c);
   CostModel cost(m, c, p);
   CostModelCosts costs(cost);
   SimOptions opt;

@@ -6,6 +6,7 @@
 
 #include "src/io/json_reader.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/limits.hpp"
 #include "stratagem/workload.hpp"
 
 namespace stratagem {
@@ -84,6 +85,29 @@ void validate(const ModelSpec& m, const std::string& source) {
   if (m.ffn_hidden < 1) bad("ffn_hidden", "expected >= 1");
   if (m.vocab < 2) bad("vocab", "expected >= 2");
   if (m.seq_len < 1) bad("seq_len", "expected >= 1");
+  // Every size the cost model, simulator and runtime derive from the shapes must fit int64 with
+  // headroom: check the products here, once, naming the fields.
+  using limits::checked_product;
+  using limits::checked_sum;
+  const int64_t h = m.hidden, f = m.ffn_hidden, kv = m.kv_hidden(), s = m.seq_len, V = m.vocab;
+  const int64_t attn = checked_product(source, "attention weights",
+                                       {{"hidden", h}, {"hidden + 2 kv_hidden", h + 2 * kv}});
+  const int64_t mlp =
+      checked_product(source, "MLP weights", {{"3", 3}, {"hidden", h}, {"ffn_hidden", f}});
+  const int64_t layer = checked_sum(
+      source, "layer parameters", checked_sum(source, "layer parameters", attn, mlp), 4 * (h + f));
+  const int64_t layers = checked_product(source, "parameters of all layers",
+                                         {{"layers", m.layers}, {"layer parameters", layer}});
+  const int64_t emb = checked_product(
+      source, "embedding parameters",
+      {{"vocab + seq_len + type_vocab + 2", V + s + m.type_vocab + 2}, {"hidden", h}});
+  checked_sum(source, "parameters", checked_sum(source, "parameters", layers, 2 * emb),
+              2 * h * (h + 2));
+  checked_product(source, "attention scores of one sample",
+                  {{"seq_len", s}, {"seq_len", s}, {"heads", m.heads}});
+  checked_product(source, "logits of one sample", {{"seq_len", s}, {"vocab", V}});
+  checked_product(source, "activations of one sample",
+                  {{"seq_len", s}, {"ffn_hidden + hidden", f + h}, {"34", 34}});
 }
 
 ModelSpec model_from_json(const nlohmann::json& j, const std::string& source) {
@@ -92,11 +116,13 @@ ModelSpec model_from_json(const nlohmann::json& j, const std::string& source) {
   m.name = r.get_string("name");
   m.arch = r.get_enum("arch", {"decoder", "encoder"}, "decoder") == "decoder" ? Arch::decoder
                                                                               : Arch::encoder;
-  constexpr int kBig = 1 << 30;
-  m.layers = r.get_int("layers", 1, 100000);
+  constexpr int kBig = limits::kMaxDim;
+  m.layers = r.get_int("layers", 1, limits::kMaxLayers);
   m.hidden = r.get_int("hidden", 1, kBig);
   m.heads = r.get_int("heads", 1, kBig);
   m.kv_heads = r.get_int("kv_heads", 1, kBig, m.heads);
+  if (!r.has("ffn_hidden") && 4LL * m.hidden > kBig)
+    r.fail("ffn_hidden", "a value: its default 4 x hidden is above " + std::to_string(kBig));
   m.ffn_hidden = r.get_int("ffn_hidden", 1, kBig, 4 * m.hidden);
   m.vocab = r.get_int("vocab", 2, kBig);
   m.seq_len = r.get_int("seq_len", 1, kBig);
@@ -150,12 +176,15 @@ std::string resolve_spec_path(const std::string& name_or_path, const char* folde
       (name_or_path.size() > 5 && name_or_path.compare(name_or_path.size() - 5, 5, ".json") == 0);
   if (is_path) return name_or_path;
   fs::path p = fs::path(data_dir()) / folder / (name_or_path + ".json");
-  if (!fs::exists(p)) {
+  // Error-code overloads: a name the file system rejects (too long, say) is an unknown name,
+  // not an exception of the file system library (found by fuzzing).
+  std::error_code ec;
+  if (!fs::exists(p, ec)) {
     std::string known;
-    if (fs::is_directory(p.parent_path()))
-      for (const auto& e : fs::directory_iterator(p.parent_path()))
+    if (fs::is_directory(p.parent_path(), ec))
+      for (const auto& e : fs::directory_iterator(p.parent_path(), ec))
         if (e.path().extension() == ".json") known += " " + e.path().stem().string();
-    throw InputError(std::string(flag) + " '" + name_or_path +
+    throw InputError(std::string(flag) + " '" + shorten(name_or_path) +
                      "': no such built-in (known:" + known + "), and not a path to a .json file");
   }
   return p.string();

@@ -6,6 +6,7 @@
 
 #include "src/io/json_reader.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/limits.hpp"
 
 namespace stratagem {
 
@@ -129,16 +130,16 @@ Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterS
   p.pp = s.pp.value_or(1);
   if (l.tp < 1) throw InputError("--tp: expected >= 1");
   if (p.pp < 1) throw InputError("--pp: expected >= 1");
-  int world = c.world_size();
+  const int64_t world = c.world_size();
   if (s.dp) {
     l.dp = *s.dp;
     if (l.dp < 1) throw InputError("--dp: expected >= 1");
   } else {
-    if (world % (l.tp * p.pp))
+    if (world % (int64_t(l.tp) * p.pp))
       throw InputError("--tp " + std::to_string(l.tp) + " x --pp " + std::to_string(p.pp) +
                        " does not divide the " + std::to_string(world) +
                        " GPUs of --cluster/--nodes; give --dp or change --nodes");
-    l.dp = world / (l.tp * p.pp);
+    l.dp = int(world / (int64_t(l.tp) * p.pp));
   }
   l.sequence_parallel = s.sequence_parallel;
   l.zero = s.zero.value_or(0);
@@ -165,7 +166,13 @@ Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterS
   p.schedule = schedule_from(sched, "--schedule");
   p.micro_batch = s.micro_batch.value_or(1);
   if (p.micro_batch < 1) throw InputError("--micro-batch: expected >= 1");
-  p.global_batch = s.global_batch.value_or(p.micro_batch * l.dp);
+  const int64_t default_batch = int64_t(p.micro_batch) * l.dp;
+  if (!s.global_batch && default_batch > limits::kMaxGlobalBatch)
+    throw InputError(
+        "--global-batch: its default --micro-batch x dp = " + std::to_string(default_batch) +
+        " is above " + std::to_string(limits::kMaxGlobalBatch));
+  p.global_batch = s.global_batch.value_or(int(default_batch));
+  if (p.global_batch < 1) throw InputError("--global-batch: expected >= 1");
   p.dtype = dtype_from_string(s.dtype.value_or("bf16"), "--dtype");
   p.flash_attention = s.flash_attention;
   p.overlap_grad_reduce = !s.no_overlap_grad_reduce;
@@ -174,12 +181,12 @@ Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterS
   p.embedding = l;
   p.embedding.recompute = Recompute::none;
   p.embedding.offload_activations = false;
-  int nchunks = p.pp * (p.schedule == Schedule::interleaved ? p.vpp : 1);
+  const int64_t nchunks = int64_t(p.pp) * (p.schedule == Schedule::interleaved ? p.vpp : 1);
   if (nchunks > m.layers)
     throw InputError("--pp " + std::to_string(p.pp) + " x --vpp " + std::to_string(p.vpp) +
                      " makes more pipeline chunks than the model's " + std::to_string(m.layers) +
                      " layers");
-  p.chunks = even_chunks(m.layers, nchunks);
+  p.chunks = even_chunks(m.layers, int(nchunks));
   return p;
 }
 
@@ -187,8 +194,10 @@ namespace {
 LayerStrategy strategy_from(io::JsonReader r, bool allow_range) {
   LayerStrategy l;
   if (allow_range) r.raw("layers");  // consumed by the caller
-  l.tp = r.get_int("tp", 1, 1 << 16, 1);
-  l.dp = r.get_int("dp", 1, 1 << 24, 1);
+  // tp and dp are required: a default would make a deleted field look like a stage-size
+  // mismatch blamed on some other layer.
+  l.tp = r.get_int("tp", 1, limits::kMaxTp);
+  l.dp = r.get_int("dp", 1, limits::kMaxDp);
   l.sequence_parallel = r.get_bool("sequence_parallel", false);
   l.zero = r.get_int("zero", 0, 3, 0);
   l.recompute = recompute_from(r.get_enum("recompute", {"none", "selective", "full"}, "none"),
@@ -220,12 +229,12 @@ nlohmann::json strategy_json(const LayerStrategy& l) {
 Plan plan_from_json(const nlohmann::json& j, const ModelSpec& m, const std::string& source) {
   io::JsonReader r(j, source);
   Plan p;
-  p.pp = r.get_int("pp", 1, 1 << 16);
+  p.pp = r.get_int("pp", 1, limits::kMaxPp);
   p.schedule = schedule_from(r.get_enum("schedule", {"gpipe", "1f1b", "interleaved"}, "1f1b"),
                              r.where("schedule"));
-  p.vpp = r.get_int("vpp", 1, 1024, 1);
-  p.micro_batch = r.get_int("micro_batch", 1, 1 << 24);
-  p.global_batch = r.get_int("global_batch", 1, 1 << 30);
+  p.vpp = r.get_int("vpp", 1, limits::kMaxVpp, 1);
+  p.micro_batch = r.get_int("micro_batch", 1, limits::kMaxMicroBatch);
+  p.global_batch = r.get_int("global_batch", 1, limits::kMaxGlobalBatch);
   p.dtype = dtype_from_string(r.get_string("dtype", "bf16"), r.where("dtype"));
   p.flash_attention = r.get_bool("flash_attention", false);
   p.overlap_grad_reduce = r.get_bool("overlap_grad_reduce", true);
@@ -243,12 +252,12 @@ Plan plan_from_json(const nlohmann::json& j, const ModelSpec& m, const std::stri
     if (!range.is_array() || range.size() != 2 || !range[0].is_number_integer() ||
         !range[1].is_number_integer())
       run.fail("layers", "[first, one_past_last] layer indices");
-    int b = range[0], e = range[1];
+    const int64_t b = range[0].get<int64_t>(), e = range[1].get<int64_t>();
     if (b < 0 || e > m.layers || b >= e)
       run.fail("layers", "a range inside [0, " + std::to_string(m.layers) + "), got [" +
-                             std::to_string(b) + ", " + std::to_string(e) + "]");
+                             range[0].dump() + ", " + range[1].dump() + "]");
     LayerStrategy l = strategy_from(run, true);
-    for (int k = b; k < e; ++k) {
+    for (int64_t k = b; k < e; ++k) {
       covered[k]++;
       p.layers[k] = l;
     }
@@ -258,7 +267,7 @@ Plan plan_from_json(const nlohmann::json& j, const ModelSpec& m, const std::stri
       throw InputError(source + ": field 'layers': layer " + std::to_string(k) + " is covered " +
                        std::to_string(covered[k]) + " times; every layer needs exactly one run");
   // "chunks": pipeline stage partition (pp*vpp ranges); default is an even split.
-  int nchunks = p.pp * (p.schedule == Schedule::interleaved ? p.vpp : 1);
+  const int64_t nchunks = int64_t(p.pp) * (p.schedule == Schedule::interleaved ? p.vpp : 1);
   if (r.has("chunks")) {
     const auto& ch = r.array("chunks");
     for (size_t i = 0; i < ch.size(); ++i) {
@@ -266,10 +275,15 @@ Plan plan_from_json(const nlohmann::json& j, const ModelSpec& m, const std::stri
           !ch[i][1].is_number_integer())
         throw InputError(source + ": field 'chunks[" + std::to_string(i) +
                          "]': expected [first, one_past_last] layer indices");
-      p.chunks.push_back({ch[i][0].get<int>(), ch[i][1].get<int>()});
+      const int64_t b = ch[i][0].get<int64_t>(), e = ch[i][1].get<int64_t>();
+      if (b < 0 || e > m.layers || b >= e)
+        throw InputError(source + ": field 'chunks[" + std::to_string(i) +
+                         "]': expected a non-empty range inside [0, " + std::to_string(m.layers) +
+                         "], got [" + ch[i][0].dump() + ", " + ch[i][1].dump() + "]");
+      p.chunks.push_back({int(b), int(e)});
     }
   } else if (nchunks <= m.layers) {
-    p.chunks = even_chunks(m.layers, nchunks);
+    p.chunks = even_chunks(m.layers, int(nchunks));
   }
   r.reject_unknown();
   return p;
@@ -314,10 +328,20 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
   if ((int)p.layers.size() != m.layers)
     bad("layers", "has " + std::to_string(p.layers.size()) + " entries for a model with " +
                       std::to_string(m.layers) + " layers");
-  const int D = p.devices_per_stage();
+  // Degrees multiply in int64: tp 2^16 x dp 2^24 must be refused, not wrapped around.
+  const int64_t D = int64_t(p.layers.empty() ? p.embedding.tp : p.layers.front().tp) *
+                    (p.layers.empty() ? p.embedding.dp : p.layers.front().dp);
+  int64_t max_dp = p.embedding.dp;
+  for (const auto& l : p.layers) max_dp = std::max<int64_t>(max_dp, l.dp);
+  const int64_t stage_mb = int64_t(p.micro_batch) * max_dp;
+  if (stage_mb > p.global_batch)
+    bad("micro_batch", "micro-batch " + std::to_string(p.micro_batch) + " x dp " +
+                           std::to_string(max_dp) + " = " + std::to_string(stage_mb) +
+                           " samples is more than the global batch " +
+                           std::to_string(p.global_batch));
   auto check_strategy = [&](const LayerStrategy& l, const std::string& at) {
-    if (l.tp * l.dp != D)
-      bad(at, "tp x dp = " + std::to_string(l.tp * l.dp) + " but the stage has " +
+    if (int64_t(l.tp) * l.dp != D)
+      bad(at, "tp x dp = " + std::to_string(int64_t(l.tp) * l.dp) + " but the stage has " +
                   std::to_string(D) + " devices (every layer must use all of its stage)");
     if (m.heads % l.tp)
       bad(at + ".tp", "tp " + std::to_string(l.tp) + " does not divide heads (" +
@@ -333,9 +357,9 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
     if (l.tp > c.node.gpus_per_node)
       bad(at + ".tp", "tp " + std::to_string(l.tp) + " exceeds the " +
                           std::to_string(c.node.gpus_per_node) + " GPUs of a node");
-    if ((p.micro_batch * p.max_dp()) % l.dp)
+    if (stage_mb % l.dp)
       bad(at + ".dp", "dp " + std::to_string(l.dp) + " does not divide the stage micro-batch of " +
-                          std::to_string(p.micro_batch * p.max_dp()) + " samples");
+                          std::to_string(stage_mb) + " samples");
   };
   for (int k = 0; k < m.layers; ++k)
     check_strategy(p.layers[k], "layers[" + std::to_string(k) + "]");
@@ -347,10 +371,10 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
                                                       " and " + std::to_string(b) +
                                                       " must divide one another");
   }
-  if (p.world_size() != c.world_size())
+  if (int64_t(p.pp) * D != c.world_size())
     bad("world size", "the plan needs pp " + std::to_string(p.pp) + " x " + std::to_string(D) +
-                          " = " + std::to_string(p.world_size()) + " GPUs but --cluster " + c.name +
-                          " with --nodes " + std::to_string(c.nodes) + " has " +
+                          " = " + std::to_string(int64_t(p.pp) * D) + " GPUs but --cluster " +
+                          c.name + " with --nodes " + std::to_string(c.nodes) + " has " +
                           std::to_string(c.world_size()));
   if (p.schedule != Schedule::interleaved && p.vpp != 1)
     bad("vpp", "vpp > 1 needs schedule 'interleaved'");
@@ -358,8 +382,8 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
     bad("vpp", "the interleaved schedule needs vpp >= 2");
   if (p.schedule == Schedule::interleaved && p.pp < 2)
     bad("schedule", "the interleaved schedule needs pp >= 2");
-  const int nchunks = p.pp * (p.schedule == Schedule::interleaved ? p.vpp : 1);
-  if ((int)p.chunks.size() != nchunks)
+  const int64_t nchunks = int64_t(p.pp) * (p.schedule == Schedule::interleaved ? p.vpp : 1);
+  if ((int64_t)p.chunks.size() != nchunks)
     bad("chunks", "expected " + std::to_string(nchunks) + " layer ranges (pp x vpp), got " +
                       std::to_string(p.chunks.size()));
   int at = 0;
@@ -374,16 +398,33 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
   if (at != m.layers)
     bad("chunks", "stage partition ends at layer " + std::to_string(at) + " but the model has " +
                       std::to_string(m.layers) + " layers");
-  const int stage_mb = p.micro_batch * p.max_dp();
   if (p.global_batch % stage_mb)
     bad("micro_batch", "micro-batch " + std::to_string(p.micro_batch) + " x dp " +
-                           std::to_string(p.max_dp()) + " does not divide the global batch " +
+                           std::to_string(max_dp) + " does not divide the global batch " +
                            std::to_string(p.global_batch));
-  const int mbs = p.global_batch / stage_mb;
+  const int64_t mbs = p.global_batch / stage_mb;
   if (p.schedule == Schedule::interleaved && (mbs < p.pp || mbs % p.pp))
     bad("schedule", "the interleaved schedule needs the number of micro-batches (" +
                         std::to_string(mbs) + ") to be a multiple of pp (" + std::to_string(p.pp) +
                         ")");
+  // Sizes of one micro-batch on one rank (the narrowest-dp layer's rank holds the most
+  // samples), as the cost model and runtime form them.
+  using limits::checked_product;
+  const int64_t s = m.seq_len;
+  int64_t min_dp = p.embedding.dp;
+  for (const auto& l : p.layers) min_dp = std::min<int64_t>(min_dp, l.dp);
+  const int64_t rank_mb = stage_mb / min_dp;
+  checked_product(src, "logits of one micro-batch",
+                  {{"samples per rank", rank_mb}, {"seq_len", s}, {"vocab", m.vocab}});
+  checked_product(
+      src, "attention scores of one micro-batch",
+      {{"samples per rank", rank_mb}, {"seq_len", s}, {"seq_len", s}, {"heads", m.heads}});
+  checked_product(src, "activations of one micro-batch",
+                  {{"samples per rank", rank_mb},
+                   {"seq_len", s},
+                   {"34 (hidden + ffn_hidden)", 34 * (int64_t(m.hidden) + m.ffn_hidden)}});
+  checked_product(src, "tokens of one iteration",
+                  {{"global_batch", p.global_batch}, {"seq_len", s}});
 }
 
 }  // namespace stratagem

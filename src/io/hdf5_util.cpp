@@ -23,6 +23,58 @@ std::string read_string_attr(hid_t obj, const char* name) {
   return std::string(buf.data());
 }
 
+void silence_hdf5_errors() {
+  static const bool done = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)done;
+}
+
+std::string check_1d_layout(hid_t dataset, hsize_t n) {
+  H5Handle space(H5Dget_space(dataset), H5Sclose);
+  H5Handle type(H5Dget_type(dataset), H5Tclose);
+  H5Handle dcpl(H5Dget_create_plist(dataset), H5Pclose);
+  if (!space.valid() || !type.valid() || !dcpl.valid()) return "unreadable dataset header";
+  if (H5Sget_simple_extent_ndims(space) != 1) return "not a 1-D dataset";
+  hsize_t dim = 0, max_dim = 0;
+  if (H5Sget_simple_extent_dims(space, &dim, &max_dim) < 0 || dim != n) return "bad dataspace";
+  const size_t elem = H5Tget_size(type);
+  if (elem == 0 || elem > 4096) return "bad element size";
+  // A compound's members must lie inside it (libhdf5 1.10 converts them without checking).
+  if (H5Tget_class(type) == H5T_COMPOUND) {
+    const int members = H5Tget_nmembers(type);
+    if (members < 1 || members > 256) return "bad number of table columns";
+    for (int i = 0; i < members; ++i) {
+      H5Handle mt(H5Tget_member_type(type, unsigned(i)), H5Tclose);
+      const size_t size = mt.valid() ? H5Tget_size(mt) : 0;
+      if (size == 0 || H5Tget_member_offset(type, unsigned(i)) + size > elem)
+        return "a table column outside its row";
+    }
+  }
+  // What the header says is stored cannot exceed the file (a damaged one may claim exabytes).
+  H5Handle file(H5Iget_file_id(dataset), H5Fclose);
+  hsize_t file_bytes = 0;
+  if (!file.valid() || H5Fget_filesize(file, &file_bytes) < 0) return "unreadable file size";
+  if (H5Dget_storage_size(dataset) > file_bytes) return "more data claimed than the file holds";
+  switch (H5Pget_layout(dcpl)) {
+    case H5D_COMPACT:
+      if (H5Dget_storage_size(dataset) < n * elem) return "compact data shorter than its elements";
+      return "";
+    case H5D_CONTIGUOUS:
+      return "";
+    case H5D_CHUNKED: {
+      hsize_t chunk = 0;
+      if (H5Pget_chunk(dcpl, 1, &chunk) != 1 || chunk == 0) return "bad chunk shape";
+      if (max_dim != H5S_UNLIMITED && chunk > max_dim) return "chunk larger than the dataset";
+      if (chunk * elem > (hsize_t(64) << 20)) return "chunk larger than 64 MiB";
+      return "";
+    }
+    default:
+      return "unknown storage layout";
+  }
+}
+
 void write_int64_attr(hid_t obj, const char* name, int64_t value) {
   H5Handle space(STRATAGEM_H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
   H5Handle attr(

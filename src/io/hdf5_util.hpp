@@ -62,6 +62,16 @@ std::string read_string_attr(hid_t obj, const char* name);
 void write_int64_attr(hid_t obj, const char* name, int64_t value);
 int64_t read_int64_attr(hid_t obj, const char* name);
 bool has_attr(hid_t obj, const char* name);
+// Turns HDF5's automatic error printing off for the whole process, once: every HDF5 failure is
+// reported by the caller as one line, and HDF5 prints its "infinite loop closing library" at
+// exit (after a damaged file) only while automatic printing is on.
+void silence_hdf5_errors();
+
+// For a 1-D dataset of `n` elements about to be read: "" when its storage description is
+// consistent, else what is not. HDF5 1.10 trusts these fields and reads past its buffers when
+// a damaged file contradicts them (found by fuzzing): a chunk larger than a fixed dataspace, a
+// compact dataset shorter than its elements, or chunks too large to be plausible.
+std::string check_1d_layout(hid_t dataset, hsize_t n);
 // Creates every missing group along "a/b/c".
 void ensure_groups(hid_t file, const std::string& path);
 

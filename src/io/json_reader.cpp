@@ -1,25 +1,43 @@
 #include "src/io/json_reader.hpp"
 
+#include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <string>
 
 namespace stratagem::io {
 
 nlohmann::json parse_json(const std::string& text, const std::string& source) {
   try {
     return nlohmann::json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(source + ": malformed JSON: " + e.what());
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond double's range, e.g. 1e400.
+    throw InputError(source + ": number out of range: " + shorten(e.what(), 200));
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(source + ": malformed JSON: " + shorten(e.what(), 200));
   }
 }
 
 nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError(path + ": is a directory, expected a JSON file");
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_json(ss.str(), path);
+  // Read at most kMaxJsonBytes (the largest plan, 100000 layers with a run each, is ~20 MB):
+  // a path such as /dev/zero must end in an error, not in exhausted memory.
+  constexpr size_t kMaxJsonBytes = size_t(64) << 20;
+  std::string text;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, size_t(in.gcount()));
+    if (text.size() > kMaxJsonBytes)
+      throw InputError(path + ": larger than 64 MiB, not a model, cluster or plan file");
+  }
+  if (in.bad()) throw InputError(path + ": read error");
+  return parse_json(text, path);
 }
 
 JsonReader::JsonReader(const nlohmann::json& j, std::string source, std::string path)
@@ -30,7 +48,7 @@ JsonReader::JsonReader(const nlohmann::json& j, std::string source, std::string 
 }
 
 std::string JsonReader::where(const std::string& key) const {
-  return source_ + ": field '" + (path_.empty() ? key : path_ + "." + key) + "'";
+  return source_ + ": field '" + (path_.empty() ? "" : path_ + ".") + shorten(key) + "'";
 }
 
 void JsonReader::fail(const std::string& key, const std::string& expected) const {
@@ -45,28 +63,35 @@ const nlohmann::json& JsonReader::need(const char* key) {
 
 int64_t JsonReader::get_int64(const char* key, int64_t lo) {
   const auto& v = need(key);
+  const std::string expected = "an integer >= " + std::to_string(lo);
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+    fail(key, expected + " that fits 64 bits, got " + v.dump());
   if (v.is_number_integer()) {
-    int64_t x = v.get<int64_t>();
-    if (x < lo) fail(key, "an integer >= " + std::to_string(lo) + ", got " + std::to_string(x));
+    const int64_t x = v.get<int64_t>();
+    if (x < lo) fail(key, expected + ", got " + v.dump());
     return x;
   }
   // Sizes such as 85.9e9 are written as floats in datasheet-style files.
   if (v.is_number_float()) {
-    double d = v.get<double>();
-    if (d != static_cast<double>(static_cast<int64_t>(d)) || d < static_cast<double>(lo))
-      fail(key, "an integer >= " + std::to_string(lo));
+    const double d = v.get<double>();
+    // 2^63 is the first double beyond int64; checked before the cast, which would be undefined.
+    if (!(d >= static_cast<double>(lo) && d < 9223372036854775808.0) ||
+        d != static_cast<double>(static_cast<int64_t>(d)))
+      fail(key, expected + ", got " + v.dump());
     return static_cast<int64_t>(d);
   }
-  fail(key, "an integer");
+  fail(key, expected + ", got " + std::string(v.type_name()));
 }
 
 int JsonReader::get_int(const char* key, int lo, int hi) {
   const auto& v = need(key);
   if (!v.is_number_integer()) fail(key, "an integer, got " + std::string(v.type_name()));
-  int64_t x = v.get<int64_t>();
+  // An unsigned value above int64 must be reported as written, not wrapped to a negative.
+  const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX);
+  const int64_t x = huge ? INT64_MAX : v.get<int64_t>();
   if (x < lo || x > hi)
-    fail(key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                  std::to_string(x));
+    fail(key,
+         "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v.dump());
   return static_cast<int>(x);
 }
 
@@ -133,7 +158,7 @@ std::string JsonReader::get_enum(const char* key, std::initializer_list<const ch
   std::string s = fallback ? get_string(key, fallback) : get_string(key);
   for (const char* c : choices)
     if (s == c) return s;
-  fail(key, "one of " + joined + ", got '" + s + "'");
+  fail(key, "one of " + joined + ", got '" + shorten(s) + "'");
 }
 
 JsonReader JsonReader::object(const char* key) {

@@ -3,9 +3,13 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
+#include "src/io/hdf5_util.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/trace.hpp"
 
@@ -45,6 +49,51 @@ hid_t check(hid_t id, const std::string& what, const std::string& path) {
 }
 void check(herr_t e, const char* what, const std::string& path) {
   if (e < 0) throw std::runtime_error("trace " + path + ": HDF5 failed to " + std::string(what));
+}
+// A trace being read is input: a part that cannot be read is a damaged file (exit 2).
+[[noreturn]] void damaged(const std::string& path, const std::string& what) {
+  throw InputError("trace: " + path + " is damaged: " + what);
+}
+hid_t check_read(hid_t id, const std::string& what, const std::string& path) {
+  if (id < 0) damaged(path, "cannot " + what);
+  return id;
+}
+
+// An attribute read into one value must hold exactly one (a damaged one may claim many).
+void require_one_value(hid_t attr, const std::string& name, const std::string& path) {
+  Handle space(check_read(H5Aget_space(attr), "read the shape of attribute " + name, path),
+               H5Sclose);
+  if (H5Sget_simple_extent_npoints(space) != 1)
+    damaged(path, "attribute " + name + " does not hold one value");
+}
+
+// Values read back from a file: bounded so that differences and sums of a few never overflow.
+constexpr int64_t kMaxTraceValue = int64_t(1) << 62;
+bool sane(int64_t v) {
+  return v >= -kMaxTraceValue && v <= kMaxTraceValue;
+}
+void validate_rows(const std::vector<OpRecord>& rows, const std::string& where,
+                   const std::string& path) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const OpRecord& r = rows[i];
+    const std::string at = where + " row " + std::to_string(i);
+    if (r.kind > static_cast<uint8_t>(OpKind::free)) damaged(path, at + ": unknown op kind");
+    if (r.stream >= kNumStreams) damaged(path, at + ": unknown stream");
+    if (!sane(r.start_ns) || !sane(r.end_ns) || r.end_ns < r.start_ns)
+      damaged(path, at + ": end_ns before start_ns or out of range");
+    if (!sane(r.bytes) || !std::isfinite(r.flops))
+      damaged(path, at + ": bytes or flops out of range");
+  }
+}
+void validate_rows(const std::vector<MemorySample>& rows, const std::string& where,
+                   const std::string& path) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const MemorySample& m = rows[i];
+    bool ok = sane(m.time_ns) && sane(m.total_bytes) && sane(m.high_water_bytes);
+    for (int c = 0; c < kNumMemCategories; ++c)
+      ok = ok && m.bytes[c] >= 0 && m.bytes[c] <= kMaxTraceValue / kNumMemCategories;
+    if (!ok) damaged(path, where + " row " + std::to_string(i) + ": a value out of range");
+  }
 }
 
 hid_t enum_type(const char* const* names, int n) {
@@ -141,20 +190,38 @@ std::vector<T> read_table(hid_t file, int rank, const char* name, hid_t type,
   QuietHdf5 quiet;
   const std::string where = "/ranks/" + std::to_string(rank) + "/" + name;
   std::vector<T> out;
-  if (H5Lexists(file, "ranks", H5P_DEFAULT) <= 0) return out;
-  Handle ranks(H5Gopen2(file, "ranks", H5P_DEFAULT), H5Gclose);
+  // A missing table is an empty one (a rank without memory samples); a table that exists but
+  // cannot be read is damage.
+  auto exists = [&](hid_t parent, const char* link) {
+    const htri_t e = H5Lexists(parent, link, H5P_DEFAULT);
+    if (e < 0) damaged(path, "cannot look up " + where);
+    return e > 0;
+  };
+  if (!exists(file, "ranks")) return out;
+  Handle ranks(check_read(H5Gopen2(file, "ranks", H5P_DEFAULT), "open /ranks", path), H5Gclose);
   const std::string r = std::to_string(rank);
-  if (H5Lexists(ranks, r.c_str(), H5P_DEFAULT) <= 0) return out;
-  Handle grp(H5Gopen2(ranks, r.c_str(), H5P_DEFAULT), H5Gclose);
-  if (H5Lexists(grp, name, H5P_DEFAULT) <= 0) return out;
-  Handle dset(check(H5Dopen2(grp, name, H5P_DEFAULT), "open " + where, path), H5Dclose);
-  Handle space(H5Dget_space(dset), H5Sclose);
+  if (!exists(ranks, r.c_str())) return out;
+  Handle grp(check_read(H5Gopen2(ranks, r.c_str(), H5P_DEFAULT), "open /ranks/" + r, path),
+             H5Gclose);
+  if (!exists(grp, name)) return out;
+  Handle dset(check_read(H5Dopen2(grp, name, H5P_DEFAULT), "open " + where, path), H5Dclose);
+  Handle space(check_read(H5Dget_space(dset), "read the shape of " + where, path), H5Sclose);
+  if (H5Sget_simple_extent_ndims(space) != 1) damaged(path, where + " is not a table (1-D)");
   hsize_t n = 0;
-  H5Sget_simple_extent_dims(space, &n, nullptr);
+  if (H5Sget_simple_extent_dims(space, &n, nullptr) < 0)
+    damaged(path, "cannot read the length of " + where);
+  if (const std::string bad = io::check_1d_layout(dset, n); !bad.empty())
+    damaged(path, where + ": " + bad);
+  // The length comes from the file: refuse one that could not have been written, rather than
+  // try to allocate it (a damaged header may claim 2^60 rows).
+  const hsize_t storage = H5Dget_storage_size(dset);
+  if (n > (hsize_t(1) << 40) / sizeof(T) || n * sizeof(T) > 64 * storage + (1 << 20))
+    damaged(path, where + " claims " + std::to_string(n) + " rows, more than its " +
+                      std::to_string(storage) + " stored bytes can hold");
   out.resize(n);
-  if (n)
-    check(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), ("read " + where).c_str(),
-          path);
+  if (n && H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    damaged(path, "cannot read " + where);
+  validate_rows(out, where, path);
   return out;
 }
 
@@ -177,6 +244,7 @@ OpRecord make_record(const Op& op, int iteration, int64_t start_ns, int64_t end_
 }
 
 Writer::Writer(const std::string& path) : path_(path) {
+  io::silence_hdf5_errors();
   QuietHdf5 quiet;
   file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file_ < 0) throw InputError("trace: cannot create HDF5 file " + path);
@@ -230,7 +298,11 @@ void Writer::add_memory_samples(int rank, const std::vector<MemorySample>& sampl
 }
 
 Reader::Reader(const std::string& path) : path_(path) {
+  io::silence_hdf5_errors();
   QuietHdf5 quiet;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError("trace: " + path + " is a directory, expected an HDF5 trace file");
   if (H5Fis_hdf5(path.c_str()) <= 0)
     throw InputError("trace: " + path + " is not an HDF5 file (or cannot be read)");
   file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -238,7 +310,7 @@ Reader::Reader(const std::string& path) : path_(path) {
   if (H5Lexists(file_, "ranks", H5P_DEFAULT) <= 0) {
     H5Fclose(file_);
     file_ = -1;
-    throw InputError("trace: " + path + " has no /ranks group (not a stratagem trace)");
+    throw InputError("trace: " + path + " has no /ranks group (not a stratagem trace, or damaged)");
   }
   // A file of another schema would be misread field by field: refuse it by name.
   const int64_t version = has_attribute("schema_version") ? int_attribute("schema_version") : -1;
@@ -263,22 +335,27 @@ bool Reader::has_attribute(const std::string& name) const {
 std::string Reader::attribute(const std::string& name) const {
   QuietHdf5 quiet;
   if (H5Aexists(file_, name.c_str()) <= 0) return "";
-  Handle attr(H5Aopen(file_, name.c_str(), H5P_DEFAULT), H5Aclose);
-  Handle ftype(H5Aget_type(attr), H5Tclose);
+  Handle attr(
+      check_read(H5Aopen(file_, name.c_str(), H5P_DEFAULT), "open attribute " + name, path_),
+      H5Aclose);
+  Handle ftype(check_read(H5Aget_type(attr), "read the type of attribute " + name, path_),
+               H5Tclose);
+  require_one_value(attr, name, path_);
   if (H5Tget_class(ftype) != H5T_STRING) return "";
   if (H5Tis_variable_str(ftype) > 0) {
     Handle mtype(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(mtype, H5T_VARIABLE);
     H5Tset_cset(mtype, H5Tget_cset(ftype));
     char* s = nullptr;
-    check(H5Aread(attr, mtype, &s), "read attribute", path_);
+    if (H5Aread(attr, mtype, &s) < 0) damaged(path_, "cannot read attribute " + name);
     std::string out = s ? s : "";
     H5free_memory(s);
     return out;
   }
   const size_t n = H5Tget_size(ftype);
+  if (n == 0 || n > (size_t(1) << 30)) damaged(path_, "attribute " + name + " has a bad size");
   std::string out(n, '\0');
-  check(H5Aread(attr, ftype, out.data()), "read attribute", path_);
+  if (H5Aread(attr, ftype, out.data()) < 0) damaged(path_, "cannot read attribute " + name);
   out.resize(std::strlen(out.c_str()));
   return out;
 }
@@ -286,27 +363,46 @@ std::string Reader::attribute(const std::string& name) const {
 int64_t Reader::int_attribute(const std::string& name) const {
   QuietHdf5 quiet;
   if (H5Aexists(file_, name.c_str()) <= 0) return 0;
-  Handle attr(H5Aopen(file_, name.c_str(), H5P_DEFAULT), H5Aclose);
+  Handle attr(
+      check_read(H5Aopen(file_, name.c_str(), H5P_DEFAULT), "open attribute " + name, path_),
+      H5Aclose);
+  require_one_value(attr, name, path_);
+  Handle ftype(check_read(H5Aget_type(attr), "read the type of attribute " + name, path_),
+               H5Tclose);
+  if (H5Tget_class(ftype) != H5T_INTEGER)
+    damaged(path_, "attribute " + name + " is not an integer");
   int64_t v = 0;
-  check(H5Aread(attr, H5T_NATIVE_INT64, &v), "read attribute", path_);
+  if (H5Aread(attr, H5T_NATIVE_INT64, &v) < 0) damaged(path_, "cannot read attribute " + name);
   return v;
 }
 
 std::vector<int> Reader::ranks() const {
   QuietHdf5 quiet;
-  Handle grp(H5Gopen2(file_, "ranks", H5P_DEFAULT), H5Gclose);
-  std::vector<int> out;
-  H5Literate(
+  Handle grp(check_read(H5Gopen2(file_, "ranks", H5P_DEFAULT), "open /ranks", path_), H5Gclose);
+  struct Names {
+    std::vector<int> ranks;
+    bool other = false;
+  } names;
+  const herr_t e = H5Literate(
       grp, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr,
       [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+        auto* n = static_cast<Names*>(data);
         char* end = nullptr;
+        errno = 0;
         const long v = std::strtol(name, &end, 10);
-        if (end && *end == '\0') static_cast<std::vector<int>*>(data)->push_back(int(v));
+        if (*name && end && *end == '\0' && errno == 0 && v >= 0 && v < (1L << 30))
+          n->ranks.push_back(int(v));
+        else
+          n->other = true;
         return 0;
       },
-      &out);
-  std::sort(out.begin(), out.end());
-  return out;
+      &names);
+  if (e < 0) damaged(path_, "cannot list /ranks");
+  if (names.other) damaged(path_, "/ranks holds an entry that is not a rank number");
+  // Every trace writer writes at least one rank: none means the file lost them.
+  if (names.ranks.empty()) damaged(path_, "/ranks holds no ranks");
+  std::sort(names.ranks.begin(), names.ranks.end());
+  return names.ranks;
 }
 
 std::vector<OpRecord> Reader::ops(int rank) const {

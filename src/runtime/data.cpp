@@ -4,10 +4,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "src/io/atomic_file.hpp"
+#include "src/io/hdf5_util.hpp"
 #include "stratagem/error.hpp"
 
 namespace stratagem {
@@ -33,10 +35,7 @@ bool is_hdf5(const std::string& path) {
 }
 
 std::vector<uint16_t> load_hdf5_tokens(const std::string& path) {
-  H5E_auto2_t old_fn;
-  void* old_data;
-  H5Eget_auto2(H5E_DEFAULT, &old_fn, &old_data);
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // we report errors ourselves
+  io::silence_hdf5_errors();  // we report errors ourselves, also at exit
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   hid_t d = f >= 0 ? H5Dopen2(f, "/tokens", H5P_DEFAULT) : -1;
   std::vector<uint16_t> out;
@@ -48,8 +47,23 @@ std::vector<uint16_t> load_hdf5_tokens(const std::string& path) {
   else {
     hid_t s = H5Dget_space(d);
     hssize_t n = H5Sget_simple_extent_npoints(s);
+    // The count comes from the file: a damaged header may claim far more than it stores.
+    const hsize_t stored = H5Dget_storage_size(d);
+    const std::string layout = n > 0 ? io::check_1d_layout(d, hsize_t(n)) : "";
+    if (!layout.empty()) {
+      err = "dataset '/tokens' is damaged: " + layout;
+      n = 0;
+    } else if (n > 0 &&
+               (uint64_t(n) > (uint64_t(1) << 36) || uint64_t(n) > 64 * stored + (1 << 20))) {
+      err = "dataset '/tokens' claims " + std::to_string(n) + " tokens but stores " +
+            std::to_string(stored) + " bytes (damaged?)";
+      n = 0;
+    }
     std::vector<int32_t> tmp(n > 0 ? n : 0);
-    if (n <= 0 || H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tmp.data()) < 0) {
+    if (!err.empty()) {
+      // already refused
+    } else if (n <= 0 ||
+               H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tmp.data()) < 0) {
       err = "cannot read dataset '/tokens'";
     } else {
       out.reserve(tmp.size());
@@ -65,7 +79,6 @@ std::vector<uint16_t> load_hdf5_tokens(const std::string& path) {
   }
   if (d >= 0) H5Dclose(d);
   if (f >= 0) H5Fclose(f);
-  H5Eset_auto2(H5E_DEFAULT, old_fn, old_data);
   if (!err.empty()) throw InputError("--data " + path + ": " + err);
   return out;
 }
@@ -80,6 +93,9 @@ TokenDataset TokenDataset::from_tokens(std::vector<uint16_t> tokens, std::string
 }
 
 TokenDataset TokenDataset::load(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError("--data " + path + ": is a directory, expected a .bin or HDF5 token file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("--data " + path + ": cannot open file");
   if (is_hdf5(path)) return from_tokens(load_hdf5_tokens(path), path);
@@ -94,6 +110,11 @@ TokenDataset TokenDataset::load(const std::string& path) {
   if (header[1] != kBinVersion)
     throw InputError("--data " + path + ": unsupported .bin version " + std::to_string(header[1]));
   if (header[2] < 0) throw InputError("--data " + path + ": negative token count in header");
+  // Checked against the file's size before allocating: a damaged header may promise 2^31.
+  const auto file_bytes = std::filesystem::file_size(path, ec);
+  if (!ec && uint64_t(header[2]) * sizeof(uint16_t) + sizeof(header) > file_bytes)
+    throw InputError("--data " + path + ": header promises " + std::to_string(header[2]) +
+                     " tokens but the file is truncated");
   std::vector<uint16_t> tokens(static_cast<size_t>(header[2]));
   in.read(reinterpret_cast<char*>(tokens.data()), tokens.size() * sizeof(uint16_t));
   if (in.gcount() != static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)))

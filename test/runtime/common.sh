@@ -12,8 +12,8 @@ TINY=(--layers 2 --hidden 64 --heads 4 --vocab 256 --seq-len 32)
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # losses FILE -> one loss per line, as written (%.9g)
 losses() { $PY -c 'import json,sys; [print(json.loads(l)["loss"]) for l in open(sys.argv[1])]' "$1"; }
-# expect_failure SUBCOMMAND NEEDLE NP ARGS...: the command must fail and print NEEDLE; leaves
-# its output in $out and its exit code in $rc.
+# expect_failure SUBCOMMAND NEEDLE NP ARGS...: bad input: the command must exit 2 (the
+# contract) and print NEEDLE; leaves its output in $out and its exit code in $rc.
 expect_failure() {
   local sub=$1 needle=$2 np=$3; shift 3
   set +e
@@ -22,5 +22,6 @@ expect_failure() {
   rc=$?
   set -e
   [ $rc -ne 0 ] || fail "accepted: $sub $*"
+  [ $rc -eq 2 ] || fail "exit $rc, not 2 (bad input), for: $sub $*; got: $out"
   echo "$out" | grep -q -- "$needle" || fail "expected '$needle' for: $sub $*; got: $out"
 }

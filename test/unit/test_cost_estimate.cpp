@@ -3,11 +3,11 @@
 // `stratagem estimate --json` prints the promised keys.
 #define BOOST_TEST_MODULE cost_estimate
 #include <boost/test/unit_test.hpp>
-#include <chrono>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "stratagem/cost.hpp"
+#include "stratagem/error.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/program.hpp"
 #include "test/support/run.hpp"
@@ -188,30 +188,20 @@ BOOST_AUTO_TEST_CASE(offload_costs_pcie_and_host_time) {
   const Setup a = gpt3(s, 8);
   CostModel ca(a.model, a.cluster, a.plan);
   const Estimate e = estimate(ca);
-  // The offloaded step: grads down, AdamW on the node's CPUs shared by 8 GPUs, weights up.
-  BOOST_TEST(e.time.offload_s > 0);
+  // The offloaded step of stage 0 (the last to finish its step: no slack before it, and the
+  // embedding): its rank's bf16 grads down over PCIe, AdamW on the node's CPUs (12 FLOPs and
+  // 2 x (12 B of fp32 states + 2 B) per parameter), bf16 weights up. Stage 0 holds 12 of the
+  // 96 layers and the embeddings, split over tp 8 (norms, replicated, are < 0.01% of it).
+  const ModelSpec& m = a.model;
+  const double p0 = double(12 * m.layer_parameters() + m.embedding_parameters()) / 8;
+  const double expect_s =
+      2 * ca.copy_cost(int64_t(2 * p0)).time_s() + ca.host_compute_time_s(12 * p0, 28 * p0);
+  BOOST_TEST(e.time.offload_s == expect_s, boost::test_tools::tolerance(0.01));
   BOOST_TEST(e.memory.optimizer_bytes == 0);
   s.offload.reset();
   const Setup b = gpt3(s, 8);
   CostModel cb(b.model, b.cluster, b.plan);
   BOOST_TEST(estimate(cb).iteration_time_s < e.iteration_time_s);
-}
-
-BOOST_AUTO_TEST_CASE(estimate_takes_microseconds) {
-  PlanShorthand s;
-  s.dp = 8, s.recompute = "full";
-  const Setup x = gpt3(s);
-  double sink = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 2000; ++i) {
-    CostModel cm(x.model, x.cluster, x.plan);
-    sink += estimate(cm).iteration_time_s;
-  }
-  const double per_call =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 2000;
-  BOOST_TEST_MESSAGE("estimate(): " << per_call * 1e6 << " us per call");
-  BOOST_TEST(sink > 0);
-  BOOST_TEST(per_call < 1e-4);  // generous for slow CI machines; bench_estimate measures the rate
 }
 
 BOOST_AUTO_TEST_CASE(cli_estimate_json) {
@@ -245,5 +235,7 @@ BOOST_AUTO_TEST_CASE(cli_estimate_json) {
     BOOST_TEST(t.output.find(needle) != std::string::npos, needle);
   // Bad input names the flag.
   const auto bad = test::run("estimate --model gpt3-175b --nodes 128 --tp 3");
-  BOOST_TEST(bad.exit_code != 0);
+  BOOST_TEST(bad.exit_code == kExitBadInput, bad.output);
+  BOOST_TEST(bad.output.find("--tp 3 x --pp 1 does not divide the 1024 GPUs") != std::string::npos,
+             bad.output);
 }

@@ -143,10 +143,15 @@ BOOST_AUTO_TEST_CASE(best_plan_beats_the_baselines_and_matches_exhaustive_enumer
                                    << truth << " s (" << where << "); search " << got << " s ("
                                    << est->best.plan.describe() << ") after "
                                    << est->stats.candidates_evaluated << " plans");
-        // The DP is exact for its memory model; against the estimator it can miss an optimum
-        // that sits within a bucket's rounding of the budget: allow 5%, count exact matches.
+        // The DP is exact for its memory model, which rounds each layer up to a bucket (64 MiB
+        // or budget/1024) and bounds transient peaks from above; build() widens a stage's
+        // budget by the room the estimator finds, but only once a plan of that configuration
+        // fits the DP's model. A configuration whose optimum sits within that rounding of the
+        // budget can be missed: today one case of eight (4 layers, 8 GPUs, 6 GiB: micro-batch 2
+        // with one layer recomputed, 0.24% faster than the search's micro-batch 1). Every case
+        // must come within 0.5%.
         const double gap = got / truth - 1;
-        BOOST_TEST(gap <= 0.05, "search " << got << " s vs exhaustive " << truth << " s");
+        BOOST_TEST(gap <= 0.005, "search " << got << " s vs exhaustive " << truth << " s");
         BOOST_TEST(gap >= -1e-9, "search beats exhaustive enumeration: the space differs");
         worst_gap = std::max(worst_gap, gap);
         exact += gap <= 1e-9;
@@ -187,10 +192,6 @@ BOOST_AUTO_TEST_CASE(best_plan_beats_the_baselines_and_matches_exhaustive_enumer
   BOOST_TEST_MESSAGE("exhaustive checks: " << exhaustive << ", exact " << exact << ", worst gap "
                                            << 100 * worst_gap << "%");
   BOOST_TEST(exhaustive >= 8);
-  // Every case within 3% of exhaustive enumeration (each is also held to 5% above). The number
-  // of exact matches is reported, not asserted: it moves with any cost term that the DP's
-  // bucketed memory and its embedding/head costing round differently (measured: 3 to 7 of 8).
-  BOOST_TEST(worst_gap <= 0.03, "worst gap " << 100 * worst_gap << "%");
   BOOST_TEST(compared_megatron >= 4);
   BOOST_TEST(compared_zero >= 2);
 }
