@@ -1,4 +1,4 @@
-// The published Megatron-LM A100 runs (../shared/calibration/a100-megatron-2021.json) as
+// The published Megatron-LM A100 runs (data/calibration/a100-megatron-2021.json) as
 // (model, cluster, plan) triples, each built as the paper ran it. Shared by the calibration
 // test and bench_calibration.
 #pragma once
@@ -26,7 +26,7 @@ struct Row {
 };
 
 inline std::string megatron_file() {
-  return std::string(STRATAGEM_SOURCE_DIR) + "/../shared/calibration/a100-megatron-2021.json";
+  return std::string(STRATAGEM_SOURCE_DIR) + "/data/calibration/a100-megatron-2021.json";
 }
 
 inline std::vector<Row> load_rows(const std::string& path = megatron_file()) {
