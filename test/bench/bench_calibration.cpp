@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   double sum = 0, sum_megatron = 0, sim_sum = 0, sim_sum_megatron = 0;
   int within = 0, n_megatron = 0;
   for (const auto& r : rows) {
-    CostModel cost(r.model, r.cluster, r.plan);
+    CostModel cost(r.model, r.cluster, r.plan, r.software);
     const Estimate e = estimate(cost);
     const double err = (e.iteration_time_s - r.published_s) / r.published_s;
     sum += std::abs(err);

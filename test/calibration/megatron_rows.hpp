@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "stratagem/cluster.hpp"
+#include "stratagem/framework.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/plan.hpp"
 
@@ -18,7 +19,8 @@ namespace stratagem::calibration {
 
 struct Row {
   std::string id;
-  std::string framework;  // "Megatron" or "DeepSpeed ZeRO-3"
+  std::string framework;   // "Megatron" or "DeepSpeed ZeRO-3"
+  FrameworkSpec software;  // data/frameworks/: the software the row ran
   ModelSpec model;
   ClusterSpec cluster;
   Plan plan;
@@ -85,6 +87,9 @@ inline std::vector<Row> load_rows(const std::string& path = megatron_file()) {
     // default), far below one 2-5 billion-parameter layer of these models: each layer's
     // weights are fetched when it starts.
     s.no_backward_prefetch = row.framework != "Megatron";
+    // DeepSpeed's 2021 ZeRO-3 has no framework file: its rows are a bound the model stays
+    // below (see test_calibration.cpp), so they run with the default software.
+    if (row.framework == "Megatron") row.software = load_framework("megatron-lm-2021");
     row.plan = expand_shorthand(s, m, row.cluster);
     validate(row.plan, m, row.cluster, row.id);
     out.push_back(std::move(row));

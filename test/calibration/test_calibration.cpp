@@ -32,7 +32,7 @@ BOOST_AUTO_TEST_CASE(megatron_ptdp_rows_within_15_percent) {
   int n = 0;
   for (const auto& r : calibration::load_rows()) {
     if (r.framework != "Megatron") continue;
-    CostModel cost(r.model, r.cluster, r.plan);
+    CostModel cost(r.model, r.cluster, r.plan, r.software);
     const double t = estimate(cost).iteration_time_s;
     const double err = (t - r.published_s) / r.published_s;
     BOOST_TEST_MESSAGE(r.id << " " << r.plan.describe() << ": " << t << " s vs " << r.published_s
@@ -53,7 +53,7 @@ BOOST_AUTO_TEST_CASE(deepspeed_zero3_rows_are_a_lower_bound) {
   // an optimistic bound.
   for (const auto& r : calibration::load_rows()) {
     if (r.framework == "Megatron") continue;
-    CostModel cost(r.model, r.cluster, r.plan);
+    CostModel cost(r.model, r.cluster, r.plan, r.software);
     const double t = estimate(cost).iteration_time_s;
     BOOST_TEST_MESSAGE(r.id << " (ZeRO-3, known miss) " << t << " s vs " << r.published_s << " s ("
                             << 100 * (t - r.published_s) / r.published_s << "%)");

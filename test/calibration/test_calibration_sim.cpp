@@ -23,7 +23,7 @@ struct MpiFixture {
 BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 double simulated_s(const calibration::Row& r) {
-  CostModel cost(r.model, r.cluster, r.plan);
+  CostModel cost(r.model, r.cluster, r.plan, r.software);
   const CostModelCosts costs(cost);
   const SimResult sim =
       simulate(build_program(r.model, r.plan), Layout(r.plan, r.cluster), r.cluster, costs);
