@@ -33,7 +33,7 @@ BOOST_FIXTURE_TEST_CASE(gemm_efficiency_by_hand, Fixture) {
   {
     const Gemm g{4096, 4096, 4096};
     const double f = 2.0 * 4096 * 4096 * 4096;
-    const double eff = 0.82 * f / (f + 2e9) * (1024.0 / 1080.0);
+    const double eff = 0.76 * f / (f + 2e9) * (1024.0 / 1080.0);
     BOOST_TEST(cm.gemm_efficiency(g) == eff, tt::tolerance(1e-12));
     BOOST_TEST(cm.gemm_time_s(g) == f / (312e12 * eff), tt::tolerance(1e-12));
   }
@@ -41,7 +41,7 @@ BOOST_FIXTURE_TEST_CASE(gemm_efficiency_by_hand, Fixture) {
   {
     const Gemm g{1024, 1024, 1024};
     const double f = 2.0 * 1024 * 1024 * 1024;
-    BOOST_TEST(cm.gemm_efficiency(g) == 0.82 * f / (f + 2e9) * (64.0 / 108.0),
+    BOOST_TEST(cm.gemm_efficiency(g) == 0.76 * f / (f + 2e9) * (64.0 / 108.0),
                tt::tolerance(1e-12));
     BOOST_TEST(cm.gemm_efficiency(g) < 0.26);
   }
@@ -49,13 +49,13 @@ BOOST_FIXTURE_TEST_CASE(gemm_efficiency_by_hand, Fixture) {
   {
     const Gemm g{130, 128 * 108, 8192};
     const double f = g.flops();
-    BOOST_TEST(cm.gemm_efficiency(g) == 0.82 * f / (f + 2e9) * (130.0 / 256.0),
+    BOOST_TEST(cm.gemm_efficiency(g) == 0.76 * f / (f + 2e9) * (130.0 / 256.0),
                tt::tolerance(1e-12));
   }
   // Batched GEMMs count their tiles together.
   {
     const Gemm g{128, 128, 4096, 108};
-    BOOST_TEST(cm.gemm_efficiency(g) == 0.82 * g.flops() / (g.flops() + 2e9), tt::tolerance(1e-12));
+    BOOST_TEST(cm.gemm_efficiency(g) == 0.76 * g.flops() / (g.flops() + 2e9), tt::tolerance(1e-12));
   }
   // A GEMM with k = 1 moves more bytes than it computes: it runs at achieved HBM bandwidth.
   {
@@ -67,7 +67,7 @@ BOOST_FIXTURE_TEST_CASE(gemm_efficiency_by_hand, Fixture) {
   double prev = 0;
   for (int64_t n = 256; n <= 16384; n *= 2) {
     const double e = cm.gemm_efficiency({n * 108 / 4, n, n});
-    BOOST_TEST(e <= 0.82);
+    BOOST_TEST(e <= 0.76);
     BOOST_TEST(e > prev);
     prev = e;
   }
