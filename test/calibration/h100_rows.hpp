@@ -44,31 +44,20 @@ inline std::optional<std::pair<Plan, double>> fastest_fitting(
 }  // namespace detail
 
 inline std::vector<H100Row> load_h100_rows(const std::string& path = h100_file()) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
   std::vector<H100Row> out;
-  for (const auto& r : nlohmann::json::parse(ss.str())) {
+  for (const auto& r : read_rows_file(path)) {
     H100Row h;
     Row& row = h.row;
-    row.id = r.at("id").get<std::string>();
-    row.published_s = r.at("implied_iteration_time_s").get<double>();
+    row = row_base(r);
     row.framework = r.at("framework").get<std::string>();
     const auto& mj = r.at("model");
     ModelSpec& m = row.model;
-    m.name = row.id;
-    m.layers = mj.at("layers"), m.hidden = mj.at("hidden"), m.heads = mj.at("heads");
-    m.kv_heads = mj.at("kv_heads");
-    m.ffn_hidden = mj.at("ffn_hidden"), m.vocab = mj.at("vocab"), m.seq_len = mj.at("seq_len");
     m.norm = mj.at("norm") == "rmsnorm" ? Norm::rmsnorm : Norm::layernorm;
     m.activation = mj.at("mlp") == "swiglu" ? Activation::swiglu : Activation::gelu;
     m.position = mj.at("position") == "rope" ? Position::rope : Position::learned;
     m.bias = mj.at("bias").get<bool>();
     m.tied_embeddings = mj.at("tied_embeddings").get<bool>();
     m.dropout = false;  // none of these runs uses dropout
-    row.cluster = load_cluster(r.at("cluster").get<std::string>());
-    row.cluster.nodes = r.at("nodes");
     out.push_back(h);
     H100Row& o = out.back();
     const std::string rc = r.at("recompute").is_null() ? "" : r.at("recompute").get<std::string>();

@@ -7,7 +7,7 @@
 
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
-#include "test/calibration/megatron_rows.hpp"
+#include "test/calibration/h100_rows.hpp"
 
 using namespace stratagem;
 
@@ -69,4 +69,25 @@ BOOST_AUTO_TEST_CASE(deepspeed_zero3_rows_are_a_lower_bound) {
     BOOST_TEST(t < r.published_s);
     BOOST_TEST(t > 0.15 * r.published_s);
   }
+}
+
+BOOST_AUTO_TEST_CASE(h100_rows_are_forecast_or_listed_with_a_reason) {
+  // Every row of the H100 file is either forecast under the framework it names or listed with
+  // why the model cannot express it; none is dropped. (Its MAPE, 16% today, is printed by
+  // bench_calibration; the 8% goal of issue 15 is not met yet and not asserted.)
+  const auto rows = calibration::load_h100_rows();
+  BOOST_TEST(rows.size() == 18u);
+  int forecast = 0;
+  for (const auto& h : rows) {
+    BOOST_TEST_INFO(h.row.id << " (" << h.row.framework << "): " << h.reason);
+    if (!h.reason.empty()) continue;
+    ++forecast;
+    BOOST_TEST(h.row.software.name == h.row.framework);
+    BOOST_TEST(h.row.plan.world_size() == h.row.cluster.world_size());
+    CostModel cost(h.row.model, h.row.cluster, h.row.plan, h.row.software);
+    const Estimate e = estimate(cost);
+    BOOST_TEST(e.peak_memory_bytes <= h.row.cluster.gpu.hbm_bytes);
+    BOOST_TEST(e.iteration_time_s > 0);
+  }
+  BOOST_TEST(forecast == 14);
 }
