@@ -98,9 +98,10 @@ inline std::vector<Row> load_rows(const std::string& path = megatron_file()) {
     // default), far below one 2-5 billion-parameter layer of these models: each layer's
     // weights are fetched when it starts.
     s.no_backward_prefetch = row.framework != "Megatron";
-    // DeepSpeed's 2021 ZeRO-3 has no framework file: its rows are a bound the model stays
-    // below (see test_calibration.cpp), so they run with the default software.
-    if (row.framework == "Megatron") row.software = load_framework("megatron-lm-2021");
+    // The row names its software (data/frameworks). DeepSpeed's 2021 ZeRO-3 has none: its rows
+    // are a bound the model stays below (see test_calibration.cpp), run with the default.
+    if (!r.at("framework_file").is_null())
+      row.software = load_framework(r.at("framework_file").get<std::string>());
     row.plan = expand_shorthand(s, m, row.cluster);
     validate(row.plan, m, row.cluster, row.id);
     out.push_back(std::move(row));
