@@ -126,7 +126,7 @@ std::vector<trace::OpRecord> records_of(const Program& program, int stage,
 
 void write_trace(const std::string& path, const SimResult& r, const ModelSpec& model,
                  const ClusterSpec& cluster, const Plan& plan, const Program& program,
-                 MPI_Comm comm) {
+                 MPI_Comm comm, const FrameworkSpec& framework) {
   int P = 1, me = 0;
   if (comm != MPI_COMM_NULL) {
     MPI_Comm_size(comm, &P);
@@ -173,6 +173,7 @@ void write_trace(const std::string& path, const SimResult& r, const ModelSpec& m
     w->set_attribute("model", to_json(model).dump());
     w->set_attribute("cluster", to_json(cluster).dump());
     w->set_attribute("plan", to_json(plan).dump());
+    w->set_attribute("framework", to_json(framework).dump());
     w->set_attribute("tool_version", std::string(kVersion));
     w->set_attribute("source", std::string("simulated"));
     w->set_attribute("clock", std::string("virtual ns from the start of the first iteration"));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "stratagem/cluster.hpp"
+#include "stratagem/framework.hpp"
 #include "stratagem/layout.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/plan.hpp"
@@ -47,14 +48,19 @@ class CostModel {
   // Keeps references: model, cluster and plan must outlive the CostModel and not change while
   // it is in use. Every figure that depends only on the cluster and the plan's dtype and
   // attention kernel is computed here once, so that per-op calls and the estimator do only
-  // arithmetic.
-  CostModel(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan);
+  // arithmetic. The framework (the training software, copied) defaults to stratagem's own.
+  CostModel(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
+            const FrameworkSpec& framework = FrameworkSpec{});
 
   // Compute ops (and host_compute): roofline with shape-dependent GEMM efficiency, attention
   // kernel efficiency, elementwise traffic at achieved HBM bandwidth, launch overheads.
   double compute_time_s(const Op& op) const;
   double gemm_time_s(const Gemm& g) const;  // kernel time; launches are counted per block
   double block_time_s(const BlockWork& w) const;
+  // Backward of one layer block of `samples` samples: its kernels (backward_work) plus, where
+  // the framework does not accumulate weight gradients inside the GEMM, the separate add of
+  // each micro-batch's gradients into the accumulation buffer (the shard under ZeRO-2/3).
+  double backward_block_time_s(const LayerStrategy& s, Block b, int samples) const;
   // Achieved fraction of peak of one GEMM: max_efficiency x size (latency-bound small GEMMs) x
   // tile and wave quantization of (m, n).
   double gemm_efficiency(const Gemm& g) const;
@@ -96,6 +102,7 @@ class CostModel {
   const ModelSpec& model() const { return model_; }
   const ClusterSpec& cluster() const { return cluster_; }
   const Plan& plan() const { return plan_; }
+  const FrameworkSpec& framework() const { return framework_; }
   double peak_flops() const { return peak_flops_; }  // of the plan's dtype
 
   // Achieved large-message bandwidth per GPU, GB/s per direction, of the NVSwitch/NVLink fabric
@@ -117,6 +124,7 @@ class CostModel {
   const ModelSpec& model_;
   const ClusterSpec& cluster_;
   const Plan& plan_;
+  FrameworkSpec framework_;
   int gpus_per_node_ = 1;
   int elem_bytes_ = 2;
   double peak_flops_ = 0, gemm_peak_flops_ = 0, fp32_flops_ = 0;

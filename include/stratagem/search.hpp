@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "stratagem/cluster.hpp"
+#include "stratagem/framework.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/plan.hpp"
 
@@ -69,6 +70,7 @@ struct SearchOptions {
   bool flash_attention = false;
   bool overlap_grad_reduce = true;
   bool rerank_with_simulator = true;  // false: the estimator ranks alone
+  FrameworkSpec framework;            // the training software every plan is priced under
   // Threads per process that simulate re-rank candidates at once; 0: this node's cores divided
   // by the search processes on it.
   int threads = 0;

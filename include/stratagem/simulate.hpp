@@ -169,6 +169,6 @@ nlohmann::json to_json(const SimResult& r, const ModelSpec& model, const Cluster
 // `comm` (MPI_COMM_NULL: this process holds every rank); process 0 writes.
 void write_trace(const std::string& path, const SimResult& r, const ModelSpec& model,
                  const ClusterSpec& cluster, const Plan& plan, const Program& program,
-                 MPI_Comm comm);
+                 MPI_Comm comm, const FrameworkSpec& framework = FrameworkSpec{});
 
 }  // namespace stratagem

@@ -16,6 +16,8 @@ const char* kModelHelp =
 const char* kClusterHelp =
     "  --cluster NAME|FILE.json built-in (data/clusters) or a JSON file [dgx-a100-80g]\n"
     "  --nodes N                number of nodes [the cluster file's]\n";
+const char* kFrameworkHelp =
+    "  --framework NAME|FILE.json  training software (data/frameworks) [stratagem]\n";
 const char* kPlanHelp =
     "  --plan FILE              a plan JSON (as written by plan check -o or search -o), or:\n"
     "  --tp N --pp N --dp N --micro-batch N --global-batch N --vpp N --zero 0-3\n"
@@ -169,6 +171,10 @@ ClusterSpec cluster_from_args(Args& a, const char* default_cluster) {
   ClusterSpec c = load_cluster(a.value("--cluster").value_or(default_cluster));
   if (auto n = a.int_value("--nodes", 1, limits::kMaxNodes)) c.nodes = *n;
   return c;
+}
+
+FrameworkSpec framework_from_args(Args& a) {
+  return load_framework(a.value("--framework").value_or("stratagem"));
 }
 
 PlanShorthand shorthand_from_args(Args& a) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "stratagem/cluster.hpp"
+#include "stratagem/framework.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/plan.hpp"
 
@@ -39,6 +40,8 @@ class Args {
 ModelSpec model_from_args(Args& a);
 // --cluster NAME|FILE.json (default dgx-a100-80g) and --nodes N.
 ClusterSpec cluster_from_args(Args& a, const char* default_cluster = "dgx-a100-80g");
+// --framework NAME|FILE.json (default stratagem): the training software (data/frameworks).
+FrameworkSpec framework_from_args(Args& a);
 // --plan FILE or the Megatron-style shorthand; validated against model and cluster.
 Plan plan_from_args(Args& a, const ModelSpec& m, const ClusterSpec& c);
 PlanShorthand shorthand_from_args(Args& a);
@@ -46,5 +49,6 @@ PlanShorthand shorthand_from_args(Args& a);
 extern const char* kModelHelp;
 extern const char* kClusterHelp;
 extern const char* kPlanHelp;
+extern const char* kFrameworkHelp;
 
 }  // namespace stratagem::cli

@@ -28,13 +28,15 @@ int run_estimate(Args& a) {
   ModelSpec m = model_from_args(a);
   ClusterSpec c = cluster_from_args(a);
   Plan p = plan_from_args(a, m, c);
+  const FrameworkSpec fw = framework_from_args(a);
   a.finish();
-  CostModel cost(m, c, p);
+  CostModel cost(m, c, p, fw);
   Estimate e = estimate(cost);
   if (json) {
     nlohmann::json j = to_json(e);
     j["model"] = m.name;
     j["cluster"] = c.name;
+    j["framework"] = fw.name;
     j["nodes"] = c.nodes;
     j["plan"] = p.describe();
     j["flops_formula"] = flops_formula(m);
@@ -44,8 +46,8 @@ int run_estimate(Args& a) {
     return 0;
   }
   if (world_rank() != 0) return 0;
-  std::printf("estimate: %s on %s x %d nodes (%d GPUs)\n  %s\n", m.name.c_str(), c.name.c_str(),
-              c.nodes, c.world_size(), p.describe().c_str());
+  std::printf("estimate: %s on %s x %d nodes (%d GPUs), framework %s\n  %s\n", m.name.c_str(),
+              c.name.c_str(), c.nodes, c.world_size(), fw.name.c_str(), p.describe().c_str());
   std::printf("iteration %.4g s | %.4g tokens/s | %.4g TFLOP/s per GPU | MFU %.1f%%\n",
               e.iteration_time_s, e.tokens_per_s, e.tflops_per_gpu, 100 * e.mfu);
   std::printf("  FLOPs: %s\n", flops_formula(m).c_str());
@@ -76,7 +78,7 @@ int run_estimate(Args& a) {
 Register reg{{"estimate", "fast analytical estimate of iteration time, throughput and memory",
               std::string("usage: stratagem estimate --model M --cluster C --nodes N "
                           "(--plan FILE | shorthand flags) [--json]\n") +
-                  kModelHelp + kClusterHelp + kPlanHelp +
+                  kModelHelp + kClusterHelp + kFrameworkHelp + kPlanHelp +
                   "  --json                   machine-readable output\n",
               run_estimate}};
 

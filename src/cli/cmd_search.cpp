@@ -71,6 +71,7 @@ int run_search(Args& a) {
   auto gb = a.int_value("--global-batch");
   ModelSpec m = model_from_args(a);
   ClusterSpec c = cluster_from_args(a);
+  o.framework = framework_from_args(a);
   a.finish();
   if (!gb) throw InputError(a.command() + ": missing required flag --global-batch");
   o.global_batch = *gb;
@@ -107,6 +108,7 @@ int run_search(Args& a) {
     j["feasible"] = true;
     j["model"] = m.name;
     j["cluster"] = c.name;
+    j["framework"] = o.framework.name;
     j["nodes"] = c.nodes;
     j["global_batch"] = o.global_batch;
     print_json(j);
@@ -114,9 +116,10 @@ int run_search(Args& a) {
   }
   if (world_rank() != 0) return 0;
   std::printf(
-      "search: %s on %s x %d nodes (%d GPUs), global batch %d, budget %.2f GiB per GPU, space %s\n",
-      m.name.c_str(), c.name.c_str(), c.nodes, c.world_size(), o.global_batch,
-      gib(r.memory_budget_bytes), to_string(r.space));
+      "search: %s on %s x %d nodes (%d GPUs), framework %s, global batch %d, budget %.2f GiB per "
+      "GPU, space %s\n",
+      m.name.c_str(), c.name.c_str(), c.nodes, c.world_size(), o.framework.name.c_str(),
+      o.global_batch, gib(r.memory_budget_bytes), to_string(r.space));
   if (r.scorer == "simulator")
     std::printf(
         "every plan scored by the estimator; the top %d (and each baseline's) re-ranked by the "
@@ -169,7 +172,7 @@ Register reg{
                  "       [--flash-attention] [--no-overlap-grad-reduce] [--quiet]\n"
                  "  under mpirun -np P the candidate space is split over the P processes; the\n"
                  "  answer is the same for any P\n") +
-         kModelHelp + kClusterHelp +
+         kModelHelp + kClusterHelp + kFrameworkHelp +
          "  --global-batch B         samples per iteration (required)\n"
          "  --memory-budget-gib X    per-GPU budget [the GPU's memory]\n"
          "  --space S                full (per-layer strategies, default), megatron (uniform\n"

@@ -32,6 +32,7 @@ int run_simulate(Args& a) {
   ModelSpec m = model_from_args(a);
   ClusterSpec c = cluster_from_args(a);
   Plan p = plan_from_args(a, m, c);
+  const FrameworkSpec fw = framework_from_args(a);
   a.finish();
   if (iterations < 1 || iterations > 1000)
     throw InputError(a.command() + ": --iterations: expected 1..1000, got " +
@@ -67,7 +68,7 @@ int run_simulate(Args& a) {
                        by + "); simulate fewer nodes" + (trace ? " or drop --trace" : ""));
   }
   Layout layout(p, c);
-  CostModel cost(m, c, p);
+  CostModel cost(m, c, p, fw);
   CostModelCosts costs(cost);
   SimOptions opt;
   opt.iterations = iterations;
@@ -87,7 +88,7 @@ int run_simulate(Args& a) {
       std::fprintf(stderr, "%s: error: %s", a.command().c_str(), r.deadlock.message.c_str());
     return kExitFailure;
   }
-  if (trace) write_trace(*trace, r, m, c, p, prog, opt.comm);
+  if (trace) write_trace(*trace, r, m, c, p, prog, opt.comm, fw);
   if (world_rank() == 0 && r.oom.oom)
     std::fprintf(stderr,
                  "%s: warning: out of memory: rank %d (stage %d) needs %.2f GiB of %.2f GiB after "
@@ -99,6 +100,7 @@ int run_simulate(Args& a) {
   if (json) {
     j["model"] = m.name;
     j["cluster"] = c.name;
+    j["framework"] = fw.name;
     j["nodes"] = c.nodes;
     j["plan"] = p.describe();
     j["source"] = "simulated";
@@ -106,9 +108,9 @@ int run_simulate(Args& a) {
     return 0;
   }
   if (world_rank() != 0) return 0;
-  std::printf("simulate: %s on %s x %d nodes (%d GPUs), %d iteration%s\n  %s\n", m.name.c_str(),
-              c.name.c_str(), c.nodes, c.world_size(), iterations, iterations > 1 ? "s" : "",
-              p.describe().c_str());
+  std::printf("simulate: %s on %s x %d nodes (%d GPUs), framework %s, %d iteration%s\n  %s\n",
+              m.name.c_str(), c.name.c_str(), c.nodes, c.world_size(), fw.name.c_str(), iterations,
+              iterations > 1 ? "s" : "", p.describe().c_str());
   std::printf(
       "iteration %.4f s | %.0f tokens/s | %.1f TFLOP/s per GPU | MFU %.1f%% | bubble %.1f%%\n",
       j["iteration_time_s"].get<double>(), j["tokens_per_s"].get<double>(),
@@ -148,7 +150,7 @@ Register reg{
                  "       [--mirror] [--interference F] [--full]\n"
                  "  under mpirun -np P the simulated ranks are spread over the P processes; the\n"
                  "  result is bit-identical for any P\n") +
-         kModelHelp + kClusterHelp + kPlanHelp +
+         kModelHelp + kClusterHelp + kFrameworkHelp + kPlanHelp +
          "  --json                   machine-readable output (keys as estimate --json)\n"
          "  --trace FILE.h5          write an HDF5 trace (see `stratagem trace export`)\n"
          "  --iterations K           simulate K iterations back to back [1]\n"

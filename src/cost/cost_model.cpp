@@ -74,8 +74,9 @@ CommCost busiest(double intra_bytes, double intra_gbps, double inter_bytes, doub
 }
 }  // namespace
 
-CostModel::CostModel(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan)
-    : model_(model), cluster_(cluster), plan_(plan) {
+CostModel::CostModel(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
+                     const FrameworkSpec& framework)
+    : model_(model), cluster_(cluster), plan_(plan), framework_(framework) {
   const GpuSpec& g = cluster.gpu;
   const NodeSpec& n = cluster.node;
   gpus_per_node_ = std::max(1, n.gpus_per_node);
@@ -161,6 +162,22 @@ double CostModel::block_time_s(const BlockWork& w) const {
   return t;
 }
 
+double CostModel::backward_block_time_s(const LayerStrategy& s, Block b, int samples) const {
+  const BlockWork w = backward_work(model_, s, b, samples, plan_.flash_attention);
+  double t = block_time_s(w);
+  if (framework_.wgrad_accumulation_fused) return t;
+  // Under ZeRO-2/3 each micro-batch's gradients are reduce-scattered first and only the shard
+  // is accumulated.
+  int64_t params = block_parameters_per_rank(model_, s.tp, b);
+  if (s.zero >= 2) params = (params + s.dp - 1) / s.dp;
+  // Read the fresh gradient and the buffer, write the buffer: one kernel per parameter tensor
+  // (each weight GEMM's weight and bias, and the norm's).
+  const double bytes = double(params) * (elem_bytes_ + 2.0 * framework_.grad_accumulation_bytes);
+  const int per_weight = model_.bias ? 2 : 1;
+  const int tensors = (w.num_gemms / 2) * per_weight + per_weight;
+  return t + elementwise_time_s(bytes) + tensors * launch_s_;
+}
+
 BlockWork CostModel::head_work(Phase phase, int samples, double elementwise_bytes) const {
   const int64_t T = int64_t(samples) * model_.seq_len;
   const int64_t h = model_.hidden;
@@ -194,8 +211,7 @@ double CostModel::compute_time_s(const Op& op) const {
       const bool flash = plan_.flash_attention;
       if (op.phase == Phase::forward)
         return block_time_s(forward_work(model_, s, op.block, op.samples, flash));
-      if (op.phase == Phase::backward)
-        return block_time_s(backward_work(model_, s, op.block, op.samples, flash));
+      if (op.phase == Phase::backward) return backward_block_time_s(s, op.block, op.samples);
       if (s.recompute == Recompute::full)
         return block_time_s(forward_work(model_, s, op.block, op.samples, flash));
       // Selective recompute rebuilds only the attention probabilities; the op says how much.

@@ -109,8 +109,8 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
   };
   lc.fwd_s = c.block_time_s(forward_work(m, s, Block::attention, b, flash)) +
              c.block_time_s(forward_work(m, s, Block::mlp, b, flash));
-  lc.bwd_s = c.block_time_s(backward_work(m, s, Block::attention, b, flash)) +
-             c.block_time_s(backward_work(m, s, Block::mlp, b, flash));
+  lc.bwd_s =
+      c.backward_block_time_s(s, Block::attention, b) + c.backward_block_time_s(s, Block::mlp, b);
   if (s.recompute == Recompute::full) {
     lc.rec_s = lc.fwd_s;
   } else if (s.recompute == Recompute::selective && !flash) {

@@ -138,7 +138,7 @@ void Searcher::search_config(const Config& cf) {
       for (int s = 0; s < pp; ++s)
         for (int id : ids[s]) seqs[s].push_back(pd.geos[pd.stage_geo[s]].items[id].st);
       Plan p = assemble(m_, o_, pp, cf.sched, v, cf.Bm, part, seqs, e.st);
-      Scored sc = score(m_, c_, p);
+      Scored sc = score(m_, c_, p, o_.framework);
       ++local_scored_;
       evaluated_.record(p, sc.time, sc.tokens, sc.peak, "dp");
       if (sc.time < cf.lb * (1 - 1e-9)) ++local_violations_;
@@ -217,7 +217,7 @@ void Searcher::min_memory_config(const Config& cf) {
   std::vector<std::vector<LayerStrategy>> seqs(pp);
   for (int s = 0; s < pp; ++s) seqs[s].assign(part[s], pick[s]->st);
   Plan p = assemble(m_, o_, pp, cf.sched, v, cf.Bm, part, seqs, e->st);
-  Scored sc = score(m_, c_, p);
+  Scored sc = score(m_, c_, p, o_.framework);
   ++local_scored_;
   min_memory_.offer(p, sc, "dp");
 }

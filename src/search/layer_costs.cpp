@@ -35,7 +35,7 @@ double LayerCost::step_s() const {
 // ---- cost tables ------------------------------------------------------------------------------
 
 CostTables::CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bool flash,
-                       bool overlap_grad_reduce)
+                       bool overlap_grad_reduce, const FrameworkSpec& framework)
     : m_(m),
       c_(c),
       dtype_(dtype),
@@ -50,7 +50,7 @@ CostTables::CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bo
     p->flash_attention = flash;
     p->overlap_grad_reduce = overlap_grad_reduce;
     p->embedding.tp = tp;
-    costs_.push_back(std::make_unique<CostModel>(m_, c_, *p));
+    costs_.push_back(std::make_unique<CostModel>(m_, c_, *p, framework));
     plans_.push_back(std::move(p));
   }
   // The optimizer step is linear in the parameters it updates (roofline + one launch, and

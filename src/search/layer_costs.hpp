@@ -81,7 +81,7 @@ struct EmbeddingCost {
 class CostTables {
  public:
   CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bool flash,
-             bool overlap_grad_reduce);
+             bool overlap_grad_reduce, const FrameworkSpec& framework = FrameworkSpec{});
   const ModelSpec& model() const { return m_; }
   const ClusterSpec& cluster() const { return c_; }
   Dtype dtype() const { return dtype_; }

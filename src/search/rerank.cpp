@@ -20,12 +20,12 @@
 namespace stratagem::search_detail {
 namespace {
 
-void simulate_candidate(const ModelSpec& m, const ClusterSpec& c, int64_t budget,
-                        SearchCandidate& x) {
+void simulate_candidate(const ModelSpec& m, const ClusterSpec& c, const FrameworkSpec& fw,
+                        int64_t budget, SearchCandidate& x) {
   const Plan& p = x.plan;
   Layout layout(p, c);
   Program prog = build_program(m, p);
-  CostModel cost(m, c, p);
+  CostModel cost(m, c, p, fw);
   CostModelCosts costs(cost);
   SimOptions opt;
   SimResult r = simulate(prog, layout, c, costs, opt);
@@ -123,7 +123,7 @@ void Searcher::rerank(SearchResult& r) {
           mem_free -= need;
         }
         try {
-          simulate_candidate(m_, c_, budget_, set[todo[k]]);
+          simulate_candidate(m_, c_, o_.framework, budget_, set[todo[k]]);
         } catch (...) {
           std::lock_guard<std::mutex> lock(failed_mutex);
           if (!failed) failed = std::current_exception();

@@ -182,8 +182,8 @@ Plan assemble(const ModelSpec& m, const SearchOptions& o, int pp, Schedule sched
   return p;
 }
 
-Scored score(const ModelSpec& m, const ClusterSpec& c, const Plan& p) {
-  CostModel cm(m, c, p);
+Scored score(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const FrameworkSpec& fw) {
+  CostModel cm(m, c, p, fw);
   Estimate e = estimate(cm);
   Scored s;
   s.time = e.iteration_time_s;
@@ -370,7 +370,7 @@ double Searcher::lower_bound(const Config& cf) {
 }
 
 void Searcher::consider(const Plan& p, const char* origin, TopK* space_pool) {
-  Scored s = score(m_, c_, p);
+  Scored s = score(m_, c_, p, o_.framework);
   ++local_scored_;
   evaluated_.record(p, s.time, s.tokens, s.peak, origin);
   min_memory_.offer(p, s, origin);

@@ -71,7 +71,8 @@ struct Scored {
   std::vector<int64_t> stage_peaks;
 };
 
-Scored score(const ModelSpec& m, const ClusterSpec& c, const Plan& p);
+Scored score(const ModelSpec& m, const ClusterSpec& c, const Plan& p,
+             const FrameworkSpec& fw = FrameworkSpec{});
 
 SearchCandidate make_candidate(const Plan& p, const Scored& s, const char* origin);
 
@@ -149,7 +150,7 @@ class Searcher {
         c_(c),
         o_(o),
         budget_(budget),
-        tables_(m, c, o.dtype, o.flash_attention, o.overlap_grad_reduce),
+        tables_(m, c, o.dtype, o.flash_attention, o.overlap_grad_reduce, o.framework),
         full_(o.top_k),
         megatron_(o.top_k),
         zero_(o.top_k) {

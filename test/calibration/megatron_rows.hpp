@@ -1,4 +1,4 @@
-// The published Megatron-LM A100 runs (../shared/calibration/a100-megatron-2021.json) as
+// The published Megatron-LM A100 runs (data/calibration/a100-megatron-2021.json) as
 // (model, cluster, plan) triples, each built as the paper ran it. Shared by the calibration
 // test and bench_calibration.
 #pragma once
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "stratagem/cluster.hpp"
+#include "stratagem/framework.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/plan.hpp"
 
@@ -18,7 +19,8 @@ namespace stratagem::calibration {
 
 struct Row {
   std::string id;
-  std::string framework;  // "Megatron" or "DeepSpeed ZeRO-3"
+  std::string framework;   // "Megatron" or "DeepSpeed ZeRO-3"
+  FrameworkSpec software;  // data/frameworks/: the software the row ran
   ModelSpec model;
   ClusterSpec cluster;
   Plan plan;
@@ -26,31 +28,42 @@ struct Row {
 };
 
 inline std::string megatron_file() {
-  return std::string(STRATAGEM_SOURCE_DIR) + "/../shared/calibration/a100-megatron-2021.json";
+  return std::string(STRATAGEM_SOURCE_DIR) + "/data/calibration/a100-megatron-2021.json";
 }
 
-inline std::vector<Row> load_rows(const std::string& path = megatron_file()) {
+inline nlohmann::json read_rows_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read " + path);
   std::stringstream ss;
   ss << in.rdbuf();
-  const auto rows = nlohmann::json::parse(ss.str());
+  return nlohmann::json::parse(ss.str());
+}
+
+// A row's id, published time, cluster and the model shape every calibration file states.
+inline Row row_base(const nlohmann::json& r) {
+  Row row;
+  row.id = r.at("id").get<std::string>();
+  row.published_s = r.at("implied_iteration_time_s").get<double>();
+  const auto& mj = r.at("model");
+  ModelSpec& m = row.model;
+  m.name = row.id;
+  m.layers = mj.at("layers"), m.hidden = mj.at("hidden"), m.heads = mj.at("heads");
+  m.kv_heads = mj.value("kv_heads", m.heads);
+  m.ffn_hidden = mj.at("ffn_hidden"), m.vocab = mj.at("vocab"), m.seq_len = mj.at("seq_len");
+  row.cluster = load_cluster(r.at("cluster").get<std::string>());
+  row.cluster.nodes = r.at("nodes");
+  return row;
+}
+
+inline std::vector<Row> load_rows(const std::string& path = megatron_file()) {
+  const auto rows = read_rows_file(path);
   std::vector<Row> out;
   for (const auto& r : rows) {
-    Row row;
-    row.id = r.at("id").get<std::string>();
-    row.published_s = r.at("implied_iteration_time_s").get<double>();
-    const auto& mj = r.at("model");
-    ModelSpec& m = row.model;
-    // GPT-2/3 architecture as in Megatron-LM: pre-LN, GELU, learned positions, tied
-    // embeddings, biases and dropout.
-    m.name = row.id;
-    m.layers = mj.at("layers"), m.hidden = mj.at("hidden"), m.heads = mj.at("heads");
-    m.kv_heads = m.heads;
-    m.ffn_hidden = mj.at("ffn_hidden"), m.vocab = mj.at("vocab"), m.seq_len = mj.at("seq_len");
+    // GPT-2/3 architecture as in Megatron-LM (ModelSpec's defaults): pre-LN, GELU, learned
+    // positions, tied embeddings, biases and dropout.
+    Row row = row_base(r);
+    const ModelSpec& m = row.model;
     validate(m, row.id);
-    row.cluster = load_cluster(r.at("cluster").get<std::string>());
-    row.cluster.nodes = r.at("nodes");
 
     PlanShorthand s;
     s.tp = r.at("tp").get<int>(), s.pp = r.at("pp").get<int>(), s.dp = r.at("dp").get<int>();
@@ -85,6 +98,10 @@ inline std::vector<Row> load_rows(const std::string& path = megatron_file()) {
     // default), far below one 2-5 billion-parameter layer of these models: each layer's
     // weights are fetched when it starts.
     s.no_backward_prefetch = row.framework != "Megatron";
+    // The row names its software (data/frameworks). DeepSpeed's 2021 ZeRO-3 has none: its rows
+    // are a bound the model stays below (see test_calibration.cpp), run with the default.
+    if (!r.at("framework_file").is_null())
+      row.software = load_framework(r.at("framework_file").get<std::string>());
     row.plan = expand_shorthand(s, m, row.cluster);
     validate(row.plan, m, row.cluster, row.id);
     out.push_back(std::move(row));

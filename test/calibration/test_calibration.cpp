@@ -7,13 +7,16 @@
 
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
-#include "test/calibration/megatron_rows.hpp"
+#include "test/calibration/h100_rows.hpp"
 
 using namespace stratagem;
 
 namespace {
-// Acceptance: the estimated iteration time is within 15% of implied_iteration_time_s.
-constexpr double kTolerance = 0.15;
+// Acceptance (issue 15): over the 16 Megatron-LM rows the mean absolute percentage error of
+// the estimated iteration time against implied_iteration_time_s is at most 5%, and no row is
+// off by more than 10%.
+constexpr double kRowTolerance = 0.10;
+constexpr double kMapeTolerance = 0.05;
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(rows_are_built_as_published) {
@@ -24,28 +27,33 @@ BOOST_AUTO_TEST_CASE(rows_are_built_as_published) {
     BOOST_TEST(r.plan.world_size() == r.cluster.world_size());
     BOOST_TEST((r.plan.layers.front().recompute == Recompute::full));
     BOOST_TEST((r.plan.dtype == Dtype::fp16));
+    if (r.framework == "Megatron") BOOST_TEST(r.software.name == "megatron-lm-2021");
   }
 }
 
-BOOST_AUTO_TEST_CASE(megatron_ptdp_rows_within_15_percent) {
-  // Megatron-LM's own runs (Table 1, and Table 2's PTD-P rows): every one within 15%.
+BOOST_AUTO_TEST_CASE(megatron_ptdp_rows_mape_within_5_percent) {
+  // Megatron-LM's own runs (Table 1, and Table 2's PTD-P rows).
   int n = 0;
+  double sum = 0;
   for (const auto& r : calibration::load_rows()) {
     if (r.framework != "Megatron") continue;
-    CostModel cost(r.model, r.cluster, r.plan);
+    CostModel cost(r.model, r.cluster, r.plan, r.software);
     const double t = estimate(cost).iteration_time_s;
     const double err = (t - r.published_s) / r.published_s;
     BOOST_TEST_MESSAGE(r.id << " " << r.plan.describe() << ": " << t << " s vs " << r.published_s
                             << " s (" << 100 * err << "%)");
     BOOST_TEST_INFO(r.id << " predicted " << t << " s, published " << r.published_s << " s");
-    BOOST_TEST(std::abs(err) <= kTolerance);
+    BOOST_TEST(std::abs(err) <= kRowTolerance);
+    sum += std::abs(err);
     ++n;
   }
   BOOST_TEST(n == 16);
+  BOOST_TEST_INFO("estimator MAPE " << 100 * sum / n << "%");
+  BOOST_TEST(sum / n <= kMapeTolerance);
 }
 
 BOOST_AUTO_TEST_CASE(deepspeed_zero3_rows_are_a_lower_bound) {
-  // Table 2's DeepSpeed ZeRO-3 rows (tp = pp = 1, no backward prefetch) do NOT reach 15% with
+  // Table 2's DeepSpeed ZeRO-3 rows (tp = pp = 1, no backward prefetch) do NOT reach 10% with
   // this model: the published times are 1.4-3.5x the physical estimate, and r012/r013 (and
   // r015/r016) take the same time at twice the GPUs and half the per-GPU work, i.e. a per-GPU
   // gather volume at ~21-24 GB/s, one HDR NIC per GPU, where NCCL's ring reaches ~190 GB/s
@@ -53,7 +61,7 @@ BOOST_AUTO_TEST_CASE(deepspeed_zero3_rows_are_a_lower_bound) {
   // an optimistic bound.
   for (const auto& r : calibration::load_rows()) {
     if (r.framework == "Megatron") continue;
-    CostModel cost(r.model, r.cluster, r.plan);
+    CostModel cost(r.model, r.cluster, r.plan, r.software);
     const double t = estimate(cost).iteration_time_s;
     BOOST_TEST_MESSAGE(r.id << " (ZeRO-3, known miss) " << t << " s vs " << r.published_s << " s ("
                             << 100 * (t - r.published_s) / r.published_s << "%)");
@@ -61,4 +69,25 @@ BOOST_AUTO_TEST_CASE(deepspeed_zero3_rows_are_a_lower_bound) {
     BOOST_TEST(t < r.published_s);
     BOOST_TEST(t > 0.15 * r.published_s);
   }
+}
+
+BOOST_AUTO_TEST_CASE(h100_rows_are_forecast_or_listed_with_a_reason) {
+  // Every row of the H100 file is either forecast under the framework it names or listed with
+  // why the model cannot express it; none is dropped. (Its MAPE, 16% today, is printed by
+  // bench_calibration; the 8% goal of issue 15 is not met yet and not asserted.)
+  const auto rows = calibration::load_h100_rows();
+  BOOST_TEST(rows.size() == 18u);
+  int forecast = 0;
+  for (const auto& h : rows) {
+    BOOST_TEST_INFO(h.row.id << " (" << h.row.framework << "): " << h.reason);
+    if (!h.reason.empty()) continue;
+    ++forecast;
+    BOOST_TEST(h.row.software.name == h.row.framework);
+    BOOST_TEST(h.row.plan.world_size() == h.row.cluster.world_size());
+    CostModel cost(h.row.model, h.row.cluster, h.row.plan, h.row.software);
+    const Estimate e = estimate(cost);
+    BOOST_TEST(e.peak_memory_bytes <= h.row.cluster.gpu.hbm_bytes);
+    BOOST_TEST(e.iteration_time_s > 0);
+  }
+  BOOST_TEST(forecast == 14);
 }

@@ -1,5 +1,5 @@
 // The simulator against the published Megatron-LM A100 runs: every rank's Program in virtual
-// time on the same cost model as the estimator. Same tolerance and the same stated exception
+// time on the same cost model as the estimator. Same tolerances and the same stated exception
 // for the DeepSpeed ZeRO-3 rows as test_calibration.cpp.
 #define BOOST_TEST_MODULE calibration_sim
 #include <mpi.h>
@@ -14,7 +14,9 @@
 using namespace stratagem;
 
 namespace {
-constexpr double kTolerance = 0.15;  // |simulated - published| / published, PTD-P rows
+// |simulated - published| / published over the 16 PTD-P rows: MAPE and worst row (issue 15).
+constexpr double kRowTolerance = 0.10;
+constexpr double kMapeTolerance = 0.05;
 
 struct MpiFixture {
   MpiFixture() { MPI_Init(nullptr, nullptr); }
@@ -23,7 +25,7 @@ struct MpiFixture {
 BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 double simulated_s(const calibration::Row& r) {
-  CostModel cost(r.model, r.cluster, r.plan);
+  CostModel cost(r.model, r.cluster, r.plan, r.software);
   const CostModelCosts costs(cost);
   const SimResult sim =
       simulate(build_program(r.model, r.plan), Layout(r.plan, r.cluster), r.cluster, costs);
@@ -32,16 +34,21 @@ double simulated_s(const calibration::Row& r) {
 }
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(megatron_ptdp_rows_within_15_percent_simulated) {
+BOOST_AUTO_TEST_CASE(megatron_ptdp_rows_mape_within_5_percent_simulated) {
   int n = 0;
+  double sum = 0;
   for (const auto& r : calibration::load_rows()) {
     if (r.framework != "Megatron") continue;
     const double t = simulated_s(r);
     BOOST_TEST_INFO(r.id << ": simulated " << t << " s, published " << r.published_s << " s");
-    BOOST_TEST(std::abs(t - r.published_s) / r.published_s <= kTolerance);
+    const double err = std::abs(t - r.published_s) / r.published_s;
+    BOOST_TEST(err <= kRowTolerance);
+    sum += err;
     ++n;
   }
   BOOST_TEST(n == 16);
+  BOOST_TEST_INFO("simulator MAPE " << 100 * sum / n << "%");
+  BOOST_TEST(sum / n <= kMapeTolerance);
 }
 
 BOOST_AUTO_TEST_CASE(deepspeed_zero3_rows_are_a_lower_bound_simulated) {

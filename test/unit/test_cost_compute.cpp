@@ -3,8 +3,10 @@
 #define BOOST_TEST_MODULE cost_compute
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "stratagem/cost.hpp"
+#include "stratagem/error.hpp"
 #include "stratagem/program.hpp"
 
 using namespace stratagem;
@@ -31,7 +33,7 @@ BOOST_FIXTURE_TEST_CASE(gemm_efficiency_by_hand, Fixture) {
   {
     const Gemm g{4096, 4096, 4096};
     const double f = 2.0 * 4096 * 4096 * 4096;
-    const double eff = 0.82 * f / (f + 2e9) * (1024.0 / 1080.0);
+    const double eff = 0.76 * f / (f + 2e9) * (1024.0 / 1080.0);
     BOOST_TEST(cm.gemm_efficiency(g) == eff, tt::tolerance(1e-12));
     BOOST_TEST(cm.gemm_time_s(g) == f / (312e12 * eff), tt::tolerance(1e-12));
   }
@@ -39,7 +41,7 @@ BOOST_FIXTURE_TEST_CASE(gemm_efficiency_by_hand, Fixture) {
   {
     const Gemm g{1024, 1024, 1024};
     const double f = 2.0 * 1024 * 1024 * 1024;
-    BOOST_TEST(cm.gemm_efficiency(g) == 0.82 * f / (f + 2e9) * (64.0 / 108.0),
+    BOOST_TEST(cm.gemm_efficiency(g) == 0.76 * f / (f + 2e9) * (64.0 / 108.0),
                tt::tolerance(1e-12));
     BOOST_TEST(cm.gemm_efficiency(g) < 0.26);
   }
@@ -47,13 +49,13 @@ BOOST_FIXTURE_TEST_CASE(gemm_efficiency_by_hand, Fixture) {
   {
     const Gemm g{130, 128 * 108, 8192};
     const double f = g.flops();
-    BOOST_TEST(cm.gemm_efficiency(g) == 0.82 * f / (f + 2e9) * (130.0 / 256.0),
+    BOOST_TEST(cm.gemm_efficiency(g) == 0.76 * f / (f + 2e9) * (130.0 / 256.0),
                tt::tolerance(1e-12));
   }
   // Batched GEMMs count their tiles together.
   {
     const Gemm g{128, 128, 4096, 108};
-    BOOST_TEST(cm.gemm_efficiency(g) == 0.82 * g.flops() / (g.flops() + 2e9), tt::tolerance(1e-12));
+    BOOST_TEST(cm.gemm_efficiency(g) == 0.76 * g.flops() / (g.flops() + 2e9), tt::tolerance(1e-12));
   }
   // A GEMM with k = 1 moves more bytes than it computes: it runs at achieved HBM bandwidth.
   {
@@ -65,7 +67,7 @@ BOOST_FIXTURE_TEST_CASE(gemm_efficiency_by_hand, Fixture) {
   double prev = 0;
   for (int64_t n = 256; n <= 16384; n *= 2) {
     const double e = cm.gemm_efficiency({n * 108 / 4, n, n});
-    BOOST_TEST(e <= 0.82);
+    BOOST_TEST(e <= 0.76);
     BOOST_TEST(e > prev);
     prev = e;
   }
@@ -172,4 +174,45 @@ BOOST_FIXTURE_TEST_CASE(program_compute_ops_use_their_block_shapes, Fixture) {
       }
     for (int k = 0; k < 6; ++k) BOOST_TEST(seen[k] > 0, "kind " << k << " with recompute " << rc);
   }
+}
+
+BOOST_AUTO_TEST_CASE(built_in_frameworks_load) {
+  for (const char* name : {"stratagem", "megatron-lm-2021", "megatron-core", "fsdp-eager", "llm.c"})
+    BOOST_TEST(load_framework(name).name == name);
+  BOOST_TEST(load_framework("stratagem").wgrad_accumulation_fused);
+  BOOST_CHECK_THROW(load_framework("no-such-framework"), InputError);
+  BOOST_CHECK_THROW(framework_from_json(nlohmann::json::parse(R"({"name": "x", "gradients":
+      {"wgrad_accumulation_fused": true, "accumulation_bytes": 2, "speedup": 1.1}})"),
+                                        "x.json"),
+                    InputError);
+}
+
+BOOST_FIXTURE_TEST_CASE(unfused_gradient_accumulation_is_one_pass_over_the_grads, Fixture) {
+  // Megatron-LM 2021 adds each micro-batch's fresh fp16 weight gradient into main_grad: read
+  // both, write main_grad (6 bytes per parameter), one kernel per parameter tensor (weight and
+  // bias of the block's two GEMMs and of its norm).
+  const FrameworkSpec fw = load_framework("megatron-lm-2021");
+  CostModel fused(model, cluster, plan), unfused(model, cluster, plan, fw);
+  const LayerStrategy& s = plan.layers[0];
+  const double hbm = cluster.gpu.hbm_bandwidth_gbps * 1e9 * cluster.gpu.memory_efficiency;
+  for (Block b : {Block::attention, Block::mlp}) {
+    const int64_t params = block_parameters_per_rank(model, s.tp, b);
+    const double extra = double(params) * 6 / hbm + 6 * cluster.gpu.kernel_launch_s;
+    BOOST_TEST(
+        unfused.backward_block_time_s(s, b, 1) - fused.backward_block_time_s(s, b, 1) == extra,
+        tt::tolerance(1e-9));
+    Op op;
+    op.kind = OpKind::compute, op.block = b, op.phase = Phase::backward, op.layer = 0;
+    op.samples = 1;
+    BOOST_TEST(unfused.compute_time_s(op) == unfused.backward_block_time_s(s, b, 1));
+  }
+  // Under ZeRO-2 only the reduce-scattered shard is accumulated.
+  Plan z = plan;
+  for (auto& l : z.layers) l.zero = 2, l.dp = 4;
+  CostModel zf(model, cluster, z), zu(model, cluster, z, fw);
+  const int64_t shard = (block_parameters_per_rank(model, 8, Block::mlp) + 3) / 4;
+  BOOST_TEST(zu.backward_block_time_s(z.layers[0], Block::mlp, 1) -
+                     zf.backward_block_time_s(z.layers[0], Block::mlp, 1) ==
+                 double(shard) * 6 / hbm + 6 * cluster.gpu.kernel_launch_s,
+             tt::tolerance(1e-9));
 }

@@ -206,6 +206,45 @@ BOOST_AUTO_TEST_CASE(cli_simulate_trace_and_chrome_export) {
   BOOST_TEST(out.find("iteration") != std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(cli_framework_shows_in_estimate_simulate_search_and_trace) {
+  Tmp tmp;
+  int rc = 0;
+  const std::string plan =
+      " --model gpt2-124m --cluster dgx-a100-80g --nodes 1 --tp 2 --pp 2 --dp 2 "
+      "--micro-batch 1 --global-batch 8";
+  std::string out = run(bin() + " estimate" + plan + " --json", &rc);
+  BOOST_REQUIRE_MESSAGE(rc == 0, out);
+  const auto own = nlohmann::json::parse(out);
+  BOOST_TEST(own["framework"] == "stratagem");
+  out = run(bin() + " estimate" + plan + " --framework megatron-lm-2021 --json", &rc);
+  BOOST_REQUIRE_MESSAGE(rc == 0, out);
+  const auto mlm = nlohmann::json::parse(out);
+  BOOST_TEST(mlm["framework"] == "megatron-lm-2021");
+  // Its separate gradient-accumulation pass costs time the fused runtime does not spend.
+  BOOST_TEST(mlm["iteration_time_s"].get<double>() > own["iteration_time_s"].get<double>());
+  out = run(
+      bin() + " simulate" + plan + " --framework megatron-lm-2021 --json --trace " + tmp("f.h5"),
+      &rc);
+  BOOST_REQUIRE_MESSAGE(rc == 0, out);
+  BOOST_TEST(nlohmann::json::parse(out)["framework"] == "megatron-lm-2021");
+  {
+    trace::Reader r(tmp("f.h5"));
+    BOOST_TEST(nlohmann::json::parse(r.attribute("framework"))["name"] == "megatron-lm-2021");
+  }
+  out = run(bin() + " estimate" + plan + " --framework megatron-lm-2021", &rc);
+  BOOST_TEST(out.find("framework megatron-lm-2021") != std::string::npos);
+  out = run(bin() +
+                " search --model gpt2-124m --cluster dgx-a100-80g --nodes 1 --global-batch 8 "
+                "--framework llm.c --rerank estimator --quiet --json",
+            &rc);
+  BOOST_REQUIRE_MESSAGE(rc == 0, out);
+  BOOST_TEST(nlohmann::json::parse(out)["framework"] == "llm.c");
+  // Bad input: exit 2 naming the flag.
+  out = run(bin() + " estimate" + plan + " --framework no-such-software", &rc);
+  BOOST_TEST(rc == 2);
+  BOOST_TEST(out.find("--framework") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(cli_reports_out_of_memory_and_still_prints_results) {
   int rc = 0;
   // GPT-3 6.7B without any sharding on one 80 GB GPU's worth of pipeline stage does not fit.

@@ -1,0 +1,26 @@
+// FrameworkSpec: the training software that runs a plan, stated as physical facts the cost
+// model reads beside the cluster's hardware figures (data/frameworks/<name>.json).
+#pragma once
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+namespace stratagem {
+
+struct FrameworkSpec {
+  std::string name = "stratagem";  // the project's own runtime
+  std::string description;
+  // Weight gradients are summed over micro-batches inside the weight-gradient GEMM (cuBLAS
+  // beta = 1 into the gradient buffer). When false, the GEMM writes a fresh gradient and a
+  // separate kernel adds it into the accumulation buffer: per micro-batch and parameter it
+  // reads the new gradient and the buffer and writes the buffer back.
+  bool wgrad_accumulation_fused = true;
+  int grad_accumulation_bytes = 4;  // element size of that accumulation buffer
+};
+
+// Loads a built-in framework by name (data/frameworks/<name>.json) or a JSON file path.
+// Throws InputError naming the file and the field on any problem.
+FrameworkSpec load_framework(const std::string& name_or_path);
+FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& source);
+nlohmann::json to_json(const FrameworkSpec& f);
+
+}  // namespace stratagem

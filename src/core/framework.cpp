@@ -1,0 +1,38 @@
+#include "stratagem/framework.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "src/io/json_reader.hpp"
+#include "stratagem/model.hpp"
+
+namespace stratagem {
+
+FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& source) {
+  io::JsonReader r(j, source);
+  FrameworkSpec f;
+  f.name = r.get_string("name");
+  f.description = r.get_string("description", "");
+  {
+    auto g = r.object("gradients");
+    f.wgrad_accumulation_fused = g.get_bool("wgrad_accumulation_fused");
+    f.grad_accumulation_bytes = g.get_int("accumulation_bytes", 2, 4);
+    g.reject_unknown();
+  }
+  r.reject_unknown();
+  return f;
+}
+
+FrameworkSpec load_framework(const std::string& name_or_path) {
+  const std::string path = resolve_data_file(name_or_path, "frameworks", "--framework");
+  return framework_from_json(io::read_json_file(path), path);
+}
+
+nlohmann::json to_json(const FrameworkSpec& f) {
+  return {{"name", f.name},
+          {"description", f.description},
+          {"gradients",
+           {{"wgrad_accumulation_fused", f.wgrad_accumulation_fused},
+            {"accumulation_bytes", f.grad_accumulation_bytes}}}};
+}
+
+}  // namespace stratagem

@@ -1,0 +1,102 @@
+// The published H100 runs (data/calibration/h100-2024.json) as (model, cluster, framework,
+// plan) rows. Where a source leaves the micro-batch or the recompute policy unstated, the row
+// takes the fastest choice that fits in 80 GB, as its authors tuned it; rows whose software or
+// policy the model cannot express are kept with the reason instead of a forecast.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "stratagem/cost.hpp"
+#include "stratagem/error.hpp"
+#include "stratagem/estimate.hpp"
+#include "test/calibration/megatron_rows.hpp"
+
+namespace stratagem::calibration {
+
+struct H100Row {
+  Row row;             // model, cluster, plan, published_s; row.framework = the file's name
+  std::string reason;  // non-empty: the model cannot express this row (why)
+};
+
+inline std::string h100_file() {
+  return std::string(STRATAGEM_SOURCE_DIR) + "/data/calibration/h100-2024.json";
+}
+
+namespace detail {
+inline std::optional<std::pair<Plan, double>> fastest_fitting(
+    const ModelSpec& m, const ClusterSpec& c, const FrameworkSpec& fw, PlanShorthand s,
+    const std::vector<int>& mbs, const std::vector<std::string>& rcs) {
+  std::optional<std::pair<Plan, double>> best;
+  for (int mb : mbs) {
+    if (*s.global_batch % (mb * *s.dp) != 0) continue;
+    for (const std::string& rc : rcs) {
+      s.micro_batch = mb;
+      s.recompute = rc;
+      Plan p = expand_shorthand(s, m, c);
+      CostModel cost(m, c, p, fw);
+      const Estimate e = estimate(cost);
+      if (e.peak_memory_bytes > c.gpu.hbm_bytes) continue;
+      if (!best || e.iteration_time_s < best->second) best = {{p, e.iteration_time_s}};
+    }
+  }
+  return best;
+}
+}  // namespace detail
+
+inline std::vector<H100Row> load_h100_rows(const std::string& path = h100_file()) {
+  std::vector<H100Row> out;
+  for (const auto& r : read_rows_file(path)) {
+    H100Row h;
+    Row& row = h.row;
+    row = row_base(r);
+    row.framework = r.at("framework").get<std::string>();
+    const auto& mj = r.at("model");
+    ModelSpec& m = row.model;
+    m.norm = mj.at("norm") == "rmsnorm" ? Norm::rmsnorm : Norm::layernorm;
+    m.activation = mj.at("mlp") == "swiglu" ? Activation::swiglu : Activation::gelu;
+    m.position = mj.at("position") == "rope" ? Position::rope : Position::learned;
+    m.bias = mj.at("bias").get<bool>();
+    m.tied_embeddings = mj.at("tied_embeddings").get<bool>();
+    m.dropout = false;  // none of these runs uses dropout
+    out.push_back(h);
+    H100Row& o = out.back();
+    const std::string rc = r.at("recompute").is_null() ? "" : r.at("recompute").get<std::string>();
+    if (mj.at("position") == "alibi") {
+      o.reason = "ALiBi positions are not modelled";
+      continue;
+    }
+    try {
+      o.row.software = load_framework(row.framework);
+    } catch (const InputError&) {
+      o.reason = "no framework file for '" + row.framework + "' (NCCLX, Meta's modified schedule)";
+      continue;
+    }
+    if (rc == "selective-op") {
+      o.reason =
+          "torchtitan's op-level selective checkpointing (recomputes 37% of the linear "
+          "FLOPs) is not a recompute policy of the Plan";
+      continue;
+    }
+    PlanShorthand s;
+    s.tp = r.at("tp").get<int>(), s.pp = r.at("pp").get<int>(), s.dp = r.at("dp").get<int>();
+    s.global_batch = r.at("global_batch").get<int>();
+    s.zero = r.at("zero_stage").get<int>();
+    s.dtype = r.at("dtype").get<std::string>();
+    s.flash_attention = r.at("flash_attention").get<bool>();
+    s.sequence_parallel = !r.at("sequence_parallel").is_null() && r.at("sequence_parallel");
+    s.schedule = "1f1b";  // pp = 1, or "1f1b or interleaved (not stated)"
+    std::vector<int> mbs = {1, 2, 4, 8, 16};
+    if (!r.at("micro_batch").is_null()) mbs = {r.at("micro_batch").get<int>()};
+    std::vector<std::string> rcs = {"none", "selective", "full"};
+    if (!rc.empty()) rcs = {rc};
+    auto best = detail::fastest_fitting(o.row.model, o.row.cluster, o.row.software, s, mbs, rcs);
+    if (!best) {
+      o.reason = "no stated or tunable micro-batch / recompute choice fits in 80 GB in the model";
+      continue;
+    }
+    o.row.plan = best->first;
+  }
+  return out;
+}
+
+}  // namespace stratagem::calibration
