@@ -8,9 +8,10 @@
 //    counted beside them, so the measured memory is the Program's accounting made real.
 //  - Groups and peers come from the Layout through ParallelState.
 // Supported: tensor parallelism (with sequence parallelism), pipeline parallelism under GPipe,
-// 1F1B and interleaved 1F1B, data parallelism with ZeRO 0 and 1, recompute none, selective and
-// full. Plans with ZeRO-2/3, offloading or per-layer heterogeneous strategies are refused with
-// NotSupported naming the feature.
+// 1F1B and interleaved 1F1B, data parallelism with ZeRO 0-3, recompute none, selective and
+// full. Plans with offloading or per-layer heterogeneous strategies (and ZeRO-2/3 with
+// sequence parallelism or a tied embedding split over stages) are refused with NotSupported
+// naming the feature.
 #pragma once
 #include <mpi.h>
 
@@ -96,6 +97,8 @@ class Executor {
   // The flat range of the parameters whose optimizer state this rank holds (ZeRO-1: a shard).
   int64_t shard_begin() const;
   int64_t shard_end() const;
+  // ZeRO-3: model().params holds only [shard_begin, shard_end) of the flat parameters.
+  bool params_sharded() const;
   // Whether this rank writes the data-parallel-replicated state of [begin, end) in a
   // checkpoint (one replica does; ZeRO shards are written by their owners).
   int dp_index() const;

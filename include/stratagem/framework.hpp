@@ -15,6 +15,10 @@ struct FrameworkSpec {
   // reads the new gradient and the buffer and writes the buffer back.
   bool wgrad_accumulation_fused = true;
   int grad_accumulation_bytes = 4;  // element size of that accumulation buffer
+  // Under ZeRO-2/3 a layer's whole gradients are held (staged) until the layer's
+  // reduce-scatter, rather than reduced bucket by bucket as they are produced. (Off by
+  // default: a framework file says so; stratagem's runtime does.)
+  bool layer_gradient_staging = false;
 };
 
 // Loads a built-in framework by name (data/frameworks/<name>.json) or a JSON file path.

@@ -150,6 +150,9 @@ struct ModelWeights {
 };
 ModelWeights bind_weights(const TransformerConfig& cfg, const ParamTable& table,
                           const Tensor& flat);
+// The field of `w` that holds the tensor named `name` (a ParamTable name); throws for an
+// unknown name or a layer `w` does not hold.
+Tensor& weight_field(ModelWeights& w, std::string_view name);
 
 // GPT-2 init: N(0, 0.02); attn.proj and mlp.fc2 weights N(0, 0.02/sqrt(2*layers)); norm
 // weights 1; biases 0; vocabulary padding 0. Each value is a pure function of (seed, tensor

@@ -62,17 +62,20 @@ int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& s, in
 //  - five token-stream tensors: the stream's gradient, a block's partial sum before its tp
 //    reduction and the reduced value, a pipeline send and a receive in flight;
 //  - under sequence parallelism, the two whole-sequence gathers of a block's backward;
-//  - under ZeRO-1/2 with MPI, the received shard of the layer's reduce-scatter (MPI has no
+//  - under ZeRO-1/2/3 with MPI, the received shard of the layer's reduce-scatter (MPI has no
 //    in-place form that lands it at the shard's position);
-//  - under ZeRO-2, the layer's whole gradients staged until their reduce-scatter, and the
-//    previous layer's still in flight.
+//  - under ZeRO-2/3, where the framework stages them, the layer's whole gradients until
+//    their reduce-scatter.
 // (A fully recomputed layer's forward intermediates are transient too; they live while fewer
 // activations are held than at the recompute that rebuilds them, so they do not add to it.)
-int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt);
+// `staged`: the framework stages a layer's whole gradients under ZeRO-2/3
+// (FrameworkSpec::layer_gradient_staging).
+int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt,
+                              bool staged);
 // The same for the embedding and head of a stage holding `params` of them: the token-stream
 // tensors and the ZeRO-1 shard.
 int64_t embedding_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
-                                  int64_t params, Dtype dt);
+                                  int64_t params, Dtype dt, bool staged);
 
 // Parameters of a block held by one rank before ZeRO sharding (divided by tp where Megatron
 // shards them, replicated norms/biases otherwise).

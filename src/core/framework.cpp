@@ -16,6 +16,7 @@ FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& so
     auto g = r.object("gradients");
     f.wgrad_accumulation_fused = g.get_bool("wgrad_accumulation_fused");
     f.grad_accumulation_bytes = g.get_int("accumulation_bytes", 2, 4);
+    f.layer_gradient_staging = g.get_bool("layer_gradient_staging", false);
     g.reject_unknown();
   }
   r.reject_unknown();
@@ -32,7 +33,8 @@ nlohmann::json to_json(const FrameworkSpec& f) {
           {"description", f.description},
           {"gradients",
            {{"wgrad_accumulation_fused", f.wgrad_accumulation_fused},
-            {"accumulation_bytes", f.grad_accumulation_bytes}}}};
+            {"accumulation_bytes", f.grad_accumulation_bytes},
+            {"layer_gradient_staging", f.layer_gradient_staging}}}};
 }
 
 }  // namespace stratagem

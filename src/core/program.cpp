@@ -566,8 +566,10 @@ class StageBuilder {
     compute(Block::head, Phase::backward, -1, mb, b, 2 * logits_flops,
             2.0 * logits + 2.0 * e_ * T * m_.hidden);
     release(buf, Stream::compute);
-    release(fetched, Stream::compute);
+    // The final norm's backward runs on the reduced input gradient: its weight (fetched under
+    // ZeRO-3) is held until then.
     const int reduced = tp_after(Block::head, Phase::backward, -1, mb);
+    release(fetched, Stream::compute);
     if (has_head() && !has_embedding()) {
       const int ready = reduced >= 0 ? reduced : last_compute_;
       if (m_.tied_embeddings && p_.pp > 1)

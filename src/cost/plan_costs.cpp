@@ -135,7 +135,8 @@ class Analyzer {
         }
         const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_);
         max_samples = std::max(max_samples, samples_for(st.dp));
-        ws = std::max(ws, layer_workspace_bytes(m_, st, samples_for(st.dp), p_.dtype));
+        ws = std::max(ws, layer_workspace_bytes(m_, st, samples_for(st.dp), p_.dtype,
+                                                c_.framework().layer_gradient_staging));
         keep_max(fp, {prefix + lc.fwd_act, lc.fwd_buf});
         keep_max(bp, {prefix + lc.bwd_mlp_act, lc.bwd_buf});
         // The layer below (same chunk) is prefetched during this layer's attention backward.
@@ -203,7 +204,9 @@ class Analyzer {
     }
     const int64_t ep = embed_params(s);
     if (ep > 0) states.add(p_.embedding, ep, e_, opt_bpp_);
-    if (ep > 0) ws = std::max(ws, embedding_workspace_bytes(m_, es, samples(-1), ep, p_.dtype));
+    if (ep > 0)
+      ws = std::max(ws, embedding_workspace_bytes(m_, es, samples(-1), ep, p_.dtype,
+                                                  c_.framework().layer_gradient_staging));
     if (with_time_)
       extras(s, eh, ep, states.device_opt_params, states.host_opt_params, deferred, sc);
 

@@ -72,8 +72,11 @@ std::vector<CheckpointPiece> checkpoint_pieces(Executor& ex, bool writing) {
     // owner), the first tp rank of replicated tensors, and not the tied head copy.
     const bool tp_owner = !e.replicated || m.tp_rank == 0;
     const bool owner = tp_owner && !e.tied_copy;
-    if (!writing || (owner && ex.dp_index() == 0))
+    if (ex.params_sharded()) {  // ZeRO-3: every replica owns its shard of the weights
+      if (!writing || owner) add_boxes(out, "params/" + e.name, e, s0, s1, m.params.data, s0);
+    } else if (!writing || (owner && ex.dp_index() == 0)) {
       add_boxes(out, "params/" + e.name, e, e.offset, e.offset + e.numel(), m.params.data, 0);
+    }
     const bool state_writer = owner && (sharded ? true : ex.dp_index() == 0);
     if (!writing || state_writer) {
       add_boxes(out, "optimizer/m/" + e.name, e, s0, s1, ex.optimizer().m().data, s0);

@@ -19,9 +19,6 @@ using Clock = std::chrono::steady_clock;
 // Features of the search's space that the runtime does not execute yet, named for the user.
 void check_runnable(const ModelSpec& m, const Plan& p, const std::string& backend) {
   auto check = [](const LayerStrategy& s, const std::string& where) {
-    if (s.zero > 2)
-      throw NotSupported(where + ": ZeRO-" + std::to_string(s.zero) +
-                         " is not executed by the runtime yet (ZeRO 0, 1 and 2 are)");
     if (s.offload_optimizer || s.offload_params || s.offload_activations)
       throw NotSupported(where + ": offloading is not executed by the runtime yet");
   };
@@ -37,12 +34,13 @@ void check_runnable(const ModelSpec& m, const Plan& p, const std::string& backen
                          "): per-layer heterogeneous tp/dp/sp/ZeRO plans are not executed yet");
   }
   const LayerStrategy& e = p.embedding;
-  if (e.zero == 2 && e.dp > 1 && e.sequence_parallel && e.tp > 1)
-    throw NotSupported("ZeRO-2 with sequence parallelism is not executed by the runtime yet");
-  if (e.zero == 2 && e.dp > 1 && p.pp > 1 && m.tied_embeddings)
-    throw NotSupported(
-        "ZeRO-2 with a tied embedding split over pipeline stages is not executed by the runtime "
-        "yet");
+  const std::string z = "ZeRO-" + std::to_string(e.zero);
+  if (e.zero >= 2 && e.dp > 1 && e.sequence_parallel && e.tp > 1)
+    throw NotSupported(z + " with sequence parallelism is not executed by the runtime yet");
+  if (e.zero >= 2 && e.dp > 1 && p.pp > 1 && m.tied_embeddings)
+    throw NotSupported(z +
+                       " with a tied embedding split over pipeline stages is not executed by the "
+                       "runtime yet");
   if (backend == "cpu" && p.dtype != Dtype::fp32)
     throw NotSupported(std::string("dtype ") + to_string(p.dtype) +
                        ": the cpu backend computes in fp32 (plan dtype fp32)");
@@ -113,12 +111,27 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
   // ZeRO-2 keeps only this rank's shard of the gradients: a layer's backward writes into a
   // staging buffer that its reduce-scatter folds into the shard (grad_shard()).
   staged = zero >= 2 && dp > 1;
-  model.params = pool.take(w_buf, Shape{n});
+  // ZeRO-3 keeps only this rank's shard of the weights: each use gathers them into the
+  // Program's fetch buffer (fetch()).
+  sharded_params = zero == 3 && dp > 1;
+  model.params = pool.take(w_buf, Shape{sharded_params ? shard : n});
   model.grads = pool.take(g_buf, Shape{staged ? shard : n});
-  init_parameters(be, whole, model.table, model.params, opt.seed);
+  if (sharded_params) {
+    Tensor all = pool.scratch(Shape{n});
+    init_parameters(be, whole, model.table, all, opt.seed);
+    be.copy(model.params, all.slice(shard_begin, Shape{shard}));
+    model.weights.slot = bind_weights(whole, model.table, all).slot;
+    model.weights.layers.assign(model.weights.slot.size(), LayerWeights{});
+    model.weights.layers.resize(part.layers.size());
+  } else {
+    init_parameters(be, whole, model.table, model.params, opt.seed);
+    model.weights = bind_weights(whole, model.table, model.params);
+  }
   be.fill(model.grads, 0.0f);
-  model.weights = bind_weights(whole, model.table, model.params);
-  if (!staged) model.grad_weights = bind_weights(whole, model.table, model.grads);
+  if (!staged)
+    model.grad_weights = bind_weights(whole, model.table, model.grads);
+  else
+    model.grad_weights = model.weights;  // slots only: backward binds its staging
   adamw = std::make_unique<AdamW>(be, pool.take(o_buf, Shape{shard}),
                                   pool.take(o_buf, Shape{shard}), opt.adamw);
 
@@ -200,6 +213,10 @@ void Executor::Impl::run(uint32_t i) {
       }
       pool.free(op.buffer);
       buffer_of.erase({int(op.block), int(op.phase), op.layer, op.microbatch});
+      if (auto f = fetched.find(op.buffer); f != fetched.end()) {
+        for (const auto& name : f->second) weight_field(model.weights, name) = Tensor{};
+        fetched.erase(f);
+      }
       return;
     }
     case OpKind::compute:
@@ -283,6 +300,9 @@ int64_t Executor::shard_begin() const {
 }
 int64_t Executor::shard_end() const {
   return impl_->shard_end;
+}
+bool Executor::params_sharded() const {
+  return impl_->sharded_params;
 }
 int Executor::dp_index() const {
   return impl_->dp_index;

@@ -303,6 +303,36 @@ ModelWeights bind_weights(const TransformerConfig& c, const ParamTable& table, c
   return w;
 }
 
+Tensor& weight_field(ModelWeights& w, std::string_view name) {
+  if (name == "wte") return w.wte;
+  if (name == "wpe") return w.wpe;
+  if (name == "norm_f.weight") return w.norm_f_w;
+  if (name == "norm_f.bias") return w.norm_f_b;
+  if (name == "lm_head.weight") return w.lm_head_w;
+  if (name.rfind("layers.", 0) == 0) {
+    const size_t dot = name.find('.', 7);
+    const int l = std::stoi(std::string(name.substr(7, dot - 7)));
+    LayerWeights& lw = w.layer(l);
+    const std::string_view rest = name.substr(dot + 1);
+    const std::pair<std::string_view, Tensor LayerWeights::*> fields[] = {
+        {"attn.norm.weight", &LayerWeights::attn_norm_w},
+        {"attn.norm.bias", &LayerWeights::attn_norm_b},
+        {"attn.qkv.weight", &LayerWeights::qkv_w},
+        {"attn.qkv.bias", &LayerWeights::qkv_b},
+        {"attn.proj.weight", &LayerWeights::proj_w},
+        {"attn.proj.bias", &LayerWeights::proj_b},
+        {"mlp.norm.weight", &LayerWeights::mlp_norm_w},
+        {"mlp.norm.bias", &LayerWeights::mlp_norm_b},
+        {"mlp.fc1.weight", &LayerWeights::fc1_w},
+        {"mlp.fc1.bias", &LayerWeights::fc1_b},
+        {"mlp.fc2.weight", &LayerWeights::fc2_w},
+        {"mlp.fc2.bias", &LayerWeights::fc2_b}};
+    for (const auto& [n, f] : fields)
+      if (n == rest) return lw.*f;
+  }
+  throw std::logic_error("weight_field: no tensor named " + std::string(name));
+}
+
 size_t ModelWeights::index(int l) const {
   if (l < 0 || l >= static_cast<int>(slot.size()) || slot[l] < 0)
     throw std::logic_error("ModelWeights: layer " + std::to_string(l) + " is not on this rank");

@@ -86,7 +86,8 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   // The attention backward overlaps the fetch of the layer below, taken to be of this size.
   lc.transient = std::max({x.fwd_act - x.kept + x.fwd_buf, x.bwd_mlp_act - x.kept + x.bwd_buf,
                            x.bwd_attn_act - x.kept + 2 * x.bwd_buf});
-  lc.workspace = layer_workspace_bytes(m_, s, b, dtype_);
+  lc.workspace =
+      layer_workspace_bytes(m_, s, b, dtype_, costs_.front()->framework().layer_gradient_staging);
   lc.boundary = boundary_activation_bytes(m_, s, b, dtype_);
   lc.kernel_s = x.fwd_s + x.bwd_s + x.rec_s;
   lc.busy_s = lc.kernel_s + x.tp_fwd_s + x.tp_bwd_s + x.tp_rec_s;
@@ -157,7 +158,8 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
   states_of(last_p + tied_copy, ec.last_states, ec.last_tail_s, ec.last_dp_stream_s, false);
   states_of(first_p + last_p, ec.only_states, ec.only_tail_s, ec.only_dp_stream_s, true);
   ec.workspace =
-      embedding_workspace_bytes(m_, es, b, std::max(first_p + last_p, last_p + tied_copy), dtype_);
+      embedding_workspace_bytes(m_, es, b, std::max(first_p + last_p, last_p + tied_copy), dtype_,
+                                costs_.front()->framework().layer_gradient_staging);
   ec.last_dp_stream_s += x.head_fetch.time_s;
   ec.only_dp_stream_s += x.head_fetch.time_s;
   if (!pp_one && m_.tied_embeddings) {

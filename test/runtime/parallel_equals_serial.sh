@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every parallel layout equals the serial run with the same global batch and seed: losses over
+# Every parallel layout (tensor, sequence, pipeline and data parallel, ZeRO 1-3) equals the serial run with the same global batch and seed: losses over
 # 5 steps to 1e-5 relative and final weights to 1e-5 (from the checkpoints, which hold the
 # whole tensors). Each run's measured peak memory per rank is within 10% of the simulator's
 # forecast for the same plan on cpu-local (the tolerance of the issue: a forecast that misses
@@ -55,3 +55,5 @@ case_ tp2_pp2_dp2_full_z1 8 GPT "$B8" "--recompute full" "--tp 2 --pp 2 --dp 2 -
 case_ dp4_z1 4 GPT "$B8" "" "--dp 4 --zero 1"
 case_ dp4_z2 4 GPT "$B8" "" "--dp 4 --zero 2"
 case_ tp2_dp2_z2 4 LLAMA "$B8" "" "--tp 2 --dp 2 --zero 2"
+case_ dp4_z3 4 GPT "$B8" "" "--dp 4 --zero 3"
+case_ tp2_pp2_dp2_z3_full 8 LLAMA "$B8" "--recompute full" "--tp 2 --pp 2 --dp 2 --zero 3 --recompute full"

@@ -316,10 +316,6 @@ BOOST_AUTO_TEST_CASE(plans_the_runtime_cannot_run_are_refused) {
   Plan p = test::serial_plan(spec, 4, 2, Recompute::none);
   ParallelState state(MPI_COMM_WORLD, p, c, 0);
   FixedSamples samples = d.samples();
-  Plan z3 = p;
-  z3.embedding.zero = 3;
-  for (auto& l : z3.layers) l.zero = 3;
-  BOOST_CHECK_THROW(Executor(state, spec, z3, *be, samples, {}), NotSupported);
   Plan off = p;
   off.layers[0].offload_activations = true;
   BOOST_CHECK_THROW(Executor(state, spec, off, *be, samples, {}), NotSupported);

@@ -32,6 +32,7 @@ struct LayerState {
 
 struct Micro {
   std::vector<int32_t> tokens, targets, ids;  // ids: this rank's vocabulary-shard ids or -1
+  bool embedded = false;                      // the lookup has run on this stage
   Flow fwd;                                   // forward residual stream
   Flow rec;                                   // full recompute's stream
   Tensor grad;                                // dL/d(stream) in backward (token shard under sp)
@@ -71,7 +72,9 @@ struct Executor::Impl {
   std::vector<int64_t> shard_bounds;  // dp+1 boundaries of the ZeRO-1 partition
   int64_t shard_begin = 0, shard_end = 0;
   std::vector<uint8_t> norm_owner;  // 1 where this rank counts an element in the grad norm
-  bool staged = false;              // ZeRO-2: model.grads holds only this rank's shard
+  bool staged = false;              // ZeRO-2/3: model.grads holds only this rank's shard
+  bool sharded_params = false;      // ZeRO-3: model.params holds only this rank's shard
+  std::map<int, std::vector<std::string>> fetched;  // ZeRO-3 fetch buffer -> tensors bound
   // ZeRO-2: per layer (-1: embedding and head) the staging buffers of its flat runs, written
   // by one micro-batch's backward until its reduce-scatter.
   std::map<int, std::vector<std::pair<int64_t, Tensor>>> staging;
@@ -126,6 +129,8 @@ struct Executor::Impl {
   void optimizer_step();
   void stage_gradients(int layer);  // ZeRO-2: bind the layer's gradients to fresh staging
   Tensor grad_shard();              // the gradients of [shard_begin, shard_end)
+  std::vector<const ParamInfo*> fetch_set(const Op& op, Micro* m) const;
+  void fetch(const Op& op, int index);  // ZeRO-3: gather a layer's (or embedding's) weights
   bool attention_keeps_probs(int layer) const;
 
   // ---- ops_comm.cpp ----------------------------------------------------------------------

@@ -135,6 +135,9 @@ void Executor::Impl::tp_collective(const Op& op, int index) {
   if (op.block == Block::head) {
     issue(index, std::move(req),
           [this, mbi, reduced, partial] { finish_head_backward(micro.at(mbi), reduced); });
+    // Under ZeRO-3 the final norm's weight is in the head's fetched weights.
+    auto it = buffer_of.find({int(Block::none), int(Phase::forward), -1, mbi});
+    if (it != buffer_of.end()) buffer_users[it->second].push_back(index);
     return;
   }
   const int l = op.layer;
@@ -148,9 +151,40 @@ void Executor::Impl::tp_collective(const Op& op, int index) {
     auto it = buffer_of.find({int(b), int(ph), l, mbi});
     if (it != buffer_of.end()) buffer_users[it->second].push_back(index);
   }
+  // ... and, under ZeRO-3, the norm's weight in the layer's fetched weights.
+  auto it = buffer_of.find({int(Block::none), int(Phase::backward), l, mbi});
+  if (it != buffer_of.end()) buffer_users[it->second].push_back(index);
+}
+
+void Executor::Impl::fetch(const Op& op, int index) {
+  Communicator& comm = ps.group(resolve_group(ps.layout(), ps.rank(), op));
+  Micro* m = op.microbatch >= 0 ? &mb(op.microbatch) : nullptr;
+  const int buf = buffer(Block::none, op.phase, op.layer, op.microbatch);
+  auto group = std::make_unique<RequestGroup>();
+  auto& names = fetched[buf];
+  for (const ParamInfo* e : fetch_set(op, m)) {
+    // This rank's piece of the tensor at its displacement, then gathered in place.
+    Tensor dst = pool.take(buf, e->shape);
+    const int64_t a = e->offset, b = e->offset + e->numel();
+    const auto counts = shard_counts(a, b);
+    int64_t at = 0;
+    for (int d = 0; d < dp_index; ++d) at += counts[d];
+    if (counts[dp_index] > 0) {
+      Tensor piece = dst.slice(at, Shape{counts[dp_index]});
+      be.copy(piece, model.params.slice(std::max(a, shard_begin) - shard_begin, piece.shape));
+    }
+    group->parts.push_back(comm.iall_gather_v_inplace(dst.data, counts));
+    weight_field(model.weights, e->name) = dst;
+    names.push_back(e->name);
+  }
+  issue(index, std::move(group));
 }
 
 void Executor::Impl::dp_collective(const Op& op, int index) {
+  if (op.collective == Collective::all_gather && op.phase != Phase::optimizer) {
+    fetch(op, index);
+    return;
+  }
   Communicator& comm = ps.group(resolve_group(ps.layout(), ps.rank(), op));
   float* g = model.grads.data;
   auto group = std::make_unique<RequestGroup>();

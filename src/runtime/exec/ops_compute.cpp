@@ -192,6 +192,7 @@ void Executor::Impl::finish_block_backward(int l, Block b, Micro& m, const Tenso
 
 void Executor::Impl::embedding_forward(const Op& op) {
   Micro& m = mb(op.microbatch);
+  m.embedded = true;
   Tensor x = pool.scratch(full_shape());
   stratagem::embedding_forward(be, local, model.weights, m.ids, x, tp_index == 0);
   if (tp == 1)
@@ -294,27 +295,28 @@ void Executor::Impl::stage_gradients(int layer) {
     Tensor t = pool.scratch(Shape{b - a});
     be.fill(t, 0.0f);
     bufs.push_back({a, t});
-    // Views of the run's tensors: a flat buffer whose element a is the staging's first.
-    const Tensor flat{t.data - a, Shape{model.table.size()}, nullptr};
-    ModelWeights g = bind_weights(whole, model.table, flat);
-    auto inside = [&](const Tensor& x) {
-      return x.defined() && x.data >= t.data && x.data < t.data + t.numel();
-    };
-    auto take = [&](Tensor& dst, const Tensor& src) {
-      if (inside(src)) dst = src;
-    };
-    if (layer >= 0) {
-      model.grad_weights.slot = g.slot;
-      if (model.grad_weights.layers.size() != g.layers.size()) model.grad_weights.layers = g.layers;
-      model.grad_weights.layer(layer) = g.layer(layer);
-    } else {
-      take(model.grad_weights.wte, g.wte);
-      take(model.grad_weights.wpe, g.wpe);
-      take(model.grad_weights.norm_f_w, g.norm_f_w);
-      take(model.grad_weights.norm_f_b, g.norm_f_b);
-      take(model.grad_weights.lm_head_w, g.lm_head_w);
-    }
+    for (const ParamInfo& e : model.table.entries())
+      if (e.offset >= a && e.offset + e.numel() <= b)
+        // Non-owning: the staging goes with its reduce-scatter, not with these views.
+        weight_field(model.grad_weights, e.name) =
+            Tensor{t.data + (e.offset - a), e.shape, nullptr};
   }
+}
+
+std::vector<const ParamInfo*> Executor::Impl::fetch_set(const Op& op, Micro* m) const {
+  std::vector<const ParamInfo*> out;
+  const std::string prefix = "layers." + std::to_string(op.layer) + ".";
+  // Layer -1: the lookup's weights before the micro-batch's embedding has run on this stage,
+  // the head's afterwards (the Program fetches them apart).
+  const bool lookup = op.layer < 0 && stage == 0 && m && !m->embedded;
+  for (const ParamInfo& e : model.table.entries()) {
+    const bool in = op.layer >= 0 ? e.name.rfind(prefix, 0) == 0
+                    : lookup      ? e.name == "wte" || e.name == "wpe"
+                                  : e.name.rfind("norm_f.", 0) == 0 || e.name == "lm_head.weight" ||
+                                   (e.name == "wte" && whole.tied_embeddings);
+    if (in) out.push_back(&e);
+  }
+  return out;
 }
 
 void Executor::Impl::optimizer_step() {
@@ -337,7 +339,8 @@ void Executor::Impl::optimizer_step() {
   const double norm = std::sqrt(sq);
   const float coef = clip_coefficient(norm, opt.grad_clip);
   Tensor g_shard = grad_shard();
-  Tensor p_shard = model.params.slice(shard_begin, Shape{shard_end - shard_begin});
+  Tensor p_shard = sharded_params ? model.params
+                                  : model.params.slice(shard_begin, Shape{shard_end - shard_begin});
   if (coef != 1.0f) be.scale(g_shard, coef);
   out->grad_norm = static_cast<float>(norm);
   out->lr = opt.schedule.at(step_index);
