@@ -15,14 +15,15 @@ same() {  # a b: the last logged losses within 1e-5
   $PY -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); assert abs(a - b) <= 1e-5 * abs(a), (a, b)' \
     "$(last_loss "$1")" "$(last_loss "$2")" || fail "step 6: $(last_loss "$1") vs $(last_loss "$2")"
 }
-# tp 2 x pp 2 x dp 2 (padded vocabulary) -> dp 4 with ZeRO-1 on 4 ranks.
+# tp 2 x pp 2 x dp 2 (padded vocabulary) -> dp 4 with ZeRO-3 on 4 ranks (weights and optimizer
+# state each a shard of the whole tensors).
 HYB=(--tp 2 --pp 2 --dp 2)
 train 8 straight "${HYB[@]}"
 train 8 first "${HYB[@]}" --ckpt-dir "$WORK/ck" --stop-after 5
-train 4 second --dp 4 --zero 1 --ckpt-dir "$WORK/ck" --resume
+train 4 second --dp 4 --zero 3 --ckpt-dir "$WORK/ck" --resume
 grep -q "resumed from .*step-00000005.h5 at step 5" "$WORK/second.log" || fail "no resume"
 same "$WORK/straight.jsonl" "$WORK/second.jsonl"
-echo "ok: tp 2 x pp 2 x dp 2 -> dp 4 ZeRO-1: step 6 loss $(last_loss "$WORK/second.jsonl")"
+echo "ok: tp 2 x pp 2 x dp 2 -> dp 4 ZeRO-3: step 6 loss $(last_loss "$WORK/second.jsonl")"
 # pp 4 interleaved (vpp 2) -> pp 1 on one rank.
 VPP=(--pp 4 --dp 1 --schedule interleaved --vpp 2)
 train 4 vstraight "${VPP[@]}"
