@@ -452,7 +452,7 @@ class StageBuilder {
       release(re_a, Stream::compute);
       release(fetched, Stream::compute);
       int ready = reduced >= 0 ? reduced : c;
-      if (mb == last_bwd_mb_[chunk_]) ready = sp_replicated_reduce(l, ready);
+      if (mb == last_bwd_mb_[chunk_] || per_microbatch(l)) ready = sp_replicated_reduce(l, ready);
       reduce_grads(l, mb, ready);
       // Going back across a dp change: the gradient for a wider-dp layer is a slice, for a
       // narrower-dp (larger tp) previous layer the ranks all-gather it.
@@ -506,8 +506,16 @@ class StageBuilder {
                                           s.tp, bytes, Block::embedding, Phase::backward, -1, mb,
                                           {last_compute_}));
     int c = compute(Block::embedding, Phase::backward, -1, mb, b, 0, 2.0 * bytes);
-    if (mb == last_bwd_mb_[chunk_]) c = sp_replicated_reduce(-1, tied_reduce(c));
+    if (mb == last_bwd_mb_[chunk_] || per_microbatch(-1))
+      c = sp_replicated_reduce(-1, tied_reduce(c));
     reduce_grads(-1, mb, c);
+  }
+
+  // ZeRO-2/3 reduce-scatter a layer's gradients every micro-batch: the sums that must precede
+  // that reduction (sequence-parallel norms, tied embeddings) then run every micro-batch too.
+  bool per_microbatch(int layer) const {
+    const auto& s = strat(layer);
+    return s.zero >= 2 && s.dp > 1;
   }
 
   // Tied word embeddings with pp > 1: the first and last stage sum their copies' gradients
@@ -572,7 +580,9 @@ class StageBuilder {
     release(fetched, Stream::compute);
     if (has_head() && !has_embedding()) {
       const int ready = reduced >= 0 ? reduced : last_compute_;
-      if (m_.tied_embeddings && p_.pp > 1)
+      if (per_microbatch(-1))
+        reduce_grads(-2, mb, sp_replicated_reduce(-1, tied_reduce(ready)));
+      else if (m_.tied_embeddings && p_.pp > 1)
         head_done_mb_ = mb;  // reduced after this stage's last backward (see build)
       else
         reduce_grads(-2, mb, mb == last_bwd_mb_[chunk_] ? sp_replicated_reduce(-1, ready) : ready);

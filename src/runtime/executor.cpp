@@ -33,12 +33,11 @@ void check_runnable(const ModelSpec& m, const Plan& p, const std::string& backen
                          ") differs from the embedding's strategy (" + e.describe() +
                          "): per-layer heterogeneous tp/dp/sp/ZeRO plans are not executed yet");
   }
+  // The last stage's tied sum would wait, every micro-batch, for the first stage's, and the
+  // executor issues a collective where the Program puts it: the pipeline would stall.
   const LayerStrategy& e = p.embedding;
-  const std::string z = "ZeRO-" + std::to_string(e.zero);
-  if (e.zero >= 2 && e.dp > 1 && e.sequence_parallel && e.tp > 1)
-    throw NotSupported(z + " with sequence parallelism is not executed by the runtime yet");
   if (e.zero >= 2 && e.dp > 1 && p.pp > 1 && m.tied_embeddings)
-    throw NotSupported(z +
+    throw NotSupported("ZeRO-" + std::to_string(e.zero) +
                        " with a tied embedding split over pipeline stages is not executed by the "
                        "runtime yet");
   if (backend == "cpu" && p.dtype != Dtype::fp32)

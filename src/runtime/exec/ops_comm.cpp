@@ -61,7 +61,7 @@ void Executor::Impl::tp_collective(const Op& op, int index) {
                             ? e.name.rfind("layers." + std::to_string(op.layer) + ".", 0) == 0
                             : e.name.rfind("norm_f.", 0) == 0;
       if (mine && is_norm && e.replicated)
-        parts.push_back(model.grads.slice(e.offset, Shape{e.numel()}));
+        parts.push_back(weight_field(model.grad_weights, e.name));  // flat or staged
     }
     auto group = std::make_unique<RequestGroup>();
     for (Tensor& t : parts)
@@ -190,8 +190,8 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
   auto group = std::make_unique<RequestGroup>();
   if (op.group == GroupKind::tied_embedding) {
     // First and last stage sum their copies of the tied word embedding's gradient.
-    const ParamInfo& e = model.table.at("wte");
-    group->parts.push_back(comm.iall_reduce(g + e.offset, e.numel(), ReduceOp::sum));
+    Tensor& wte = weight_field(model.grad_weights, "wte");  // flat or staged
+    group->parts.push_back(comm.iall_reduce(wte.data, wte.numel(), ReduceOp::sum));
     issue(index, std::move(group));
     return;
   }
