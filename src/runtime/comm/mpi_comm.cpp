@@ -1,10 +1,12 @@
 #include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "stratagem/comm.hpp"
+#include "stratagem/watchdog.hpp"
 
 // One checked-call macro for MPI, reporting file and line.
 #define STRATAGEM_MPI_CHECK(call)                                                       \
@@ -70,7 +72,10 @@ class MpiRequest final : public Request {
     return done != 0;
   }
   ~MpiRequest() override {
-    // An unfinished transfer at destruction is an error path: free what MPI allows.
+    // An unfinished transfer at destruction is an error path. While an error unwinds the job
+    // is about to be aborted: freeing a pending collective's request is erroneous in MPI and
+    // would abort before the error is reported, so it is left alone.
+    if (std::uncaught_exceptions() > 0) return;
     for (MPI_Request& r : requests)
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
   }
@@ -166,15 +171,20 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter_sum_v(const float* send, float* recv,
                             const std::vector<int64_t>& counts) override {
     std::vector<int> c = to_int(counts);
+    WatchdogScope guard(describe("reduce-scatter"));
     STRATAGEM_MPI_CHECK(MPI_Reduce_scatter(send, recv, c.data(), MPI_FLOAT, MPI_SUM, comm_));
   }
   void all_gather_v_inplace(float* buf, const std::vector<int64_t>& counts) override {
     std::vector<int> c = to_int(counts), displs(c.size(), 0);
     for (size_t i = 1; i < c.size(); ++i) displs[i] = displs[i - 1] + c[i - 1];
+    WatchdogScope guard(describe("all-gather"));
     STRATAGEM_MPI_CHECK(
         MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, c.data(), displs.data(), MPI_FLOAT, comm_));
   }
-  void barrier() override { STRATAGEM_MPI_CHECK(MPI_Barrier(comm_)); }
+  void barrier() override {
+    WatchdogScope guard(describe("barrier"));
+    STRATAGEM_MPI_CHECK(MPI_Barrier(comm_));
+  }
 
  private:
   static std::vector<int> to_int(const std::vector<int64_t>& v) {
@@ -185,12 +195,15 @@ class MpiCommunicator final : public Communicator {
       throw std::runtime_error("collective: buffer too large for one MPI call");
     return out;
   }
+  std::string describe(const std::string& op) const {
+    return op + " on group " + name_ + " (" + std::to_string(size_) + " ranks)";
+  }
   std::unique_ptr<MpiRequest> request(const std::string& op) const {
-    return std::make_unique<MpiRequest>(
-        op + " on group " + name_ + " (" + std::to_string(size_) + " ranks)", timeout_s_);
+    return std::make_unique<MpiRequest>(describe(op), timeout_s_);
   }
   template <class T>
   void reduce(T* data, int64_t count, MPI_Datatype type, MPI_Op op) {
+    WatchdogScope guard(describe("all-reduce"));
     for (int64_t at = 0; at < count; at += kMaxChunk) {
       int n = static_cast<int>(std::min(kMaxChunk, count - at));
       STRATAGEM_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + at, n, type, op, comm_));
