@@ -38,7 +38,7 @@ victim=$(rank_pid "$job" 1)
 kill -STOP "$victim"
 ends_within 12 "$job" "$WORK/sigstop.log"
 gone_within 10 "$victim"
-finish sigstop "error on rank [0-3]: .* on group .* waited [0-9]+ s \(--comm-timeout-s\)"
+finish sigstop "error on rank [0-3]: .* on group .* waited [0-9]+ s \(--comm-timeout-s\): not arrived: (one or more of )?ranks? [0-9]"
 
 # Bad input on one rank only (defect 2): a data file too short for one sequence, on rank 3.
 printf 'hi' >"$WORK/short.txt"

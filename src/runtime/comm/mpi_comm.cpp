@@ -38,7 +38,8 @@ int checked_count(int64_t n, const char* what) {
 // error after the timeout instead of a hang.
 class MpiRequest final : public Request {
  public:
-  MpiRequest(std::string what, double timeout_s) : what_(std::move(what)), timeout_s_(timeout_s) {}
+  MpiRequest(std::string what, std::string absent, double timeout_s)
+      : what_(std::move(what)), absent_(std::move(absent)), timeout_s_(timeout_s) {}
   std::vector<MPI_Request> requests;
   std::vector<int> counts, displs;  // count arrays of v-collectives, alive until completion
   void wait() override {
@@ -58,7 +59,7 @@ class MpiRequest final : public Request {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > timeout_s_)
         throw CommTimeout(what_ + " waited " + std::to_string(int(waited)) +
-                          " s (--comm-timeout-s): a peer stopped or died");
+                          " s (--comm-timeout-s): not arrived: " + absent_ + " (stopped or died)");
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     requests.clear();
@@ -81,7 +82,7 @@ class MpiRequest final : public Request {
   }
 
  private:
-  std::string what_;
+  std::string what_, absent_;
   double timeout_s_;
 };
 
@@ -91,6 +92,16 @@ class MpiCommunicator final : public Communicator {
       : comm_(c), name_(std::move(name)), timeout_s_(timeout_s) {
     MPI_Comm_rank(c, &rank_);
     MPI_Comm_size(c, &size_);
+    // World ranks of the members, for messages.
+    MPI_Group group, world;
+    MPI_Comm_group(c, &group);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    std::vector<int> local(size_);
+    for (int i = 0; i < size_; ++i) local[i] = i;
+    world_of_.resize(size_);
+    MPI_Group_translate_ranks(group, size_, local.data(), world, world_of_.data());
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
   }
 
   RequestPtr iall_reduce(float* data, int64_t count, ReduceOp op) override {
@@ -142,14 +153,14 @@ class MpiCommunicator final : public Communicator {
     return r;
   }
   RequestPtr isend(const float* data, int64_t count, int peer, int tag) override {
-    auto r = request("send to rank " + std::to_string(peer));
+    auto r = request("send to rank " + std::to_string(world_of_.at(peer)), peer);
     r->requests.emplace_back();
     STRATAGEM_MPI_CHECK(MPI_Isend(data, checked_count(count, "send"), MPI_FLOAT, peer, tag, comm_,
                                   &r->requests.back()));
     return r;
   }
   RequestPtr irecv(float* data, int64_t count, int peer, int tag) override {
-    auto r = request("receive from rank " + std::to_string(peer));
+    auto r = request("receive from rank " + std::to_string(world_of_.at(peer)), peer);
     r->requests.emplace_back();
     STRATAGEM_MPI_CHECK(MPI_Irecv(data, checked_count(count, "receive"), MPI_FLOAT, peer, tag,
                                   comm_, &r->requests.back()));
@@ -198,8 +209,25 @@ class MpiCommunicator final : public Communicator {
   std::string describe(const std::string& op) const {
     return op + " on group " + name_ + " (" + std::to_string(size_) + " ranks)";
   }
-  std::unique_ptr<MpiRequest> request(const std::string& op) const {
-    return std::make_unique<MpiRequest>(describe(op), timeout_s_);
+  // `peer`: the member a point-to-point transfer waits for; -1 for a collective, which waits
+  // for all others (MPI does not tell which of them are missing).
+  std::unique_ptr<MpiRequest> request(const std::string& op, int peer = -1) const {
+    std::string absent;
+    if (peer >= 0) {
+      absent = "rank " + std::to_string(world_of_[peer]);
+    } else {
+      std::vector<int> others;
+      for (int i = 0; i < size_; ++i)
+        if (i != rank_) others.push_back(world_of_[i]);
+      if (others.size() == 1) {
+        absent = "rank " + std::to_string(others[0]);
+      } else {
+        absent = "one or more of ranks ";
+        for (size_t i = 0; i < others.size(); ++i)
+          absent += (i ? "," : "") + std::to_string(others[i]);
+      }
+    }
+    return std::make_unique<MpiRequest>(describe(op), absent, timeout_s_);
   }
   template <class T>
   void reduce(T* data, int64_t count, MPI_Datatype type, MPI_Op op) {
@@ -210,6 +238,7 @@ class MpiCommunicator final : public Communicator {
     }
   }
   MPI_Comm comm_;
+  std::vector<int> world_of_;  // world rank of each member
   std::string name_;
   double timeout_s_ = 0;
   int rank_ = 0, size_ = 1;
