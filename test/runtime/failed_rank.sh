@@ -2,7 +2,8 @@
 # One failed rank of a 4-rank tp 2 x pp 2 job ends the whole job within 10 s with its message
 # (issue 17 defects 1, 2, 3 and 6; issue 11's SIGKILL case):
 #   - SIGKILL of one rank mid-run;
-#   - SIGSTOP of one rank with --comm-timeout-s 2: the watchdog names the op and the group;
+#   - SIGSTOP of one rank with --comm-timeout-s 2: the watchdog names the op, the group and
+#     the ranks not arrived; once in training, once inside a checkpoint write;
 #   - bad input on one rank only (a short data file, before training starts);
 #   - bad input during training (the checkpoint folder replaced by a file: rank 0 only);
 #   - SIGKILL of mpirun itself: no rank lives on (or writes a checkpoint), and an immediate
@@ -39,6 +40,17 @@ kill -STOP "$victim"
 ends_within 12 "$job" "$WORK/sigstop.log"
 gone_within 10 "$victim"
 finish sigstop "error on rank [0-3]: .* on group .* waited [0-9]+ s \(--comm-timeout-s\): not arrived: (one or more of )?ranks? [0-9]"
+
+# SIGSTOP of rank 2 inside a checkpoint write: the others wait in a blocking collective of
+# parallel HDF5 (no timeout of its own): the watchdog thread ends them.
+STRATAGEM_TEST_CKPT_DELAY_S=1 start sigstop_ckpt --comm-timeout-s 2 --ckpt-dir "$WORK/ckstop" \
+  --ckpt-every 4
+until [ -e "$WORK/ckstop/step-00000004.h5.tmp" ]; do running "$job" || fail "ended early"; sleep 0.01; done
+victim=$(rank_pid "$job" 2)
+kill -STOP "$victim"
+ends_within 13 "$job" "$WORK/sigstop_ckpt.log"
+gone_within 10 "$victim"
+finish sigstop_ckpt "error on rank [0-3]: .*(closing .*step-00000004.h5.tmp|checkpoint).* waited [0-9]+ s \(--comm-timeout-s\)"
 
 # Bad input on one rank only (defect 2): a data file too short for one sequence, on rank 3.
 printf 'hi' >"$WORK/short.txt"
