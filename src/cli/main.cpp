@@ -173,12 +173,12 @@ int fail(const std::string& who, const char* kind, const char* what, int code,
   }
   if (!cli::collective_phase() && !cli::g_agreed) {
     int failed = 0, max_code = code;
-    if (cli::agree(false, code, 5.0, &failed, &max_code)) {
+    if (cli::agree(false, code, 5.0, &failed, &max_code) && !always_abort) {
       if (failed < size)
         print(true);
       else if (rank == 0)
         print(false);
-      if (!always_abort) return max_code;
+      return max_code;
     }
   }
   print(true);
