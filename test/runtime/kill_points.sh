@@ -28,8 +28,9 @@ for seed in $(seq 1 "$N"); do
   mode=$((RANDOM % 3))
   dir=$WORK/k$seed log=$WORK/k$seed.jsonl
   if ((seed % 4 == 0)); then
-    # Inside the write of checkpoint 3 or 6, held open for 1 s, at a random point.
-    target=$(((RANDOM % 2 + 1) * 3))
+    # Inside the write of checkpoint 6 (held open for 1 s) at a random point: checkpoint 3 is
+    # complete and must be taken.
+    target=6
     delay_ms=$((RANDOM % 900))
     trigger="$dir/step-$(printf %08d $target).h5.tmp"
     STRATAGEM_TEST_CKPT_DELAY_S=1 "${RUN[@]}" --ckpt-dir "$dir" --log-json "$log" \
