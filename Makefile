@@ -6,7 +6,7 @@ DEB_PACKAGES := openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libeig
                 libboost-test-dev nlohmann-json3-dev python3-torch python3-h5py python3-numpy \
                 libopenblas0-pthread python3-pil chromium cmake g++ make
 
-.PHONY: deps build test test-asan demo bench format clean fuzz fuzz-build
+.PHONY: deps build test test-long test-asan demo bench format clean fuzz fuzz-build
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -34,11 +34,16 @@ fuzz: deps
 	FUZZ_BUILD=$(CURDIR)/$(BUILD)-fuzz JOBS=$(JOBS) bash test/fuzz/run.sh run $(FUZZ_SECONDS)
 
 test: deps build fuzz-build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE long $(CTEST_ARGS)
+
+# The long tests: all 100 kill points (several minutes).
+test-long: deps build
+	cd $(BUILD) && ctest --output-on-failure -L long $(CTEST_ARGS)
 
 test-asan: deps
 	$(MAKE) build BUILD=build-asan CMAKE_ARGS="-DSTRATAGEM_ASAN=ON"
-	cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -L unit -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j $(JOBS) \
+	  -L 'unit|mpi|runtime' -LE long $(CTEST_ARGS)
 
 demo: deps build
 	STRATAGEM_BIN=$(CURDIR)/$(BUILD)/stratagem bash jobs/demo.sh

@@ -36,15 +36,45 @@ struct CheckpointMeta {
 };
 
 // Collective over `comm`: every rank passes the same `tensors` (all datasets, created
-// collectively) and its own `pieces` (written independently). Writes <dir>/step-<step>.h5 and
-// keeps the newest `keep` files.
+// collectively) and its own `pieces` (written independently; one writer per element). Each
+// dataset gets a "checksum" attribute, computed from the pieces in memory before the write;
+// non-finite values are refused. Writes <dir>/step-<step>.h5 and keeps the newest `keep`.
 void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta& meta,
                      const std::vector<CheckpointTensor>& tensors,
                      const std::vector<CheckpointPiece>& pieces, int keep);
 
-// Newest complete checkpoint in `dir` (skipping and warning about half-written or unreadable
-// ones), or nullopt. Collective-free: every rank may call it; rank 0 prints the warnings.
-std::optional<std::string> newest_checkpoint(const std::string& dir, bool warn);
+// A job's hold on a checkpoint folder: the file <dir>/LOCK names the owning job, host and
+// process. A second writer is refused (InputError naming the owner); a lock whose owner was on
+// this host and is gone (a killed job) is taken over with a warning. Released when destroyed.
+// Taken by one rank (rank 0) only.
+class CheckpointLock {
+ public:
+  explicit CheckpointLock(const std::string& dir);
+  ~CheckpointLock();
+  CheckpointLock(const CheckpointLock&) = delete;
+  CheckpointLock& operator=(const CheckpointLock&) = delete;
+
+ private:
+  std::string path_;
+};
+
+// Removes half-written checkpoints (step-<N>.h5.tmp) left by a killed job, with a warning.
+// Call only while holding the folder's lock (no other job writes there).
+void clean_partial_checkpoints(const std::string& dir);
+
+struct ResumePoint {
+  std::string path;
+  CheckpointMeta meta;
+};
+// Collective over `comm`: the newest complete checkpoint in `dir` whose every dataset is
+// present, of the model's shape, matches its checksum and holds finite values (the datasets
+// are read in full, spread over the ranks). Damaged ones are skipped with a warning naming
+// them (rank 0), and listed in `skipped`. nullopt when none passes. A checkpoint of another
+// model is an InputError.
+std::optional<ResumePoint> find_resumable_checkpoint(MPI_Comm comm, const std::string& dir,
+                                                     const std::vector<CheckpointTensor>& tensors,
+                                                     const nlohmann::json& model,
+                                                     std::string* skipped);
 
 // Reads the metadata only.
 CheckpointMeta read_checkpoint_meta(const std::string& path);

@@ -28,6 +28,9 @@ struct TrainerOptions {
   int log_every = 1;
   bool quiet = false;  // no per-step lines on stdout (--json)
   double comm_timeout_s = 600;
+  // Steps with a non-finite loss or gradient norm tolerated (their update is skipped); one
+  // more stops training with an error, keeping the last good checkpoint.
+  int skip_nonfinite = 0;
   ExecutorOptions exec;
 };
 
@@ -38,7 +41,9 @@ struct TrainSummary {
   std::string checkpoint;  // the last one written, or empty
 };
 
-// Collective over `world`. `stop_signal` is read at every step boundary (a signal handler sets
+// Collective over `world`. With a checkpoint folder, rank 0 holds its lock for the run and
+// removes half-written files of a killed job; --resume takes the newest verified checkpoint.
+// `stop_signal` is read at every step boundary (a signal handler sets
 // it): all ranks agree, checkpoint, and return.
 TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cluster,
                    const Plan& plan, Backend& backend, const TokenDataset& data,

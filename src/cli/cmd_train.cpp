@@ -49,6 +49,7 @@ int run_train(Args& a) {
   o.log_every = log_every;
   o.quiet = json;
   o.comm_timeout_s = a.double_value("--comm-timeout-s").value_or(600);
+  o.skip_nonfinite = a.int_value("--skip-nonfinite").value_or(0);
   ExecutorOptions& opt = o.exec;
   opt.seed = static_cast<uint64_t>(a.int_value("--seed").value_or(1234));
   opt.schedule.max_lr = static_cast<float>(a.double_value("--lr").value_or(1e-3));
@@ -76,6 +77,8 @@ int run_train(Args& a) {
   if (ckpt_every > 0 && !ckpt_dir)
     throw InputError(a.command() + ": --ckpt-every needs --ckpt-dir");
   if (resume && !ckpt_dir) throw InputError(a.command() + ": --resume needs --ckpt-dir");
+  if (o.skip_nonfinite < 0)
+    throw InputError(a.command() + ": --skip-nonfinite: expected a count >= 0");
   if (!(o.comm_timeout_s > 0))
     throw InputError(a.command() + ": --comm-timeout-s: expected a number > 0");
   if (backend_name != "cpu")
@@ -93,6 +96,10 @@ int run_train(Args& a) {
   opt.schedule.total_steps = steps;
 
   TokenDataset data = TokenDataset::load(data_path);
+  data.check_fits(model.seq_len, model.vocab);
+  // From here on ranks work together: an error on one rank must end all of them. Entering is
+  // an agreement: a rank whose own input failed above ends the job with its message.
+  begin_collective_phase(o.comm_timeout_s);
   const int local = local_rank();  // every rank must take part: it is a collective
   if (world_rank() == 0 && !json)
     std::printf(
@@ -101,8 +108,6 @@ int run_train(Args& a) {
         model.name.c_str(), world_size(), plan.describe().c_str(), backend_name.c_str(), local,
         data_path.c_str(), (long long)data.size());
   auto backend = make_cpu_backend();
-  // From here on ranks work together: an error on one rank must end all of them.
-  set_collective_phase(true);
   TrainSummary r = train(MPI_COMM_WORLD, model, cluster, plan, *backend, data, o, &g_stop_signal);
   int64_t high = r.high_water_bytes;
   MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
@@ -127,9 +132,16 @@ Register reg{
          "       [--seed X] [--log-json FILE] [--log-every N] [--lr 1e-3 --min-lr --warmup N\n"
          "       --weight-decay 0.1 --grad-clip 1.0] [--backend cpu] [--comm-timeout-s 600] "
          "[--json]\n"
+         "       [--skip-nonfinite 0]\n"
          "  SIGUSR1/SIGTERM: checkpoint at the next step boundary on all ranks, exit 0.\n"
          "  The cpu backend computes in fp32 (the plan's dtype unless --dtype is given).\n"
-         "  A transfer waiting longer than --comm-timeout-s ends the job, naming the group.\n") +
+         "  A transfer waiting longer than --comm-timeout-s ends the job, naming the group.\n"
+         "  An error on any rank ends every rank; ranks end when mpirun/srun dies.\n"
+         "  Checkpoints carry a checksum per dataset; --resume takes the newest one that\n"
+         "  verifies (damaged ones are skipped with a warning). <ckpt-dir>/LOCK refuses a\n"
+         "  second job writing the same folder.\n"
+         "  A non-finite loss or gradient norm stops training (keeping the last good\n"
+         "  checkpoint); --skip-nonfinite N skips the update of up to N such steps.\n") +
          kModelHelp + kClusterHelp + kPlanHelp,
      run_train}};
 

@@ -29,9 +29,19 @@ int world_size();
 // Rank among the processes of this node (picks the GPU on GPU nodes).
 int local_rank();
 // Once ranks work together (training), an error on one rank must end the whole job: main then
-// prints it with the rank and calls MPI_Abort instead of waiting in MPI_Finalize.
-void set_collective_phase(bool on);
+// prints it with the rank and calls MPI_Abort instead of waiting in MPI_Finalize. Entering the
+// phase is an agreement over all ranks (waiting at most `wait_s`): when a peer failed before
+// it (bad input on one rank only), this throws PeerFailed and the job ends with the peer's
+// message and exit code.
+void begin_collective_phase(double wait_s);
 bool collective_phase();
+struct PeerFailed : std::exception {
+  explicit PeerFailed(int c) : code(c) {}
+  int code;
+  const char* what() const noexcept override { return "a peer rank failed"; }
+};
+// Called by main after a command that never entered the collective phase.
+void finish_agreement();
 int local_size();  // processes on this node
 // Prints JSON on rank 0 only.
 void print_json(const nlohmann::json& j);

@@ -1,9 +1,15 @@
 // stratagem: search, simulate and train hybrid-parallel Transformer jobs.
 #include <mpi.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <thread>
 #include <utility>
 
 #include "src/cli/command.hpp"
@@ -53,12 +59,50 @@ int local_size() {
 
 namespace {
 bool g_collective_phase = false;
+bool g_agreed = false;
+MPI_Comm g_agree_comm = MPI_COMM_NULL;  // a private duplicate: never matches a command's calls
+
+// Every rank calls this exactly once (entering the collective phase, on an error before it, or
+// after a successful command): the number of ranks that failed and the largest exit code.
+// Waits at most `wait_s` (< 0: forever); returns false when the peers did not all arrive.
+bool agree(bool ok, int code, double wait_s, int* failed, int* max_code) {
+  g_agreed = true;
+  int fail_in = ok ? 0 : 1;
+  MPI_Request req[2];
+  MPI_Iallreduce(&fail_in, failed, 1, MPI_INT, MPI_SUM, g_agree_comm, &req[0]);
+  MPI_Iallreduce(&code, max_code, 1, MPI_INT, MPI_MAX, g_agree_comm, &req[1]);
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    int done = 0;
+    MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE);
+    if (done) return true;
+    if (wait_s >= 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > wait_s)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
-void set_collective_phase(bool on) {
-  g_collective_phase = on;
+}  // namespace
+
+void begin_collective_phase(double wait_s) {
+  if (world_size() > 1 && !g_agreed) {
+    int failed = 0, code = 0;
+    if (!agree(true, kExitOk, wait_s, &failed, &code))
+      throw std::runtime_error("peers did not reach the start of training within " +
+                               std::to_string(int(wait_s)) +
+                               " s (--comm-timeout-s): a rank stopped or died while loading");
+    if (failed > 0) throw PeerFailed(code);
+  }
+  g_collective_phase = true;
 }
 bool collective_phase() {
   return g_collective_phase;
+}
+void finish_agreement() {
+  if (world_size() > 1 && !g_agreed) {
+    int failed = 0, code = 0;
+    agree(true, kExitOk, -1, &failed, &code);
+  }
 }
 
 void print_json(const nlohmann::json& j) {
@@ -104,21 +148,55 @@ const Command* match(int argc, char** argv, int* consumed) {
 }  // namespace
 
 namespace {
-// Reports an error and ends the job. Before ranks work together every rank meets the same bad
-// input: rank 0 prints it and all exit. Afterwards (or for an internal error) the failing rank
-// prints it, prefixed with its rank, and aborts the job so that no peer waits for it forever.
-void fail(const std::string& who, const char* kind, const char* what, int code,
-          bool always_abort = false) {
-  const int size = stratagem::cli::world_size();
-  const bool abort = size > 1 && (always_abort || stratagem::cli::collective_phase());
-  if (abort) {
-    std::fprintf(stderr, "%s: %s on rank %d: %s\n", who.c_str(), kind, stratagem::cli::world_rank(),
-                 what);
+// Reports an error and ends the job, so that no rank ever waits for a failed peer.
+// - In the collective phase (or for an internal error) the failing rank prints it, prefixed
+//   with its rank, and aborts the job.
+// - Before it, ranks agree (within a few seconds) on who failed: when all did (the same bad
+//   input everywhere), rank 0 prints it once and all exit; when some did, each failing rank
+//   prints its own, prefixed with its rank, and all exit with the largest code. A failing rank
+//   whose peers do not arrive in time (they wait in some other call) prints and aborts.
+// Returns the exit code of this rank.
+int fail(const std::string& who, const char* kind, const char* what, int code,
+         bool always_abort = false) {
+  namespace cli = stratagem::cli;
+  const int size = cli::world_size(), rank = cli::world_rank();
+  auto print = [&](bool with_rank) {
+    if (with_rank)
+      std::fprintf(stderr, "%s: %s on rank %d: %s\n", who.c_str(), kind, rank, what);
+    else
+      std::fprintf(stderr, "%s: %s: %s\n", who.c_str(), kind, what);
     std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, code);
-  } else if (stratagem::cli::world_rank() == 0) {
-    std::fprintf(stderr, "%s: %s: %s\n", who.c_str(), kind, what);
+  };
+  if (size == 1) {
+    print(false);
+    return code;
   }
+  if (!cli::collective_phase() && !cli::g_agreed) {
+    int failed = 0, max_code = code;
+    if (cli::agree(false, code, 5.0, &failed, &max_code) && !always_abort) {
+      if (failed < size)
+        print(true);
+      else if (rank == 0)
+        print(false);
+      return max_code;
+    }
+  }
+  print(true);
+  // Give the launcher a moment to forward the line before the abort tears the job down.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  MPI_Abort(MPI_COMM_WORLD, code);
+  return code;
+}
+
+// Ranks launched by mpirun or srun die with their launcher: orphans must not go on writing
+// checkpoints (or hold the checkpoint lock) after the job is gone.
+void die_with_launcher() {
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") ||
+                        std::getenv("PMI_RANK") || std::getenv("SLURM_STEP_ID");
+  if (!launched) return;
+  const pid_t parent = ::getppid();
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) std::_Exit(1);  // the launcher died before prctl
 }
 }  // namespace
 
@@ -143,22 +221,25 @@ int main(int argc, char** argv) {
     std::printf("%s", cmd->usage.c_str());
     return 0;
   }
+  die_with_launcher();
   MPI_Init(&argc, &argv);
+  MPI_Comm_dup(MPI_COMM_WORLD, &stratagem::cli::g_agree_comm);
   int code = stratagem::kExitOk;
   const std::string who = "stratagem " + cmd->name;
   try {
     stratagem::cli::Args args("stratagem " + cmd->name, rest);
     code = cmd->run(args);
+    stratagem::cli::finish_agreement();
+  } catch (const stratagem::cli::PeerFailed& e) {
+    code = e.code;  // the failing rank printed its message
   } catch (const stratagem::InputError& e) {
-    code = stratagem::kExitBadInput;
-    fail(who, "error", e.what(), code);
+    code = fail(who, "error", e.what(), stratagem::kExitBadInput);
   } catch (const stratagem::NotSupported& e) {
-    code = stratagem::kExitBadInput;
-    fail(who, "not supported yet", e.what(), code);
+    code = fail(who, "not supported yet", e.what(), stratagem::kExitBadInput);
   } catch (const std::exception& e) {
-    code = stratagem::kExitFailure;
-    fail(who, "error", e.what(), code, /*always_abort=*/true);
+    code = fail(who, "error", e.what(), stratagem::kExitFailure, /*always_abort=*/true);
   }
+  MPI_Comm_free(&stratagem::cli::g_agree_comm);
   MPI_Finalize();
   return code;
 }

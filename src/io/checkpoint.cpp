@@ -1,17 +1,24 @@
 #include "stratagem/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "src/io/hdf5_util.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/watchdog.hpp"
 
 namespace stratagem {
 
@@ -31,7 +38,32 @@ std::string checkpoint_name(int64_t step) {
 }
 
 namespace {
-constexpr int64_t kFormatVersion = 1;
+// 2: every dataset carries a "checksum" attribute.
+constexpr int64_t kFormatVersion = 2;
+
+// The checksum of a dataset: the sum (mod 2^64) over its elements of a hash of (flat index,
+// bits). A sum of per-element terms does not depend on which rank wrote which box, so every
+// rank hashes what it writes from memory and one all-reduce gives the dataset's checksum; the
+// reader hashes the dataset as stored. A changed element changes it but for a 2^-64 chance.
+uint64_t element_hash(uint64_t index, float value) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  uint64_t x = index * 0x9E3779B97F4A7C15ULL ^ (uint64_t(bits) << 17 | bits);
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ULL;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+// Hash sum and count of non-finite values of a box of `cols_total`-column tensor.
+void hash_box(const CheckpointPiece& p, int64_t cols_total, uint64_t* sum, int64_t* bad) {
+  for (int64_t r = 0; r < p.rows; ++r)
+    for (int64_t c = 0; c < p.cols; ++c) {
+      const float v = p.data[r * p.ld + c];
+      if (!std::isfinite(v)) ++*bad;
+      *sum += element_hash(uint64_t((p.row + r) * cols_total + p.col + c), v);
+    }
+}
 
 // Selects a piece's box in a dataset of `ndims` dimensions.
 void select_box(hid_t space, int ndims, const CheckpointPiece& p) {
@@ -66,6 +98,11 @@ CkptFile classify(const std::string& f) {
   return CkptFile::other;
 }
 
+void barrier(MPI_Comm comm, const std::string& what) {
+  WatchdogScope guard(what + " (world)");
+  MPI_Barrier(comm);
+}
+
 void fsync_dir(const std::string& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY);
   if (fd >= 0) {
@@ -85,13 +122,40 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
     fs::create_directories(dir, ec);
     if (ec) throw InputError("--ckpt-dir " + dir + ": cannot create (" + ec.message() + ")");
   }
-  MPI_Barrier(comm);
+  barrier(comm, "barrier before writing checkpoint step " + std::to_string(meta.step));
+  // Checksums first (from memory): attributes are written collectively with one value.
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < tensors.size(); ++i) index[tensors[i].dataset] = i;
+  std::vector<uint64_t> sums(tensors.size(), 0);
+  std::vector<int64_t> bad(tensors.size(), 0);
+  for (const auto& p : pieces) {
+    auto it = index.find(p.dataset);
+    if (it == index.end()) throw std::logic_error("checkpoint: no dataset " + p.dataset);
+    const auto& shape = tensors[it->second].shape;
+    if (p.rows > 0 && p.cols > 0)
+      hash_box(p, shape.size() == 2 ? shape[1] : 1, &sums[it->second], &bad[it->second]);
+  }
+  {
+    WatchdogScope guard("all-reduce of checkpoint checksums (world)");
+    MPI_Allreduce(MPI_IN_PLACE, sums.data(), int(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
+    MPI_Allreduce(MPI_IN_PLACE, bad.data(), int(bad.size()), MPI_INT64_T, MPI_SUM, comm);
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (bad[i] > 0)
+      throw std::runtime_error("checkpoint step " + std::to_string(meta.step) + ": dataset '" +
+                               tensors[i].dataset + "' holds " + std::to_string(bad[i]) +
+                               " non-finite values: not written");
   const std::string final_path = (fs::path(dir) / checkpoint_name(meta.step)).string();
   const std::string tmp_path = final_path + ".tmp";
   {
     H5Handle fapl(STRATAGEM_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
     STRATAGEM_H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
-    H5Handle file(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), H5Fclose);
+    H5Handle file;
+    {
+      WatchdogScope guard("creating " + tmp_path + " (collective over world)");
+      io::H5Quiet quiet;
+      file = H5Handle(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), H5Fclose);
+    }
     if (!file.valid()) throw InputError("--ckpt-dir " + dir + ": cannot create " + tmp_path);
     H5Handle dxpl(STRATAGEM_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
     STRATAGEM_H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_INDEPENDENT));
@@ -109,11 +173,11 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
       H5Handle ds(STRATAGEM_H5_CHECK(H5Dcreate2(file, t.dataset.c_str(), H5T_IEEE_F32LE, fspace,
                                                 H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
                   H5Dclose);
+      io::write_int64_attr(ds, "checksum", static_cast<int64_t>(sums[index[t.dataset]]));
       open.emplace(t.dataset, std::make_pair(std::move(ds), (int)dims.size()));
     }
     for (const auto& p : pieces) {
       auto it = open.find(p.dataset);
-      if (it == open.end()) throw std::logic_error("checkpoint: no dataset " + p.dataset);
       if (p.rows <= 0 || p.cols <= 0) continue;
       const int nd = it->second.second;
       H5Handle fspace(STRATAGEM_H5_CHECK(H5Dget_space(it->second.first)), H5Sclose);
@@ -133,8 +197,10 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
     io::write_string_attr(file, "extra", meta.extra.dump());
     // Written last: a file without it was cut short.
     io::write_int64_attr(file, "complete", 1);
+    WatchdogScope guard("closing " + tmp_path + " (collective over world)");
+    file.reset();
   }
-  MPI_Barrier(comm);
+  barrier(comm, "barrier after writing checkpoint step " + std::to_string(meta.step));
   if (rank == 0) {
     if (std::rename(tmp_path.c_str(), final_path.c_str()) != 0)
       throw std::runtime_error("checkpoint: rename " + tmp_path + " -> " + final_path + " failed");
@@ -147,27 +213,235 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
     std::sort(all.begin(), all.end());
     for (size_t i = 0; keep > 0 && i + keep < all.size(); ++i) fs::remove(all[i]);
   }
-  MPI_Barrier(comm);
+  barrier(comm, "barrier after renaming checkpoint step " + std::to_string(meta.step));
 }
 
-std::optional<std::string> newest_checkpoint(const std::string& dir, bool warn) {
-  if (!fs::is_directory(dir)) return std::nullopt;
-  std::vector<std::string> done;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const CkptFile kind = classify(e.path().filename().string());
-    if (kind == CkptFile::complete)
-      done.push_back(e.path().string());
-    else if (warn && kind == CkptFile::partial)
-      std::fprintf(stderr, "stratagem: warning: ignoring half-written checkpoint %s\n",
-                   e.path().c_str());
+namespace {
+// Why a dataset fails verification (ordered: the smallest code of the first dataset is told).
+enum Flaw : int64_t {
+  kFine = 0,
+  kMissing = 1,
+  kShape = 2,
+  kNoChecksum = 3,
+  kChecksum = 4,
+  kNonFinite = 5
+};
+const char* flaw_text(int64_t f) {
+  switch (f) {
+    case kMissing:
+      return "is missing or unreadable";
+    case kShape:
+      return "has a different shape than the model's";
+    case kNoChecksum:
+      return "has no checksum";
+    case kChecksum:
+      return "fails its checksum (damaged)";
+    default:
+      return "holds non-finite values";
   }
+}
+
+// Verifies one dataset as stored: shape, checksum and finite values. Reads it in blocks of
+// rows so that memory stays bounded.
+int64_t verify_dataset(hid_t file, const CheckpointTensor& t) {
+  H5Handle ds(H5Dopen2(file, t.dataset.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ds.valid()) return kMissing;
+  H5Handle fspace(H5Dget_space(ds), H5Sclose);
+  std::vector<hsize_t> dims(t.shape.size());
+  if (!fspace.valid() || H5Sget_simple_extent_ndims(fspace) != (int)dims.size() ||
+      H5Sget_simple_extent_dims(fspace, dims.data(), nullptr) < 0 ||
+      !std::equal(dims.begin(), dims.end(), t.shape.begin(),
+                  [](hsize_t x, int64_t y) { return int64_t(x) == y; }))
+    return kShape;
+  if (!io::has_attr(ds, "checksum")) return kNoChecksum;
+  int64_t expected = 0;
+  try {
+    expected = io::read_int64_attr(ds, "checksum");
+  } catch (const std::exception&) {
+    return kNoChecksum;
+  }
+  const int64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
+  const int64_t block = std::max<int64_t>(1, (int64_t(1) << 22) / cols);
+  std::vector<float> buf(size_t(std::min(rows, block) * cols));
+  uint64_t sum = 0;
+  int64_t bad = 0;
+  for (int64_t r = 0; r < rows; r += block) {
+    CheckpointPiece p;
+    p.row = r, p.rows = std::min(block, rows - r), p.col = 0, p.cols = cols, p.ld = cols;
+    p.data = buf.data();
+    H5Handle sel(H5Scopy(fspace), H5Sclose);
+    select_box(sel, int(dims.size()), p);
+    H5Handle mspace = memory_space(p, int(dims.size()));
+    if (H5Dread(ds, H5T_NATIVE_FLOAT, mspace, sel, H5P_DEFAULT, buf.data()) < 0) return kMissing;
+    hash_box(p, cols, &sum, &bad);
+  }
+  if (sum != static_cast<uint64_t>(expected)) return kChecksum;
+  if (bad > 0) return kNonFinite;
+  return kFine;
+}
+
+// Collective: the first flaw of the checkpoint (dataset index * 8 + flaw), or -1. Each rank
+// verifies every size-th dataset.
+int64_t verify_checkpoint(MPI_Comm comm, const std::string& path,
+                          const std::vector<CheckpointTensor>& tensors) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int64_t first = INT64_MAX;
+  {
+    io::H5Quiet quiet;
+    H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    for (size_t i = rank; i < tensors.size() && first == INT64_MAX; i += size) {
+      int64_t flaw = kMissing;
+      try {
+        if (f.valid()) flaw = verify_dataset(f, tensors[i]);
+      } catch (const std::exception&) {
+        flaw = kMissing;
+      }
+      if (flaw != kFine) first = int64_t(i) * 8 + flaw;
+    }
+  }
+  WatchdogScope guard("all-reduce of checkpoint verification (world)");
+  MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT64_T, MPI_MIN, comm);
+  return first == INT64_MAX ? -1 : first;
+}
+}  // namespace
+
+void clean_partial_checkpoints(const std::string& dir) {
+  if (!fs::is_directory(dir)) return;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (classify(e.path().filename().string()) == CkptFile::partial) {
+      std::fprintf(stderr, "stratagem: warning: ignoring half-written checkpoint %s (removed)\n",
+                   e.path().c_str());
+      std::error_code ec;
+      fs::remove(e.path(), ec);
+    }
+}
+
+namespace {
+std::string host_name() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+std::string job_id() {
+  for (const char* v : {"SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"})
+    if (const char* x = std::getenv(v)) return x;
+  return "pid " + std::to_string(::getpid());
+}
+// Whether the lock's owner (a process on this host) is gone: no such process, or one that is
+// not stratagem (its pid was reused).
+// A zombie (killed, not yet reaped) is gone too.
+bool owner_gone(long pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) return true;
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line, name, state;
+  while (std::getline(status, line)) {
+    if (line.rfind("Name:", 0) == 0) name = line;
+    if (line.rfind("State:", 0) == 0) state = line;
+  }
+  if (name.empty()) return false;  // no /proc: assume alive
+  return name.find("stratagem") == std::string::npos || state.find('Z') != std::string::npos;
+}
+}  // namespace
+
+CheckpointLock::CheckpointLock(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw InputError("--ckpt-dir " + dir + ": cannot create (" + ec.message() + ")");
+  const std::string path = (fs::path(dir) / "LOCK").string();
+  const std::string host = host_name();
+  const std::string mine =
+      "job " + job_id() + " host " + host + " pid " + std::to_string(::getpid()) + "\n";
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+    if (fd >= 0) {
+      const bool ok = ::write(fd, mine.data(), mine.size()) == ssize_t(mine.size());
+      ::fsync(fd);
+      ::close(fd);
+      if (!ok) throw InputError("--ckpt-dir " + dir + ": cannot write " + path);
+      path_ = path;
+      return;
+    }
+    if (errno != EEXIST) throw InputError("--ckpt-dir " + dir + ": cannot create " + path);
+    std::ifstream in(path);
+    std::string owner;
+    std::getline(in, owner);
+    // "job J host H pid P"
+    const auto h = owner.find(" host "), p = owner.find(" pid ");
+    const bool here =
+        h != std::string::npos && p != std::string::npos && owner.substr(h + 6, p - h - 6) == host;
+    const long pid = p != std::string::npos ? std::atol(owner.c_str() + p + 5) : 0;
+    if (attempt == 0 && here && owner_gone(pid)) {
+      std::fprintf(stderr,
+                   "stratagem: warning: --ckpt-dir %s: removing the lock of a job that is gone "
+                   "(%s)\n",
+                   dir.c_str(), owner.c_str());
+      ::unlink(path.c_str());
+      continue;
+    }
+    throw InputError("--ckpt-dir " + dir + ": locked by another job (" + owner + ", file " + path +
+                     "); if that job is gone, remove the file");
+  }
+  throw InputError("--ckpt-dir " + dir + ": cannot take the lock " + path);
+}
+
+CheckpointLock::~CheckpointLock() {
+  if (!path_.empty()) ::unlink(path_.c_str());
+}
+
+std::optional<ResumePoint> find_resumable_checkpoint(MPI_Comm comm, const std::string& dir,
+                                                     const std::vector<CheckpointTensor>& tensors,
+                                                     const nlohmann::json& model,
+                                                     std::string* skipped) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::vector<std::string> done;
+  if (fs::is_directory(dir))
+    for (const auto& e : fs::directory_iterator(dir))
+      if (classify(e.path().filename().string()) == CkptFile::complete)
+        done.push_back(e.path().string());
   std::sort(done.rbegin(), done.rend());
-  io::H5Quiet quiet;
-  for (const auto& p : done) {
-    H5Handle f(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    if (f.valid() && io::has_attr(f, "complete")) return p;
-    if (warn)
-      std::fprintf(stderr, "stratagem: warning: ignoring unreadable checkpoint %s\n", p.c_str());
+  auto skip = [&](const std::string& path, const std::string& why) {
+    if (rank == 0)
+      std::fprintf(stderr, "stratagem: warning: skipping checkpoint %s: %s\n", path.c_str(),
+                   why.c_str());
+    if (skipped) *skipped += (skipped->empty() ? "" : "; ") + path + ": " + why;
+  };
+  for (const auto& path : done) {
+    ResumePoint r;
+    r.path = path;
+    try {
+      r.meta = read_checkpoint_meta(path);
+    } catch (const InputError& e) {
+      std::string why = e.what();
+      if (why.rfind(path + ": ", 0) == 0) why = why.substr(path.size() + 2);
+      skip(path, why);
+      continue;
+    }
+    if (r.meta.model != model)
+      throw InputError(path + ": checkpoint is of a different model (" +
+                       r.meta.model.value("name", "?") + ") than --model " +
+                       model.value("name", "?"));
+    int64_t version = 0;
+    {
+      io::H5Quiet quiet;
+      H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+      if (f.valid() && io::has_attr(f, "format_version"))
+        version = io::read_int64_attr(f, "format_version");
+    }
+    if (version < 2) {
+      skip(path, "written without checksums (format " + std::to_string(version) +
+                     "): cannot be verified");
+      continue;
+    }
+    const int64_t flaw = verify_checkpoint(comm, path, tensors);
+    if (flaw >= 0) {
+      skip(path, "dataset '" + tensors[size_t(flaw / 8)].dataset + "' " + flaw_text(flaw % 8));
+      continue;
+    }
+    return r;
   }
   return std::nullopt;
 }
@@ -187,7 +461,11 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
     m.layout = nlohmann::json::parse(io::read_string_attr(f, "layout"));
     m.extra = nlohmann::json::parse(io::read_string_attr(f, "extra"));
   } catch (const std::exception& e) {
-    throw InputError(path + ": checkpoint metadata unreadable (" + e.what() + ")");
+    // The reason may quote damaged bytes: printable characters only, and not too many.
+    std::string why = std::string(e.what()).substr(0, 160);
+    for (char& c : why)
+      if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
+    throw InputError(path + ": checkpoint metadata unreadable (" + why + ")");
   }
   return m;
 }

@@ -1,5 +1,6 @@
 #include "stratagem/parallel_state.hpp"
 
+#include <exception>
 #include <string>
 
 #include "stratagem/error.hpp"
@@ -49,6 +50,9 @@ ParallelState::ParallelState(MPI_Comm world, const Plan& plan, const ClusterSpec
 
 ParallelState::~ParallelState() {
   by_group_.clear();
+  // While an error unwinds, peers may sit in a collective with us: nothing collective here,
+  // the job is about to be aborted.
+  if (std::uncaught_exceptions() > 0) return;
   for (MPI_Comm& c : owned_) MPI_Comm_free(&c);
 }
 

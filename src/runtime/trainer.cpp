@@ -1,11 +1,14 @@
 #include "stratagem/trainer.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "src/io/atomic_file.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/watchdog.hpp"
 #include "stratagem/workload.hpp"
 
 namespace stratagem {
@@ -31,36 +34,58 @@ void truncate_log_after(const std::string& path, int64_t step) {
   in.close();
   io::write_file_atomic(path, kept);
 }
+
+// A JSON number, or null for a non-finite value (JSON has no NaN).
+std::string json_number(double v, const char* fmt) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
 }  // namespace
 
 TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cluster,
                    const Plan& plan, Backend& backend, const TokenDataset& data,
                    const TrainerOptions& o, const volatile std::sig_atomic_t* stop_signal) {
   const int rank = rank_of(world);
-  std::optional<std::string> resume_from;
+  set_watchdog(o.comm_timeout_s, "stratagem train: error on rank " + std::to_string(rank) + ": ");
+  auto barrier = [&](const char* what) {
+    WatchdogScope guard(std::string(what) + " (world)");
+    MPI_Barrier(world);
+  };
+  // One job writes a checkpoint folder at a time; what a killed one left half-written goes.
+  std::unique_ptr<CheckpointLock> lock;
+  if (o.ckpt_dir) {
+    if (rank == 0) {
+      lock = std::make_unique<CheckpointLock>(*o.ckpt_dir);
+      clean_partial_checkpoints(*o.ckpt_dir);
+    }
+    barrier("barrier after taking the checkpoint lock");
+  }
+  const auto tensors = checkpoint_tensors(model);
+  std::optional<ResumePoint> resume_from;
   if (o.resume) {
-    resume_from = newest_checkpoint(*o.ckpt_dir, rank == 0);
+    std::string skipped;
+    resume_from = find_resumable_checkpoint(world, *o.ckpt_dir, tensors, to_json(model), &skipped);
     if (!resume_from)
-      throw InputError("--resume: no complete checkpoint in --ckpt-dir " + *o.ckpt_dir);
-    CheckpointMeta meta = read_checkpoint_meta(*resume_from);
-    if (meta.model != to_json(model))
-      throw InputError(*resume_from + ": checkpoint is of a different model (" +
-                       meta.model.value("name", "?") + ") than --model " + model.name);
+      throw InputError(
+          "--resume: no complete checkpoint in --ckpt-dir " + *o.ckpt_dir +
+          (skipped.empty() ? std::string() : " passes verification (skipped: " + skipped + ")"));
   }
   data.check_fits(model.seq_len, model.vocab);
   ParallelState state(world, plan, cluster, o.comm_timeout_s);
   DatasetSamples samples(data, o.exec.seed);
   Executor ex(state, model, plan, backend, samples, o.exec);
-  const auto tensors = checkpoint_tensors(model);
 
-  int64_t start = 0;
+  int64_t start = 0, skipped_steps = 0;
   if (resume_from) {
-    CheckpointMeta meta = read_checkpoint_meta(*resume_from);
-    load_checkpoint(*resume_from, tensors, checkpoint_pieces(ex, false));
-    ex.optimizer().set_steps_taken(meta.step);
+    const CheckpointMeta& meta = resume_from->meta;
+    load_checkpoint(resume_from->path, tensors, checkpoint_pieces(ex, false));
+    skipped_steps = meta.extra.value("skipped_nonfinite_steps", int64_t(0));
+    ex.optimizer().set_steps_taken(meta.extra.value("optimizer_steps", meta.step));
     start = meta.step;
     if (rank == 0 && !o.quiet)
-      std::printf("resumed from %s at step %lld\n", resume_from->c_str(), (long long)start);
+      std::printf("resumed from %s at step %lld\n", resume_from->path.c_str(), (long long)start);
   }
   FILE* jlog = nullptr;
   if (o.log_json && rank == 0) {
@@ -86,7 +111,9 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
                    {"tp", plan.embedding.tp},
                    {"dp", plan.embedding.dp},
                    {"zero", plan.embedding.zero}};
-    meta.extra = {{"rng", "counter-based: samples are a function of (seed, step, sample index)"}};
+    meta.extra = {{"rng", "counter-based: samples are a function of (seed, step, sample index)"},
+                  {"optimizer_steps", ex.optimizer().steps_taken()},
+                  {"skipped_nonfinite_steps", skipped_steps}};
     save_checkpoint(world, *o.ckpt_dir, meta, tensors, checkpoint_pieces(ex, true), o.keep);
     summary.checkpoint = *o.ckpt_dir + "/" + checkpoint_name(done);
     if (rank == 0 && !o.quiet) std::printf("checkpoint %s\n", summary.checkpoint.c_str());
@@ -98,7 +125,23 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
     elapsed += last.time_s;
     const double tps = tokens_per_step / last.time_s;
     const double mfu = flops_per_step / last.time_s / peak;
+    // Loss and norm are all-reduced: every rank takes the same decision.
+    const bool finite = std::isfinite(last.loss) && std::isfinite(last.grad_norm);
+    if (!finite && ++skipped_steps > o.skip_nonfinite)
+      throw std::runtime_error(
+          "step " + std::to_string(s + 1) + ": non-finite loss " + json_number(last.loss, "%g") +
+          " / gradient norm " + json_number(last.grad_norm, "%g") + ": training stopped (" +
+          std::to_string(skipped_steps - 1) + " such steps tolerated by --skip-nonfinite " +
+          std::to_string(o.skip_nonfinite) + "); the last good checkpoint " +
+          (summary.checkpoint.empty() ? std::string("(none written by this run)")
+                                      : summary.checkpoint) +
+          " is kept: resume from it with a lower --lr, or raise --skip-nonfinite");
     if (rank == 0) {
+      if (!finite && !o.quiet)
+        std::fprintf(stderr,
+                     "stratagem train: warning: step %lld: non-finite loss or gradient norm: "
+                     "update skipped (%lld of %d tolerated by --skip-nonfinite)\n",
+                     (long long)s + 1, (long long)skipped_steps, o.skip_nonfinite);
       if (!o.quiet && ((s + 1) % o.log_every == 0 || s + 1 == o.steps)) {
         const double left = elapsed / double(s + 1 - start) * double(o.steps - s - 1);
         std::printf(
@@ -108,9 +151,12 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
       }
       if (jlog) {
         std::fprintf(jlog,
-                     "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-                     "\"tokens_per_s\": %.6g, \"mfu\": %.6g}\n",
-                     (long long)s + 1, last.loss, last.lr, last.grad_norm, tps, mfu);
+                     "{\"step\": %lld, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, "
+                     "\"tokens_per_s\": %s, \"mfu\": %s%s}\n",
+                     (long long)s + 1, json_number(last.loss, "%.9g").c_str(),
+                     json_number(last.lr, "%.9g").c_str(),
+                     json_number(last.grad_norm, "%.9g").c_str(), json_number(tps, "%.6g").c_str(),
+                     json_number(mfu, "%.6g").c_str(), finite ? "" : ", \"skipped\": true");
         std::fflush(jlog);
       }
     }
@@ -118,7 +164,10 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
     // All ranks agree on a pending stop signal at the step boundary.
     int stop = stop_signal ? *stop_signal : 0, any = 0;
     if (o.stop_after > 0 && s + 1 - start >= o.stop_after) stop = -1;  // a time-boxed run
-    MPI_Allreduce(&stop, &any, 1, MPI_INT, MPI_MAX, world);
+    {
+      WatchdogScope guard("all-reduce of stop signals (world)");
+      MPI_Allreduce(&stop, &any, 1, MPI_INT, MPI_MAX, world);
+    }
     if (stop < 0 && any == 0) any = -1;
     const bool last_step = s + 1 == o.steps;
     if (o.ckpt_dir && (any || last_step || (o.ckpt_every > 0 && (s + 1) % o.ckpt_every == 0)))

@@ -25,3 +25,45 @@ expect_failure() {
   [ $rc -eq 2 ] || fail "exit $rc, not 2 (bad input), for: $sub $*; got: $out"
   echo "$out" | grep -q -- "$needle" || fail "expected '$needle' for: $sub $*; got: $out"
 }
+# rank_pid LAUNCHER N -> the pid of world rank N among mpirun's children (empty if none).
+rank_pid() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$p"
+  done
+  return 0
+}
+# running PID: the process exists and is not a zombie (an orphan's zombie may never be reaped
+# in a container whose init does not reap).
+running() { [ -e "/proc/$1" ] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+# until_gone SECONDS PID: waits, under `timeout`, for the process to end.
+until_gone() {
+  timeout "$1" bash -c 'while [ -e /proc/$0 ] && ! grep -q "^State:.*Z" /proc/$0/status 2>/dev/null; do sleep 0.05; done' "$2"
+}
+# ends_within SECONDS PID [LOG]: the process ends within the bound (else it and its children
+# are killed and the test fails, showing the processes and the end of LOG).
+ends_within() {
+  if ! until_gone "$1" "$2"; then
+    ps -o pid,stat,wchan:20,args --ppid "$2" -p "$2" >&2 || true
+    [ -z "${3:-}" ] || grep -v '^step' "$3" | tail -20 >&2
+    pkill -KILL -P "$2" 2>/dev/null || true
+    kill -KILL "$2" 2>/dev/null || true
+    fail "still running $1 s after the failure"
+  fi
+}
+# gone_within SECONDS PID...: every process has ended within the bound.
+gone_within() {
+  local s=$1 p; shift
+  for p in "$@"; do
+    until_gone "$s" "$p" || { kill -KILL "$p"; fail "pid $p still alive after $s s"; }
+  done
+}
+# wait_lines FILE N PID: until FILE has N lines (PID must stay alive meanwhile).
+wait_lines() {
+  for _ in $(seq 1200); do
+    [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0
+    running "$3" || fail "the job ended before $1 had $2 lines"
+    sleep 0.05
+  done
+  fail "timed out waiting for $2 lines in $1"
+}

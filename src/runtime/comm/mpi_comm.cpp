@@ -1,10 +1,12 @@
 #include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "stratagem/comm.hpp"
+#include "stratagem/watchdog.hpp"
 
 // One checked-call macro for MPI, reporting file and line.
 #define STRATAGEM_MPI_CHECK(call)                                                       \
@@ -36,7 +38,8 @@ int checked_count(int64_t n, const char* what) {
 // error after the timeout instead of a hang.
 class MpiRequest final : public Request {
  public:
-  MpiRequest(std::string what, double timeout_s) : what_(std::move(what)), timeout_s_(timeout_s) {}
+  MpiRequest(std::string what, std::string absent, double timeout_s)
+      : what_(std::move(what)), absent_(std::move(absent)), timeout_s_(timeout_s) {}
   std::vector<MPI_Request> requests;
   std::vector<int> counts, displs;  // count arrays of v-collectives, alive until completion
   void wait() override {
@@ -56,7 +59,7 @@ class MpiRequest final : public Request {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > timeout_s_)
         throw CommTimeout(what_ + " waited " + std::to_string(int(waited)) +
-                          " s (--comm-timeout-s): a peer stopped or died");
+                          " s (--comm-timeout-s): not arrived: " + absent_ + " (stopped or died)");
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     requests.clear();
@@ -70,13 +73,16 @@ class MpiRequest final : public Request {
     return done != 0;
   }
   ~MpiRequest() override {
-    // An unfinished transfer at destruction is an error path: free what MPI allows.
+    // An unfinished transfer at destruction is an error path. While an error unwinds the job
+    // is about to be aborted: freeing a pending collective's request is erroneous in MPI and
+    // would abort before the error is reported, so it is left alone.
+    if (std::uncaught_exceptions() > 0) return;
     for (MPI_Request& r : requests)
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
   }
 
  private:
-  std::string what_;
+  std::string what_, absent_;
   double timeout_s_;
 };
 
@@ -86,6 +92,16 @@ class MpiCommunicator final : public Communicator {
       : comm_(c), name_(std::move(name)), timeout_s_(timeout_s) {
     MPI_Comm_rank(c, &rank_);
     MPI_Comm_size(c, &size_);
+    // World ranks of the members, for messages.
+    MPI_Group group, world;
+    MPI_Comm_group(c, &group);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    std::vector<int> local(size_);
+    for (int i = 0; i < size_; ++i) local[i] = i;
+    world_of_.resize(size_);
+    MPI_Group_translate_ranks(group, size_, local.data(), world, world_of_.data());
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
   }
 
   RequestPtr iall_reduce(float* data, int64_t count, ReduceOp op) override {
@@ -137,14 +153,14 @@ class MpiCommunicator final : public Communicator {
     return r;
   }
   RequestPtr isend(const float* data, int64_t count, int peer, int tag) override {
-    auto r = request("send to rank " + std::to_string(peer));
+    auto r = request("send to rank " + std::to_string(world_of_.at(peer)), peer);
     r->requests.emplace_back();
     STRATAGEM_MPI_CHECK(MPI_Isend(data, checked_count(count, "send"), MPI_FLOAT, peer, tag, comm_,
                                   &r->requests.back()));
     return r;
   }
   RequestPtr irecv(float* data, int64_t count, int peer, int tag) override {
-    auto r = request("receive from rank " + std::to_string(peer));
+    auto r = request("receive from rank " + std::to_string(world_of_.at(peer)), peer);
     r->requests.emplace_back();
     STRATAGEM_MPI_CHECK(MPI_Irecv(data, checked_count(count, "receive"), MPI_FLOAT, peer, tag,
                                   comm_, &r->requests.back()));
@@ -166,15 +182,20 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter_sum_v(const float* send, float* recv,
                             const std::vector<int64_t>& counts) override {
     std::vector<int> c = to_int(counts);
+    WatchdogScope guard(describe("reduce-scatter"));
     STRATAGEM_MPI_CHECK(MPI_Reduce_scatter(send, recv, c.data(), MPI_FLOAT, MPI_SUM, comm_));
   }
   void all_gather_v_inplace(float* buf, const std::vector<int64_t>& counts) override {
     std::vector<int> c = to_int(counts), displs(c.size(), 0);
     for (size_t i = 1; i < c.size(); ++i) displs[i] = displs[i - 1] + c[i - 1];
+    WatchdogScope guard(describe("all-gather"));
     STRATAGEM_MPI_CHECK(
         MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, c.data(), displs.data(), MPI_FLOAT, comm_));
   }
-  void barrier() override { STRATAGEM_MPI_CHECK(MPI_Barrier(comm_)); }
+  void barrier() override {
+    WatchdogScope guard(describe("barrier"));
+    STRATAGEM_MPI_CHECK(MPI_Barrier(comm_));
+  }
 
  private:
   static std::vector<int> to_int(const std::vector<int64_t>& v) {
@@ -185,18 +206,39 @@ class MpiCommunicator final : public Communicator {
       throw std::runtime_error("collective: buffer too large for one MPI call");
     return out;
   }
-  std::unique_ptr<MpiRequest> request(const std::string& op) const {
-    return std::make_unique<MpiRequest>(
-        op + " on group " + name_ + " (" + std::to_string(size_) + " ranks)", timeout_s_);
+  std::string describe(const std::string& op) const {
+    return op + " on group " + name_ + " (" + std::to_string(size_) + " ranks)";
+  }
+  // `peer`: the member a point-to-point transfer waits for; -1 for a collective, which waits
+  // for all others (MPI does not tell which of them are missing).
+  std::unique_ptr<MpiRequest> request(const std::string& op, int peer = -1) const {
+    std::string absent;
+    if (peer >= 0) {
+      absent = "rank " + std::to_string(world_of_[peer]);
+    } else {
+      std::vector<int> others;
+      for (int i = 0; i < size_; ++i)
+        if (i != rank_) others.push_back(world_of_[i]);
+      if (others.size() == 1) {
+        absent = "rank " + std::to_string(others[0]);
+      } else {
+        absent = "one or more of ranks ";
+        for (size_t i = 0; i < others.size(); ++i)
+          absent += (i ? "," : "") + std::to_string(others[i]);
+      }
+    }
+    return std::make_unique<MpiRequest>(describe(op), absent, timeout_s_);
   }
   template <class T>
   void reduce(T* data, int64_t count, MPI_Datatype type, MPI_Op op) {
+    WatchdogScope guard(describe("all-reduce"));
     for (int64_t at = 0; at < count; at += kMaxChunk) {
       int n = static_cast<int>(std::min(kMaxChunk, count - at));
       STRATAGEM_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + at, n, type, op, comm_));
     }
   }
   MPI_Comm comm_;
+  std::vector<int> world_of_;  // world rank of each member
   std::string name_;
   double timeout_s_ = 0;
   int rank_ = 0, size_ = 1;

@@ -337,13 +337,16 @@ void Executor::Impl::optimizer_step() {
   }
   ps.world().all_reduce_sum(&sq, 1);
   const double norm = std::sqrt(sq);
+  out->grad_norm = static_cast<float>(norm);
+  out->lr = opt.schedule.at(step_index);
+  // A non-finite norm (the same on every rank: it is all-reduced) leaves the weights and the
+  // optimizer state as they were; the trainer decides whether to stop or go on.
+  if (!std::isfinite(norm)) return;
   const float coef = clip_coefficient(norm, opt.grad_clip);
   Tensor g_shard = grad_shard();
   Tensor p_shard = sharded_params ? model.params
                                   : model.params.slice(shard_begin, Shape{shard_end - shard_begin});
   if (coef != 1.0f) be.scale(g_shard, coef);
-  out->grad_norm = static_cast<float>(norm);
-  out->lr = opt.schedule.at(step_index);
   const auto spans = model.table.spans(shard_begin, shard_end);
   adamw->step(be, p_shard, g_shard, spans, out->lr);
 }

@@ -1,0 +1,77 @@
+#include "stratagem/watchdog.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+namespace stratagem {
+
+namespace {
+struct State {
+  std::mutex mutex;
+  double timeout_s = 0;
+  std::string prefix;
+  std::string what;  // empty: no section open
+  double start_s = 0;
+  bool thread_started = false;
+};
+State& state() {
+  static State* s = new State;  // never destroyed: the thread may outlive main's statics
+  return *s;
+}
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+void watch() {
+  State& s = state();
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.what.empty() || s.timeout_s <= 0) continue;
+    const double waited = now_s() - s.start_s;
+    if (waited <= s.timeout_s) continue;
+    // The main thread is stuck inside MPI or HDF5: it cannot throw, and MPI_Abort is not
+    // callable from this thread. Exiting without MPI_Finalize makes the launcher end the job.
+    std::fprintf(stderr, "%s%s waited %d s (--comm-timeout-s): a peer stopped or died\n",
+                 s.prefix.c_str(), s.what.c_str(), int(waited));
+    std::fflush(stderr);
+    ::_exit(1);
+  }
+}
+}  // namespace
+
+void set_watchdog(double timeout_s, std::string message_prefix) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.timeout_s = timeout_s;
+  s.prefix = std::move(message_prefix);
+  if (timeout_s > 0 && !s.thread_started) {
+    std::thread(watch).detach();
+    s.thread_started = true;
+  }
+}
+
+WatchdogScope::WatchdogScope(std::string what) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.timeout_s <= 0) return;
+  active_ = true;
+  previous_ = std::move(s.what);
+  previous_start_s_ = s.start_s;
+  s.what = std::move(what);
+  s.start_s = now_s();
+}
+
+WatchdogScope::~WatchdogScope() {
+  if (!active_) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.what = std::move(previous_);
+  s.start_s = previous_start_s_;
+}
+
+}  // namespace stratagem
