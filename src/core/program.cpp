@@ -506,13 +506,15 @@ class StageBuilder {
                                           s.tp, bytes, Block::embedding, Phase::backward, -1, mb,
                                           {last_compute_}));
     int c = compute(Block::embedding, Phase::backward, -1, mb, b, 0, 2.0 * bytes);
-    if (mb == last_bwd_mb_[chunk_] || per_microbatch(-1))
-      c = sp_replicated_reduce(-1, tied_reduce(c));
+    if (mb == last_bwd_mb_[chunk_]) c = tied_reduce(c);
+    if (mb == last_bwd_mb_[chunk_] || per_microbatch(-1)) c = sp_replicated_reduce(-1, c);
     reduce_grads(-1, mb, c);
   }
 
-  // ZeRO-2/3 reduce-scatter a layer's gradients every micro-batch: the sums that must precede
-  // that reduction (sequence-parallel norms, tied embeddings) then run every micro-batch too.
+  // ZeRO-2/3 reduce-scatter a layer's gradients every micro-batch: the sequence-parallel norms'
+  // sum, which must precede that reduction, then runs every micro-batch too. (Not the tied
+  // embeddings' sum: per micro-batch it would hold the last stage's in-order dp stream, and
+  // the ZeRO-3 fetches queued behind it, until the first stage's backward of that micro-batch.)
   bool per_microbatch(int layer) const {
     const auto& s = strat(layer);
     return s.zero >= 2 && s.dp > 1;
@@ -580,12 +582,13 @@ class StageBuilder {
     release(fetched, Stream::compute);
     if (has_head() && !has_embedding()) {
       const int ready = reduced >= 0 ? reduced : last_compute_;
-      if (per_microbatch(-1))
-        reduce_grads(-2, mb, sp_replicated_reduce(-1, tied_reduce(ready)));
-      else if (m_.tied_embeddings && p_.pp > 1)
+      if (m_.tied_embeddings && p_.pp > 1)
         head_done_mb_ = mb;  // reduced after this stage's last backward (see build)
       else
-        reduce_grads(-2, mb, mb == last_bwd_mb_[chunk_] ? sp_replicated_reduce(-1, ready) : ready);
+        reduce_grads(-2, mb,
+                     mb == last_bwd_mb_[chunk_] || per_microbatch(-1)
+                         ? sp_replicated_reduce(-1, ready)
+                         : ready);
     }
   }
 
