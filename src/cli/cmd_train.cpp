@@ -1,7 +1,9 @@
 #include <unistd.h>
 
+#include <climits>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "src/cli/command.hpp"
@@ -25,15 +27,16 @@ int run_train(Args& a) {
   std::signal(SIGUSR1, on_signal);
   std::signal(SIGTERM, on_signal);
   const auto data_path = a.required("--data");
-  const int steps = a.int_value("--steps").value_or(-1);
+  // Count flags take bounds, so a negative or absurd value is one clear line (exit 2).
+  const int steps = a.int_value("--steps", 1, 1000000000).value_or(-1);
   const auto ckpt_dir = a.value("--ckpt-dir");
-  const int ckpt_every = a.int_value("--ckpt-every").value_or(0);
-  const int keep = a.int_value("--keep").value_or(3);
+  const int ckpt_every = a.int_value("--ckpt-every", 0, 1000000000).value_or(0);
+  const int keep = a.int_value("--keep", 1, 1000000).value_or(3);
   const bool resume = a.flag("--resume");
   const int stop_after = a.int_value("--stop-after").value_or(-1);
   const auto trace_path = a.value("--trace");
   const auto log_json = a.value("--log-json");
-  const int log_every = a.int_value("--log-every").value_or(1);
+  const int log_every = a.int_value("--log-every", 1, 1000000000).value_or(1);
   const std::string backend_name = a.value("--backend").value_or("cpu");
   const bool json = a.flag("--json");
   const bool dtype_given = a.value("--dtype").has_value();
@@ -51,11 +54,11 @@ int run_train(Args& a) {
   o.comm_timeout_s = a.double_value("--comm-timeout-s").value_or(600);
   o.skip_nonfinite = a.int_value("--skip-nonfinite").value_or(0);
   ExecutorOptions& opt = o.exec;
-  opt.seed = static_cast<uint64_t>(a.int_value("--seed").value_or(1234));
+  opt.seed = static_cast<uint64_t>(a.int_value("--seed", 0, INT_MAX).value_or(1234));
   opt.schedule.max_lr = static_cast<float>(a.double_value("--lr").value_or(1e-3));
   opt.schedule.min_lr =
       static_cast<float>(a.double_value("--min-lr").value_or(opt.schedule.max_lr / 10));
-  opt.schedule.warmup_steps = a.int_value("--warmup").value_or(0);
+  opt.schedule.warmup_steps = a.int_value("--warmup", 0, 1000000000).value_or(0);
   opt.adamw.weight_decay = static_cast<float>(a.double_value("--weight-decay").value_or(0.1));
   opt.grad_clip = static_cast<float>(a.double_value("--grad-clip").value_or(1.0));
   ModelSpec model = model_from_args(a);
@@ -73,6 +76,17 @@ int run_train(Args& a) {
   Plan plan = plan_from_args(a, model, cluster);
   a.finish();
   if (steps < 1) throw InputError(a.command() + ": --steps: expected >= 1");
+  for (const auto& [flag, path] : {std::pair{"--trace", trace_path}, {"--log-json", log_json}})
+    if (path) {
+      std::error_code ec;  // a name the file system rejects is treated as missing
+      if (std::filesystem::is_directory(*path, ec))
+        throw InputError(a.command() + ": " + flag + " " + *path +
+                         ": is a directory, expected a file name");
+      const auto dir = std::filesystem::path(*path).parent_path();
+      if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
+        throw InputError(a.command() + ": " + flag + " " + *path + ": directory " + dir.string() +
+                         " does not exist");
+    }
   if (ckpt_every < 0) throw InputError(a.command() + ": --ckpt-every: expected >= 0");
   if (ckpt_every > 0 && !ckpt_dir)
     throw InputError(a.command() + ": --ckpt-every needs --ckpt-dir");

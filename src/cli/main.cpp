@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "src/cli/command.hpp"
+#include "src/io/hdf5_util.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/version.hpp"
 
@@ -223,6 +224,9 @@ int main(int argc, char** argv) {
   }
   die_with_launcher();
   MPI_Init(&argc, &argv);
+  // HDF5's own error stack would print a page for a damaged file: stratagem's errors say it in
+  // one line (the readers check every call).
+  stratagem::io::silence_hdf5_errors();
   MPI_Comm_dup(MPI_COMM_WORLD, &stratagem::cli::g_agree_comm);
   int code = stratagem::kExitOk;
   const std::string who = "stratagem " + cmd->name;
