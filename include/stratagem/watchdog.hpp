@@ -4,6 +4,8 @@
 // launcher (mpirun, srun) then ends the other ranks, so a stopped or dead peer never hangs the
 // job. Nonblocking transfers have their own timeout (Request::wait, CommTimeout).
 #pragma once
+#include <mpi.h>
+
 #include <string>
 
 namespace stratagem {
@@ -12,16 +14,21 @@ namespace stratagem {
 // message ("stratagem train: error on rank 3: ").
 void set_watchdog(double timeout_s, std::string message_prefix);
 
+// "not arrived: one or more of ranks 0,2,3 (stopped or died)": the other members of `comm`,
+// which a blocking collective over it waits for.
+std::string not_arrived(MPI_Comm comm);
+
 // Guards one blocking call; sections nest (the innermost one counts).
 class WatchdogScope {
  public:
-  explicit WatchdogScope(std::string what);
+  // `detail` follows the wait in the message (who did not arrive, when the caller knows).
+  explicit WatchdogScope(std::string what, std::string detail = "a peer stopped or died");
   ~WatchdogScope();
   WatchdogScope(const WatchdogScope&) = delete;
   WatchdogScope& operator=(const WatchdogScope&) = delete;
 
  private:
-  std::string previous_;
+  std::string previous_, previous_detail_;
   double previous_start_s_ = 0;
   bool active_ = false;
 };

@@ -99,7 +99,7 @@ CkptFile classify(const std::string& f) {
 }
 
 void barrier(MPI_Comm comm, const std::string& what) {
-  WatchdogScope guard(what + " (world)");
+  WatchdogScope guard(what + " (world)", not_arrived(comm));
   MPI_Barrier(comm);
 }
 
@@ -136,7 +136,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
       hash_box(p, shape.size() == 2 ? shape[1] : 1, &sums[it->second], &bad[it->second]);
   }
   {
-    WatchdogScope guard("all-reduce of checkpoint checksums (world)");
+    WatchdogScope guard("all-reduce of checkpoint checksums (world)", not_arrived(comm));
     MPI_Allreduce(MPI_IN_PLACE, sums.data(), int(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
     MPI_Allreduce(MPI_IN_PLACE, bad.data(), int(bad.size()), MPI_INT64_T, MPI_SUM, comm);
   }
@@ -301,7 +301,7 @@ int64_t verify_checkpoint(MPI_Comm comm, const std::string& path,
       if (flaw != kFine) first = int64_t(i) * 8 + flaw;
     }
   }
-  WatchdogScope guard("all-reduce of checkpoint verification (world)");
+  WatchdogScope guard("all-reduce of checkpoint verification (world)", not_arrived(comm));
   MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT64_T, MPI_MIN, comm);
   return first == INT64_MAX ? -1 : first;
 }

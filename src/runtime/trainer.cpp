@@ -50,7 +50,7 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
   const int rank = rank_of(world);
   set_watchdog(o.comm_timeout_s, "stratagem train: error on rank " + std::to_string(rank) + ": ");
   auto barrier = [&](const char* what) {
-    WatchdogScope guard(std::string(what) + " (world)");
+    WatchdogScope guard(std::string(what) + " (world)", not_arrived(world));
     MPI_Barrier(world);
   };
   // One job writes a checkpoint folder at a time; what a killed one left half-written goes.
@@ -165,7 +165,7 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
     int stop = stop_signal ? *stop_signal : 0, any = 0;
     if (o.stop_after > 0 && s + 1 - start >= o.stop_after) stop = -1;  // a time-boxed run
     {
-      WatchdogScope guard("all-reduce of stop signals (world)");
+      WatchdogScope guard("all-reduce of stop signals (world)", not_arrived(world));
       MPI_Allreduce(&stop, &any, 1, MPI_INT, MPI_MAX, world);
     }
     if (stop < 0 && any == 0) any = -1;

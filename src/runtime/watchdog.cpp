@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <string>
 #include <thread>
 
 namespace stratagem {
@@ -16,6 +17,7 @@ struct State {
   double timeout_s = 0;
   std::string prefix;
   std::string what;  // empty: no section open
+  std::string detail;
   double start_s = 0;
   bool thread_started = false;
 };
@@ -36,8 +38,8 @@ void watch() {
     if (waited <= s.timeout_s) continue;
     // The main thread is stuck inside MPI or HDF5: it cannot throw, and MPI_Abort is not
     // callable from this thread. Exiting without MPI_Finalize makes the launcher end the job.
-    std::fprintf(stderr, "%s%s waited %d s (--comm-timeout-s): a peer stopped or died\n",
-                 s.prefix.c_str(), s.what.c_str(), int(waited));
+    std::fprintf(stderr, "%s%s waited %d s (--comm-timeout-s): %s\n", s.prefix.c_str(),
+                 s.what.c_str(), int(waited), s.detail.c_str());
     std::fflush(stderr);
     ::_exit(1);
   }
@@ -55,14 +57,27 @@ void set_watchdog(double timeout_s, std::string message_prefix) {
   }
 }
 
-WatchdogScope::WatchdogScope(std::string what) {
+std::string not_arrived(MPI_Comm comm) {
+  int me = 0, size = 1;
+  MPI_Comm_rank(comm, &me);
+  MPI_Comm_size(comm, &size);
+  std::string out = size == 2 ? "not arrived: rank " : "not arrived: one or more of ranks ";
+  bool first = true;
+  for (int r = 0; r < size; ++r)
+    if (r != me) out += (first ? "" : ",") + std::to_string(r), first = false;
+  return out + " (stopped or died)";
+}
+
+WatchdogScope::WatchdogScope(std::string what, std::string detail) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.timeout_s <= 0) return;
   active_ = true;
   previous_ = std::move(s.what);
+  previous_detail_ = std::move(s.detail);
   previous_start_s_ = s.start_s;
   s.what = std::move(what);
+  s.detail = std::move(detail);
   s.start_s = now_s();
 }
 
@@ -71,6 +86,7 @@ WatchdogScope::~WatchdogScope() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.what = std::move(previous_);
+  s.detail = std::move(previous_detail_);
   s.start_s = previous_start_s_;
 }
 

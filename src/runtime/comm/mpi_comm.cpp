@@ -182,18 +182,18 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter_sum_v(const float* send, float* recv,
                             const std::vector<int64_t>& counts) override {
     std::vector<int> c = to_int(counts);
-    WatchdogScope guard(describe("reduce-scatter"));
+    WatchdogScope watch = guard("reduce-scatter");
     STRATAGEM_MPI_CHECK(MPI_Reduce_scatter(send, recv, c.data(), MPI_FLOAT, MPI_SUM, comm_));
   }
   void all_gather_v_inplace(float* buf, const std::vector<int64_t>& counts) override {
     std::vector<int> c = to_int(counts), displs(c.size(), 0);
     for (size_t i = 1; i < c.size(); ++i) displs[i] = displs[i - 1] + c[i - 1];
-    WatchdogScope guard(describe("all-gather"));
+    WatchdogScope watch = guard("all-gather");
     STRATAGEM_MPI_CHECK(
         MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, c.data(), displs.data(), MPI_FLOAT, comm_));
   }
   void barrier() override {
-    WatchdogScope guard(describe("barrier"));
+    WatchdogScope watch = guard("barrier");
     STRATAGEM_MPI_CHECK(MPI_Barrier(comm_));
   }
 
@@ -211,27 +211,28 @@ class MpiCommunicator final : public Communicator {
   }
   // `peer`: the member a point-to-point transfer waits for; -1 for a collective, which waits
   // for all others (MPI does not tell which of them are missing).
+  // Who a wait is for: `peer` for a point-to-point transfer; -1 for a collective, which waits
+  // for all others (MPI does not tell which of them are missing).
+  std::string absent(int peer = -1) const {
+    if (peer >= 0) return "rank " + std::to_string(world_of_[peer]);
+    std::vector<int> others;
+    for (int i = 0; i < size_; ++i)
+      if (i != rank_) others.push_back(world_of_[i]);
+    if (others.size() == 1) return "rank " + std::to_string(others[0]);
+    std::string out = "one or more of ranks ";
+    for (size_t i = 0; i < others.size(); ++i) out += (i ? "," : "") + std::to_string(others[i]);
+    return out;
+  }
   std::unique_ptr<MpiRequest> request(const std::string& op, int peer = -1) const {
-    std::string absent;
-    if (peer >= 0) {
-      absent = "rank " + std::to_string(world_of_[peer]);
-    } else {
-      std::vector<int> others;
-      for (int i = 0; i < size_; ++i)
-        if (i != rank_) others.push_back(world_of_[i]);
-      if (others.size() == 1) {
-        absent = "rank " + std::to_string(others[0]);
-      } else {
-        absent = "one or more of ranks ";
-        for (size_t i = 0; i < others.size(); ++i)
-          absent += (i ? "," : "") + std::to_string(others[i]);
-      }
-    }
-    return std::make_unique<MpiRequest>(describe(op), absent, timeout_s_);
+    return std::make_unique<MpiRequest>(describe(op), absent(peer), timeout_s_);
+  }
+  // Guards a blocking collective, naming who did not arrive as a timed-out request does.
+  WatchdogScope guard(const std::string& op) const {
+    return WatchdogScope(describe(op), "not arrived: " + absent() + " (stopped or died)");
   }
   template <class T>
   void reduce(T* data, int64_t count, MPI_Datatype type, MPI_Op op) {
-    WatchdogScope guard(describe("all-reduce"));
+    WatchdogScope watch = guard("all-reduce");
     for (int64_t at = 0; at < count; at += kMaxChunk) {
       int n = static_cast<int>(std::min(kMaxChunk, count - at));
       STRATAGEM_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + at, n, type, op, comm_));
