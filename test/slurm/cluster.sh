@@ -1,6 +1,6 @@
 # Single-node Slurm for tests: install, start, wait, stop. Sourced by test/slurm/run.sh.
 # Everything lives under one temporary directory; every daemon is started here and stopped by its
-# PID (never by name). See ../shared/design/SLURM-NOTES.md for why each setting is what it is.
+# PID (never by name). See docs/slurm-notes.md for why each setting is what it is.
 # shellcheck shell=bash
 
 SLURM_TEST_CPUS=${SLURM_TEST_CPUS:-8}
