@@ -76,7 +76,8 @@ struct StepResult {
   double time_s = 0;
   std::vector<OpTiming> timings;
   std::vector<MemorySample> memory;
-  int64_t high_water_bytes = 0;
+  int64_t high_water_bytes = 0;       // device pool
+  int64_t host_high_water_bytes = 0;  // host pool (offloaded states and activations)
 };
 
 class Executor {
@@ -105,7 +106,11 @@ class Executor {
   int dp_size() const;
   const Program& program() const;
   const StageProgram& stage_program() const;
-  int64_t high_water_bytes() const;
+  int64_t high_water_bytes() const;       // device pool, over the steps so far
+  int64_t host_high_water_bytes() const;  // host pool
+  // The weights were written from outside a step (a checkpoint load): an offloaded optimizer
+  // refreshes its host master copy before its next update.
+  void weights_loaded();
 
   struct Impl;
 

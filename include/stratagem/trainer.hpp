@@ -37,8 +37,9 @@ struct TrainerOptions {
 struct TrainSummary {
   int64_t steps_completed = 0;
   StepResult last;
-  int64_t high_water_bytes = 0;
-  std::string checkpoint;  // the last one written, or empty
+  int64_t high_water_bytes = 0;       // device pool, per rank
+  int64_t host_high_water_bytes = 0;  // host pool (offloading)
+  std::string checkpoint;             // the last one written, or empty
 };
 
 // Collective over `world`. With a checkpoint folder, rank 0 holds its lock for the run and

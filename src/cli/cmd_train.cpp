@@ -123,15 +123,16 @@ int run_train(Args& a) {
         data_path.c_str(), (long long)data.size());
   auto backend = make_cpu_backend();
   TrainSummary r = train(MPI_COMM_WORLD, model, cluster, plan, *backend, data, o, &g_stop_signal);
-  int64_t high = r.high_water_bytes;
-  MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  int64_t high[2] = {r.high_water_bytes, r.host_high_water_bytes};
+  MPI_Allreduce(MPI_IN_PLACE, high, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
   if (json)
     print_json({{"steps_completed", r.steps_completed},
                 {"loss", r.last.loss},
                 {"grad_norm", r.last.grad_norm},
                 {"lr", r.last.lr},
                 {"tokens_per_s", double(plan.global_batch) * model.seq_len / r.last.time_s},
-                {"high_water_bytes", high},
+                {"high_water_bytes", high[0]},
+                {"host_high_water_bytes", high[1]},
                 {"checkpoint", r.checkpoint}});
   return 0;
 }

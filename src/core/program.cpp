@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 
 #include "src/core/schedule.hpp"
@@ -276,15 +277,16 @@ class StageBuilder {
         compute_waits_.push_back(op);
     };
     if (s.zero == 3 && s.dp > 1) {
+      // ZeRO-Infinity: the rank's shard lives in host memory; it crosses PCIe into its place
+      // in the gather buffer before the (in-place) all-gather can start.
+      int buf = alloc(s.offload_params ? Stream::h2d : Stream::dp_comm, MemCategory::buffers, bytes,
+                      layer, mb, ph, Block::none, {after});
       if (s.offload_params) {
-        // ZeRO-Infinity: the rank's shard lives in host memory; it crosses PCIe before the
-        // all-gather can start.
         Op op = make(OpKind::copy_h2d, Stream::h2d, Block::none, ph, layer, mb);
+        op.category = MemCategory::weights;
         op.bytes = (bytes + s.dp - 1) / s.dp;
         after = emit(op, {after});
       }
-      int buf =
-          alloc(Stream::dp_comm, MemCategory::buffers, bytes, layer, mb, ph, Block::none, {after});
       wait_for(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp, bytes,
                           Block::none, ph, layer, mb, {after}));
       return buf;
@@ -293,6 +295,7 @@ class StageBuilder {
       int buf =
           alloc(Stream::h2d, MemCategory::buffers, bytes, layer, mb, ph, Block::none, {after});
       Op op = make(OpKind::copy_h2d, Stream::h2d, Block::none, ph, layer, mb);
+      op.category = MemCategory::weights;
       op.bytes = bytes;
       wait_for(emit(op, {after}));
       return buf;
@@ -317,7 +320,7 @@ class StageBuilder {
     for (int l = r.begin; l < r.end; ++l) {
       const auto& s = strat(l);
       reshard(l - 1, l, Phase::forward, mb);
-      int fetched = fetch_params(l, Phase::forward, mb, prev_attn);
+      const int fetched = fetch_params(l, Phase::forward, mb, prev_attn);
       const int b = samples(l);
       auto rc = s.recompute;
       int act_a = alloc(
@@ -329,6 +332,7 @@ class StageBuilder {
       prev_attn =
           compute(Block::attention, Phase::forward, l, mb, b, wa.flops(), wa.elementwise_bytes);
       tp_after(Block::attention, Phase::forward, l, mb);
+
       int act_m =
           alloc(Stream::compute, MemCategory::activations,
                 saved_activation_bytes(m_, s, Block::mlp, b, rc, p_.flash_attention, p_.dtype), l,
@@ -340,8 +344,10 @@ class StageBuilder {
       release(fetched, Stream::compute);
       if (s.offload_activations) {
         Op op = make(OpKind::copy_d2h, Stream::d2h, Block::none, Phase::forward, l, mb);
+        op.category = MemCategory::activations;
         op.bytes = live_bytes(act_a) + live_bytes(act_m);
         int cp = emit(op, {c});
+        offloaded_[key(l, mb)] = cp;
         release(act_a, Stream::d2h, {cp});
         release(act_m, Stream::d2h, {cp});
         act_a = act_m = -1;
@@ -349,7 +355,7 @@ class StageBuilder {
       saved_[key(l, mb)] = {act_a, act_m};
     }
     if (chunk == nchunks_ - 1) {
-      head(mb, prev_attn);
+      head(mb, fetch_head(mb, prev_attn));
     } else {
       Op op = make(OpKind::send, Stream::pp_comm, Block::none, Phase::forward, r.end - 1, mb);
       op.group = GroupKind::pp_next;
@@ -357,6 +363,27 @@ class StageBuilder {
       op.chunk = static_cast<int16_t>(chunk);
       emit_send(op);
     }
+  }
+
+  // Layer l's offloaded activations of micro-batch mb come back into fresh buffers once they
+  // are down and `after` has run: returns the two buffers and the copy.
+  std::tuple<int, int, int> reload(int l, int mb, int after) {
+    const auto& s = strat(l);
+    const int b = samples(l);
+    const int64_t ba = saved_activation_bytes(m_, s, Block::attention, b, s.recompute,
+                                              p_.flash_attention, p_.dtype);
+    const int64_t bm =
+        saved_activation_bytes(m_, s, Block::mlp, b, s.recompute, p_.flash_attention, p_.dtype);
+    const int down = offloaded_.at(key(l, mb));
+    offloaded_.erase(key(l, mb));
+    const int act_a = alloc(Stream::h2d, MemCategory::activations, ba, l, mb, Phase::backward,
+                            Block::attention, {after, down});
+    const int act_m = alloc(Stream::h2d, MemCategory::activations, bm, l, mb, Phase::backward,
+                            Block::mlp, {after, down});
+    Op op = make(OpKind::copy_h2d, Stream::h2d, Block::none, Phase::backward, l, mb);
+    op.category = MemCategory::activations;
+    op.bytes = ba + bm;
+    return {act_a, act_m, emit(op, {after, down})};
   }
 
   void backward(int chunk, int mb) {
@@ -369,6 +396,12 @@ class StageBuilder {
       op.chunk = static_cast<int16_t>(chunk);
       compute_waits_.push_back(emit(op, {}));
     }
+    // The chunk's backward starts with the gradient's arrival (or the loss's backward).
+    const int started = chunk < nchunks_ - 1 ? compute_waits_.back() : last_compute_;
+    // Offloaded activations come back one layer ahead of their backward, as the next layer's
+    // weights are prefetched.
+    std::tuple<int, int, int> next_reload{-1, -1, -1};
+    if (strat(r.end - 1).offload_activations) next_reload = reload(r.end - 1, mb, started);
     int prev_mlp = -1;
     // Backward prefetch (FSDP's BACKWARD_PRE): layer l-1's weights are fetched once layer l's
     // mlp backward has run, before layer l's gradient reduction takes the in-order dp stream,
@@ -385,17 +418,8 @@ class StageBuilder {
                               : fetch_params(l, Phase::backward, mb, prev_mlp);
       if (next_wait >= 0) compute_waits_.push_back(next_wait), next_wait = -1;
       if (s.offload_activations) {
-        int64_t ba = saved_activation_bytes(m_, s, Block::attention, b, s.recompute,
-                                            p_.flash_attention, p_.dtype);
-        int64_t bm =
-            saved_activation_bytes(m_, s, Block::mlp, b, s.recompute, p_.flash_attention, p_.dtype);
-        act_a = alloc(Stream::h2d, MemCategory::activations, ba, l, mb, Phase::backward,
-                      Block::attention, {prev_mlp});
-        act_m = alloc(Stream::h2d, MemCategory::activations, bm, l, mb, Phase::backward, Block::mlp,
-                      {prev_mlp});
-        Op op = make(OpKind::copy_h2d, Stream::h2d, Block::none, Phase::backward, l, mb);
-        op.bytes = ba + bm;
-        compute_waits_.push_back(emit(op, {prev_mlp}));
+        std::tie(act_a, act_m, std::ignore) = next_reload;
+        compute_waits_.push_back(std::get<2>(next_reload));
       }
       int re_a = -1, re_m = -1;
       if (s.recompute == Recompute::full) {
@@ -423,6 +447,10 @@ class StageBuilder {
       BlockWork wm = backward_work(m_, s, Block::mlp, b, p_.flash_attention);
       prev_mlp = compute(Block::mlp, Phase::backward, l, mb, b, wm.flops(), wm.elementwise_bytes);
       tp_after(Block::mlp, Phase::backward, l, mb);
+      // Emitted before the mlp's buffers go, as the h2d stream runs it: it waits only for the
+      // mlp's backward.
+      if (l > r.begin && strat(l - 1).offload_activations)
+        next_reload = reload(l - 1, mb, prev_mlp);
       release(act_m, Stream::compute);
       release(re_m, Stream::compute);
       if (p_.backward_prefetch)
@@ -547,12 +575,16 @@ class StageBuilder {
                       Block::none, Phase::backward, layer, -1, {after});
   }
 
-  // `prefetch_after`: the op after which the head's weights may be fetched (the last layer's
-  // attention, as a layer prefetches its successor's).
-  void head(int mb, int prefetch_after) {
+  // The head's weights, fetched after `after` (the last layer's attention, as a layer
+  // prefetches its successor's).
+  int fetch_head(int mb, int after) {
     const auto& s = p_.embedding;
-    int fetched = fetch(s, head_compute_parameters_per_rank(m_, s.tp) * e_, -1, Phase::forward, mb,
-                        prefetch_after);
+    return fetch(s, head_compute_parameters_per_rank(m_, s.tp) * e_, -1, Phase::forward, mb, after);
+  }
+
+  // `fetched`: the buffer of the head's fetched weights (-1 when resident).
+  void head(int mb, int fetched) {
+    const auto& s = p_.embedding;
     const int b = samples(-1);
     const double T = double(b) * m_.seq_len;
     const double logits_flops = 2.0 * T * m_.hidden * vocab_rows_per_rank(m_, s.tp);
@@ -638,27 +670,40 @@ class StageBuilder {
     std::vector<int> waits = grad_reductions_;
     waits.push_back(last_compute_);
     for (int w : waits) compute_waits_.push_back(w);
-    int64_t device_params = 0, host_params = 0;
+    // host_resident: updated in place where they live (offloaded parameters), nothing to copy
+    // back to the device.
+    int64_t device_params = 0, host_params = 0, host_resident = 0;
     auto add = [&](const LayerStrategy& s, int64_t params) {
       int64_t n = s.zero >= 1 ? (params + s.dp - 1) / s.dp : params;
       (s.offload_optimizer ? host_params : device_params) += n;
+      if (s.offload_optimizer && s.offload_params) host_resident += n;
     };
     for (int l : stage_layers()) add(strat(l), layer_params(l));
     if (embed_params() > 0) add(p_.embedding, embed_params());
     // AdamW streams weights, grads and both moments through HBM (read and write).
     int opt = compute(Block::optimizer, Phase::optimizer, -1, -1, 0, 12.0 * device_params,
                       double(device_params) * (2 * opt_bytes_per_param() + 2 * e_));
+    // The gathers of updated weights wait for the device update and for the host's, copied
+    // back.
+    int updated = opt;
     if (host_params > 0) {
       Op d2h = make(OpKind::copy_d2h, Stream::d2h, Block::optimizer, Phase::optimizer, -1, -1);
+      d2h.category = MemCategory::grads;
       d2h.bytes = host_params * e_;
       int a = emit(d2h, waits);
       Op hc = make(OpKind::host_compute, Stream::d2h, Block::optimizer, Phase::optimizer, -1, -1);
       hc.flops = 12.0 * host_params;
       hc.bytes = host_params * (2 * opt_bytes_per_param() + 2 * e_);
       int b = emit(hc, {a});
-      Op h2d = make(OpKind::copy_h2d, Stream::h2d, Block::optimizer, Phase::optimizer, -1, -1);
-      h2d.bytes = host_params * e_;
-      compute_waits_.push_back(emit(h2d, {b}));
+      if (host_params > host_resident) {
+        Op h2d = make(OpKind::copy_h2d, Stream::h2d, Block::optimizer, Phase::optimizer, -1, -1);
+        h2d.category = MemCategory::weights;
+        h2d.bytes = (host_params - host_resident) * e_;
+        updated = emit(h2d, {b});
+      } else {
+        updated = b;
+      }
+      compute_waits_.push_back(updated);
     }
     // ZeRO-1/2: every rank updated a shard; gather the new weights.
     for (int l : stage_layers()) {
@@ -666,13 +711,13 @@ class StageBuilder {
       if (s.dp > 1 && (s.zero == 1 || s.zero == 2))
         compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp,
                                             s.tp, layer_params(l) * e_, Block::optimizer,
-                                            Phase::optimizer, l, -1, {opt}));
+                                            Phase::optimizer, l, -1, {opt, updated}));
     }
     const auto& s = p_.embedding;
     if (embed_params() > 0 && s.dp > 1 && (s.zero == 1 || s.zero == 2))
       compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp,
                                           s.tp, embed_params() * e_, Block::optimizer,
-                                          Phase::optimizer, -1, -1, {opt}));
+                                          Phase::optimizer, -1, -1, {opt, updated}));
   }
 
   void teardown() {
@@ -700,6 +745,7 @@ class StageBuilder {
   std::vector<Op> deferred_;
   std::unordered_map<int, Op> live_;
   std::unordered_map<int64_t, std::pair<int, int>> saved_;
+  std::unordered_map<int64_t, int> offloaded_;  // (layer, mb) -> its activations' d2h copy
 };
 
 }  // namespace

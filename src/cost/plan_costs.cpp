@@ -121,7 +121,7 @@ class Analyzer {
     for (int i = 0; i < v_; ++i) {
       const int ch = i * pp + s;
       const LayerRange r = p_.chunks[ch];
-      int64_t prefix = 0, below_fetch = 0;
+      int64_t prefix = 0, below_fetch = 0, below_reload = 0;
       Mem fp, bp;
       // The lookup's fetched weights, before any of the micro-batch's own activations.
       if (ch == 0) keep_max(fp, {0, eh.emb_fetch.bytes});
@@ -138,10 +138,12 @@ class Analyzer {
         ws = std::max(ws, layer_workspace_bytes(m_, st, samples_for(st.dp), p_.dtype,
                                                 c_.framework().layer_gradient_staging));
         keep_max(fp, {prefix + lc.fwd_act, lc.fwd_buf});
-        keep_max(bp, {prefix + lc.bwd_mlp_act, lc.bwd_buf});
-        // The layer below (same chunk) is prefetched during this layer's attention backward.
-        keep_max(bp, {prefix + lc.bwd_attn_act, lc.bwd_buf + below_fetch});
+        // The layer below (same chunk) is prefetched during this layer's attention backward;
+        // its offloaded activations come back as soon as this layer's mlp backward has run.
+        keep_max(bp, {prefix + lc.bwd_mlp_act + below_reload, lc.bwd_buf});
+        keep_max(bp, {prefix + lc.bwd_attn_act + below_reload, lc.bwd_buf + below_fetch});
         if (p_.backward_prefetch) below_fetch = lc.fwd_buf;
+        below_reload = st.offload_activations ? lc.fwd_act : 0;
         prefix += lc.kept;
         states.weights += lc.states.weights, states.grads += lc.states.grads;
         states.optimizer += lc.states.optimizer;

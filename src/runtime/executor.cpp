@@ -18,15 +18,16 @@ using Clock = std::chrono::steady_clock;
 
 // Features of the search's space that the runtime does not execute yet, named for the user.
 void check_runnable(const ModelSpec& m, const Plan& p, const std::string& backend) {
-  auto check = [](const LayerStrategy& s, const std::string& where) {
-    if (s.offload_optimizer || s.offload_params || s.offload_activations)
-      throw NotSupported(where + ": offloading is not executed by the runtime yet");
-  };
-  check(p.embedding, "embedding");
   for (size_t l = 0; l < p.layers.size(); ++l) {
     const LayerStrategy& s = p.layers[l];
-    check(s, "layer " + std::to_string(l));
     const LayerStrategy& e = p.embedding;
+    // The weights and the optimizer state are one flat buffer per rank, in one pool.
+    if (s.offload_params != e.offload_params || s.offload_optimizer != e.offload_optimizer)
+      throw NotSupported("layer " + std::to_string(l) + " (" + s.describe() +
+                         ") offloads its parameters or optimizer state unlike the embedding (" +
+                         e.describe() +
+                         "): per-layer parameter and optimizer offload is not executed yet "
+                         "(activation offload is)");
     if (s.tp != e.tp || s.dp != e.dp || s.sequence_parallel != e.sequence_parallel ||
         s.zero != e.zero)
       throw NotSupported("layer " + std::to_string(l) + " (" + s.describe() +
@@ -55,7 +56,9 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
       samples(sample_source),
       opt(options),
       ledger(std::make_shared<exec::MemoryLedger>()),
-      pool(backend, ledger) {
+      pool(backend, ledger),
+      host_ledger(std::make_shared<exec::MemoryLedger>()),
+      host_pool(backend, host_ledger) {
   check_runnable(spec, plan, be.name());
   whole = transformer_config(spec);
   const LayerStrategy& es = plan.embedding;
@@ -113,9 +116,21 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
   // ZeRO-3 keeps only this rank's shard of the weights: each use gathers them into the
   // Program's fetch buffer (fetch()).
   sharded_params = zero == 3 && dp > 1;
-  model.params = pool.take(w_buf, Shape{sharded_params ? shard : n});
+  // Offloaded parameters (ZeRO-Offload / ZeRO-Infinity) live in the host pool and come up
+  // into the Program's fetch buffers for each use, as ZeRO-3's shards are gathered.
+  params_on_host = es.offload_params;
+  optimizer_on_host = es.offload_optimizer;
+  fetched_params = sharded_params || params_on_host;
+  const Shape param_shape{sharded_params ? shard : n};
+  model.params = params_on_host ? host_tensor(MemCategory::weights, param_shape)
+                                : pool.take(w_buf, param_shape);
   model.grads = pool.take(g_buf, Shape{staged ? shard : n});
-  if (sharded_params) {
+  if (params_on_host && !sharded_params) {
+    init_parameters(be, whole, model.table, model.params, opt.seed);
+    model.weights.slot = bind_weights(whole, model.table, model.params).slot;
+    model.weights.layers.assign(model.weights.slot.size(), LayerWeights{});
+    model.weights.layers.resize(part.layers.size());
+  } else if (sharded_params) {
     Tensor all = pool.scratch(Shape{n});
     init_parameters(be, whole, model.table, all, opt.seed);
     be.copy(model.params, all.slice(shard_begin, Shape{shard}));
@@ -131,8 +146,25 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
     model.grad_weights = bind_weights(whole, model.table, model.grads);
   else
     model.grad_weights = model.weights;  // slots only: backward binds its staging
-  adamw = std::make_unique<AdamW>(be, pool.take(o_buf, Shape{shard}),
-                                  pool.take(o_buf, Shape{shard}), opt.adamw);
+  if (optimizer_on_host) {
+    // ZeRO-Offload: AdamW's moments, the master copy of the shard and the gradients it is
+    // handed live in the host pool; the update runs there, on a backend of its own.
+    adamw = std::make_unique<AdamW>(be, host_tensor(MemCategory::optimizer, Shape{shard}),
+                                    host_tensor(MemCategory::optimizer, Shape{shard}), opt.adamw);
+    host_be = make_cpu_backend();
+    host_grads = host_tensor(MemCategory::grads, Shape{shard});
+    Tensor device_shard =
+        sharded_params ? model.params : model.params.slice(shard_begin, Shape{shard});
+    if (params_on_host) {
+      host_master = device_shard;  // already the host's
+    } else {
+      host_master = host_tensor(MemCategory::weights, Shape{shard});
+      be.copy(host_master, device_shard);
+    }
+  } else {
+    adamw = std::make_unique<AdamW>(be, pool.take(o_buf, Shape{shard}),
+                                    pool.take(o_buf, Shape{shard}), opt.adamw);
+  }
 
   // The global gradient norm counts each logical element once: one data-parallel replica (or
   // the shard owner), one tp rank for replicated tensors, and not the tied head copy.
@@ -213,7 +245,7 @@ void Executor::Impl::run(uint32_t i) {
       pool.free(op.buffer);
       buffer_of.erase({int(op.block), int(op.phase), op.layer, op.microbatch});
       if (auto f = fetched.find(op.buffer); f != fetched.end()) {
-        for (const auto& name : f->second) weight_field(model.weights, name) = Tensor{};
+        for (const ParamInfo* e : f->second) weight_field(model.weights, e->name) = Tensor{};
         fetched.erase(f);
       }
       return;
@@ -229,6 +261,13 @@ void Executor::Impl::run(uint32_t i) {
       return;
     case OpKind::recv:
       recv(op, static_cast<int>(i));
+      return;
+    case OpKind::copy_h2d:
+    case OpKind::copy_d2h:
+      copy(op, static_cast<int>(i));
+      return;
+    case OpKind::host_compute:
+      host_compute(op, static_cast<int>(i));
       return;
     default:
       throw NotSupported("op " + op_name(op) + " (" + to_string(op.kind) +
@@ -276,6 +315,7 @@ StepResult Executor::Impl::step(int64_t s) {
   result.loss = static_cast<float>(loss / tokens);
   result.time_s = std::chrono::duration<double>(Clock::now() - t0).count();
   result.high_water_bytes = ledger->high_water();
+  result.host_high_water_bytes = host_ledger->high_water();
   out = nullptr;
   return result;
 }
@@ -317,6 +357,12 @@ const StageProgram& Executor::stage_program() const {
 }
 int64_t Executor::high_water_bytes() const {
   return impl_->ledger->high_water();
+}
+int64_t Executor::host_high_water_bytes() const {
+  return impl_->host_ledger->high_water();
+}
+void Executor::weights_loaded() {
+  impl_->master_stale = true;
 }
 
 }  // namespace stratagem

@@ -81,6 +81,7 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
   if (resume_from) {
     const CheckpointMeta& meta = resume_from->meta;
     load_checkpoint(resume_from->path, tensors, checkpoint_pieces(ex, false));
+    ex.weights_loaded();
     skipped_steps = meta.extra.value("skipped_nonfinite_steps", int64_t(0));
     ex.optimizer().set_steps_taken(meta.extra.value("optimizer_steps", meta.step));
     start = meta.step;
@@ -187,6 +188,7 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
                          last);
   summary.last = last;
   summary.high_water_bytes = ex.high_water_bytes();
+  summary.host_high_water_bytes = ex.host_high_water_bytes();
   return summary;
 }
 

@@ -26,9 +26,9 @@ resume() {  # name: resume to step 5; leaves output in $out, exit code in $rc
 expect_skip() {  # name needle: resumes from step 3, skipping step 4 with the needle
   resume "$1"
   [ $rc -eq 0 ] || fail "$1: exit $rc: $out"
-  echo "$out" | grep -Eq "warning: skipping checkpoint .*step-00000004.h5: $2" ||
+  grep -Eq "warning: skipping checkpoint .*step-00000004.h5: $2" <<<"$out" ||
     fail "$1: no warning '$2': $out"
-  echo "$out" | grep -q "resumed from .*step-00000003.h5 at step 3" || fail "$1: not from step 3: $out"
+  grep -q "resumed from .*step-00000003.h5 at step 3" <<<"$out" || fail "$1: not from step 3: $out"
   echo "ok: $1: $(echo "$out" | grep -m1 'skipping checkpoint')"
 }
 h5() { $PY - "$@"; }
@@ -114,7 +114,7 @@ PY
 done
 resume none
 [ $rc -eq 2 ] || fail "none passes: exit $rc, expected 2: $out"
-echo "$out" | grep -q "no complete checkpoint in --ckpt-dir .*none passes verification (skipped: " ||
+grep -q "no complete checkpoint in --ckpt-dir .*none passes verification (skipped: " <<<"$out" ||
   fail "none passes: no error: $out"
 echo "ok: no checkpoint passes: exit 2"
 
@@ -129,7 +129,7 @@ out=$("${RUN[@]}" --steps 2 --ckpt-dir "$WORK/busy" 2>&1)
 rc=$?
 set -e
 [ $rc -eq 2 ] || fail "second writer: exit $rc, expected 2: $out"
-echo "$out" | grep -q "ckpt-dir .*busy: locked by another job (job .* host $(hostname) pid " ||
+grep -q "ckpt-dir .*busy: locked by another job (job .* host $(hostname) pid " <<<"$out" ||
   fail "second writer: no message: $out"
 echo "ok: second writer refused: $(echo "$out" | grep -m1 locked)"
 kill -USR1 "$first"
@@ -142,18 +142,18 @@ echo "job 99 host $(hostname) pid 999999999" >"$WORK/stale/LOCK"
 echo "half" >"$WORK/stale/step-00000005.h5.tmp"
 resume stale
 [ $rc -eq 0 ] || fail "stale: exit $rc: $out"
-echo "$out" | grep -q "removing the lock of a job that is gone" || fail "stale lock kept: $out"
-echo "$out" | grep -q "ignoring half-written checkpoint .*step-00000005.h5.tmp (removed)" ||
+grep -q "removing the lock of a job that is gone" <<<"$out" || fail "stale lock kept: $out"
+grep -q "ignoring half-written checkpoint .*step-00000005.h5.tmp (removed)" <<<"$out" ||
   fail "no .tmp note: $out"
 [ ! -e "$WORK/stale/step-00000005.h5.tmp" ] || fail ".tmp not removed"
-echo "$out" | grep -q "resumed from .*step-00000004.h5 at step 4" || fail "stale: $out"
+grep -q "resumed from .*step-00000004.h5 at step 4" <<<"$out" || fail "stale: $out"
 echo "ok: stale lock and .tmp removed"
 
 # A lock of another host is never taken over.
 fresh foreign
 echo "job 7 host some-other-host pid 1" >"$WORK/foreign/LOCK"
 resume foreign
-[ $rc -eq 2 ] && echo "$out" | grep -q "locked by another job (job 7 host some-other-host" ||
+[ $rc -eq 2 ] && grep -q "locked by another job (job 7 host some-other-host" <<<"$out" ||
   fail "foreign lock: exit $rc: $out"
 echo "ok: another host's lock refused"
 
@@ -164,7 +164,7 @@ out=$("${RUN[@]}" --steps 6 --lr 1e30 --warmup 0 --ckpt-dir "$WORK/nan" --ckpt-e
 rc=$?
 set -e
 [ $rc -ne 0 ] || fail "non-finite loss: exit 0: $out"
-echo "$out" | grep -q "error on rank [01]: step [0-9]*: non-finite loss .*training stopped .*last good checkpoint .*step-0000000[0-9].h5 is kept" ||
+grep -q "error on rank [01]: step [0-9]*: non-finite loss .*training stopped .*last good checkpoint .*step-0000000[0-9].h5 is kept" <<<"$out" ||
   fail "non-finite loss: no message: $out"
 bad_step=$(echo "$out" | grep -om1 "step [0-9]*: non-finite" | grep -o "[0-9]*")
 last_good=$((bad_step - 1))
@@ -181,7 +181,7 @@ out=$("${RUN[@]}" --steps 6 --lr 1e30 --warmup 0 --skip-nonfinite 100 --log-json
 rc=$?
 set -e
 [ $rc -eq 0 ] || fail "--skip-nonfinite 100: exit $rc: $out"
-echo "$out" | grep -q "update skipped (1 of 100 tolerated by --skip-nonfinite)" || fail "no skip note: $out"
+grep -q "update skipped (1 of 100 tolerated by --skip-nonfinite)" <<<"$out" || fail "no skip note: $out"
 h5 "$WORK/skip.jsonl" <<'PY' || fail "the JSON log of skipped steps"
 import json, sys
 def bad(x): raise ValueError("JSON holds " + x)

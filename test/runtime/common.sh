@@ -23,7 +23,7 @@ expect_failure() {
   set -e
   [ $rc -ne 0 ] || fail "accepted: $sub $*"
   [ $rc -eq 2 ] || fail "exit $rc, not 2 (bad input), for: $sub $*; got: $out"
-  echo "$out" | grep -q -- "$needle" || fail "expected '$needle' for: $sub $*; got: $out"
+  grep -q -- "$needle" <<<"$out" || fail "expected '$needle' for: $sub $*; got: $out"
 }
 # rank_pid LAUNCHER N -> the pid of world rank N among mpirun's children (empty if none).
 rank_pid() {

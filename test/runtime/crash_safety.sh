@@ -17,6 +17,6 @@ wait "$launcher" && fail "training survived the killed rank" || true
 unset STRATAGEM_TEST_CKPT_DELAY_S
 out=$("${MPIRUN[@]}" -np 2 "$BIN" train "${TINY[@]}" --data "$WORK/data.bin" --dp 2 --global-batch 8 \
   --micro-batch 2 --steps 4 --ckpt-dir "$WORK/ck" --resume 2>&1)
-echo "$out" | grep -q "ignoring half-written checkpoint .*step-00000006.h5.tmp" || fail "no warning: $out"
-echo "$out" | grep -q "resumed from .*step-00000003.h5 at step 3" || fail "did not resume from step 3: $out"
+grep -q "ignoring half-written checkpoint .*step-00000006.h5.tmp" <<<"$out" || fail "no warning: $out"
+grep -q "resumed from .*step-00000003.h5 at step 3" <<<"$out" || fail "did not resume from step 3: $out"
 echo "ok: killed rank $victim mid-write; resumed from step 3 and ignored the half-written file"

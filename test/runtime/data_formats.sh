@@ -17,5 +17,5 @@ done
 # An HDF5 file without /tokens is refused by name.
 $PY -c 'import h5py,sys; h5py.File(sys.argv[1],"w")["other"]=[1,2,3]' "$WORK/bad.h5"
 set +e; out=$("${MPIRUN[@]}" -np 1 "$BIN" train "${TINY[@]}" --data "$WORK/bad.h5" --steps 1 2>&1); set -e
-echo "$out" | grep -q "no dataset '/tokens'" || fail "bad HDF5 not reported: $out"
+grep -q "no dataset '/tokens'" <<<"$out" || fail "bad HDF5 not reported: $out"
 echo "ok: .bin and HDF5 token files give identical losses: $(losses "$WORK/data.h5.jsonl" | tr '\n' ' ')"

@@ -87,5 +87,5 @@ sleep 1
 out=$("${MPIRUN[@]}" -np 4 "$BIN" train "${TINY[@]}" "${PLAN[@]}" --data "$WORK/data.bin" \
   --steps 1 --ckpt-dir "$WORK/ck" --resume 2>&1) ||
   fail "resume right after killing mpirun failed: $out"
-echo "$out" | grep -q "removing the lock of a job that is gone" || fail "no stale-lock note: $out"
+grep -q "removing the lock of a job that is gone" <<<"$out" || fail "no stale-lock note: $out"
 echo "ok: killed mpirun; ranks $ranks ended, nothing written afterwards, resume succeeded"

@@ -73,13 +73,13 @@ for seed in $(seq 1 "$N"); do
   if [ -z "$newest" ]; then  # killed before the first checkpoint: resume has nothing to take
     out=$("${RUN[@]}" --ckpt-dir "$dir" --log-json "$log" --resume 2>&1) &&
       fail "seed $seed: resumed without a checkpoint: $out"
-    echo "$out" | grep -q "no complete checkpoint" || fail "seed $seed: $out"
+    grep -q "no complete checkpoint" <<<"$out" || fail "seed $seed: $out"
     out=$("${RUN[@]}" --ckpt-dir "$dir" --log-json "$log" 2>&1) || fail "seed $seed: rerun: $out"
     from="(none: ran again)"
   else
     out=$("${RUN[@]}" --ckpt-dir "$dir" --log-json "$log" --resume 2>&1) ||
       fail "seed $seed ($kind, mode $mode): resume failed: $out"
-    echo "$out" | grep -q "resumed from $newest at step" ||
+    grep -q "resumed from $newest at step" <<<"$out" ||
       fail "seed $seed: did not resume from $newest: $(echo "$out" | grep -v '^step')"
     from=$(basename "$newest")
   fi

@@ -10,7 +10,7 @@ refused() {  # needle np args...
   rc=$?
   set -e
   [ $rc -eq 2 ] || fail "exit $rc (expected 2) for: $*; got: $out"
-  echo "$out" | grep -q -- "$needle" || fail "expected '$needle' for: $*; got: $out"
+  grep -q -- "$needle" <<<"$out" || fail "expected '$needle' for: $*; got: $out"
   [ "$(echo "$out" | grep -c 'stratagem train')" = 1 ] || fail "not one line for: $*; got: $out"
   [ ! -e "$WORK/log.jsonl" ] && [ ! -e "$WORK/t.h5" ] || fail "work started for: $*"
   echo "ok: $needle"
@@ -19,7 +19,6 @@ refused "the plan needs 8 ranks .* MPI started 4" 4 --tp 2 --pp 2 --dp 2 --nodes
 refused "the plan needs pp 1 x 2 = 2 GPUs but .* has 4" 4 --tp 2 --dp 1 --nodes 1 --global-batch 8
 refused "ZeRO-2 with a tied embedding split over pipeline stages" 4 --pp 2 --dp 2 --zero 2
 refused "ZeRO-3 with a tied embedding split over pipeline stages" 4 --pp 2 --dp 2 --zero 3
-refused "offloading is not executed by the runtime yet" 2 --dp 2 --zero 1 --offload optimizer
 refused "tp 3 does not divide heads" 3 --tp 3 --dp 1
 # A per-layer heterogeneous plan: layer 1 with tp 2 x dp 2 beside layer 0 with tp 1 x dp 4.
 "$BIN" plan check "${TINY[@]}" --cluster cpu-local --nodes 1 --dp 4 --global-batch 8 \
@@ -32,3 +31,13 @@ p["layers"] = [dict(run, layers=[0, 1]), dict(run, layers=[1, 2], tp=2, dp=2)]
 json.dump(p, open(sys.argv[2], "w"))
 PY
 refused "per-layer heterogeneous tp/dp/sp/ZeRO plans are not executed yet" 4 --plan "$WORK/mixed.json"
+# Layer 0's weights and optimizer state offloaded, layer 1's not.
+$PY - "$WORK/plan.json" "$WORK/offload.json" <<'PY' || fail "cannot write the offload plan"
+import json, sys
+p = json.load(open(sys.argv[1]))
+(run,) = p["layers"]
+p["layers"] = [dict(run, layers=[0, 1], offload={"optimizer": True, "params": True}),
+               dict(run, layers=[1, 2])]
+json.dump(p, open(sys.argv[2], "w"))
+PY
+refused "per-layer parameter and optimizer offload is not executed yet" 4 --plan "$WORK/offload.json"

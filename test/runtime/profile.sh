@@ -37,7 +37,7 @@ echo "ok: --json"
 expect() {  # needle np args...: exit 2 before any measurement
   expect_failure profile "$@"
   [ $rc -eq 2 ] || fail "exit $rc (expected 2) for: $*: $out"
-  if echo "$out" | grep -q "profile: gemm"; then fail "measured before refusing: $*"; fi
+  if grep -q "profile: gemm" <<<"$out"; then fail "measured before refusing: $*"; fi
   echo "ok: $1"
 }
 expect "does not exist" 1 --quick -o "$WORK/no/such/dir/m.json"

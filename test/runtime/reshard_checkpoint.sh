@@ -24,6 +24,17 @@ train 4 second --dp 4 --zero 3 --ckpt-dir "$WORK/ck" --resume
 grep -q "resumed from .*step-00000005.h5 at step 5" "$WORK/second.log" || fail "no resume"
 same "$WORK/straight.jsonl" "$WORK/second.jsonl"
 echo "ok: tp 2 x pp 2 x dp 2 -> dp 4 ZeRO-3: step 6 loss $(last_loss "$WORK/second.jsonl")"
+# ZeRO-Offload (weights and optimizer state in the host pool, AdamW there) -> tp 2 x pp 2 x dp 2
+# on the device, and the same run's step 6.
+train 4 ofirst --dp 4 --zero 3 --offload optimizer,params --ckpt-dir "$WORK/ock" --stop-after 5
+train 8 osecond "${HYB[@]}" --ckpt-dir "$WORK/ock" --resume
+same "$WORK/straight.jsonl" "$WORK/osecond.jsonl"
+echo "ok: dp 4 ZeRO-3 offloaded -> tp 2 x pp 2 x dp 2: step 6 loss $(last_loss "$WORK/osecond.jsonl")"
+# ... and back: tp 2 x pp 2 x dp 2 -> ZeRO-1 with the optimizer offloaded.
+train 8 hfirst "${HYB[@]}" --ckpt-dir "$WORK/hck" --stop-after 5
+train 2 othird --dp 2 --zero 1 --offload optimizer --ckpt-dir "$WORK/hck" --resume
+same "$WORK/straight.jsonl" "$WORK/othird.jsonl"
+echo "ok: tp 2 x pp 2 x dp 2 -> dp 2 ZeRO-1 optimizer offloaded: step 6 loss $(last_loss "$WORK/othird.jsonl")"
 # pp 4 interleaved (vpp 2) -> pp 1 on one rank.
 VPP=(--pp 4 --dp 1 --schedule interleaved --vpp 2)
 train 4 vstraight "${VPP[@]}"

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # 10 steps straight equal 5 steps, stop, resume for 5: losses and final weights bitwise, under
-# dp 2 with ZeRO-1 and under tp 2 x pp 2 x dp 2 (8 ranks).
+# dp 2 with ZeRO-1, under tp 2 x pp 2 x dp 2 (8 ranks), and under ZeRO-3 with the weights and
+# optimizer state offloaded to the host pool (the host master copy is rebuilt on resume).
 source "$(dirname "$0")/common.sh"
-for LAYOUT in "2 --dp 2 --zero 1" "8 --tp 2 --pp 2 --dp 2 --zero 1 --recompute selective"; do
+for LAYOUT in "2 --dp 2 --zero 1" "8 --tp 2 --pp 2 --dp 2 --zero 1 --recompute selective" \
+  "4 --dp 4 --zero 3 --offload optimizer,params,activations" "2 --dp 2 --zero 1 --offload optimizer"; do
 NP=${LAYOUT%% *}
 # shellcheck disable=SC2206
 PLAN=(${LAYOUT#* })
@@ -16,7 +18,7 @@ train "$WORK/straight" "$WORK/straight.jsonl" >/dev/null
 train "$WORK/split" "$WORK/split.jsonl" --stop-after 5 >/dev/null
 [ "$(losses "$WORK/split.jsonl" | wc -l)" = 5 ] || fail "--stop-after 5 did not stop after 5 steps"
 out=$(train "$WORK/split" "$WORK/split.jsonl" --resume)
-echo "$out" | grep -q "resumed from .*step-00000005.h5 at step 5" || fail "did not resume from step 5: $out"
+grep -q "resumed from .*step-00000005.h5 at step 5" <<<"$out" || fail "did not resume from step 5: $out"
 [ "$(losses "$WORK/straight.jsonl")" = "$(losses "$WORK/split.jsonl")" ] ||
   fail "losses differ: $(paste <(losses "$WORK/straight.jsonl") <(losses "$WORK/split.jsonl"))"
 $PY - "$WORK/straight/step-00000010.h5" "$WORK/split/step-00000010.h5" <<'PY' || fail "final state differs"

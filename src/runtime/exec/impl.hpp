@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "src/runtime/exec/copy_stream.hpp"
 #include "src/runtime/exec/memory.hpp"
 #include "stratagem/executor.hpp"
 
@@ -74,7 +75,21 @@ struct Executor::Impl {
   std::vector<uint8_t> norm_owner;  // 1 where this rank counts an element in the grad norm
   bool staged = false;              // ZeRO-2/3: model.grads holds only this rank's shard
   bool sharded_params = false;      // ZeRO-3: model.params holds only this rank's shard
-  std::map<int, std::vector<std::string>> fetched;  // ZeRO-3 fetch buffer -> tensors bound
+  // Weights are bound only while a fetch buffer holds them (ZeRO-3, or offloaded parameters).
+  bool fetched_params = false;
+  std::map<int, std::vector<const ParamInfo*>> fetched;  // fetch buffer -> tensors bound
+  // ---- offloading (ZeRO-Offload, H3T): the host pool, apart from the device's ledger ------
+  std::shared_ptr<exec::MemoryLedger> host_ledger;
+  exec::BufferPool host_pool;
+  int next_host_buffer = 0;
+  bool params_on_host = false;       // model.params lives in the host pool
+  bool optimizer_on_host = false;    // AdamW's state and its update live on the host
+  std::unique_ptr<Backend> host_be;  // the host's kernels, used on the d2h stream only
+  Tensor host_master;                // the shard AdamW updates on the host
+  Tensor host_grads;                 // the gradient shard copied down for it
+  bool master_stale = false;         // device weights changed outside a step (checkpoint load)
+  bool host_update_pending = false;  // this step's norm was finite: the host updates
+  float host_lr = 0;
   // ZeRO-2: per layer (-1: embedding and head) the staging buffers of its flat runs, written
   // by one micro-batch's backward until its reduce-scatter.
   std::map<int, std::vector<std::pair<int64_t, Tensor>>> staging;
@@ -96,6 +111,8 @@ struct Executor::Impl {
   double loss_sum = 0;
   StepResult* out = nullptr;
   std::chrono::steady_clock::time_point t0;
+  // Last, so that they are drained and joined before the tensors their work touches go.
+  exec::CopyStream h2d{"h2d"}, d2h{"d2h"};
 
   // ---- executor.cpp ----------------------------------------------------------------------
   StepResult step(int64_t step);
@@ -132,6 +149,16 @@ struct Executor::Impl {
   std::vector<const ParamInfo*> fetch_set(const Op& op, Micro* m) const;
   void fetch(const Op& op, int index);  // ZeRO-3: gather a layer's (or embedding's) weights
   bool attention_keeps_probs(int layer) const;
+  Tensor host_tensor(MemCategory category, Shape shape);  // resident in the host pool
+
+  // ---- ops_offload.cpp -------------------------------------------------------------------
+  void copy(const Op& op, int index);  // copy_h2d / copy_d2h on their streams
+  void host_compute(const Op& op, int index);
+  void offload_activations(const Op& op, int index);
+  void reload_activations(const Op& op, int index);
+  // Binds the fetch set of `op` inside its fetch buffer and copies in this rank's part (its
+  // ZeRO-3 piece, or the whole tensors): now, or on the h2d stream when `stream` is given.
+  void place_fetch(const Op& op, exec::CopyStream* stream, int index);
 
   // ---- ops_comm.cpp ----------------------------------------------------------------------
   void collective(const Op& op, int index);

@@ -7,14 +7,30 @@
 namespace stratagem::exec {
 
 void MemoryLedger::add(MemCategory c, int64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
   in_use_[static_cast<int>(c)] += bytes;
-  high_water_ = std::max(high_water_, total());
+  high_water_ = std::max(high_water_, total_locked());
 }
 
-int64_t MemoryLedger::total() const {
+std::array<int64_t, kNumMemCategories> MemoryLedger::in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_use_;
+}
+
+int64_t MemoryLedger::total_locked() const {
   int64_t t = 0;
   for (int64_t b : in_use_) t += b;
   return t;
+}
+
+int64_t MemoryLedger::total() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return total_locked();
+}
+
+int64_t MemoryLedger::high_water() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return high_water_;
 }
 
 void BufferPool::alloc(int buffer, MemCategory category, int64_t bytes) {
@@ -56,14 +72,14 @@ Tensor BufferPool::take(int buffer, Shape shape) {
   return Tensor{t.data, shape, nullptr};
 }
 
-Tensor BufferPool::scratch(Shape shape) {
+Tensor BufferPool::scratch(Shape shape, MemCategory category) {
   Tensor t = be_.allocate(shape);
   const int64_t bytes = shape.numel() * 4;
-  ledger_->add(MemCategory::buffers, bytes);
+  ledger_->add(category, bytes);
   std::shared_ptr<void> keep = t.storage;
   std::shared_ptr<MemoryLedger> ledger = ledger_;
-  t.storage = std::shared_ptr<void>(nullptr, [keep, ledger, bytes](void*) mutable {
-    ledger->sub(MemCategory::buffers, bytes);
+  t.storage = std::shared_ptr<void>(nullptr, [keep, ledger, bytes, category](void*) mutable {
+    ledger->sub(category, bytes);
     keep.reset();
   });
   return t;

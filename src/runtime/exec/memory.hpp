@@ -8,21 +8,25 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 
 #include "stratagem/backend.hpp"
 #include "stratagem/program.hpp"
 
 namespace stratagem::exec {
 
+// Thread-safe: a copy stream's worker may drop the last view of a scratch tensor.
 class MemoryLedger {
  public:
   void add(MemCategory c, int64_t bytes);
   void sub(MemCategory c, int64_t bytes) { add(c, -bytes); }
-  const std::array<int64_t, kNumMemCategories>& in_use() const { return in_use_; }
+  std::array<int64_t, kNumMemCategories> in_use() const;
   int64_t total() const;
-  int64_t high_water() const { return high_water_; }
+  int64_t high_water() const;
 
  private:
+  int64_t total_locked() const;
+  mutable std::mutex mu_;
   std::array<int64_t, kNumMemCategories> in_use_{};
   int64_t high_water_ = 0;
 };
@@ -39,8 +43,8 @@ class BufferPool {
   // A tensor of `shape` inside buffer `buffer` (non-owning view), or beside it when the arena
   // is full. buffer -1: transient scratch.
   Tensor take(int buffer, Shape shape);
-  // Transient scratch, counted under `buffers` until the last view of it is dropped.
-  Tensor scratch(Shape shape);
+  // Transient scratch, counted under `category` until the last view of it is dropped.
+  Tensor scratch(Shape shape, MemCategory category = MemCategory::buffers);
   // Bytes taken beyond the Program's arenas so far (a model shortfall), per category.
   const std::array<int64_t, kNumMemCategories>& overflow_bytes() const { return overflow_; }
 

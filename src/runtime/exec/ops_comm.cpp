@@ -146,8 +146,9 @@ void Executor::Impl::tp_collective(const Op& op, int index) {
   issue(index, std::move(req), [this, mbi, l, b, reduced, partial] {
     finish_block_backward(l, b, micro.at(mbi), reduced);
   });
-  // The completion reads the block's saved input and statistics: their buffers wait for it.
-  for (Phase ph : {Phase::forward, Phase::recompute}) {
+  // The completion reads the block's saved input and statistics: their buffers (where
+  // offloaded activations came back, the backward's) wait for it.
+  for (Phase ph : {Phase::forward, Phase::recompute, Phase::backward}) {
     auto it = buffer_of.find({int(b), int(ph), l, mbi});
     if (it != buffer_of.end()) buffer_users[it->second].push_back(index);
   }
@@ -158,24 +159,15 @@ void Executor::Impl::tp_collective(const Op& op, int index) {
 
 void Executor::Impl::fetch(const Op& op, int index) {
   Communicator& comm = ps.group(resolve_group(ps.layout(), ps.rank(), op));
-  Micro* m = op.microbatch >= 0 ? &mb(op.microbatch) : nullptr;
   const int buf = buffer(Block::none, op.phase, op.layer, op.microbatch);
+  // Offloaded shards were placed by the h2d copy this gather depends on.
+  if (!fetched.count(buf)) place_fetch(op, nullptr, index);
   auto group = std::make_unique<RequestGroup>();
-  auto& names = fetched[buf];
-  for (const ParamInfo* e : fetch_set(op, m)) {
-    // This rank's piece of the tensor at its displacement, then gathered in place.
-    Tensor dst = pool.take(buf, e->shape);
-    const int64_t a = e->offset, b = e->offset + e->numel();
-    const auto counts = shard_counts(a, b);
-    int64_t at = 0;
-    for (int d = 0; d < dp_index; ++d) at += counts[d];
-    if (counts[dp_index] > 0) {
-      Tensor piece = dst.slice(at, Shape{counts[dp_index]});
-      be.copy(piece, model.params.slice(std::max(a, shard_begin) - shard_begin, piece.shape));
-    }
-    group->parts.push_back(comm.iall_gather_v_inplace(dst.data, counts));
-    weight_field(model.weights, e->name) = dst;
-    names.push_back(e->name);
+  for (const ParamInfo* e : fetched.at(buf)) {
+    // In place: this rank's piece is at its displacement.
+    Tensor& dst = weight_field(model.weights, e->name);
+    group->parts.push_back(
+        comm.iall_gather_v_inplace(dst.data, shard_counts(e->offset, e->offset + e->numel())));
   }
   issue(index, std::move(group));
 }

@@ -347,6 +347,11 @@ void Executor::Impl::optimizer_step() {
   Tensor p_shard = sharded_params ? model.params
                                   : model.params.slice(shard_begin, Shape{shard_end - shard_begin});
   if (coef != 1.0f) be.scale(g_shard, coef);
+  if (optimizer_on_host) {  // the host_compute op updates, once the gradients are down
+    host_update_pending = true;
+    host_lr = out->lr;
+    return;
+  }
   const auto spans = model.table.spans(shard_begin, shard_end);
   adamw->step(be, p_shard, g_shard, spans, out->lr);
 }

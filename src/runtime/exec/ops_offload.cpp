@@ -1,0 +1,161 @@
+// Offloading on this rank (ZeRO-Offload, ZeRO-Infinity, H3T): what the Program's copy_h2d,
+// copy_d2h and host_compute ops move and compute. The host pool has its own ledger, apart from
+// the device's. Every copy runs on the worker of its Program stream, in that stream's order,
+// while the rank thread goes on; ops that need a copy's result have it as a dependency.
+#include <cstring>
+
+#include "src/runtime/exec/impl.hpp"
+#include "stratagem/error.hpp"
+
+namespace stratagem {
+
+namespace {
+// Tensors hold host memory on the CPU backend: a copy between the pools is a memcpy (a CUDA
+// backend makes it a cudaMemcpyAsync on the stream).
+void copy_floats(const Tensor& dst, const Tensor& src) {
+  std::memcpy(dst.data, src.data, size_t(src.numel()) * sizeof(float));
+}
+
+// The saved tensors of a layer, with the block whose buffer holds each on the device.
+std::vector<std::pair<Tensor*, Block>> saved_tensors(LayerState& ls) {
+  std::vector<std::pair<Tensor*, Block>> out;
+  for (Tensor* t : {&ls.x_in, &ls.attn.norm_out, &ls.attn.norm_mean, &ls.attn.norm_rstd,
+                    &ls.attn.qkv, &ls.attn.att, &ls.attn.lse, &ls.attn.out})
+    if (t->defined()) out.push_back({t, Block::attention});
+  for (Tensor* t : {&ls.x_mid, &ls.mlp.norm_out, &ls.mlp.norm_mean, &ls.mlp.norm_rstd,
+                    &ls.mlp.fc1_out, &ls.mlp.act_out})
+    if (t->defined()) out.push_back({t, Block::mlp});
+  return out;
+}
+}  // namespace
+
+Tensor Executor::Impl::host_tensor(MemCategory category, Shape shape) {
+  const int id = next_host_buffer++;
+  host_pool.alloc(id, category, shape.numel() * int64_t(sizeof(float)));
+  return host_pool.take(id, shape);
+}
+
+void Executor::Impl::copy(const Op& op, int index) {
+  if (op.block == Block::optimizer) {
+    if (op.kind == OpKind::copy_d2h) {
+      // The (clipped) gradient shard goes down to the host optimizer; after a checkpoint load
+      // the host's master weights are refreshed from the device too.
+      Tensor g = grad_shard(), hg = host_grads;
+      Tensor master = host_master, p;
+      if (master_stale && !params_on_host)
+        p = sharded_params ? model.params
+                           : model.params.slice(shard_begin, Shape{shard_end - shard_begin});
+      master_stale = false;
+      issue(index, d2h.submit([g, hg, p, master] {
+        copy_floats(hg, g);
+        if (p.defined()) copy_floats(master, p);
+      }));
+    } else {  // the updated shard comes back up
+      Tensor p = sharded_params ? model.params
+                                : model.params.slice(shard_begin, Shape{shard_end - shard_begin});
+      Tensor master = host_master;
+      issue(index, h2d.submit([p, master] { copy_floats(p, master); }));
+    }
+    return;
+  }
+  if (op.category == MemCategory::activations) {
+    op.kind == OpKind::copy_d2h ? offload_activations(op, index) : reload_activations(op, index);
+    return;
+  }
+  if (op.kind == OpKind::copy_h2d && op.category == MemCategory::weights) {
+    place_fetch(op, &h2d, index);
+    return;
+  }
+  throw NotSupported("copy " + op_name(op) + " is not executed by the runtime yet");
+}
+
+void Executor::Impl::host_compute(const Op& op, int index) {
+  if (op.block != Block::optimizer)
+    throw NotSupported("host op " + op_name(op) + " is not executed by the runtime yet");
+  // AdamW on the host's master shard, on the d2h stream after the gradients' copy.
+  if (!host_update_pending) return;
+  host_update_pending = false;
+  Tensor master = host_master, hg = host_grads;
+  auto spans = model.table.spans(shard_begin, shard_end);
+  const float lr = host_lr;
+  Backend* hb = host_be.get();
+  AdamW* state = adamw.get();
+  issue(index, d2h.submit([hb, state, master, hg, spans, lr]() mutable {
+    state->step(*hb, master, hg, spans, lr);
+  }));
+}
+
+void Executor::Impl::offload_activations(const Op& op, int index) {
+  Micro& m = mb(op.microbatch);
+  // The residual stream still reads the layer's last block input: it is summed now, before
+  // that input leaves the device.
+  if (m.fwd.defined()) {
+    Tensor x = materialize(m.fwd, -1, stream_shape());
+    m.fwd = Flow{x, {}, -1};
+  }
+  LayerState& ls = m.layers.at(op.layer);
+  // Under full recompute only the layer input is saved; the mlp's input is rebuilt.
+  if (plan.layers[op.layer].recompute == Recompute::full) ls.x_mid = Tensor{};
+  std::vector<std::pair<Tensor, Tensor>> moves;  // (host, device)
+  for (auto [t, block] : saved_tensors(ls)) {
+    (void)block;
+    Tensor host = host_pool.scratch(t->shape, MemCategory::activations);
+    moves.push_back({host, *t});
+    *t = host;
+  }
+  issue(index, d2h.submit([moves] {
+    for (const auto& [host, dev] : moves) copy_floats(host, dev);
+  }));
+}
+
+void Executor::Impl::reload_activations(const Op& op, int index) {
+  Micro& m = mb(op.microbatch);
+  LayerState& ls = m.layers.at(op.layer);
+  std::vector<std::pair<Tensor, Tensor>> moves;  // (device, host)
+  for (auto [t, block] : saved_tensors(ls)) {
+    Tensor dev = pool.take(buffer(block, Phase::backward, op.layer, op.microbatch), t->shape);
+    moves.push_back({dev, *t});
+    *t = dev;
+  }
+  issue(index, h2d.submit([moves] {
+    for (const auto& [dev, host] : moves) copy_floats(dev, host);
+  }));
+}
+
+void Executor::Impl::place_fetch(const Op& op, exec::CopyStream* stream, int index) {
+  Micro* m = op.microbatch >= 0 ? &mb(op.microbatch) : nullptr;
+  const int buf = buffer(Block::none, op.phase, op.layer, op.microbatch);
+  auto& bound = fetched[buf];
+  std::vector<std::pair<Tensor, Tensor>> moves;  // (fetch buffer part, home part)
+  for (const ParamInfo* e : fetch_set(op, m)) {
+    Tensor dst = pool.take(buf, e->shape);
+    weight_field(model.weights, e->name) = dst;
+    bound.push_back(e);
+    if (!sharded_params) {  // offloaded whole: the tensor itself comes up
+      moves.push_back(
+          {dst.view(Shape{e->numel()}), model.params.slice(e->offset, Shape{e->numel()})});
+      continue;
+    }
+    // ZeRO-3: this rank's piece goes to its displacement; the all-gather fills the rest.
+    const int64_t a = e->offset, b = e->offset + e->numel();
+    const auto counts = shard_counts(a, b);
+    int64_t at = 0;
+    for (int d = 0; d < dp_index; ++d) at += counts[d];
+    if (counts[dp_index] > 0)
+      moves.push_back(
+          {dst.slice(at, Shape{counts[dp_index]}),
+           model.params.slice(std::max(a, shard_begin) - shard_begin, Shape{counts[dp_index]})});
+  }
+  if (stream) {
+    issue(index, stream->submit([moves] {
+      for (const auto& [dst, src] : moves) copy_floats(dst, src);
+    }));
+  } else {
+    for (auto& [dst, src] : moves) {
+      Tensor d = dst;
+      be.copy(d, src);
+    }
+  }
+}
+
+}  // namespace stratagem
