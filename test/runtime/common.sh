@@ -3,7 +3,7 @@ set -euo pipefail
 BIN=${STRATAGEM_BIN:?set STRATAGEM_BIN}
 PY=/usr/bin/python3
 WORK=$(mktemp -d /tmp/stratagem-test.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1
