@@ -67,3 +67,6 @@ case_ dp2_z1_offload_opt_act 2 GPT "$B8" "" "--dp 2 --zero 1 --offload optimizer
 case_ tp2_pp2_dp2_offload_opt 8 GPT "$B8" "--recompute selective" "--tp 2 --pp 2 --dp 2 --zero 1 --offload optimizer --recompute selective"
 case_ dp4_z3_offload_opt_params 4 LLAMA "$B8" "--recompute selective" "--dp 4 --zero 3 --offload optimizer,params --recompute selective"
 case_ tp2_dp2_sp_z3_offload_all_full 4 LLAMA "$B8" "--recompute full" "--tp 2 --dp 2 --sequence-parallel --zero 3 --offload optimizer,params,activations --recompute full"
+B16="--global-batch 16 --micro-batch 1"
+case_ pp2_dp4_z3_offload_params 8 LLAMA "$B16" "" "--pp 2 --dp 4 --zero 3 --offload params"
+case_ dp8_z2_offload_opt 8 GPT "$B16" "" "--dp 8 --zero 2 --offload optimizer"
