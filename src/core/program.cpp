@@ -543,10 +543,14 @@ class StageBuilder {
   // sum, which must precede that reduction, then runs every micro-batch too. (Not the tied
   // embeddings' sum: per micro-batch it would hold the last stage's in-order dp stream, and
   // the ZeRO-3 fetches queued behind it, until the first stage's backward of that micro-batch.)
+  // Not the embedding's and head's under tied embeddings split over pipeline stages: their
+  // gradients reach the shard only after the two stages' copies are summed, once per
+  // iteration, so both stages stage them whole until then.
   bool per_microbatch(int layer) const {
     const auto& s = strat(layer);
-    return s.zero >= 2 && s.dp > 1;
+    return s.zero >= 2 && s.dp > 1 && !(layer < 0 && tied_split());
   }
+  bool tied_split() const { return m_.tied_embeddings && p_.pp > 1; }
 
   // Tied word embeddings with pp > 1: the first and last stage sum their copies' gradients
   // once both are final, before the data-parallel reduction (which may shard them) and on the
@@ -628,8 +632,8 @@ class StageBuilder {
   void reduce_grads(int layer, int mb, int after) {
     const auto& s = strat(layer < 0 ? -1 : layer);
     if (s.dp == 1) return;
-    const bool per_microbatch = s.zero >= 2;
-    if (!per_microbatch && mb != last_bwd_mb_[chunk_]) return;
+    const bool per_mb = per_microbatch(layer < 0 ? -1 : layer);
+    if (!per_mb && mb != last_bwd_mb_[chunk_]) return;
     int64_t params = layer >= 0 ? layer_params(layer) : embed_params();
     Op op = make(OpKind::collective, Stream::dp_comm, Block::none, Phase::backward,
                  layer < 0 ? -1 : layer, mb);
@@ -638,7 +642,7 @@ class StageBuilder {
     op.tp = static_cast<uint8_t>(s.tp);
     op.bytes = params * e_;
     op.chunk = static_cast<int16_t>(chunk_);
-    if (p_.overlap_grad_reduce || per_microbatch) {
+    if (p_.overlap_grad_reduce || per_mb) {
       grad_reductions_.push_back(emit(op, {after}));
     } else {
       deferred_.push_back(op);

@@ -34,13 +34,6 @@ void check_runnable(const ModelSpec& m, const Plan& p, const std::string& backen
                          ") differs from the embedding's strategy (" + e.describe() +
                          "): per-layer heterogeneous tp/dp/sp/ZeRO plans are not executed yet");
   }
-  // The last stage's tied sum would wait, every micro-batch, for the first stage's, and the
-  // executor issues a collective where the Program puts it: the pipeline would stall.
-  const LayerStrategy& e = p.embedding;
-  if (e.zero >= 2 && e.dp > 1 && p.pp > 1 && m.tied_embeddings)
-    throw NotSupported("ZeRO-" + std::to_string(e.zero) +
-                       " with a tied embedding split over pipeline stages is not executed by the "
-                       "runtime yet");
   if (backend == "cpu" && p.dtype != Dtype::fp32)
     throw NotSupported(std::string("dtype ") + to_string(p.dtype) +
                        ": the cpu backend computes in fp32 (plan dtype fp32)");

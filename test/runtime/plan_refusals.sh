@@ -17,8 +17,6 @@ refused() {  # needle np args...
 }
 refused "the plan needs 8 ranks .* MPI started 4" 4 --tp 2 --pp 2 --dp 2 --nodes 2
 refused "the plan needs pp 1 x 2 = 2 GPUs but .* has 4" 4 --tp 2 --dp 1 --nodes 1 --global-batch 8
-refused "ZeRO-2 with a tied embedding split over pipeline stages" 4 --pp 2 --dp 2 --zero 2
-refused "ZeRO-3 with a tied embedding split over pipeline stages" 4 --pp 2 --dp 2 --zero 3
 refused "tp 3 does not divide heads" 3 --tp 3 --dp 1
 # A per-layer heterogeneous plan: layer 1 with tp 2 x dp 2 beside layer 0 with tp 1 x dp 4.
 "$BIN" plan check "${TINY[@]}" --cluster cpu-local --nodes 1 --dp 4 --global-batch 8 \
