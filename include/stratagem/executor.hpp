@@ -119,9 +119,14 @@ class Executor {
 };
 
 // Throws NotSupported (naming the feature) for a plan the runtime cannot run yet on this
-// backend, before any work: ZeRO-2/3, offloading, per-layer heterogeneous tp/dp/sp/ZeRO, a
-// dtype the backend does not compute in, or a tp that does not divide the heads.
-void check_runnable(const ModelSpec& model, const Plan& plan, const std::string& backend);
+// backend, before any work: per-layer heterogeneous tp/dp/sp/ZeRO, per-layer parameter or
+// optimizer offload, a dtype the backend does not compute in; and InputError for a tp that does
+// not divide the heads, or offloading beyond the node's host memory (cluster
+// node.host_memory_bytes, shared by the node's ranks).
+void check_runnable(const ModelSpec& model, const Plan& plan, const ClusterSpec& cluster,
+                    const std::string& backend);
+// The model part a rank of pipeline stage `stage` holds (tensor-parallel share `tp_rank`).
+ModelPart stage_part(const Plan& plan, int stage, int tp_rank);
 
 // Writes the measured trace of one step (the runtime side of the trace schema, source =
 // "measured"). Collective over `comm`: every rank sends its op timings and memory samples to

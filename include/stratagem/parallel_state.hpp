@@ -26,6 +26,7 @@ class ParallelState {
   ParallelState& operator=(const ParallelState&) = delete;
 
   const Layout& layout() const { return layout_; }
+  const ClusterSpec& cluster() const { return cluster_; }
   int rank() const { return rank_; }
   const RankCoords& coords() const { return coords_; }
   int stage() const { return coords_.stage; }
@@ -40,6 +41,7 @@ class ParallelState {
 
  private:
   MPI_Comm world_;
+  ClusterSpec cluster_;
   Layout layout_;
   int rank_ = 0;
   RankCoords coords_;

@@ -106,7 +106,7 @@ int run_train(Args& a) {
                      " ranks (pp x tp x dp) but MPI started " + std::to_string(world_size()) +
                      "; use mpirun -np " + std::to_string(plan.world_size()));
   check_launch(a.command());
-  check_runnable(model, plan, backend_name);
+  check_runnable(model, plan, cluster, backend_name);
   opt.schedule.total_steps = steps;
 
   TokenDataset data = TokenDataset::load(data_path);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "src/runtime/exec/impl.hpp"
 #include "stratagem/error.hpp"
@@ -16,8 +17,69 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
+// The model part a rank of `stage` holds: its chunks' layers, the embedding on the first
+// stage, the head on the last, one tensor-parallel share.
+ModelPart stage_part(const Plan& plan, int stage, int tp_rank) {
+  ModelPart part;
+  part.embedding = stage == 0;
+  part.head = stage == plan.pp - 1;
+  part.tp = plan.embedding.tp;
+  part.tp_rank = tp_rank;
+  for (size_t c = stage; c < plan.chunks.size(); c += plan.pp)
+    for (int l = plan.chunks[c].begin; l < plan.chunks[c].end; ++l) part.layers.push_back(l);
+  std::sort(part.layers.begin(), part.layers.end());
+  if (part.layers.empty()) part.first_layer = part.end_layer = 0;
+  return part;
+}
+
+namespace {
+// Every rank of a node offloads into the same host memory: a plan whose offloaded states and
+// activations (as the executor holds them) do not fit there is refused before any work,
+// naming the pool and the numbers.
+void check_host_pool(const ModelSpec& m, const Plan& p, const ClusterSpec& c) {
+  const LayerStrategy& e = p.embedding;
+  const bool on_host = e.offload_params || e.offload_optimizer;
+  bool acts_offloaded = false;
+  for (const LayerStrategy& s : p.layers) acts_offloaded = acts_offloaded || s.offload_activations;
+  if (c.node.host_memory_bytes <= 0 || !(on_host || acts_offloaded)) return;
+  const TransformerConfig whole = transformer_config(m);
+  const Program prog = build_program(m, p);
+  const int64_t f = sizeof(float);
+  int64_t per_rank = 0, states_max = 0, acts_max = 0;
+  for (int stage = 0; stage < p.pp; ++stage) {
+    const int64_t n = make_param_table(whole, stage_part(p, stage, 0)).size();
+    const int64_t shard = e.zero >= 1 ? (n + e.dp - 1) / e.dp : n;
+    int64_t states = e.offload_params ? (e.zero == 3 && e.dp > 1 ? shard : n) * f : 0;
+    if (e.offload_optimizer)  // moments, the gradients handed down, the master copy
+      states += shard * f * (e.offload_params ? 3 : 4);
+    int64_t acts = 0, acts_peak = 0;  // the Program's activation copies, in its order
+    for (const Op& op : prog.stages[stage].ops) {
+      if (op.category != MemCategory::activations) continue;
+      if (op.kind == OpKind::copy_d2h) acts += op.bytes;
+      if (op.kind == OpKind::copy_h2d) acts -= op.bytes;
+      acts_peak = std::max(acts_peak, acts);
+    }
+    if (states + acts_peak > per_rank)
+      per_rank = states + acts_peak, states_max = states, acts_max = acts_peak;
+  }
+  const int per_node = std::min(c.node.gpus_per_node, p.world_size());
+  if (per_rank * per_node <= c.node.host_memory_bytes) return;
+  auto gib = [](int64_t b) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.4g", double(b) / double(1LL << 30));
+    return std::string(s);
+  };
+  throw InputError("host pool: the plan offloads " + gib(per_rank) + " GiB per rank (states " +
+                   gib(states_max) + ", activations " + gib(acts_max) + ") x " +
+                   std::to_string(per_node) + " ranks per node, more than the node's " +
+                   gib(c.node.host_memory_bytes) + " GiB of host memory (cluster " + c.name +
+                   ", node.host_memory_bytes)");
+}
+}  // namespace
+
 // Features of the search's space that the runtime does not execute yet, named for the user.
-void check_runnable(const ModelSpec& m, const Plan& p, const std::string& backend) {
+void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluster,
+                    const std::string& backend) {
   for (size_t l = 0; l < p.layers.size(); ++l) {
     const LayerStrategy& s = p.layers[l];
     const LayerStrategy& e = p.embedding;
@@ -38,6 +100,7 @@ void check_runnable(const ModelSpec& m, const Plan& p, const std::string& backen
     throw NotSupported(std::string("dtype ") + to_string(p.dtype) +
                        ": the cpu backend computes in fp32 (plan dtype fp32)");
   transformer_config(m).sharded(p.embedding.tp);  // heads, kv heads and ffn divide by tp
+  check_host_pool(m, p, cluster);
 }
 
 Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Plan& plan_in,
@@ -52,7 +115,7 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
       pool(backend, ledger),
       host_ledger(std::make_shared<exec::MemoryLedger>()),
       host_pool(backend, host_ledger) {
-  check_runnable(spec, plan, be.name());
+  check_runnable(spec, plan, ps.cluster(), be.name());
   whole = transformer_config(spec);
   const LayerStrategy& es = plan.embedding;
   tp = es.tp;
@@ -84,15 +147,7 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
     if (op.category == MemCategory::grads) g_buf = op.buffer;
     if (op.category == MemCategory::optimizer) o_buf = op.buffer;
   }
-  ModelPart part;
-  part.embedding = stage == 0;
-  part.head = stage == plan.pp - 1;
-  part.tp = tp;
-  part.tp_rank = tp_index;
-  for (size_t c = stage; c < plan.chunks.size(); c += plan.pp)
-    for (int l = plan.chunks[c].begin; l < plan.chunks[c].end; ++l) part.layers.push_back(l);
-  std::sort(part.layers.begin(), part.layers.end());
-  if (part.layers.empty()) part.first_layer = part.end_layer = 0;
+  const ModelPart part = stage_part(plan, stage, tp_index);
   model.config = local;
   model.tp_rank = tp_index;
   model.table = make_param_table(whole, part);

@@ -9,7 +9,7 @@ namespace stratagem {
 
 ParallelState::ParallelState(MPI_Comm world, const Plan& plan, const ClusterSpec& cluster,
                              double comm_timeout_s)
-    : world_(world), layout_(plan, cluster) {
+    : world_(world), cluster_(cluster), layout_(plan, cluster) {
   int size = 1;
   MPI_Comm_rank(world, &rank_);
   MPI_Comm_size(world, &size);

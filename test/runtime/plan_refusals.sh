@@ -39,3 +39,16 @@ p["layers"] = [dict(run, layers=[0, 1], offload={"optimizer": True, "params": Tr
 json.dump(p, open(sys.argv[2], "w"))
 PY
 refused "per-layer parameter and optimizer offload is not executed yet" 4 --plan "$WORK/offload.json"
+# A plan that offloads more than the node's host memory holds: refused before any step, naming
+# the pool. (The cluster file of cpu-local, with 1 MiB of host memory.)
+"$BIN" simulate "${TINY[@]}" --cluster cpu-local --nodes 1 --dp 4 --global-batch 8 --micro-batch 2 \
+  --dtype fp32 --trace "$WORK/c.h5" >/dev/null || fail "simulate failed"
+$PY - "$WORK/c.h5" "$WORK/small-host.json" <<'PY' || fail "cannot write the cluster file"
+import h5py, json, sys
+c = json.loads(h5py.File(sys.argv[1], "r").attrs["cluster"])
+c["node"]["host_memory_bytes"] = 1 << 20
+json.dump(c, open(sys.argv[2], "w"))
+PY
+rm -f "$WORK/c.h5"
+refused "host pool: the plan offloads .* GiB per rank .* ranks per node, more than the node's .* GiB of host memory (cluster .*node.host_memory_bytes)" \
+  2 --cluster "$WORK/small-host.json" --dp 2 --zero 1 --offload optimizer,params
