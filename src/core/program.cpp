@@ -232,7 +232,7 @@ class StageBuilder {
     const int gathers = ph == Phase::backward && b != Block::head ? 2 : 1;
     for (int i = 0; i < gathers; ++i) {
       c = collective(Stream::tp_comm, Collective::all_gather, GroupKind::tp, s.tp, bytes, b, ph,
-                     layer, mb, {last_compute_});
+                     layer, mb, {last_compute_, reloaded_});
       compute_waits_.push_back(c);
     }
     return c;
@@ -418,8 +418,8 @@ class StageBuilder {
                               : fetch_params(l, Phase::backward, mb, prev_mlp);
       if (next_wait >= 0) compute_waits_.push_back(next_wait), next_wait = -1;
       if (s.offload_activations) {
-        std::tie(act_a, act_m, std::ignore) = next_reload;
-        compute_waits_.push_back(std::get<2>(next_reload));
+        std::tie(act_a, act_m, reloaded_) = next_reload;
+        compute_waits_.push_back(reloaded_);
       }
       int re_a = -1, re_m = -1;
       if (s.recompute == Recompute::full) {
@@ -479,6 +479,7 @@ class StageBuilder {
       release(act_a, Stream::compute);
       release(re_a, Stream::compute);
       release(fetched, Stream::compute);
+      reloaded_ = -1;
       int ready = reduced >= 0 ? reduced : c;
       if (mb == last_bwd_mb_[chunk_] || per_microbatch(l)) ready = sp_replicated_reduce(l, ready);
       reduce_grads(l, mb, ready);
@@ -750,6 +751,9 @@ class StageBuilder {
   std::unordered_map<int, Op> live_;
   std::unordered_map<int64_t, std::pair<int, int>> saved_;
   std::unordered_map<int64_t, int> offloaded_;  // (layer, mb) -> its activations' d2h copy
+  // The copy that brought back the activations of the layer in backward: the sequence-parallel
+  // gathers read them too, not only its compute.
+  int reloaded_ = -1;
 };
 
 }  // namespace
