@@ -321,11 +321,39 @@ double Searcher::in_flight(const Config& cf, int s) const {
   return 1;
 }
 
+// The estimator's interleaved schedule (schedule_peak in src/cost/plan_costs.cpp) runs
+// W = min(2 (pp - s - 1) + (v - 1) pp, M v) warm-up chunk forwards, the k-th on chunk
+// (k mod pp v) / pp, and its peak is at least the kept activations of the first min(W + 1, M v)
+// forwards (the next forward's own peak covers its kept activations). Chunk c holds A_c, the
+// kept activations of its layers, once per forward on it, so that peak is at least
+// (the fewest forwards on any chunk) x sum_c A_c: every layer's kept activations that many
+// times. The DP's in_flight is the average count instead, which a chunk of the stage may not
+// reach.
+double Searcher::interleaved_least_in_flight(const Config& cf, int s) const {
+  const int total = cf.M * cf.v, period = cf.pp * cf.v;
+  const int W = std::min((cf.pp - s - 1) * 2 + (cf.v - 1) * cf.pp, total);
+  const int X = std::min(W + 1, total);
+  int least = X;
+  for (int c = 0; c < cf.v; ++c) {
+    // Forwards k < X with (k mod period) / pp == c: whole periods, then the partial one.
+    const int partial = std::clamp(X % period - c * cf.pp, 0, cf.pp);
+    least = std::min(least, (X / period) * cf.pp + partial);
+  }
+  return least;
+}
+
 int n_max_of(int L, int pp, int v) {
   if (pp == 1) return L;
   const int even = (L + pp - 1) / pp;
   return std::max(v, std::min(L - (pp - 1) * v, 2 * even + 2));
 }
+
+namespace {
+// Weights of (busy, dp stream, host-to-device, device-to-host) in the lower bound's relaxations.
+constexpr double kStreamWeights[][4] = {{1, 0, 0, 0},     {0.5, 0.5, 0, 0}, {0.5, 0, 0.5, 0},
+                                        {0.5, 0, 0, 0.5}, {0, 1, 0, 0},     {0, 0, 1, 0},
+                                        {0, 0, 0, 1}};
+}  // namespace
 
 double Searcher::lower_bound(const Config& cf) {
   const PairData& pd = pair(cf.pp, cf.Bm);
@@ -343,14 +371,9 @@ double Searcher::lower_bound(const Config& cf) {
   }
   std::vector<std::vector<double>> T(pp, std::vector<double>(n_max + 1, kInf));
   for (int s = 0; s < pp; ++s) {
-    // Interleaved: a stage holds at least one whole micro-batch's activations (proof in the
-    // header comment of the estimator's schedule_peak: its first backward needs all chunks).
-    const double k = cf.sched == Schedule::interleaved ? 1.0 : in_flight(cf, s);
+    const double k =
+        cf.sched == Schedule::interleaved ? interleaved_least_in_flight(cf, s) : in_flight(cf, s);
     const GeoData& gd = pd.geos[pd.stage_geo[s]];
-    std::vector<std::pair<double, double>> pts;
-    for (const auto& it : gd.items)
-      pts.push_back({double(it.states) + k * double(it.kept), it.busy_s});
-    Envelope env(std::move(pts));
     double room = double(net_budget_), extra = 0;
     if (pp == 1)
       room -= e_only, extra = b_only;
@@ -358,9 +381,34 @@ double Searcher::lower_bound(const Config& cf) {
       room -= e_first, extra = b_first;
     else if (s == pp - 1)
       room -= e_last, extra = b_last;
-    for (int n = cf.v; n <= n_max; ++n) {
-      const double per = env.at(room / n);
-      if (per < kInf) T[s][n] = n * per + extra;
+    // The estimator's micro-batch time of a stage is the largest of its busy time and its side
+    // streams' times (dp, host-to-device, device-to-host), each a sum over its layers, so it is
+    // at least any convex combination of them: the bound is the best of a few combinations,
+    // each relaxed as above. (Busy alone misses what offloading costs on the copy streams.)
+    for (const auto& w : kStreamWeights) {
+      // Added to it: what nothing hides at the ends of each chunk pass (the first layer's
+      // weight fetch, the last layer's fetch and activation copy-back). When every chunk is one
+      // layer (n = v) each layer pays all three; otherwise each chunk at least the least any
+      // strategy pays.
+      double least_first = kInf, least_last = kInf;
+      for (const auto& it : gd.items)
+        least_first = std::min(least_first, it.fetch_s),
+        least_last = std::min(least_last, it.fetch_s + it.act_h2d_s);
+      for (bool single : {true, false}) {
+        std::vector<std::pair<double, double>> pts;
+        for (const auto& it : gd.items)
+          pts.push_back({double(it.states) + k * double(it.kept),
+                         w[0] * it.busy_s + w[1] * it.dp_stream_s + w[2] * it.h2d_stream_s +
+                             w[3] * it.d2h_stream_s +
+                             (single ? 2 * it.fetch_s + it.act_h2d_s : 0.0)});
+        Envelope env(std::move(pts));
+        for (int n = single ? cf.v : cf.v + 1; n <= (single ? cf.v : n_max); ++n) {
+          const double per = env.at(room / n);
+          const double ends = single ? 0.0 : cf.v * (least_first + least_last);
+          if (per < kInf)
+            T[s][n] = std::max(T[s][n] == kInf ? 0.0 : T[s][n], n * per + w[0] * extra + ends);
+        }
+      }
     }
   }
   const double sum = min_sum_partition(T, L, cf.v);

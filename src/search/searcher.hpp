@@ -188,6 +188,7 @@ class Searcher {
   std::vector<Config> configs() const;
   const PairData& pair(int pp, int Bm);
   double in_flight(const Config& cf, int s) const;
+  double interleaved_least_in_flight(const Config& cf, int s) const;
   double lower_bound(const Config& cf);
   void search_config(const Config& cf);
   void min_memory_config(const Config& cf);
