@@ -150,7 +150,11 @@ struct SearchStats {
   int processes = 1;
   double search_time_s = 0;     // everything, wall time on process 0
   double estimate_phase_s = 0;  // DP + estimator
-  double rerank_phase_s = 0;    // simulator re-rank
+  double rerank_phase_s = 0;    // simulator re-rank (after the DP search)
+  // Simulations of the baselines' top candidates that ran on a second thread beside the DP
+  // search (one process with a spare core); rerank_phase_s does not include them.
+  double rerank_overlapped_s = 0;
+  int64_t plans_simulated_overlapped = 0;
 };
 
 struct SearchResult {

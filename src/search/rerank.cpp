@@ -54,6 +54,9 @@ int64_t simulation_bytes(const ModelSpec& m, const Plan& p) {
 // runs alone), so that the re-rank's memory does not grow with the thread count.
 constexpr int64_t kRerankBytes = int64_t(320) << 20;
 constexpr int64_t kSmallSimulationBytes = int64_t(16) << 20;
+// Simulations beside the DP search only up to this estimate: the DP's tables (up to about
+// 180 MB) and a larger simulation at once would exceed what the search may hold (500 MB).
+constexpr int64_t kEarlyBytes = int64_t(256) << 20;
 
 // Final order: fitting candidates by the scorer's time, then the rest; ties by key.
 void final_sort(std::vector<SearchCandidate>& v) {
@@ -65,6 +68,36 @@ void final_sort(std::vector<SearchCandidate>& v) {
   });
 }
 }  // namespace
+
+void Searcher::start_early_simulations() {
+  if (!o_.rerank_with_simulator || o_.space != SearchSpace::full || !o_.baselines) return;
+  if (rerank_threads() < 2 || procs_ > 1) return;  // under MPI the baselines merge later
+  std::set<std::string> keys;
+  for (const TopK* t : {&megatron_, &zero_})
+    for (const auto& c : t->items())
+      if (simulation_bytes(m_, c.plan) <= kEarlyBytes && keys.insert(c.key).second)
+        early_.push_back(c);
+  if (early_.empty()) return;
+  early_thread_ = std::thread([this] {
+    const auto t0 = Clock::now();
+    try {
+      for (auto& x : early_) simulate_candidate(m_, c_, o_.framework, budget_, x);
+#if defined(M_TRIM_THRESHOLD)
+      malloc_trim(0);  // this thread's arena: the re-rank's large simulations come after
+#endif
+    } catch (...) {
+      early_failed_ = std::current_exception();
+    }
+    early_s_ = seconds_since(t0);
+  });
+}
+
+void Searcher::finish_early_simulations() {
+  if (!early_thread_.joinable()) return;
+  early_thread_.join();
+  stats_.rerank_overlapped_s = early_s_;
+  stats_.plans_simulated_overlapped = int64_t(early_.size());
+}
 
 int Searcher::rerank_threads() const {
   if (o_.threads > 0) return o_.threads;
@@ -100,8 +133,20 @@ void Searcher::rerank(SearchResult& r) {
     // Deal the simulations round-robin over the processes, and over threads inside each;
     // gather (time, peak, stage peaks, fits). Each candidate is simulated on its own, so the
     // results do not depend on the number of threads.
+    // Those simulated while the DP search ran are taken as they are.
+    if (early_failed_) std::rethrow_exception(early_failed_);
+    std::map<std::string, const SearchCandidate*> early;
+    for (const auto& x : early_)
+      if (x.simulated) early[x.key] = &x;
     std::vector<size_t> todo;
-    for (size_t i = rank_; i < set.size(); i += procs_) todo.push_back(i);
+    for (size_t i = rank_; i < set.size(); i += procs_) {
+      auto it = early.find(set[i].key);
+      if (it == early.end()) {
+        todo.push_back(i);
+        continue;
+      }
+      set[i] = *it->second;
+    }
     const int threads = std::max(1, std::min<int>(rerank_threads(), int(todo.size())));
     // Simulations of more than kSmallSimulationBytes run one after another on this thread;
     // the small ones on any thread. Memory a simulation frees stays in its thread's malloc

@@ -459,6 +459,11 @@ SearchResult Searcher::run() {
   stats_.configs = int64_t(cfs.size());
   // Baselines first: they seed the K-th best time that lets the bound skip configurations.
   baselines();
+  start_early_simulations();
+  struct Joiner {
+    Searcher* s;
+    ~Joiner() { s->finish_early_simulations(); }
+  } joiner{this};
   if (!cfs.empty()) {
     for (auto& cf : cfs) cf.lb = lower_bound(cf);
     std::sort(cfs.begin(), cfs.end(), [](const Config& a, const Config& b) {
@@ -509,6 +514,7 @@ SearchResult Searcher::run() {
   // memory.
   pairs_.clear();
   release_table_pool();
+  finish_early_simulations();
   rerank(r);
   r.evaluated = evaluated_.plans();
   stats_.search_time_s = seconds_since(t0_);

@@ -35,6 +35,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/search/evaluated.hpp"
@@ -203,6 +204,10 @@ class Searcher {
   void merge(const std::vector<std::string>& parts);
   void rerank(SearchResult& r);
   int rerank_threads() const;
+  // One process with a spare core: the baselines' top candidates are known before the DP
+  // search starts, so a second thread simulates them while it runs (rerank() reuses them).
+  void start_early_simulations();
+  void finish_early_simulations();
 
   const ModelSpec& m_;
   const ClusterSpec& c_;
@@ -221,6 +226,10 @@ class Searcher {
   int rank_ = 0, procs_ = 1;
   Clock::time_point t0_ = Clock::now(), last_progress_ = Clock::now();
   int64_t progress_done_ = 0, progress_total_ = 0;
+  std::thread early_thread_;
+  std::vector<SearchCandidate> early_;  // simulated by early_thread_ (valid once joined)
+  std::exception_ptr early_failed_;
+  double early_s_ = 0;  // wall time of the early simulations
 };
 
 // The largest layer count the search gives one stage of a pp-stage pipeline.
