@@ -16,8 +16,9 @@ namespace {
 // per layer reachable with average memory x (LP relaxation of the stage's layer choice).
 class Envelope {
  public:
-  explicit Envelope(std::vector<std::pair<double, double>> pts) {
-    std::sort(pts.begin(), pts.end());
+  // `sorted`: the points are already in increasing order.
+  explicit Envelope(std::vector<std::pair<double, double>> pts, bool sorted = false) {
+    if (!sorted) std::sort(pts.begin(), pts.end());
     for (const auto& p : pts) {
       if (!h_.empty() && p.second >= h_.back().second) continue;  // no cheaper: not on the front
       while (h_.size() >= 2) {
@@ -385,6 +386,12 @@ double Searcher::lower_bound(const Config& cf) {
     // streams' times (dp, host-to-device, device-to-host), each a sum over its layers, so it is
     // at least any convex combination of them: the bound is the best of a few combinations,
     // each relaxed as above. (Busy alone misses what offloading costs on the copy streams.)
+    std::vector<double> memory;
+    for (const auto& it : gd.items) memory.push_back(double(it.states) + k * double(it.kept));
+    std::vector<int> by_memory(gd.items.size());
+    for (size_t i = 0; i < by_memory.size(); ++i) by_memory[i] = int(i);
+    std::sort(by_memory.begin(), by_memory.end(),
+              [&](int a, int b) { return memory[a] < memory[b]; });
     for (const auto& w : kStreamWeights) {
       // Added to it: what nothing hides at the ends of each chunk pass (the first layer's
       // weight fetch, the last layer's fetch and activation copy-back). When every chunk is one
@@ -396,12 +403,19 @@ double Searcher::lower_bound(const Config& cf) {
         least_last = std::min(least_last, it.fetch_s + it.act_h2d_s);
       for (bool single : {true, false}) {
         std::vector<std::pair<double, double>> pts;
-        for (const auto& it : gd.items)
-          pts.push_back({double(it.states) + k * double(it.kept),
-                         w[0] * it.busy_s + w[1] * it.dp_stream_s + w[2] * it.h2d_stream_s +
-                             w[3] * it.d2h_stream_s +
-                             (single ? 2 * it.fetch_s + it.act_h2d_s : 0.0)});
-        Envelope env(std::move(pts));
+        pts.reserve(by_memory.size());
+        for (int i : by_memory) {
+          const auto& it = gd.items[i];
+          pts.push_back({memory[i], w[0] * it.busy_s + w[1] * it.dp_stream_s +
+                                        w[2] * it.h2d_stream_s + w[3] * it.d2h_stream_s +
+                                        (single ? 2 * it.fetch_s + it.act_h2d_s : 0.0)});
+        }
+        // Sorted by memory already; equal memory by time, as std::sort orders the pairs.
+        for (size_t a = 0, b; a < pts.size(); a = b) {
+          for (b = a + 1; b < pts.size() && pts[b].first == pts[a].first;) ++b;
+          if (b - a > 1) std::sort(pts.begin() + long(a), pts.begin() + long(b));
+        }
+        Envelope env(std::move(pts), /*sorted=*/true);
         for (int n = single ? cf.v : cf.v + 1; n <= (single ? cf.v : n_max); ++n) {
           const double per = env.at(room / n);
           const double ends = single ? 0.0 : cf.v * (least_first + least_last);
