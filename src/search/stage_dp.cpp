@@ -499,6 +499,30 @@ double min_sum_capped(const std::vector<std::vector<double>>& T, int L, int n_mi
 }
 }  // namespace
 
+namespace {
+// Whether min_sum_capped(T, L, n_min, cap) is finite: when every stage's layer counts within
+// the cap form an interval, their sums do too (a scan instead of the DP).
+bool feasible_under(const std::vector<std::vector<double>>& T, int L, int n_min, double cap) {
+  int64_t lo = 0, hi = 0;
+  for (const auto& row : T) {
+    int first = -1, last = -1;
+    bool gap = false;
+    for (int n = std::max(1, n_min); n < int(row.size()) && n <= L; ++n) {
+      if (row[n] == kInf || row[n] > cap) continue;
+      if (first < 0)
+        first = n;
+      else if (n != last + 1)
+        gap = true;
+      last = n;
+    }
+    if (first < 0) return false;
+    if (gap) return min_sum_capped(T, L, n_min, cap, nullptr) < kInf;
+    lo += first, hi += last;
+  }
+  return lo <= L && L <= hi;
+}
+}  // namespace
+
 double min_sum_partition(const std::vector<std::vector<double>>& T, int L, int n_min) {
   return min_sum_capped(T, L, n_min, kInf, nullptr);
 }
@@ -515,10 +539,10 @@ std::vector<int> solve_partition(const std::vector<std::vector<double>>& T, int 
   if (vals.empty()) return best;
   // Smallest feasible maximum stage cost.
   int lo = 0, hi = int(vals.size()) - 1;
-  if (min_sum_capped(T, L, n_min, vals[hi], nullptr) == kInf) return best;
+  if (!feasible_under(T, L, n_min, vals[hi])) return best;
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
-    if (min_sum_capped(T, L, n_min, vals[mid], nullptr) < kInf)
+    if (feasible_under(T, L, n_min, vals[mid]))
       hi = mid;
     else
       lo = mid + 1;
