@@ -29,9 +29,10 @@
 //     too. A stage the estimator finds under or over its budget has its DP budget widened or
 //     narrowed and the plan rebuilt.
 //  5. Every plan is scored by the fast estimator; the top K are re-ranked by the discrete-event
-//     simulator. The best uniform Megatron-style plan and the best ZeRO-3 plan are searched with
-//     the same scorer and belong to the full space (their top K are re-ranked too), so the full
-//     search never returns worse.
+//     simulator (on one process with a spare core, the baselines' top K are simulated on a
+//     second thread while the DP search runs). The best uniform Megatron-style plan and the best
+//     ZeRO-3 plan are searched with the same scorer and belong to the full space (their top K are
+//     re-ranked too), so the full search never returns worse.
 // Under MPI the configurations (and the simulations) are dealt round-robin over the processes,
 // which share their K-th best while searching; ties are broken by the canonical plan key (its
 // JSON), so any process count gives the same answer.

@@ -13,12 +13,14 @@
 // that pair reuses the costs, weighting them by its M and by each stage's in-flight count.
 //
 // Lower bound (best-first order and skipping). The estimator's iteration time is at least
-//     ((M - 1/v)/pp + 1/v) * sum_s busy_s
+//     ((M - 1/v)/pp + 1/v) * sum_s u_s
 // (M x the slowest stage's micro-batch time plus the fill and drain of the others), and a
-// stage's busy time is at least its layers' LP-relaxed minimum under its memory budget, with the
-// resident memory (model states + in-flight saved activations) that the estimator charges at
-// least. The configurations are visited in increasing bound; one whose bound exceeds the K-th
-// best plan found so far cannot enter the top K and is skipped.
+// stage's micro-batch time u_s (the largest of its busy time and its side streams, plus the
+// unhidden transfers at the ends of each chunk pass) is at least its layers' LP-relaxed minimum
+// of a convex combination of those terms under its memory budget, with the resident memory
+// (model states + in-flight saved activations) that the estimator charges at least. The
+// configurations are visited in increasing bound; one whose bound exceeds the K-th best plan found
+// so far cannot enter the top K and is skipped.
 //
 // Per configuration: a stage DP (stage_dp.hpp) per distinct (in-flight count, placement), the
 // partition solver per embedding strategy, then the plan of the best (embedding, partition) and
