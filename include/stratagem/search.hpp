@@ -29,9 +29,10 @@
 //     too. A stage the estimator finds under or over its budget has its DP budget widened or
 //     narrowed and the plan rebuilt.
 //  5. Every plan is scored by the fast estimator; the top K are re-ranked by the discrete-event
-//     simulator. The best uniform Megatron-style plan and the best ZeRO-3 plan are searched with
-//     the same scorer and belong to the full space (their top K are re-ranked too), so the full
-//     search never returns worse.
+//     simulator (on one process with a spare core, the baselines' top K are simulated on a
+//     second thread while the DP search runs). The best uniform Megatron-style plan and the best
+//     ZeRO-3 plan are searched with the same scorer and belong to the full space (their top K are
+//     re-ranked too), so the full search never returns worse.
 // Under MPI the configurations (and the simulations) are dealt round-robin over the processes,
 // which share their K-th best while searching; ties are broken by the canonical plan key (its
 // JSON), so any process count gives the same answer.
@@ -150,7 +151,11 @@ struct SearchStats {
   int processes = 1;
   double search_time_s = 0;     // everything, wall time on process 0
   double estimate_phase_s = 0;  // DP + estimator
-  double rerank_phase_s = 0;    // simulator re-rank
+  double rerank_phase_s = 0;    // simulator re-rank (after the DP search)
+  // Simulations of the baselines' top candidates that ran on a second thread beside the DP
+  // search (one process with a spare core); rerank_phase_s does not include them.
+  double rerank_overlapped_s = 0;
+  int64_t plans_simulated_overlapped = 0;
 };
 
 struct SearchResult {

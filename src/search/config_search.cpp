@@ -74,21 +74,97 @@ void Searcher::search_config(const Config& cf) {
   };
 
   const double bubble_weight = 1.0 / (double(M) * v);
-  // Middle stages do not depend on the embedding strategy.
-  std::vector<std::vector<double>> T(pp, std::vector<double>(n_max + 1, kInf));
   // Layer counts a stage can hold (pp == 1: all of them).
   const int n_lo = pp == 1 ? L : v;
-  for (int s = 1; s + 1 < pp; ++s)
-    for (int n = n_lo; n <= n_max; ++n) T[s][n] = stage_answer(s, n, 0, 0).cost;
+  // A stage's DP answers for every layer count depend on the embedding strategy only through
+  // the memory caps it leaves each DP threshold (whole buckets) and, on stage 0, the entry
+  // costs: strategies that agree on them share one row of answers.
+  std::map<std::vector<double>, int> entry_ids;
+  std::vector<int> entry_id(pd.emb.size(), -1);
+  auto entry_key = [&](int ei) {
+    if (entry_id[ei] < 0)
+      entry_id[ei] = entry_ids.emplace(entry(ei), int(entry_ids.size())).first->second;
+    return entry_id[ei];
+  };
+  std::map<std::pair<std::pair<int, int>, std::vector<int64_t>>, std::vector<double>> rows;
+  auto dp_row = [&](int s, const std::vector<int64_t>& caps, int eid,
+                    const std::vector<double>* ent) -> const std::vector<double>& {
+    auto& row = rows[{{s == 0 ? -1 - stage_type[s] : stage_type[s], eid}, caps}];
+    if (row.empty()) {
+      row.assign(size_t(n_max) + 1, kInf);
+      dps[stage_type[s]]->best_costs(caps, ent, n_lo, n_max, row);
+    }
+    return row;
+  };
+  // The row of stage s under embedding strategy ei (stage_answer(s, n, ei, 0).cost for all n).
+  auto stage_row = [&](int s, int ei, std::vector<double>& out) {
+    const EmbeddingCost& e = pd.emb[ei];
+    const int64_t xws = (s == 0 || s == pp - 1) ? e.workspace : 0;
+    const auto caps =
+        dps[stage_type[s]]->caps(net_budget_ - emb_states(s, e), e.transient(s, pp), xws);
+    const auto& row =
+        s == 0 ? dp_row(s, caps, entry_key(ei), &entry(ei)) : dp_row(s, caps, -1, nullptr);
+    const double c = emb_cost(s, e);
+    for (int n = 0; n <= n_max; ++n) out[n] = row[n] < kInf ? row[n] + c : kInf;
+  };
+  // Middle stages do not depend on the embedding strategy.
+  std::vector<std::vector<double>> T(pp, std::vector<double>(n_max + 1, kInf));
+  for (int s = 1; s + 1 < pp; ++s) stage_row(s, 0, T[s]);
+  // The partition objective of every embedding strategy has a lower bound that needs no
+  // partition: with the end stages' rows at their least (the whole budget, no reserve, the
+  // least entry costs), the least stage sum is S0, so the strategy's sum is at least
+  // S0 + its own embedding costs, its slowest stage at least that sum / pp and at least each
+  // stage's cheapest row entry, and the objective (1 - w) max + w sum (w in [0, 1]) at least
+  // that of the bounds. Strategies are solved in increasing bound; once a bound exceeds the
+  // best objective found (beyond rounding), no later strategy can win. Ties go to the lowest
+  // index, as in index order.
+  const std::vector<int> ends = pp == 1 ? std::vector<int>{0} : std::vector<int>{0, pp - 1};
+  double s0 = kInf;
+  {
+    std::vector<double> least;
+    for (int ei = 0; ei < int(pd.emb.size()); ++ei) {
+      const auto& x = entry(ei);
+      if (least.empty()) least = x;
+      for (size_t c = 0; c < x.size(); ++c) least[c] = std::min(least[c], x[c]);
+    }
+    auto T0 = T;
+    for (int s : ends) {
+      const auto caps = dps[stage_type[s]]->caps(net_budget_, 0, 0);
+      T0[s] = s == 0 ? dp_row(s, caps, -2, &least) : dp_row(s, caps, -1, nullptr);
+    }
+    s0 = min_sum_partition(T0, L, v);
+  }
+  std::vector<std::vector<std::vector<double>>> end_rows(pd.emb.size());
+  std::vector<std::pair<double, int>> order;
+  for (int ei = 0; ei < int(pd.emb.size()); ++ei) {
+    auto& er = end_rows[ei];
+    double c = 0, mx = 0;
+    for (int s : ends) {
+      er.emplace_back(size_t(n_max) + 1, kInf);
+      stage_row(s, ei, er.back());
+      c += emb_cost(s, pd.emb[ei]);
+      mx = std::max(mx, *std::min_element(er.back().begin(), er.back().end()));
+    }
+    for (int s = 1; s + 1 < pp; ++s) mx = std::max(mx, *std::min_element(T[s].begin(), T[s].end()));
+    double lb = kInf;
+    if (s0 < kInf && mx < kInf) {
+      const double sum = s0 + c;
+      mx = std::max(mx, sum / pp);
+      lb = mx + bubble_weight * (sum - mx);
+    }
+    order.push_back({lb, ei});
+  }
+  std::sort(order.begin(), order.end());
   int best_e = -1;
   double best_obj = kInf;
   std::vector<int> best_part;
-  for (int ei = 0; ei < int(pd.emb.size()); ++ei) {
-    for (int s : {0, pp - 1})
-      for (int n = n_lo; n <= n_max; ++n) T[s][n] = stage_answer(s, n, ei, 0).cost;
+  for (const auto& [lb, ei] : order) {
+    if (lb == kInf || lb > best_obj * (1 + 1e-9)) break;
+    for (size_t k = 0; k < ends.size(); ++k) T[ends[k]] = end_rows[ei][k];
     double obj = kInf;
     std::vector<int> part = solve_partition(T, L, v, bubble_weight, &obj);
-    if (!part.empty() && obj < best_obj) best_obj = obj, best_e = ei, best_part = part;
+    if (!part.empty() && (obj < best_obj || (obj == best_obj && ei < best_e)))
+      best_obj = obj, best_e = ei, best_part = part;
   }
   if (best_e < 0) return;
   const EmbeddingCost& e = pd.emb[best_e];

@@ -1,6 +1,6 @@
 // The simulator re-rank of the top candidates, over processes and threads.
 #if __has_include(<malloc.h>)
-#include <malloc.h>  // glibc: mallopt, malloc_trim
+#include <malloc.h>  // glibc: malloc_trim
 #endif
 
 #include <atomic>
@@ -53,6 +53,10 @@ int64_t simulation_bytes(const ModelSpec& m, const Plan& p) {
 // Simulations run at once only while their estimates sum to at most this (one larger than it
 // runs alone), so that the re-rank's memory does not grow with the thread count.
 constexpr int64_t kRerankBytes = int64_t(320) << 20;
+constexpr int64_t kSmallSimulationBytes = int64_t(16) << 20;
+// Simulations beside the DP search only up to this estimate: the DP's tables (up to about
+// 180 MB) and a larger simulation at once would exceed what the search may hold (500 MB).
+constexpr int64_t kEarlyBytes = int64_t(256) << 20;
 
 // Final order: fitting candidates by the scorer's time, then the rest; ties by key.
 void final_sort(std::vector<SearchCandidate>& v) {
@@ -64,6 +68,36 @@ void final_sort(std::vector<SearchCandidate>& v) {
   });
 }
 }  // namespace
+
+void Searcher::start_early_simulations() {
+  if (!o_.rerank_with_simulator || o_.space != SearchSpace::full || !o_.baselines) return;
+  if (rerank_threads() < 2 || procs_ > 1) return;  // under MPI the baselines merge later
+  std::set<std::string> keys;
+  for (const TopK* t : {&megatron_, &zero_})
+    for (const auto& c : t->items())
+      if (simulation_bytes(m_, c.plan) <= kEarlyBytes && keys.insert(c.key).second)
+        early_.push_back(c);
+  if (early_.empty()) return;
+  early_thread_ = std::thread([this] {
+    const auto t0 = Clock::now();
+    try {
+      for (auto& x : early_) simulate_candidate(m_, c_, o_.framework, budget_, x);
+#if defined(M_TRIM_THRESHOLD)
+      malloc_trim(0);  // this thread's arena: the re-rank's large simulations come after
+#endif
+    } catch (...) {
+      early_failed_ = std::current_exception();
+    }
+    early_s_ = seconds_since(t0);
+  });
+}
+
+void Searcher::finish_early_simulations() {
+  if (!early_thread_.joinable()) return;
+  early_thread_.join();
+  stats_.rerank_overlapped_s = early_s_;
+  stats_.plans_simulated_overlapped = int64_t(early_.size());
+}
 
 int Searcher::rerank_threads() const {
   if (o_.threads > 0) return o_.threads;
@@ -99,46 +133,64 @@ void Searcher::rerank(SearchResult& r) {
     // Deal the simulations round-robin over the processes, and over threads inside each;
     // gather (time, peak, stage peaks, fits). Each candidate is simulated on its own, so the
     // results do not depend on the number of threads.
+    // Those simulated while the DP search ran are taken as they are.
+    if (early_failed_) std::rethrow_exception(early_failed_);
+    std::map<std::string, const SearchCandidate*> early;
+    for (const auto& x : early_)
+      if (x.simulated) early[x.key] = &x;
     std::vector<size_t> todo;
-    for (size_t i = rank_; i < set.size(); i += procs_) todo.push_back(i);
+    for (size_t i = rank_; i < set.size(); i += procs_) {
+      auto it = early.find(set[i].key);
+      if (it == early.end()) {
+        todo.push_back(i);
+        continue;
+      }
+      set[i] = *it->second;
+    }
     const int threads = std::max(1, std::min<int>(rerank_threads(), int(todo.size())));
-    std::atomic<size_t> next{0}, done{0};
+    // Simulations of more than kSmallSimulationBytes run one after another on this thread;
+    // the small ones on any thread. Memory a simulation frees stays in its thread's malloc
+    // arena for the next one, so its pages are not faulted in again (that was about a quarter
+    // of a large simulation's time), and since the large ones share one arena, resident memory
+    // stays about what the largest of them needs.
+    std::vector<size_t> large, small;
+    for (size_t i : todo)
+      (simulation_bytes(m_, set[i].plan) > kSmallSimulationBytes ? large : small).push_back(i);
+    std::atomic<size_t> next_large{0}, next_small{0}, done{0};
     std::mutex failed_mutex;
     std::exception_ptr failed;
     std::mutex mem_mutex;
     std::condition_variable mem_cv;
     int64_t mem_free = kRerankBytes;
-#if defined(M_MMAP_THRESHOLD)
-    // A simulation's large tables go back to the system when it ends: with glibc's adaptive
-    // threshold they would stay in each thread's arena, and resident memory would be the sum of
-    // every thread's largest simulation rather than what runs at once.
-    mallopt(M_MMAP_THRESHOLD, 1 << 20);
-#endif
-    auto work = [&](bool report) {
-      for (size_t k; (k = next++) < todo.size();) {
-        const int64_t need = std::min(kRerankBytes, simulation_bytes(m_, set[todo[k]].plan));
+    auto take = [&](bool main, size_t* i) {
+      size_t k;
+      if (main && (k = next_large++) < large.size()) return *i = large[k], true;
+      if ((k = next_small++) < small.size()) return *i = small[k], true;
+      return false;
+    };
+    auto work = [&](bool main) {
+      for (size_t i; take(main, &i);) {
+        const int64_t need = std::min(kRerankBytes, simulation_bytes(m_, set[i].plan));
         {
           std::unique_lock<std::mutex> lock(mem_mutex);
           mem_cv.wait(lock, [&] { return mem_free >= need; });
           mem_free -= need;
         }
         try {
-          simulate_candidate(m_, c_, o_.framework, budget_, set[todo[k]]);
+          simulate_candidate(m_, c_, o_.framework, budget_, set[i]);
         } catch (...) {
           std::lock_guard<std::mutex> lock(failed_mutex);
           if (!failed) failed = std::current_exception();
-          next = todo.size();
+          next_large = large.size();
+          next_small = small.size();
         }
-#if defined(M_MMAP_THRESHOLD)
-        malloc_trim(0);
-#endif
         {
           std::lock_guard<std::mutex> lock(mem_mutex);
           mem_free += need;
         }
         mem_cv.notify_all();
         ++done;
-        if (report && rank_ == 0 && o_.progress &&
+        if (main && rank_ == 0 && o_.progress &&
             std::chrono::duration<double>(Clock::now() - last_progress_).count() >=
                 o_.progress_interval_s) {
           last_progress_ = Clock::now();
@@ -157,6 +209,9 @@ void Searcher::rerank(SearchResult& r) {
       work(true);
       for (auto& t : pool) t.join();
     }
+#if defined(M_TRIM_THRESHOLD)
+    malloc_trim(0);  // what the simulations held goes back to the system
+#endif
     if (failed) std::rethrow_exception(failed);
     nlohmann::json mine = nlohmann::json::array();
     for (size_t i : todo)

@@ -175,7 +175,9 @@ nlohmann::json to_json(const SearchResult& r) {
             {"bound_violations", s.bound_violations},
             {"processes", s.processes},
             {"estimate_phase_s", s.estimate_phase_s},
-            {"rerank_phase_s", s.rerank_phase_s}}}};
+            {"rerank_phase_s", s.rerank_phase_s},
+            {"rerank_overlapped_s", s.rerank_overlapped_s},
+            {"plans_simulated_overlapped", s.plans_simulated_overlapped}}}};
 }
 
 }  // namespace stratagem

@@ -16,8 +16,9 @@ namespace {
 // per layer reachable with average memory x (LP relaxation of the stage's layer choice).
 class Envelope {
  public:
-  explicit Envelope(std::vector<std::pair<double, double>> pts) {
-    std::sort(pts.begin(), pts.end());
+  // `sorted`: the points are already in increasing order.
+  explicit Envelope(std::vector<std::pair<double, double>> pts, bool sorted = false) {
+    if (!sorted) std::sort(pts.begin(), pts.end());
     for (const auto& p : pts) {
       if (!h_.empty() && p.second >= h_.back().second) continue;  // no cheaper: not on the front
       while (h_.size() >= 2) {
@@ -321,11 +322,39 @@ double Searcher::in_flight(const Config& cf, int s) const {
   return 1;
 }
 
+// The estimator's interleaved schedule (schedule_peak in src/cost/plan_costs.cpp) runs
+// W = min(2 (pp - s - 1) + (v - 1) pp, M v) warm-up chunk forwards, the k-th on chunk
+// (k mod pp v) / pp, and its peak is at least the kept activations of the first min(W + 1, M v)
+// forwards (the next forward's own peak covers its kept activations). Chunk c holds A_c, the
+// kept activations of its layers, once per forward on it, so that peak is at least
+// (the fewest forwards on any chunk) x sum_c A_c: every layer's kept activations that many
+// times. The DP's in_flight is the average count instead, which a chunk of the stage may not
+// reach.
+double Searcher::interleaved_least_in_flight(const Config& cf, int s) const {
+  const int total = cf.M * cf.v, period = cf.pp * cf.v;
+  const int W = std::min((cf.pp - s - 1) * 2 + (cf.v - 1) * cf.pp, total);
+  const int X = std::min(W + 1, total);
+  int least = X;
+  for (int c = 0; c < cf.v; ++c) {
+    // Forwards k < X with (k mod period) / pp == c: whole periods, then the partial one.
+    const int partial = std::clamp(X % period - c * cf.pp, 0, cf.pp);
+    least = std::min(least, (X / period) * cf.pp + partial);
+  }
+  return least;
+}
+
 int n_max_of(int L, int pp, int v) {
   if (pp == 1) return L;
   const int even = (L + pp - 1) / pp;
   return std::max(v, std::min(L - (pp - 1) * v, 2 * even + 2));
 }
+
+namespace {
+// Weights of (busy, dp stream, host-to-device, device-to-host) in the lower bound's relaxations.
+constexpr double kStreamWeights[][4] = {{1, 0, 0, 0},     {0.5, 0.5, 0, 0}, {0.5, 0, 0.5, 0},
+                                        {0.5, 0, 0, 0.5}, {0, 1, 0, 0},     {0, 0, 1, 0},
+                                        {0, 0, 0, 1}};
+}  // namespace
 
 double Searcher::lower_bound(const Config& cf) {
   const PairData& pd = pair(cf.pp, cf.Bm);
@@ -343,14 +372,9 @@ double Searcher::lower_bound(const Config& cf) {
   }
   std::vector<std::vector<double>> T(pp, std::vector<double>(n_max + 1, kInf));
   for (int s = 0; s < pp; ++s) {
-    // Interleaved: a stage holds at least one whole micro-batch's activations (proof in the
-    // header comment of the estimator's schedule_peak: its first backward needs all chunks).
-    const double k = cf.sched == Schedule::interleaved ? 1.0 : in_flight(cf, s);
+    const double k =
+        cf.sched == Schedule::interleaved ? interleaved_least_in_flight(cf, s) : in_flight(cf, s);
     const GeoData& gd = pd.geos[pd.stage_geo[s]];
-    std::vector<std::pair<double, double>> pts;
-    for (const auto& it : gd.items)
-      pts.push_back({double(it.states) + k * double(it.kept), it.busy_s});
-    Envelope env(std::move(pts));
     double room = double(net_budget_), extra = 0;
     if (pp == 1)
       room -= e_only, extra = b_only;
@@ -358,9 +382,47 @@ double Searcher::lower_bound(const Config& cf) {
       room -= e_first, extra = b_first;
     else if (s == pp - 1)
       room -= e_last, extra = b_last;
-    for (int n = cf.v; n <= n_max; ++n) {
-      const double per = env.at(room / n);
-      if (per < kInf) T[s][n] = n * per + extra;
+    // The estimator's micro-batch time of a stage is the largest of its busy time and its side
+    // streams' times (dp, host-to-device, device-to-host), each a sum over its layers, so it is
+    // at least any convex combination of them: the bound is the best of a few combinations,
+    // each relaxed as above. (Busy alone misses what offloading costs on the copy streams.)
+    std::vector<double> memory;
+    for (const auto& it : gd.items) memory.push_back(double(it.states) + k * double(it.kept));
+    std::vector<int> by_memory(gd.items.size());
+    for (size_t i = 0; i < by_memory.size(); ++i) by_memory[i] = int(i);
+    std::sort(by_memory.begin(), by_memory.end(),
+              [&](int a, int b) { return memory[a] < memory[b]; });
+    for (const auto& w : kStreamWeights) {
+      // Added to it: what nothing hides at the ends of each chunk pass (the first layer's
+      // weight fetch, the last layer's fetch and activation copy-back). When every chunk is one
+      // layer (n = v) each layer pays all three; otherwise each chunk at least the least any
+      // strategy pays.
+      double least_first = kInf, least_last = kInf;
+      for (const auto& it : gd.items)
+        least_first = std::min(least_first, it.fetch_s),
+        least_last = std::min(least_last, it.fetch_s + it.act_h2d_s);
+      for (bool single : {true, false}) {
+        std::vector<std::pair<double, double>> pts;
+        pts.reserve(by_memory.size());
+        for (int i : by_memory) {
+          const auto& it = gd.items[i];
+          pts.push_back({memory[i], w[0] * it.busy_s + w[1] * it.dp_stream_s +
+                                        w[2] * it.h2d_stream_s + w[3] * it.d2h_stream_s +
+                                        (single ? 2 * it.fetch_s + it.act_h2d_s : 0.0)});
+        }
+        // Sorted by memory already; equal memory by time, as std::sort orders the pairs.
+        for (size_t a = 0, b; a < pts.size(); a = b) {
+          for (b = a + 1; b < pts.size() && pts[b].first == pts[a].first;) ++b;
+          if (b - a > 1) std::sort(pts.begin() + long(a), pts.begin() + long(b));
+        }
+        Envelope env(std::move(pts), /*sorted=*/true);
+        for (int n = single ? cf.v : cf.v + 1; n <= (single ? cf.v : n_max); ++n) {
+          const double per = env.at(room / n);
+          const double ends = single ? 0.0 : cf.v * (least_first + least_last);
+          if (per < kInf)
+            T[s][n] = std::max(T[s][n] == kInf ? 0.0 : T[s][n], n * per + w[0] * extra + ends);
+        }
+      }
     }
   }
   const double sum = min_sum_partition(T, L, cf.v);
@@ -411,6 +473,11 @@ SearchResult Searcher::run() {
   stats_.configs = int64_t(cfs.size());
   // Baselines first: they seed the K-th best time that lets the bound skip configurations.
   baselines();
+  start_early_simulations();
+  struct Joiner {
+    Searcher* s;
+    ~Joiner() { s->finish_early_simulations(); }
+  } joiner{this};
   if (!cfs.empty()) {
     for (auto& cf : cfs) cf.lb = lower_bound(cf);
     std::sort(cfs.begin(), cfs.end(), [](const Config& a, const Config& b) {
@@ -461,6 +528,7 @@ SearchResult Searcher::run() {
   // memory.
   pairs_.clear();
   release_table_pool();
+  finish_early_simulations();
   rerank(r);
   r.evaluated = evaluated_.plans();
   stats_.search_time_s = seconds_since(t0_);

@@ -13,12 +13,14 @@
 // that pair reuses the costs, weighting them by its M and by each stage's in-flight count.
 //
 // Lower bound (best-first order and skipping). The estimator's iteration time is at least
-//     ((M - 1/v)/pp + 1/v) * sum_s busy_s
+//     ((M - 1/v)/pp + 1/v) * sum_s u_s
 // (M x the slowest stage's micro-batch time plus the fill and drain of the others), and a
-// stage's busy time is at least its layers' LP-relaxed minimum under its memory budget, with the
-// resident memory (model states + in-flight saved activations) that the estimator charges at
-// least. The configurations are visited in increasing bound; one whose bound exceeds the K-th
-// best plan found so far cannot enter the top K and is skipped.
+// stage's micro-batch time u_s (the largest of its busy time and its side streams, plus the
+// unhidden transfers at the ends of each chunk pass) is at least its layers' LP-relaxed minimum
+// of a convex combination of those terms under its memory budget, with the resident memory
+// (model states + in-flight saved activations) that the estimator charges at least. The
+// configurations are visited in increasing bound; one whose bound exceeds the K-th best plan found
+// so far cannot enter the top K and is skipped.
 //
 // Per configuration: a stage DP (stage_dp.hpp) per distinct (in-flight count, placement), the
 // partition solver per embedding strategy, then the plan of the best (embedding, partition) and
@@ -35,6 +37,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/search/evaluated.hpp"
@@ -188,6 +191,7 @@ class Searcher {
   std::vector<Config> configs() const;
   const PairData& pair(int pp, int Bm);
   double in_flight(const Config& cf, int s) const;
+  double interleaved_least_in_flight(const Config& cf, int s) const;
   double lower_bound(const Config& cf);
   void search_config(const Config& cf);
   void min_memory_config(const Config& cf);
@@ -202,6 +206,10 @@ class Searcher {
   void merge(const std::vector<std::string>& parts);
   void rerank(SearchResult& r);
   int rerank_threads() const;
+  // One process with a spare core: the baselines' top candidates are known before the DP
+  // search starts, so a second thread simulates them while it runs (rerank() reuses them).
+  void start_early_simulations();
+  void finish_early_simulations();
 
   const ModelSpec& m_;
   const ClusterSpec& c_;
@@ -220,6 +228,10 @@ class Searcher {
   int rank_ = 0, procs_ = 1;
   Clock::time_point t0_ = Clock::now(), last_progress_ = Clock::now();
   int64_t progress_done_ = 0, progress_total_ = 0;
+  std::thread early_thread_;
+  std::vector<SearchCandidate> early_;  // simulated by early_thread_ (valid once joined)
+  std::exception_ptr early_failed_;
+  double early_s_ = 0;  // wall time of the early simulations
 };
 
 // The largest layer count the search gives one stage of a pp-stage pipeline.

@@ -179,6 +179,7 @@ void StageDp::run(Threshold& t) {
   t.f.resize(size);  // each row is set to infinity right before it is filled (stays in cache)
   std::vector<double> g(size_t(C_) * size_t(Q_) * row);
   auto grow = [&](int b, int q) { return g.data() + (size_t(b) * Q_ + size_t(q)) * row; };
+  std::vector<size_t> ffirst(size_t(C_) * Q_), gfirst(size_t(C_) * Q_);
   // Rows 1 .. N-1: row N, the first layer, is resolved by best().
   for (int n = 1; n <= N - 1; ++n) {
     const std::vector<int>& items = n == 1 ? t.tail : t.items;
@@ -188,14 +189,29 @@ void StageDp::run(Threshold& t) {
     if (n == 1) {
       std::fill(g.begin(), g.end(), kInf);
       for (int b = 0; b < C_; ++b) std::fill(grow(b, 0), grow(b, 0) + row, 0.0);
+      std::fill(gfirst.begin(), gfirst.end(), row);
+      for (int b = 0; b < C_; ++b) gfirst[size_t(b) * Q_] = 0;
     } else {
+      // Rows are infinite below their first finite entry (f does not grow with memory): the
+      // relaxations start there.
+      for (int a = 0; a < C_; ++a)
+        for (int q = 0; q < Q_; ++q) {
+          const double* fa = t.f.data() + at(n - 1, 0, a, q);
+          ffirst[size_t(a) * Q_ + q] =
+              size_t(std::find_if(fa, fa + row, [](double x) { return x != kInf; }) - fa);
+        }
       for (int b = 0; b < C_; ++b)
         for (int q = 0; q < Q_; ++q) {
           double* gb = grow(b, q);
           std::fill(gb, gb + row, kInf);
+          size_t first = row;
           for (int a = 0; a < C_; ++a) {
-            relax(t.f.data() + at(n - 1, 0, a, q), gb, row, p_.reshard[size_t(a) * C_ + b]);
+            const size_t o = ffirst[size_t(a) * Q_ + q];
+            first = std::min(first, o);
+            relax(t.f.data() + at(n - 1, 0, a, q) + o, gb + o, row - o,
+                  p_.reshard[size_t(a) * C_ + b]);
           }
+          gfirst[size_t(b) * Q_ + q] = first;
         }
     }
     // One item at a time over the whole memory row (contiguous, vectorizes). No parent
@@ -206,24 +222,45 @@ void StageDp::run(Threshold& t) {
       const size_t w = size_t(it.w);
       for (int q = 0; q < (n == 1 ? 1 : Q_); ++q) {
         if (!admits(t, it, q)) continue;
-        // f[m] = min(f[m], g[m - w] + cost) for m >= w.
-        relax(grow(it.cls, q), t.f.data() + at(n, 0, it.cls, after_[i][q]) + w, row - w, cost);
+        // f[m] = min(f[m], g[m - w] + cost) for m >= w (g is infinite below gfirst).
+        const size_t o = gfirst[size_t(it.cls) * Q_ + q];
+        if (o + w >= row) continue;
+        relax(grow(it.cls, q) + o, t.f.data() + at(n, 0, it.cls, after_[i][q]) + w + o, row - w - o,
+              cost);
       }
     }
     cells_ += uint64_t(row) * (items.size() * Q_ + size_t(C_) * C_ * Q_);
   }
 }
 
+std::vector<int64_t> StageDp::caps(int64_t budget, int64_t extra_tr, int64_t extra_ws) const {
+  std::vector<int64_t> out(thr_.size(), -1);
+  for (size_t k = 0; k < thr_.size(); ++k) {
+    const Threshold& t = thr_[k];
+    const int64_t room = budget - (std::max(t.tr, extra_tr) + std::max(t.ws, extra_ws));
+    if (room >= 0) out[k] = std::min(M_, room / p_.bucket_bytes);
+  }
+  return out;
+}
+
 StageDp::Answer StageDp::best(int n, int64_t budget, int64_t extra_tr, int64_t extra_ws,
                               const std::vector<double>* entry) const {
+  Answer a = best_within(n, caps(budget, extra_tr, extra_ws), entry);
+  if (a.threshold >= 0) {
+    const Threshold& t = thr_[a.threshold];
+    a.reserved = std::max(t.tr, extra_tr) + std::max(t.ws, extra_ws);
+  }
+  return a;
+}
+
+StageDp::Answer StageDp::best_within(int n, const std::vector<int64_t>& caps,
+                                     const std::vector<double>* entry) const {
   Answer a;
   if (n < 1 || n > p_.n_max) return a;
   for (int k = 0; k < int(thr_.size()); ++k) {
     const Threshold& t = thr_[k];
-    const int64_t reserved = std::max(t.tr, extra_tr) + std::max(t.ws, extra_ws);
-    const int64_t room = budget - reserved;
-    if (room < 0) continue;
-    const int64_t m = std::min(M_, room / p_.bucket_bytes);
+    const int64_t m = caps[size_t(k)];
+    if (m < 0) continue;
     // A lower bound of every item's `prev`: f does not grow with memory, so no row-n-1 value an
     // item reads (at m - w) is below its value at m. An item whose total cannot beat the best so
     // far is skipped without its lookups (the same answer: only strictly better values are taken).
@@ -255,11 +292,73 @@ StageDp::Answer StageDp::best(int n, int64_t budget, int64_t extra_tr, int64_t e
         }
         const double v =
             prev + it.cost + it.first + (n == 1 ? it.last : 0.0) + (entry ? (*entry)[it.cls] : 0.0);
-        if (v < a.cost) a = {v, k, m, i, q, reserved};
+        if (v < a.cost) a = {v, k, m, i, q, 0};
       }
     }
   }
   return a;
+}
+
+void StageDp::best_costs(const std::vector<int64_t>& caps, const std::vector<double>* entry,
+                         int n_lo, int n_hi, std::vector<double>& out) const {
+  if (int(out.size()) < n_hi + 1) out.resize(size_t(n_hi) + 1, kInf);
+  n_lo = std::max(n_lo, 1);
+  n_hi = std::min(n_hi, p_.n_max);
+  for (int n = n_lo; n <= n_hi; ++n) out[n] = kInf;
+  auto ent = [&](int cls) { return entry ? (*entry)[cls] : 0.0; };
+  std::vector<std::pair<double, int>> order;
+  for (int k = 0; k < int(thr_.size()); ++k) {
+    const Threshold& t = thr_[k];
+    const int64_t m = caps[size_t(k)];
+    if (m < 0) continue;
+    if (n_lo == 1) {
+      double& best = out[1];
+      for (int i : t.single) {
+        const DpItem& it = p_.items[i];
+        if (it.w > m) continue;
+        const double v = 0.0 + it.cost + it.first + it.last + ent(it.cls);
+        if (v < best) best = v;
+      }
+    }
+    if (n_hi < 2) continue;
+    // The first layer's items by the part of their total that does not depend on the layers
+    // below (best_within's bound less lb_below), cheapest first.
+    order.clear();
+    for (int i : t.head) {
+      const DpItem& it = p_.items[i];
+      if (it.w <= m)
+        order.push_back({min_reshard_to_[it.cls] + it.cost + it.first + ent(it.cls), i});
+    }
+    std::sort(order.begin(), order.end());
+    for (int n = std::max(n_lo, 2); n <= n_hi; ++n) {
+      double lb_below = kInf;
+      for (int b = 0; b < C_; ++b)
+        for (int q = 0; q < Q_; ++q) lb_below = std::min(lb_below, t.f[at(n - 1, m, b, q)]);
+      if (lb_below == kInf) continue;
+      double& best = out[n];
+      for (const auto& [key, i] : order) {
+        const DpItem& it = p_.items[i];
+        // As in best_within; the items after one whose bound exceeds the best by more than
+        // rounding have bounds at least the best too.
+        const double bound =
+            (lb_below + min_reshard_to_[it.cls]) + it.cost + it.first + ent(it.cls);
+        if (bound >= best) {
+          if (bound > best * (1 + 1e-12)) break;
+          continue;
+        }
+        for (int q = 0; q < Q_; ++q) {
+          if (!admits(t, it, q)) continue;
+          double prev = kInf;
+          for (int b = 0; b < C_; ++b)
+            prev = std::min(prev,
+                            t.f[at(n - 1, m - it.w, b, q)] + p_.reshard[size_t(b) * C_ + it.cls]);
+          if (prev == kInf) continue;
+          const double v = prev + it.cost + it.first + 0.0 + ent(it.cls);
+          if (v < best) best = v;
+        }
+      }
+    }
+  }
 }
 
 double StageDp::below(const Threshold& t, int n, int64_t m, int b, int q) const {
@@ -400,6 +499,30 @@ double min_sum_capped(const std::vector<std::vector<double>>& T, int L, int n_mi
 }
 }  // namespace
 
+namespace {
+// Whether min_sum_capped(T, L, n_min, cap) is finite: when every stage's layer counts within
+// the cap form an interval, their sums do too (a scan instead of the DP).
+bool feasible_under(const std::vector<std::vector<double>>& T, int L, int n_min, double cap) {
+  int64_t lo = 0, hi = 0;
+  for (const auto& row : T) {
+    int first = -1, last = -1;
+    bool gap = false;
+    for (int n = std::max(1, n_min); n < int(row.size()) && n <= L; ++n) {
+      if (row[n] == kInf || row[n] > cap) continue;
+      if (first < 0)
+        first = n;
+      else if (n != last + 1)
+        gap = true;
+      last = n;
+    }
+    if (first < 0) return false;
+    if (gap) return min_sum_capped(T, L, n_min, cap, nullptr) < kInf;
+    lo += first, hi += last;
+  }
+  return lo <= L && L <= hi;
+}
+}  // namespace
+
 double min_sum_partition(const std::vector<std::vector<double>>& T, int L, int n_min) {
   return min_sum_capped(T, L, n_min, kInf, nullptr);
 }
@@ -416,10 +539,10 @@ std::vector<int> solve_partition(const std::vector<std::vector<double>>& T, int 
   if (vals.empty()) return best;
   // Smallest feasible maximum stage cost.
   int lo = 0, hi = int(vals.size()) - 1;
-  if (min_sum_capped(T, L, n_min, vals[hi], nullptr) == kInf) return best;
+  if (!feasible_under(T, L, n_min, vals[hi])) return best;
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
-    if (min_sum_capped(T, L, n_min, vals[mid], nullptr) < kInf)
+    if (feasible_under(T, L, n_min, vals[mid]))
       hi = mid;
     else
       lo = mid + 1;

@@ -75,6 +75,18 @@ class StageDp {
   // `entry` (per class, may be null) is added for the class of the first layer.
   Answer best(int n, int64_t budget_bytes, int64_t extra_tr, int64_t extra_ws,
               const std::vector<double>* entry = nullptr) const;
+  // What a query leaves each threshold: its memory cap in buckets, -1 where the reserve alone
+  // exceeds the budget. best() depends on the budget and the extra reserves only through them,
+  // so queries with equal caps (and entry) have equal answers.
+  std::vector<int64_t> caps(int64_t budget_bytes, int64_t extra_tr, int64_t extra_ws) const;
+  // best() from caps (Answer::reserved is left 0).
+  Answer best_within(int n, const std::vector<int64_t>& caps,
+                     const std::vector<double>* entry = nullptr) const;
+  // best_within(n, caps, entry).cost for every n in [n_lo, n_hi] (out[n]; out is resized to at
+  // least n_hi + 1 and other entries are left alone): the same values, found faster by visiting
+  // each threshold's first-layer items in increasing cost.
+  void best_costs(const std::vector<int64_t>& caps, const std::vector<double>* entry, int n_lo,
+                  int n_hi, std::vector<double>& out) const;
   // Item ids of that sequence, the stage's first layer first; `footprint` (optional) gets the
   // model's memory of it: buckets x bucket bytes + the reserved bytes.
   std::vector<int> reconstruct(int n, const Answer& a, int64_t* footprint = nullptr) const;
