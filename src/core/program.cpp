@@ -96,7 +96,12 @@ namespace {
 class StageBuilder {
  public:
   StageBuilder(const ModelSpec& m, const Plan& p, int stage, int M)
-      : m_(m), p_(p), M_(M), e_(dtype_bytes(p.dtype)), nchunks_(static_cast<int>(p.chunks.size())) {
+      : m_(m),
+        p_(p),
+        M_(M),
+        e_(dtype_bytes(p.dtype)),
+        nchunks_(static_cast<int>(p.chunks.size())),
+        stage_samples_(p.micro_batch * p.max_dp()) {
     out_.stage = stage;
     last_bwd_mb_.assign(nchunks_, -1);
   }
@@ -190,7 +195,8 @@ class StageBuilder {
   const LayerStrategy& strat(int layer) const {
     return layer < 0 ? p_.embedding : p_.layers[layer];
   }
-  int samples(int layer) const { return p_.samples_per_rank(strat(layer).dp); }
+  // Plan::samples_per_rank, with the plan's largest dp taken once (it walks every layer).
+  int samples(int layer) const { return stage_samples_ / strat(layer).dp; }
   int64_t boundary(int layer) const {
     return boundary_activation_bytes(m_, strat(layer), samples(layer), p_.dtype);
   }
@@ -738,6 +744,7 @@ class StageBuilder {
   const int M_;
   const int e_;
   const int nchunks_;
+  const int stage_samples_;  // micro_batch * the plan's largest dp
   StageProgram out_;
   int chunk_ = -1;
   int last_compute_ = -1;
