@@ -6,9 +6,6 @@
 
 namespace stratagem::cpu {
 namespace {
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluCube = 0.044715f;
-
 void check_same(const char* kernel, const Tensor& a, const char* an, const Tensor& b) {
   expect_shape(a, b.shape, kernel, an);
 }
@@ -37,10 +34,7 @@ void CpuBackend::gelu_forward(Tensor& out, const Tensor& inp) {
   float* o = out.data;
   const int64_t n = inp.numel();
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
-  for (int64_t i = 0; i < n; ++i) {
-    const float u = kGeluScale * (x[i] + kGeluCube * x[i] * x[i] * x[i]);
-    o[i] = 0.5f * x[i] * (1.0f + fast_tanh(u));
-  }
+  for (int64_t i = 0; i < n; ++i) o[i] = math::gelu_forward(x[i]);
 }
 
 void CpuBackend::gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
@@ -51,14 +45,7 @@ void CpuBackend::gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& i
   float* dx = dinp.data;
   const int64_t n = inp.numel();
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
-  for (int64_t i = 0; i < n; ++i) {
-    const float xi = x[i];
-    const float u = kGeluScale * (xi + kGeluCube * xi * xi * xi);
-    const float t = fast_tanh(u);
-    const float local = 0.5f * (1.0f + t) + 0.5f * xi * (1.0f - t * t) * kGeluScale *
-                                                (1.0f + 3.0f * kGeluCube * xi * xi);
-    dx[i] = local * g[i];
-  }
+  for (int64_t i = 0; i < n; ++i) dx[i] = math::gelu_backward(x[i], g[i]);
 }
 
 void CpuBackend::swiglu_forward(Tensor& out, const Tensor& inp) {
@@ -69,7 +56,7 @@ void CpuBackend::swiglu_forward(Tensor& out, const Tensor& inp) {
     const float* up = gate + F;                // (F)
     float* o = out.data + r * F;               // (F)
 #pragma omp simd
-    for (int64_t j = 0; j < F; ++j) o[j] = gate[j] * sigmoid(gate[j]) * up[j];
+    for (int64_t j = 0; j < F; ++j) o[j] = math::swiglu_forward(gate[j], up[j]);
   }
 }
 
@@ -84,13 +71,7 @@ void CpuBackend::swiglu_backward(Tensor& dinp, const Tensor& dout, const Tensor&
     float* dgate = dinp.data + r * 2 * F;
     float* dup = dgate + F;
 #pragma omp simd
-    for (int64_t j = 0; j < F; ++j) {
-      const float s = sigmoid(gate[j]);
-      const float silu = gate[j] * s;
-      dup[j] = g[j] * silu;
-      // d silu(x)/dx = s * (1 + x * (1 - s))
-      dgate[j] = g[j] * up[j] * s * (1.0f + gate[j] * (1.0f - s));
-    }
+    for (int64_t j = 0; j < F; ++j) math::swiglu_backward(gate[j], up[j], g[j], &dgate[j], &dup[j]);
   }
 }
 

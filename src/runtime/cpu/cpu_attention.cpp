@@ -140,7 +140,7 @@ void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tens
               float* row = p_scratch + i * ld;
               const float l = lse_bh[t];
 #pragma omp simd
-              for (int64_t j = 0; j <= t; ++j) row[j] = fast_exp(row[j] - l);
+              for (int64_t j = 0; j <= t; ++j) row[j] = math::prob_from_lse(row[j], l);
               std::fill(row + t + 1, row + keys, 0.0f);
             }
             p_ptr = p_scratch;
@@ -164,7 +164,7 @@ void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tens
             const float* prow = p_ptr + i * ld;
             const float di = dsum[i];
 #pragma omp simd
-            for (int64_t j = 0; j <= t; ++j) row[j] = prow[j] * (row[j] - di);
+            for (int64_t j = 0; j <= t; ++j) row[j] = math::softmax_dscore(prow[j], row[j], di);
             std::fill(row + t + 1, row + keys, 0.0f);
           }
           StridedMap dq(dbase + r0 * W + h * hd, rows, hd, OuterStride<>(W));

@@ -63,7 +63,7 @@ void CpuBackend::crossentropy_softmax_backward(Tensor& dlogits, const Tensor& lo
     float* drow = dlogits.data + r * V;      // (V), may be the same memory as row
     const float lse = logsumexp(row, V);
 #pragma omp simd
-    for (int64_t j = 0; j < V; ++j) drow[j] = fast_exp(row[j] - lse) * scale;
+    for (int64_t j = 0; j < V; ++j) drow[j] = math::prob_from_lse(row[j], lse) * scale;
     drow[targets[r]] -= scale;
   }
 }
@@ -139,7 +139,7 @@ void CpuBackend::crossentropy_shard_backward(Tensor& dlogits, const Tensor& logi
     float* drow = dlogits.data + r * V;      // (Vl), may be the same memory as row
     const float lse = max.data[r] + std::log(sums.data[2 * r]);
 #pragma omp simd
-    for (int64_t j = 0; j < valid; ++j) drow[j] = fast_exp(row[j] - lse) * scale;
+    for (int64_t j = 0; j < valid; ++j) drow[j] = math::prob_from_lse(row[j], lse) * scale;
     for (int64_t j = valid; j < V; ++j) drow[j] = 0.0f;
     const int64_t t = int64_t(targets[r]) - vocab_begin;
     if (t >= 0 && t < valid) drow[t] -= scale;

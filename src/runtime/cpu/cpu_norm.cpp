@@ -51,13 +51,13 @@ void CpuBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, cons
     float var = 0;
 #pragma omp simd reduction(+ : var)
     for (int64_t c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
-    const float s = 1.0f / std::sqrt(var / C + eps);
+    const float s = math::rstd_of(var / C, eps);
     if (b) {
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
+      for (int64_t c = 0; c < C; ++c) o[c] = math::norm_apply(x[c], m, s, w[c], b[c]);
     } else {
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c];
+      for (int64_t c = 0; c < C; ++c) o[c] = math::norm_apply(x[c], m, s, w[c]);
     }
     mean.data[r] = m;
     rstd.data[r] = s;
@@ -92,7 +92,7 @@ void CpuBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias
     }
     const float a = sum_dn / C, bb = sum_dn_n / C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) dx[c] += s * (g[c] * w[c] - a - (x[c] - m) * s * bb);
+    for (int64_t c = 0; c < C; ++c) dx[c] += math::norm_dinp(g[c], w[c], x[c], m, s, a, bb);
   }
 
   const int64_t chunks = (C + kChannelChunk - 1) / kChannelChunk;
@@ -132,9 +132,9 @@ void CpuBackend::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, c
     float ss = 0;
 #pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
-    const float s = 1.0f / std::sqrt(ss / C + eps);
+    const float s = math::rstd_of(ss / C, eps);
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) o[c] = x[c] * s * w[c];
+    for (int64_t c = 0; c < C; ++c) o[c] = math::norm_apply(x[c], 0.0f, s, w[c]);
     rstd.data[r] = s;
   }
 }
@@ -159,7 +159,7 @@ void CpuBackend::rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& d
     for (int64_t c = 0; c < C; ++c) sum_dn_n += g[c] * w[c] * x[c] * s;
     const float bb = sum_dn_n / C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) dx[c] += s * (g[c] * w[c] - x[c] * s * bb);
+    for (int64_t c = 0; c < C; ++c) dx[c] += math::norm_dinp(g[c], w[c], x[c], 0.0f, s, 0.0f, bb);
   }
 
   const int64_t chunks = (C + kChannelChunk - 1) / kChannelChunk;

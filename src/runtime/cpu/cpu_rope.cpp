@@ -38,10 +38,7 @@ void rotate(float* base, const float* table, RopeDims d, int rotated_heads, floa
       float* x = row + h * d.hd;
 #pragma omp simd
       for (int64_t i = 0; i < half; ++i) {
-        const float c = cs[2 * i], s = sign * cs[2 * i + 1];
-        const float x1 = x[i], x2 = x[i + half];
-        x[i] = x1 * c - x2 * s;
-        x[i + half] = x2 * c + x1 * s;
+        math::rope_rotate(x[i], x[i + half], cs[2 * i], sign * cs[2 * i + 1], &x[i], &x[i + half]);
       }
     }
   }
@@ -50,17 +47,8 @@ void rotate(float* base, const float* table, RopeDims d, int rotated_heads, floa
 
 const float* CpuBackend::rope_table(int64_t T, int64_t hd, float theta) {
   if (T != rope_T_ || hd != rope_hd_ || theta != rope_theta_) {
-    const int64_t half = hd / 2;
-    rope_cos_sin_.resize(static_cast<size_t>(T * half * 2));
-    for (int64_t i = 0; i < half; ++i) {
-      // Angles in fp64 so long sequences keep their accuracy.
-      const double inv_freq = std::pow(static_cast<double>(theta), -2.0 * i / hd);
-      for (int64_t t = 0; t < T; ++t) {
-        const double a = t * inv_freq;
-        rope_cos_sin_[(t * half + i) * 2] = static_cast<float>(std::cos(a));
-        rope_cos_sin_[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(a));
-      }
-    }
+    rope_cos_sin_.resize(static_cast<size_t>(T * (hd / 2) * 2));
+    math::fill_rope_table(rope_cos_sin_.data(), T, hd, theta);
     rope_T_ = T, rope_hd_ = hd, rope_theta_ = theta;
   }
   return rope_cos_sin_.data();
