@@ -73,7 +73,7 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
           (skipped.empty() ? std::string() : " passes verification (skipped: " + skipped + ")"));
   }
   data.check_fits(model.seq_len, model.vocab);
-  ParallelState state(world, plan, cluster, o.comm_timeout_s);
+  ParallelState state(world, plan, cluster, o.comm_timeout_s, o.make_comm);
   DatasetSamples samples(data, o.exec.seed);
   Executor ex(state, model, plan, backend, samples, o.exec);
 
@@ -145,8 +145,10 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
       if (!o.quiet && ((s + 1) % o.log_every == 0 || s + 1 == o.steps)) {
         const double left = elapsed / double(s + 1 - start) * double(o.steps - s - 1);
         std::printf(
-            "step %6lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.0f s left\n",
-            (long long)s + 1, (long long)o.steps, last.loss, last.lr, last.grad_norm, tps, left);
+            "step %6lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | MFU %.1f%% | "
+            "%.0f s left\n",
+            (long long)s + 1, (long long)o.steps, last.loss, last.lr, last.grad_norm, tps,
+            100 * mfu, left);
         std::fflush(stdout);
       }
       if (jlog) {
