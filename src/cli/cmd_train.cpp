@@ -49,7 +49,7 @@ std::string cluster_for_gpu() {
 #if defined(STRATAGEM_HAVE_CUDA)
   if (cuda::device_count() == 0) return "cpu-local";
   const std::string name = cuda::device_name(0);
-  const std::string path = std::string(STRATAGEM_DATA_DIR) + "/gpus.json";
+  const std::string path = data_dir() + "/gpus.json";
   std::ifstream in(path);
   if (!in) throw InputError(path + ": cannot open (the GPU peak table)");
   const auto table = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);

@@ -2,6 +2,7 @@
 // wrapper. Row-major tensors are handed to cuBLAS (column-major) as their transposes, so
 //   out (N,OC) = inp (N,C) @ W^T  becomes  out^T (OC x N) = W^T... in column-major terms
 // as each call below spells out.
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -22,6 +23,14 @@ struct LtDescs {
     if (op) cublasLtMatmulDescDestroy(op);
   }
 };
+
+// The alignment cuBLASLt may assume for a matrix (and each of its batch): the largest power
+// of two up to 256 dividing its address and its batch stride in bytes. The executor carves
+// tensors out of arenas at any float offset, so 4 is possible and must be declared.
+uint32_t alignment(const void* p, int64_t stride_bytes) {
+  uint64_t a = reinterpret_cast<uintptr_t>(p) | static_cast<uint64_t>(stride_bytes) | 256u;
+  return static_cast<uint32_t>(a & (~a + 1));
+}
 
 void set_batch(cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
   if (batch <= 1) return;
@@ -61,13 +70,6 @@ void CudaBackend::gemm(int64_t m, int64_t n, int64_t k, const GemmOperand& a, co
       cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
   STRATAGEM_CUDA_CHECK(
       cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-  if (bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    STRATAGEM_CUDA_CHECK(
-        cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    STRATAGEM_CUDA_CHECK(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                        &bias, sizeof bias));
-  }
   STRATAGEM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.a, ab_type, a.rows, a.cols, a.ld));
   STRATAGEM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.b, ab_type, b.rows, b.cols, b.ld));
   STRATAGEM_CUDA_CHECK(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, m, n, ldc));
@@ -75,9 +77,38 @@ void CudaBackend::gemm(int64_t m, int64_t n, int64_t k, const GemmOperand& a, co
   set_batch(d.b, batch, b.stride);
   set_batch(d.c, batch, stride_c);
   (void)k;  // implied by the operands' shapes; cuBLASLt checks them
-  // A null algorithm makes cuBLASLt run its own heuristic for these descriptors.
+  const size_t eb = half ? 2 : 4;
+  cublasLtMatmulPreference_t pref = nullptr;
+  STRATAGEM_CUDA_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  struct PrefGuard {
+    cublasLtMatmulPreference_t p;
+    ~PrefGuard() { cublasLtMatmulPreferenceDestroy(p); }
+  } guard{pref};
+  const uint32_t align[3] = {alignment(pa, batch > 1 ? a.stride * eb : 0),
+                             alignment(pb, batch > 1 ? b.stride * eb : 0),
+                             alignment(c, batch > 1 ? stride_c * 4 : 0)};
+  const cublasLtMatmulPreferenceAttributes_t keys[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i)
+    STRATAGEM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, keys[i], &align[i < 3 ? i : 2],
+                                                              sizeof(uint32_t)));
+  STRATAGEM_CUDA_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof workspace_bytes_));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  STRATAGEM_CUDA_CHECK(
+      cublasLtMatmulAlgoGetHeuristic(lt_, d.op, d.a, d.b, d.c, d.c, pref, 1, &heuristic, &found));
+  if (found == 0)
+    throw std::runtime_error("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" +
+                             std::to_string(n) + "x" + std::to_string(k) + " GEMM (batch " +
+                             std::to_string(batch) + ", " + (half ? "bf16" : "fp32") +
+                             " operands)");
   STRATAGEM_CUDA_CHECK(cublasLtMatmul(lt_, d.op, &alpha, pa, d.a, pb, d.b, &beta, c, d.c, c, d.c,
-                                      nullptr, workspace_, workspace_bytes_, stream_));
+                                      &heuristic.algo, workspace_, workspace_bytes_, stream_));
+  // The bias is added by a kernel rather than the GEMM's epilogue: it may sit at any float
+  // offset of the parameter arena, which the epilogue does not allow.
+  if (bias) launch_add_bias(c, bias, n, m, stream_);
 }
 
 namespace {

@@ -13,6 +13,8 @@ namespace stratagem::cuda {
 // ---- elementwise --------------------------------------------------------------------------
 void launch_fill(float* p, int64_t n, float value, cudaStream_t s);
 void launch_add(float* out, const float* a, const float* b, int64_t n, cudaStream_t s);
+// out (rows, cols) += bias (cols), row-major.
+void launch_add_bias(float* out, const float* bias, int64_t rows, int64_t cols, cudaStream_t s);
 void launch_scale(float* p, int64_t n, float factor, cudaStream_t s);
 void launch_to_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t s);
 void launch_gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t s);

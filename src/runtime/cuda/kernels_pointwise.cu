@@ -20,6 +20,9 @@ __global__ void fill_kernel(float* p, int64_t n, float v) {
 __global__ void add_kernel(float* o, const float* a, const float* b, int64_t n) {
   GRID_STRIDE(i, n) o[i] = a[i] + b[i];
 }
+__global__ void add_bias_kernel(float* o, const float* b, int64_t rows, int64_t cols) {
+  GRID_STRIDE(i, rows * cols) o[i] += b[i % cols];
+}
 __global__ void scale_kernel(float* p, int64_t n, float f) {
   GRID_STRIDE(i, n) p[i] *= f;
 }
@@ -77,6 +80,11 @@ void launch_fill(float* p, int64_t n, float value, cudaStream_t s) {
 void launch_add(float* out, const float* a, const float* b, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   add_kernel<<<blocks(n), kThreads, 0, s>>>(out, a, b, n);
+  STRATAGEM_CUDA_CHECK_LAUNCH();
+}
+void launch_add_bias(float* out, const float* bias, int64_t rows, int64_t cols, cudaStream_t s) {
+  if (rows * cols == 0) return;
+  add_bias_kernel<<<blocks(rows * cols), kThreads, 0, s>>>(out, bias, rows, cols);
   STRATAGEM_CUDA_CHECK_LAUNCH();
 }
 void launch_scale(float* p, int64_t n, float factor, cudaStream_t s) {
