@@ -3,7 +3,8 @@
 # SwiGLU) tiny model, 3 steps, losses to 1e-4 relative in fp32 (summation orders differ:
 # fp32 GEMMs accumulate in another order) and 2e-2 in bf16 (GEMM operands rounded to bf16);
 # and tp 2 x pp 2 on one GPU (--comm mpi, staged through host memory) equals 1 rank to 1e-5,
-# as the cpu backend's parallel runs do (runtime.parallel_equals_serial).
+# as the cpu backend's parallel runs do (runtime.parallel_equals_serial); a run stopped and
+# resumed from a checkpoint equals the straight one; NCCL on one rank equals staged MPI.
 # Without a GPU: --backend cuda is refused with exit 2 and one "no CUDA device" line, and
 # the test prints "skipped: no CUDA device (...)".
 source "$(dirname "$0")/../runtime/common.sh"
@@ -53,6 +54,14 @@ for m in GPT LLAMA; do
     --tp 2 --pp 2 --dp 1
   check "$m.cuda32" "$m.cuda_tp2pp2" 1e-5
 done
+# Checkpoints from device memory: stop after 2 steps, resume for the third; the losses equal
+# the straight run's (to 1e-6: the embedding's backward adds with atomics, in no fixed order).
+run GPT.split 1 "${GPT[@]}" "${B8[@]}" --backend cuda --dtype fp32 --comm mpi \
+  --ckpt-dir "$WORK/ckpt" --stop-after 2
+run GPT.split 1 "${GPT[@]}" "${B8[@]}" --backend cuda --dtype fp32 --comm mpi \
+  --ckpt-dir "$WORK/ckpt" --resume
+grep -q "resumed from .*step-00000002.h5" "$WORK/GPT.split.log" || fail "did not resume at step 2"
+check GPT.cuda32 GPT.split 1e-6
 # NCCL on one rank (the only NCCL layout one GPU allows) equals the staged MPI run.
 run GPT.nccl 1 "${GPT[@]}" "${B8[@]}" --backend cuda --dtype fp32 --comm nccl
 check GPT.cuda32 GPT.nccl 1e-6
