@@ -206,6 +206,19 @@ int run_train(Args& a) {
   TrainSummary r = train(MPI_COMM_WORLD, model, cluster, plan, *backend, data, o, &g_stop_signal);
   int64_t high = r.high_water_bytes;
   MPI_Allreduce(MPI_IN_PLACE, &high, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  // What the device allocator held at most, beside the executor's ledger (which counts the
+  // Program's buffers): the difference is cached blocks and rounding.
+  int64_t device_reserved = 0;
+#if defined(STRATAGEM_HAVE_CUDA)
+  if (backend_name == "cuda")
+    device_reserved = cuda::device_memory(*backend).reserved_high_water_bytes;
+#endif
+  MPI_Allreduce(MPI_IN_PLACE, &device_reserved, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  if (backend_name == "cuda" && world_rank() == 0 && !json)
+    std::printf(
+        "train: peak memory per rank %.2f GiB in the executor's ledger, %.2f GiB reserved "
+        "by the CUDA caching allocator\n",
+        double(high) / (1 << 30), double(device_reserved) / (1 << 30));
   if (json)
     print_json({{"steps_completed", r.steps_completed},
                 {"loss", r.last.loss},
@@ -213,6 +226,7 @@ int run_train(Args& a) {
                 {"lr", r.last.lr},
                 {"tokens_per_s", double(plan.global_batch) * model.seq_len / r.last.time_s},
                 {"high_water_bytes", high},
+                {"device_reserved_high_water_bytes", device_reserved},
                 {"checkpoint", r.checkpoint}});
   return 0;
 }
