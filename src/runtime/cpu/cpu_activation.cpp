@@ -5,31 +5,8 @@
 #include "cpu_math.hpp"
 
 namespace stratagem::cpu {
-namespace {
-void check_same(const char* kernel, const Tensor& a, const char* an, const Tensor& b) {
-  expect_shape(a, b.shape, kernel, an);
-}
-
-struct SwigluDims {
-  int64_t n, f;
-};
-
-SwigluDims swiglu_dims(const char* kernel, const Tensor& inp, const Tensor& out) {
-  if (!inp.defined() || inp.ndim() < 1 || inp.dim(-1) % 2 != 0)
-    throw std::invalid_argument(
-        kernel_error(kernel, "inp must be (...,2F), got " + inp.shape.str()));
-  const int64_t F = inp.dim(-1) / 2;
-  const int64_t N = inp.numel() / inp.dim(-1);
-  if (!out.defined() || out.dim(-1) != F || out.numel() != N * F)
-    throw std::invalid_argument(kernel_error(kernel, "out must be (...," + std::to_string(F) +
-                                                         ") with " + std::to_string(N) +
-                                                         " rows, got " + out.shape.str()));
-  return {N, F};
-}
-}  // namespace
-
 void CpuBackend::gelu_forward(Tensor& out, const Tensor& inp) {
-  check_same("gelu_forward", out, "out", inp);
+  expect_shape(out, inp.shape, "gelu_forward", "out");
   const float* x = inp.data;
   float* o = out.data;
   const int64_t n = inp.numel();
@@ -38,8 +15,8 @@ void CpuBackend::gelu_forward(Tensor& out, const Tensor& inp) {
 }
 
 void CpuBackend::gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
-  check_same("gelu_backward", dout, "dout", inp);
-  check_same("gelu_backward", dinp, "dinp", inp);
+  expect_shape(dout, inp.shape, "gelu_backward", "dout");
+  expect_shape(dinp, inp.shape, "gelu_backward", "dinp");
   const float* x = inp.data;
   const float* g = dout.data;
   float* dx = dinp.data;
@@ -62,7 +39,7 @@ void CpuBackend::swiglu_forward(Tensor& out, const Tensor& inp) {
 
 void CpuBackend::swiglu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
   const auto [N, F] = swiglu_dims("swiglu_backward", inp, dout);
-  check_same("swiglu_backward", dinp, "dinp", inp);
+  expect_shape(dinp, inp.shape, "swiglu_backward", "dinp");
 #pragma omp parallel for schedule(static) if (N * F >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* gate = inp.data + r * 2 * F;

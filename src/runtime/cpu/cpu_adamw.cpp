@@ -9,13 +9,8 @@ namespace stratagem::cpu {
 
 void CpuBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                               const AdamWStep& s) {
+  check_adamw(param, grad, m, v, s.step);
   const int64_t n = grad.numel();
-  for (const Tensor* t : {&param, &m, &v})
-    if (t->numel() != n)
-      throw std::invalid_argument(kernel_error(
-          "adamw_update",
-          "param/m/v must hold " + std::to_string(n) + " floats like grad, got " + t->shape.str()));
-  if (s.step < 1) throw std::invalid_argument("adamw_update: step must be >= 1");
   const math::AdamWScalars k =
       math::adamw_scalars(s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step);
   float* p = param.data;

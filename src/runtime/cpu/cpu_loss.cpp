@@ -7,25 +7,6 @@
 
 namespace stratagem::cpu {
 namespace {
-struct LossDims {
-  int64_t n, v;
-};
-
-LossDims loss_dims(const char* kernel, const Tensor& logits, std::span<const int32_t> targets) {
-  if (!logits.defined() || logits.ndim() < 2)
-    throw std::invalid_argument(
-        kernel_error(kernel, "logits must be (N,V), got " + logits.shape.str()));
-  const int64_t V = logits.dim(-1), N = logits.numel() / V;
-  if (static_cast<int64_t>(targets.size()) != N)
-    throw std::invalid_argument(kernel_error(kernel, "got " + std::to_string(targets.size()) +
-                                                         " targets for " + std::to_string(N) +
-                                                         " logit rows"));
-  for (int32_t t : targets)
-    if (t < 0 || t >= V)
-      throw std::invalid_argument(kernel_error(
-          kernel, "target " + std::to_string(t) + " outside [0," + std::to_string(V) + ")"));
-  return {N, V};
-}
 
 // log(sum(exp(row))) computed stably around the row maximum.
 float logsumexp(const float* row, int64_t V) {
@@ -67,31 +48,6 @@ void CpuBackend::crossentropy_softmax_backward(Tensor& dlogits, const Tensor& lo
     drow[targets[r]] -= scale;
   }
 }
-
-namespace {
-// Shapes of the vocabulary-parallel kernels: logits (N,Vl) with `valid` real columns.
-LossDims shard_dims(const char* kernel, const Tensor& logits, std::span<const int32_t> targets,
-                    int64_t valid) {
-  if (!logits.defined() || logits.ndim() != 2)
-    throw std::invalid_argument(
-        kernel_error(kernel, "logits must be (N,Vl), got " + logits.shape.str()));
-  const int64_t N = logits.dim(0), V = logits.dim(1);
-  if (valid < 1 || valid > V)
-    throw std::invalid_argument(kernel_error(kernel, "valid columns " + std::to_string(valid) +
-                                                         " outside [1," + std::to_string(V) + "]"));
-  if (targets.data() && static_cast<int64_t>(targets.size()) != N)
-    throw std::invalid_argument(kernel_error(kernel, "got " + std::to_string(targets.size()) +
-                                                         " targets for " + std::to_string(N) +
-                                                         " logit rows"));
-  return {N, V};
-}
-void expect_numel(const char* kernel, const char* what, const Tensor& t, int64_t n) {
-  if (!t.defined() || t.numel() != n)
-    throw std::invalid_argument(kernel_error(
-        kernel,
-        std::string(what) + " must hold " + std::to_string(n) + " floats, got " + t.shape.str()));
-}
-}  // namespace
 
 void CpuBackend::crossentropy_row_max(Tensor& max, const Tensor& logits, int64_t valid) {
   const auto [N, V] = shard_dims("crossentropy_row_max", logits, {}, valid);

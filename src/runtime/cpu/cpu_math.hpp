@@ -12,6 +12,7 @@
 #endif
 #include <Eigen/Core>
 
+#include "src/runtime/kernel_checks.hpp"
 #include "stratagem/kernel_math.hpp"
 #include "stratagem/tensor.hpp"
 
@@ -33,8 +34,6 @@ using math::sigmoid;
 // microseconds, and far more when MPI ranks oversubscribe the cores (tiny test models).
 inline constexpr int64_t kMinParallelWork = int64_t{1} << 15;
 
-inline std::string kernel_error(const char* kernel, const std::string& what) {
-  return std::string(kernel) + ": " + what;
-}
+using namespace checks;  // the shape checks every backend shares
 
 }  // namespace stratagem::cpu

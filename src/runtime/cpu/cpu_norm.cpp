@@ -11,29 +11,11 @@ namespace {
 // rows: race-free, and the summation order does not depend on the thread count.
 constexpr int64_t kChannelChunk = 32;
 
-struct Rows {
-  int64_t n, c;
-};
-
-Rows rows_of(const char* kernel, const Tensor& x, const Tensor& weight) {
-  if (!x.defined() || x.ndim() < 1)
-    throw std::invalid_argument(kernel_error(kernel, "input is undefined"));
-  const int64_t C = x.dim(-1);
-  expect_shape(weight, Shape{C}, kernel, "weight");
-  return {x.numel() / std::max<int64_t>(C, 1), C};
-}
-
-void expect_numel(const char* kernel, const char* what, const Tensor& t, int64_t n) {
-  if (!t.defined() || t.numel() != n)
-    throw std::invalid_argument(kernel_error(
-        kernel,
-        std::string(what) + " must hold " + std::to_string(n) + " floats, got " + t.shape.str()));
-}
 }  // namespace
 
 void CpuBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                                    const Tensor& weight, const Tensor& bias, float eps) {
-  const auto [N, C] = rows_of("layernorm_forward", inp, weight);
+  const auto [N, C] = norm_rows("layernorm_forward", inp, weight);
   expect_shape(out, inp.shape, "layernorm_forward", "out");
   expect_numel("layernorm_forward", "mean", mean, N);
   expect_numel("layernorm_forward", "rstd", rstd, N);
@@ -67,7 +49,7 @@ void CpuBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, cons
 void CpuBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
                                     const Tensor& dout, const Tensor& inp, const Tensor& weight,
                                     const Tensor& mean, const Tensor& rstd) {
-  const auto [N, C] = rows_of("layernorm_backward", inp, weight);
+  const auto [N, C] = norm_rows("layernorm_backward", inp, weight);
   expect_shape(dout, inp.shape, "layernorm_backward", "dout");
   expect_shape(dinp, inp.shape, "layernorm_backward", "dinp");
   expect_shape(dweight, Shape{C}, "layernorm_backward", "dweight");
@@ -121,7 +103,7 @@ void CpuBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias
 
 void CpuBackend::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                  float eps) {
-  const auto [N, C] = rows_of("rmsnorm_forward", inp, weight);
+  const auto [N, C] = norm_rows("rmsnorm_forward", inp, weight);
   expect_shape(out, inp.shape, "rmsnorm_forward", "out");
   expect_numel("rmsnorm_forward", "rstd", rstd, N);
   const float* w = weight.data;
@@ -141,7 +123,7 @@ void CpuBackend::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, c
 
 void CpuBackend::rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout,
                                   const Tensor& inp, const Tensor& weight, const Tensor& rstd) {
-  const auto [N, C] = rows_of("rmsnorm_backward", inp, weight);
+  const auto [N, C] = norm_rows("rmsnorm_backward", inp, weight);
   expect_shape(dout, inp.shape, "rmsnorm_backward", "dout");
   expect_shape(dinp, inp.shape, "rmsnorm_backward", "dinp");
   expect_shape(dweight, Shape{C}, "rmsnorm_backward", "dweight");

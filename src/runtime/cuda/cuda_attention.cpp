@@ -14,22 +14,11 @@
 
 #include "src/runtime/cuda/cuda_backend.hpp"
 #include "src/runtime/cuda/kernels.hpp"
+#include "src/runtime/kernel_checks.hpp"
 
 namespace stratagem::cuda {
 namespace {
-struct AttnDims {
-  int64_t B, T, W, hd, NH, KV, group;
-};
-AttnDims attn_dims(const char* kernel, const Tensor& qkv, int heads, int kv_heads) {
-  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
-    throw std::invalid_argument(std::string(kernel) + ": kv_heads must divide heads, got heads=" +
-                                std::to_string(heads) + " kv_heads=" + std::to_string(kv_heads));
-  if (!qkv.defined() || qkv.ndim() != 3 || qkv.dim(2) % (heads + 2 * kv_heads) != 0)
-    throw std::invalid_argument(std::string(kernel) + ": qkv must be (B,T,(NH+2KV)*hd), got " +
-                                qkv.shape.str());
-  return {qkv.dim(0), qkv.dim(1), qkv.dim(2),      qkv.dim(2) / (heads + 2 * kv_heads),
-          heads,      kv_heads,   heads / kv_heads};
-}
+using AttnDims = checks::QkvDims;
 using Op = CudaBackend::GemmOperand;
 // Operands of one (b, kvh) batch entry, stored column-major.
 Op q_like(const float* p, const AttnDims& d) {  // (group*T, hd) row-major: hd x gT
@@ -49,7 +38,7 @@ Op t(Op o) {
 
 void CudaBackend::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
                                     int heads, int kv_heads) {
-  const AttnDims d = attn_dims("attention_forward", qkv, heads, kv_heads);
+  const AttnDims d = checks::qkv_dims("attention_forward", qkv, heads, kv_heads);
   const int64_t B = d.B, T = d.T, hd = d.hd, NH = d.NH, KV = d.KV, gT = d.group * T;
   expect_shape(out, Shape{B, T, NH * hd}, "attention_forward", "out");
   expect_shape(lse, Shape{B, NH, T}, "attention_forward", "lse");
@@ -72,7 +61,7 @@ void CudaBackend::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const
 void CudaBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& out,
                                      const Tensor& qkv, const Tensor& att, const Tensor& lse,
                                      int heads, int kv_heads) {
-  const AttnDims d = attn_dims("attention_backward", qkv, heads, kv_heads);
+  const AttnDims d = checks::qkv_dims("attention_backward", qkv, heads, kv_heads);
   const int64_t B = d.B, T = d.T, hd = d.hd, NH = d.NH, KV = d.KV, gT = d.group * T;
   const int64_t C = NH * hd;
   expect_shape(dqkv, qkv.shape, "attention_backward", "dqkv");

@@ -9,91 +9,18 @@
 
 #include "src/runtime/cuda/check.hpp"
 #include "src/runtime/cuda/kernels.hpp"
+#include "src/runtime/kernel_checks.hpp"
 
 namespace stratagem::cuda {
+using namespace checks;
 namespace {
 std::string err(const char* kernel, const std::string& what) {
-  return std::string(kernel) + ": " + what;
-}
-void expect_numel(const char* kernel, const char* what, const Tensor& t, int64_t n) {
-  if (!t.defined() || t.numel() != n)
-    throw std::invalid_argument(err(kernel, std::string(what) + " must hold " + std::to_string(n) +
-                                                " floats, got " + t.shape.str()));
+  return kernel_error(kernel, what);
 }
 void expect_fp32(const char* kernel, const Tensor& t) {
   if (t.defined() && t.dtype != ScalarType::fp32)
     throw std::invalid_argument(
         err(kernel, "expects fp32 tensors, got " + std::string(to_string(t.dtype))));
-}
-struct Rows {
-  int64_t n, c;
-};
-Rows rows_of(const char* kernel, const Tensor& x, const Tensor& weight) {
-  if (!x.defined() || x.ndim() < 1) throw std::invalid_argument(err(kernel, "input is undefined"));
-  const int64_t C = x.dim(-1);
-  expect_shape(weight, Shape{C}, kernel, "weight");
-  return {x.numel() / std::max<int64_t>(C, 1), C};
-}
-struct RopeDims {
-  int64_t B, T, width, hd;
-};
-RopeDims rope_dims(const char* kernel, const Tensor& qkv, int heads, int kv_heads) {
-  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
-    throw std::invalid_argument(
-        err(kernel, "kv_heads must divide heads, got heads=" + std::to_string(heads) +
-                        " kv_heads=" + std::to_string(kv_heads)));
-  if (!qkv.defined() || qkv.ndim() != 3 || qkv.dim(2) % (heads + 2 * kv_heads) != 0)
-    throw std::invalid_argument(
-        err(kernel, "qkv must be (B,T,(NH+2KV)*hd), got " + qkv.shape.str()));
-  const int64_t hd = qkv.dim(2) / (heads + 2 * kv_heads);
-  if (hd % 2 != 0)
-    throw std::invalid_argument(err(kernel, "head_dim must be even, got " + std::to_string(hd)));
-  return {qkv.dim(0), qkv.dim(1), qkv.dim(2), hd};
-}
-void check_tokens(const char* kernel, std::span<const int32_t> tokens, int64_t n, int64_t vocab) {
-  if (static_cast<int64_t>(tokens.size()) != n)
-    throw std::invalid_argument(err(kernel, "got " + std::to_string(tokens.size()) +
-                                                " tokens, expected B*T = " + std::to_string(n)));
-  for (int32_t t : tokens)
-    if (t < -1 || t >= vocab)
-      throw std::invalid_argument(err(kernel, "token id " + std::to_string(t) + " outside [0," +
-                                                  std::to_string(vocab) +
-                                                  ") (or -1: another shard's)"));
-}
-void check_embedding_shapes(const char* kernel, const Tensor& x, const Tensor& wte,
-                            const Tensor& wpe) {
-  if (x.ndim() != 3)
-    throw std::invalid_argument(err(kernel, "activation must be (B,T,C), got " + x.shape.str()));
-  const int64_t T = x.dim(1), C = x.dim(2);
-  if (!wte.defined() || wte.ndim() != 2 || wte.dim(1) != C)
-    throw std::invalid_argument(
-        err(kernel, "wte must be (V," + std::to_string(C) + "), got " + wte.shape.str()));
-  if (wpe.defined() && (wpe.ndim() != 2 || wpe.dim(1) != C || wpe.dim(0) < T))
-    throw std::invalid_argument(err(kernel, "wpe must be (maxT>=" + std::to_string(T) + "," +
-                                                std::to_string(C) + "), got " + wpe.shape.str()));
-}
-struct LossDims {
-  int64_t n, v;
-};
-LossDims shard_dims(const char* kernel, const Tensor& logits, std::span<const int32_t> targets,
-                    int64_t valid, bool need_targets) {
-  if (!logits.defined() || logits.ndim() < 2)
-    throw std::invalid_argument(err(kernel, "logits must be (N,V), got " + logits.shape.str()));
-  const int64_t V = logits.dim(-1), N = logits.numel() / V;
-  if (valid < 1 || valid > V)
-    throw std::invalid_argument(err(kernel, "valid columns " + std::to_string(valid) +
-                                                " outside [1," + std::to_string(V) + "]"));
-  if (need_targets && static_cast<int64_t>(targets.size()) != N)
-    throw std::invalid_argument(err(kernel, "got " + std::to_string(targets.size()) +
-                                                " targets for " + std::to_string(N) +
-                                                " logit rows"));
-  return {N, V};
-}
-void check_targets(const char* kernel, std::span<const int32_t> targets, int64_t V) {
-  for (int32_t t : targets)
-    if (t < 0 || t >= V)
-      throw std::invalid_argument(
-          err(kernel, "target " + std::to_string(t) + " outside [0," + std::to_string(V) + ")"));
 }
 }  // namespace
 
@@ -209,7 +136,7 @@ void CudaBackend::embedding_backward(Tensor& dwte, Tensor& dwpe, std::span<const
 // ---- normalization ------------------------------------------------------------------------
 void CudaBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                                     const Tensor& weight, const Tensor& bias, float eps) {
-  const auto [N, C] = rows_of("layernorm_forward", inp, weight);
+  const auto [N, C] = norm_rows("layernorm_forward", inp, weight);
   expect_shape(out, inp.shape, "layernorm_forward", "out");
   expect_numel("layernorm_forward", "mean", mean, N);
   expect_numel("layernorm_forward", "rstd", rstd, N);
@@ -221,7 +148,7 @@ void CudaBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, con
 void CudaBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
                                      const Tensor& dout, const Tensor& inp, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd) {
-  const auto [N, C] = rows_of("layernorm_backward", inp, weight);
+  const auto [N, C] = norm_rows("layernorm_backward", inp, weight);
   expect_shape(dout, inp.shape, "layernorm_backward", "dout");
   expect_shape(dinp, inp.shape, "layernorm_backward", "dinp");
   expect_shape(dweight, Shape{C}, "layernorm_backward", "dweight");
@@ -236,7 +163,7 @@ void CudaBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbia
 
 void CudaBackend::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp,
                                   const Tensor& weight, float eps) {
-  const auto [N, C] = rows_of("rmsnorm_forward", inp, weight);
+  const auto [N, C] = norm_rows("rmsnorm_forward", inp, weight);
   expect_shape(out, inp.shape, "rmsnorm_forward", "out");
   expect_numel("rmsnorm_forward", "rstd", rstd, N);
   launch_norm_forward(out.data, nullptr, rstd.data, inp.data, weight.data, nullptr, N, C, eps,
@@ -245,7 +172,7 @@ void CudaBackend::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp,
 
 void CudaBackend::rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout,
                                    const Tensor& inp, const Tensor& weight, const Tensor& rstd) {
-  const auto [N, C] = rows_of("rmsnorm_backward", inp, weight);
+  const auto [N, C] = norm_rows("rmsnorm_backward", inp, weight);
   expect_shape(dout, inp.shape, "rmsnorm_backward", "dout");
   expect_shape(dinp, inp.shape, "rmsnorm_backward", "dinp");
   expect_shape(dweight, Shape{C}, "rmsnorm_backward", "dweight");
@@ -270,15 +197,15 @@ const float* CudaBackend::rope_table(int64_t T, int64_t hd, float theta) {
 }
 
 void CudaBackend::rope_forward(Tensor& qkv, int heads, int kv_heads, float theta) {
-  const RopeDims d = rope_dims("rope_forward", qkv, heads, kv_heads);
-  launch_rope(qkv.data, rope_table(d.T, d.hd, theta), d.B * d.T, d.T, d.width, d.hd,
-              heads + kv_heads, 1.0f, stream_);
+  const QkvDims d = rope_dims("rope_forward", qkv, heads, kv_heads);
+  launch_rope(qkv.data, rope_table(d.T, d.hd, theta), d.B * d.T, d.T, d.W, d.hd, heads + kv_heads,
+              1.0f, stream_);
 }
 
 void CudaBackend::rope_backward(Tensor& dqkv, int heads, int kv_heads, float theta) {
-  const RopeDims d = rope_dims("rope_backward", dqkv, heads, kv_heads);
-  launch_rope(dqkv.data, rope_table(d.T, d.hd, theta), d.B * d.T, d.T, d.width, d.hd,
-              heads + kv_heads, -1.0f, stream_);
+  const QkvDims d = rope_dims("rope_backward", dqkv, heads, kv_heads);
+  launch_rope(dqkv.data, rope_table(d.T, d.hd, theta), d.B * d.T, d.T, d.W, d.hd, heads + kv_heads,
+              -1.0f, stream_);
 }
 
 // ---- pointwise ----------------------------------------------------------------------------
@@ -292,23 +219,6 @@ void CudaBackend::gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& 
   launch_gelu_backward(dinp.data, dout.data, inp.data, inp.numel(), stream_);
 }
 
-namespace {
-struct SwigluDims {
-  int64_t n, f;
-};
-SwigluDims swiglu_dims(const char* kernel, const Tensor& inp, const Tensor& out) {
-  if (!inp.defined() || inp.ndim() < 1 || inp.dim(-1) % 2 != 0)
-    throw std::invalid_argument(err(kernel, "inp must be (...,2F), got " + inp.shape.str()));
-  const int64_t F = inp.dim(-1) / 2;
-  const int64_t N = inp.numel() / inp.dim(-1);
-  if (!out.defined() || out.dim(-1) != F || out.numel() != N * F)
-    throw std::invalid_argument(err(kernel, "out must be (...," + std::to_string(F) + ") with " +
-                                                std::to_string(N) + " rows, got " +
-                                                out.shape.str()));
-  return {N, F};
-}
-}  // namespace
-
 void CudaBackend::swiglu_forward(Tensor& out, const Tensor& inp) {
   const auto [N, F] = swiglu_dims("swiglu_forward", inp, out);
   launch_swiglu_forward(out.data, inp.data, N, F, stream_);
@@ -319,24 +229,19 @@ void CudaBackend::swiglu_backward(Tensor& dinp, const Tensor& dout, const Tensor
   launch_swiglu_backward(dinp.data, dout.data, inp.data, N, F, stream_);
 }
 void CudaBackend::residual_forward(Tensor& out, const Tensor& a, const Tensor& b) {
-  if (out.numel() != a.numel() || out.numel() != b.numel())
-    throw std::invalid_argument(
-        err("residual_forward",
-            "sizes differ: " + out.shape.str() + " vs " + a.shape.str() + " vs " + b.shape.str()));
+  expect_same_numel("residual_forward", out, a);
+  expect_same_numel("residual_forward", out, b);
   launch_add(out.data, a.data, b.data, out.numel(), stream_);
 }
 void CudaBackend::residual_backward(Tensor& dinp, const Tensor& dout) {
-  if (dinp.numel() != dout.numel())
-    throw std::invalid_argument(
-        err("residual_backward", "sizes differ: " + dinp.shape.str() + " vs " + dout.shape.str()));
+  expect_same_numel("residual_backward", dinp, dout);
   launch_add(dinp.data, dinp.data, dout.data, dinp.numel(), stream_);
 }
 
 // ---- loss ---------------------------------------------------------------------------------
 void CudaBackend::crossentropy_forward(Tensor& losses, const Tensor& logits,
                                        std::span<const int32_t> targets) {
-  const auto [N, V] = shard_dims("crossentropy_forward", logits, targets, logits.dim(-1), true);
-  check_targets("crossentropy_forward", targets, V);
+  const auto [N, V] = loss_dims("crossentropy_forward", logits, targets);
   expect_numel("crossentropy_forward", "losses", losses, N);
   Tensor max = scratch(Shape{N}), sums = scratch(Shape{N, 2});
   launch_ce_row_max(max.data, logits.data, N, V, V, stream_);
@@ -346,9 +251,7 @@ void CudaBackend::crossentropy_forward(Tensor& losses, const Tensor& logits,
 
 void CudaBackend::crossentropy_softmax_backward(Tensor& dlogits, const Tensor& logits,
                                                 std::span<const int32_t> targets, float scale) {
-  const auto [N, V] =
-      shard_dims("crossentropy_softmax_backward", logits, targets, logits.dim(-1), true);
-  check_targets("crossentropy_softmax_backward", targets, V);
+  const auto [N, V] = loss_dims("crossentropy_softmax_backward", logits, targets);
   expect_shape(dlogits, logits.shape, "crossentropy_softmax_backward", "dlogits");
   Tensor max = scratch(Shape{N}), sums = scratch(Shape{N, 2});
   const int32_t* t = device_ids(targets, 1);
@@ -358,10 +261,7 @@ void CudaBackend::crossentropy_softmax_backward(Tensor& dlogits, const Tensor& l
 }
 
 void CudaBackend::crossentropy_row_max(Tensor& max, const Tensor& logits, int64_t valid) {
-  if (!logits.defined() || logits.ndim() != 2)
-    throw std::invalid_argument(
-        err("crossentropy_row_max", "logits must be (N,Vl), got " + logits.shape.str()));
-  const auto [N, V] = shard_dims("crossentropy_row_max", logits, {}, valid, false);
+  const auto [N, V] = shard_dims("crossentropy_row_max", logits, {}, valid);
   expect_numel("crossentropy_row_max", "max", max, N);
   launch_ce_row_max(max.data, logits.data, N, V, valid, stream_);
 }
@@ -369,10 +269,7 @@ void CudaBackend::crossentropy_row_max(Tensor& max, const Tensor& logits, int64_
 void CudaBackend::crossentropy_sums(Tensor& sums, const Tensor& logits, const Tensor& max,
                                     std::span<const int32_t> targets, int64_t vocab_begin,
                                     int64_t valid) {
-  if (!logits.defined() || logits.ndim() != 2)
-    throw std::invalid_argument(
-        err("crossentropy_sums", "logits must be (N,Vl), got " + logits.shape.str()));
-  const auto [N, V] = shard_dims("crossentropy_sums", logits, targets, valid, true);
+  const auto [N, V] = shard_dims("crossentropy_sums", logits, targets, valid);
   expect_numel("crossentropy_sums", "max", max, N);
   expect_numel("crossentropy_sums", "sums", sums, 2 * N);
   launch_ce_sums(sums.data, logits.data, max.data, device_ids(targets, 1), N, V, vocab_begin, valid,
@@ -383,10 +280,7 @@ void CudaBackend::crossentropy_shard_backward(Tensor& dlogits, const Tensor& log
                                               const Tensor& max, const Tensor& sums,
                                               std::span<const int32_t> targets, int64_t vocab_begin,
                                               int64_t valid, float scale) {
-  if (!logits.defined() || logits.ndim() != 2)
-    throw std::invalid_argument(
-        err("crossentropy_shard_backward", "logits must be (N,Vl), got " + logits.shape.str()));
-  const auto [N, V] = shard_dims("crossentropy_shard_backward", logits, targets, valid, true);
+  const auto [N, V] = shard_dims("crossentropy_shard_backward", logits, targets, valid);
   expect_shape(dlogits, logits.shape, "crossentropy_shard_backward", "dlogits");
   expect_numel("crossentropy_shard_backward", "max", max, N);
   expect_numel("crossentropy_shard_backward", "sums", sums, 2 * N);
@@ -416,13 +310,8 @@ void CudaBackend::scale(Tensor& t, float factor) {
 
 void CudaBackend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                                const AdamWStep& s) {
+  check_adamw(param, grad, m, v, s.step);
   const int64_t n = grad.numel();
-  for (const Tensor* t : {&param, &m, &v})
-    if (t->numel() != n)
-      throw std::invalid_argument(err(
-          "adamw_update",
-          "param/m/v must hold " + std::to_string(n) + " floats like grad, got " + t->shape.str()));
-  if (s.step < 1) throw std::invalid_argument("adamw_update: step must be >= 1");
   launch_adamw(param.data, grad.data, m.data, v.data, n,
                math::adamw_scalars(s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step), stream_);
 }

@@ -9,6 +9,7 @@
 #include "src/runtime/cuda/check.hpp"
 #include "src/runtime/cuda/cuda_backend.hpp"
 #include "src/runtime/cuda/kernels.hpp"
+#include "src/runtime/kernel_checks.hpp"
 
 namespace stratagem::cuda {
 namespace {
@@ -111,32 +112,9 @@ void CudaBackend::gemm(int64_t m, int64_t n, int64_t k, const GemmOperand& a, co
   if (bias) launch_add_bias(c, bias, n, m, stream_);
 }
 
-namespace {
-struct Dims {
-  int64_t n, c, oc;
-};
-Dims check(const char* kernel, const Tensor& inp, const Tensor& weight, const Tensor& out,
-           const char* out_name) {
-  if (!weight.defined() || weight.ndim() != 2)
-    throw std::invalid_argument(std::string(kernel) + ": weight must be (OC,C), got " +
-                                weight.shape.str());
-  const int64_t OC = weight.dim(0), C = weight.dim(1);
-  if (!inp.defined() || inp.ndim() < 2 || inp.dim(-1) != C)
-    throw std::invalid_argument(std::string(kernel) + ": inp must be (...," + std::to_string(C) +
-                                ") to match weight " + weight.shape.str() + ", got " +
-                                inp.shape.str());
-  const int64_t N = inp.numel() / C;
-  if (!out.defined() || out.dim(-1) != OC || out.numel() != N * OC)
-    throw std::invalid_argument(std::string(kernel) + ": " + out_name + " must be (...," +
-                                std::to_string(OC) + ") with " + std::to_string(N) + " rows, got " +
-                                out.shape.str());
-  return {N, C, OC};
-}
-}  // namespace
-
 void CudaBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                                  const Tensor& bias) {
-  const auto [N, C, OC] = check("matmul_forward", inp, weight, out, "out");
+  const auto [N, C, OC] = checks::linear_dims("matmul_forward", inp, weight, out, "out");
   if (bias.defined()) expect_shape(bias, Shape{OC}, "matmul_forward", "bias");
   // out^T (OC x N) = W (col-major C x OC, transposed) @ inp^T (col-major C x N).
   gemm(OC, N, C, {weight.data, true, C, 0, C, OC}, {inp.data, false, C, 0, C, N}, out.data, OC, 0,
@@ -145,7 +123,7 @@ void CudaBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& w
 
 void CudaBackend::matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                   const Tensor& inp, const Tensor& weight) {
-  const auto [N, C, OC] = check("matmul_backward", inp, weight, dout, "dout");
+  const auto [N, C, OC] = checks::linear_dims("matmul_backward", inp, weight, dout, "dout");
   expect_shape(dweight, weight.shape, "matmul_backward", "dweight");
   if (dbias.defined()) expect_shape(dbias, Shape{OC}, "matmul_backward", "dbias");
   if (dinp.defined()) {
