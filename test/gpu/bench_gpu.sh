@@ -27,7 +27,9 @@ print(table[max(keys, key=len)] if keys else "")
 PY
 )
 [ -n "$cluster" ] || { echo "bench-gpu: GPU '$gpu' is not in data/gpus.json"; exit 1; }
-"$BIN" data tokenize /usr/share/common-licenses/GPL-3 -o "$WORK/d.bin" >/dev/null
+text=/usr/share/common-licenses/GPL-3
+[ -f "$text" ] || text=README.md
+"$BIN" data tokenize "$text" -o "$WORK/d.bin" >/dev/null
 echo "bench-gpu: $gpu ($cluster), $(date -u +%Y-%m-%d), seq $SEQ, $STEPS steps (first $SKIP not timed)"
 printf '%-10s %6s %12s %7s %12s %12s %12s %9s\n' model batch "tokens/s" MFU "iter (s)" \
   "forecast (s)" "fc tokens/s" "fc/meas"
