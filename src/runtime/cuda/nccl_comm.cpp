@@ -2,10 +2,14 @@
 //  - Bootstrap: rank 0 of the group's MPI communicator makes the ncclUniqueId and broadcasts
 //    it; ParallelState creates the groups in the same order on every rank, so the broadcasts
 //    and ncclCommInitRank calls match.
-//  - Streams: collectives run on the communicator's own stream, sends and receives on two
-//    more (a pipeline stage sends and receives at once; on one stream a send waiting for its
-//    peer would block the receive queued behind it). Each op first waits (an event) for the
-//    compute stream's work so far, which produced its input.
+//  - Streams and NCCL communicators: collectives run on the communicator's own stream. NCCL
+//    runs the operations of one NCCL communicator in issue order, so a pipeline stage whose
+//    send waits for a peer that is itself sending first would deadlock. Point-to-point
+//    transfers therefore get two NCCL communicators of their own (with `p2p`, which the world
+//    communicator, the one ParallelState uses between stages, has): one carries every transfer
+//    to a higher rank, the other every transfer to a lower one, each on its own stream. On
+//    each, data flows one way along the ranks, so the waits cannot form a cycle. Each op first
+//    waits (an event) for the compute stream's work so far, which produced its input.
 //  - Requests: an event recorded after the op. test() queries it; wait() polls it until the
 //    communicator's timeout, then aborts the NCCL communicator and throws CommTimeout; on
 //    success the compute stream is also made to wait for the event.
@@ -51,25 +55,22 @@ class NcclRequest final : public Request {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(MPI_Comm comm, std::string name, double timeout_s, CudaBackend& be)
+  NcclCommunicator(MPI_Comm comm, std::string name, double timeout_s, CudaBackend& be, bool p2p)
       : name_(std::move(name)), timeout_s_(timeout_s), be_(be) {
     MPI_Comm_rank(comm, &rank_);
     MPI_Comm_size(comm, &size_);
-    ncclUniqueId id{};
-    if (rank_ == 0) STRATAGEM_CUDA_CHECK(ncclGetUniqueId(&id));
-    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm);
     STRATAGEM_CUDA_CHECK(cudaSetDevice(be.device()));
-    STRATAGEM_CUDA_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
-    for (cudaStream_t* s : {&coll_, &send_, &recv_})
+    nccl_ = init(comm);
+    if (p2p) up_ = init(comm), down_ = init(comm);
+    for (cudaStream_t* s : {&coll_, &up_stream_, &down_stream_})
       STRATAGEM_CUDA_CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
   }
   ~NcclCommunicator() override {
-    if (aborted_) {
-      // ncclCommAbort already released it.
-    } else if (nccl_) {
-      ncclCommDestroy(nccl_);
-    }
-    for (cudaStream_t s : {coll_, send_, recv_})
+    // After ncclCommAbort (a timeout) the communicators are already released.
+    if (!aborted_)
+      for (ncclComm_t c : {nccl_, up_, down_})
+        if (c) ncclCommDestroy(c);
+    for (cudaStream_t s : {coll_, up_stream_, down_stream_})
       if (s) cudaStreamDestroy(s);
   }
 
@@ -155,16 +156,19 @@ class NcclCommunicator final : public Communicator {
       STRATAGEM_CUDA_CHECK(ncclGroupEnd());
     });
   }
+  // A transfer to a higher rank goes on `up_`, to a lower one on `down_`, on both sides.
   RequestPtr isend(const float* data, int64_t count, int peer, int /*tag*/) override {
-    return issue(send_, "send to " + std::to_string(peer), [&] {
+    const Lane l = lane(peer, peer > rank_);
+    return issue(l.stream, "send to " + std::to_string(peer), [&] {
       STRATAGEM_CUDA_CHECK(
-          ncclSend(data, static_cast<size_t>(count), ncclFloat, peer, nccl_, send_));
+          ncclSend(data, static_cast<size_t>(count), ncclFloat, peer, l.comm, l.stream));
     });
   }
   RequestPtr irecv(float* data, int64_t count, int peer, int /*tag*/) override {
-    return issue(recv_, "receive from " + std::to_string(peer), [&] {
+    const Lane l = lane(peer, rank_ > peer);
+    return issue(l.stream, "receive from " + std::to_string(peer), [&] {
       STRATAGEM_CUDA_CHECK(
-          ncclRecv(data, static_cast<size_t>(count), ncclFloat, peer, nccl_, recv_));
+          ncclRecv(data, static_cast<size_t>(count), ncclFloat, peer, l.comm, l.stream));
     });
   }
 
@@ -175,14 +179,18 @@ class NcclCommunicator final : public Communicator {
       const cudaError_t e = cudaEventQuery(done);
       if (e == cudaSuccess) break;
       if (e != cudaErrorNotReady) STRATAGEM_CUDA_CHECK(e);
-      ncclResult_t async = ncclSuccess;
-      STRATAGEM_CUDA_CHECK(ncclCommGetAsyncError(nccl_, &async));
-      STRATAGEM_CUDA_CHECK(async);
+      for (ncclComm_t c : {nccl_, up_, down_}) {
+        if (!c) continue;
+        ncclResult_t async = ncclSuccess;
+        STRATAGEM_CUDA_CHECK(ncclCommGetAsyncError(c, &async));
+        STRATAGEM_CUDA_CHECK(async);
+      }
       const double waited =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (timeout_s_ > 0 && waited > timeout_s_) {
         aborted_ = true;
-        ncclCommAbort(nccl_);
+        for (ncclComm_t c : {nccl_, up_, down_})
+          if (c) ncclCommAbort(c);
         throw CommTimeout(what + " on " + name_ + " did not complete within " +
                           std::to_string(timeout_s_) + " s (NCCL communicator aborted)");
       }
@@ -193,6 +201,28 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // Rank 0 of `comm` makes the unique id and broadcasts it; every member joins.
+  ncclComm_t init(MPI_Comm comm) {
+    ncclUniqueId id{};
+    if (rank_ == 0) STRATAGEM_CUDA_CHECK(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm);
+    ncclComm_t c = nullptr;
+    STRATAGEM_CUDA_CHECK(ncclCommInitRank(&c, size_, id, rank_));
+    return c;
+  }
+  struct Lane {
+    ncclComm_t comm;
+    cudaStream_t stream;
+  };
+  Lane lane(int peer, bool upward) const {
+    if (peer < 0 || peer >= size_ || peer == rank_)
+      throw std::invalid_argument("point-to-point on " + name_ + ": peer " + std::to_string(peer) +
+                                  " is not another member of " + std::to_string(size_));
+    if (!up_)
+      throw std::logic_error("point-to-point on " + name_ +
+                             ": this NCCL communicator was made without transfer lanes");
+    return upward ? Lane{up_, up_stream_} : Lane{down_, down_stream_};
+  }
   template <class F>
   RequestPtr issue(cudaStream_t stream, std::string what, F&& call) {
     cudaEvent_t ready = nullptr, done = nullptr;
@@ -238,9 +268,10 @@ class NcclCommunicator final : public Communicator {
   double timeout_s_;
   CudaBackend& be_;
   int rank_ = 0, size_ = 1;
-  ncclComm_t nccl_ = nullptr;
+  ncclComm_t nccl_ = nullptr;                 // collectives
+  ncclComm_t up_ = nullptr, down_ = nullptr;  // transfers to higher / lower ranks
   bool aborted_ = false;
-  cudaStream_t coll_ = nullptr, send_ = nullptr, recv_ = nullptr;
+  cudaStream_t coll_ = nullptr, up_stream_ = nullptr, down_stream_ = nullptr;
   Tensor scratch_;
 };
 
@@ -268,7 +299,8 @@ CommFactory nccl_comm_factory(Backend& backend) {
   CudaBackend& be = as_cuda_backend(backend, "--comm nccl");
   return [&be](MPI_Comm c, const std::string& name,
                double timeout_s) -> std::unique_ptr<Communicator> {
-    return std::make_unique<NcclCommunicator>(c, name, timeout_s, be);
+    // Pipeline stages exchange activations over the world communicator (ParallelState).
+    return std::make_unique<NcclCommunicator>(c, name, timeout_s, be, name == "world");
   };
 }
 
