@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "src/runtime/alloc/caching_pool.hpp"
+#include "src/runtime/cuda/gemm_steps.hpp"
 #include "stratagem/backend.hpp"
 #include "stratagem/cuda_device.hpp"
 
@@ -97,14 +98,11 @@ class CudaBackend final : public Backend {
                     const AdamWStep& step) override;
 
   // ---- for the kernel files --------------------------------------------------------------
+  // The Ops of gemm_steps.hpp on this backend: cuBLASLt and the kernels, on the compute stream.
+  struct DeviceOps;
   // C (m x n, column-major, ldc) = alpha * op(A) (m x k) * op(B) (k x n) + beta * C (+ bias
   // per row of C when given), over `batch` matrices `stride*` elements apart. A, B and C are
   // fp32; with compute type bf16, A and B are cast to bf16 first (fp32 accumulate).
-  struct GemmOperand {
-    const float* data;
-    bool transposed;
-    int64_t ld, stride, rows, cols;  // rows x cols as stored (column-major)
-  };
   void gemm(int64_t m, int64_t n, int64_t k, const GemmOperand& a, const GemmOperand& b, float* c,
             int64_t ldc, int64_t stride_c, int64_t batch, float alpha, float beta,
             const float* bias = nullptr);

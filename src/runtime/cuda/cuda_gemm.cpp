@@ -8,6 +8,7 @@
 
 #include "src/runtime/cuda/check.hpp"
 #include "src/runtime/cuda/cuda_backend.hpp"
+#include "src/runtime/cuda/device_ops.hpp"
 #include "src/runtime/cuda/kernels.hpp"
 #include "src/runtime/kernel_checks.hpp"
 
@@ -116,9 +117,8 @@ void CudaBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& w
                                  const Tensor& bias) {
   const auto [N, C, OC] = checks::linear_dims("matmul_forward", inp, weight, out, "out");
   if (bias.defined()) expect_shape(bias, Shape{OC}, "matmul_forward", "bias");
-  // out^T (OC x N) = W (col-major C x OC, transposed) @ inp^T (col-major C x N).
-  gemm(OC, N, C, {weight.data, true, C, 0, C, OC}, {inp.data, false, C, 0, C, N}, out.data, OC, 0,
-       1, 1.0f, 0.0f, bias.data);
+  DeviceOps ops{*this, {}};
+  matmul_forward_steps(ops, N, C, OC, inp.data, weight.data, bias.data, out.data);
 }
 
 void CudaBackend::matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
@@ -126,16 +126,10 @@ void CudaBackend::matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, 
   const auto [N, C, OC] = checks::linear_dims("matmul_backward", inp, weight, dout, "dout");
   expect_shape(dweight, weight.shape, "matmul_backward", "dweight");
   if (dbias.defined()) expect_shape(dbias, Shape{OC}, "matmul_backward", "dbias");
-  if (dinp.defined()) {
-    expect_shape(dinp, inp.shape, "matmul_backward", "dinp");
-    // dinp^T (C x N) = W^T... : W col-major (C x OC) @ dout^T col-major (OC x N).
-    gemm(C, N, OC, {weight.data, false, C, 0, C, OC}, {dout.data, false, OC, 0, OC, N}, dinp.data,
-         C, 0, 1, 1.0f, 0.0f);
-  }
-  // dW^T (C x OC) += inp^T col-major (C x N) @ (dout^T col-major (OC x N))^T.
-  gemm(C, OC, N, {inp.data, false, C, 0, C, N}, {dout.data, true, OC, 0, OC, N}, dweight.data, C, 0,
-       1, 1.0f, 1.0f);
-  if (dbias.defined()) launch_column_sums(dbias.data, dout.data, N, OC, stream_);
+  if (dinp.defined()) expect_shape(dinp, inp.shape, "matmul_backward", "dinp");
+  DeviceOps ops{*this, {}};
+  matmul_backward_steps(ops, N, C, OC, dout.data, inp.data, weight.data, dinp.data, dweight.data,
+                        dbias.data);
 }
 
 }  // namespace stratagem::cuda
