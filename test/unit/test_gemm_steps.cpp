@@ -1,6 +1,8 @@
 // The CUDA backend's GEMM-based ops (src/runtime/cuda/gemm_steps.hpp) run on CPU: each GEMM
 // by a naive column-major product that also checks the operand shapes cuBLASLt would check,
-// each kernel by a loop with the semantics kernels.hpp states. The results must equal the CPU
+// the elementwise kernels by their own per-index bodies (kernel_bodies.hpp) in loops, and the
+// row kernels (softmax, row dot products, column sums) by loops with the semantics
+// kernels.hpp states. The results must equal the CPU
 // backend's matmul and attention (GQA, probabilities kept or recomputed), so the layouts,
 // strides and batch shapes of the GPU path are tested in every CI run, without a GPU.
 #define BOOST_TEST_MODULE gemm_steps
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "src/runtime/cuda/gemm_steps.hpp"
+#include "src/runtime/cuda/kernel_bodies.hpp"
 #include "stratagem/backend.hpp"
 #include "stratagem/kernel_math.hpp"
 
@@ -58,31 +61,16 @@ struct HostOps {
         }
     }
   }
+  // The kernels' own per-index bodies, in plain loops.
   void qkv_permute(float* qkv, float* q, float* k, float* v, int64_t B, int64_t T, int64_t NH,
                    int64_t KV, int64_t hd, bool to_heads) {
-    const int64_t W = (NH + 2 * KV) * hd;
-    for (int64_t i = 0; i < B * T * W; ++i) {
-      const int64_t bt = i / W, col = i % W, b = bt / T, t = bt % T, head = col / hd, e = col % hd;
-      float* dst = head < NH        ? q + ((b * NH + head) * T + t) * hd + e
-                   : head < NH + KV ? k + ((b * KV + head - NH) * T + t) * hd + e
-                                    : v + ((b * KV + head - NH - KV) * T + t) * hd + e;
-      if (to_heads)
-        *dst = qkv[i];
-      else
-        qkv[i] = *dst;
-    }
+    for (int64_t i = 0; i < B * T * (NH + 2 * KV) * hd; ++i)
+      cuda::body::qkv_permute(i, qkv, q, k, v, T, NH, KV, hd, to_heads);
   }
   void heads_permute(float* heads, float* out, int64_t B, int64_t T, int64_t NH, int64_t hd,
                      bool to_heads) {
-    const int64_t C = NH * hd;
-    for (int64_t i = 0; i < B * T * C; ++i) {
-      const int64_t bt = i / C, col = i % C, b = bt / T, t = bt % T, h = col / hd, e = col % hd;
-      float* hp = heads + ((b * NH + h) * T + t) * hd + e;
-      if (to_heads)
-        *hp = out[i];
-      else
-        out[i] = *hp;
-    }
+    for (int64_t i = 0; i < B * T * NH * hd; ++i)
+      cuda::body::heads_permute(i, heads, out, T, NH, hd, to_heads);
   }
   void causal_softmax(float* s, float* lse, int64_t rows, int64_t T) {
     for (int64_t r = 0; r < rows; ++r) {
@@ -96,8 +84,7 @@ struct HostOps {
     }
   }
   void causal_probs(float* s, const float* lse, int64_t rows, int64_t T) {
-    for (int64_t i = 0; i < rows * T; ++i)
-      s[i] = i % T <= (i / T) % T ? math::prob_from_lse(s[i], lse[i / T]) : 0.0f;
+    for (int64_t i = 0; i < rows * T; ++i) cuda::body::causal_probs(i, s, lse, T);
   }
   void attention_d(float* d, const float* dout, const float* out, int64_t B, int64_t T, int64_t NH,
                    int64_t hd) {
@@ -110,8 +97,7 @@ struct HostOps {
     }
   }
   void softmax_dscore(float* dp, const float* p, const float* d, int64_t rows, int64_t T) {
-    for (int64_t i = 0; i < rows * T; ++i)
-      dp[i] = i % T <= (i / T) % T ? math::softmax_dscore(p[i], dp[i], d[i / T]) : 0.0f;
+    for (int64_t i = 0; i < rows * T; ++i) cuda::body::softmax_dscore(i, dp, p, d, T);
   }
   void column_sums(float* out, const float* in, int64_t N, int64_t C) {
     for (int64_t c = 0; c < C; ++c) {

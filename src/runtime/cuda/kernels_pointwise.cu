@@ -1,5 +1,6 @@
 // Elementwise kernels: fill, add, scale, casts, GELU, SwiGLU, AdamW, sum of squares.
 #include "src/runtime/cuda/check.hpp"
+#include "src/runtime/cuda/kernel_bodies.hpp"
 #include "src/runtime/cuda/kernels.hpp"
 #include "src/runtime/cuda/reduce.cuh"
 
@@ -21,7 +22,7 @@ __global__ void add_kernel(float* o, const float* a, const float* b, int64_t n) 
   GRID_STRIDE(i, n) o[i] = a[i] + b[i];
 }
 __global__ void add_bias_kernel(float* o, const float* b, int64_t rows, int64_t cols) {
-  GRID_STRIDE(i, rows * cols) o[i] += b[i % cols];
+  GRID_STRIDE(i, rows * cols) body::add_bias(i, o, b, cols);
 }
 __global__ void scale_kernel(float* p, int64_t n, float f) {
   GRID_STRIDE(i, n) p[i] *= f;
@@ -37,20 +38,11 @@ __global__ void gelu_backward_kernel(float* dx, const float* g, const float* x, 
 }
 // inp (N,2F) = [gate | up], out (N,F).
 __global__ void swiglu_forward_kernel(float* o, const float* inp, int64_t N, int64_t F) {
-  GRID_STRIDE(i, N * F) {
-    const int64_t r = i / F, j = i % F;
-    o[i] = math::swiglu_forward(inp[r * 2 * F + j], inp[r * 2 * F + F + j]);
-  }
+  GRID_STRIDE(i, N * F) body::swiglu_forward(i, o, inp, F);
 }
 __global__ void swiglu_backward_kernel(float* dinp, const float* g, const float* inp, int64_t N,
                                        int64_t F) {
-  GRID_STRIDE(i, N * F) {
-    const int64_t r = i / F, j = i % F;
-    float dgate, dup;
-    math::swiglu_backward(inp[r * 2 * F + j], inp[r * 2 * F + F + j], g[i], &dgate, &dup);
-    dinp[r * 2 * F + j] = dgate;
-    dinp[r * 2 * F + F + j] = dup;
-  }
+  GRID_STRIDE(i, N * F) body::swiglu_backward(i, dinp, g, inp, F);
 }
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n,
                              math::AdamWScalars k) {

@@ -2,6 +2,7 @@
 // row where a row reduces (its statistics in registers and shared memory); per-element math
 // from kernel_math.hpp.
 #include "src/runtime/cuda/check.hpp"
+#include "src/runtime/cuda/kernel_bodies.hpp"
 #include "src/runtime/cuda/kernels.hpp"
 #include "src/runtime/cuda/reduce.cuh"
 
@@ -23,12 +24,7 @@ dim3 row_grid(int64_t rows) {
 // ---- embedding ----------------------------------------------------------------------------
 __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte,
                                          const float* wpe, int64_t BT, int64_t T, int64_t C) {
-  GRID_STRIDE(i, BT * C) {
-    const int64_t bt = i / C, c = i % C;
-    const int32_t tok = tokens[bt];
-    const float p = wpe ? wpe[(bt % T) * C + c] : 0.0f;
-    out[i] = tok < 0 ? p : (wpe ? wte[tok * C + c] + p : wte[tok * C + c]);
-  }
+  GRID_STRIDE(i, BT * C) body::embedding_forward(i, out, tokens, wte, wpe, T, C);
 }
 __global__ void embedding_dwte_kernel(float* dwte, const int32_t* tokens, const float* dout,
                                       int64_t BT, int64_t C) {
@@ -51,13 +47,7 @@ __global__ void embedding_dwpe_kernel(float* dwpe, const float* dout, int64_t B,
 // ---- rope ---------------------------------------------------------------------------------
 __global__ void rope_kernel(float* qkv, const float* table, int64_t BT, int64_t T, int64_t width,
                             int64_t hd, int heads, float sign) {
-  const int64_t half = hd / 2;
-  GRID_STRIDE(idx, BT * heads * half) {
-    const int64_t i = idx % half, h = (idx / half) % heads, bt = idx / (half * heads);
-    const float* cs = table + ((bt % T) * half + i) * 2;
-    float* x = qkv + bt * width + h * hd;
-    math::rope_rotate(x[i], x[i + half], cs[0], sign * cs[1], &x[i], &x[i + half]);
-  }
+  GRID_STRIDE(idx, BT * heads * (hd / 2)) body::rope(idx, qkv, table, T, width, hd, heads, sign);
 }
 
 // ---- normalization ------------------------------------------------------------------------
@@ -199,35 +189,12 @@ __global__ void ce_backward_kernel(float* dlogits, const float* logits, const fl
 // ---- attention helpers --------------------------------------------------------------------
 __global__ void qkv_permute_kernel(float* qkv, float* q, float* k, float* v, int64_t B, int64_t T,
                                    int64_t NH, int64_t KV, int64_t hd, bool to_heads) {
-  const int64_t W = (NH + 2 * KV) * hd;
-  GRID_STRIDE(i, B * T * W) {
-    const int64_t bt = i / W, col = i % W, b = bt / T, t = bt % T;
-    const int64_t head = col / hd, e = col % hd;
-    float* dst;
-    if (head < NH)
-      dst = q + ((b * NH + head) * T + t) * hd + e;
-    else if (head < NH + KV)
-      dst = k + ((b * KV + head - NH) * T + t) * hd + e;
-    else
-      dst = v + ((b * KV + head - NH - KV) * T + t) * hd + e;
-    if (to_heads)
-      *dst = qkv[i];
-    else
-      qkv[i] = *dst;
-  }
+  GRID_STRIDE(i, B * T * (NH + 2 * KV) * hd)
+  body::qkv_permute(i, qkv, q, k, v, T, NH, KV, hd, to_heads);
 }
 __global__ void heads_permute_kernel(float* heads, float* out, int64_t B, int64_t T, int64_t NH,
                                      int64_t hd, bool to_heads) {
-  const int64_t C = NH * hd;
-  GRID_STRIDE(i, B * T * C) {
-    const int64_t bt = i / C, col = i % C, b = bt / T, t = bt % T;
-    const int64_t h = col / hd, e = col % hd;
-    float* hp = heads + ((b * NH + h) * T + t) * hd + e;
-    if (to_heads)
-      *hp = out[i];
-    else
-      out[i] = *hp;
-  }
+  GRID_STRIDE(i, B * T * NH * hd) body::heads_permute(i, heads, out, T, NH, hd, to_heads);
 }
 // The CPU backend's order: max, then p = exp(s - max) and their sum, then p *= 1/sum.
 __global__ void causal_softmax_kernel(float* scores, float* lse, int64_t rows, int64_t T) {
@@ -251,10 +218,7 @@ __global__ void causal_softmax_kernel(float* scores, float* lse, int64_t rows, i
   }
 }
 __global__ void causal_probs_kernel(float* scores, const float* lse, int64_t rows, int64_t T) {
-  GRID_STRIDE(i, rows * T) {
-    const int64_t r = i / T, j = i % T, t = r % T;
-    scores[i] = j <= t ? math::prob_from_lse(scores[i], lse[r]) : 0.0f;
-  }
+  GRID_STRIDE(i, rows * T) body::causal_probs(i, scores, lse, T);
 }
 // One warp per (b,h,t) row of head_dim elements.
 __global__ void attention_d_kernel(float* d, const float* dout, const float* out, int64_t B,
@@ -273,10 +237,7 @@ __global__ void attention_d_kernel(float* d, const float* dout, const float* out
 }
 __global__ void softmax_dscore_kernel(float* dp, const float* p, const float* d, int64_t rows,
                                       int64_t T) {
-  GRID_STRIDE(i, rows * T) {
-    const int64_t r = i / T, j = i % T, t = r % T;
-    dp[i] = j <= t ? math::softmax_dscore(p[i], dp[i], d[r]) : 0.0f;
-  }
+  GRID_STRIDE(i, rows * T) body::softmax_dscore(i, dp, p, d, T);
 }
 }  // namespace
 
