@@ -30,10 +30,12 @@ cudalib=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -e "$d/libcublasLt.so.13" ] && cudalib="$cudalib:$d"
 done
-if ! ls /usr/local/cuda/lib*/libnccl.so.2 >/dev/null 2>&1; then
-  nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
-  [ -n "$nccl" ] && cudalib="$cudalib:$nccl"
-fi
+# What the toolkit lacks comes from PyTorch's nvidia-* wheels (NCCL at least).
+wheel_lib() {
+  python3 -c "import nvidia.$1 as m; print(list(m.__path__)[0] + '/lib')" 2>/dev/null || true
+}
+[ -n "$cudalib" ] || cudalib=":$(wheel_lib cublas):$(wheel_lib cuda_runtime)"
+ls /usr/local/cuda/lib*/libnccl.so.2 >/dev/null 2>&1 || cudalib="$cudalib:$(wheel_lib nccl)"
 export LD_LIBRARY_PATH="$DEPS/lib:$R/usr/lib/x86_64-linux-gnu/openmpi/lib$cudalib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # Open MPI and PMIx from their unpacked location; shared memory without CMA (containers).
 export OPAL_PREFIX=$R/usr
@@ -46,6 +48,8 @@ export STRATAGEM_BIN=$DEPS/bin/stratagem STRATAGEM_DATA=$ROOT/data
 export PY=$(command -v python3)
 echo "check: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
 echo "check: stratagem $("$STRATAGEM_BIN" --version 2>/dev/null | head -1), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+missing=$(ldd "$DEPS/bin/stratagem" "$DEPS/bin/gpu_test_backends" | grep "not found" | sort -u)
+[ -z "$missing" ] || echo "check: libraries not found: $missing"
 status=0
 step() {  # name timeout_s command...
   local name=$1 limit=$2; shift 2
