@@ -28,6 +28,10 @@ CudaBackend::CudaBackend(int device, ScalarType compute) : device_(device), comp
   STRATAGEM_CUDA_CHECK(cudaSetDevice(device));
   STRATAGEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   STRATAGEM_CUDA_CHECK(cublasLtCreate(&lt_));
+  STRATAGEM_CUDA_CHECK(cublasCreate(&blas_));
+  STRATAGEM_CUDA_CHECK(cublasSetStream(blas_, stream_));
+  // fp32 stays fp32: no TF32 (the CPU comparison at 1e-5 needs it).
+  STRATAGEM_CUDA_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
   workspace_bytes_ = size_t{32} << 20;  // cuBLASLt's recommended workspace on Hopper
   STRATAGEM_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
   const int dev = device;
@@ -50,6 +54,7 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
   if (workspace_) cudaFree(workspace_);
   if (lt_) cublasLtDestroy(lt_);
+  if (blas_) cublasDestroy(blas_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 

@@ -12,6 +12,7 @@
 // Internal to src/runtime/cuda.
 #pragma once
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <memory>
@@ -119,6 +120,7 @@ class CudaBackend final : public Backend {
   ScalarType compute_;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
+  cublasHandle_t blas_ = nullptr;  // classic cuBLAS: the fallback of gemm()
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::shared_ptr<alloc::CachingPool> pool_;

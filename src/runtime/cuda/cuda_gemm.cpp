@@ -99,15 +99,21 @@ void CudaBackend::gemm(int64_t m, int64_t n, int64_t k, const GemmOperand& a, co
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof workspace_bytes_));
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  STRATAGEM_CUDA_CHECK(
-      cublasLtMatmulAlgoGetHeuristic(lt_, d.op, d.a, d.b, d.c, d.c, pref, 1, &heuristic, &found));
-  if (found == 0)
-    throw std::runtime_error("cuBLASLt has no algorithm for a " + std::to_string(m) + "x" +
-                             std::to_string(n) + "x" + std::to_string(k) + " GEMM (batch " +
-                             std::to_string(batch) + ", " + (half ? "bf16" : "fp32") +
-                             " operands)");
-  STRATAGEM_CUDA_CHECK(cublasLtMatmul(lt_, d.op, &alpha, pa, d.a, pb, d.b, &beta, c, d.c, c, d.c,
-                                      &heuristic.algo, workspace_, workspace_bytes_, stream_));
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(lt_, d.op, d.a, d.b, d.c, d.c, pref, 1, &heuristic, &found);
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+    STRATAGEM_CUDA_CHECK(cublasLtMatmul(lt_, d.op, &alpha, pa, d.a, pb, d.b, &beta, c, d.c, c, d.c,
+                                        &heuristic.algo, workspace_, workspace_bytes_, stream_));
+  } else {
+    // cuBLASLt offers nothing for some leading dimensions and alignments (odd ld in bf16, a
+    // tensor at an odd float offset): classic cuBLAS takes any.
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) STRATAGEM_CUDA_CHECK(st);
+    STRATAGEM_CUDA_CHECK(cublasGemmStridedBatchedEx(
+        blas_, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &alpha, pa,
+        ab_type, static_cast<int>(a.ld), a.stride, pb, ab_type, static_cast<int>(b.ld), b.stride,
+        &beta, c, CUDA_R_32F, static_cast<int>(ldc), stride_c, static_cast<int>(batch),
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
   // The bias is added by a kernel rather than the GEMM's epilogue: it may sit at any float
   // offset of the parameter arena, which the epilogue does not allow.
   if (bias) launch_add_bias(c, bias, n, m, stream_);
