@@ -3,6 +3,7 @@
 #include <climits>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -24,7 +25,10 @@ void on_signal(int sig) {
 }
 
 // cuda when this build has the CUDA backend and a GPU is visible, else cpu.
+// STRATAGEM_BACKEND overrides it (the CPU backend's tests set cpu, so they test it on GPU
+// machines too).
 std::string default_backend() {
+  if (const char* env = std::getenv("STRATAGEM_BACKEND"); env && *env) return env;
 #if defined(STRATAGEM_HAVE_CUDA)
   if (cuda::device_count() > 0) return "cuda";
 #endif
@@ -83,7 +87,10 @@ int run_train(Args& a) {
   const auto log_json = a.value("--log-json");
   const int log_every = a.int_value("--log-every", 1, 1000000000).value_or(1);
   const std::string backend_name = a.value("--backend").value_or(default_backend());
-  const std::string comm_name = a.value("--comm").value_or(backend_name == "cuda" ? "nccl" : "mpi");
+  // Without --comm: mpi on the cpu backend; on cuda, nccl when every rank of the node has a
+  // GPU of its own, else mpi staged through host memory (decided once the ranks agree below).
+  const auto comm_arg = a.value("--comm");
+  std::string comm_name = comm_arg.value_or(backend_name == "cuda" ? "nccl" : "mpi");
   const bool json = a.flag("--json");
   const bool dtype_given = a.value("--dtype").has_value();
   TrainerOptions o;
@@ -181,6 +188,9 @@ int run_train(Args& a) {
   // an agreement: a rank whose own input failed above ends the job with its message.
   begin_collective_phase(o.comm_timeout_s);
   const int local = local_rank();  // every rank must take part: it is a collective
+#if defined(STRATAGEM_HAVE_CUDA)
+  if (backend_name == "cuda" && !comm_arg && local_size() > cuda::device_count()) comm_name = "mpi";
+#endif
   if (world_rank() == 0 && !json)
     std::printf(
         "train: %s, %d ranks (%s), backend %s (%s, comm %s), local rank of rank 0: %d, data %s "
@@ -247,8 +257,10 @@ Register reg{
          "  The cpu backend computes in fp32 (the plan's dtype unless --dtype is given).\n"
          "  --backend defaults to cuda when a GPU is visible, else cpu. The cuda backend keeps\n"
          "  fp32 weights and computes its GEMMs in --dtype (bf16 with fp32 accumulation by\n"
-         "  default, or fp32). --comm nccl (the cuda default) needs one GPU per rank; --comm\n"
-         "  mpi stages device buffers through host memory, so several ranks may share a GPU.\n"
+         "  default, or fp32). --comm nccl needs one GPU per rank; --comm mpi stages device\n"
+         "  buffers through host memory, so several ranks may share a GPU. The default is nccl\n"
+         "  when each rank of a node has a GPU of its own, else mpi. STRATAGEM_BACKEND=cpu|cuda\n"
+         "  sets the default backend.\n"
          "  A transfer waiting longer than --comm-timeout-s ends the job, naming the group.\n"
          "  An error on any rank ends every rank; ranks end when mpirun/srun dies.\n"
          "  Checkpoints carry a checksum per dataset; --resume takes the newest one that\n"

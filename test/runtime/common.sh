@@ -7,6 +7,8 @@ trap 'rm -rf "$WORK"' EXIT
 MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1
+# These are the CPU backend's tests, on GPU machines too.
+export STRATAGEM_BACKEND=cpu
 TINY=(--layers 2 --hidden 64 --heads 4 --vocab 256 --seq-len 32)
 # Any text will do; the GPU machine's image may lack the license files.
 TEXT=/usr/share/common-licenses/GPL-3
