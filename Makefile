@@ -6,7 +6,7 @@ DEB_PACKAGES := openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libeig
                 libboost-test-dev nlohmann-json3-dev python3-torch python3-h5py python3-numpy \
                 libopenblas0-pthread python3-pil chromium cmake g++ make
 
-.PHONY: deps build test test-long test-asan demo bench format clean fuzz fuzz-build
+.PHONY: deps build test test-long test-asan demo bench bench-gpu format clean fuzz fuzz-build
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -50,6 +50,11 @@ demo: deps build
 
 bench: deps build
 	STRATAGEM_BIN=$(CURDIR)/$(BUILD)/stratagem bash test/bench/run.sh
+
+# Training throughput and MFU on one GPU beside the simulator's forecast (test/gpu/bench_gpu.sh);
+# says "skipped" without a GPU. On the GPU machine, test/gpu/check.sh runs it with the rest.
+bench-gpu: deps build
+	STRATAGEM_BIN=$(CURDIR)/$(BUILD)/stratagem bash test/gpu/bench_gpu.sh
 
 format:
 	find src include sim test -name '*.[ch]pp' -o -name '*.cu' | xargs clang-format -i

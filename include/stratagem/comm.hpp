@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -72,6 +73,13 @@ class CommTimeout : public std::runtime_error {
 // group in errors; waits longer than timeout_s throw CommTimeout (<= 0: wait forever).
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::string name = "world",
                                                     double timeout_s = 0);
+
+// Makes the communicator of one group from the group's MPI communicator (not owned), its name
+// for errors and the timeout. ParallelState calls it once per distinct group, in Layout order,
+// on every member at the same time, so a factory may itself be collective over `comm` (NCCL
+// bootstraps over it). The default is make_mpi_communicator.
+using CommFactory = std::function<std::unique_ptr<Communicator>(
+    MPI_Comm comm, const std::string& name, double timeout_s)>;
 
 // MPI communicators for the Layout's groups that contain this rank, made collectively over
 // world with MPI_Comm_split (every rank must call it with the same group list).

@@ -15,12 +15,26 @@
 
 namespace stratagem {
 
+// The order communicators are created in: one entry per distinct member list of the Layout's
+// groups, in Layout order (a later group with the same members shares the first one's). Every
+// rank computes the same list, so collective creation (MPI_Comm_split, NCCL's unique-id
+// broadcast) matches across ranks. `position` is this rank's index in `ranks`, or -1.
+struct CommToCreate {
+  std::vector<int> ranks;
+  std::vector<int> group_ids;        // every Layout group with these members
+  GroupKind kind = GroupKind::none;  // the first one's (names the communicator)
+  int position = -1;
+};
+std::vector<CommToCreate> communicator_order(const Layout& layout, int rank);
+
 class ParallelState {
  public:
   // Collective over `world`, whose size must be the plan's world size (InputError otherwise).
   // Transfers that wait longer than comm_timeout_s end the job with CommTimeout (<= 0: never).
-  ParallelState(MPI_Comm world, const Plan& plan, const ClusterSpec& cluster,
-                double comm_timeout_s);
+  // `make_comm` builds each communicator (world first, then the distinct groups in
+  // communicator_order); empty: MPI.
+  ParallelState(MPI_Comm world, const Plan& plan, const ClusterSpec& cluster, double comm_timeout_s,
+                const CommFactory& make_comm = {});
   ~ParallelState();
   ParallelState(const ParallelState&) = delete;
   ParallelState& operator=(const ParallelState&) = delete;

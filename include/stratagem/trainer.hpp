@@ -32,6 +32,9 @@ struct TrainerOptions {
   // more stops training with an error, keeping the last good checkpoint.
   int skip_nonfinite = 0;
   ExecutorOptions exec;
+  // Builds the parallel groups' communicators (empty: MPI). The CUDA backend passes NCCL's,
+  // or MPI staged through host memory.
+  CommFactory make_comm;
 };
 
 struct TrainSummary {

@@ -67,8 +67,9 @@ int run_profile(Args& a) {
     throw InputError(a.command() + ": --max-shape-time-s: expected > 0 seconds");
   if (backend_name == "cuda")
     throw NotSupported(
-        "--backend cuda: profile times the runtime's Backend kernels and communicators, and the "
-        "CUDA backend (cuBLAS + NCCL) is not implemented yet; only --backend cpu runs");
+        "--backend cuda: profile times collectives on host buffers and fits a CPU description; "
+        "timing the CUDA backend's kernels and NCCL on device buffers is not implemented yet "
+        "(train --backend cuda runs); only --backend cpu runs");
   if (backend_name != "cpu")
     throw InputError(a.command() + ": --backend: expected cpu|cuda, got '" + backend_name + "'");
   if (base.gpu.name != "cpu")
@@ -129,7 +130,7 @@ Register reg{
      "  --cluster        the description to start from [cpu-local]; with --backend cpu its\n"
      "                   gpu.name must be \"cpu\" (CPU cores are not fitted to a GPU file)\n"
      "  --quick          fewer shapes and shorter repetitions (tests)\n"
-     "  --backend cuda   refused until the CUDA backend lands\n",
+     "  --backend cuda   not implemented yet (the CUDA backend trains; profiling it does not)\n",
      run_profile}};
 
 }  // namespace

@@ -96,6 +96,15 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
                          ") differs from the embedding's strategy (" + e.describe() +
                          "): per-layer heterogeneous tp/dp/sp/ZeRO plans are not executed yet");
   }
+  bool offloads = false;
+  for (const LayerStrategy& s : p.layers)
+    offloads = offloads || s.offload_optimizer || s.offload_params || s.offload_activations;
+  // The host pool and the copy streams are host memory and memcpy: a device backend needs
+  // pinned memory and its own copy streams first.
+  if (backend != "cpu" && offloads)
+    throw NotSupported("offloading on the " + backend +
+                       " backend (pinned host pool and copy streams) is not built yet; the cpu "
+                       "backend runs it");
   if (backend == "cpu" && p.dtype != Dtype::fp32)
     throw NotSupported(std::string("dtype ") + to_string(p.dtype) +
                        ": the cpu backend computes in fp32 (plan dtype fp32)");

@@ -7,8 +7,29 @@
 
 namespace stratagem {
 
+std::vector<CommToCreate> communicator_order(const Layout& layout, int rank) {
+  std::vector<CommToCreate> order;
+  std::map<std::vector<int>, size_t> index;
+  for (const Group& g : layout.groups()) {
+    auto it = index.find(g.ranks);
+    if (it != index.end()) {
+      order[it->second].group_ids.push_back(g.id);
+      continue;
+    }
+    CommToCreate c;
+    c.ranks = g.ranks;
+    c.group_ids = {g.id};
+    c.kind = g.kind;
+    for (size_t i = 0; i < g.ranks.size(); ++i)
+      if (g.ranks[i] == rank) c.position = static_cast<int>(i);
+    index[g.ranks] = order.size();
+    order.push_back(std::move(c));
+  }
+  return order;
+}
+
 ParallelState::ParallelState(MPI_Comm world, const Plan& plan, const ClusterSpec& cluster,
-                             double comm_timeout_s)
+                             double comm_timeout_s, const CommFactory& make_comm)
     : world_(world), cluster_(cluster), layout_(plan, cluster) {
   int size = 1;
   MPI_Comm_rank(world, &rank_);
@@ -18,33 +39,25 @@ ParallelState::ParallelState(MPI_Comm world, const Plan& plan, const ClusterSpec
                      " MPI ranks (pp x tp x dp) but this job has " + std::to_string(size) +
                      " (check mpirun -np / srun -n against the plan)");
   coords_ = layout_.coords(rank_);
-  world_comm_ = make_mpi_communicator(world, "world", comm_timeout_s);
-  // Groups with the same members share one communicator; every rank walks the groups in the
-  // Layout's order, so the collective MPI_Comm_split calls match.
-  std::map<std::vector<int>, std::shared_ptr<Communicator>> by_members;
-  for (const Group& g : layout_.groups()) {
-    auto it = by_members.find(g.ranks);
-    if (it != by_members.end()) {
-      if (it->second) by_group_[g.id] = it->second;
-      continue;
-    }
-    int pos = -1;
-    for (size_t i = 0; i < g.ranks.size(); ++i)
-      if (g.ranks[i] == rank_) pos = static_cast<int>(i);
+  const CommFactory make =
+      make_comm ? make_comm : [](MPI_Comm c, const std::string& name, double timeout_s) {
+        return make_mpi_communicator(c, name, timeout_s);
+      };
+  world_comm_ = make(world, "world", comm_timeout_s);
+  // Groups with the same members share one communicator; every rank walks them in the same
+  // order, so the collective MPI_Comm_split calls (and a factory's own collectives) match.
+  for (const CommToCreate& g : communicator_order(layout_, rank_)) {
     MPI_Comm c = MPI_COMM_NULL;
-    if (MPI_Comm_split(world, pos >= 0 ? 0 : MPI_UNDEFINED, pos, &c) != MPI_SUCCESS)
+    if (MPI_Comm_split(world, g.position >= 0 ? 0 : MPI_UNDEFINED, g.position, &c) != MPI_SUCCESS)
       throw std::runtime_error("parallel state: MPI_Comm_split failed for group " +
-                               std::to_string(g.id));
-    std::shared_ptr<Communicator> comm;
-    if (c != MPI_COMM_NULL) {
-      owned_.push_back(c);
-      std::string name = std::string(to_string(g.kind)) + " group " + std::to_string(g.id) + " [";
-      for (size_t i = 0; i < g.ranks.size(); ++i)
-        name += (i ? "," : "") + std::to_string(g.ranks[i]);
-      comm = make_mpi_communicator(c, name + "]", comm_timeout_s);
-      by_group_[g.id] = comm;
-    }
-    by_members[g.ranks] = comm;
+                               std::to_string(g.group_ids.front()));
+    if (c == MPI_COMM_NULL) continue;
+    owned_.push_back(c);
+    std::string name =
+        std::string(to_string(g.kind)) + " group " + std::to_string(g.group_ids.front()) + " [";
+    for (size_t i = 0; i < g.ranks.size(); ++i) name += (i ? "," : "") + std::to_string(g.ranks[i]);
+    std::shared_ptr<Communicator> comm = make(c, name + "]", comm_timeout_s);
+    for (int id : g.group_ids) by_group_[id] = comm;
   }
 }
 

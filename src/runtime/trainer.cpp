@@ -1,6 +1,7 @@
 #include "stratagem/trainer.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -14,6 +15,48 @@
 namespace stratagem {
 
 namespace {
+// Checkpoints read and write host memory. On a device backend the weights and optimizer
+// states go through host copies made for the occasion, and the pieces' pointers are moved
+// onto them (the CPU backend's tensors are host memory already).
+class HostMirror {
+ public:
+  HostMirror(Backend& be, std::initializer_list<const Tensor*> tensors) : be_(be) {
+    for (const Tensor* t : tensors)
+      if (t->defined()) regions_.push_back({*t, std::vector<float>(size_t(t->numel()))});
+  }
+  std::vector<CheckpointPiece> remap(std::vector<CheckpointPiece> pieces) {
+    for (CheckpointPiece& p : pieces) {
+      const auto at = reinterpret_cast<uintptr_t>(p.data);
+      for (Region& r : regions_) {
+        const auto begin = reinterpret_cast<uintptr_t>(r.device.data);
+        if (at >= begin && at < begin + r.device.bytes()) {
+          p.data = r.host.data() + (at - begin) / sizeof(float);
+          break;
+        }
+      }
+    }
+    return pieces;
+  }
+  void download() {
+    for (Region& r : regions_) be_.download(r.host.data(), r.device);
+  }
+  void upload() {
+    for (Region& r : regions_) be_.upload(r.device, r.host.data());
+    be_.synchronize();
+  }
+
+ private:
+  struct Region {
+    Tensor device;
+    std::vector<float> host;
+  };
+  Backend& be_;
+  std::vector<Region> regions_;
+};
+bool on_host(const Backend& be) {
+  return be.name() == "cpu";
+}
+
 int rank_of(MPI_Comm c) {
   int r = 0;
   MPI_Comm_rank(c, &r);
@@ -73,14 +116,21 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
           (skipped.empty() ? std::string() : " passes verification (skipped: " + skipped + ")"));
   }
   data.check_fits(model.seq_len, model.vocab);
-  ParallelState state(world, plan, cluster, o.comm_timeout_s);
+  ParallelState state(world, plan, cluster, o.comm_timeout_s, o.make_comm);
   DatasetSamples samples(data, o.exec.seed);
   Executor ex(state, model, plan, backend, samples, o.exec);
 
   int64_t start = 0, skipped_steps = 0;
   if (resume_from) {
     const CheckpointMeta& meta = resume_from->meta;
-    load_checkpoint(resume_from->path, tensors, checkpoint_pieces(ex, false));
+    if (on_host(backend)) {
+      load_checkpoint(resume_from->path, tensors, checkpoint_pieces(ex, false));
+    } else {
+      HostMirror mirror(backend, {&ex.model().params, &ex.optimizer().m(), &ex.optimizer().v()});
+      mirror.download();  // pieces may cover part of a tensor: the rest keeps its values
+      load_checkpoint(resume_from->path, tensors, mirror.remap(checkpoint_pieces(ex, false)));
+      mirror.upload();
+    }
     ex.weights_loaded();
     skipped_steps = meta.extra.value("skipped_nonfinite_steps", int64_t(0));
     ex.optimizer().set_steps_taken(meta.extra.value("optimizer_steps", meta.step));
@@ -115,7 +165,14 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
     meta.extra = {{"rng", "counter-based: samples are a function of (seed, step, sample index)"},
                   {"optimizer_steps", ex.optimizer().steps_taken()},
                   {"skipped_nonfinite_steps", skipped_steps}};
-    save_checkpoint(world, *o.ckpt_dir, meta, tensors, checkpoint_pieces(ex, true), o.keep);
+    if (on_host(backend)) {
+      save_checkpoint(world, *o.ckpt_dir, meta, tensors, checkpoint_pieces(ex, true), o.keep);
+    } else {
+      HostMirror mirror(backend, {&ex.model().params, &ex.optimizer().m(), &ex.optimizer().v()});
+      mirror.download();
+      save_checkpoint(world, *o.ckpt_dir, meta, tensors, mirror.remap(checkpoint_pieces(ex, true)),
+                      o.keep);
+    }
     summary.checkpoint = *o.ckpt_dir + "/" + checkpoint_name(done);
     if (rank == 0 && !o.quiet) std::printf("checkpoint %s\n", summary.checkpoint.c_str());
   };
@@ -146,8 +203,10 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
       if (!o.quiet && ((s + 1) % o.log_every == 0 || s + 1 == o.steps)) {
         const double left = elapsed / double(s + 1 - start) * double(o.steps - s - 1);
         std::printf(
-            "step %6lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | %.0f s left\n",
-            (long long)s + 1, (long long)o.steps, last.loss, last.lr, last.grad_norm, tps, left);
+            "step %6lld/%lld | loss %.6f | lr %.3e | grad norm %.4f | %.0f tok/s | MFU %.1f%% | "
+            "%.0f s left\n",
+            (long long)s + 1, (long long)o.steps, last.loss, last.lr, last.grad_norm, tps,
+            100 * mfu, left);
         std::fflush(stdout);
       }
       if (jlog) {

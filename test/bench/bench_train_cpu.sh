@@ -14,7 +14,7 @@ case "$blas" in *openblas*) ;; *) echo "WARNING: PyTorch is not on OpenBLAS; the
 MPIRUN=(mpirun -np 1 --bind-to none)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 "${MPIRUN[@]}" -x OMP_NUM_THREADS "$BIN" train --model gpt2-124m --seq-len "$SEQ" --micro-batch "$BATCH" \
-  --global-batch "$BATCH" --dp 1 --data "$WORK/d.bin" --steps $((STEPS + 1)) --log-json "$WORK/s.jsonl" >/dev/null
+  --global-batch "$BATCH" --dp 1 --backend cpu --data "$WORK/d.bin" --steps $((STEPS + 1)) --log-json "$WORK/s.jsonl" >/dev/null
 ours=$(/usr/bin/python3 -c 'import json,sys; r=[json.loads(l)["tokens_per_s"] for l in open(sys.argv[1])][1:]; print(sum(r)/len(r))' "$WORK/s.jsonl")
 theirs=$(/usr/bin/python3 test/bench/bench_train_cpu.py --batch "$BATCH" --seq "$SEQ" --threads "$THREADS" --steps "$STEPS" |
   /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens_per_s"])')

@@ -5,60 +5,24 @@
 #include "cpu_math.hpp"
 
 namespace stratagem::cpu {
-namespace {
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-constexpr float kGeluCube = 0.044715f;
-
-void check_same(const char* kernel, const Tensor& a, const char* an, const Tensor& b) {
-  expect_shape(a, b.shape, kernel, an);
-}
-
-struct SwigluDims {
-  int64_t n, f;
-};
-
-SwigluDims swiglu_dims(const char* kernel, const Tensor& inp, const Tensor& out) {
-  if (!inp.defined() || inp.ndim() < 1 || inp.dim(-1) % 2 != 0)
-    throw std::invalid_argument(
-        kernel_error(kernel, "inp must be (...,2F), got " + inp.shape.str()));
-  const int64_t F = inp.dim(-1) / 2;
-  const int64_t N = inp.numel() / inp.dim(-1);
-  if (!out.defined() || out.dim(-1) != F || out.numel() != N * F)
-    throw std::invalid_argument(kernel_error(kernel, "out must be (...," + std::to_string(F) +
-                                                         ") with " + std::to_string(N) +
-                                                         " rows, got " + out.shape.str()));
-  return {N, F};
-}
-}  // namespace
-
 void CpuBackend::gelu_forward(Tensor& out, const Tensor& inp) {
-  check_same("gelu_forward", out, "out", inp);
+  expect_shape(out, inp.shape, "gelu_forward", "out");
   const float* x = inp.data;
   float* o = out.data;
   const int64_t n = inp.numel();
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
-  for (int64_t i = 0; i < n; ++i) {
-    const float u = kGeluScale * (x[i] + kGeluCube * x[i] * x[i] * x[i]);
-    o[i] = 0.5f * x[i] * (1.0f + fast_tanh(u));
-  }
+  for (int64_t i = 0; i < n; ++i) o[i] = math::gelu_forward(x[i]);
 }
 
 void CpuBackend::gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
-  check_same("gelu_backward", dout, "dout", inp);
-  check_same("gelu_backward", dinp, "dinp", inp);
+  expect_shape(dout, inp.shape, "gelu_backward", "dout");
+  expect_shape(dinp, inp.shape, "gelu_backward", "dinp");
   const float* x = inp.data;
   const float* g = dout.data;
   float* dx = dinp.data;
   const int64_t n = inp.numel();
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallelWork)
-  for (int64_t i = 0; i < n; ++i) {
-    const float xi = x[i];
-    const float u = kGeluScale * (xi + kGeluCube * xi * xi * xi);
-    const float t = fast_tanh(u);
-    const float local = 0.5f * (1.0f + t) + 0.5f * xi * (1.0f - t * t) * kGeluScale *
-                                                (1.0f + 3.0f * kGeluCube * xi * xi);
-    dx[i] = local * g[i];
-  }
+  for (int64_t i = 0; i < n; ++i) dx[i] = math::gelu_backward(x[i], g[i]);
 }
 
 void CpuBackend::swiglu_forward(Tensor& out, const Tensor& inp) {
@@ -69,13 +33,13 @@ void CpuBackend::swiglu_forward(Tensor& out, const Tensor& inp) {
     const float* up = gate + F;                // (F)
     float* o = out.data + r * F;               // (F)
 #pragma omp simd
-    for (int64_t j = 0; j < F; ++j) o[j] = gate[j] * sigmoid(gate[j]) * up[j];
+    for (int64_t j = 0; j < F; ++j) o[j] = math::swiglu_forward(gate[j], up[j]);
   }
 }
 
 void CpuBackend::swiglu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) {
   const auto [N, F] = swiglu_dims("swiglu_backward", inp, dout);
-  check_same("swiglu_backward", dinp, "dinp", inp);
+  expect_shape(dinp, inp.shape, "swiglu_backward", "dinp");
 #pragma omp parallel for schedule(static) if (N * F >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* gate = inp.data + r * 2 * F;
@@ -84,13 +48,7 @@ void CpuBackend::swiglu_backward(Tensor& dinp, const Tensor& dout, const Tensor&
     float* dgate = dinp.data + r * 2 * F;
     float* dup = dgate + F;
 #pragma omp simd
-    for (int64_t j = 0; j < F; ++j) {
-      const float s = sigmoid(gate[j]);
-      const float silu = gate[j] * s;
-      dup[j] = g[j] * silu;
-      // d silu(x)/dx = s * (1 + x * (1 - s))
-      dgate[j] = g[j] * up[j] * s * (1.0f + gate[j] * (1.0f - s));
-    }
+    for (int64_t j = 0; j < F; ++j) math::swiglu_backward(gate[j], up[j], g[j], &dgate[j], &dup[j]);
   }
 }
 

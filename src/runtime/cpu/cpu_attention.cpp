@@ -14,28 +14,12 @@ namespace stratagem::cpu {
 namespace {
 constexpr int64_t kRowBlock = 64;  // query rows per score block
 
-struct AttnDims {
-  int64_t B, T, W, hd, NH, KV, group;
-};
-
-AttnDims attn_dims(const char* kernel, const Tensor& qkv, int heads, int kv_heads) {
-  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
-    throw std::invalid_argument(
-        kernel_error(kernel, "kv_heads must divide heads, got heads=" + std::to_string(heads) +
-                                 " kv_heads=" + std::to_string(kv_heads)));
-  if (!qkv.defined() || qkv.ndim() != 3 || qkv.dim(2) % (heads + 2 * kv_heads) != 0)
-    throw std::invalid_argument(
-        kernel_error(kernel, "qkv must be (B,T,(NH+2KV)*hd), got " + qkv.shape.str()));
-  return {qkv.dim(0), qkv.dim(1), qkv.dim(2),      qkv.dim(2) / (heads + 2 * kv_heads),
-          heads,      kv_heads,   heads / kv_heads};
-}
-
 using Eigen::OuterStride;
 }  // namespace
 
 void CpuBackend::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
                                    int heads, int kv_heads) {
-  const AttnDims d = attn_dims("attention_forward", qkv, heads, kv_heads);
+  const QkvDims d = qkv_dims("attention_forward", qkv, heads, kv_heads);
   const int64_t B = d.B, T = d.T, W = d.W, hd = d.hd, NH = d.NH, KV = d.KV;
   expect_shape(out, Shape{B, T, NH * hd}, "attention_forward", "out");
   expect_shape(lse, Shape{B, NH, T}, "attention_forward", "lse");
@@ -89,7 +73,7 @@ void CpuBackend::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const 
 void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& out,
                                     const Tensor& qkv, const Tensor& att, const Tensor& lse,
                                     int heads, int kv_heads) {
-  const AttnDims d = attn_dims("attention_backward", qkv, heads, kv_heads);
+  const QkvDims d = qkv_dims("attention_backward", qkv, heads, kv_heads);
   const int64_t B = d.B, T = d.T, W = d.W, hd = d.hd, NH = d.NH, KV = d.KV;
   const int64_t C = NH * hd;
   expect_shape(dqkv, qkv.shape, "attention_backward", "dqkv");
@@ -140,7 +124,7 @@ void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tens
               float* row = p_scratch + i * ld;
               const float l = lse_bh[t];
 #pragma omp simd
-              for (int64_t j = 0; j <= t; ++j) row[j] = fast_exp(row[j] - l);
+              for (int64_t j = 0; j <= t; ++j) row[j] = math::prob_from_lse(row[j], l);
               std::fill(row + t + 1, row + keys, 0.0f);
             }
             p_ptr = p_scratch;
@@ -164,7 +148,7 @@ void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tens
             const float* prow = p_ptr + i * ld;
             const float di = dsum[i];
 #pragma omp simd
-            for (int64_t j = 0; j <= t; ++j) row[j] = prow[j] * (row[j] - di);
+            for (int64_t j = 0; j <= t; ++j) row[j] = math::softmax_dscore(prow[j], row[j], di);
             std::fill(row + t + 1, row + keys, 0.0f);
           }
           StridedMap dq(dbase + r0 * W + h * hd, rows, hd, OuterStride<>(W));

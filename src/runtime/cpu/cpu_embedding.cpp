@@ -10,32 +10,6 @@ namespace {
 // writes only its own columns, so there are no races and the sum order is fixed.
 constexpr int64_t kChannelChunk = 64;
 
-void check_tokens(const char* kernel, std::span<const int32_t> tokens, int64_t n, int64_t vocab) {
-  if (static_cast<int64_t>(tokens.size()) != n)
-    throw std::invalid_argument(kernel_error(
-        kernel,
-        "got " + std::to_string(tokens.size()) + " tokens, expected B*T = " + std::to_string(n)));
-  for (int32_t t : tokens)
-    if (t < -1 || t >= vocab)
-      throw std::invalid_argument(kernel_error(kernel, "token id " + std::to_string(t) +
-                                                           " outside [0," + std::to_string(vocab) +
-                                                           ") (or -1: another shard's)"));
-}
-
-void check_embedding_shapes(const char* kernel, const Tensor& x, const Tensor& wte,
-                            const Tensor& wpe) {
-  if (x.ndim() != 3)
-    throw std::invalid_argument(
-        kernel_error(kernel, "activation must be (B,T,C), got " + x.shape.str()));
-  const int64_t T = x.dim(1), C = x.dim(2);
-  if (!wte.defined() || wte.ndim() != 2 || wte.dim(1) != C)
-    throw std::invalid_argument(
-        kernel_error(kernel, "wte must be (V," + std::to_string(C) + "), got " + wte.shape.str()));
-  if (wpe.defined() && (wpe.ndim() != 2 || wpe.dim(1) != C || wpe.dim(0) < T))
-    throw std::invalid_argument(kernel_error(kernel, "wpe must be (maxT>=" + std::to_string(T) +
-                                                         "," + std::to_string(C) + "), got " +
-                                                         wpe.shape.str()));
-}
 }  // namespace
 
 void CpuBackend::embedding_forward(Tensor& out, std::span<const int32_t> tokens, const Tensor& wte,

@@ -7,25 +7,6 @@
 
 namespace stratagem::cpu {
 namespace {
-struct LossDims {
-  int64_t n, v;
-};
-
-LossDims loss_dims(const char* kernel, const Tensor& logits, std::span<const int32_t> targets) {
-  if (!logits.defined() || logits.ndim() < 2)
-    throw std::invalid_argument(
-        kernel_error(kernel, "logits must be (N,V), got " + logits.shape.str()));
-  const int64_t V = logits.dim(-1), N = logits.numel() / V;
-  if (static_cast<int64_t>(targets.size()) != N)
-    throw std::invalid_argument(kernel_error(kernel, "got " + std::to_string(targets.size()) +
-                                                         " targets for " + std::to_string(N) +
-                                                         " logit rows"));
-  for (int32_t t : targets)
-    if (t < 0 || t >= V)
-      throw std::invalid_argument(kernel_error(
-          kernel, "target " + std::to_string(t) + " outside [0," + std::to_string(V) + ")"));
-  return {N, V};
-}
 
 // log(sum(exp(row))) computed stably around the row maximum.
 float logsumexp(const float* row, int64_t V) {
@@ -63,35 +44,10 @@ void CpuBackend::crossentropy_softmax_backward(Tensor& dlogits, const Tensor& lo
     float* drow = dlogits.data + r * V;      // (V), may be the same memory as row
     const float lse = logsumexp(row, V);
 #pragma omp simd
-    for (int64_t j = 0; j < V; ++j) drow[j] = fast_exp(row[j] - lse) * scale;
+    for (int64_t j = 0; j < V; ++j) drow[j] = math::prob_from_lse(row[j], lse) * scale;
     drow[targets[r]] -= scale;
   }
 }
-
-namespace {
-// Shapes of the vocabulary-parallel kernels: logits (N,Vl) with `valid` real columns.
-LossDims shard_dims(const char* kernel, const Tensor& logits, std::span<const int32_t> targets,
-                    int64_t valid) {
-  if (!logits.defined() || logits.ndim() != 2)
-    throw std::invalid_argument(
-        kernel_error(kernel, "logits must be (N,Vl), got " + logits.shape.str()));
-  const int64_t N = logits.dim(0), V = logits.dim(1);
-  if (valid < 1 || valid > V)
-    throw std::invalid_argument(kernel_error(kernel, "valid columns " + std::to_string(valid) +
-                                                         " outside [1," + std::to_string(V) + "]"));
-  if (targets.data() && static_cast<int64_t>(targets.size()) != N)
-    throw std::invalid_argument(kernel_error(kernel, "got " + std::to_string(targets.size()) +
-                                                         " targets for " + std::to_string(N) +
-                                                         " logit rows"));
-  return {N, V};
-}
-void expect_numel(const char* kernel, const char* what, const Tensor& t, int64_t n) {
-  if (!t.defined() || t.numel() != n)
-    throw std::invalid_argument(kernel_error(
-        kernel,
-        std::string(what) + " must hold " + std::to_string(n) + " floats, got " + t.shape.str()));
-}
-}  // namespace
 
 void CpuBackend::crossentropy_row_max(Tensor& max, const Tensor& logits, int64_t valid) {
   const auto [N, V] = shard_dims("crossentropy_row_max", logits, {}, valid);
@@ -139,7 +95,7 @@ void CpuBackend::crossentropy_shard_backward(Tensor& dlogits, const Tensor& logi
     float* drow = dlogits.data + r * V;      // (Vl), may be the same memory as row
     const float lse = max.data[r] + std::log(sums.data[2 * r]);
 #pragma omp simd
-    for (int64_t j = 0; j < valid; ++j) drow[j] = fast_exp(row[j] - lse) * scale;
+    for (int64_t j = 0; j < valid; ++j) drow[j] = math::prob_from_lse(row[j], lse) * scale;
     for (int64_t j = valid; j < V; ++j) drow[j] = 0.0f;
     const int64_t t = int64_t(targets[r]) - vocab_begin;
     if (t >= 0 && t < valid) drow[t] -= scale;

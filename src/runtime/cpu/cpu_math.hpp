@@ -1,6 +1,5 @@
 // Small numeric helpers shared by the CPU kernels (internal).
 #pragma once
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -13,6 +12,8 @@
 #endif
 #include <Eigen/Core>
 
+#include "src/runtime/kernel_checks.hpp"
+#include "stratagem/kernel_math.hpp"
 #include "stratagem/tensor.hpp"
 
 namespace stratagem::cpu {
@@ -24,40 +25,15 @@ using ConstMatMap = Eigen::Map<const RowMat>;
 using StridedMap = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
 using ConstStridedMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
 
-// exp(x) built from arithmetic and bit operations only, so `#pragma omp simd` loops vectorize
-// it (std::exp does not without -ffast-math). Cephes' single-precision polynomial: within
-// 2 ulp over the clamped range; inputs below -87.3 give ~1e-38 rather than 0.
-inline float fast_exp(float x) {
-  x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  float r = x - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  return p * std::bit_cast<float>(bits);
-}
-
-// tanh through exp: 1 - 2/(e^{2x}+1) saturates cleanly to +-1 and vectorizes.
-inline float fast_tanh(float x) {
-  return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0f);
-}
-
-inline float sigmoid(float x) {
-  return 1.0f / (1.0f + fast_exp(-x));
-}
+// The per-element math both backends share.
+using math::fast_exp;
+using math::fast_tanh;
+using math::sigmoid;
 
 // Below this many floats of work a kernel runs on the calling thread: a parallel region costs
 // microseconds, and far more when MPI ranks oversubscribe the cores (tiny test models).
 inline constexpr int64_t kMinParallelWork = int64_t{1} << 15;
 
-inline std::string kernel_error(const char* kernel, const std::string& what) {
-  return std::string(kernel) + ": " + what;
-}
+using namespace checks;  // the shape checks every backend shares
 
 }  // namespace stratagem::cpu

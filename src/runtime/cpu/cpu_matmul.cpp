@@ -9,32 +9,11 @@ namespace stratagem::cpu {
 namespace {
 constexpr int64_t kChannelChunk = 64;
 
-struct Dims {
-  int64_t n, c, oc;
-};
-
-Dims check(const char* kernel, const Tensor& inp, const Tensor& weight, const Tensor& out,
-           const char* out_name) {
-  if (!weight.defined() || weight.ndim() != 2)
-    throw std::invalid_argument(
-        kernel_error(kernel, "weight must be (OC,C), got " + weight.shape.str()));
-  const int64_t OC = weight.dim(0), C = weight.dim(1);
-  if (!inp.defined() || inp.ndim() < 2 || inp.dim(-1) != C)
-    throw std::invalid_argument(kernel_error(kernel, "inp must be (...," + std::to_string(C) +
-                                                         ") to match weight " + weight.shape.str() +
-                                                         ", got " + inp.shape.str()));
-  const int64_t N = inp.numel() / C;
-  if (!out.defined() || out.dim(-1) != OC || out.numel() != N * OC)
-    throw std::invalid_argument(
-        kernel_error(kernel, std::string(out_name) + " must be (...," + std::to_string(OC) +
-                                 ") with " + std::to_string(N) + " rows, got " + out.shape.str()));
-  return {N, C, OC};
-}
 }  // namespace
 
 void CpuBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                                 const Tensor& bias) {
-  const auto [N, C, OC] = check("matmul_forward", inp, weight, out, "out");
+  const auto [N, C, OC] = linear_dims("matmul_forward", inp, weight, out, "out");
   if (bias.defined()) expect_shape(bias, Shape{OC}, "matmul_forward", "bias");
   MatMap o(out.data, N, OC);          // (N,OC)
   ConstMatMap x(inp.data, N, C);      // (N,C)
@@ -53,7 +32,7 @@ void CpuBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& we
 
 void CpuBackend::matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                  const Tensor& inp, const Tensor& weight) {
-  const auto [N, C, OC] = check("matmul_backward", inp, weight, dout, "dout");
+  const auto [N, C, OC] = linear_dims("matmul_backward", inp, weight, dout, "dout");
   expect_shape(dweight, weight.shape, "matmul_backward", "dweight");
   if (dbias.defined()) expect_shape(dbias, Shape{OC}, "matmul_backward", "dbias");
   ConstMatMap g(dout.data, N, OC);    // (N,OC)

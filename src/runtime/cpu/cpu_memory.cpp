@@ -19,11 +19,6 @@ namespace {
 // 64-byte alignment: one cache line and one AVX-512 vector, what Eigen's kernels like best.
 constexpr size_t kAlign = 64;
 
-void check_same_numel(const char* kernel, const Tensor& a, const Tensor& b) {
-  if (a.numel() != b.numel())
-    throw std::invalid_argument(
-        kernel_error(kernel, "sizes differ: " + a.shape.str() + " vs " + b.shape.str()));
-}
 }  // namespace
 
 Tensor CpuBackend::allocate(Shape shape) {
@@ -43,7 +38,7 @@ void CpuBackend::fill(Tensor& t, float value) {
 }
 
 void CpuBackend::copy(Tensor& dst, const Tensor& src) {
-  check_same_numel("copy", dst, src);
+  expect_same_numel("copy", dst, src);
   if (dst.data != src.data) std::memcpy(dst.data, src.data, src.bytes());
 }
 
@@ -56,8 +51,8 @@ void CpuBackend::download(float* host, const Tensor& src) {
 }
 
 void CpuBackend::residual_forward(Tensor& out, const Tensor& a, const Tensor& b) {
-  check_same_numel("residual_forward", out, a);
-  check_same_numel("residual_forward", out, b);
+  expect_same_numel("residual_forward", out, a);
+  expect_same_numel("residual_forward", out, b);
   float* o = out.data;
   const float* x = a.data;
   const float* y = b.data;
@@ -67,7 +62,7 @@ void CpuBackend::residual_forward(Tensor& out, const Tensor& a, const Tensor& b)
 }
 
 void CpuBackend::residual_backward(Tensor& dinp, const Tensor& dout) {
-  check_same_numel("residual_backward", dinp, dout);
+  expect_same_numel("residual_backward", dinp, dout);
   residual_forward(dinp, dinp, dout);
 }
 

@@ -11,29 +11,11 @@ namespace {
 // rows: race-free, and the summation order does not depend on the thread count.
 constexpr int64_t kChannelChunk = 32;
 
-struct Rows {
-  int64_t n, c;
-};
-
-Rows rows_of(const char* kernel, const Tensor& x, const Tensor& weight) {
-  if (!x.defined() || x.ndim() < 1)
-    throw std::invalid_argument(kernel_error(kernel, "input is undefined"));
-  const int64_t C = x.dim(-1);
-  expect_shape(weight, Shape{C}, kernel, "weight");
-  return {x.numel() / std::max<int64_t>(C, 1), C};
-}
-
-void expect_numel(const char* kernel, const char* what, const Tensor& t, int64_t n) {
-  if (!t.defined() || t.numel() != n)
-    throw std::invalid_argument(kernel_error(
-        kernel,
-        std::string(what) + " must hold " + std::to_string(n) + " floats, got " + t.shape.str()));
-}
 }  // namespace
 
 void CpuBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                                    const Tensor& weight, const Tensor& bias, float eps) {
-  const auto [N, C] = rows_of("layernorm_forward", inp, weight);
+  const auto [N, C] = norm_rows("layernorm_forward", inp, weight);
   expect_shape(out, inp.shape, "layernorm_forward", "out");
   expect_numel("layernorm_forward", "mean", mean, N);
   expect_numel("layernorm_forward", "rstd", rstd, N);
@@ -51,13 +33,13 @@ void CpuBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, cons
     float var = 0;
 #pragma omp simd reduction(+ : var)
     for (int64_t c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
-    const float s = 1.0f / std::sqrt(var / C + eps);
+    const float s = math::rstd_of(var / C, eps);
     if (b) {
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c] + b[c];
+      for (int64_t c = 0; c < C; ++c) o[c] = math::norm_apply(x[c], m, s, w[c], b[c]);
     } else {
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * s * w[c];
+      for (int64_t c = 0; c < C; ++c) o[c] = math::norm_apply(x[c], m, s, w[c]);
     }
     mean.data[r] = m;
     rstd.data[r] = s;
@@ -67,7 +49,7 @@ void CpuBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, cons
 void CpuBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
                                     const Tensor& dout, const Tensor& inp, const Tensor& weight,
                                     const Tensor& mean, const Tensor& rstd) {
-  const auto [N, C] = rows_of("layernorm_backward", inp, weight);
+  const auto [N, C] = norm_rows("layernorm_backward", inp, weight);
   expect_shape(dout, inp.shape, "layernorm_backward", "dout");
   expect_shape(dinp, inp.shape, "layernorm_backward", "dinp");
   expect_shape(dweight, Shape{C}, "layernorm_backward", "dweight");
@@ -92,7 +74,7 @@ void CpuBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias
     }
     const float a = sum_dn / C, bb = sum_dn_n / C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) dx[c] += s * (g[c] * w[c] - a - (x[c] - m) * s * bb);
+    for (int64_t c = 0; c < C; ++c) dx[c] += math::norm_dinp(g[c], w[c], x[c], m, s, a, bb);
   }
 
   const int64_t chunks = (C + kChannelChunk - 1) / kChannelChunk;
@@ -121,7 +103,7 @@ void CpuBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias
 
 void CpuBackend::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                  float eps) {
-  const auto [N, C] = rows_of("rmsnorm_forward", inp, weight);
+  const auto [N, C] = norm_rows("rmsnorm_forward", inp, weight);
   expect_shape(out, inp.shape, "rmsnorm_forward", "out");
   expect_numel("rmsnorm_forward", "rstd", rstd, N);
   const float* w = weight.data;
@@ -132,16 +114,16 @@ void CpuBackend::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, c
     float ss = 0;
 #pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
-    const float s = 1.0f / std::sqrt(ss / C + eps);
+    const float s = math::rstd_of(ss / C, eps);
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) o[c] = x[c] * s * w[c];
+    for (int64_t c = 0; c < C; ++c) o[c] = math::norm_apply(x[c], 0.0f, s, w[c]);
     rstd.data[r] = s;
   }
 }
 
 void CpuBackend::rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout,
                                   const Tensor& inp, const Tensor& weight, const Tensor& rstd) {
-  const auto [N, C] = rows_of("rmsnorm_backward", inp, weight);
+  const auto [N, C] = norm_rows("rmsnorm_backward", inp, weight);
   expect_shape(dout, inp.shape, "rmsnorm_backward", "dout");
   expect_shape(dinp, inp.shape, "rmsnorm_backward", "dinp");
   expect_shape(dweight, Shape{C}, "rmsnorm_backward", "dweight");
@@ -159,7 +141,7 @@ void CpuBackend::rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& d
     for (int64_t c = 0; c < C; ++c) sum_dn_n += g[c] * w[c] * x[c] * s;
     const float bb = sum_dn_n / C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) dx[c] += s * (g[c] * w[c] - x[c] * s * bb);
+    for (int64_t c = 0; c < C; ++c) dx[c] += math::norm_dinp(g[c], w[c], x[c], 0.0f, s, 0.0f, bb);
   }
 
   const int64_t chunks = (C + kChannelChunk - 1) / kChannelChunk;

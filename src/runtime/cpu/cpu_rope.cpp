@@ -8,40 +8,18 @@
 namespace stratagem::cpu {
 namespace {
 
-struct RopeDims {
-  int64_t B, T, width, hd;
-};
-
-RopeDims rope_dims(const char* kernel, const Tensor& qkv, int heads, int kv_heads) {
-  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
-    throw std::invalid_argument(
-        kernel_error(kernel, "kv_heads must divide heads, got heads=" + std::to_string(heads) +
-                                 " kv_heads=" + std::to_string(kv_heads)));
-  if (!qkv.defined() || qkv.ndim() != 3 || qkv.dim(2) % (heads + 2 * kv_heads) != 0)
-    throw std::invalid_argument(
-        kernel_error(kernel, "qkv must be (B,T,(NH+2KV)*hd), got " + qkv.shape.str()));
-  const int64_t hd = qkv.dim(2) / (heads + 2 * kv_heads);
-  if (hd % 2 != 0)
-    throw std::invalid_argument(
-        kernel_error(kernel, "head_dim must be even, got " + std::to_string(hd)));
-  return {qkv.dim(0), qkv.dim(1), qkv.dim(2), hd};
-}
-
 // sign = +1 rotates forward; -1 applies the transpose (the backward of a rotation).
-void rotate(float* base, const float* table, RopeDims d, int rotated_heads, float sign) {
+void rotate(float* base, const float* table, const QkvDims& d, int rotated_heads, float sign) {
   const int64_t half = d.hd / 2;
-#pragma omp parallel for schedule(static) if (d.B * d.T * d.width >= kMinParallelWork)
+#pragma omp parallel for schedule(static) if (d.B * d.T * d.W >= kMinParallelWork)
   for (int64_t bt = 0; bt < d.B * d.T; ++bt) {
     const float* cs = table + (bt % d.T) * half * 2;  // (hd/2, 2) cos,sin at position t
-    float* row = base + bt * d.width;
+    float* row = base + bt * d.W;
     for (int h = 0; h < rotated_heads; ++h) {
       float* x = row + h * d.hd;
 #pragma omp simd
       for (int64_t i = 0; i < half; ++i) {
-        const float c = cs[2 * i], s = sign * cs[2 * i + 1];
-        const float x1 = x[i], x2 = x[i + half];
-        x[i] = x1 * c - x2 * s;
-        x[i + half] = x2 * c + x1 * s;
+        math::rope_rotate(x[i], x[i + half], cs[2 * i], sign * cs[2 * i + 1], &x[i], &x[i + half]);
       }
     }
   }
@@ -50,30 +28,21 @@ void rotate(float* base, const float* table, RopeDims d, int rotated_heads, floa
 
 const float* CpuBackend::rope_table(int64_t T, int64_t hd, float theta) {
   if (T != rope_T_ || hd != rope_hd_ || theta != rope_theta_) {
-    const int64_t half = hd / 2;
-    rope_cos_sin_.resize(static_cast<size_t>(T * half * 2));
-    for (int64_t i = 0; i < half; ++i) {
-      // Angles in fp64 so long sequences keep their accuracy.
-      const double inv_freq = std::pow(static_cast<double>(theta), -2.0 * i / hd);
-      for (int64_t t = 0; t < T; ++t) {
-        const double a = t * inv_freq;
-        rope_cos_sin_[(t * half + i) * 2] = static_cast<float>(std::cos(a));
-        rope_cos_sin_[(t * half + i) * 2 + 1] = static_cast<float>(std::sin(a));
-      }
-    }
+    rope_cos_sin_.resize(static_cast<size_t>(T * (hd / 2) * 2));
+    math::fill_rope_table(rope_cos_sin_.data(), T, hd, theta);
     rope_T_ = T, rope_hd_ = hd, rope_theta_ = theta;
   }
   return rope_cos_sin_.data();
 }
 
 void CpuBackend::rope_forward(Tensor& qkv, int heads, int kv_heads, float theta) {
-  const RopeDims d = rope_dims("rope_forward", qkv, heads, kv_heads);
+  const QkvDims d = rope_dims("rope_forward", qkv, heads, kv_heads);
   // q and k heads are adjacent at the start of each token's row: rotate NH+KV heads.
   rotate(qkv.data, rope_table(d.T, d.hd, theta), d, heads + kv_heads, 1.0f);
 }
 
 void CpuBackend::rope_backward(Tensor& dqkv, int heads, int kv_heads, float theta) {
-  const RopeDims d = rope_dims("rope_backward", dqkv, heads, kv_heads);
+  const QkvDims d = rope_dims("rope_backward", dqkv, heads, kv_heads);
   rotate(dqkv.data, rope_table(d.T, d.hd, theta), d, heads + kv_heads, -1.0f);
 }
 
