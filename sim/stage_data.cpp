@@ -119,10 +119,12 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
     const StageProgram& sp = prog.stages[s];
     // Costed comm ops are indexed by their distinct cost key: a Program repeats a few of them.
     std::unordered_map<OpKey, int32_t, OpKeyHash> comm_index;
+    // Looked up before inserting: emplace would allocate a node for every op, repeated or not.
     auto comm_key = [&](uint32_t i) {
-      const auto [it, fresh] = comm_index.emplace(key_of(sp.ops[i]), int32_t(sd.comm_op.size()));
-      if (fresh) sd.comm_op.push_back(i);
-      return it->second;
+      const OpKey k = key_of(sp.ops[i]);
+      if (auto it = comm_index.find(k); it != comm_index.end()) return it->second;
+      sd.comm_op.push_back(i);
+      return comm_index.emplace(k, int32_t(sd.comm_op.size() - 1)).first->second;
     };
     sd.sp = &sp;
     sd.n = uint32_t(sp.ops.size());

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <tuple>
-#include <unordered_map>
+#include <utility>
 
 #include "src/core/schedule.hpp"
 #include "stratagem/workload.hpp"
@@ -104,6 +104,11 @@ class StageBuilder {
         stage_samples_(p.micro_batch * p.max_dp()) {
     out_.stage = stage;
     last_bwd_mb_.assign(nchunks_, -1);
+    local_of_.assign(p.layers.size(), -1);
+    const std::vector<int> ls = stage_layers();
+    for (size_t i = 0; i < ls.size(); ++i) local_of_[ls[i]] = static_cast<int>(i);
+    saved_.assign(ls.size() * M, kNoSaved);
+    offloaded_.assign(ls.size() * M, -1);
   }
 
   StageProgram build() {
@@ -127,11 +132,13 @@ class StageBuilder {
 
  private:
   // ---- emission ------------------------------------------------------------------------
-  int emit(Op op, std::initializer_list<int> deps) { return emit(op, std::vector<int>(deps)); }
-  int emit(Op op, const std::vector<int>& deps) {
+  // Dependencies are read in place (no vector per op: a pp 16 Program has millions of ops).
+  int emit(Op op, std::initializer_list<int> deps) { return emit(op, deps.begin(), deps.size()); }
+  int emit(Op op, const std::vector<int>& deps) { return emit(op, deps.data(), deps.size()); }
+  int emit(Op op, const int* deps, size_t ndeps) {
     op.dep_begin = static_cast<uint32_t>(out_.deps.size());
-    for (int d : deps)
-      if (d >= 0) out_.deps.push_back(static_cast<uint32_t>(d));
+    for (size_t k = 0; k < ndeps; ++k)
+      if (deps[k] >= 0) out_.deps.push_back(static_cast<uint32_t>(deps[k]));
     if (op.stream == Stream::compute) {
       for (int d : compute_waits_) out_.deps.push_back(static_cast<uint32_t>(d));
       compute_waits_.clear();
@@ -160,15 +167,19 @@ class StageBuilder {
     op.bytes = bytes;
     op.buffer = next_buffer_++;
     emit(op, deps);
-    live_[op.buffer] = op;
+    live_.push_back(op);  // buffer ids are dense: live_[id] is buffer id's alloc
+    ++live_count_;
     return op.buffer;
   }
   void release(int buffer, Stream s, std::initializer_list<int> deps = {}) {
     if (buffer < 0) return;
-    Op op = live_.at(buffer);
+    Op& a = live_.at(buffer);
+    if (a.kind != OpKind::alloc) throw std::logic_error("program: a buffer freed twice");
+    Op op = a;
+    a.kind = OpKind::free;
+    --live_count_;
     op.kind = OpKind::free;
     op.stream = s;
-    live_.erase(buffer);
     emit(op, deps);
   }
   int compute(Block b, Phase ph, int layer, int mb, int samples, double flops, double bytes) {
@@ -380,8 +391,8 @@ class StageBuilder {
                                               p_.flash_attention, p_.dtype);
     const int64_t bm =
         saved_activation_bytes(m_, s, Block::mlp, b, s.recompute, p_.flash_attention, p_.dtype);
-    const int down = offloaded_.at(key(l, mb));
-    offloaded_.erase(key(l, mb));
+    const int down = std::exchange(offloaded_[key(l, mb)], -1);
+    if (down < 0) throw std::logic_error("program: activations reloaded that were not offloaded");
     const int act_a = alloc(Stream::h2d, MemCategory::activations, ba, l, mb, Phase::backward,
                             Block::attention, {after, down});
     const int act_m = alloc(Stream::h2d, MemCategory::activations, bm, l, mb, Phase::backward,
@@ -417,8 +428,9 @@ class StageBuilder {
     for (int l = r.end - 1; l >= r.begin; --l) {
       const auto& s = strat(l);
       const int b = samples(l);
-      auto [act_a, act_m] = saved_.at(key(l, mb));
-      saved_.erase(key(l, mb));
+      auto [act_a, act_m] = std::exchange(saved_[key(l, mb)], kNoSaved);
+      if (act_a == kNoSaved.first)
+        throw std::logic_error("program: a backward without its forward's activations");
       const int fetched = p_.backward_prefetch || l == r.end - 1
                               ? next_fetched
                               : fetch_params(l, Phase::backward, mb, prev_mlp);
@@ -733,11 +745,12 @@ class StageBuilder {
 
   void teardown() {
     for (int b : static_bufs_) release(b, Stream::compute);
-    if (!live_.empty()) throw std::logic_error("program: buffers left allocated");
+    if (live_count_ != 0) throw std::logic_error("program: buffers left allocated");
   }
 
   int64_t live_bytes(int buffer) const { return buffer < 0 ? 0 : live_.at(buffer).bytes; }
-  static int64_t key(int layer, int mb) { return int64_t(layer) << 32 | uint32_t(mb); }
+  // Slot of (layer of this stage, micro-batch) in saved_ and offloaded_.
+  size_t key(int layer, int mb) const { return size_t(local_of_[layer]) * M_ + mb; }
 
   const ModelSpec& m_;
   const Plan& p_;
@@ -755,9 +768,13 @@ class StageBuilder {
   std::vector<int> grad_reductions_;
   std::vector<int> last_bwd_mb_;
   std::vector<Op> deferred_;
-  std::unordered_map<int, Op> live_;
-  std::unordered_map<int64_t, std::pair<int, int>> saved_;
-  std::unordered_map<int64_t, int> offloaded_;  // (layer, mb) -> its activations' d2h copy
+  // Flat tables in place of maps: ids and (layer, mb) slots are dense and known up front.
+  std::vector<Op> live_;  // [buffer id] its alloc op (kind free once released)
+  int live_count_ = 0;
+  std::vector<int> local_of_;  // [layer] its index among this stage's layers
+  static constexpr std::pair<int, int> kNoSaved{-2, -2};
+  std::vector<std::pair<int, int>> saved_;  // [key] the layer's saved activation buffers
+  std::vector<int> offloaded_;              // [key] its activations' d2h copy (-1: none)
   // The copy that brought back the activations of the layer in backward: the sequence-parallel
   // gathers read them too, not only its compute.
   int reloaded_ = -1;
@@ -768,6 +785,7 @@ class StageBuilder {
 Program build_program(const ModelSpec& model, const Plan& plan) {
   Program prog;
   prog.num_microbatches = plan.num_microbatches();
+  prog.stages.reserve(plan.pp);
   for (int s = 0; s < plan.pp; ++s)
     prog.stages.push_back(StageBuilder(model, plan, s, prog.num_microbatches).build());
   return prog;
