@@ -6,7 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
+#include <utility>
 
 namespace stratagem::sim {
 namespace {
@@ -55,6 +55,45 @@ struct OpKeyHash {
     return size_t(h);
   }
 };
+// An open-addressing map from OpKey (a pp 16 Program looks up millions of ops, nearly all of
+// them repeats): one probe sequence over a flat slot array, no node per entry.
+template <class V>
+class OpKeyMap {
+ public:
+  // The value of `k`, inserting make() when absent.
+  template <class Make>
+  V& get(const OpKey& k, Make make) {
+    if (2 * (entries_.size() + 1) > slots_.size()) grow();
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = hash(k) & mask;; i = (i + 1) & mask) {
+      const int32_t e = slots_[i];
+      if (e < 0) {
+        slots_[i] = int32_t(entries_.size());
+        entries_.push_back({k, make()});
+        return entries_.back().second;
+      }
+      if (entries_[e].first == k) return entries_[e].second;
+    }
+  }
+
+ private:
+  static size_t hash(const OpKey& k) {
+    const uint64_t h = OpKeyHash{}(k);
+    return size_t(h ^ (h >> 29));
+  }
+  void grow() {
+    slots_.assign(std::max<size_t>(64, 2 * slots_.size()), -1);
+    const size_t mask = slots_.size() - 1;
+    for (size_t e = 0; e < entries_.size(); ++e) {
+      size_t i = hash(entries_[e].first) & mask;
+      while (slots_[i] >= 0) i = (i + 1) & mask;
+      slots_[i] = int32_t(e);
+    }
+  }
+  std::vector<int32_t> slots_;  // entry index, -1 when empty; size a power of two
+  std::vector<std::pair<OpKey, V>> entries_;
+};
+
 OpKey key_of(const Op& op) {
   return {op.kind,   op.stream, op.block, op.phase,   op.collective, op.group, op.tp,
           op.tp_big, op.chunk,  op.layer, op.samples, op.bytes,      op.flops};
@@ -113,18 +152,17 @@ CommP split_comm_cost(const CommCost& cc, const Op& op, const ClusterSpec& C) {
 std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, bool lookahead) {
   const int pp = int(prog.stages.size());
   std::vector<StageData> stages(pp);
-  std::unordered_map<OpKey, Time, OpKeyHash> cmemo;
+  OpKeyMap<Time> cmemo;
   for (int s = 0; s < pp; ++s) {
     StageData& sd = stages[s];
     const StageProgram& sp = prog.stages[s];
     // Costed comm ops are indexed by their distinct cost key: a Program repeats a few of them.
-    std::unordered_map<OpKey, int32_t, OpKeyHash> comm_index;
-    // Looked up before inserting: emplace would allocate a node for every op, repeated or not.
+    OpKeyMap<int32_t> comm_index;
     auto comm_key = [&](uint32_t i) {
-      const OpKey k = key_of(sp.ops[i]);
-      if (auto it = comm_index.find(k); it != comm_index.end()) return it->second;
-      sd.comm_op.push_back(i);
-      return comm_index.emplace(k, int32_t(sd.comm_op.size() - 1)).first->second;
+      return comm_index.get(key_of(sp.ops[i]), [&] {
+        sd.comm_op.push_back(i);
+        return int32_t(sd.comm_op.size() - 1);
+      });
     };
     sd.sp = &sp;
     sd.n = uint32_t(sp.ops.size());
@@ -180,11 +218,8 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
           break;
         case OpKind::compute:
         case OpKind::host_compute: {
-          OpKey key = key_of(op);
-          auto it = cmemo.find(key);
-          if (it == cmemo.end())
-            it = cmemo.emplace(key, to_ns(costs.compute_time_s(op), "compute", op)).first;
-          step.cdur = it->second;
+          step.cdur =
+              cmemo.get(key_of(op), [&] { return to_ns(costs.compute_time_s(op), "compute", op); });
           break;
         }
         default:
