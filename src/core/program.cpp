@@ -105,6 +105,7 @@ class StageBuilder {
     out_.stage = stage;
     last_bwd_mb_.assign(nchunks_, -1);
     local_of_.assign(p.layers.size(), -1);
+    work_.resize(p.layers.size());
     const std::vector<int> ls = stage_layers();
     for (size_t i = 0; i < ls.size(); ++i) local_of_[ls[i]] = static_cast<int>(i);
     saved_.assign(ls.size() * M, kNoSaved);
@@ -210,6 +211,33 @@ class StageBuilder {
   int samples(int layer) const { return stage_samples_ / strat(layer).dp; }
   int64_t boundary(int layer) const {
     return boundary_activation_bytes(m_, strat(layer), samples(layer), p_.dtype);
+  }
+  // A layer's block work and saved activations, the same for each of its micro-batches:
+  // computed on first use, not per op.
+  struct BlockCost {
+    double flops = 0, bytes = 0;
+  };
+  struct LayerWork {
+    bool ready = false;
+    int64_t saved_bytes[2] = {0, 0};  // attention, mlp under the layer's recompute
+    BlockCost forward[2], backward[2];
+  };
+  const LayerWork& work(int layer) {
+    LayerWork& w = work_[layer];
+    if (w.ready) return w;
+    const auto& s = strat(layer);
+    const int b = samples(layer);
+    const Block blocks[2] = {Block::attention, Block::mlp};
+    for (int i = 0; i < 2; ++i) {
+      w.saved_bytes[i] =
+          saved_activation_bytes(m_, s, blocks[i], b, s.recompute, p_.flash_attention, p_.dtype);
+      const BlockWork f = forward_work(m_, s, blocks[i], b, p_.flash_attention);
+      w.forward[i] = {f.flops(), f.elementwise_bytes};
+      const BlockWork g = backward_work(m_, s, blocks[i], b, p_.flash_attention);
+      w.backward[i] = {g.flops(), g.elementwise_bytes};
+    }
+    w.ready = true;
+    return w;
   }
   int64_t layer_params(int layer) const {
     const int tp = strat(layer).tp;
@@ -339,24 +367,18 @@ class StageBuilder {
       reshard(l - 1, l, Phase::forward, mb);
       const int fetched = fetch_params(l, Phase::forward, mb, prev_attn);
       const int b = samples(l);
-      auto rc = s.recompute;
-      int act_a = alloc(
-          Stream::compute, MemCategory::activations,
-          saved_activation_bytes(m_, s, Block::attention, b, rc, p_.flash_attention, p_.dtype), l,
-          mb, Phase::forward, Block::attention);
+      const LayerWork& w = work(l);
+      int act_a = alloc(Stream::compute, MemCategory::activations, w.saved_bytes[0], l, mb,
+                        Phase::forward, Block::attention);
       tp_before(Block::attention, Phase::forward, l, mb);
-      BlockWork wa = forward_work(m_, s, Block::attention, b, p_.flash_attention);
-      prev_attn =
-          compute(Block::attention, Phase::forward, l, mb, b, wa.flops(), wa.elementwise_bytes);
+      prev_attn = compute(Block::attention, Phase::forward, l, mb, b, w.forward[0].flops,
+                          w.forward[0].bytes);
       tp_after(Block::attention, Phase::forward, l, mb);
 
-      int act_m =
-          alloc(Stream::compute, MemCategory::activations,
-                saved_activation_bytes(m_, s, Block::mlp, b, rc, p_.flash_attention, p_.dtype), l,
-                mb, Phase::forward, Block::mlp);
+      int act_m = alloc(Stream::compute, MemCategory::activations, w.saved_bytes[1], l, mb,
+                        Phase::forward, Block::mlp);
       tp_before(Block::mlp, Phase::forward, l, mb);
-      BlockWork wm = forward_work(m_, s, Block::mlp, b, p_.flash_attention);
-      int c = compute(Block::mlp, Phase::forward, l, mb, b, wm.flops(), wm.elementwise_bytes);
+      int c = compute(Block::mlp, Phase::forward, l, mb, b, w.forward[1].flops, w.forward[1].bytes);
       tp_after(Block::mlp, Phase::forward, l, mb);
       release(fetched, Stream::compute);
       if (s.offload_activations) {
@@ -385,12 +407,8 @@ class StageBuilder {
   // Layer l's offloaded activations of micro-batch mb come back into fresh buffers once they
   // are down and `after` has run: returns the two buffers and the copy.
   std::tuple<int, int, int> reload(int l, int mb, int after) {
-    const auto& s = strat(l);
-    const int b = samples(l);
-    const int64_t ba = saved_activation_bytes(m_, s, Block::attention, b, s.recompute,
-                                              p_.flash_attention, p_.dtype);
-    const int64_t bm =
-        saved_activation_bytes(m_, s, Block::mlp, b, s.recompute, p_.flash_attention, p_.dtype);
+    const int64_t ba = work(l).saved_bytes[0];
+    const int64_t bm = work(l).saved_bytes[1];
     const int down = std::exchange(offloaded_[key(l, mb)], -1);
     if (down < 0) throw std::logic_error("program: activations reloaded that were not offloaded");
     const int act_a = alloc(Stream::h2d, MemCategory::activations, ba, l, mb, Phase::backward,
@@ -428,6 +446,7 @@ class StageBuilder {
     for (int l = r.end - 1; l >= r.begin; --l) {
       const auto& s = strat(l);
       const int b = samples(l);
+      const LayerWork& w = work(l);
       auto [act_a, act_m] = std::exchange(saved_[key(l, mb)], kNoSaved);
       if (act_a == kNoSaved.first)
         throw std::logic_error("program: a backward without its forward's activations");
@@ -449,21 +468,20 @@ class StageBuilder {
                                                 p_.flash_attention, p_.dtype),
                      l, mb, Phase::recompute, Block::attention);
         tp_before(Block::attention, Phase::recompute, l, mb);
-        BlockWork wa = forward_work(m_, s, Block::attention, b, p_.flash_attention);
-        compute(Block::attention, Phase::recompute, l, mb, b, wa.flops(), wa.elementwise_bytes);
+        compute(Block::attention, Phase::recompute, l, mb, b, w.forward[0].flops,
+                w.forward[0].bytes);
         tp_after(Block::attention, Phase::recompute, l, mb);
         re_m = alloc(Stream::compute, MemCategory::activations,
                      saved_activation_bytes(m_, s, Block::mlp, b, Recompute::none,
                                             p_.flash_attention, p_.dtype),
                      l, mb, Phase::recompute, Block::mlp);
         tp_before(Block::mlp, Phase::recompute, l, mb);
-        BlockWork wm = forward_work(m_, s, Block::mlp, b, p_.flash_attention);
-        compute(Block::mlp, Phase::recompute, l, mb, b, wm.flops(), wm.elementwise_bytes);
+        compute(Block::mlp, Phase::recompute, l, mb, b, w.forward[1].flops, w.forward[1].bytes);
         tp_after(Block::mlp, Phase::recompute, l, mb);
       }
       tp_before(Block::mlp, Phase::backward, l, mb);
-      BlockWork wm = backward_work(m_, s, Block::mlp, b, p_.flash_attention);
-      prev_mlp = compute(Block::mlp, Phase::backward, l, mb, b, wm.flops(), wm.elementwise_bytes);
+      prev_mlp =
+          compute(Block::mlp, Phase::backward, l, mb, b, w.backward[1].flops, w.backward[1].bytes);
       tp_after(Block::mlp, Phase::backward, l, mb);
       // Emitted before the mlp's buffers go, as the h2d stream runs it: it waits only for the
       // mlp's backward.
@@ -488,9 +506,8 @@ class StageBuilder {
                 core.elementwise_bytes);
       }
       tp_before(Block::attention, Phase::backward, l, mb);
-      BlockWork wa = backward_work(m_, s, Block::attention, b, p_.flash_attention);
-      int c =
-          compute(Block::attention, Phase::backward, l, mb, b, wa.flops(), wa.elementwise_bytes);
+      int c = compute(Block::attention, Phase::backward, l, mb, b, w.backward[0].flops,
+                      w.backward[0].bytes);
       // The layer's gradients are final once the attention's tp reduction has landed (its
       // norm's gradient is computed from the reduced input gradient).
       const int reduced = tp_after(Block::attention, Phase::backward, l, mb);
@@ -771,7 +788,8 @@ class StageBuilder {
   // Flat tables in place of maps: ids and (layer, mb) slots are dense and known up front.
   std::vector<Op> live_;  // [buffer id] its alloc op (kind free once released)
   int live_count_ = 0;
-  std::vector<int> local_of_;  // [layer] its index among this stage's layers
+  std::vector<int> local_of_;    // [layer] its index among this stage's layers
+  std::vector<LayerWork> work_;  // [layer]
   static constexpr std::pair<int, int> kNoSaved{-2, -2};
   std::vector<std::pair<int, int>> saved_;  // [key] the layer's saved activation buffers
   std::vector<int> offloaded_;              // [key] its activations' d2h copy (-1: none)
