@@ -314,9 +314,10 @@ bool Engine::start_op(RankSt& r, const StageData& sd, int s, const Step& step, T
   switch (step.kind) {
     case OpKind::alloc:
     case OpKind::free: {
-      const Op& o = sd.sp->ops[op];
-      memory_.apply(r.memory, r.res, oom_, o, r.rank, op, int32_t(r.it[sd.str[op]]), sd.workspace,
-                    t, o.kind == OpKind::alloc ? 1 : -1, trace_ ? &samples_[r.li] : nullptr);
+      // From the Step alone (s is the op's stream): the Op record is not read per event.
+      memory_.apply(r.memory, r.res, oom_, step.mem_category, step.mem_bytes, r.rank, op,
+                    int32_t(r.it[s]), sd.workspace, t, step.kind == OpKind::alloc ? 1 : -1,
+                    trace_ ? &samples_[r.li] : nullptr);
       complete_op(r, s, t, true);
       return true;
     }

@@ -16,12 +16,12 @@ void MemoryModel::init_peak(SimRankResult& res, int64_t workspace) const {
   res.peak_fragmentation_bytes = res.peak_memory_bytes - ctx_ - workspace;
 }
 
-void MemoryModel::apply(RankMemory& m, SimRankResult& res, SimOom& oom, const Op& o, int rank,
-                        uint32_t op, int32_t iteration, int64_t workspace, Time t, int sign,
-                        std::vector<trace::MemorySample>* samples) const {
-  const int c = int(o.category);
-  m.bytes[c] += sign * o.bytes;
-  m.allocated += sign * o.bytes;
+void MemoryModel::apply(RankMemory& m, SimRankResult& res, SimOom& oom, MemCategory category,
+                        int64_t bytes, int rank, uint32_t op, int32_t iteration, int64_t workspace,
+                        Time t, int sign, std::vector<trace::MemorySample>* samples) const {
+  const int c = int(category);
+  m.bytes[c] += sign * bytes;
+  m.allocated += sign * bytes;
   const int64_t dev = device_bytes(m.allocated, workspace);
   if (sign > 0 && dev > res.peak_memory_bytes) {
     res.peak_memory_bytes = dev;

@@ -37,8 +37,8 @@ class MemoryModel {
   void init_peak(SimRankResult& res, int64_t workspace) const;
   // Applies op `op` (an alloc when sign is 1, a free when -1) of `rank` at t: updates the
   // rank's peak (res), the run's first OOM (oom) and, when `samples` is given, the trace.
-  void apply(RankMemory& m, SimRankResult& res, SimOom& oom, const Op& o, int rank, uint32_t op,
-             int32_t iteration, int64_t workspace, Time t, int sign,
+  void apply(RankMemory& m, SimRankResult& res, SimOom& oom, MemCategory category, int64_t bytes,
+             int rank, uint32_t op, int32_t iteration, int64_t workspace, Time t, int sign,
              std::vector<trace::MemorySample>* samples) const;
 
  private:

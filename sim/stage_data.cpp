@@ -222,7 +222,10 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
               cmemo.get(key_of(op), [&] { return to_ns(costs.compute_time_s(op), "compute", op); });
           break;
         }
-        default:
+        case OpKind::alloc:
+        case OpKind::free:
+          step.mem_category = op.category;
+          step.mem_bytes = op.bytes;
           break;
       }
       sd.steps[st].push_back(step);

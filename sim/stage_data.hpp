@@ -31,9 +31,14 @@ struct Step {
   uint8_t busy = 0;  // Cat its kernel time counts as (compute, recompute, optimizer)
   uint8_t cat = 0;   // Cat of the op (for the breakdown)
   uint8_t key = 0;   // collective: group key; send/recv: 0 = pp_next, 1 = pp_prev
+  MemCategory mem_category = MemCategory::buffers;  // alloc/free
   int32_t ci = -1;   // index into comm[class] (-1: not a costed comm op)
   uint32_t ord = 0;  // collective: ordinal among the stage's ops of its key
-  Time cdur = 0;     // compute / host_compute duration
+  // alloc/free carry their buffer here so that the hot path does not read the Op.
+  union {
+    Time cdur = 0;      // compute / host_compute duration
+    int64_t mem_bytes;  // alloc/free: the buffer's bytes
+  };
 };
 
 // A dependency as (position << 3 | stream), the form the readiness check compares.
