@@ -167,18 +167,16 @@ class StageBuilder {
     op.category = cat;
     op.bytes = bytes;
     op.buffer = next_buffer_++;
-    emit(op, deps);
-    live_.push_back(op);  // buffer ids are dense: live_[id] is buffer id's alloc
+    live_.push_back(emit(op, deps));  // buffer ids are dense: live_[id] is id's alloc op
     ++live_count_;
     return op.buffer;
   }
   void release(int buffer, Stream s, std::initializer_list<int> deps = {}) {
     if (buffer < 0) return;
-    Op& a = live_.at(buffer);
-    if (a.kind != OpKind::alloc) throw std::logic_error("program: a buffer freed twice");
-    Op op = a;
-    a.kind = OpKind::free;
+    const int a = std::exchange(live_.at(buffer), -1);
+    if (a < 0) throw std::logic_error("program: a buffer freed twice");
     --live_count_;
+    Op op = out_.ops[a];  // emit sets the free's own dependencies
     op.kind = OpKind::free;
     op.stream = s;
     emit(op, deps);
@@ -765,7 +763,7 @@ class StageBuilder {
     if (live_count_ != 0) throw std::logic_error("program: buffers left allocated");
   }
 
-  int64_t live_bytes(int buffer) const { return buffer < 0 ? 0 : live_.at(buffer).bytes; }
+  int64_t live_bytes(int buffer) const { return buffer < 0 ? 0 : out_.ops[live_.at(buffer)].bytes; }
   // Slot of (layer of this stage, micro-batch) in saved_ and offloaded_.
   size_t key(int layer, int mb) const { return size_t(local_of_[layer]) * M_ + mb; }
 
@@ -786,7 +784,7 @@ class StageBuilder {
   std::vector<int> last_bwd_mb_;
   std::vector<Op> deferred_;
   // Flat tables in place of maps: ids and (layer, mb) slots are dense and known up front.
-  std::vector<Op> live_;  // [buffer id] its alloc op (kind free once released)
+  std::vector<int> live_;  // [buffer id] its alloc op's index (-1 once released)
   int live_count_ = 0;
   std::vector<int> local_of_;    // [layer] its index among this stage's layers
   std::vector<LayerWork> work_;  // [layer]
