@@ -168,7 +168,6 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
     sd.n = uint32_t(sp.ops.size());
     sd.pos.resize(sd.n);
     sd.str.resize(sd.n);
-    sd.dep_at.reserve(sp.deps.size());  // one entry per dependency, as in the Program
     for (uint32_t i = 0; i < sd.n; ++i) {
       const Op& op = sp.ops[i];
       const int st = int(op.stream);
