@@ -19,6 +19,10 @@ struct FrameworkSpec {
   // reduce-scatter, rather than reduced bucket by bucket as they are produced. (Off by
   // default: a framework file says so; stratagem's runtime does.)
   bool layer_gradient_staging = false;
+  // Sequence-parallel all-gathers and reduce-scatters of a layer are pipelined against the
+  // GEMMs that consume or produce them, in tp chunks (Megatron-core --tp-comm-overlap,
+  // Transformer Engine userbuffers). Off: the GEMM waits for the whole collective.
+  bool tp_comm_overlap = false;
 };
 
 // Loads a built-in framework by name (data/frameworks/<name>.json) or a JSON file path.

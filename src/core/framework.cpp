@@ -19,6 +19,11 @@ FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& so
     f.layer_gradient_staging = g.get_bool("layer_gradient_staging", false);
     g.reject_unknown();
   }
+  if (r.has("communication")) {
+    auto c = r.object("communication");
+    f.tp_comm_overlap = c.get_bool("tp_comm_overlap", false);
+    c.reject_unknown();
+  }
   r.reject_unknown();
   return f;
 }
@@ -34,7 +39,8 @@ nlohmann::json to_json(const FrameworkSpec& f) {
           {"gradients",
            {{"wgrad_accumulation_fused", f.wgrad_accumulation_fused},
             {"accumulation_bytes", f.grad_accumulation_bytes},
-            {"layer_gradient_staging", f.layer_gradient_staging}}}};
+            {"layer_gradient_staging", f.layer_gradient_staging}}},
+          {"communication", {{"tp_comm_overlap", f.tp_comm_overlap}}}};
 }
 
 }  // namespace stratagem

@@ -67,9 +67,10 @@ BOOST_AUTO_TEST_CASE(stage_time_equals_the_programs_op_costs) {
     validate(x.plan, x.model, x.cluster, "mixed");
     setups.push_back(x);
   }
-  // Under both a framework that accumulates weight gradients inside the GEMM and one that adds
-  // them in a separate pass (data/frameworks).
-  for (const char* fw : {"stratagem", "megatron-lm-2021"})
+  // Under a framework that accumulates weight gradients inside the GEMM, one that adds them in a
+  // separate pass, and one that overlaps the sequence-parallel collectives with their GEMMs
+  // (data/frameworks).
+  for (const char* fw : {"stratagem", "megatron-lm-2021", "megatron-core"})
     for (const Setup& x : setups) {
       CostModel cm(x.model, x.cluster, x.plan, load_framework(fw));
       const Estimate e = estimate(cm);
