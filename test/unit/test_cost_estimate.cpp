@@ -243,3 +243,39 @@ BOOST_AUTO_TEST_CASE(cli_estimate_json) {
   BOOST_TEST(bad.output.find("--tp 3 x --pp 1 does not divide the 1024 GPUs") != std::string::npos,
              bad.output);
 }
+
+BOOST_AUTO_TEST_CASE(tp_comm_overlap_hides_what_the_gemm_covers) {
+  // CostModel::tp_exposed_s under a framework that pipelines the sequence-parallel collectives
+  // with their GEMMs in tp chunks (megatron-core), and none where the framework does not.
+  PlanShorthand sh;
+  sh.tp = 8, sh.pp = 16, sh.micro_batch = 1, sh.sequence_parallel = true;
+  const Setup x = gpt3(sh);
+  const CostModel plain(x.model, x.cluster, x.plan, load_framework("stratagem"));
+  const CostModel mc(x.model, x.cluster, x.plan, load_framework("megatron-core"));
+  const LayerStrategy& s = x.plan.layers[0];
+  const int b = 1;
+  const BlockWork f = forward_work(x.model, s, Block::mlp, b, x.plan.flash_attention);
+  const double fc1_s = mc.gemm_time_s(f.gemms[0]), fc2_s = mc.gemm_time_s(f.gemms[1]);
+  for (double comm : {0.5 * fc1_s, 3 * fc1_s}) {
+    BOOST_TEST(plain.tp_exposed_s(comm, Collective::all_gather, s, Block::mlp, Phase::forward, b) ==
+               comm);
+    BOOST_TEST(mc.tp_exposed_s(comm, Collective::all_gather, s, Block::mlp, Phase::forward, b) ==
+                   7.0 / 8 * std::max(0.0, comm - fc1_s),
+               tt::tolerance(1e-12));
+    BOOST_TEST(mc.tp_exposed_s(comm, Collective::reduce_scatter, s, Block::mlp, Phase::forward,
+                               b) == 7.0 / 8 * std::max(0.0, comm - fc2_s) + comm / 8,
+               tt::tolerance(1e-12));
+    // Not a layer block (the LM head's gather): no GEMM beside it in the model.
+    BOOST_TEST(mc.tp_exposed_s(comm, Collective::all_gather, s, Block::head, Phase::forward, b) ==
+               comm);
+  }
+  // Without sequence parallelism Megatron refuses --tp-comm-overlap: nothing is hidden.
+  LayerStrategy no_sp = s;
+  no_sp.sequence_parallel = false;
+  BOOST_TEST(mc.tp_exposed_s(1.0, Collective::all_gather, no_sp, Block::mlp, Phase::forward, b) ==
+             1.0);
+  // Whole plan: less exposed tp communication, the same kernels.
+  const Estimate ep = estimate(plain), em = estimate(mc);
+  BOOST_TEST(em.time.tp_comm_s < 0.5 * ep.time.tp_comm_s);
+  BOOST_TEST(em.time.compute_s == ep.time.compute_s, tt::tolerance(1e-12));
+}
