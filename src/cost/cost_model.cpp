@@ -226,6 +226,11 @@ BlockWork CostModel::head_work(Phase phase, int samples, double elementwise_byte
     w.kernels += 3;    // max, sum-exp and loss over the vocabulary shard
   }
   w.elementwise_bytes = elementwise_bytes;
+  // A framework that states its loss's traffic replaces the Program's count (an fp32 logits
+  // write and read, 8 bytes per logit, in each phase) with its own.
+  const double stated = phase == Phase::backward ? framework_.loss_backward_bytes_per_logit
+                                                 : framework_.loss_forward_bytes_per_logit;
+  if (stated > 0) w.elementwise_bytes += (stated - 8.0) * double(T) * double(v);
   return w;
 }
 

@@ -94,8 +94,8 @@ BOOST_AUTO_TEST_CASE(h100_rows_are_forecast_or_listed_with_a_reason) {
 }
 
 BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds) {
-  // Issue 15 asks for 8% over the H100 file. Reached so far (estimator): megatron-core 8.6%
-  // (its tensor-parallel rows were 15.6% before --tp-comm-overlap was modelled), the file 11.5%
+  // Issue 15 asks for 8% over the H100 file. Reached so far (estimator): megatron-core 7.5%
+  // (15.6% before its --tp-comm-overlap and its unfused fp32 loss were modelled), the file 10.8%
   // (the fsdp-eager rows are 13-31% fast: FSDP eager mode is not modelled yet). These are
   // regression bounds, not the goal.
   std::map<std::string, std::pair<double, int>> per_framework;
@@ -116,7 +116,7 @@ BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds) {
   const auto& mc = per_framework["megatron-core"];
   BOOST_TEST(mc.second == 9);
   BOOST_TEST_INFO("megatron-core estimator MAPE " << 100 * mc.first / mc.second << "%");
-  BOOST_TEST(mc.first / mc.second <= 0.09);
+  BOOST_TEST(mc.first / mc.second <= 0.08);
   BOOST_TEST_INFO("H100 file estimator MAPE " << 100 * sum / n << "%");
-  BOOST_TEST(sum / n <= 0.12);
+  BOOST_TEST(sum / n <= 0.11);
 }

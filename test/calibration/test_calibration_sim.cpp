@@ -66,7 +66,7 @@ BOOST_AUTO_TEST_CASE(deepspeed_zero3_rows_are_a_lower_bound_simulated) {
 
 BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds_simulated) {
   // As test_calibration.cpp's h100_mape_regression_bounds, for the simulator (reached:
-  // megatron-core 8.0%, the file 11.6%; the goal is 8% over the file).
+  // megatron-core 6.9%, the file 10.9%; the goal is 8% over the file).
   double sum = 0, mc_sum = 0;
   int n = 0, mc_n = 0;
   for (const auto& h : calibration::load_h100_rows()) {
@@ -81,7 +81,7 @@ BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds_simulated) {
   BOOST_TEST(n == 14);
   BOOST_TEST(mc_n == 9);
   BOOST_TEST_INFO("megatron-core simulator MAPE " << 100 * mc_sum / mc_n << "%");
-  BOOST_TEST(mc_sum / mc_n <= 0.09);
+  BOOST_TEST(mc_sum / mc_n <= 0.08);
   BOOST_TEST_INFO("H100 file simulator MAPE " << 100 * sum / n << "%");
-  BOOST_TEST(sum / n <= 0.12);
+  BOOST_TEST(sum / n <= 0.11);
 }
