@@ -72,6 +72,14 @@ class CostModel {
   // (backward), and the loss.
   BlockWork head_work(Phase phase, int samples, double elementwise_bytes) const;
 
+  // Exposed time of one sequence-parallel collective (all-gather or reduce-scatter, whole time
+  // `comm_s`) of layer block `b` (attention or mlp) in phase `ph`, of `samples` samples. Where
+  // the framework pipelines it against its GEMM (tp_comm_overlap), in tp chunks: an all-gather
+  // hides all but (tp-1)/tp of what exceeds the GEMM; a reduce-scatter also leaves its last
+  // chunk's transfer after the last GEMM chunk. Otherwise the whole comm_s.
+  double tp_exposed_s(double comm_s, Collective c, const LayerStrategy& s, Block b, Phase ph,
+                      int samples) const;
+
   // ::overlapped_time_s with this GPU's compute_comm_interference.
   double overlapped_time_s(double kernels_s, double critical_s, double dp_stream_s,
                            double copy_stream_s) const {

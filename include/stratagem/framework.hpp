@@ -19,6 +19,15 @@ struct FrameworkSpec {
   // reduce-scatter, rather than reduced bucket by bucket as they are produced. (Off by
   // default: a framework file says so; stratagem's runtime does.)
   bool layer_gradient_staging = false;
+  // Sequence-parallel all-gathers and reduce-scatters of a layer are pipelined against the
+  // GEMMs that consume or produce them, in tp chunks (Megatron-core --tp-comm-overlap,
+  // Transformer Engine userbuffers). Off: the GEMM waits for the whole collective.
+  bool tp_comm_overlap = false;
+  // HBM bytes per logit element (on this rank's vocabulary shard) that the loss moves per
+  // micro-batch, forward and backward, beside the logits GEMMs. 0: the Program's own count (an
+  // fp32 logits write and read, 8 bytes, each way).
+  double loss_forward_bytes_per_logit = 0;
+  double loss_backward_bytes_per_logit = 0;
 };
 
 // Loads a built-in framework by name (data/frameworks/<name>.json) or a JSON file path.

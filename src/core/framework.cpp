@@ -19,6 +19,17 @@ FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& so
     f.layer_gradient_staging = g.get_bool("layer_gradient_staging", false);
     g.reject_unknown();
   }
+  if (r.has("communication")) {
+    auto c = r.object("communication");
+    f.tp_comm_overlap = c.get_bool("tp_comm_overlap", false);
+    c.reject_unknown();
+  }
+  if (r.has("loss")) {
+    auto l = r.object("loss");
+    f.loss_forward_bytes_per_logit = l.get_double("forward_bytes_per_logit", 0.0, 1000.0, 0.0);
+    f.loss_backward_bytes_per_logit = l.get_double("backward_bytes_per_logit", 0.0, 1000.0, 0.0);
+    l.reject_unknown();
+  }
   r.reject_unknown();
   return f;
 }
@@ -34,7 +45,11 @@ nlohmann::json to_json(const FrameworkSpec& f) {
           {"gradients",
            {{"wgrad_accumulation_fused", f.wgrad_accumulation_fused},
             {"accumulation_bytes", f.grad_accumulation_bytes},
-            {"layer_gradient_staging", f.layer_gradient_staging}}}};
+            {"layer_gradient_staging", f.layer_gradient_staging}}},
+          {"communication", {{"tp_comm_overlap", f.tp_comm_overlap}}},
+          {"loss",
+           {{"forward_bytes_per_logit", f.loss_forward_bytes_per_logit},
+            {"backward_bytes_per_logit", f.loss_backward_bytes_per_logit}}}};
 }
 
 }  // namespace stratagem

@@ -178,6 +178,39 @@ double CostModel::backward_block_time_s(const LayerStrategy& s, Block b, int sam
   return t + elementwise_time_s(bytes) + tensors * launch_s_;
 }
 
+// Megatron-core --tp-comm-overlap (Transformer Engine userbuffers, te.module.base
+// initialize_ub): the sequence-parallel collectives of a layer run beside the GEMM next to them.
+// Forward: the input all-gather beside the first GEMM (qkv, fc1) as a ring exchange of tp chunks,
+// the reduce-scatter beside the second (proj, fc2), split into tp chunks. Backward: the output
+// gradient's all-gather beside the second GEMM's data gradient, the re-gather of the sharded
+// input beside the first GEMM's data gradient, and the reduce-scatter of that data gradient
+// beside the first GEMM's weight gradient (the same pairing in recompute as in forward).
+// A ring of tp chunks, each step moving one chunk while the GEMM works on the previous one:
+// exposed = (tp-1)/tp x max(0, comm - gemm); the reduce-scatter adds its last chunk.
+double CostModel::tp_exposed_s(double comm_s, Collective c, const LayerStrategy& s, Block b,
+                               Phase ph, int samples) const {
+  if (!framework_.tp_comm_overlap || !s.sequence_parallel || s.tp <= 1 || comm_s <= 0 ||
+      (b != Block::attention && b != Block::mlp) || samples <= 0)
+    return comm_s;
+  const BlockWork f = forward_work(model_, s, b, samples, plan_.flash_attention);
+  if (f.num_gemms < 2) return comm_s;
+  const bool rs = c == Collective::reduce_scatter;
+  auto exposed = [&](const Gemm& g) {
+    const double p = s.tp;
+    return (p - 1) / p * std::max(0.0, comm_s - gemm_time_s(g)) + (rs ? comm_s / p : 0.0);
+  };
+  const Gemm& first = f.gemms[0];
+  const Gemm& second = f.gemms[f.num_gemms - 1];
+  if (ph != Phase::backward) return exposed(rs ? second : first);
+  // backward_of: data gradient (m, k, n), weight gradient (k, n, m) of each forward GEMM.
+  const Gemm dgrad_first{first.m, first.k, first.n, first.count};
+  const Gemm wgrad_first{first.k, first.n, first.m, first.count};
+  const Gemm dgrad_second{second.m, second.k, second.n, second.count};
+  if (rs) return exposed(wgrad_first);
+  // The two all-gathers of a block's backward are alike in bytes: each the mean of the two.
+  return 0.5 * (exposed(dgrad_second) + exposed(dgrad_first));
+}
+
 BlockWork CostModel::head_work(Phase phase, int samples, double elementwise_bytes) const {
   const int64_t T = int64_t(samples) * model_.seq_len;
   const int64_t h = model_.hidden;
@@ -193,6 +226,11 @@ BlockWork CostModel::head_work(Phase phase, int samples, double elementwise_byte
     w.kernels += 3;    // max, sum-exp and loss over the vocabulary shard
   }
   w.elementwise_bytes = elementwise_bytes;
+  // A framework that states its loss's traffic replaces the Program's count (an fp32 logits
+  // write and read, 8 bytes per logit, in each phase) with its own.
+  const double stated = phase == Phase::backward ? framework_.loss_backward_bytes_per_logit
+                                                 : framework_.loss_forward_bytes_per_logit;
+  if (stated > 0) w.elementwise_bytes += (stated - 8.0) * double(T) * double(v);
   return w;
 }
 
@@ -409,7 +447,20 @@ CommCost CostModel::comm_cost(const Op& op, const Layout& layout, int rank) cons
     case OpKind::collective: {
       const int g = resolve_group(layout, rank, op);
       if (g < 0) return {};
-      return collective_cost(op.collective, op.bytes, layout.group(g).ranks);
+      CommCost cc = collective_cost(op.collective, op.bytes, layout.group(g).ranks);
+      if (framework_.tp_comm_overlap && op.group == GroupKind::tp && op.layer >= 0 &&
+          (op.collective == Collective::all_gather ||
+           op.collective == Collective::reduce_scatter)) {
+        // What the GEMM beside it does not hide (tp_exposed_s); the op's samples follow from
+        // its bytes, e x samples x s x h.
+        const LayerStrategy& s = plan_.layers[op.layer];
+        const int64_t per_sample = int64_t(elem_bytes_) * model_.seq_len * model_.hidden;
+        const int samples = int(op.bytes / per_sample);
+        const double t = cc.time_s();
+        const double x = tp_exposed_s(t, op.collective, s, op.block, op.phase, samples);
+        if (t > 0 && x < t) cc.latency_s *= x / t, cc.link_bytes *= x / t;
+      }
+      return cc;
     }
     case OpKind::send:
     case OpKind::recv: {

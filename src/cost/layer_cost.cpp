@@ -125,9 +125,26 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
     const double per_block = s.sequence_parallel
                                  ? gather + coll(Collective::reduce_scatter, msg, s.tp, tp_nodes)
                                  : coll(Collective::all_reduce, msg, s.tp, tp_nodes);
-    lc.tp_fwd_s = 2 * per_block;
-    lc.tp_bwd_s = 2 * (per_block + (s.sequence_parallel ? gather : 0));
-    lc.tp_rec_s = s.recompute == Recompute::full ? 2 * per_block : 0;
+    if (c.framework().tp_comm_overlap && s.sequence_parallel) {
+      // Each collective beside its GEMM (CostModel::tp_exposed_s), as the simulator costs it.
+      const double rs = coll(Collective::reduce_scatter, msg, s.tp, tp_nodes);
+      auto phase = [&](Phase ph) {
+        double t = 0;
+        for (Block blk : {Block::attention, Block::mlp}) {
+          const int gathers = ph == Phase::backward ? 2 : 1;
+          t += gathers * c.tp_exposed_s(gather, Collective::all_gather, s, blk, ph, b) +
+               c.tp_exposed_s(rs, Collective::reduce_scatter, s, blk, ph, b);
+        }
+        return t;
+      };
+      lc.tp_fwd_s = phase(Phase::forward);
+      lc.tp_bwd_s = phase(Phase::backward);
+      lc.tp_rec_s = s.recompute == Recompute::full ? phase(Phase::recompute) : 0;
+    } else {
+      lc.tp_fwd_s = 2 * per_block;
+      lc.tp_bwd_s = 2 * (per_block + (s.sequence_parallel ? gather : 0));
+      lc.tp_rec_s = s.recompute == Recompute::full ? 2 * per_block : 0;
+    }
     // (The once-per-iteration sum of the norms' gradients under sequence parallelism, a few
     // KiB, is left to the simulator.)
   }

@@ -4,6 +4,7 @@
 #define BOOST_TEST_MODULE calibration
 #include <boost/test/unit_test.hpp>
 #include <cmath>
+#include <map>
 
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
@@ -73,8 +74,8 @@ BOOST_AUTO_TEST_CASE(deepspeed_zero3_rows_are_a_lower_bound) {
 
 BOOST_AUTO_TEST_CASE(h100_rows_are_forecast_or_listed_with_a_reason) {
   // Every row of the H100 file is either forecast under the framework it names or listed with
-  // why the model cannot express it; none is dropped. (Its MAPE, 16% today, is printed by
-  // bench_calibration; the 8% goal of issue 15 is not met yet and not asserted.)
+  // why the model cannot express it; none is dropped. (Its MAPE is printed by bench_calibration
+  // and bounded below.)
   const auto rows = calibration::load_h100_rows();
   BOOST_TEST(rows.size() == 18u);
   int forecast = 0;
@@ -90,4 +91,32 @@ BOOST_AUTO_TEST_CASE(h100_rows_are_forecast_or_listed_with_a_reason) {
     BOOST_TEST(e.iteration_time_s > 0);
   }
   BOOST_TEST(forecast == 14);
+}
+
+BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds) {
+  // Issue 15 asks for 8% over the H100 file. Reached so far (estimator): megatron-core 7.5%
+  // (15.6% before its --tp-comm-overlap and its unfused fp32 loss were modelled), the file 10.8%
+  // (the fsdp-eager rows are 13-31% fast: FSDP eager mode is not modelled yet). These are
+  // regression bounds, not the goal.
+  std::map<std::string, std::pair<double, int>> per_framework;
+  double sum = 0;
+  int n = 0;
+  for (const auto& h : calibration::load_h100_rows()) {
+    if (!h.reason.empty()) continue;
+    CostModel cost(h.row.model, h.row.cluster, h.row.plan, h.row.software);
+    const double t = estimate(cost).iteration_time_s;
+    const double err = std::abs(t - h.row.published_s) / h.row.published_s;
+    BOOST_TEST_INFO(h.row.id << ": estimated " << t << " s, published " << h.row.published_s);
+    BOOST_TEST(err <= 0.36);
+    per_framework[h.row.framework].first += err;
+    per_framework[h.row.framework].second += 1;
+    sum += err, ++n;
+  }
+  BOOST_TEST(n == 14);
+  const auto& mc = per_framework["megatron-core"];
+  BOOST_TEST(mc.second == 9);
+  BOOST_TEST_INFO("megatron-core estimator MAPE " << 100 * mc.first / mc.second << "%");
+  BOOST_TEST(mc.first / mc.second <= 0.08);
+  BOOST_TEST_INFO("H100 file estimator MAPE " << 100 * sum / n << "%");
+  BOOST_TEST(sum / n <= 0.11);
 }

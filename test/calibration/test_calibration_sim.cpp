@@ -9,7 +9,7 @@
 
 #include "stratagem/cost.hpp"
 #include "stratagem/simulate.hpp"
-#include "test/calibration/megatron_rows.hpp"
+#include "test/calibration/h100_rows.hpp"
 
 using namespace stratagem;
 
@@ -62,4 +62,26 @@ BOOST_AUTO_TEST_CASE(deepspeed_zero3_rows_are_a_lower_bound_simulated) {
     BOOST_TEST(t < r.published_s);
     BOOST_TEST(t > 0.15 * r.published_s);
   }
+}
+
+BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds_simulated) {
+  // As test_calibration.cpp's h100_mape_regression_bounds, for the simulator (reached:
+  // megatron-core 6.9%, the file 10.9%; the goal is 8% over the file).
+  double sum = 0, mc_sum = 0;
+  int n = 0, mc_n = 0;
+  for (const auto& h : calibration::load_h100_rows()) {
+    if (!h.reason.empty()) continue;
+    const double t = simulated_s(h.row);
+    const double err = std::abs(t - h.row.published_s) / h.row.published_s;
+    BOOST_TEST_INFO(h.row.id << ": simulated " << t << " s, published " << h.row.published_s);
+    BOOST_TEST(err <= 0.36);
+    sum += err, ++n;
+    if (h.row.framework == "megatron-core") mc_sum += err, ++mc_n;
+  }
+  BOOST_TEST(n == 14);
+  BOOST_TEST(mc_n == 9);
+  BOOST_TEST_INFO("megatron-core simulator MAPE " << 100 * mc_sum / mc_n << "%");
+  BOOST_TEST(mc_sum / mc_n <= 0.08);
+  BOOST_TEST_INFO("H100 file simulator MAPE " << 100 * sum / n << "%");
+  BOOST_TEST(sum / n <= 0.11);
 }

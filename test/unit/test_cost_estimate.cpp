@@ -67,9 +67,10 @@ BOOST_AUTO_TEST_CASE(stage_time_equals_the_programs_op_costs) {
     validate(x.plan, x.model, x.cluster, "mixed");
     setups.push_back(x);
   }
-  // Under both a framework that accumulates weight gradients inside the GEMM and one that adds
-  // them in a separate pass (data/frameworks).
-  for (const char* fw : {"stratagem", "megatron-lm-2021"})
+  // Under a framework that accumulates weight gradients inside the GEMM, one that adds them in a
+  // separate pass, and one that overlaps the sequence-parallel collectives with their GEMMs
+  // (data/frameworks).
+  for (const char* fw : {"stratagem", "megatron-lm-2021", "megatron-core"})
     for (const Setup& x : setups) {
       CostModel cm(x.model, x.cluster, x.plan, load_framework(fw));
       const Estimate e = estimate(cm);
@@ -241,4 +242,46 @@ BOOST_AUTO_TEST_CASE(cli_estimate_json) {
   BOOST_TEST(bad.exit_code == kExitBadInput, bad.output);
   BOOST_TEST(bad.output.find("--tp 3 x --pp 1 does not divide the 1024 GPUs") != std::string::npos,
              bad.output);
+}
+
+BOOST_AUTO_TEST_CASE(tp_comm_overlap_hides_what_the_gemm_covers) {
+  // CostModel::tp_exposed_s under a framework that pipelines the sequence-parallel collectives
+  // with their GEMMs in tp chunks (megatron-core), and none where the framework does not.
+  PlanShorthand sh;
+  sh.tp = 8, sh.pp = 16, sh.micro_batch = 1, sh.sequence_parallel = true;
+  const Setup x = gpt3(sh);
+  const CostModel plain(x.model, x.cluster, x.plan, load_framework("stratagem"));
+  const CostModel mc(x.model, x.cluster, x.plan, load_framework("megatron-core"));
+  const LayerStrategy& s = x.plan.layers[0];
+  const int b = 1;
+  const BlockWork f = forward_work(x.model, s, Block::mlp, b, x.plan.flash_attention);
+  const double fc1_s = mc.gemm_time_s(f.gemms[0]), fc2_s = mc.gemm_time_s(f.gemms[1]);
+  for (double comm : {0.5 * fc1_s, 3 * fc1_s}) {
+    BOOST_TEST(plain.tp_exposed_s(comm, Collective::all_gather, s, Block::mlp, Phase::forward, b) ==
+               comm);
+    BOOST_TEST(mc.tp_exposed_s(comm, Collective::all_gather, s, Block::mlp, Phase::forward, b) ==
+                   7.0 / 8 * std::max(0.0, comm - fc1_s),
+               tt::tolerance(1e-12));
+    BOOST_TEST(mc.tp_exposed_s(comm, Collective::reduce_scatter, s, Block::mlp, Phase::forward,
+                               b) == 7.0 / 8 * std::max(0.0, comm - fc2_s) + comm / 8,
+               tt::tolerance(1e-12));
+    // Not a layer block (the LM head's gather): no GEMM beside it in the model.
+    BOOST_TEST(mc.tp_exposed_s(comm, Collective::all_gather, s, Block::head, Phase::forward, b) ==
+               comm);
+  }
+  // Without sequence parallelism Megatron refuses --tp-comm-overlap: nothing is hidden.
+  LayerStrategy no_sp = s;
+  no_sp.sequence_parallel = false;
+  BOOST_TEST(mc.tp_exposed_s(1.0, Collective::all_gather, no_sp, Block::mlp, Phase::forward, b) ==
+             1.0);
+  // The loss's traffic as megatron-core states it (38 and 14 bytes per logit) replaces the
+  // Program's 8 bytes per logit in each phase.
+  const double logits = double(b) * x.model.seq_len * vocab_rows_per_rank(x.model, 8);
+  BOOST_TEST(mc.head_work(Phase::forward, b, 1e6).elementwise_bytes == 1e6 + 30 * logits);
+  BOOST_TEST(mc.head_work(Phase::backward, b, 1e6).elementwise_bytes == 1e6 + 6 * logits);
+  BOOST_TEST(plain.head_work(Phase::forward, b, 1e6).elementwise_bytes == 1e6);
+  // Whole plan: less exposed tp communication, the same kernels.
+  const Estimate ep = estimate(plain), em = estimate(mc);
+  BOOST_TEST(em.time.tp_comm_s < 0.5 * ep.time.tp_comm_s);
+  BOOST_TEST(em.time.compute_s > ep.time.compute_s);  // the loss's extra traffic
 }
