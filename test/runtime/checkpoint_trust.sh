@@ -163,7 +163,8 @@ out=$("${RUN[@]}" --steps 6 --lr 1e30 --warmup 0 --ckpt-dir "$WORK/nan" --ckpt-e
   --log-json "$WORK/nan.jsonl" 2>&1)
 rc=$?
 set -e
-[ $rc -ne 0 ] || fail "non-finite loss: exit 0: $out"
+# A failure of training, not bad input: exit 1.
+[ $rc -eq 1 ] || fail "non-finite loss: exit $rc, expected 1: $out"
 echo "$out" | grep -q "error on rank [01]: step [0-9]*: non-finite loss .*training stopped .*last good checkpoint .*step-0000000[0-9].h5 is kept" ||
   fail "non-finite loss: no message: $out"
 bad_step=$(echo "$out" | grep -om1 "step [0-9]*: non-finite" | grep -o "[0-9]*")
