@@ -319,6 +319,15 @@ void clean_partial_checkpoints(const std::string& dir) {
 }
 
 namespace {
+// The "name" of a model's JSON as a message may quote it: a damaged file's may be anything.
+std::string printable_name(const nlohmann::json& model) {
+  if (!model.is_object() || !model.contains("name") || !model["name"].is_string()) return "?";
+  std::string name = model["name"].get<std::string>().substr(0, 80);
+  for (char& c : name)
+    if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
+  return name;
+}
+
 std::string host_name() {
   char buf[256] = {};
   ::gethostname(buf, sizeof(buf) - 1);
@@ -422,8 +431,7 @@ std::optional<ResumePoint> find_resumable_checkpoint(MPI_Comm comm, const std::s
     }
     if (r.meta.model != model)
       throw InputError(path + ": checkpoint is of a different model (" +
-                       r.meta.model.value("name", "?") + ") than --model " +
-                       model.value("name", "?"));
+                       printable_name(r.meta.model) + ") than --model " + printable_name(model));
     int64_t version = 0;
     {
       io::H5Quiet quiet;

@@ -114,6 +114,19 @@ with h5py.File(sys.argv[1], "r+") as f:
 PY
 expect_skip arrayattr "checkpoint metadata unreadable \(attribute step does not hold one value\)"
 
+# A model attribute whose "name" is not a string (found by fuzz_checkpoint_h5: the "different
+# model" message itself failed, exit 1): bad input, exit 2, without the unprintable name.
+fresh badname
+h5 "$(ck badname 4)" <<'PY'
+import h5py, numpy, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    f.attrs["model"] = numpy.bytes_(b'{"name": 5}')
+PY
+resume badname
+[ $rc -eq 2 ] && echo "$out" | grep -q "step-00000004.h5: checkpoint is of a different model (?) than --model" ||
+  fail "model name not a string: exit $rc: $out"
+echo "ok: a model attribute whose name is a number: exit 2"
+
 # None passes: the error says so, naming what was skipped.
 fresh none
 for s in 1 2 3 4; do
