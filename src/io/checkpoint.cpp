@@ -433,11 +433,14 @@ std::optional<ResumePoint> find_resumable_checkpoint(MPI_Comm comm, const std::s
       throw InputError(path + ": checkpoint is of a different model (" +
                        printable_name(r.meta.model) + ") than --model " + printable_name(model));
     int64_t version = 0;
-    {
+    try {
       io::H5Quiet quiet;
       H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
       if (f.valid() && io::has_attr(f, "format_version"))
         version = io::read_int64_attr(f, "format_version");
+    } catch (const std::exception& e) {
+      skip(path, "checkpoint metadata unreadable (" + std::string(e.what()) + ")");
+      continue;
     }
     if (version < 2) {
       skip(path, "written without checksums (format " + std::to_string(version) +

@@ -114,6 +114,16 @@ with h5py.File(sys.argv[1], "r+") as f:
 PY
 expect_skip arrayattr "checkpoint metadata unreadable \(attribute step does not hold one value\)"
 
+# A format_version that is not a number (found by fuzz_checkpoint_h5: exit 1, not a skip).
+fresh badversion
+h5 "$(ck badversion 4)" <<'PY'
+import h5py, numpy, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    del f.attrs["format_version"]
+    f.attrs["format_version"] = numpy.bytes_(b"two")
+PY
+expect_skip badversion "checkpoint metadata unreadable \(attribute format_version is not an integer\)"
+
 # A model attribute whose "name" is not a string (found by fuzz_checkpoint_h5: the "different
 # model" message itself failed, exit 1): bad input, exit 2, without the unprintable name.
 fresh badname
