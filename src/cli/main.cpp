@@ -244,6 +244,10 @@ int main(int argc, char** argv) {
     code = fail(who, "error", e.what(), stratagem::kExitFailure, /*always_abort=*/true);
   }
   MPI_Comm_free(&stratagem::cli::g_agree_comm);
+  // What is still buffered reaches the launcher before MPI_Finalize ends its forwarding (at
+  // exit it may be lost: a resume's output once came back as its first line only).
+  std::fflush(stdout);
+  std::fflush(stderr);
   MPI_Finalize();
   return code;
 }
