@@ -55,6 +55,15 @@ ProfileMeasurements synthesize(const ClusterSpec& truth) {
   return m;
 }
 
+// Every kind the fit touches, to rounding (1e-9 points): none may end worse than the file.
+void expect_no_kind_worse(const ProfileFit& f) {
+  BOOST_TEST(f.after.gemm_error_pct <= f.before.gemm_error_pct + 1e-9);
+  BOOST_TEST(f.after.attention_error_pct <= f.before.attention_error_pct + 1e-9);
+  BOOST_TEST(f.after.stream_error_pct <= f.before.stream_error_pct + 1e-9);
+  BOOST_TEST(f.after.all_reduce_error_pct <= f.before.all_reduce_error_pct + 1e-9);
+  BOOST_TEST(f.after.copy_error_pct <= f.before.copy_error_pct + 1e-9);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(recovers_the_figures_behind_the_measurements) {
@@ -103,12 +112,7 @@ BOOST_AUTO_TEST_CASE(a_fit_no_better_than_the_file_keeps_the_file) {
   const ClusterSpec file = load_cluster("dgx-a100-80g");
   ProfileMeasurements m = synthesize(file);  // the file is already exact
   const ProfileFit f = fit_profile(file, m);
-  // Every kind the fit touches, to rounding (1e-9 points): none may end worse than the file.
-  BOOST_TEST(f.after.gemm_error_pct <= f.before.gemm_error_pct + 1e-9);
-  BOOST_TEST(f.after.attention_error_pct <= f.before.attention_error_pct + 1e-9);
-  BOOST_TEST(f.after.stream_error_pct <= f.before.stream_error_pct + 1e-9);
-  BOOST_TEST(f.after.all_reduce_error_pct <= f.before.all_reduce_error_pct + 1e-9);
-  BOOST_TEST(f.after.copy_error_pct <= f.before.copy_error_pct + 1e-9);
+  expect_no_kind_worse(f);
 }
 
 BOOST_AUTO_TEST_CASE(the_written_file_loads_as_a_cluster) {
@@ -137,11 +141,7 @@ BOOST_AUTO_TEST_CASE(a_measured_launch_figure_leaves_no_kind_worse_than_the_file
       m.launch_s = file.gpu.kernel_launch_s * launch_scale;
       const ProfileFit f = fit_profile(file, m);
       BOOST_TEST_CONTEXT(name << ", launch x" << launch_scale) {
-        BOOST_TEST(f.after.gemm_error_pct <= f.before.gemm_error_pct + 1e-9);
-        BOOST_TEST(f.after.attention_error_pct <= f.before.attention_error_pct + 1e-9);
-        BOOST_TEST(f.after.stream_error_pct <= f.before.stream_error_pct + 1e-9);
-        BOOST_TEST(f.after.all_reduce_error_pct <= f.before.all_reduce_error_pct + 1e-9);
-        BOOST_TEST(f.after.copy_error_pct <= f.before.copy_error_pct + 1e-9);
+        expect_no_kind_worse(f);
       }
     }
   }
@@ -168,11 +168,7 @@ BOOST_AUTO_TEST_CASE(no_kind_ends_worse_than_the_file_on_noisy_measurements) {
     m.launch_s = file.gpu.kernel_launch_s * std::exp(6 * (uniform() - 0.5));
     const ProfileFit f = fit_profile(file, m);
     BOOST_TEST_CONTEXT("trial " << trial << ", launch " << m.launch_s) {
-      BOOST_TEST(f.after.gemm_error_pct <= f.before.gemm_error_pct + 1e-9);
-      BOOST_TEST(f.after.attention_error_pct <= f.before.attention_error_pct + 1e-9);
-      BOOST_TEST(f.after.stream_error_pct <= f.before.stream_error_pct + 1e-9);
-      BOOST_TEST(f.after.all_reduce_error_pct <= f.before.all_reduce_error_pct + 1e-9);
-      BOOST_TEST(f.after.copy_error_pct <= f.before.copy_error_pct + 1e-9);
+      expect_no_kind_worse(f);
     }
   }
 }
