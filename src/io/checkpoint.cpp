@@ -224,7 +224,8 @@ enum Flaw : int64_t {
   kShape = 2,
   kNoChecksum = 3,
   kChecksum = 4,
-  kNonFinite = 5
+  kNonFinite = 5,
+  kType = 6
 };
 const char* flaw_text(int64_t f) {
   switch (f) {
@@ -236,6 +237,8 @@ const char* flaw_text(int64_t f) {
       return "has no checksum";
     case kChecksum:
       return "fails its checksum (damaged)";
+    case kType:
+      return "is not stored as 32-bit floats (damaged)";
     default:
       return "holds non-finite values";
   }
@@ -253,6 +256,12 @@ int64_t verify_dataset(hid_t file, const CheckpointTensor& t) {
       !std::equal(dims.begin(), dims.end(), t.shape.begin(),
                   [](hsize_t x, int64_t y) { return int64_t(x) == y; }))
     return kShape;
+  // As written: IEEE 32-bit floats. Anything else is damage, refused before libhdf5 converts
+  // it (its conversions trust the type's bit fields).
+  {
+    H5Handle type(H5Dget_type(ds), H5Tclose);
+    if (!type.valid() || H5Tequal(type, H5T_IEEE_F32LE) <= 0) return kType;
+  }
   if (!io::has_attr(ds, "checksum")) return kNoChecksum;
   int64_t expected = 0;
   try {

@@ -113,6 +113,12 @@ int64_t read_int64_attr(hid_t obj, const char* name) {
     H5Handle type(STRATAGEM_H5_CHECK(H5Aget_type(attr)), H5Tclose);
     if (H5Tget_class(type) != H5T_INTEGER)
       throw std::runtime_error(std::string("attribute ") + name + " is not an integer");
+    // libhdf5 1.10 converts an integer of more bits than its bytes hold by reading past its
+    // own buffer (H5T__bit_find): a damaged type is refused first.
+    const size_t bytes = H5Tget_size(type), bits = H5Tget_precision(type);
+    const int offset = H5Tget_offset(type);
+    if (bytes == 0 || bytes > 8 || bits == 0 || offset < 0 || size_t(offset) + bits > 8 * bytes)
+      throw std::runtime_error(std::string("attribute ") + name + " has a damaged integer type");
   }
   int64_t v = 0;
   STRATAGEM_H5_CHECK(H5Aread(attr, H5T_NATIVE_INT64, &v));

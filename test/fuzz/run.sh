@@ -79,6 +79,7 @@ run_target() {
     python3 "$HERE/triage.py" "$FUZZ_BUILD" "$t" "$FUZZ_BUILD/artifacts/$t-"* \
       >"$FUZZ_BUILD/triage_$t.log" 2>&1 || rc=$?
     grep -E "^summary|^ours|OURS|flaky" "$FUZZ_BUILD/triage_$t.log" | sed 's/^/  /'
+    [ $rc -eq 0 ] || { echo "fuzz_$t: FAILED after ${runs:-?} runs: see the triage above"; return 1; }
   fi
   if [ $rc -ne 0 ]; then
     echo "fuzz_$t: FAILED (exit $rc) after ${runs:-?} runs; log $log:"
