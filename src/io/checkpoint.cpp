@@ -202,16 +202,22 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
   }
   barrier(comm, "barrier after writing checkpoint step " + std::to_string(meta.step));
   if (rank == 0) {
+    // The folder is ours (locked): what fails here is the folder itself, replaced or removed
+    // under the job (issue 17's defect 1), which is bad input like a folder that cannot be
+    // created.
     if (std::rename(tmp_path.c_str(), final_path.c_str()) != 0)
-      throw std::runtime_error("checkpoint: rename " + tmp_path + " -> " + final_path + " failed");
+      throw InputError("--ckpt-dir " + dir + ": rename " + tmp_path + " -> " + final_path +
+                       " failed (" + std::strerror(errno) + ")");
     fsync_dir(dir);
     // Keep the newest `keep` complete checkpoints.
     std::vector<std::string> all;
-    for (const auto& e : fs::directory_iterator(dir))
-      if (classify(e.path().filename().string()) == CkptFile::complete)
-        all.push_back(e.path().string());
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (classify(it->path().filename().string()) == CkptFile::complete)
+        all.push_back(it->path().string());
+    if (ec) throw InputError("--ckpt-dir " + dir + ": cannot list (" + ec.message() + ")");
     std::sort(all.begin(), all.end());
-    for (size_t i = 0; keep > 0 && i + keep < all.size(); ++i) fs::remove(all[i]);
+    for (size_t i = 0; keep > 0 && i + keep < all.size(); ++i) fs::remove(all[i], ec);
   }
   barrier(comm, "barrier after renaming checkpoint step " + std::to_string(meta.step));
 }
