@@ -5,10 +5,12 @@
 // corpus's (corpus/checkpoint_h5/, written by `stratagem train --layers 1 --hidden 8 --heads 2
 // --vocab 32 --seq-len 4 --steps 1 --ckpt-every 1`). A damaged checkpoint must be skipped with
 // a one-line reason, or refused with an InputError; nothing else.
+#include <hdf5.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -70,5 +72,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!found) return;
     load_checkpoint(found->path, t.tensors, t.pieces);
   });
+  // Every HDF5 handle the loader opened is closed again, on every path (a leaked file would
+  // be shared by the next open of the same name, stale cache and all).
+  if (const ssize_t open = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL); open != 0) {
+    std::fprintf(stderr, "fuzz: %zd HDF5 objects left open\n", open);
+    std::abort();
+  }
   return 0;
 }

@@ -3,7 +3,8 @@
 
 usage: triage.py FUZZ_BUILD TARGET ARTIFACT...
 
-Each artifact (crash-, timeout-, oom-, slow-unit-) is replayed once under the target, and the
+Each artifact (crash-, timeout-, oom-, slow-unit-) is replayed under the target (twice in one
+process: some faults of libhdf5 need the state the same input left behind), and the
 report's stack is read from its innermost frame outwards: the first frame that is either inside
 libhdf5 or in stratagem's own sources decides. A fault whose first such frame is inside libhdf5
 happened in the library before any stratagem code could look at the data (known-hdf5/README.md);
@@ -64,7 +65,7 @@ def main():
     for a in artifacts:
         try:
             r = subprocess.run([os.path.join(build, "fuzz_" + target), "-timeout=10",
-                                "-rss_limit_mb=2048", "-malloc_limit_mb=16384", "-runs=1", os.path.abspath(a)],
+                                "-rss_limit_mb=2048", "-malloc_limit_mb=16384", "-runs=1", os.path.abspath(a), os.path.abspath(a)],
                                cwd=build, env=env, capture_output=True, text=True, timeout=120,
                                errors="replace")
             report = r.stdout + r.stderr
