@@ -42,7 +42,8 @@ test-long: deps build
 
 test-asan: deps
 	$(MAKE) build BUILD=build-asan CMAKE_ARGS="-DSTRATAGEM_ASAN=ON"
-	cd build-asan && ASAN_OPTIONS=detect_leaks=0 ctest --output-on-failure -j $(JOBS) \
+	cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) \
 	  -L 'unit|mpi|runtime' -LE long $(CTEST_ARGS)
 
 demo: deps build

@@ -183,8 +183,9 @@ int fail(const std::string& who, const char* kind, const char* what, int code,
     }
   }
   print(true);
-  // Give the launcher a moment to forward the line before the abort tears the job down.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Give the launcher a moment to forward the line before the abort tears the job down (300 ms
+  // lost it now and then on a loaded machine; the job still ends well within 10 s).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   MPI_Abort(MPI_COMM_WORLD, code);
   return code;
 }
@@ -244,6 +245,10 @@ int main(int argc, char** argv) {
     code = fail(who, "error", e.what(), stratagem::kExitFailure, /*always_abort=*/true);
   }
   MPI_Comm_free(&stratagem::cli::g_agree_comm);
+  // What is still buffered reaches the launcher before MPI_Finalize ends its forwarding (at
+  // exit it may be lost: a resume's output once came back as its first line only).
+  std::fflush(stdout);
+  std::fflush(stderr);
   MPI_Finalize();
   return code;
 }

@@ -202,16 +202,22 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
   }
   barrier(comm, "barrier after writing checkpoint step " + std::to_string(meta.step));
   if (rank == 0) {
+    // The folder is ours (locked): what fails here is the folder itself, replaced or removed
+    // under the job (issue 17's defect 1), which is bad input like a folder that cannot be
+    // created.
     if (std::rename(tmp_path.c_str(), final_path.c_str()) != 0)
-      throw std::runtime_error("checkpoint: rename " + tmp_path + " -> " + final_path + " failed");
+      throw InputError("--ckpt-dir " + dir + ": rename " + tmp_path + " -> " + final_path +
+                       " failed (" + std::strerror(errno) + ")");
     fsync_dir(dir);
     // Keep the newest `keep` complete checkpoints.
     std::vector<std::string> all;
-    for (const auto& e : fs::directory_iterator(dir))
-      if (classify(e.path().filename().string()) == CkptFile::complete)
-        all.push_back(e.path().string());
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (classify(it->path().filename().string()) == CkptFile::complete)
+        all.push_back(it->path().string());
+    if (ec) throw InputError("--ckpt-dir " + dir + ": cannot list (" + ec.message() + ")");
     std::sort(all.begin(), all.end());
-    for (size_t i = 0; keep > 0 && i + keep < all.size(); ++i) fs::remove(all[i]);
+    for (size_t i = 0; keep > 0 && i + keep < all.size(); ++i) fs::remove(all[i], ec);
   }
   barrier(comm, "barrier after renaming checkpoint step " + std::to_string(meta.step));
 }
@@ -224,7 +230,8 @@ enum Flaw : int64_t {
   kShape = 2,
   kNoChecksum = 3,
   kChecksum = 4,
-  kNonFinite = 5
+  kNonFinite = 5,
+  kType = 6
 };
 const char* flaw_text(int64_t f) {
   switch (f) {
@@ -236,6 +243,8 @@ const char* flaw_text(int64_t f) {
       return "has no checksum";
     case kChecksum:
       return "fails its checksum (damaged)";
+    case kType:
+      return "is not stored as 32-bit floats (damaged)";
     default:
       return "holds non-finite values";
   }
@@ -253,6 +262,12 @@ int64_t verify_dataset(hid_t file, const CheckpointTensor& t) {
       !std::equal(dims.begin(), dims.end(), t.shape.begin(),
                   [](hsize_t x, int64_t y) { return int64_t(x) == y; }))
     return kShape;
+  // As written: IEEE 32-bit floats. Anything else is damage, refused before libhdf5 converts
+  // it (its conversions trust the type's bit fields).
+  {
+    H5Handle type(H5Dget_type(ds), H5Tclose);
+    if (!type.valid() || H5Tequal(type, H5T_IEEE_F32LE) <= 0) return kType;
+  }
   if (!io::has_attr(ds, "checksum")) return kNoChecksum;
   int64_t expected = 0;
   try {
@@ -319,6 +334,15 @@ void clean_partial_checkpoints(const std::string& dir) {
 }
 
 namespace {
+// The "name" of a model's JSON as a message may quote it: a damaged file's may be anything.
+std::string printable_name(const nlohmann::json& model) {
+  if (!model.is_object() || !model.contains("name") || !model["name"].is_string()) return "?";
+  std::string name = model["name"].get<std::string>().substr(0, 80);
+  for (char& c : name)
+    if (!std::isprint(static_cast<unsigned char>(c))) c = '?';
+  return name;
+}
+
 std::string host_name() {
   char buf[256] = {};
   ::gethostname(buf, sizeof(buf) - 1);
@@ -422,14 +446,16 @@ std::optional<ResumePoint> find_resumable_checkpoint(MPI_Comm comm, const std::s
     }
     if (r.meta.model != model)
       throw InputError(path + ": checkpoint is of a different model (" +
-                       r.meta.model.value("name", "?") + ") than --model " +
-                       model.value("name", "?"));
+                       printable_name(r.meta.model) + ") than --model " + printable_name(model));
     int64_t version = 0;
-    {
+    try {
       io::H5Quiet quiet;
       H5Handle f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
       if (f.valid() && io::has_attr(f, "format_version"))
         version = io::read_int64_attr(f, "format_version");
+    } catch (const std::exception& e) {
+      skip(path, "checkpoint metadata unreadable (" + std::string(e.what()) + ")");
+      continue;
     }
     if (version < 2) {
       skip(path, "written without checksums (format " + std::to_string(version) +

@@ -1,5 +1,7 @@
 #include "src/io/hdf5_util.hpp"
 
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace stratagem::io {
@@ -14,10 +16,31 @@ void write_string_attr(hid_t obj, const char* name, const std::string& value) {
   STRATAGEM_H5_CHECK(H5Awrite(attr, type, v.data()));
 }
 
+namespace {
+// H5Aread fills the attribute's whole dataspace: a damaged file's attribute may claim many
+// values where one is read (it would write past the buffer).
+void require_one_value(hid_t attr, const char* name) {
+  H5Handle space(STRATAGEM_H5_CHECK(H5Aget_space(attr)), H5Sclose);
+  if (H5Sget_simple_extent_npoints(space) != 1)
+    throw std::runtime_error(std::string("attribute ") + name + " does not hold one value");
+}
+}  // namespace
+
 std::string read_string_attr(hid_t obj, const char* name) {
   H5Handle attr(STRATAGEM_H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
   H5Handle type(STRATAGEM_H5_CHECK(H5Aget_type(attr)), H5Tclose);
-  size_t n = H5Tget_size(type);
+  require_one_value(attr, name);
+  // As write_string_attr writes them: one fixed-length string, no larger than the file.
+  if (H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) != 0)
+    throw std::runtime_error(std::string("attribute ") + name + " is not a fixed-length string");
+  const size_t n = H5Tget_size(type);
+  hsize_t file_bytes = 0;
+  {
+    H5Handle file(STRATAGEM_H5_CHECK(H5Iget_file_id(obj)), H5Fclose);
+    STRATAGEM_H5_CHECK(H5Fget_filesize(file, &file_bytes));
+  }
+  if (n == 0 || n > file_bytes)
+    throw std::runtime_error(std::string("attribute ") + name + " has a bad size");
   std::vector<char> buf(n + 1, '\0');
   STRATAGEM_H5_CHECK(H5Aread(attr, type, buf.data()));
   return std::string(buf.data());
@@ -85,6 +108,18 @@ void write_int64_attr(hid_t obj, const char* name, int64_t value) {
 
 int64_t read_int64_attr(hid_t obj, const char* name) {
   H5Handle attr(STRATAGEM_H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT)), H5Aclose);
+  require_one_value(attr, name);
+  {
+    H5Handle type(STRATAGEM_H5_CHECK(H5Aget_type(attr)), H5Tclose);
+    if (H5Tget_class(type) != H5T_INTEGER)
+      throw std::runtime_error(std::string("attribute ") + name + " is not an integer");
+    // libhdf5 1.10 converts an integer of more bits than its bytes hold by reading past its
+    // own buffer (H5T__bit_find): a damaged type is refused first.
+    const size_t bytes = H5Tget_size(type), bits = H5Tget_precision(type);
+    const int offset = H5Tget_offset(type);
+    if (bytes == 0 || bytes > 8 || bits == 0 || offset < 0 || size_t(offset) + bits > 8 * bytes)
+      throw std::runtime_error(std::string("attribute ") + name + " has a damaged integer type");
+  }
   int64_t v = 0;
   STRATAGEM_H5_CHECK(H5Aread(attr, H5T_NATIVE_INT64, &v));
   return v;

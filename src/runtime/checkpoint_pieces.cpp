@@ -49,19 +49,6 @@ void add_boxes(std::vector<CheckpointPiece>& out, const std::string& dataset, co
 }
 }  // namespace
 
-std::vector<CheckpointTensor> checkpoint_tensors(const ModelSpec& spec) {
-  const ParamTable whole = make_param_table(transformer_config(spec));
-  std::vector<CheckpointTensor> out;
-  for (const char* group : {"params", "optimizer/m", "optimizer/v"})
-    for (const ParamInfo& e : whole.entries()) {
-      CheckpointTensor t;
-      t.dataset = std::string(group) + "/" + e.name;
-      for (int i = 0; i < e.logical.ndim(); ++i) t.shape.push_back(e.logical[i]);
-      out.push_back(t);
-    }
-  return out;
-}
-
 std::vector<CheckpointPiece> checkpoint_pieces(Executor& ex, bool writing) {
   Model& m = ex.model();
   const int64_t s0 = ex.shard_begin(), s1 = ex.shard_end();

@@ -27,11 +27,15 @@ std::string write_input(const uint8_t* data, size_t size, const char* suffix) {
   const char* dir = std::getenv("TMPDIR");
   const std::string path = std::string(dir && *dir ? dir : "/tmp") + "/stratagem-fuzz-" +
                            std::to_string(::getpid()) + suffix;
+  write_file(path, data, size);
+  return path;
+}
+
+void write_file(const std::string& path, const uint8_t* data, size_t size) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(data), std::streamsize(size));
   out.close();
   if (!out) std::abort();
-  return path;
 }
 
 void check_message(const char* what) {

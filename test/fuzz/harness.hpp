@@ -11,6 +11,8 @@ namespace stratagem::fuzz {
 
 // A file of this process holding `data` (the readers under test take paths).
 std::string write_input(const uint8_t* data, size_t size, const char* suffix);
+// Writes `data` to `path` (replacing it).
+void write_file(const std::string& path, const uint8_t* data, size_t size);
 
 // The contract for an InputError: one line that is not an echo of megabytes of input.
 // Anything else aborts, which libFuzzer reports as a crash with the input that caused it.

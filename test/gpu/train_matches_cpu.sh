@@ -23,7 +23,7 @@ out=$("${MPIRUN[@]}" -np 1 "$BIN" train --backend cuda "${GPT[@]}" "${B8[@]}" \
   --data "$WORK/data.bin" --steps 1 --comm mpi --json 2>&1)
 rc=$?
 set -e
-if echo "$out" | grep -q "no CUDA device"; then
+if grep -q "no CUDA device" <<<"$out"; then
   [ $rc -eq 2 ] || fail "exit $rc, not 2, for --backend cuda without a GPU: $out"
   [ "$(echo "$out" | grep -c 'no CUDA device')" -eq 1 ] || fail "not one line: $out"
   echo "skipped: no CUDA device ($(echo "$out" | grep -o 'no CUDA device: .*' | head -1 | cut -c17-))"

@@ -103,6 +103,40 @@ with h5py.File(sys.argv[1], "r+") as f:
 PY
 expect_skip badmeta "checkpoint metadata unreadable"
 
+# An attribute read as one number that claims 64 (found by fuzz_checkpoint_h5: HDF5 wrote all
+# 64 over the one on the stack, and the resume crashed).
+fresh arrayattr
+h5 "$(ck arrayattr 4)" <<'PY'
+import h5py, numpy, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    del f.attrs["step"]
+    f.attrs["step"] = numpy.arange(64, dtype="<i8")
+PY
+expect_skip arrayattr "checkpoint metadata unreadable \(attribute step does not hold one value\)"
+
+# A format_version that is not a number (found by fuzz_checkpoint_h5: exit 1, not a skip).
+fresh badversion
+h5 "$(ck badversion 4)" <<'PY'
+import h5py, numpy, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    del f.attrs["format_version"]
+    f.attrs["format_version"] = numpy.bytes_(b"two")
+PY
+expect_skip badversion "checkpoint metadata unreadable \(attribute format_version is not an integer\)"
+
+# A model attribute whose "name" is not a string (found by fuzz_checkpoint_h5: the "different
+# model" message itself failed, exit 1): bad input, exit 2, without the unprintable name.
+fresh badname
+h5 "$(ck badname 4)" <<'PY'
+import h5py, numpy, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    f.attrs["model"] = numpy.bytes_(b'{"name": 5}')
+PY
+resume badname
+[ $rc -eq 2 ] && grep -q "step-00000004.h5: checkpoint is of a different model (?) than --model" <<<"$out" ||
+  fail "model name not a string: exit $rc: $out"
+echo "ok: a model attribute whose name is a number: exit 2"
+
 # None passes: the error says so, naming what was skipped.
 fresh none
 for s in 1 2 3 4; do
@@ -163,7 +197,8 @@ out=$("${RUN[@]}" --steps 6 --lr 1e30 --warmup 0 --ckpt-dir "$WORK/nan" --ckpt-e
   --log-json "$WORK/nan.jsonl" 2>&1)
 rc=$?
 set -e
-[ $rc -ne 0 ] || fail "non-finite loss: exit 0: $out"
+# A failure of training, not bad input: exit 1.
+[ $rc -eq 1 ] || fail "non-finite loss: exit $rc, expected 1: $out"
 grep -q "error on rank [01]: step [0-9]*: non-finite loss .*training stopped .*last good checkpoint .*step-0000000[0-9].h5 is kept" <<<"$out" ||
   fail "non-finite loss: no message: $out"
 bad_step=$(echo "$out" | grep -om1 "step [0-9]*: non-finite" | grep -o "[0-9]*")

@@ -18,11 +18,14 @@ start() {  # name flags...: a long 4-rank run in the background; sets $job
   job=$!
   wait_lines "$WORK/$name.jsonl" 3 "$job"
 }
-finish() {  # name needle: the job has ended (within the bound checked before) with the needle
+# finish name code needle: the job has ended (within the bound checked before) with exit code
+# `code` (2: bad input; 1: a failure such as a watchdog timeout; 137: a rank killed by SIGKILL,
+# as mpirun reports it) and the needle.
+finish() {
   set +e; wait "$job"; rc=$?; set -e
-  [ "$rc" -ne 0 ] || fail "$1: exit 0 after a failed rank"
-  grep -Eq -- "$2" "$WORK/$1.log" || fail "$1: expected '$2'; got: $(tail -20 "$WORK/$1.log")"
-  echo "ok: $1 (exit $rc): $(grep -Em1 -- "$2" "$WORK/$1.log")"
+  [ "$rc" -eq "$2" ] || fail "$1: exit $rc, expected $2; got: $(tail -20 "$WORK/$1.log")"
+  grep -Eq -- "$3" "$WORK/$1.log" || fail "$1: expected '$3'; got: $(tail -20 "$WORK/$1.log")"
+  echo "ok: $1 (exit $rc): $(grep -Em1 -- "$3" "$WORK/$1.log")"
 }
 
 # SIGKILL of rank 2.
@@ -31,7 +34,7 @@ victim=$(rank_pid "$job" 2)
 [ -n "$victim" ] || fail "no rank 2 under mpirun $job"
 kill -KILL "$victim"
 ends_within 10 "$job" "$WORK/sigkill.log"
-finish sigkill "rank 2 .*(signal 9|Killed)"
+finish sigkill 137 "rank 2 .*(signal 9|Killed)"
 
 # SIGSTOP of rank 1: its peers wait, the watchdog ends them after --comm-timeout-s 2.
 start sigstop --comm-timeout-s 2
@@ -39,7 +42,7 @@ victim=$(rank_pid "$job" 1)
 kill -STOP "$victim"
 ends_within 12 "$job" "$WORK/sigstop.log"
 gone_within 10 "$victim"
-finish sigstop "error on rank [0-3]: .* on group .* waited [0-9]+ s \(--comm-timeout-s\): not arrived: (one or more of )?ranks? [0-9]"
+finish sigstop 1 "error on rank [0-3]: .* on group .* waited [0-9]+ s \(--comm-timeout-s\): not arrived: (one or more of )?ranks? [0-9]"
 
 # SIGSTOP of rank 2 inside a checkpoint write: the others wait in a blocking collective of
 # parallel HDF5 (no timeout of its own): the watchdog thread ends them.
@@ -50,7 +53,7 @@ victim=$(rank_pid "$job" 2)
 kill -STOP "$victim"
 ends_within 13 "$job" "$WORK/sigstop_ckpt.log"
 gone_within 10 "$victim"
-finish sigstop_ckpt "error on rank [0-3]: .*(closing .*step-00000004.h5.tmp|checkpoint).* waited [0-9]+ s \(--comm-timeout-s\)"
+finish sigstop_ckpt 1 "error on rank [0-3]: .*(closing .*step-00000004.h5.tmp|checkpoint).* waited [0-9]+ s \(--comm-timeout-s\)"
 
 # Bad input on one rank only (defect 2): a data file too short for one sequence, on rank 3.
 printf 'hi' >"$WORK/short.txt"
@@ -71,7 +74,7 @@ start ckdir --ckpt-dir "$WORK/ckdir" --ckpt-every 1
 # (rank 0 may recreate the folder between rm and touch: repeat until a file stands there)
 until [ -f "$WORK/ckdir" ]; do rm -rf "$WORK/ckdir" && touch "$WORK/ckdir"; done
 ends_within 10 "$job" "$WORK/ckdir.log"
-finish ckdir "error on rank [0-3]: .*ckdir"
+finish ckdir 2 "error on rank [0-3]: .*ckdir"
 
 # SIGKILL of mpirun (defect 6): the ranks, in their own process groups, end with it.
 start launcher --ckpt-dir "$WORK/ck" --ckpt-every 1

@@ -80,7 +80,7 @@ for seed in $(seq 1 "$N"); do
     out=$("${RUN[@]}" --ckpt-dir "$dir" --log-json "$log" --resume 2>&1) ||
       fail "seed $seed ($kind, mode $mode): resume failed: $out"
     grep -q "resumed from $newest at step" <<<"$out" ||
-      fail "seed $seed: did not resume from $newest: $(echo "$out" | grep -v '^step')"
+      fail "seed $seed: did not resume from $newest: $(echo "$out" | head -3) [...] $(echo "$out" | grep -v '^step' | tail -n +2)"
     from=$(basename "$newest")
   fi
   got=$(losses "$log")

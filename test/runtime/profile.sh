@@ -11,16 +11,19 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 p = j["profile"]
 assert p["backend"] == "cpu" and p["ranks"] == 2, p["backend"]
-for f in ("gpu.gemm.max_efficiency", "gpu.kernel_launch_s", "node.intra.allreduce_bus_efficiency"):
-    assert f in p["measured_fields"], f
+# A shared figure (the launch overhead, the GEMM or stream group) is either taken or kept from
+# the file with the reason, when taking it would leave some kind worse than the file.
+kept = lambda group: any(s.startswith(group) and s.endswith("; kept") for s in p["not_measured"])
+assert "gpu.gemm.max_efficiency" in p["measured_fields"] or kept("gpu.gemm:")
+assert "gpu.kernel_launch_s" in p["measured_fields"] or kept("gpu.kernel_launch_s (")
+assert "node.intra.allreduce_bus_efficiency" in p["measured_fields"]
 assert any("nics" in s for s in p["not_measured"])
 assert len(p["gemm"]) >= 4 and all(r["time_s"] > 0 for r in p["gemm"])
 assert len(p["all_reduce"]) >= 3
 for k in ("gemm", "attention", "stream", "all_reduce", "copy"):
     after, before = p["fit_error_after"][k + "_error_pct"], p["fit_error_before"][k + "_error_pct"]
-    # A group keeps the file's values when its fit is no better, but the measured launch overhead
-    # is shared by every kind, so "no worse" holds to within a point, not exactly.
-    assert after <= before + 1.0, (k, after, before)
+    # No kind ends worse than the file (to rounding), the launch overhead's share included.
+    assert after <= before + 1e-9, (k, after, before)
 print("ok: measured file:", {k: round(v, 1) for k, v in p["fit_error_after"].items() if k != "definition"})
 PY
 # The file is a cluster like any other.
