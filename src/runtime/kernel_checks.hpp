@@ -41,6 +41,45 @@ inline Rows norm_rows(const char* kernel, const Tensor& x, const Tensor& weight)
   return {x.numel() / std::max<int64_t>(C, 1), C};
 }
 
+// Every operand of each norm kernel (backend.hpp states the shapes), for both backends.
+inline Rows check_layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                    const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+  const Rows r = norm_rows("layernorm_forward", inp, weight);
+  expect_shape(out, inp.shape, "layernorm_forward", "out");
+  expect_numel("layernorm_forward", "mean", mean, r.n);
+  expect_numel("layernorm_forward", "rstd", rstd, r.n);
+  if (bias.defined()) expect_shape(bias, Shape{r.c}, "layernorm_forward", "bias");
+  return r;
+}
+inline Rows check_layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                                     const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                     const Tensor& mean, const Tensor& rstd) {
+  const Rows r = norm_rows("layernorm_backward", inp, weight);
+  expect_shape(dout, inp.shape, "layernorm_backward", "dout");
+  expect_shape(dinp, inp.shape, "layernorm_backward", "dinp");
+  expect_shape(dweight, Shape{r.c}, "layernorm_backward", "dweight");
+  if (dbias.defined()) expect_shape(dbias, Shape{r.c}, "layernorm_backward", "dbias");
+  expect_numel("layernorm_backward", "mean", mean, r.n);
+  expect_numel("layernorm_backward", "rstd", rstd, r.n);
+  return r;
+}
+inline Rows check_rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp,
+                                  const Tensor& weight) {
+  const Rows r = norm_rows("rmsnorm_forward", inp, weight);
+  expect_shape(out, inp.shape, "rmsnorm_forward", "out");
+  expect_numel("rmsnorm_forward", "rstd", rstd, r.n);
+  return r;
+}
+inline Rows check_rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout,
+                                   const Tensor& inp, const Tensor& weight, const Tensor& rstd) {
+  const Rows r = norm_rows("rmsnorm_backward", inp, weight);
+  expect_shape(dout, inp.shape, "rmsnorm_backward", "dout");
+  expect_shape(dinp, inp.shape, "rmsnorm_backward", "dinp");
+  expect_shape(dweight, Shape{r.c}, "rmsnorm_backward", "dweight");
+  expect_numel("rmsnorm_backward", "rstd", rstd, r.n);
+  return r;
+}
+
 // SwiGLU: inp (...,2F), out (...,F).
 struct SwigluDims {
   int64_t n, f;
@@ -168,6 +207,29 @@ inline LossDims shard_dims(const char* kernel, const Tensor& logits,
                                                          " targets for " + std::to_string(N) +
                                                          " logit rows"));
   return {N, V};
+}
+
+// The vocabulary-parallel kernels' reduced statistics: max (N), sums (N,2).
+inline LossDims check_crossentropy_row_max(const Tensor& max, const Tensor& logits, int64_t valid) {
+  const LossDims d = shard_dims("crossentropy_row_max", logits, {}, valid);
+  expect_numel("crossentropy_row_max", "max", max, d.n);
+  return d;
+}
+inline LossDims check_crossentropy_sums(const Tensor& sums, const Tensor& logits, const Tensor& max,
+                                        std::span<const int32_t> targets, int64_t valid) {
+  const LossDims d = shard_dims("crossentropy_sums", logits, targets, valid);
+  expect_numel("crossentropy_sums", "max", max, d.n);
+  expect_numel("crossentropy_sums", "sums", sums, 2 * d.n);
+  return d;
+}
+inline LossDims check_crossentropy_shard_backward(const Tensor& dlogits, const Tensor& logits,
+                                                  const Tensor& max, const Tensor& sums,
+                                                  std::span<const int32_t> targets, int64_t valid) {
+  const LossDims d = shard_dims("crossentropy_shard_backward", logits, targets, valid);
+  expect_shape(dlogits, logits.shape, "crossentropy_shard_backward", "dlogits");
+  expect_numel("crossentropy_shard_backward", "max", max, d.n);
+  expect_numel("crossentropy_shard_backward", "sums", sums, 2 * d.n);
+  return d;
 }
 
 // AdamW: param, m, v hold as many floats as grad; step >= 1.

@@ -23,10 +23,7 @@ float logsumexp(const float* row, int64_t V) {
 void CpuBackend::crossentropy_forward(Tensor& losses, const Tensor& logits,
                                       std::span<const int32_t> targets) {
   const auto [N, V] = loss_dims("crossentropy_forward", logits, targets);
-  if (!losses.defined() || losses.numel() != N)
-    throw std::invalid_argument(kernel_error(
-        "crossentropy_forward",
-        "losses must hold " + std::to_string(N) + " floats, got " + losses.shape.str()));
+  expect_numel("crossentropy_forward", "losses", losses, N);
 #pragma omp parallel for schedule(static) if (N * V >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* row = logits.data + r * V;  // (V)
@@ -50,8 +47,7 @@ void CpuBackend::crossentropy_softmax_backward(Tensor& dlogits, const Tensor& lo
 }
 
 void CpuBackend::crossentropy_row_max(Tensor& max, const Tensor& logits, int64_t valid) {
-  const auto [N, V] = shard_dims("crossentropy_row_max", logits, {}, valid);
-  expect_numel("crossentropy_row_max", "max", max, N);
+  const auto [N, V] = check_crossentropy_row_max(max, logits, valid);
 #pragma omp parallel for schedule(static) if (N * V >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* row = logits.data + r * V;  // (Vl)
@@ -65,9 +61,7 @@ void CpuBackend::crossentropy_row_max(Tensor& max, const Tensor& logits, int64_t
 void CpuBackend::crossentropy_sums(Tensor& sums, const Tensor& logits, const Tensor& max,
                                    std::span<const int32_t> targets, int64_t vocab_begin,
                                    int64_t valid) {
-  const auto [N, V] = shard_dims("crossentropy_sums", logits, targets, valid);
-  expect_numel("crossentropy_sums", "max", max, N);
-  expect_numel("crossentropy_sums", "sums", sums, 2 * N);
+  const auto [N, V] = check_crossentropy_sums(sums, logits, max, targets, valid);
 #pragma omp parallel for schedule(static) if (N * V >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* row = logits.data + r * V;  // (Vl)
@@ -85,10 +79,7 @@ void CpuBackend::crossentropy_shard_backward(Tensor& dlogits, const Tensor& logi
                                              const Tensor& max, const Tensor& sums,
                                              std::span<const int32_t> targets, int64_t vocab_begin,
                                              int64_t valid, float scale) {
-  const auto [N, V] = shard_dims("crossentropy_shard_backward", logits, targets, valid);
-  expect_shape(dlogits, logits.shape, "crossentropy_shard_backward", "dlogits");
-  expect_numel("crossentropy_shard_backward", "max", max, N);
-  expect_numel("crossentropy_shard_backward", "sums", sums, 2 * N);
+  const auto [N, V] = check_crossentropy_shard_backward(dlogits, logits, max, sums, targets, valid);
 #pragma omp parallel for schedule(static) if (N * V >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
     const float* row = logits.data + r * V;  // (Vl)

@@ -15,11 +15,7 @@ constexpr int64_t kChannelChunk = 32;
 
 void CpuBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                                    const Tensor& weight, const Tensor& bias, float eps) {
-  const auto [N, C] = norm_rows("layernorm_forward", inp, weight);
-  expect_shape(out, inp.shape, "layernorm_forward", "out");
-  expect_numel("layernorm_forward", "mean", mean, N);
-  expect_numel("layernorm_forward", "rstd", rstd, N);
-  if (bias.defined()) expect_shape(bias, Shape{C}, "layernorm_forward", "bias");
+  const auto [N, C] = check_layernorm_forward(out, mean, rstd, inp, weight, bias);
   const float* w = weight.data;
   const float* b = bias.data;
 #pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
@@ -49,13 +45,7 @@ void CpuBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, cons
 void CpuBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
                                     const Tensor& dout, const Tensor& inp, const Tensor& weight,
                                     const Tensor& mean, const Tensor& rstd) {
-  const auto [N, C] = norm_rows("layernorm_backward", inp, weight);
-  expect_shape(dout, inp.shape, "layernorm_backward", "dout");
-  expect_shape(dinp, inp.shape, "layernorm_backward", "dinp");
-  expect_shape(dweight, Shape{C}, "layernorm_backward", "dweight");
-  if (dbias.defined()) expect_shape(dbias, Shape{C}, "layernorm_backward", "dbias");
-  expect_numel("layernorm_backward", "mean", mean, N);
-  expect_numel("layernorm_backward", "rstd", rstd, N);
+  const auto [N, C] = check_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
   const float* w = weight.data;
 
 #pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
@@ -103,9 +93,7 @@ void CpuBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias
 
 void CpuBackend::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                  float eps) {
-  const auto [N, C] = norm_rows("rmsnorm_forward", inp, weight);
-  expect_shape(out, inp.shape, "rmsnorm_forward", "out");
-  expect_numel("rmsnorm_forward", "rstd", rstd, N);
+  const auto [N, C] = check_rmsnorm_forward(out, rstd, inp, weight);
   const float* w = weight.data;
 #pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {
@@ -123,11 +111,7 @@ void CpuBackend::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, c
 
 void CpuBackend::rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout,
                                   const Tensor& inp, const Tensor& weight, const Tensor& rstd) {
-  const auto [N, C] = norm_rows("rmsnorm_backward", inp, weight);
-  expect_shape(dout, inp.shape, "rmsnorm_backward", "dout");
-  expect_shape(dinp, inp.shape, "rmsnorm_backward", "dinp");
-  expect_shape(dweight, Shape{C}, "rmsnorm_backward", "dweight");
-  expect_numel("rmsnorm_backward", "rstd", rstd, N);
+  const auto [N, C] = check_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
   const float* w = weight.data;
 #pragma omp parallel for schedule(static) if (N * C >= kMinParallelWork)
   for (int64_t r = 0; r < N; ++r) {

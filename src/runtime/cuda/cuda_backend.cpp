@@ -141,11 +141,7 @@ void CudaBackend::embedding_backward(Tensor& dwte, Tensor& dwpe, std::span<const
 // ---- normalization ------------------------------------------------------------------------
 void CudaBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                                     const Tensor& weight, const Tensor& bias, float eps) {
-  const auto [N, C] = norm_rows("layernorm_forward", inp, weight);
-  expect_shape(out, inp.shape, "layernorm_forward", "out");
-  expect_numel("layernorm_forward", "mean", mean, N);
-  expect_numel("layernorm_forward", "rstd", rstd, N);
-  if (bias.defined()) expect_shape(bias, Shape{C}, "layernorm_forward", "bias");
+  const auto [N, C] = check_layernorm_forward(out, mean, rstd, inp, weight, bias);
   launch_norm_forward(out.data, mean.data, rstd.data, inp.data, weight.data, bias.data, N, C, eps,
                       stream_);
 }
@@ -153,13 +149,7 @@ void CudaBackend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, con
 void CudaBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
                                      const Tensor& dout, const Tensor& inp, const Tensor& weight,
                                      const Tensor& mean, const Tensor& rstd) {
-  const auto [N, C] = norm_rows("layernorm_backward", inp, weight);
-  expect_shape(dout, inp.shape, "layernorm_backward", "dout");
-  expect_shape(dinp, inp.shape, "layernorm_backward", "dinp");
-  expect_shape(dweight, Shape{C}, "layernorm_backward", "dweight");
-  if (dbias.defined()) expect_shape(dbias, Shape{C}, "layernorm_backward", "dbias");
-  expect_numel("layernorm_backward", "mean", mean, N);
-  expect_numel("layernorm_backward", "rstd", rstd, N);
+  const auto [N, C] = check_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
   launch_norm_backward_dinp(dinp.data, dout.data, inp.data, weight.data, mean.data, rstd.data, N, C,
                             stream_);
   launch_norm_backward_params(dweight.data, dbias.data, dout.data, inp.data, mean.data, rstd.data,
@@ -168,20 +158,14 @@ void CudaBackend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbia
 
 void CudaBackend::rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp,
                                   const Tensor& weight, float eps) {
-  const auto [N, C] = norm_rows("rmsnorm_forward", inp, weight);
-  expect_shape(out, inp.shape, "rmsnorm_forward", "out");
-  expect_numel("rmsnorm_forward", "rstd", rstd, N);
+  const auto [N, C] = check_rmsnorm_forward(out, rstd, inp, weight);
   launch_norm_forward(out.data, nullptr, rstd.data, inp.data, weight.data, nullptr, N, C, eps,
                       stream_);
 }
 
 void CudaBackend::rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout,
                                    const Tensor& inp, const Tensor& weight, const Tensor& rstd) {
-  const auto [N, C] = norm_rows("rmsnorm_backward", inp, weight);
-  expect_shape(dout, inp.shape, "rmsnorm_backward", "dout");
-  expect_shape(dinp, inp.shape, "rmsnorm_backward", "dinp");
-  expect_shape(dweight, Shape{C}, "rmsnorm_backward", "dweight");
-  expect_numel("rmsnorm_backward", "rstd", rstd, N);
+  const auto [N, C] = check_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd);
   launch_norm_backward_dinp(dinp.data, dout.data, inp.data, weight.data, nullptr, rstd.data, N, C,
                             stream_);
   launch_norm_backward_params(dweight.data, nullptr, dout.data, inp.data, nullptr, rstd.data, N, C,
@@ -266,17 +250,14 @@ void CudaBackend::crossentropy_softmax_backward(Tensor& dlogits, const Tensor& l
 }
 
 void CudaBackend::crossentropy_row_max(Tensor& max, const Tensor& logits, int64_t valid) {
-  const auto [N, V] = shard_dims("crossentropy_row_max", logits, {}, valid);
-  expect_numel("crossentropy_row_max", "max", max, N);
+  const auto [N, V] = check_crossentropy_row_max(max, logits, valid);
   launch_ce_row_max(max.data, logits.data, N, V, valid, stream_);
 }
 
 void CudaBackend::crossentropy_sums(Tensor& sums, const Tensor& logits, const Tensor& max,
                                     std::span<const int32_t> targets, int64_t vocab_begin,
                                     int64_t valid) {
-  const auto [N, V] = shard_dims("crossentropy_sums", logits, targets, valid);
-  expect_numel("crossentropy_sums", "max", max, N);
-  expect_numel("crossentropy_sums", "sums", sums, 2 * N);
+  const auto [N, V] = check_crossentropy_sums(sums, logits, max, targets, valid);
   launch_ce_sums(sums.data, logits.data, max.data, device_ids(targets, 1), N, V, vocab_begin, valid,
                  stream_);
 }
@@ -285,10 +266,7 @@ void CudaBackend::crossentropy_shard_backward(Tensor& dlogits, const Tensor& log
                                               const Tensor& max, const Tensor& sums,
                                               std::span<const int32_t> targets, int64_t vocab_begin,
                                               int64_t valid, float scale) {
-  const auto [N, V] = shard_dims("crossentropy_shard_backward", logits, targets, valid);
-  expect_shape(dlogits, logits.shape, "crossentropy_shard_backward", "dlogits");
-  expect_numel("crossentropy_shard_backward", "max", max, N);
-  expect_numel("crossentropy_shard_backward", "sums", sums, 2 * N);
+  const auto [N, V] = check_crossentropy_shard_backward(dlogits, logits, max, sums, targets, valid);
   launch_ce_backward(dlogits.data, logits.data, max.data, sums.data, device_ids(targets, 1), N, V,
                      vocab_begin, valid, scale, stream_);
 }
