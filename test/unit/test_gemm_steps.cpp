@@ -17,6 +17,7 @@
 #include "src/runtime/cuda/kernel_bodies.hpp"
 #include "stratagem/backend.hpp"
 #include "stratagem/kernel_math.hpp"
+#include "test/support/random_tensors.hpp"
 
 using namespace stratagem;
 using cuda::GemmOperand;
@@ -108,18 +109,8 @@ struct HostOps {
   }
 };
 
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-Tensor host(Backend& be, const std::vector<float>& v, Shape s) {
-  Tensor t = be.allocate(s);
-  be.upload(t, v.data());
-  return t;
-}
+using test::host;
+using test::randn;
 // max |a - b| <= 1e-5 * max(1, max |b|)
 void expect_close(const char* what, const float* a, const float* b, size_t n) {
   double err = 0, ref = 1;

@@ -9,23 +9,14 @@
 
 #include "src/runtime/cuda/kernel_bodies.hpp"
 #include "stratagem/backend.hpp"
+#include "test/support/random_tensors.hpp"
 
 using namespace stratagem;
 namespace body = stratagem::cuda::body;
 
 namespace {
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-Tensor host(Backend& be, const std::vector<float>& v, Shape s) {
-  Tensor t = be.allocate(s);
-  be.upload(t, v.data());
-  return t;
-}
+using test::host;
+using test::randn;
 void expect_equal(const char* what, const std::vector<float>& a, const Tensor& b, double tol) {
   BOOST_REQUIRE_EQUAL(int64_t(a.size()), b.numel());
   double err = 0;
