@@ -125,8 +125,6 @@ class Executor {
 // node.host_memory_bytes, shared by the node's ranks).
 void check_runnable(const ModelSpec& model, const Plan& plan, const ClusterSpec& cluster,
                     const std::string& backend);
-// The model part a rank of pipeline stage `stage` holds (tensor-parallel share `tp_rank`).
-ModelPart stage_part(const Plan& plan, int stage, int tp_rank);
 
 // Writes the measured trace of one step (the runtime side of the trace schema, source =
 // "measured"). Collective over `comm`: every rank sends its op timings and memory samples to

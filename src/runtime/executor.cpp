@@ -17,6 +17,7 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
+namespace {
 // The model part a rank of `stage` holds: its chunks' layers, the embedding on the first
 // stage, the head on the last, one tensor-parallel share.
 ModelPart stage_part(const Plan& plan, int stage, int tp_rank) {
@@ -32,7 +33,6 @@ ModelPart stage_part(const Plan& plan, int stage, int tp_rank) {
   return part;
 }
 
-namespace {
 // Every rank of a node offloads into the same host memory: a plan whose offloaded states and
 // activations (as the executor holds them) do not fit there is refused before any work,
 // naming the pool and the numbers.
