@@ -24,34 +24,28 @@ void on_signal(int sig) {
   g_stop_signal = sig;
 }
 
-// cuda when this build has the CUDA backend and a GPU is visible, else cpu.
-// STRATAGEM_BACKEND overrides it (the CPU backend's tests set cpu, so they test it on GPU
-// machines too).
+// cuda when the NVIDIA driver shows a GPU and the CUDA plugin is beside the binary, else cpu
+// (asking the driver loads no CUDA library). STRATAGEM_BACKEND overrides it (the CPU backend's
+// tests set cpu, so they test it on GPU machines too).
 std::string default_backend() {
   if (const char* env = std::getenv("STRATAGEM_BACKEND"); env && *env) return env;
-#if defined(STRATAGEM_HAVE_CUDA)
-  if (cuda::device_count() > 0) return "cuda";
-#endif
+  std::error_code ec;
+  if (cuda::driver_device_count() > 0 && std::filesystem::exists(cuda::plugin_path(), ec))
+    return "cuda";
   return "cpu";
 }
 
-// --backend cuda without a usable GPU (or without the toolkit at build time): one line, exit 2.
+// --backend cuda where it cannot run (no GPU, no plugin, a CUDA library missing): one line,
+// exit 2. Loads the plugin when there is a GPU.
 void check_cuda_available(const std::string& command) {
-#if defined(STRATAGEM_HAVE_CUDA)
-  if (cuda::device_count() > 0) return;
-  throw InputError(command + ": --backend cuda: no CUDA device: " + cuda::no_device_reason());
-#else
-  throw InputError(command +
-                   ": --backend cuda: no CUDA device: this build has no CUDA toolkit "
-                   "(nvcc was not found at configure time)");
-#endif
+  if (const std::string why = cuda::unavailable_reason(); !why.empty())
+    throw InputError(command + ": --backend cuda: " + why);
 }
 
 // The cluster description of CUDA device 0, by its name (data/gpus.json); cpu-local when
 // there is no device (the run is refused later, with its own message).
 std::string cluster_for_gpu() {
-#if defined(STRATAGEM_HAVE_CUDA)
-  if (cuda::device_count() == 0) return "cpu-local";
+  if (!cuda::unavailable_reason().empty()) return "cpu-local";
   const std::string name = cuda::device_name(0);
   const std::string path = data_dir() + "/gpus.json";
   std::ifstream in(path);
@@ -65,9 +59,6 @@ std::string cluster_for_gpu() {
     throw InputError("--backend cuda: GPU '" + name + "' is not in " + path +
                      "; pass --cluster with a description of this node (its peak FLOP/s sets MFU)");
   return best;
-#else
-  return "cpu-local";
-#endif
 }
 
 int run_train(Args& a) {
@@ -167,6 +158,12 @@ int run_train(Args& a) {
       throw InputError(a.command() + ": --dtype " + to_string(plan.dtype) +
                        ": the cuda backend computes in bf16 or fp32");
     check_cuda_available(a.command());
+    // Without --comm, NCCL when the plugin has it; --comm nccl without it is refused here,
+    // before any rank starts work.
+    if (!comm_arg && !cuda::have_nccl()) comm_name = "mpi";
+    if (comm_name == "nccl" && !cuda::have_nccl())
+      throw InputError(a.command() + ": --comm nccl: the CUDA plugin " + cuda::plugin_path() +
+                       " was built without NCCL; use --comm mpi");
     // Checkpoints and the measured memory read host memory today.
     if (ckpt_dir)
       throw NotSupported(
@@ -188,9 +185,7 @@ int run_train(Args& a) {
   // an agreement: a rank whose own input failed above ends the job with its message.
   begin_collective_phase(o.comm_timeout_s);
   const int local = local_rank();  // every rank must take part: it is a collective
-#if defined(STRATAGEM_HAVE_CUDA)
   if (backend_name == "cuda" && !comm_arg && local_size() > cuda::device_count()) comm_name = "mpi";
-#endif
   if (world_rank() == 0 && !json)
     std::printf(
         "train: %s, %d ranks (%s), backend %s (%s, comm %s), local rank of rank 0: %d, data %s "
@@ -201,7 +196,6 @@ int run_train(Args& a) {
   if (backend_name == "cpu") {
     backend = make_cpu_backend();
   } else {
-#if defined(STRATAGEM_HAVE_CUDA)
     const int device =
         choose_local_device(local, local_size(), cuda::device_count(), comm_name == "nccl");
     backend =
@@ -211,7 +205,6 @@ int run_train(Args& a) {
     if (world_rank() == 0 && !json)
       std::printf("train: rank 0 drives CUDA device %d (%s), CUDA runtime %s\n", device,
                   cuda::device_name(device).c_str(), cuda::runtime_version().c_str());
-#endif
   }
   TrainSummary r = train(MPI_COMM_WORLD, model, cluster, plan, *backend, data, o, &g_stop_signal);
   int64_t high[2] = {r.high_water_bytes, r.host_high_water_bytes};
@@ -219,10 +212,8 @@ int run_train(Args& a) {
   // What the device allocator held at most, beside the executor's ledger (which counts the
   // Program's buffers): the difference is cached blocks and rounding.
   int64_t device_reserved = 0;
-#if defined(STRATAGEM_HAVE_CUDA)
   if (backend_name == "cuda")
     device_reserved = cuda::device_memory(*backend).reserved_high_water_bytes;
-#endif
   MPI_Allreduce(MPI_IN_PLACE, &device_reserved, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
   if (backend_name == "cuda" && world_rank() == 0 && !json)
     std::printf(

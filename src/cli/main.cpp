@@ -14,6 +14,7 @@
 
 #include "src/cli/command.hpp"
 #include "src/io/hdf5_util.hpp"
+#include "stratagem/cuda_device.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/version.hpp"
 
@@ -209,6 +210,9 @@ int main(int argc, char** argv) {
   }
   if (std::string(argv[1]) == "--version") {
     std::printf("stratagem %s\n", stratagem::kVersion);
+    // The only command besides --backend cuda that loads the CUDA plugin: it says which CUDA
+    // this binary would train with, or what is missing.
+    std::printf("%s\n", stratagem::cuda::describe_plugin().c_str());
     return 0;
   }
   int consumed = 0;

@@ -48,7 +48,12 @@ export STRATAGEM_BIN=$DEPS/bin/stratagem STRATAGEM_DATA=$ROOT/data
 export PY=$(command -v python3)
 echo "check: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
 echo "check: stratagem $("$STRATAGEM_BIN" --version 2>/dev/null | head -1), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-missing=$(ldd "$DEPS/bin/stratagem" "$DEPS/bin/gpu_test_backends" | grep "not found" | sort -u)
+# The binary loads its CUDA plugin from beside itself (gpu-deps/bin/libstratagem_cuda.so);
+# its second --version line names the plugin, its CUDA runtime and NCCL, and the devices, or
+# what is missing.
+echo "check: $("$STRATAGEM_BIN" --version 2>&1 | tail -1)"
+missing=$(ldd "$DEPS/bin/stratagem" "$DEPS/bin/libstratagem_cuda.so" "$DEPS/bin/gpu_test_backends" |
+  grep "not found" | sort -u)
 [ -z "$missing" ] || echo "check: libraries not found: $missing"
 status=0
 step() {  # name timeout_s command...

@@ -2,7 +2,8 @@
 # Run HERE (a Debian 12 build machine with the CUDA toolkit), before test/gpu/check.sh runs on
 # the GPU machine, which has nvcc 13, CMake and PyTorch but no MPI, HDF5 or Boost. It fills
 # gpu-deps/ (git-ignored; the device tool carries it):
-#   gpu-deps/bin/   stratagem and gpu_test_backends, built for sm_80/sm_90 without
+#   gpu-deps/bin/   stratagem, its CUDA plugin libstratagem_cuda.so (which it loads from
+#                   beside itself) and gpu_test_backends, built for sm_80/sm_90 without
 #                   -march=native (the GPU machine's CPU is another one)
 #   gpu-deps/root/  the Debian packages those programs and mpirun need at run time, fetched
 #                   with `apt-get download` and unpacked with `dpkg -x` (no -dev packages:
@@ -17,9 +18,9 @@ BUILD=${GPU_BUILD:-$ROOT/build-gpu}
 JOBS=${JOBS:-2}
 cmake -S . -B "$BUILD" -DSTRATAGEM_NATIVE=OFF -DSTRATAGEM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="80;90" \
   -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
-nice cmake --build "$BUILD" -j "$JOBS" --target stratagem gpu_test_backends
+nice cmake --build "$BUILD" -j "$JOBS" --target stratagem stratagem_cuda gpu_test_backends
 rm -rf "$DEPS" && mkdir -p "$DEPS/bin" "$DEPS/debs" "$DEPS/root"
-cp "$BUILD/stratagem" "$BUILD/gpu_test_backends" "$DEPS/bin/"
+cp "$BUILD/stratagem" "$BUILD/libstratagem_cuda.so" "$BUILD/gpu_test_backends" "$DEPS/bin/"
 
 # The shared libraries they load, and those of mpirun and Open MPI's plugins, by package;
 # glibc, the C++ runtime and CUDA's libraries stay behind (present there, in newer versions).

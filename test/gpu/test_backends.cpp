@@ -267,9 +267,15 @@ BOOST_AUTO_TEST_CASE(optimizer_and_reductions) {
 }
 
 int main(int argc, char* argv[]) {
-  if (cuda::device_count() == 0) {
-    std::printf("skipped: no CUDA device (%s)\n", cuda::no_device_reason().c_str());
+  // No device by the driver's word: skipped. A device the plugin cannot drive fails.
+  std::string why;
+  if (cuda::driver_device_count(&why) == 0) {
+    std::printf("skipped: no CUDA device (%s)\n", why.c_str());
     return 0;
+  }
+  if (const std::string e = cuda::unavailable_reason(); !e.empty()) {
+    std::fprintf(stderr, "backends: %s\n", e.c_str());
+    return 1;
   }
   std::printf("backends: cpu (reference) vs cuda on %s, CUDA runtime %s\n",
               cuda::device_name(0).c_str(), cuda::runtime_version().c_str());

@@ -1,10 +1,11 @@
 # GPU tests: compiled, linked and run in every build that has the CUDA toolkit. Without a GPU
 # each prints "skipped: no CUDA device (...)" and passes; test/gpu/check.sh runs them on one.
+# gpu_test_backends reaches the backend as the binary does: through the plugin beside it.
 if(STRATAGEM_HAVE_CUDA)
   add_executable(gpu_test_backends ${CMAKE_SOURCE_DIR}/test/gpu/test_backends.cpp)
-  target_link_libraries(gpu_test_backends PRIVATE stratagem_cuda stratagem_lib
-                        Boost::unit_test_framework)
+  target_link_libraries(gpu_test_backends PRIVATE stratagem_lib Boost::unit_test_framework)
   target_compile_definitions(gpu_test_backends PRIVATE BOOST_TEST_DYN_LINK)
+  add_dependencies(gpu_test_backends stratagem_cuda)
   add_test(NAME gpu.backends COMMAND gpu_test_backends)
   set_tests_properties(gpu.backends PROPERTIES LABELS "gpu" TIMEOUT 600)
 endif()

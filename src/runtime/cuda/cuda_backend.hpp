@@ -21,7 +21,6 @@
 #include "src/runtime/alloc/caching_pool.hpp"
 #include "src/runtime/cuda/gemm_steps.hpp"
 #include "stratagem/backend.hpp"
-#include "stratagem/cuda_device.hpp"
 
 namespace stratagem::cuda {
 

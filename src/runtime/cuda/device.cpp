@@ -1,12 +1,16 @@
-// CUDA device discovery. Built whenever nvcc exists (CI has the toolkit but no GPU), so the
-// CUDA backend compiles and links everywhere and fails at run time with a clear message.
+// CUDA device discovery through the CUDA runtime, inside the plugin. Built whenever nvcc
+// exists (CI has the toolkit but no GPU), so the plugin compiles and links everywhere and the
+// core reports a missing device in one line.
+#include "src/runtime/cuda/device.hpp"
+
 #include <cuda_runtime.h>
 
 #include <string>
+#if defined(STRATAGEM_HAVE_NCCL)
+#include <nccl.h>
+#endif
 
-#include "stratagem/cuda_device.hpp"
-
-namespace stratagem::cuda {
+namespace stratagem::cuda::impl {
 
 int device_count() {
   int n = 0;
@@ -42,4 +46,16 @@ std::string runtime_version() {
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
 
-}  // namespace stratagem::cuda
+std::string nccl_version() {
+#if defined(STRATAGEM_HAVE_NCCL)
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  // NCCL_VERSION(X,Y,Z) is X*10000 + Y*100 + Z since 2.9.
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
+#else
+  return "";
+#endif
+}
+
+}  // namespace stratagem::cuda::impl

@@ -26,14 +26,11 @@
 #include "src/runtime/cuda/check.hpp"
 #include "src/runtime/cuda/comm_common.hpp"
 #include "src/runtime/cuda/cuda_backend.hpp"
+#include "src/runtime/cuda/device.hpp"
 
 namespace stratagem::cuda {
 
 #if defined(STRATAGEM_HAVE_NCCL)
-bool have_nccl() {
-  return true;
-}
-
 namespace {
 
 class NcclCommunicator;
@@ -295,7 +292,7 @@ bool NcclRequest::test() {
 
 }  // namespace
 
-CommFactory nccl_comm_factory(Backend& backend) {
+CommFactory impl::nccl_comm_factory(Backend& backend) {
   CudaBackend& be = as_cuda_backend(backend, "--comm nccl");
   return [&be](MPI_Comm c, const std::string& name,
                double timeout_s) -> std::unique_ptr<Communicator> {
@@ -306,12 +303,10 @@ CommFactory nccl_comm_factory(Backend& backend) {
 
 #else  // built without nccl.h / libnccl
 
-bool have_nccl() {
-  return false;
-}
-CommFactory nccl_comm_factory(Backend&) {
+CommFactory impl::nccl_comm_factory(Backend&) {
   throw std::invalid_argument(
-      "--comm nccl: this build found no NCCL (nccl.h and libnccl); use --comm mpi");
+      "--comm nccl: this CUDA plugin was built without NCCL (nccl.h and libnccl were not found "
+      "at configure time); use --comm mpi");
 }
 
 #endif

@@ -10,6 +10,7 @@
 #include "src/runtime/cuda/check.hpp"
 #include "src/runtime/cuda/comm_common.hpp"
 #include "src/runtime/cuda/cuda_backend.hpp"
+#include "src/runtime/cuda/device.hpp"
 
 namespace stratagem::cuda {
 namespace {
@@ -165,11 +166,11 @@ class HostStagingCommunicator final : public Communicator {
 
 }  // namespace
 
-CommFactory host_staging_comm_factory(Backend& backend) {
+CommFactory impl::host_staging_comm_factory(Backend& backend, CommFactory host) {
   CudaBackend& be = as_cuda_backend(backend, "--comm mpi");
-  return [&be](MPI_Comm c, const std::string& name,
-               double timeout_s) -> std::unique_ptr<Communicator> {
-    return std::make_unique<HostStagingCommunicator>(make_mpi_communicator(c, name, timeout_s), be);
+  return [&be, host = std::move(host)](MPI_Comm c, const std::string& name,
+                                       double timeout_s) -> std::unique_ptr<Communicator> {
+    return std::make_unique<HostStagingCommunicator>(host(c, name, timeout_s), be);
   };
 }
 
