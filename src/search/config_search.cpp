@@ -13,29 +13,25 @@ void Searcher::search_config(const Config& cf) {
   if (pd.emb.empty()) return;
   const int n_max = n_max_of(L, pp, v);
   const int64_t bucket = bucket_;
-  // One DP per distinct (in-flight count, placement).
+  // One DP per distinct (in-flight count, placement), built at once on the workers.
   std::map<std::pair<double, int>, int> type_index;
-  std::vector<std::unique_ptr<StageDp>> dps;
+  std::vector<std::pair<double, int>> types;
   std::vector<int> stage_type(pp);
   for (int s = 0; s < pp; ++s) {
-    const double k = in_flight(cf, s);
-    const int gi = pd.stage_geo[s];
-    auto key = std::make_pair(k, gi);
-    auto it = type_index.find(key);
-    if (it != type_index.end()) {
-      stage_type[s] = it->second;
-      continue;
-    }
-    // The memory axis reaches a quarter beyond the budget: room for build()'s widening.
-    StageDpProblem prob = stage_problem(tables_, pd.geos[gi].items, M, k, n_max, bucket,
-                                        net_budget_ + net_budget_ / 4, o_.max_tr_classes,
-                                        o_.max_kept_levels, o_.exact_dp);
-    auto dp = std::make_unique<StageDp>(std::move(prob));
-    local_dp_cells_ += int64_t(dp->cells());
-    stage_type[s] = int(dps.size());
-    type_index[key] = int(dps.size());
-    dps.push_back(std::move(dp));
+    auto key = std::make_pair(in_flight(cf, s), pd.stage_geo[s]);
+    auto it = type_index.emplace(key, int(types.size())).first;
+    if (it->second == int(types.size())) types.push_back(key);
+    stage_type[s] = it->second;
   }
+  std::vector<std::unique_ptr<StageDp>> dps(types.size());
+  workers_->run(int(types.size()), [&](int i) {
+    const auto [k, gi] = types[size_t(i)];
+    // The memory axis reaches a quarter beyond the budget: room for build()'s widening.
+    dps[size_t(i)] = std::make_unique<StageDp>(stage_problem(
+        tables_, pd.geos[gi].items, M, k, n_max, bucket, net_budget_ + net_budget_ / 4,
+        o_.max_tr_classes, o_.max_kept_levels, o_.exact_dp));
+  });
+  for (const auto& dp : dps) local_dp_cells_ += int64_t(dp->cells());
   // Stage cost of n layers under embedding strategy e.
   struct StageAnswer {
     StageDp::Answer a;
@@ -87,14 +83,32 @@ void Searcher::search_config(const Config& cf) {
     return entry_id[ei];
   };
   std::map<std::pair<std::pair<int, int>, std::vector<int64_t>>, std::vector<double>> rows;
+  // While `pending` is set, dp_row only lists the rows it is asked for (their answers are
+  // computed on the workers afterwards, each into its own row).
+  struct Pending {
+    std::vector<double>* row;
+    int s;
+    std::vector<int64_t> caps;
+    const std::vector<double>* ent;
+  };
+  std::vector<Pending>* pending = nullptr;
   auto dp_row = [&](int s, const std::vector<int64_t>& caps, int eid,
                     const std::vector<double>* ent) -> const std::vector<double>& {
     auto& row = rows[{{s == 0 ? -1 - stage_type[s] : stage_type[s], eid}, caps}];
     if (row.empty()) {
       row.assign(size_t(n_max) + 1, kInf);
-      dps[stage_type[s]]->best_costs(caps, ent, n_lo, n_max, row);
+      if (pending)
+        pending->push_back({&row, s, caps, ent});
+      else
+        dps[stage_type[s]]->best_costs(caps, ent, n_lo, n_max, row);
     }
     return row;
+  };
+  auto solve_pending = [&](std::vector<Pending>& list) {
+    workers_->run(int(list.size()), [&](int i) {
+      const Pending& p = list[size_t(i)];
+      dps[stage_type[p.s]]->best_costs(p.caps, p.ent, n_lo, n_max, *p.row);
+    });
   };
   // The row of stage s under embedding strategy ei (stage_answer(s, n, ei, 0).cost for all n).
   auto stage_row = [&](int s, int ei, std::vector<double>& out) {
@@ -109,6 +123,29 @@ void Searcher::search_config(const Config& cf) {
   };
   // Middle stages do not depend on the embedding strategy.
   std::vector<std::vector<double>> T(pp, std::vector<double>(n_max + 1, kInf));
+  // Every row the code below reads, solved at once on the workers first: the middle stages',
+  // the end stages' at their least (for s0) and under each embedding strategy.
+  std::vector<double> least;
+  for (int ei = 0; ei < int(pd.emb.size()); ++ei) {
+    const auto& x = entry(ei);
+    if (least.empty()) least = x;
+    for (size_t c = 0; c < x.size(); ++c) least[c] = std::min(least[c], x[c]);
+  }
+  const std::vector<int> ends = pp == 1 ? std::vector<int>{0} : std::vector<int>{0, pp - 1};
+  {
+    std::vector<Pending> list;
+    pending = &list;
+    std::vector<double> scratch(size_t(n_max) + 1);
+    for (int s = 1; s + 1 < pp; ++s) stage_row(s, 0, scratch);
+    for (int s : ends) {
+      const auto caps = dps[stage_type[s]]->caps(net_budget_, 0, 0);
+      s == 0 ? dp_row(s, caps, -2, &least) : dp_row(s, caps, -1, nullptr);
+    }
+    for (int ei = 0; ei < int(pd.emb.size()); ++ei)
+      for (int s : ends) stage_row(s, ei, scratch);
+    pending = nullptr;
+    solve_pending(list);
+  }
   for (int s = 1; s + 1 < pp; ++s) stage_row(s, 0, T[s]);
   // The partition objective of every embedding strategy has a lower bound that needs no
   // partition: with the end stages' rows at their least (the whole budget, no reserve, the
@@ -118,15 +155,8 @@ void Searcher::search_config(const Config& cf) {
   // that of the bounds. Strategies are solved in increasing bound; once a bound exceeds the
   // best objective found (beyond rounding), no later strategy can win. Ties go to the lowest
   // index, as in index order.
-  const std::vector<int> ends = pp == 1 ? std::vector<int>{0} : std::vector<int>{0, pp - 1};
   double s0 = kInf;
   {
-    std::vector<double> least;
-    for (int ei = 0; ei < int(pd.emb.size()); ++ei) {
-      const auto& x = entry(ei);
-      if (least.empty()) least = x;
-      for (size_t c = 0; c < x.size(); ++c) least[c] = std::min(least[c], x[c]);
-    }
     auto T0 = T;
     for (int s : ends) {
       const auto caps = dps[stage_type[s]]->caps(net_budget_, 0, 0);

@@ -2,6 +2,10 @@
 // enumeration (see searcher.hpp).
 #include "src/search/searcher.hpp"
 
+#if __has_include(<malloc.h>)
+#include <malloc.h>  // glibc: malloc_trim
+#endif
+
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -491,6 +495,7 @@ SearchResult Searcher::run() {
     // bound at or above the final K-th best is valid, so sharing it changes no answer, only how
     // many configurations are skipped.
     BoundExchange bound(o_.comm, std::max(1, o_.top_k));
+    workers_ = std::make_unique<Workers>(rerank_threads());
     for (size_t i = rank_; i < cfs.size(); i += procs_) {
       const Config& cf = cfs[i];
       if (cf.lb == kInf) break;  // sorted: the rest cannot fit either
@@ -501,6 +506,7 @@ SearchResult Searcher::run() {
       tick("configurations");
     }
     bound.finish(full_);
+    workers_.reset();  // and their threads' DP tables
   }
   stats_.estimate_phase_s = seconds_since(t0_);
   merge(allgather_strings(o_.comm, pack()));
@@ -528,6 +534,10 @@ SearchResult Searcher::run() {
   // memory.
   pairs_.clear();
   release_table_pool();
+#if defined(M_TRIM_THRESHOLD)
+  // Tables the DP workers freed sit in their threads' malloc arenas: back to the system.
+  malloc_trim(0);
+#endif
   finish_early_simulations();
   rerank(r);
   r.evaluated = evaluated_.plans();

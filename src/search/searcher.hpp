@@ -43,6 +43,7 @@
 #include "src/search/evaluated.hpp"
 #include "src/search/layer_costs.hpp"
 #include "src/search/stage_dp.hpp"
+#include "src/search/workers.hpp"
 #include "stratagem/search.hpp"
 
 namespace stratagem::search_detail {
@@ -232,6 +233,9 @@ class Searcher {
   std::vector<SearchCandidate> early_;  // simulated by early_thread_ (valid once joined)
   std::exception_ptr early_failed_;
   double early_s_ = 0;  // wall time of the early simulations
+  // The threads a configuration's independent DPs and DP queries run on, during the DP
+  // search (rerank_threads() of them: the cores this process may use).
+  std::unique_ptr<Workers> workers_;
 };
 
 // The largest layer count the search gives one stage of a pp-stage pipeline.
