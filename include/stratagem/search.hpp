@@ -72,8 +72,9 @@ struct SearchOptions {
   bool overlap_grad_reduce = true;
   bool rerank_with_simulator = true;  // false: the estimator ranks alone
   FrameworkSpec framework;            // the training software every plan is priced under
-  // Threads per process that simulate re-rank candidates at once; 0: this node's cores divided
-  // by the search processes on it.
+  // Threads per process that build a configuration's stage DPs and simulate re-rank
+  // candidates at once (answers do not depend on it); 0: this node's cores divided by the
+  // search processes on it.
   int threads = 0;
   // DP memory bucket; 0: 64 MiB, or budget / 1024 when that is finer.
   int64_t memory_resolution_bytes = 0;
