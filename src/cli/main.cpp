@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <thread>
 #include <utility>
@@ -162,6 +163,10 @@ int fail(const std::string& who, const char* kind, const char* what, int code,
          bool always_abort = false) {
   namespace cli = stratagem::cli;
   const int size = cli::world_size(), rank = cli::world_rank();
+  // Flag errors raised by the argument parser name their command themselves; the line names
+  // it once.
+  const std::string prefix = who + ": ";
+  if (std::strncmp(what, prefix.c_str(), prefix.size()) == 0) what += prefix.size();
   auto print = [&](bool with_rank) {
     if (with_rank)
       std::fprintf(stderr, "%s: %s on rank %d: %s\n", who.c_str(), kind, rank, what);
