@@ -216,7 +216,13 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
   uint64_t chunk_bytes = 0;  // test hook: smaller chunks, so that a small file has several
   if (const char* c = std::getenv("STRATAGEM_TEST_DIGEST_CHUNK_BYTES"))
     chunk_bytes = std::strtoull(c, nullptr, 10);
-  io::seal_file_digest(comm, tmp_path, digest_bytes, chunk_bytes);
+  try {
+    io::seal_file_digest(comm, tmp_path, digest_bytes, chunk_bytes);
+  } catch (const std::runtime_error& e) {
+    // (on every rank) The file was there a moment ago: like a failed rename below, the folder
+    // was replaced or removed under the job.
+    throw InputError("--ckpt-dir " + dir + ": " + e.what());
+  }
   if (rank == 0) {
     // The folder is ours (locked): what fails here is the folder itself, replaced or removed
     // under the job (issue 17's defect 1), which is bad input like a folder that cannot be
