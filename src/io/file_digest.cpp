@@ -326,7 +326,7 @@ DigestVerdict verify_file_digest(MPI_Comm comm_in, const std::string& path) {
       v.kind = DigestVerdict::absent;
       v.why = "no digest (an HDF5 file without a user block: written before digests)";
     } else {
-      v.why = "no digest (its first bytes are neither a stratagem digest nor HDF5: damaged)";
+      v.why = "no digest, and no HDF5 superblock at its start (not a stratagem file, or damaged)";
     }
     return v;
   }
