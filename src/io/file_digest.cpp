@@ -162,6 +162,12 @@ struct Chunks {
   uint64_t end(uint64_t i) const { return std::min(file_bytes, begin(i) + chunk_bytes); }
 };
 
+// No larger than the file's hashed bytes (a small file is not read through 4 MiB).
+size_t read_buffer_bytes(const Chunks& k) {
+  return size_t(
+      std::max<uint64_t>(1, std::min({kReadBytes, k.chunk_bytes, k.file_bytes - k.block_bytes})));
+}
+
 uint64_t header_hash(const unsigned char* head, const unsigned char* hashes, uint64_t count) {
   Xxh64 h(0);
   h.update(head, 56);
@@ -183,7 +189,7 @@ uint64_t digest_block_bytes(uint64_t expected_file_bytes) {
 }
 
 void seal_file_digest(MPI_Comm comm_in, const std::string& path, uint64_t block_bytes,
-                      uint64_t chunk_bytes) {
+                      uint64_t chunk_bytes, bool durable) {
   const Comm c(comm_in);
   if (chunk_bytes == 0) chunk_bytes = kDigestChunkBytes;
   // Rank 0 gives the size (a parallel file system's ranks agree after the close anyway).
@@ -217,7 +223,7 @@ void seal_file_digest(MPI_Comm comm_in, const std::string& path, uint64_t block_
   int64_t unreadable = 0;
   {
     const int fd = open_read(path);
-    std::vector<unsigned char> buf(size_t(std::min<uint64_t>(kReadBytes, k.chunk_bytes)));
+    std::vector<unsigned char> buf(read_buffer_bytes(k));
     for (uint64_t i = uint64_t(c.rank); i < k.count; i += uint64_t(c.size))
       if (fd < 0 || !hash_range(fd, k.begin(i), k.end(i) - k.begin(i), i, buf, &hashes[i]))
         ++unreadable;
@@ -253,7 +259,7 @@ void seal_file_digest(MPI_Comm comm_in, const std::string& path, uint64_t block_
       if (ok) done += size_t(n);
     }
     // The digest and the data reach the disk before the rename that publishes them.
-    ok = ok && ::fsync(fd) == 0;
+    ok = ok && (!durable || ::fsync(fd) == 0);
     if (!ok) failed = 1, why = std::strerror(errno);
     if (fd >= 0) ::close(fd);
   }
@@ -369,7 +375,7 @@ DigestVerdict verify_file_digest(MPI_Comm comm_in, const std::string& path) {
   int64_t first_bad = INT64_MAX, bad = 0;
   {
     const int fd = open_read(path);
-    std::vector<unsigned char> buf(size_t(std::min<uint64_t>(kReadBytes, k.chunk_bytes)));
+    std::vector<unsigned char> buf(read_buffer_bytes(k));
     for (uint64_t i = uint64_t(c.rank); i < k.count; i += uint64_t(c.size)) {
       uint64_t h = 0;
       if (fd < 0 || !hash_range(fd, k.begin(i), k.end(i) - k.begin(i), i, buf, &h) ||

@@ -49,11 +49,12 @@ constexpr uint64_t kDigestHeaderBytes = 64;
 uint64_t digest_block_bytes(uint64_t expected_file_bytes);
 
 // Hashes the closed file at `path` (its first `block_bytes` bytes being the user block) and
-// writes the digest into the user block, then fsyncs the file. Collective over `comm`
-// (MPI_COMM_NULL: this process alone). `chunk_bytes` is a minimum (0: kDigestChunkBytes).
-// Throws std::runtime_error naming the file on every rank when any rank cannot read it.
+// writes the digest into the user block, then (`durable`) fsyncs the file. Collective over
+// `comm` (MPI_COMM_NULL: this process alone). `chunk_bytes` is a minimum (0:
+// kDigestChunkBytes). Throws std::runtime_error naming the file on every rank when any rank
+// cannot read it or the digest cannot be written.
 void seal_file_digest(MPI_Comm comm, const std::string& path, uint64_t block_bytes,
-                      uint64_t chunk_bytes = 0);
+                      uint64_t chunk_bytes = 0, bool durable = true);
 
 struct DigestVerdict {
   enum Kind { intact, absent, failed } kind = failed;

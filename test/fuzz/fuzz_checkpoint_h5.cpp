@@ -92,7 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Resealed (not a file that starts with a superblock: it has no user block to write into).
   if (size >= kBlockBytes && std::memcmp(data, kHdf5Signature, 8) != 0) {
     fuzz::write_file(path, data, size);
-    io::seal_file_digest(MPI_COMM_NULL, path, kBlockBytes);
+    io::seal_file_digest(MPI_COMM_NULL, path, kBlockBytes, 0, /*durable=*/false);
     resume(t);
   }
   // Every HDF5 handle the loader opened is closed again, on every path (a leaked file would

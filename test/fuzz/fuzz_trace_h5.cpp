@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = fuzz::write_input(data, size, ".h5");
   read_trace(path);
   if (size >= kBlockBytes && std::memcmp(data, "STRATAGEM-DIGEST", 16) == 0) {
-    io::seal_file_digest(MPI_COMM_NULL, path, kBlockBytes);
+    io::seal_file_digest(MPI_COMM_NULL, path, kBlockBytes, 0, /*durable=*/false);
     read_trace(path);
   }
   return 0;
