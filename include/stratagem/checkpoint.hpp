@@ -1,7 +1,8 @@
 // HDF5 checkpoints written with parallel HDF5 and collective I/O: one dataset per logical
 // tensor in its full shape, every rank writing its shard. A checkpoint appears under its final
-// name only once complete (temporary name, barrier, rename), so a crash never damages the
-// previous one; the last K are kept.
+// name only once complete (temporary name, barrier, digest, rename), so a crash never damages
+// the previous one; the last K are kept. The file's HDF5 user block holds a digest of its
+// bytes (src/io/file_digest.hpp), checked before libhdf5 opens the file on resume.
 #pragma once
 #include <mpi.h>
 
@@ -38,7 +39,9 @@ struct CheckpointMeta {
 // Collective over `comm`: every rank passes the same `tensors` (all datasets, created
 // collectively) and its own `pieces` (written independently; one writer per element). Each
 // dataset gets a "checksum" attribute, computed from the pieces in memory before the write;
-// non-finite values are refused. Writes <dir>/step-<step>.h5 and keeps the newest `keep`.
+// non-finite values are refused. Once the file is closed, its digest is written into its user
+// block (its chunks hashed by all ranks), then the file is renamed into place. Writes
+// <dir>/step-<step>.h5 and keeps the newest `keep`.
 void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta& meta,
                      const std::vector<CheckpointTensor>& tensors,
                      const std::vector<CheckpointPiece>& pieces, int keep);
@@ -66,7 +69,8 @@ struct ResumePoint {
   std::string path;
   CheckpointMeta meta;
 };
-// Collective over `comm`: the newest complete checkpoint in `dir` whose every dataset is
+// Collective over `comm`: the newest complete checkpoint in `dir` whose bytes match their
+// digest (chunks hashed by all ranks; a file without one fails), and whose every dataset is
 // present, of the model's shape, matches its checksum and holds finite values (the datasets
 // are read in full, spread over the ranks). Damaged ones are skipped with a warning naming
 // them (rank 0), and listed in `skipped`. nullopt when none passes. A checkpoint of another

@@ -259,9 +259,10 @@ Register reg{
          "  tp/dp/ZeRO and per-layer weight/optimizer offload exit 2 (not yet run).\n"
          "  A transfer waiting longer than --comm-timeout-s ends the job, naming the group.\n"
          "  An error on any rank ends every rank; ranks end when mpirun/srun dies.\n"
-         "  Checkpoints carry a checksum per dataset; --resume takes the newest one that\n"
-         "  verifies (damaged ones are skipped with a warning). <ckpt-dir>/LOCK refuses a\n"
-         "  second job writing the same folder.\n"
+         "  Checkpoints carry a digest of their bytes and a checksum per dataset; --resume\n"
+         "  takes the newest one that verifies (damaged ones, and ones without a digest, are\n"
+         "  skipped with a warning). <ckpt-dir>/LOCK refuses a second job writing the same\n"
+         "  folder.\n"
          "  A non-finite loss or gradient norm stops training (keeping the last good\n"
          "  checkpoint); --skip-nonfinite N skips the update of up to N such steps.\n") +
          kModelHelp + kClusterHelp + kPlanHelp,

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 
+#include "src/io/file_digest.hpp"
 #include "src/io/hdf5_util.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/watchdog.hpp"
@@ -147,14 +148,23 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
                                " non-finite values: not written");
   const std::string final_path = (fs::path(dir) / checkpoint_name(meta.step)).string();
   const std::string tmp_path = final_path + ".tmp";
+  // The user block that will hold the file's digest (src/io/file_digest.hpp), sized for the
+  // tensors and the metadata.
+  uint64_t expected_bytes = uint64_t(1) << 20;
+  for (const auto& t : tensors) expected_bytes += uint64_t(t.numel()) * 4 + 4096;
+  for (const auto* j : {&meta.model, &meta.plan, &meta.layout, &meta.extra})
+    expected_bytes += j->dump().size();
+  const uint64_t digest_bytes = io::digest_block_bytes(expected_bytes);
   {
     H5Handle fapl(STRATAGEM_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
     STRATAGEM_H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
+    H5Handle fcpl(STRATAGEM_H5_CHECK(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
+    STRATAGEM_H5_CHECK(H5Pset_userblock(fcpl, hsize_t(digest_bytes)));
     H5Handle file;
     {
       WatchdogScope guard("creating " + tmp_path + " (collective over world)");
       io::H5Quiet quiet;
-      file = H5Handle(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), H5Fclose);
+      file = H5Handle(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose);
     }
     if (!file.valid()) throw InputError("--ckpt-dir " + dir + ": cannot create " + tmp_path);
     H5Handle dxpl(STRATAGEM_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
@@ -201,6 +211,18 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
     file.reset();
   }
   barrier(comm, "barrier after writing checkpoint step " + std::to_string(meta.step));
+  // The digest of the closed file, its chunks hashed by all ranks, goes into its user block:
+  // the rename below publishes both at once, so no checkpoint is ever seen without it.
+  uint64_t chunk_bytes = 0;  // test hook: smaller chunks, so that a small file has several
+  if (const char* c = std::getenv("STRATAGEM_TEST_DIGEST_CHUNK_BYTES"))
+    chunk_bytes = std::strtoull(c, nullptr, 10);
+  try {
+    io::seal_file_digest(comm, tmp_path, digest_bytes, chunk_bytes);
+  } catch (const std::runtime_error& e) {
+    // (on every rank) The file was there a moment ago: like a failed rename below, the folder
+    // was replaced or removed under the job.
+    throw InputError("--ckpt-dir " + dir + ": " + e.what());
+  }
   if (rank == 0) {
     // The folder is ours (locked): what fails here is the folder itself, replaced or removed
     // under the job (issue 17's defect 1), which is bad input like a folder that cannot be
@@ -436,6 +458,13 @@ std::optional<ResumePoint> find_resumable_checkpoint(MPI_Comm comm, const std::s
   for (const auto& path : done) {
     ResumePoint r;
     r.path = path;
+    // The file's bytes first: libhdf5 itself crashes on some damaged files, so nothing that
+    // fails its digest (or has none) reaches it.
+    const io::DigestVerdict digest = io::verify_file_digest(comm, path);
+    if (digest.kind != io::DigestVerdict::intact) {
+      skip(path, digest.why);
+      continue;
+    }
     try {
       r.meta = read_checkpoint_meta(path);
     } catch (const InputError& e) {

@@ -1,5 +1,6 @@
 // HDF5 trace files (schema in include/stratagem/trace.hpp and sim/README.md), written and read
-// serially with the HDF5 C API.
+// serially with the HDF5 C API. A trace's user block holds the digest of its bytes
+// (src/io/file_digest.hpp), written on close and checked before libhdf5 opens the file.
 #include <hdf5.h>
 
 #include <algorithm>
@@ -9,12 +10,15 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "src/io/file_digest.hpp"
 #include "src/io/hdf5_util.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/trace.hpp"
 
 namespace stratagem::trace {
 namespace {
+
+constexpr hsize_t kDigestBlockBytes = 4096;
 
 // HDF5 prints its own error stack unless told not to; we report errors ourselves.
 class QuietHdf5 {
@@ -246,7 +250,11 @@ OpRecord make_record(const Op& op, int iteration, int64_t start_ns, int64_t end_
 Writer::Writer(const std::string& path) : path_(path) {
   io::silence_hdf5_errors();
   QuietHdf5 quiet;
-  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  // Room for the digest: a trace larger than 32 GB is hashed in chunks over 64 MiB.
+  Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+  if (fcpl.id < 0 || H5Pset_userblock(fcpl.id, kDigestBlockBytes) < 0)
+    throw std::runtime_error("trace: cannot set up the file creation of " + path);
+  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.id, H5P_DEFAULT);
   if (file_ < 0) throw InputError("trace: cannot create HDF5 file " + path);
   set_attribute("schema_version", int64_t(kSchemaVersion));
 }
@@ -260,6 +268,7 @@ void Writer::close() {
   const herr_t e = H5Fclose(file_);
   file_ = -1;
   check(e, "close the file", path_);
+  io::seal_file_digest(MPI_COMM_NULL, path_, kDigestBlockBytes);
 }
 
 void Writer::set_attribute(const std::string& name, const std::string& value) {
@@ -303,6 +312,11 @@ Reader::Reader(const std::string& path) : path_(path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw InputError("trace: " + path + " is a directory, expected an HDF5 trace file");
+  // The bytes first: libhdf5 itself crashes or hangs on some damaged files. A trace without a
+  // digest (written before digests) is read as before.
+  const io::DigestVerdict digest = io::verify_file_digest(MPI_COMM_NULL, path);
+  if (digest.kind == io::DigestVerdict::failed)
+    throw InputError("trace: " + path + ": " + digest.why);
   if (H5Fis_hdf5(path.c_str()) <= 0)
     throw InputError("trace: " + path + " is not an HDF5 file (or cannot be read)");
   file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
