@@ -350,6 +350,10 @@ class StageBuilder {
   void forward(int chunk, int mb) {
     chunk_ = chunk;
     const LayerRange r = p_.chunks[chunk];
+    // A pass's first fetch is issued when the rank reaches the pass (its previous compute has
+    // run), not as soon as the copy or dp stream is free: before, it would hold the next
+    // micro-batch's weights through the current one's backward.
+    const int started = last_compute_;
     if (chunk > 0) {
       Op op = make(OpKind::recv, Stream::pp_comm, Block::none, Phase::forward, r.begin - 1, mb);
       op.group = GroupKind::pp_prev;
@@ -357,13 +361,13 @@ class StageBuilder {
       op.chunk = static_cast<int16_t>(chunk);
       compute_waits_.push_back(emit(op, {}));
     } else {
-      embedding_forward(mb);
+      embedding_forward(mb, started);
     }
     int prev_attn = -1;
     for (int l = r.begin; l < r.end; ++l) {
       const auto& s = strat(l);
       reshard(l - 1, l, Phase::forward, mb);
-      const int fetched = fetch_params(l, Phase::forward, mb, prev_attn);
+      const int fetched = fetch_params(l, Phase::forward, mb, l == r.begin ? started : prev_attn);
       const int b = samples(l);
       const LayerWork& w = work(l);
       int act_a = alloc(Stream::compute, MemCategory::activations, w.saved_bytes[0], l, mb,
@@ -440,7 +444,7 @@ class StageBuilder {
     // mlp backward has run, before layer l's gradient reduction takes the in-order dp stream,
     // so that the fetch is not queued behind it.
     int next_wait = -1;
-    int next_fetched = fetch_params(r.end - 1, Phase::backward, mb, prev_mlp, &next_wait);
+    int next_fetched = fetch_params(r.end - 1, Phase::backward, mb, started, &next_wait);
     for (int l = r.end - 1; l >= r.begin; --l) {
       const auto& s = strat(l);
       const int b = samples(l);
@@ -539,14 +543,15 @@ class StageBuilder {
     emit(op, deps);
   }
 
-  void embedding_forward(int mb) {
+  // `after`: the compute before this pass, which the lookup's fetch follows.
+  void embedding_forward(int mb, int after) {
     const auto& s = p_.embedding;
     const int b = samples(-1);
     int64_t out_bytes = int64_t(e_) * b * m_.seq_len * m_.hidden;
     // The lookup reads the word (and position) embeddings; their backward, a scatter-add of
     // the output gradient, does not, so only the forward fetches them.
     int fetched =
-        fetch(s, embedding_parameters_per_rank(m_, s.tp) * e_, -1, Phase::forward, mb, -1);
+        fetch(s, embedding_parameters_per_rank(m_, s.tp) * e_, -1, Phase::forward, mb, after);
     compute(Block::embedding, Phase::forward, -1, mb, b, 0, 2.0 * out_bytes);
     release(fetched, Stream::compute);
     if (s.tp > 1) {
