@@ -155,27 +155,24 @@ int64_t stream_workspace(const Shape& x, const LayerStrategy& st, int64_t params
 }
 }  // namespace
 
-int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int samples, Dtype dt,
-                              bool staged) {
+int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int samples, Dtype dt) {
   Shape x = shape_of(m, st, samples);
   const int64_t e = dtype_bytes(dt);
   const int64_t params = block_parameters_per_rank(m, st.tp, Block::attention) +
                          block_parameters_per_rank(m, st.tp, Block::mlp);
   int64_t bytes = stream_workspace(x, st, params, e);
-  // ZeRO-2/3: a layer's gradients are staged whole until their reduce-scatter. (The previous
-  // layer's may still be in flight, but only after the activation peak at the start of
-  // backward, when one layer is staged.)
-  if (staged && st.zero >= 2 && st.dp > 1) bytes += params * e;
   // d_qkv, d_attn, d_fc1 (gate and up), d_act
   bytes += e * x.T * ((x.h + 2 * x.kvh) / x.t + x.h / x.t + (x.ffn_gemm_width + 1) * x.f / x.t);
   return bytes;
 }
 
 int64_t embedding_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int samples,
-                                  int64_t params, Dtype dt, bool staged_grads) {
-  // ZeRO-2/3: the embedding's and head's gradients are staged whole until their reduce-scatter.
-  const int64_t staged = staged_grads && st.zero >= 2 && st.dp > 1 ? params * dtype_bytes(dt) : 0;
-  return stream_workspace(shape_of(m, st, samples), st, params, dtype_bytes(dt)) + staged;
+                                  int64_t params, Dtype dt) {
+  return stream_workspace(shape_of(m, st, samples), st, params, dtype_bytes(dt));
+}
+
+int64_t staged_gradient_bytes(const LayerStrategy& s, int64_t params, Dtype dt, bool staging) {
+  return staging && s.zero >= 2 && s.dp > 1 ? params * dtype_bytes(dt) : 0;
 }
 
 int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& st, int samples,
