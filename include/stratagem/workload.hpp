@@ -50,6 +50,12 @@ BlockWork attention_core_work(const ModelSpec& m, const LayerStrategy& s, int sa
 // to the attention block); selective drops the attention probabilities and dropout mask.
 int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& s, Block b, int samples,
                                Recompute rc, bool flash_attention, Dtype dt);
+// What a block keeps for backward as the Program allocates it: saved_activation_bytes and the
+// per-token fp32 statistics Megatron's count leaves out as small: the norm's 1/rms (and mean
+// under layernorm) on the block's token shard and, without flash attention (which counts it),
+// the softmax's log-sum-exp per head. A fully recomputed block keeps none of them.
+int64_t kept_activation_bytes(const ModelSpec& m, const LayerStrategy& s, Block b, int samples,
+                              Recompute rc, bool flash_attention, Dtype dt);
 // Bytes of the layer output passed between layers/stages on one rank (b,s,h), sequence-sharded
 // when sequence parallel.
 int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,

@@ -239,7 +239,7 @@ class StageBuilder {
     const Block blocks[2] = {Block::attention, Block::mlp};
     for (int i = 0; i < 2; ++i) {
       w.saved_bytes[i] =
-          saved_activation_bytes(m_, s, blocks[i], b, s.recompute, p_.flash_attention, p_.dtype);
+          kept_activation_bytes(m_, s, blocks[i], b, s.recompute, p_.flash_attention, p_.dtype);
       const BlockWork f = forward_work(m_, s, blocks[i], b, p_.flash_attention);
       w.forward[i] = {f.flops(), f.elementwise_bytes};
       const BlockWork g = backward_work(m_, s, blocks[i], b, p_.flash_attention);
@@ -475,18 +475,18 @@ class StageBuilder {
       if (s.recompute == Recompute::full) {
         // Rebuild the layer's activations from its saved input, communication included.
         re_a = alloc(Stream::compute, MemCategory::activations,
-                     saved_activation_bytes(m_, s, Block::attention, b, Recompute::none,
-                                            p_.flash_attention, p_.dtype) -
-                         saved_activation_bytes(m_, s, Block::attention, b, Recompute::full,
-                                                p_.flash_attention, p_.dtype),
+                     kept_activation_bytes(m_, s, Block::attention, b, Recompute::none,
+                                           p_.flash_attention, p_.dtype) -
+                         kept_activation_bytes(m_, s, Block::attention, b, Recompute::full,
+                                               p_.flash_attention, p_.dtype),
                      l, mb, Phase::recompute, Block::attention);
         tp_before(Block::attention, Phase::recompute, l, mb);
         compute(Block::attention, Phase::recompute, l, mb, b, w.forward[0].flops,
                 w.forward[0].bytes);
         tp_after(Block::attention, Phase::recompute, l, mb);
         re_m = alloc(Stream::compute, MemCategory::activations,
-                     saved_activation_bytes(m_, s, Block::mlp, b, Recompute::none,
-                                            p_.flash_attention, p_.dtype),
+                     kept_activation_bytes(m_, s, Block::mlp, b, Recompute::none,
+                                           p_.flash_attention, p_.dtype),
                      l, mb, Phase::recompute, Block::mlp);
         tp_before(Block::mlp, Phase::recompute, l, mb);
         compute(Block::mlp, Phase::recompute, l, mb, b, w.forward[1].flops, w.forward[1].bytes);
@@ -512,9 +512,9 @@ class StageBuilder {
         const LayerStrategy& ss = s;
         BlockWork core = attention_core_work(m_, ss, b, false);
         int64_t probs =
-            saved_activation_bytes(m_, s, Block::attention, b, Recompute::none, false, p_.dtype) -
-            saved_activation_bytes(m_, s, Block::attention, b, Recompute::selective, false,
-                                   p_.dtype);
+            kept_activation_bytes(m_, s, Block::attention, b, Recompute::none, false, p_.dtype) -
+            kept_activation_bytes(m_, s, Block::attention, b, Recompute::selective, false,
+                                  p_.dtype);
         re_a = alloc(Stream::compute, MemCategory::activations, probs, l, mb, Phase::recompute,
                      Block::attention);
         compute(Block::attention, Phase::recompute, l, mb, b, core.attention_flops / 2,

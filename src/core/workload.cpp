@@ -110,6 +110,16 @@ BlockWork backward_of(const BlockWork& f) {
   return w;
 }
 
+int64_t kept_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Block b, int samples,
+                              Recompute rc, bool flash, Dtype dt) {
+  int64_t bytes = saved_activation_bytes(m, st, b, samples, rc, flash, dt);
+  if (rc == Recompute::full || (b != Block::attention && b != Block::mlp)) return bytes;
+  const Shape x = shape_of(m, st, samples);
+  bytes += 4 * x.Tn * (m.norm == Norm::layernorm ? 2 : 1);                    // norm statistics
+  if (b == Block::attention && !flash) bytes += 4 * x.b * (x.a / x.t) * x.s;  // log-sum-exp
+  return bytes;
+}
+
 int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Block b, int samples,
                                Recompute rc, bool flash, Dtype dt) {
   Shape x = shape_of(m, st, samples);
