@@ -158,7 +158,9 @@ int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Bloc
 namespace {
 // The token-stream tensors and the ZeRO-1 receive shard shared by layers and embeddings.
 int64_t stream_workspace(const Shape& x, const LayerStrategy& st, int64_t params, int64_t e) {
-  int64_t bytes = e * x.Tn * x.h * 3 + e * x.T * x.h * 2;  // stream tensors (partial whole)
+  // The stream's gradient, the reduced value, a send and a receive: token shards under
+  // sequence parallelism; a block's partial sum before its tp reduction: whole.
+  int64_t bytes = e * x.Tn * x.h * 4 + e * x.T * x.h;
   if (st.sequence_parallel && st.tp > 1) bytes += 2 * e * x.T * x.h;  // backward gathers
   if (st.zero >= 1 && st.dp > 1) bytes += (params + st.dp - 1) / st.dp * e;
   return bytes;
