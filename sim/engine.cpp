@@ -291,6 +291,19 @@ bool Engine::ready(const RankSt& r, const StageData& sd, int s, const Step& step
 // Starts every op that can start now, in stream order; an op that completes at once (alloc,
 // free, a recv whose data is there, a zero-cost op) lets its stream and the streams waiting for
 // it go on at the same time.
+// Whether another stream of r can allocate now, at an op the Program orders before `op` of
+// iteration `it`: a free that follows it in program order waits for it (see advance).
+bool Engine::earlier_alloc_ready(RankSt& r, const StageData& sd, int s, uint32_t it, uint32_t op) {
+  for (int s2 = 0; s2 < kStreams; ++s2) {
+    if (s2 == s || r.running[s2] || r.it[s2] >= uint32_t(K_) || sd.len[s2] == 0) continue;
+    const Step& head = sd.steps[s2][r.pos[s2]];
+    if (head.kind == OpKind::alloc && (r.it[s2] < it || (r.it[s2] == it && head.op < op)) &&
+        ready(r, sd, s2, head))
+      return true;
+  }
+  return false;
+}
+
 void Engine::advance(RankSt& r, Time t) {
   const StageData& sd = stages_[r.stage];
   bool progress = true;
@@ -300,6 +313,15 @@ void Engine::advance(RankSt& r, Time t) {
       while (!r.running[s] && r.it[s] < uint32_t(K_) && sd.len[s] > 0) {
         const Step& step = sd.steps[s][r.pos[s]];
         if (!ready(r, sd, s, step)) break;
+        // Memory events at one instant follow program order, as the rank issues them: an
+        // alloc on another stream that the Program puts before this free (a reload emitted
+        // before the buffers it outlives go) happens first, and the peak holds both, as the
+        // runtime and the estimator count it.
+        if (step.kind == OpKind::free && step.key &&
+            earlier_alloc_ready(r, sd, s, r.it[s], step.op)) {
+          progress = true;
+          break;
+        }
         if (!start_op(r, sd, s, step, t)) break;
         progress = true;
       }

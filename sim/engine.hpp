@@ -61,6 +61,7 @@ class Engine final : private FlowOwners {
     }
   }
   void advance(RankSt& r, Time t);
+  bool earlier_alloc_ready(RankSt& r, const StageData& sd, int s, uint32_t it, uint32_t op);
   bool ready(const RankSt& r, const StageData& sd, int s, const Step& step) const;
   bool start_op(RankSt& r, const StageData& sd, int s, const Step& step, Time t);
   // xfer: how long the op moved data (-1: since it started); waiting for peers is not counted.

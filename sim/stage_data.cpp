@@ -168,6 +168,10 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
     sd.n = uint32_t(sp.ops.size());
     sd.pos.resize(sd.n);
     sd.str.resize(sd.n);
+    // The latest alloc so far, and each stream's latest op (-1: none).
+    int64_t last_alloc = -1;
+    int64_t last_on[kStreams];
+    std::fill(last_on, last_on + kStreams, -1);
     for (uint32_t i = 0; i < sd.n; ++i) {
       const Op& op = sp.ops[i];
       const int st = int(op.stream);
@@ -226,8 +230,13 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
         case OpKind::free:
           step.mem_category = op.category;
           step.mem_bytes = op.bytes;
+          // A free that the Program orders after an alloc on another stream (one since this
+          // stream's previous op): the engine keeps their order when both are ready at once.
+          step.key = op.kind == OpKind::free && last_alloc > last_on[st] ? 1 : 0;
+          if (op.kind == OpKind::alloc) last_alloc = i;
           break;
       }
+      last_on[st] = i;
       sd.steps[st].push_back(step);
     }
     // Group keys are stored in a byte per op.

@@ -30,7 +30,8 @@ struct Step {
   OpKind kind = OpKind::compute;
   uint8_t busy = 0;  // Cat its kernel time counts as (compute, recompute, optimizer)
   uint8_t cat = 0;   // Cat of the op (for the breakdown)
-  uint8_t key = 0;   // collective: group key; send/recv: 0 = pp_next, 1 = pp_prev
+  uint8_t key = 0;   // collective: group key; send/recv: 0 = pp_next, 1 = pp_prev; free: 1
+                     // when an alloc on another stream precedes it since its stream's last op
   MemCategory mem_category = MemCategory::buffers;  // alloc/free
   int32_t ci = -1;   // index into comm[class] (-1: not a costed comm op)
   uint32_t ord = 0;  // collective: ordinal among the stage's ops of its key

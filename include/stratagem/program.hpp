@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "stratagem/framework.hpp"
 #include "stratagem/layout.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/plan.hpp"
@@ -73,8 +74,11 @@ struct Program {
   int num_microbatches = 0;
 };
 
-// The one schedule generator (gpipe, 1f1b, interleaved).
-Program build_program(const ModelSpec& model, const Plan& plan);
+// The one schedule generator (gpipe, 1f1b, interleaved). The framework's facts that change the
+// stream: under layer_gradient_staging a ZeRO-2/3 layer's whole gradients are a buffer
+// (category grads) from its backward until the reduce-scatter that reads them lands.
+Program build_program(const ModelSpec& model, const Plan& plan,
+                      const FrameworkSpec& framework = FrameworkSpec{});
 
 // A readable name such as "L3.attn.fwd mb5" (built on demand, not stored).
 std::string op_name(const Op& op);

@@ -50,6 +50,12 @@ BlockWork attention_core_work(const ModelSpec& m, const LayerStrategy& s, int sa
 // to the attention block); selective drops the attention probabilities and dropout mask.
 int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& s, Block b, int samples,
                                Recompute rc, bool flash_attention, Dtype dt);
+// What a block keeps for backward as the Program allocates it: saved_activation_bytes and the
+// per-token fp32 statistics Megatron's count leaves out as small: the norm's 1/rms (and mean
+// under layernorm) on the block's token shard and, without flash attention (which counts it),
+// the softmax's log-sum-exp per head. A fully recomputed block keeps none of them.
+int64_t kept_activation_bytes(const ModelSpec& m, const LayerStrategy& s, Block b, int samples,
+                              Recompute rc, bool flash_attention, Dtype dt);
 // Bytes of the layer output passed between layers/stages on one rank (b,s,h), sequence-sharded
 // when sequence parallel.
 int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
@@ -63,19 +69,20 @@ int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& s, in
 //    reduction and the reduced value, a pipeline send and a receive in flight;
 //  - under sequence parallelism, the two whole-sequence gathers of a block's backward;
 //  - under ZeRO-1/2/3 with MPI, the received shard of the layer's reduce-scatter (MPI has no
-//    in-place form that lands it at the shard's position);
-//  - under ZeRO-2/3, where the framework stages them, the layer's whole gradients until
-//    their reduce-scatter.
+//    in-place form that lands it at the shard's position).
 // (A fully recomputed layer's forward intermediates are transient too; they live while fewer
 // activations are held than at the recompute that rebuilds them, so they do not add to it.)
-// `staged`: the framework stages a layer's whole gradients under ZeRO-2/3
-// (FrameworkSpec::layer_gradient_staging).
-int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt,
-                              bool staged);
+// Staged ZeRO-2/3 gradients are not workspace: they are the Program's buffers, from a layer's
+// backward until its reduce-scatter lands (staged_gradient_bytes).
+int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt);
 // The same for the embedding and head of a stage holding `params` of them: the token-stream
 // tensors and the ZeRO-1 shard.
 int64_t embedding_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
-                                  int64_t params, Dtype dt, bool staged);
+                                  int64_t params, Dtype dt);
+// Bytes of `params` parameters' whole gradients that a framework staging them
+// (FrameworkSpec::layer_gradient_staging) holds under strategy s until their reduce-scatter:
+// 0 unless ZeRO-2/3 over dp > 1. The Program allocates them (category grads).
+int64_t staged_gradient_bytes(const LayerStrategy& s, int64_t params, Dtype dt, bool staging);
 
 // Parameters of a block held by one rank before ZeRO sharding (divided by tp where Megatron
 // shards them, replicated norms/biases otherwise).

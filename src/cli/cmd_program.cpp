@@ -14,12 +14,13 @@ int run_program_dump(Args& a) {
   ModelSpec m = model_from_args(a);
   ClusterSpec c = cluster_from_args(a);
   Plan p = plan_from_args(a, m, c);
+  const FrameworkSpec fw = framework_from_args(a);
   a.finish();
   Layout L(p, c);
   if (rank < 0 || rank >= L.world_size())
     throw InputError(a.command() + ": --rank " + std::to_string(rank) +
                      " is outside the world of " + std::to_string(L.world_size()) + " ranks");
-  Program prog = build_program(m, p);
+  Program prog = build_program(m, p, fw);
   const StageProgram& sp = prog.stages[L.coords(rank).stage];
   const int n = limit < 0 ? (int)sp.ops.size() : std::min<int>(limit, sp.ops.size());
   if (world_rank() != 0) return 0;
@@ -76,8 +77,9 @@ int run_program_dump(Args& a) {
 
 Register reg{{"program dump", "print one rank's instruction stream for an iteration",
               std::string("usage: stratagem program dump --model M --cluster C --nodes N "
-                          "(--plan FILE | shorthand flags) [--rank R] [--limit N] [--json]\n") +
-                  kModelHelp + kClusterHelp + kPlanHelp,
+                          "(--plan FILE | shorthand flags) [--framework F] [--rank R] [--limit N] "
+                          "[--json]\n") +
+                  kModelHelp + kClusterHelp + kFrameworkHelp + kPlanHelp,
               run_program_dump}};
 
 }  // namespace

@@ -51,7 +51,7 @@ int run_simulate(Args& a) {
                        " does not exist");
   }
   check_launch(a.command());
-  Program prog = build_program(m, p);
+  Program prog = build_program(m, p, fw);
   {
     SimOptions o;
     o.iterations = iterations;

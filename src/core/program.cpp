@@ -95,10 +95,11 @@ namespace {
 
 class StageBuilder {
  public:
-  StageBuilder(const ModelSpec& m, const Plan& p, int stage, int M)
+  StageBuilder(const ModelSpec& m, const Plan& p, int stage, int M, bool staging)
       : m_(m),
         p_(p),
         M_(M),
+        staging_(staging),
         e_(dtype_bytes(p.dtype)),
         nchunks_(static_cast<int>(p.chunks.size())),
         stage_samples_(p.micro_batch * p.max_dp()) {
@@ -109,6 +110,7 @@ class StageBuilder {
     const std::vector<int> ls = stage_layers();
     for (size_t i = 0; i < ls.size(); ++i) local_of_[ls[i]] = static_cast<int>(i);
     saved_.assign(ls.size() * M, kNoSaved);
+    stage_buf_.assign(ls.size() + 1, -1);
     offloaded_.assign(ls.size() * M, -1);
   }
 
@@ -125,7 +127,13 @@ class StageBuilder {
       const int after = sp_replicated_reduce(-1, tied_reduce(last_compute_));
       reduce_grads(-2, last_bwd_mb_[chunk_], after);
     }
-    for (const Op& op : deferred_) emit(op, {last_compute_});
+    flush_staging_free();
+    std::vector<int> deferred;
+    for (const Op& op : deferred_) deferred.push_back(emit(op, {last_compute_}));
+    // Gradients staged until a reduction deferred to here (tied embeddings split over stages,
+    // without overlap) go once it has landed.
+    for (int& buf : stage_buf_)
+      if (buf >= 0) release(std::exchange(buf, -1), Stream::dp_comm, deferred);
     optimizer();
     teardown();
     return std::move(out_);
@@ -172,6 +180,9 @@ class StageBuilder {
     return op.buffer;
   }
   void release(int buffer, Stream s, std::initializer_list<int> deps = {}) {
+    release(buffer, s, std::vector<int>(deps));
+  }
+  void release(int buffer, Stream s, const std::vector<int>& deps) {
     if (buffer < 0) return;
     const int a = std::exchange(live_.at(buffer), -1);
     if (a < 0) throw std::logic_error("program: a buffer freed twice");
@@ -228,7 +239,7 @@ class StageBuilder {
     const Block blocks[2] = {Block::attention, Block::mlp};
     for (int i = 0; i < 2; ++i) {
       w.saved_bytes[i] =
-          saved_activation_bytes(m_, s, blocks[i], b, s.recompute, p_.flash_attention, p_.dtype);
+          kept_activation_bytes(m_, s, blocks[i], b, s.recompute, p_.flash_attention, p_.dtype);
       const BlockWork f = forward_work(m_, s, blocks[i], b, p_.flash_attention);
       w.forward[i] = {f.flops(), f.elementwise_bytes};
       const BlockWork g = backward_work(m_, s, blocks[i], b, p_.flash_attention);
@@ -350,6 +361,10 @@ class StageBuilder {
   void forward(int chunk, int mb) {
     chunk_ = chunk;
     const LayerRange r = p_.chunks[chunk];
+    // A pass's first fetch is issued when the rank reaches the pass (its previous compute has
+    // run), not as soon as the copy or dp stream is free: before, it would hold the next
+    // micro-batch's weights through the current one's backward.
+    const int started = last_compute_;
     if (chunk > 0) {
       Op op = make(OpKind::recv, Stream::pp_comm, Block::none, Phase::forward, r.begin - 1, mb);
       op.group = GroupKind::pp_prev;
@@ -357,13 +372,13 @@ class StageBuilder {
       op.chunk = static_cast<int16_t>(chunk);
       compute_waits_.push_back(emit(op, {}));
     } else {
-      embedding_forward(mb);
+      embedding_forward(mb, started);
     }
     int prev_attn = -1;
     for (int l = r.begin; l < r.end; ++l) {
       const auto& s = strat(l);
       reshard(l - 1, l, Phase::forward, mb);
-      const int fetched = fetch_params(l, Phase::forward, mb, prev_attn);
+      const int fetched = fetch_params(l, Phase::forward, mb, l == r.begin ? started : prev_attn);
       const int b = samples(l);
       const LayerWork& w = work(l);
       int act_a = alloc(Stream::compute, MemCategory::activations, w.saved_bytes[0], l, mb,
@@ -440,7 +455,7 @@ class StageBuilder {
     // mlp backward has run, before layer l's gradient reduction takes the in-order dp stream,
     // so that the fetch is not queued behind it.
     int next_wait = -1;
-    int next_fetched = fetch_params(r.end - 1, Phase::backward, mb, prev_mlp, &next_wait);
+    int next_fetched = fetch_params(r.end - 1, Phase::backward, mb, started, &next_wait);
     for (int l = r.end - 1; l >= r.begin; --l) {
       const auto& s = strat(l);
       const int b = samples(l);
@@ -460,23 +475,24 @@ class StageBuilder {
       if (s.recompute == Recompute::full) {
         // Rebuild the layer's activations from its saved input, communication included.
         re_a = alloc(Stream::compute, MemCategory::activations,
-                     saved_activation_bytes(m_, s, Block::attention, b, Recompute::none,
-                                            p_.flash_attention, p_.dtype) -
-                         saved_activation_bytes(m_, s, Block::attention, b, Recompute::full,
-                                                p_.flash_attention, p_.dtype),
+                     kept_activation_bytes(m_, s, Block::attention, b, Recompute::none,
+                                           p_.flash_attention, p_.dtype) -
+                         kept_activation_bytes(m_, s, Block::attention, b, Recompute::full,
+                                               p_.flash_attention, p_.dtype),
                      l, mb, Phase::recompute, Block::attention);
         tp_before(Block::attention, Phase::recompute, l, mb);
         compute(Block::attention, Phase::recompute, l, mb, b, w.forward[0].flops,
                 w.forward[0].bytes);
         tp_after(Block::attention, Phase::recompute, l, mb);
         re_m = alloc(Stream::compute, MemCategory::activations,
-                     saved_activation_bytes(m_, s, Block::mlp, b, Recompute::none,
-                                            p_.flash_attention, p_.dtype),
+                     kept_activation_bytes(m_, s, Block::mlp, b, Recompute::none,
+                                           p_.flash_attention, p_.dtype),
                      l, mb, Phase::recompute, Block::mlp);
         tp_before(Block::mlp, Phase::recompute, l, mb);
         compute(Block::mlp, Phase::recompute, l, mb, b, w.forward[1].flops, w.forward[1].bytes);
         tp_after(Block::mlp, Phase::recompute, l, mb);
       }
+      stage_grads(l, mb);
       tp_before(Block::mlp, Phase::backward, l, mb);
       prev_mlp =
           compute(Block::mlp, Phase::backward, l, mb, b, w.backward[1].flops, w.backward[1].bytes);
@@ -485,6 +501,7 @@ class StageBuilder {
       // mlp's backward.
       if (l > r.begin && strat(l - 1).offload_activations)
         next_reload = reload(l - 1, mb, prev_mlp);
+      flush_staging_free();
       release(act_m, Stream::compute);
       release(re_m, Stream::compute);
       if (p_.backward_prefetch)
@@ -495,9 +512,9 @@ class StageBuilder {
         const LayerStrategy& ss = s;
         BlockWork core = attention_core_work(m_, ss, b, false);
         int64_t probs =
-            saved_activation_bytes(m_, s, Block::attention, b, Recompute::none, false, p_.dtype) -
-            saved_activation_bytes(m_, s, Block::attention, b, Recompute::selective, false,
-                                   p_.dtype);
+            kept_activation_bytes(m_, s, Block::attention, b, Recompute::none, false, p_.dtype) -
+            kept_activation_bytes(m_, s, Block::attention, b, Recompute::selective, false,
+                                  p_.dtype);
         re_a = alloc(Stream::compute, MemCategory::activations, probs, l, mb, Phase::recompute,
                      Block::attention);
         compute(Block::attention, Phase::recompute, l, mb, b, core.attention_flops / 2,
@@ -529,6 +546,7 @@ class StageBuilder {
       op.chunk = static_cast<int16_t>(chunk);
       emit_send(op);
     }
+    flush_staging_free();
   }
 
   // A send carries the block output: it waits for the compute and for the tensor-parallel
@@ -539,14 +557,15 @@ class StageBuilder {
     emit(op, deps);
   }
 
-  void embedding_forward(int mb) {
+  // `after`: the compute before this pass, which the lookup's fetch follows.
+  void embedding_forward(int mb, int after) {
     const auto& s = p_.embedding;
     const int b = samples(-1);
     int64_t out_bytes = int64_t(e_) * b * m_.seq_len * m_.hidden;
     // The lookup reads the word (and position) embeddings; their backward, a scatter-add of
     // the output gradient, does not, so only the forward fetches them.
     int fetched =
-        fetch(s, embedding_parameters_per_rank(m_, s.tp) * e_, -1, Phase::forward, mb, -1);
+        fetch(s, embedding_parameters_per_rank(m_, s.tp) * e_, -1, Phase::forward, mb, after);
     compute(Block::embedding, Phase::forward, -1, mb, b, 0, 2.0 * out_bytes);
     release(fetched, Stream::compute);
     if (s.tp > 1) {
@@ -563,11 +582,13 @@ class StageBuilder {
     const auto& s = p_.embedding;
     const int b = samples(-1);
     int64_t bytes = int64_t(e_) * b * m_.seq_len * m_.hidden;
+    stage_grads(-1, mb);
     if (s.tp > 1 && s.sequence_parallel)
       compute_waits_.push_back(collective(Stream::tp_comm, Collective::all_gather, GroupKind::tp,
                                           s.tp, bytes, Block::embedding, Phase::backward, -1, mb,
                                           {last_compute_}));
     int c = compute(Block::embedding, Phase::backward, -1, mb, b, 0, 2.0 * bytes);
+    flush_staging_free();
     if (mb == last_bwd_mb_[chunk_]) c = tied_reduce(c);
     if (mb == last_bwd_mb_[chunk_] || per_microbatch(-1)) c = sp_replicated_reduce(-1, c);
     reduce_grads(-1, mb, c);
@@ -643,6 +664,7 @@ class StageBuilder {
                      static_cast<int64_t>(8 * T), Block::head, Phase::forward, -1, mb, {c});
       compute_waits_.push_back(c);
     }
+    stage_grads(-1, mb);
     compute(Block::head, Phase::backward, -1, mb, b, 2 * logits_flops,
             2.0 * logits + 2.0 * e_ * T * m_.hidden);
     release(buf, Stream::compute);
@@ -662,6 +684,30 @@ class StageBuilder {
     }
   }
 
+  // Layer gradient staging (FrameworkSpec::layer_gradient_staging): under ZeRO-2/3 the
+  // backward writes a layer's whole gradients (layer -1: the stage's embedding and head's)
+  // into a buffer of their own, which the reduce-scatter reads into the shard. The buffer is
+  // allocated at the layer's first backward op and goes on the dp stream once that reduction
+  // has landed. The free is emitted after the next layer's mlp backward: the reduction of the
+  // layer above runs beside it, so the two are live together while it runs.
+  bool staged(int layer) const {
+    return staged_gradient_bytes(strat(layer < 0 ? -1 : layer), 1, p_.dtype, staging_) > 0;
+  }
+  size_t stage_slot(int layer) const { return layer < 0 ? 0 : size_t(local_of_[layer]) + 1; }
+  void stage_grads(int layer, int mb) {
+    if (!staged(layer)) return;
+    int& buf = stage_buf_[stage_slot(layer)];
+    if (buf < 0) {
+      const int64_t params = layer >= 0 ? layer_params(layer) : embed_params();
+      buf = alloc(Stream::compute, MemCategory::grads, params * e_, layer < 0 ? -1 : layer, mb,
+                  Phase::backward, Block::none);
+    }
+  }
+  void flush_staging_free() {
+    if (pending_free_ < 0) return;
+    release(std::exchange(pending_free_, -1), Stream::dp_comm, {pending_reduce_});
+  }
+
   // Data-parallel gradient reduction of a layer (layer -1: embedding, -2: untied head).
   void reduce_grads(int layer, int mb, int after) {
     const auto& s = strat(layer < 0 ? -1 : layer);
@@ -677,7 +723,13 @@ class StageBuilder {
     op.bytes = params * e_;
     op.chunk = static_cast<int16_t>(chunk_);
     if (p_.overlap_grad_reduce || per_mb) {
-      grad_reductions_.push_back(emit(op, {after}));
+      const int rs = emit(op, {after});
+      grad_reductions_.push_back(rs);
+      if (staged(layer)) {
+        flush_staging_free();
+        pending_free_ = std::exchange(stage_buf_[stage_slot(layer)], -1);
+        pending_reduce_ = rs;
+      }
     } else {
       deferred_.push_back(op);
     }
@@ -770,6 +822,7 @@ class StageBuilder {
   const ModelSpec& m_;
   const Plan& p_;
   const int M_;
+  const bool staging_;  // FrameworkSpec::layer_gradient_staging
   const int e_;
   const int nchunks_;
   const int stage_samples_;  // micro_batch * the plan's largest dp
@@ -794,16 +847,22 @@ class StageBuilder {
   // The copy that brought back the activations of the layer in backward: the sequence-parallel
   // gathers read them too, not only its compute.
   int reloaded_ = -1;
+  // [stage_slot] the live staging buffer of a layer (slot 0: embedding and head), -1: none.
+  std::vector<int> stage_buf_;
+  // The staging buffer whose reduction was issued last, freed on the dp stream once it lands.
+  int pending_free_ = -1, pending_reduce_ = -1;
 };
 
 }  // namespace
 
-Program build_program(const ModelSpec& model, const Plan& plan) {
+Program build_program(const ModelSpec& model, const Plan& plan, const FrameworkSpec& framework) {
   Program prog;
   prog.num_microbatches = plan.num_microbatches();
   prog.stages.reserve(plan.pp);
   for (int s = 0; s < plan.pp; ++s)
-    prog.stages.push_back(StageBuilder(model, plan, s, prog.num_microbatches).build());
+    prog.stages.push_back(
+        StageBuilder(model, plan, s, prog.num_microbatches, framework.layer_gradient_staging)
+            .build());
   return prog;
 }
 

@@ -110,6 +110,16 @@ BlockWork backward_of(const BlockWork& f) {
   return w;
 }
 
+int64_t kept_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Block b, int samples,
+                              Recompute rc, bool flash, Dtype dt) {
+  int64_t bytes = saved_activation_bytes(m, st, b, samples, rc, flash, dt);
+  if (rc == Recompute::full || (b != Block::attention && b != Block::mlp)) return bytes;
+  const Shape x = shape_of(m, st, samples);
+  bytes += 4 * x.Tn * (m.norm == Norm::layernorm ? 2 : 1);                    // norm statistics
+  if (b == Block::attention && !flash) bytes += 4 * x.b * (x.a / x.t) * x.s;  // log-sum-exp
+  return bytes;
+}
+
 int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Block b, int samples,
                                Recompute rc, bool flash, Dtype dt) {
   Shape x = shape_of(m, st, samples);
@@ -148,34 +158,33 @@ int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Bloc
 namespace {
 // The token-stream tensors and the ZeRO-1 receive shard shared by layers and embeddings.
 int64_t stream_workspace(const Shape& x, const LayerStrategy& st, int64_t params, int64_t e) {
-  int64_t bytes = e * x.Tn * x.h * 3 + e * x.T * x.h * 2;  // stream tensors (partial whole)
+  // The stream's gradient, the reduced value, a send and a receive: token shards under
+  // sequence parallelism; a block's partial sum before its tp reduction: whole.
+  int64_t bytes = e * x.Tn * x.h * 4 + e * x.T * x.h;
   if (st.sequence_parallel && st.tp > 1) bytes += 2 * e * x.T * x.h;  // backward gathers
   if (st.zero >= 1 && st.dp > 1) bytes += (params + st.dp - 1) / st.dp * e;
   return bytes;
 }
 }  // namespace
 
-int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int samples, Dtype dt,
-                              bool staged) {
+int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int samples, Dtype dt) {
   Shape x = shape_of(m, st, samples);
   const int64_t e = dtype_bytes(dt);
   const int64_t params = block_parameters_per_rank(m, st.tp, Block::attention) +
                          block_parameters_per_rank(m, st.tp, Block::mlp);
   int64_t bytes = stream_workspace(x, st, params, e);
-  // ZeRO-2/3: a layer's gradients are staged whole until their reduce-scatter. (The previous
-  // layer's may still be in flight, but only after the activation peak at the start of
-  // backward, when one layer is staged.)
-  if (staged && st.zero >= 2 && st.dp > 1) bytes += params * e;
   // d_qkv, d_attn, d_fc1 (gate and up), d_act
   bytes += e * x.T * ((x.h + 2 * x.kvh) / x.t + x.h / x.t + (x.ffn_gemm_width + 1) * x.f / x.t);
   return bytes;
 }
 
 int64_t embedding_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int samples,
-                                  int64_t params, Dtype dt, bool staged_grads) {
-  // ZeRO-2/3: the embedding's and head's gradients are staged whole until their reduce-scatter.
-  const int64_t staged = staged_grads && st.zero >= 2 && st.dp > 1 ? params * dtype_bytes(dt) : 0;
-  return stream_workspace(shape_of(m, st, samples), st, params, dtype_bytes(dt)) + staged;
+                                  int64_t params, Dtype dt) {
+  return stream_workspace(shape_of(m, st, samples), st, params, dtype_bytes(dt));
+}
+
+int64_t staged_gradient_bytes(const LayerStrategy& s, int64_t params, Dtype dt, bool staging) {
+  return staging && s.zero >= 2 && s.dp > 1 ? params * dtype_bytes(dt) : 0;
 }
 
 int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& st, int samples,

@@ -80,7 +80,7 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
   lc.states.add(s, params, e, optimizer_bytes_per_param(p.dtype));
   // Activations, tensor by tensor as the Program allocates them.
   auto saved = [&](Block blk, Recompute rc, bool fl) {
-    return saved_activation_bytes(m, s, blk, b, rc, fl, p.dtype);
+    return kept_activation_bytes(m, s, blk, b, rc, fl, p.dtype);
   };
   const int64_t sa = saved(Block::attention, s.recompute, flash);
   const int64_t sm = saved(Block::mlp, s.recompute, flash);

@@ -7,10 +7,11 @@
 namespace stratagem::cost_detail {
 namespace {
 
-// Activation bytes at one moment, split by category.
+// Bytes at one moment beside the resident states, split by category (grad: staged ZeRO-2/3
+// gradients).
 struct Mem {
-  int64_t act = 0, buf = 0;
-  int64_t total() const { return act + buf; }
+  int64_t act = 0, buf = 0, grad = 0;
+  int64_t total() const { return act + buf + grad; }
 };
 void keep_max(Mem& best, Mem cand) {
   if (cand.total() > best.total()) best = cand;
@@ -118,13 +119,32 @@ class Analyzer {
         ends ? embedding_head_cost(c_, es, samples(-1), geo_.tp_nodes(s, es.tp),
                                    geo_.dp_nodes(s, es.tp), with_time_)
              : EmbeddingHeadCost{};
+    // Staged gradients (Program::stage_grads): a layer's from its backward until its
+    // reduce-scatter lands, when the layer below's is written (so two at a time); the stage's
+    // embedding and head's likewise, but until the embedding's reduction at the end of the
+    // pass when one stage holds both, and across the iteration when tied embeddings are split
+    // over stages (their copies are summed once).
+    const bool staging = c_.framework().layer_gradient_staging;
+    auto staged = [&](int l) {
+      const LayerStrategy& st = p_.layers[l];
+      return staged_gradient_bytes(st,
+                                   block_parameters_per_rank(m_, st.tp, Block::attention) +
+                                       block_parameters_per_rank(m_, st.tp, Block::mlp),
+                                   p_.dtype, staging);
+    };
+    const int64_t ends_staged = staged_gradient_bytes(es, embed_params(s), p_.dtype, staging);
+    const bool tied_split = m_.tied_embeddings && pp > 1;
+    const int64_t always_staged = tied_split ? ends_staged : 0;
     for (int i = 0; i < v_; ++i) {
       const int ch = i * pp + s;
       const LayerRange r = p_.chunks[ch];
       int64_t prefix = 0, below_fetch = 0, below_reload = 0;
       Mem fp, bp;
       // The lookup's fetched weights, before any of the micro-batch's own activations.
-      if (ch == 0) keep_max(fp, {0, eh.emb_fetch.bytes});
+      if (ch == 0) keep_max(fp, {0, eh.emb_fetch.bytes, always_staged});
+      // The embedding's backward: its gradients staged beside the first layer's in flight.
+      if (ch == 0 && ends_staged > 0 && r.end > r.begin)
+        keep_max(bp, {0, 0, ends_staged + staged(r.begin)});
       double bwd_below = 0;  // backward time of the chunk's layers below the current one
       for (int l = r.begin; l < r.end; ++l) {
         const LayerStrategy& st = p_.layers[l];
@@ -135,13 +155,22 @@ class Analyzer {
         }
         const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_);
         max_samples = std::max(max_samples, samples_for(st.dp));
-        ws = std::max(ws, layer_workspace_bytes(m_, st, samples_for(st.dp), p_.dtype,
-                                                c_.framework().layer_gradient_staging));
-        keep_max(fp, {prefix + lc.fwd_act, lc.fwd_buf});
+        ws = std::max(ws, layer_workspace_bytes(m_, st, samples_for(st.dp), p_.dtype));
+        keep_max(fp, {prefix + lc.fwd_act, lc.fwd_buf, always_staged});
+        // Staged in this layer's backward: its own, the stage's embedding and head's while they
+        // are held (through the pass when one stage holds both), and during its mlp backward
+        // the reduction in flight before it: the layer above's, or atop the last chunk of a
+        // later stage the head's.
+        const int64_t held = ch == nchunks - 1 && pp == 1 ? ends_staged : always_staged;
+        const int64_t above = l + 1 < r.end                                ? staged(l + 1)
+                              : ch == nchunks - 1 && pp > 1 && !tied_split ? ends_staged
+                                                                           : 0;
         // The layer below (same chunk) is prefetched during this layer's attention backward;
         // its offloaded activations come back as soon as this layer's mlp backward has run.
-        keep_max(bp, {prefix + lc.bwd_mlp_act + below_reload, lc.bwd_buf});
-        keep_max(bp, {prefix + lc.bwd_attn_act + below_reload, lc.bwd_buf + below_fetch});
+        keep_max(bp,
+                 {prefix + lc.bwd_mlp_act + below_reload, lc.bwd_buf, staged(l) + held + above});
+        keep_max(bp, {prefix + lc.bwd_attn_act + below_reload, lc.bwd_buf + below_fetch,
+                      staged(l) + held});
         if (p_.backward_prefetch) below_fetch = lc.fwd_buf;
         below_reload = st.offload_activations ? lc.fwd_act : 0;
         prefix += lc.kept;
@@ -189,7 +218,9 @@ class Analyzer {
       }
       // fp32 logits live between the loss's forward and backward (Program::head), beside
       // the head's fetched weights.
-      if (ch == nchunks - 1) keep_max(fp, {prefix + eh.logits_bytes, eh.head_fetch.bytes});
+      // The head's backward stages its gradients before the logits go.
+      if (ch == nchunks - 1)
+        keep_max(fp, {prefix + eh.logits_bytes, eh.head_fetch.bytes, ends_staged});
       A_[i] = prefix;
       fpk_[i] = fp;
       bpk_[i] = bp;
@@ -206,9 +237,7 @@ class Analyzer {
     }
     const int64_t ep = embed_params(s);
     if (ep > 0) states.add(p_.embedding, ep, e_, opt_bpp_);
-    if (ep > 0)
-      ws = std::max(ws, embedding_workspace_bytes(m_, es, samples(-1), ep, p_.dtype,
-                                                  c_.framework().layer_gradient_staging));
+    if (ep > 0) ws = std::max(ws, embedding_workspace_bytes(m_, es, samples(-1), ep, p_.dtype));
     if (with_time_)
       extras(s, eh, ep, states.device_opt_params, states.host_opt_params, deferred, sc);
 
@@ -216,13 +245,13 @@ class Analyzer {
     MemoryBreakdown& mb = sc.memory;
     const int64_t w = states.weights, g = states.grads, o = states.optimizer;
     mb.weights_bytes = w;
-    mb.grads_bytes = g;
+    mb.grads_bytes = g + peak.grad;
     mb.optimizer_bytes = o;
     mb.activations_bytes = peak.act;
     mb.buffers_bytes = peak.buf + ws;
     mb.context_bytes = c_.cluster().gpu.context_overhead_bytes;
     mb.fragmentation_bytes = static_cast<int64_t>(c_.cluster().gpu.allocator_fragmentation *
-                                                  double(w + g + o + peak.act + peak.buf + ws));
+                                                  double(w + g + o + peak.total() + ws));
     sc.workspace_bytes = ws;
   }
 
@@ -329,7 +358,8 @@ class Analyzer {
     bool same = true;
     for (int i = 1; i < v_; ++i)
       same = same && A_[i] == A_[0] && fpk_[i].act == fpk_[0].act && fpk_[i].buf == fpk_[0].buf &&
-             bpk_[i].act == bpk_[0].act && bpk_[i].buf == bpk_[0].buf;
+             fpk_[i].grad == fpk_[0].grad && bpk_[i].act == bpk_[0].act &&
+             bpk_[i].buf == bpk_[0].buf && bpk_[i].grad == bpk_[0].grad;
     if (same) {
       Mem best = fpk_[0];
       keep_max(best, bpk_[0]);
@@ -342,12 +372,12 @@ class Analyzer {
     Mem best;
     auto fwd = [&](int k) {
       const int c = (k % period) / pp;
-      keep_max(best, {alive + fpk_[c].act, fpk_[c].buf});
+      keep_max(best, {alive + fpk_[c].act, fpk_[c].buf, fpk_[c].grad});
       alive += A_[c];
     };
     auto bwd = [&](int k) {
       const int c = v_ - 1 - (k % period) / pp;
-      keep_max(best, {alive - A_[c] + bpk_[c].act, bpk_[c].buf});
+      keep_max(best, {alive - A_[c] + bpk_[c].act, bpk_[c].buf, bpk_[c].grad});
       alive -= A_[c];
     };
     int f = 0, b = 0;

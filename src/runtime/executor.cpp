@@ -142,7 +142,13 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
     throw InputError("sequence parallel: " + std::to_string(N) +
                      " tokens per micro-batch do not split over tp " + std::to_string(tp));
   Ns = sp_on ? N / tp : N;
-  program = build_program(spec, plan);
+  {
+    // This runtime stages a ZeRO-2/3 layer's gradients whole until its reduce-scatter
+    // (data/frameworks/stratagem.json): the Program holds those buffers.
+    FrameworkSpec runtime;
+    runtime.layer_gradient_staging = true;
+    program = build_program(spec, plan, runtime);
+  }
   sp = &program.stages.at(stage);
 
   // The Program's static buffers (weights, gradients, optimizer states) are resident for the
@@ -283,13 +289,41 @@ void Executor::Impl::poll_sends() {
   }
 }
 
+bool Executor::Impl::deps_landed(uint32_t i) {
+  const Op& op = sp->ops[i];
+  const uint32_t* deps = sp->deps_of(op);
+  for (uint32_t d = 0; d < op.dep_count; ++d) {
+    auto it = inflight.find(static_cast<int>(deps[d]));
+    if (it != inflight.end() && !it->second.request->test()) return false;
+  }
+  return true;
+}
+
+void Executor::Impl::poll_frees() {
+  for (auto it = pending_frees.begin(); it != pending_frees.end();) {
+    const uint32_t i = *it;
+    if (!deps_landed(i)) {
+      ++it;
+      continue;
+    }
+    const Op& op = sp->ops[i];
+    const uint32_t* deps = sp->deps_of(op);
+    for (uint32_t d = 0; d < op.dep_count; ++d) complete(static_cast<int>(deps[d]));
+    run(i);
+    it = pending_frees.erase(it);
+  }
+}
+
 void Executor::Impl::run(uint32_t i) {
   const Op& op = sp->ops[i];
   switch (op.kind) {
     case OpKind::alloc:
       if (static_buffers.count(op.buffer)) return;
       pool.alloc(op.buffer, op.category, op.bytes);
-      buffer_of[{int(op.block), int(op.phase), op.layer, op.microbatch}] = op.buffer;
+      if (op.category == MemCategory::grads)
+        staging_buffer[op.layer] = op.buffer;  // ZeRO-2/3: the layer's staged gradients
+      else
+        buffer_of[{int(op.block), int(op.phase), op.layer, op.microbatch}] = op.buffer;
       return;
     case OpKind::free: {
       if (static_buffers.count(op.buffer)) return;
@@ -300,7 +334,11 @@ void Executor::Impl::run(uint32_t i) {
         buffer_users.erase(users);
       }
       pool.free(op.buffer);
-      buffer_of.erase({int(op.block), int(op.phase), op.layer, op.microbatch});
+      if (op.category != MemCategory::grads)
+        buffer_of.erase({int(op.block), int(op.phase), op.layer, op.microbatch});
+      else if (auto s = staging_buffer.find(op.layer);
+               s != staging_buffer.end() && s->second == op.buffer)
+        staging_buffer.erase(s);
       if (auto f = fetched.find(op.buffer); f != fetched.end()) {
         for (const ParamInfo* e : f->second) weight_field(model.weights, e->name) = Tensor{};
         fetched.erase(f);
@@ -348,6 +386,12 @@ StepResult Executor::Impl::step(int64_t s) {
   for (uint32_t i = 0; i < sp->ops.size(); ++i) {
     const Op& op = sp->ops[i];
     const uint32_t* deps = sp->deps_of(op);
+    if (op.kind == OpKind::free && op.stream == Stream::dp_comm && !deps_landed(i)) {
+      // The buffer a reduction still reads goes when that reduction lands, as on the Program's
+      // dp stream: the rank goes on meanwhile.
+      pending_frees.push_back(i);
+      continue;
+    }
     for (uint32_t d = 0; d < op.dep_count; ++d) complete(static_cast<int>(deps[d]));
     const int64_t start = now_ns();
     run(i);
@@ -358,9 +402,11 @@ StepResult Executor::Impl::step(int64_t s) {
       result.timings.push_back({i, start, now_ns()});
     }
     poll_sends();
+    poll_frees();
     sample_memory();
   }
   complete_all();
+  poll_frees();
   micro.clear();
   staging.clear();
   buffer_users.clear();

@@ -84,10 +84,17 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   lc.states = x.states.weights + x.states.grads + x.states.optimizer;
   lc.kept = x.kept;
   // The attention backward overlaps the fetch of the layer below, taken to be of this size.
-  lc.transient = std::max({x.fwd_act - x.kept + x.fwd_buf, x.bwd_mlp_act - x.kept + x.bwd_buf,
-                           x.bwd_attn_act - x.kept + 2 * x.bwd_buf});
-  lc.workspace =
-      layer_workspace_bytes(m_, s, b, dtype_, costs_.front()->framework().layer_gradient_staging);
+  // The mlp backward writes the layer's staged gradients while the reduction of the layer
+  // above's, taken to be of this size, is in flight (the estimator's moments).
+  const int64_t staged =
+      staged_gradient_bytes(s,
+                            block_parameters_per_rank(m_, s.tp, Block::attention) +
+                                block_parameters_per_rank(m_, s.tp, Block::mlp),
+                            dtype_, costs_.front()->framework().layer_gradient_staging);
+  lc.transient =
+      std::max({x.fwd_act - x.kept + x.fwd_buf, x.bwd_mlp_act - x.kept + x.bwd_buf + 2 * staged,
+                x.bwd_attn_act - x.kept + 2 * x.bwd_buf + staged});
+  lc.workspace = layer_workspace_bytes(m_, s, b, dtype_);
   lc.boundary = boundary_activation_bytes(m_, s, b, dtype_);
   lc.kernel_s = x.fwd_s + x.bwd_s + x.rec_s;
   lc.busy_s = lc.kernel_s + x.tp_fwd_s + x.tp_bwd_s + x.tp_rec_s;
@@ -157,9 +164,12 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
   states_of(first_p, ec.first_states, ec.first_tail_s, ec.first_dp_stream_s, true);
   states_of(last_p + tied_copy, ec.last_states, ec.last_tail_s, ec.last_dp_stream_s, false);
   states_of(first_p + last_p, ec.only_states, ec.only_tail_s, ec.only_dp_stream_s, true);
-  ec.workspace =
-      embedding_workspace_bytes(m_, es, b, std::max(first_p + last_p, last_p + tied_copy), dtype_,
-                                costs_.front()->framework().layer_gradient_staging);
+  // The embedding's and head's staged gradients are held through a pass's backward (pp 1) or
+  // the iteration (tied embeddings split over stages): counted as held throughout.
+  const int64_t ends_params = std::max(first_p + last_p, last_p + tied_copy);
+  ec.workspace = embedding_workspace_bytes(m_, es, b, ends_params, dtype_) +
+                 staged_gradient_bytes(es, ends_params, dtype_,
+                                       costs_.front()->framework().layer_gradient_staging);
   ec.last_dp_stream_s += x.head_fetch.time_s;
   ec.only_dp_stream_s += x.head_fetch.time_s;
   if (!pp_one && m_.tied_embeddings) {

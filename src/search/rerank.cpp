@@ -24,7 +24,7 @@ void simulate_candidate(const ModelSpec& m, const ClusterSpec& c, const Framewor
                         int64_t budget, SearchCandidate& x) {
   const Plan& p = x.plan;
   Layout layout(p, c);
-  Program prog = build_program(m, p);
+  Program prog = build_program(m, p, fw);
   CostModel cost(m, c, p, fw);
   CostModelCosts costs(cost);
   SimOptions opt;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Peak memory, measured by the runtime against the simulator's forecast for the same plan on
-# cpu-local, per rank, with each category (weights, grads, optimizer, activations, buffers,
-# KiB, measured/forecast) at each one's peak: the plans of the parallel-equals-serial test,
-# offloading included, and the ones whose gap is known and open.
+# cpu-local, per rank: each category's own peak over the step (weights, grads, optimizer,
+# activations, buffers) and the total's, KiB, measured/forecast: the plans of the
+# parallel-equals-serial test, offloading included, and those that had known gaps.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${STRATAGEM_BIN:-${BUILD:-build}/stratagem}
@@ -19,7 +19,7 @@ cat >"$WORK/llama.json" <<'JSON'
  "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 96, "vocab": 256, "seq_len": 32}
 JSON
 LLAMA=(--model "$WORK/llama.json")
-echo "peak memory: measured / forecast (simulate on cpu-local), KiB; tolerance 10%"
+echo "peak memory: measured / forecast (simulate on cpu-local), KiB; tolerance 10% (buffers: see below)"
 plan() {  # name np model batch flags...
   local name=$1 np=$2 model=$3 batch=$4; shift 4
   local -n m=$model
@@ -45,7 +45,10 @@ plan pp2_dp4_z3_offload_params 8 LLAMA "$B16" --pp 2 --dp 4 --zero 3 --offload p
 plan dp8_z2_offload_opt 8 GPT "$B16" --dp 8 --zero 2 --offload optimizer
 plan tp2_dp2_sp_z3_offload_all_full 4 LLAMA "$B8" --tp 2 --dp 2 --sequence-parallel --zero 3 \
   --offload optimizer,params,activations --recompute full
-echo "known gaps (open):"
+# Were known gaps (staging as workspace, early first fetches, unordered reload/free, norm
+# statistics), now modelled.
 plan tp2_pp2_dp2_z3_tied 8 GPT "$B8" --tp 2 --pp 2 --dp 2 --zero 3
 plan dp4_z3_offload_act 4 LLAMA "$B8" --dp 4 --zero 3 --offload activations --recompute selective
 plan tp2_pp2_dp2_offload_params 8 GPT "$B8" --tp 2 --pp 2 --dp 2 --zero 1 --offload params
+echo "open gap: buffers (the estimator's static per-stage workspace against the runtime's"
+echo "transient scratch; with a flat ZeRO partition a rank receives up to a whole layer)"

@@ -93,6 +93,7 @@ struct Executor::Impl {
   // ZeRO-2: per layer (-1: embedding and head) the staging buffers of its flat runs, written
   // by one micro-batch's backward until its reduce-scatter.
   std::map<int, std::vector<std::pair<int64_t, Tensor>>> staging;
+  std::map<int, int> staging_buffer;  // layer (-1: embedding and head) -> its Program buffer
   Workspace ws;
   std::map<int, Micro> micro;
   std::map<int, int> static_buffers;  // setup buffers, resident across steps: id -> category
@@ -106,6 +107,7 @@ struct Executor::Impl {
   std::map<int, InFlight> inflight;   // op index -> transfer not yet completed
   std::map<int, size_t> timing_slot;  // async op -> its entry in out->timings (end at completion)
   std::map<int, std::vector<int>> buffer_users;  // buffer -> ops whose completion reads it
+  std::vector<uint32_t> pending_frees;  // dp-stream frees waiting for their reduction to land
   int64_t step_index = 0;
   int last_dp_reduce = -1;  // the dp reduce-scatter in flight
   double loss_sum = 0;
@@ -120,6 +122,8 @@ struct Executor::Impl {
   void complete(int op);  // waits for op's transfer and runs its completion (once)
   void complete_all();
   void poll_sends();
+  bool deps_landed(uint32_t op);  // every transfer op waits for has landed (tested, not waited)
+  void poll_frees();              // runs the pending frees whose transfers have landed
   void issue(int op, RequestPtr request, std::function<void()> on_done = {});
   int64_t now_ns() const;
   void sample_memory();

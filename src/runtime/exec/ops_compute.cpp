@@ -291,8 +291,12 @@ Tensor Executor::Impl::grad_shard() {
 void Executor::Impl::stage_gradients(int layer) {
   if (!staged || staging.count(layer)) return;
   auto& bufs = staging[layer];
+  auto at = staging_buffer.find(layer);
+  if (at == staging_buffer.end())
+    throw std::logic_error("executor: no staging buffer in the Program for layer " +
+                           std::to_string(layer));
   for (auto [a, b] : model.table.ranges_of_layer(layer)) {
-    Tensor t = pool.scratch(Shape{b - a});
+    Tensor t = pool.take(at->second, Shape{b - a});
     be.fill(t, 0.0f);
     bufs.push_back({a, t});
     for (const ParamInfo& e : model.table.entries())
