@@ -74,6 +74,14 @@ class Analyzer {
   int64_t boundary(int layer) const {
     return boundary_activation_bytes(m_, strat(layer), samples(layer), p_.dtype);
   }
+  // A pipeline transfer's time (a one-entry cache: a plan's stages mostly send the same).
+  double p2p_s(int64_t bytes, bool same_node) {
+    if (bytes != p2p_bytes_ || same_node != p2p_same_node_) {
+      p2p_bytes_ = bytes, p2p_same_node_ = same_node;
+      p2p_time_s_ = c_.p2p_cost(bytes, same_node).time_s();
+    }
+    return p2p_time_s_;
+  }
   double coll(Collective k, int64_t bytes, int size, int nodes) const {
     return c_.collective_cost(k, bytes, size, nodes).time_s();
   }
@@ -87,6 +95,17 @@ class Analyzer {
     if (last && !first && m_.tied_embeddings)
       n += vocab_rows_per_rank(m_, p_.embedding.tp) * m_.hidden;
     return n;
+  }
+
+  // One layer's parameters on a rank of tensor degree tp (a one-entry cache: the staged
+  // gradients ask for it three times a layer).
+  int64_t layer_params(int tp) {
+    if (tp != params_tp_) {
+      params_tp_ = tp;
+      params_ = block_parameters_per_rank(m_, tp, Block::attention) +
+                block_parameters_per_rank(m_, tp, Block::mlp);
+    }
+    return params_;
   }
 
   const LayerCost& layer_cost(const LayerStrategy& s, int tp_nodes, int dp_nodes) {
@@ -104,7 +123,10 @@ class Analyzer {
 
   void stage(int s, StageCost& sc) {
     const int pp = p_.pp;
-    geo_tp_ = 0;  // group placement depends on the stage
+    // Group placement depends on where the stage starts within a node: stages that start at
+    // the same offset (every stage, when a stage fills whole nodes) share it.
+    const int64_t phase = (s * geo_.D) % geo_.g;
+    if (phase != geo_phase_) geo_phase_ = phase, geo_tp_ = 0;
     const int nchunks = int(p_.chunks.size());
     ModelStates states;
     int max_samples = samples(-1);
@@ -127,10 +149,7 @@ class Analyzer {
     const bool staging = c_.framework().layer_gradient_staging;
     auto staged = [&](int l) {
       const LayerStrategy& st = p_.layers[l];
-      return staged_gradient_bytes(st,
-                                   block_parameters_per_rank(m_, st.tp, Block::attention) +
-                                       block_parameters_per_rank(m_, st.tp, Block::mlp),
-                                   p_.dtype, staging);
+      return staged_gradient_bytes(st, layer_params(st.tp), p_.dtype, staging);
     };
     const int64_t ends_staged = staged_gradient_bytes(es, embed_params(s), p_.dtype, staging);
     const bool tied_split = m_.tied_embeddings && pp > 1;
@@ -155,7 +174,7 @@ class Analyzer {
         }
         const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_);
         max_samples = std::max(max_samples, samples_for(st.dp));
-        ws = std::max(ws, layer_workspace_bytes(m_, st, samples_for(st.dp), p_.dtype));
+        ws = std::max(ws, lc.workspace);
         keep_max(fp, {prefix + lc.fwd_act, lc.fwd_buf, always_staged});
         // Staged in this layer's backward: its own, the stage's embedding and head's while they
         // are held (through the pass when one stage holds both), and during its mlp backward
@@ -228,11 +247,9 @@ class Analyzer {
       if (with_time_) {
         // Pipeline sends: activations to the next chunk, gradients to the previous one.
         if (ch < nchunks - 1)
-          sc.p2p_fwd_s +=
-              c_.p2p_cost(boundary(r.end - 1), geo_.same_node(s, (s + 1) % pp)).time_s();
+          sc.p2p_fwd_s += p2p_s(boundary(r.end - 1), geo_.same_node(s, (s + 1) % pp));
         if (ch > 0)
-          sc.p2p_bwd_s +=
-              c_.p2p_cost(boundary(r.begin - 1), geo_.same_node(s, (s + pp - 1) % pp)).time_s();
+          sc.p2p_bwd_s += p2p_s(boundary(r.begin - 1), geo_.same_node(s, (s + pp - 1) % pp));
       }
     }
     const int64_t ep = embed_params(s);
@@ -398,6 +415,10 @@ class Analyzer {
   Geometry geo_;
   int max_dp_ = 1, M_ = 1, v_ = 1;
   int geo_tp_ = 0, tp_nodes_ = 1, dp_nodes_ = 1;
+  int64_t geo_phase_ = -1;
+  int64_t p2p_bytes_ = -1;
+  bool p2p_same_node_ = false;
+  double p2p_time_s_ = 0;
   std::vector<int64_t>& A_;
   std::vector<Mem>& fpk_;
   std::vector<Mem>& bpk_;
@@ -405,6 +426,8 @@ class Analyzer {
   std::vector<Reduce>& reduces_;
 
   bool have_ = false;
+  int params_tp_ = 0;
+  int64_t params_ = 0;
   LayerStrategy cached_st_;
   int cached_tp_nodes_ = 0, cached_dp_nodes_ = 0;
   LayerCost cached_;
