@@ -8,10 +8,11 @@
 //    counted beside them, so the measured memory is the Program's accounting made real.
 //  - Groups and peers come from the Layout through ParallelState.
 // Supported: tensor parallelism (with sequence parallelism), pipeline parallelism under GPipe,
-// 1F1B and interleaved 1F1B, data parallelism with ZeRO 0-3, recompute none, selective and
-// full. Plans with offloading or per-layer heterogeneous strategies (and ZeRO-2/3 with
-// sequence parallelism or a tied embedding split over stages) are refused with NotSupported
-// naming the feature.
+// 1F1B and interleaved 1F1B, data parallelism with ZeRO 0-3 chosen layer by layer (each
+// layer's parameters partitioned over the dp group on their own), recompute and activation
+// offload layer by layer, parameter and optimizer offload for the whole model. Per-layer
+// heterogeneous tp/dp/sp and per-layer parameter or optimizer offload are refused with
+// NotSupported naming the feature.
 #pragma once
 #include <mpi.h>
 
@@ -68,6 +69,15 @@ struct MemorySample {
   std::array<int64_t, kNumMemCategories> bytes_in_use{};
 };
 
+// A run of the flat parameter buffer, [flat_begin, flat_end), that a rank holds at `local` in
+// one of its state tensors (weights, or the optimizer's moments). dp_replicated: every
+// data-parallel replica holds the same values (one writes them to a checkpoint); otherwise it
+// is this rank's ZeRO piece of its layer.
+struct FlatRun {
+  int64_t flat_begin = 0, flat_end = 0, local = 0;
+  bool dp_replicated = true;
+};
+
 struct StepResult {
   int64_t step = 0;
   float loss = 0;       // mean over the global batch (on every rank)
@@ -95,15 +105,12 @@ class Executor {
   // This rank's model part (a stage's layers, one tensor-parallel share) and its state.
   Model& model();
   AdamW& optimizer();
-  // The flat range of the parameters whose optimizer state this rank holds (ZeRO-1: a shard).
-  int64_t shard_begin() const;
-  int64_t shard_end() const;
-  // ZeRO-3: model().params holds only [shard_begin, shard_end) of the flat parameters.
-  bool params_sharded() const;
-  // Whether this rank writes the data-parallel-replicated state of [begin, end) in a
-  // checkpoint (one replica does; ZeRO shards are written by their owners).
+  // Where the flat parameters sit in model().params (ZeRO-3 layers: only this rank's piece)
+  // and in optimizer().m()/v() (ZeRO-1/2/3 layers: only this rank's piece).
+  const std::vector<FlatRun>& param_runs() const;
+  const std::vector<FlatRun>& optimizer_runs() const;
+  // This rank's index in its data-parallel group (replica 0 writes replicated state).
   int dp_index() const;
-  int dp_size() const;
   const Program& program() const;
   const StageProgram& stage_program() const;
   int64_t high_water_bytes() const;       // device pool, over the steps so far

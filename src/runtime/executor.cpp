@@ -15,6 +15,12 @@ namespace stratagem {
 namespace {
 using Clock = std::chrono::steady_clock;
 
+// The layer a parameter belongs to (-1: outside the layers).
+int layer_of(const std::string& name) {
+  if (name.rfind("layers.", 0) != 0) return -1;
+  return std::stoi(name.substr(7, name.find('.', 7) - 7));
+}
+
 }  // namespace
 
 namespace {
@@ -47,11 +53,13 @@ void check_host_pool(const ModelSpec& m, const Plan& p, const ClusterSpec& c) {
   const int64_t f = sizeof(float);
   int64_t per_rank = 0, states_max = 0, acts_max = 0;
   for (int stage = 0; stage < p.pp; ++stage) {
-    const int64_t n = make_param_table(whole, stage_part(p, stage, 0)).size();
-    const int64_t shard = e.zero >= 1 ? (n + e.dp - 1) / e.dp : n;
-    int64_t states = e.offload_params ? (e.zero == 3 && e.dp > 1 ? shard : n) * f : 0;
+    // As the executor holds them (its first data-parallel rank's pieces).
+    const ModelPart part = stage_part(p, stage, 0);
+    const exec::Sharding sh =
+        exec::make_sharding(make_param_table(whole, part), p, part.layer_list(whole.layers), 0, 0);
+    int64_t states = e.offload_params ? sh.weights.size() * f : 0;
     if (e.offload_optimizer)  // moments, the gradients handed down, the master copy
-      states += shard * f * (e.offload_params ? 3 : 4);
+      states += sh.state.size() * f * (e.offload_params ? 3 : 4);
     int64_t acts = 0, acts_peak = 0;  // the Program's activation copies, in its order
     for (const Op& op : prog.stages[stage].ops) {
       if (op.category != MemCategory::activations) continue;
@@ -90,11 +98,14 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
                          e.describe() +
                          "): per-layer parameter and optimizer offload is not executed yet "
                          "(activation offload is)");
-    if (s.tp != e.tp || s.dp != e.dp || s.sequence_parallel != e.sequence_parallel ||
-        s.zero != e.zero)
+    // One tensor-parallel share, one data-parallel group and one micro-batch shape per rank
+    // (each layer's ZeRO stage, recompute and activation offload are its own).
+    if (s.tp != e.tp || s.dp != e.dp || s.sequence_parallel != e.sequence_parallel)
       throw NotSupported("layer " + std::to_string(l) + " (" + s.describe() +
-                         ") differs from the embedding's strategy (" + e.describe() +
-                         "): per-layer heterogeneous tp/dp/sp/ZeRO plans are not executed yet");
+                         ") differs from the embedding's tp/dp/sp (" + e.describe() +
+                         "): per-layer heterogeneous tp/dp/sp plans are not executed yet "
+                         "(activations and gradients resharded between layers; per-layer ZeRO "
+                         "stages are)");
   }
   bool offloads = false;
   for (const LayerStrategy& s : p.layers)
@@ -129,7 +140,6 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
   const LayerStrategy& es = plan.embedding;
   tp = es.tp;
   dp = es.dp;
-  zero = es.zero;
   sp_on = es.sequence_parallel && tp > 1;
   local = whole.sharded(tp);
   stage = ps.stage();
@@ -161,75 +171,73 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
   model.tp_rank = tp_index;
   model.table = make_param_table(whole, part);
   const int64_t n = model.table.size();
-  // ZeRO partition: contiguous, even slices of the flat buffer over the dp group (every
-  // member holds the same layout).
-  for (int d = 0; d <= dp; ++d) shard_bounds.push_back(n * d / dp);
-  shard_begin = zero >= 1 ? shard_bounds[dp_index] : 0;
-  shard_end = zero >= 1 ? shard_bounds[dp_index + 1] : n;
-  const int64_t shard = shard_end - shard_begin;
-  // ZeRO-2 keeps only this rank's shard of the gradients: a layer's backward writes into a
-  // staging buffer that its reduce-scatter folds into the shard (grad_shard()).
-  staged = zero >= 2 && dp > 1;
-  // ZeRO-3 keeps only this rank's shard of the weights: each use gathers them into the
-  // Program's fetch buffer (fetch()).
-  sharded_params = zero == 3 && dp > 1;
+  // Each layer's ZeRO stage decides what of its partition this rank keeps: ZeRO-3 layers only
+  // their weights' piece (gathered into the Program's fetch buffer for each use), ZeRO-2 their
+  // gradients' piece (a layer's backward writes into staging that its reduce-scatter folds into
+  // the piece), ZeRO-1 their optimizer state's piece.
+  shards =
+      exec::make_sharding(model.table, plan, part.layer_list(whole.layers), dp_index, tp_index);
   // Offloaded parameters (ZeRO-Offload / ZeRO-Infinity) live in the host pool and come up
-  // into the Program's fetch buffers for each use, as ZeRO-3's shards are gathered.
+  // into the Program's fetch buffers for each use, as ZeRO-3's pieces are gathered.
   params_on_host = es.offload_params;
   optimizer_on_host = es.offload_optimizer;
-  fetched_params = sharded_params || params_on_host;
-  const Shape param_shape{sharded_params ? shard : n};
+  const Shape param_shape{shards.weights.size()}, state_shape{shards.state.size()};
   model.params = params_on_host ? host_tensor(MemCategory::weights, param_shape)
                                 : pool.take(w_buf, param_shape);
-  model.grads = pool.take(g_buf, Shape{staged ? shard : n});
-  if (params_on_host && !sharded_params) {
-    init_parameters(be, whole, model.table, model.params, opt.seed);
-    model.weights.slot = bind_weights(whole, model.table, model.params).slot;
-    model.weights.layers.assign(model.weights.slot.size(), LayerWeights{});
-    model.weights.layers.resize(part.layers.size());
-  } else if (sharded_params) {
-    Tensor all = pool.scratch(Shape{n});
+  model.grads = pool.take(g_buf, Shape{shards.grads.size()});
+  {
+    // Initialized whole (the same values under any layout), then each held run kept.
+    Tensor all = shards.weights.size() == n ? model.params : pool.scratch(Shape{n});
     init_parameters(be, whole, model.table, all, opt.seed);
-    be.copy(model.params, all.slice(shard_begin, Shape{shard}));
-    model.weights.slot = bind_weights(whole, model.table, all).slot;
-    model.weights.layers.assign(model.weights.slot.size(), LayerWeights{});
-    model.weights.layers.resize(part.layers.size());
-  } else {
-    init_parameters(be, whole, model.table, model.params, opt.seed);
-    model.weights = bind_weights(whole, model.table, model.params);
+    if (all.data != model.params.data)
+      for (const FlatRun& r : shards.weights.runs()) {
+        Tensor dst = model.params.slice(r.local, Shape{r.flat_end - r.flat_begin});
+        be.copy(dst, all.slice(r.flat_begin, dst.shape));
+      }
+    model.weights = bind_weights(whole, model.table, all);  // slots; fields bound below
+    model.grad_weights = model.weights;
+  }
+  for (const ParamInfo& e : model.table.entries()) {
+    const exec::Segment& seg = shards.of(layer_of(e.name));
+    // Weights stay bound where they are resident on the device; the others only while a
+    // fetch buffer holds them.
+    weight_field(model.weights, e.name) =
+        seg.sharded_weights() || params_on_host
+            ? Tensor{}
+            : model.params.slice(shards.weights.local(e.offset), e.shape);
+    // Staged layers bind their gradients to staging in backward (stage_gradients).
+    weight_field(model.grad_weights, e.name) =
+        seg.sharded_grads() ? Tensor{} : model.grads.slice(shards.grads.local(e.offset), e.shape);
   }
   be.fill(model.grads, 0.0f);
-  if (!staged)
-    model.grad_weights = bind_weights(whole, model.table, model.grads);
-  else
-    model.grad_weights = model.weights;  // slots only: backward binds its staging
   if (optimizer_on_host) {
-    // ZeRO-Offload: AdamW's moments, the master copy of the shard and the gradients it is
-    // handed live in the host pool; the update runs there, on a backend of its own.
-    adamw = std::make_unique<AdamW>(be, host_tensor(MemCategory::optimizer, Shape{shard}),
-                                    host_tensor(MemCategory::optimizer, Shape{shard}), opt.adamw);
+    // ZeRO-Offload: AdamW's moments, the master copy of the state's weights (unless the
+    // weights live on the host already) and the gradients it is handed live in the host pool;
+    // the update runs there, on a backend of its own.
+    adamw = std::make_unique<AdamW>(be, host_tensor(MemCategory::optimizer, state_shape),
+                                    host_tensor(MemCategory::optimizer, state_shape), opt.adamw);
     host_be = make_cpu_backend();
-    host_grads = host_tensor(MemCategory::grads, Shape{shard});
-    Tensor device_shard =
-        sharded_params ? model.params : model.params.slice(shard_begin, Shape{shard});
-    if (params_on_host) {
-      host_master = device_shard;  // already the host's
-    } else {
-      host_master = host_tensor(MemCategory::weights, Shape{shard});
-      be.copy(host_master, device_shard);
+    host_grads = host_tensor(MemCategory::grads, state_shape);
+    if (!params_on_host) {
+      host_master = host_tensor(MemCategory::weights, state_shape);
+      for (auto& [master, p] : state_pairs(host_master, false)) be.copy(master, p);
     }
   } else {
-    adamw = std::make_unique<AdamW>(be, pool.take(o_buf, Shape{shard}),
-                                    pool.take(o_buf, Shape{shard}), opt.adamw);
+    adamw = std::make_unique<AdamW>(be, pool.take(o_buf, state_shape),
+                                    pool.take(o_buf, state_shape), opt.adamw);
   }
-
-  // The global gradient norm counts each logical element once: one data-parallel replica (or
-  // the shard owner), one tp rank for replicated tensors, and not the tied head copy.
-  norm_owner.assign(static_cast<size_t>(n), 0);
-  for (const ParamInfo& e : model.table.entries()) {
-    if (e.tied_copy || (e.replicated && tp_index != 0)) continue;
-    for (int64_t i = e.offset; i < e.offset + e.numel(); ++i)
-      norm_owner[i] = zero >= 1 ? (i >= shard_begin && i < shard_end) : dp_index == 0;
+  // The update, one piece per run of the state: on the device, the weights and gradients
+  // where they are; on the host, the master copy (or the host-resident weights) and the
+  // gradients handed down, laid out as the state.
+  for (const FlatRun& r : shards.state.runs()) {
+    const Shape len{r.flat_end - r.flat_begin};
+    Tensor w = model.params.slice(shards.weights.local(r.flat_begin), len);
+    Tensor g = model.grads.slice(shards.grads.local(r.flat_begin), len);
+    if (optimizer_on_host) {
+      if (!params_on_host) w = host_master.slice(r.local, len);
+      g = host_grads.slice(r.local, len);
+    }
+    adamw_runs.push_back({w, g, r.local, model.table.spans(r.flat_begin, r.flat_end)});
   }
   ws.B = B;
   ws.T = T;
@@ -391,20 +399,14 @@ Model& Executor::model() {
 AdamW& Executor::optimizer() {
   return *impl_->adamw;
 }
-int64_t Executor::shard_begin() const {
-  return impl_->shard_begin;
+const std::vector<FlatRun>& Executor::param_runs() const {
+  return impl_->shards.weights.runs();
 }
-int64_t Executor::shard_end() const {
-  return impl_->shard_end;
-}
-bool Executor::params_sharded() const {
-  return impl_->sharded_params;
+const std::vector<FlatRun>& Executor::optimizer_runs() const {
+  return impl_->shards.state.runs();
 }
 int Executor::dp_index() const {
   return impl_->dp_index;
-}
-int Executor::dp_size() const {
-  return impl_->dp;
 }
 const Program& Executor::program() const {
   return impl_->program;

@@ -28,7 +28,7 @@ p = json.load(open(sys.argv[1]))
 p["layers"] = [dict(run, layers=[0, 1]), dict(run, layers=[1, 2], tp=2, dp=2)]
 json.dump(p, open(sys.argv[2], "w"))
 PY
-refused "per-layer heterogeneous tp/dp/sp/ZeRO plans are not executed yet" 4 --plan "$WORK/mixed.json"
+refused "per-layer heterogeneous tp/dp/sp plans are not executed yet" 4 --plan "$WORK/mixed.json"
 # Layer 0's weights and optimizer state offloaded, layer 1's not.
 $PY - "$WORK/plan.json" "$WORK/offload.json" <<'PY' || fail "cannot write the offload plan"
 import json, sys

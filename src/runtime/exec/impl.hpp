@@ -11,6 +11,7 @@
 
 #include "src/runtime/exec/copy_stream.hpp"
 #include "src/runtime/exec/memory.hpp"
+#include "src/runtime/exec/shards.hpp"
 #include "stratagem/executor.hpp"
 
 namespace stratagem {
@@ -59,7 +60,7 @@ struct Executor::Impl {
   ExecutorOptions opt;
   Program program;
   const StageProgram* sp = nullptr;
-  int stage = 0, tp = 1, tp_index = 0, dp = 1, dp_index = 0, zero = 0;
+  int stage = 0, tp = 1, tp_index = 0, dp = 1, dp_index = 0;
   bool sp_on = false;     // sequence parallel
   int B = 1, T = 1;       // samples per rank per micro-batch, sequence length
   int64_t N = 1, Ns = 1;  // tokens per micro-batch, and this rank's token shard
@@ -70,13 +71,11 @@ struct Executor::Impl {
   exec::BufferPool pool;
   Model model;
   std::unique_ptr<AdamW> adamw;
-  std::vector<int64_t> shard_bounds;  // dp+1 boundaries of the ZeRO-1 partition
-  int64_t shard_begin = 0, shard_end = 0;
-  std::vector<uint8_t> norm_owner;  // 1 where this rank counts an element in the grad norm
-  bool staged = false;              // ZeRO-2/3: model.grads holds only this rank's shard
-  bool sharded_params = false;      // ZeRO-3: model.params holds only this rank's shard
-  // Weights are bound only while a fetch buffer holds them (ZeRO-3, or offloaded parameters).
-  bool fetched_params = false;
+  // Each layer's ZeRO partition, and where model.params, model.grads and AdamW's moments
+  // hold which flat elements (exec/shards.hpp).
+  exec::Sharding shards;
+  std::vector<AdamW::Run> adamw_runs;  // the update (device or host), one piece per state run
+  // Weights are bound only while a fetch buffer holds them (ZeRO-3 layers, offloaded weights).
   std::map<int, std::vector<const ParamInfo*>> fetched;  // fetch buffer -> tensors bound
   // ---- offloading (ZeRO-Offload, H3T): the host pool, apart from the device's ledger ------
   std::shared_ptr<exec::MemoryLedger> host_ledger;
@@ -85,8 +84,8 @@ struct Executor::Impl {
   bool params_on_host = false;       // model.params lives in the host pool
   bool optimizer_on_host = false;    // AdamW's state and its update live on the host
   std::unique_ptr<Backend> host_be;  // the host's kernels, used on the d2h stream only
-  Tensor host_master;                // the shard AdamW updates on the host
-  Tensor host_grads;                 // the gradient shard copied down for it
+  Tensor host_master;                // the state's weights AdamW updates on the host
+  Tensor host_grads;                 // the gradients copied down for it (both as the state)
   bool master_stale = false;         // device weights changed outside a step (checkpoint load)
   bool host_update_pending = false;  // this step's norm was finite: the host updates
   float host_lr = 0;
@@ -145,7 +144,9 @@ struct Executor::Impl {
   void finish_head_backward(Micro& m, const Tensor& d_xn);
   void optimizer_step();
   void stage_gradients(int layer);  // ZeRO-2: bind the layer's gradients to fresh staging
-  Tensor grad_shard();              // the gradients of [shard_begin, shard_end)
+  // (state tensor view, other tensor view) for each run of the optimizer state: the gradients,
+  // or the weights, of the elements whose optimizer state this rank holds.
+  std::vector<std::pair<Tensor, Tensor>> state_pairs(const Tensor& state_like, bool grads);
   std::vector<const ParamInfo*> fetch_set(const Op& op, Micro* m) const;
   void fetch(const Op& op, int index);  // ZeRO-3: gather a layer's (or embedding's) weights
   bool attention_keeps_probs(int layer) const;
@@ -167,7 +168,6 @@ struct Executor::Impl {
   void send(const Op& op, int index);
   void recv(const Op& op, int index);
   int pp_tag(const Op& op, bool sending) const;
-  std::vector<int64_t> shard_counts(int64_t a, int64_t b) const;
 };
 
 }  // namespace stratagem

@@ -283,13 +283,20 @@ void Executor::Impl::finish_head_backward(Micro& m, const Tensor& d_xn) {
   m.x_final = m.xn = m.head_mean = m.head_rstd = Tensor{};
 }
 
-Tensor Executor::Impl::grad_shard() {
-  const Shape s{shard_end - shard_begin};
-  return staged ? model.grads.view(s) : model.grads.slice(shard_begin, s);
+std::vector<std::pair<Tensor, Tensor>> Executor::Impl::state_pairs(const Tensor& state_like,
+                                                                   bool grads) {
+  std::vector<std::pair<Tensor, Tensor>> out;
+  const exec::FlatMap& other = grads ? shards.grads : shards.weights;
+  const Tensor& t = grads ? model.grads : model.params;
+  for (const FlatRun& r : shards.state.runs()) {
+    const Shape len{r.flat_end - r.flat_begin};
+    out.push_back({state_like.slice(r.local, len), t.slice(other.local(r.flat_begin), len)});
+  }
+  return out;
 }
 
 void Executor::Impl::stage_gradients(int layer) {
-  if (!staged || staging.count(layer)) return;
+  if (!shards.of(layer).sharded_grads() || staging.count(layer)) return;
   auto& bufs = staging[layer];
   for (auto [a, b] : model.table.ranges_of_layer(layer)) {
     Tensor t = pool.scratch(Shape{b - a});
@@ -323,18 +330,8 @@ void Executor::Impl::optimizer_step() {
   complete_all();  // every gradient reduction of the step has landed
   if (!opt.update) return;
   double sq = 0;
-  const int64_t n = model.table.size();
-  for (int64_t i = 0; i < n;) {  // runs of counted elements
-    if (!norm_owner[i]) {
-      ++i;
-      continue;
-    }
-    int64_t j = i;
-    while (j < n && norm_owner[j]) ++j;
-    sq += be.sum_squares(staged ? model.grads.slice(i - shard_begin, Shape{j - i})
-                                : model.grads.slice(i, Shape{j - i}));
-    i = j;
-  }
+  for (auto [a, b] : shards.norm_runs)
+    sq += be.sum_squares(model.grads.slice(shards.grads.local(a), Shape{b - a}));
   ps.world().all_reduce_sum(&sq, 1);
   const double norm = std::sqrt(sq);
   out->grad_norm = static_cast<float>(norm);
@@ -343,17 +340,20 @@ void Executor::Impl::optimizer_step() {
   // optimizer state as they were; the trainer decides whether to stop or go on.
   if (!std::isfinite(norm)) return;
   const float coef = clip_coefficient(norm, opt.grad_clip);
-  Tensor g_shard = grad_shard();
-  Tensor p_shard = sharded_params ? model.params
-                                  : model.params.slice(shard_begin, Shape{shard_end - shard_begin});
-  if (coef != 1.0f) be.scale(g_shard, coef);
+  // The gradients of the elements whose state this rank holds (on the device, before any
+  // copy down).
+  if (coef != 1.0f)
+    for (const FlatRun& r : shards.state.runs()) {
+      Tensor g =
+          model.grads.slice(shards.grads.local(r.flat_begin), Shape{r.flat_end - r.flat_begin});
+      be.scale(g, coef);
+    }
   if (optimizer_on_host) {  // the host_compute op updates, once the gradients are down
     host_update_pending = true;
     host_lr = out->lr;
     return;
   }
-  const auto spans = model.table.spans(shard_begin, shard_end);
-  adamw->step(be, p_shard, g_shard, spans, out->lr);
+  adamw->step(be, adamw_runs, out->lr);
 }
 
 void Executor::Impl::compute(const Op& op) {
