@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every parallel layout (tensor, sequence, pipeline and data parallel, ZeRO 1-3, offloading) equals the serial run with the same global batch and seed: losses over
+# Every parallel layout (tensor, sequence, pipeline and data parallel, ZeRO 1-3 also chosen layer
+# by layer, offloading) equals the serial run with the same global batch and seed: losses over
 # 5 steps to 1e-5 relative and final weights to 1e-5 (from the checkpoints, which hold the
 # whole tensors). Each run's measured peak memory per rank is within 10% of the simulator's
 # forecast for the same plan on cpu-local (the tolerance of the issue: a forecast that misses
@@ -27,20 +28,43 @@ check() {  # kind a b tol
 case_() {
   local name=$1 np=$2 model=$3 batch=$4 serial_flags=$5 plan=$6
   local -n m=$model
+  local plan_batch=$batch dtype="--dtype fp32"  # a plan file holds its batch and dtype
+  [[ $plan == --plan* ]] && plan_batch="" dtype=""
   # shellcheck disable=SC2086
   run "$name.serial" 1 "${m[@]}" $batch --dp 1 $serial_flags
   # shellcheck disable=SC2086
-  run "$name" "$np" "${m[@]}" $batch $plan
+  run "$name" "$np" "${m[@]}" $plan_batch $plan
   check losses "$WORK/$name.serial.jsonl" "$WORK/$name.jsonl" 1e-5
   check weights "$WORK/$name.serial/step-00000005.h5" "$WORK/$name/step-00000005.h5" 1e-5
   # The forecast models the cluster the run was launched on (train writes it into its trace).
   $PY -c 'import h5py,sys; print(h5py.File(sys.argv[1],"r").attrs["cluster"])' "$WORK/$name.h5" \
     >"$WORK/$name.cluster.json"
   # shellcheck disable=SC2086
-  "$BIN" simulate "${m[@]}" $batch $plan --dtype fp32 --cluster "$WORK/$name.cluster.json" \
+  "$BIN" simulate "${m[@]}" $plan_batch $plan $dtype --cluster "$WORK/$name.cluster.json" \
     --json >"$WORK/$name.forecast.json" || fail "$name: simulate failed"
   check memory "$WORK/$name.h5" "$WORK/$name.forecast.json" 0.10
   echo "ok: $name ($plan)"
+}
+# layer_plan NAME MODEL "SHORTHAND" 'EDIT': $WORK/NAME.json, the shorthand plan with per-layer
+# strategies set by a Python statement (L(begin, end, field=value...) is a run of layers).
+layer_plan() {
+  local name=$1 model=$2 flags=$3 edit=$4
+  local -n m=$model
+  # shellcheck disable=SC2086
+  "$BIN" plan check "${m[@]}" --cluster cpu-local --nodes 1 --dtype fp32 $flags \
+    -o "$WORK/$name.base.json" >/dev/null || fail "$name: plan check failed"
+  $PY - "$WORK/$name.base.json" "$WORK/$name.json" "$edit" <<'PY' || fail "$name: plan edit failed"
+import json, sys
+p = json.load(open(sys.argv[1]))
+(run,) = p["layers"]
+def L(b, e, **kw):
+    r = json.loads(json.dumps(run))
+    r.update(kw)
+    r["layers"] = [b, e]
+    return r
+exec(sys.argv[3])
+json.dump(p, open(sys.argv[2], "w"))
+PY
 }
 B8="--global-batch 8 --micro-batch 2"
 case_ tp2 2 GPT "$B8" "" "--tp 2 --dp 1"
@@ -70,6 +94,24 @@ case_ tp2_dp2_sp_z3_offload_all_full 4 LLAMA "$B8" "--recompute full" "--tp 2 --
 B16="--global-batch 16 --micro-batch 1"
 case_ pp2_dp4_z3_offload_params 8 LLAMA "$B16" "" "--pp 2 --dp 4 --zero 3 --offload params"
 case_ dp8_z2_offload_opt 8 GPT "$B16" "" "--dp 8 --zero 2 --offload optimizer"
+# Per-layer ZeRO stages (Galvatron-BMW's per-layer DP/SDP, H3T's per-layer ZeRO): each layer's
+# parameters have their own partition over the dp group, and each layer's stage decides what
+# of it a rank keeps; recompute and activation offload differ by layer too.
+ACT='{"optimizer": False, "params": False, "activations": True}'
+layer_plan dp4_zero_per_layer GPT8 "--dp 4 $B8" "p['embedding']['zero'] = 3
+p['layers'] = [L(0, 1, zero=1), L(1, 2, zero=3), L(2, 3, zero=1), L(3, 4, zero=3),
+               L(4, 5, zero=2, offload=$ACT), L(5, 6, zero=3, recompute='full'),
+               L(6, 7, zero=1, offload=$ACT, recompute='full'), L(7, 8, zero=0)]"
+case_ dp4_zero_per_layer 4 GPT8 "$B8" "" "--plan $WORK/dp4_zero_per_layer.json"
+layer_plan tp2_dp2_sp_zero_per_layer LLAMA "--tp 2 --dp 2 --sequence-parallel $B8" \
+  "p['embedding']['zero'] = 1
+p['layers'] = [L(0, 1, zero=3), L(1, 2, zero=2), L(2, 3, zero=1), L(3, 4, zero=3, recompute='full')]"
+case_ tp2_dp2_sp_zero_per_layer 4 LLAMA "$B8" "" "--plan $WORK/tp2_dp2_sp_zero_per_layer.json"
+# Weights and optimizer offloaded (the whole model), the ZeRO stage by layer.
+layer_plan dp4_zero_per_layer_offload LLAMA "--dp 4 --offload optimizer,params $B8" \
+  "p['embedding']['zero'] = 3
+p['layers'] = [L(0, 1, zero=1), L(1, 2, zero=3), L(2, 3, zero=2), L(3, 4, zero=0)]"
+case_ dp4_zero_per_layer_offload 4 LLAMA "$B8" "" "--plan $WORK/dp4_zero_per_layer_offload.json"
 # Tied word embeddings split over pipeline stages under ZeRO-2/3: both stages stage the copies'
 # gradients whole until their sum, once per iteration, then reduce-scatter them.
 case_ pp2_dp2_z2_tied 4 GPT "$B8" "" "--pp 2 --dp 2 --zero 2"

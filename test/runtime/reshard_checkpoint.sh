@@ -32,9 +32,38 @@ same "$WORK/straight.jsonl" "$WORK/osecond.jsonl"
 echo "ok: dp 4 ZeRO-3 offloaded -> tp 2 x pp 2 x dp 2: step 6 loss $(last_loss "$WORK/osecond.jsonl")"
 # ... and back: tp 2 x pp 2 x dp 2 -> ZeRO-1 with the optimizer offloaded.
 train 8 hfirst "${HYB[@]}" --ckpt-dir "$WORK/hck" --stop-after 5
+cp -r "$WORK/hck" "$WORK/hck2"  # for the per-layer ZeRO plan below (each resume saves step 6)
 train 2 othird --dp 2 --zero 1 --offload optimizer --ckpt-dir "$WORK/hck" --resume
 same "$WORK/straight.jsonl" "$WORK/othird.jsonl"
 echo "ok: tp 2 x pp 2 x dp 2 -> dp 2 ZeRO-1 optimizer offloaded: step 6 loss $(last_loss "$WORK/othird.jsonl")"
+# Per-layer ZeRO stages (dp 4; layers alternate ZeRO-1 and ZeRO-3, the embedding and head
+# ZeRO-2): each layer's pieces are hyperslabs of its whole tensors. Saved -> tp 2 x pp 2 x dp 2,
+# and tp 2 x pp 2 x dp 2's checkpoint -> the per-layer plan.
+"$BIN" plan check "${M8[@]}" --cluster cpu-local --nodes 1 --dtype fp32 --dp 4 \
+  -o "$WORK/zp.base.json" >/dev/null || fail "plan check failed"
+$PY - "$WORK/zp.base.json" "$WORK/zp.json" <<'PY' || fail "cannot write the per-layer plan"
+import json, sys
+p = json.load(open(sys.argv[1]))
+(run,) = p["layers"]
+p["embedding"]["zero"] = 2
+p["layers"] = [dict(run, layers=[l, l + 1], zero=1 if l % 2 == 0 else 3) for l in range(8)]
+json.dump(p, open(sys.argv[2], "w"))
+PY
+MODEL8=("${M8[@]:0:10}")  # the model flags without the batch: the plan file holds it
+ztrain() {  # name flags...
+  local name=$1; shift
+  timeout 120 "${MPIRUN[@]}" -np 4 "$BIN" train "${MODEL8[@]}" --plan "$WORK/zp.json" \
+    --data "$WORK/data.bin" --steps 6 --log-json "$WORK/$name.jsonl" "$@" >"$WORK/$name.log" 2>&1 ||
+    fail "$name: $(tail -3 "$WORK/$name.log")"
+}
+ztrain zfirst --ckpt-dir "$WORK/zck" --stop-after 5
+train 8 zsecond "${HYB[@]}" --ckpt-dir "$WORK/zck" --resume
+same "$WORK/straight.jsonl" "$WORK/zsecond.jsonl"
+echo "ok: dp 4 per-layer ZeRO 1/3 -> tp 2 x pp 2 x dp 2: step 6 loss $(last_loss "$WORK/zsecond.jsonl")"
+ztrain zthird --ckpt-dir "$WORK/hck2" --resume
+grep -q "resumed from .*step-00000005.h5 at step 5" "$WORK/zthird.log" || fail "no resume"
+same "$WORK/straight.jsonl" "$WORK/zthird.jsonl"
+echo "ok: tp 2 x pp 2 x dp 2 -> dp 4 per-layer ZeRO 1/3: step 6 loss $(last_loss "$WORK/zthird.jsonl")"
 # pp 4 interleaved (vpp 2) -> pp 1 on one rank.
 VPP=(--pp 4 --dp 1 --schedule interleaved --vpp 2)
 train 4 vstraight "${VPP[@]}"
