@@ -8,11 +8,13 @@
 //    counted beside them, so the measured memory is the Program's accounting made real.
 //  - Groups and peers come from the Layout through ParallelState.
 // Supported: tensor parallelism (with sequence parallelism), pipeline parallelism under GPipe,
-// 1F1B and interleaved 1F1B, data parallelism with ZeRO 0-3 chosen layer by layer (each
-// layer's parameters partitioned over the dp group on their own), recompute and activation
-// offload layer by layer, parameter and optimizer offload for the whole model. Per-layer
-// heterogeneous tp/dp/sp and per-layer parameter or optimizer offload are refused with
-// NotSupported naming the feature.
+// 1F1B and interleaved 1F1B, data parallelism with ZeRO 0-3, recompute and activation offload,
+// all chosen layer by layer: each layer has its own (tp, dp) (activations and gradients are
+// resharded between layers by the Program's reshard collectives), its own tensor-parallel share
+// and its own ZeRO partition over its dp group. Parameter and optimizer offload apply to the
+// whole model. Refused with NotSupported naming the feature: per-layer parameter or optimizer
+// offload, sequence parallelism in a plan whose layers differ in tp, and a last layer whose
+// (tp, dp) differs from the LM head's (the Program has no reshard there).
 #pragma once
 #include <mpi.h>
 
@@ -71,11 +73,12 @@ struct MemorySample {
 
 // A run of the flat parameter buffer, [flat_begin, flat_end), that a rank holds at `local` in
 // one of its state tensors (weights, or the optimizer's moments). dp_replicated: every
-// data-parallel replica holds the same values (one writes them to a checkpoint); otherwise it
-// is this rank's ZeRO piece of its layer.
+// data-parallel replica of its layer holds the same values (replica 0, dp_first, writes them
+// to a checkpoint); otherwise it is this rank's ZeRO piece of its layer.
 struct FlatRun {
   int64_t flat_begin = 0, flat_end = 0, local = 0;
   bool dp_replicated = true;
+  bool dp_first = true;
 };
 
 struct StepResult {
@@ -109,8 +112,6 @@ class Executor {
   // and in optimizer().m()/v() (ZeRO-1/2/3 layers: only this rank's piece).
   const std::vector<FlatRun>& param_runs() const;
   const std::vector<FlatRun>& optimizer_runs() const;
-  // This rank's index in its data-parallel group (replica 0 writes replicated state).
-  int dp_index() const;
   const Program& program() const;
   const StageProgram& stage_program() const;
   int64_t high_water_bytes() const;       // device pool, over the steps so far
@@ -126,10 +127,11 @@ class Executor {
 };
 
 // Throws NotSupported (naming the feature) for a plan the runtime cannot run yet on this
-// backend, before any work: per-layer heterogeneous tp/dp/sp/ZeRO, per-layer parameter or
-// optimizer offload, a dtype the backend does not compute in; and InputError for a tp that does
-// not divide the heads, or offloading beyond the node's host memory (cluster
-// node.host_memory_bytes, shared by the node's ranks).
+// backend, before any work: per-layer parameter or optimizer offload, sequence parallelism
+// beside per-layer tp, a last layer whose (tp, dp) differs from the embedding's, a dtype the
+// backend does not compute in; and InputError for a tp that does not divide the heads, or
+// offloading beyond the node's host memory (cluster node.host_memory_bytes, shared by the
+// node's ranks).
 void check_runnable(const ModelSpec& model, const Plan& plan, const ClusterSpec& cluster,
                     const std::string& backend);
 

@@ -56,10 +56,10 @@ std::vector<CheckpointPiece> checkpoint_pieces(Executor& ex, bool writing) {
     // One writer per logical element: the first data-parallel replica where the values are
     // replicated (or the ZeRO piece's owner), the first tp rank of replicated tensors, and not
     // the tied head copy. Each layer's ZeRO stage decides which (Executor::param_runs).
-    const bool tp_owner = !e.replicated || m.tp_rank == 0;
+    const bool tp_owner = !e.replicated || e.tp_rank == 0;
     const bool owner = tp_owner && !e.tied_copy;
     auto writes = [&](const FlatRun& r) {
-      return !writing || (owner && (!r.dp_replicated || ex.dp_index() == 0));
+      return !writing || (owner && (!r.dp_replicated || r.dp_first));
     };
     for (const FlatRun& r : ex.param_runs())
       if (writes(r))

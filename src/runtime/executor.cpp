@@ -24,18 +24,22 @@ int layer_of(const std::string& name) {
 }  // namespace
 
 namespace {
-// The model part a rank of `stage` holds: its chunks' layers, the embedding on the first
-// stage, the head on the last, one tensor-parallel share.
-ModelPart stage_part(const Plan& plan, int stage, int tp_rank) {
+// The model part a rank of `stage` (at index `local` in it) holds: its chunks' layers, the
+// embedding on the first stage, the head on the last, and of each its tensor-parallel share.
+ModelPart stage_part(const Plan& plan, int stage, int local) {
   ModelPart part;
   part.embedding = stage == 0;
   part.head = stage == plan.pp - 1;
   part.tp = plan.embedding.tp;
-  part.tp_rank = tp_rank;
+  part.tp_rank = Layout::tp_index(local, part.tp);
   for (size_t c = stage; c < plan.chunks.size(); c += plan.pp)
     for (int l = plan.chunks[c].begin; l < plan.chunks[c].end; ++l) part.layers.push_back(l);
   std::sort(part.layers.begin(), part.layers.end());
   if (part.layers.empty()) part.first_layer = part.end_layer = 0;
+  for (const LayerStrategy& s : plan.layers) {
+    part.layer_tp.push_back(s.tp);
+    part.layer_tp_rank.push_back(Layout::tp_index(local, s.tp));
+  }
   return part;
 }
 
@@ -56,7 +60,7 @@ void check_host_pool(const ModelSpec& m, const Plan& p, const ClusterSpec& c) {
     // As the executor holds them (its first data-parallel rank's pieces).
     const ModelPart part = stage_part(p, stage, 0);
     const exec::Sharding sh =
-        exec::make_sharding(make_param_table(whole, part), p, part.layer_list(whole.layers), 0, 0);
+        exec::make_sharding(make_param_table(whole, part), p, part.layer_list(whole.layers), 0);
     int64_t states = e.offload_params ? sh.weights.size() * f : 0;
     if (e.offload_optimizer)  // moments, the gradients handed down, the master copy
       states += sh.state.size() * f * (e.offload_params ? 3 : 4);
@@ -98,15 +102,37 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
                          e.describe() +
                          "): per-layer parameter and optimizer offload is not executed yet "
                          "(activation offload is)");
-    // One tensor-parallel share, one data-parallel group and one micro-batch shape per rank
-    // (each layer's ZeRO stage, recompute and activation offload are its own).
-    if (s.tp != e.tp || s.dp != e.dp || s.sequence_parallel != e.sequence_parallel)
-      throw NotSupported("layer " + std::to_string(l) + " (" + s.describe() +
-                         ") differs from the embedding's tp/dp/sp (" + e.describe() +
-                         "): per-layer heterogeneous tp/dp/sp plans are not executed yet "
-                         "(activations and gradients resharded between layers; per-layer ZeRO "
-                         "stages are)");
   }
+  // Heterogeneous (tp, dp) per layer: activations and gradients are resharded between
+  // consecutive layers by the Program's reshard all-gathers (or sliced where dp grows).
+  bool hetero = false;
+  for (const LayerStrategy& s : p.layers) hetero = hetero || s.tp != p.embedding.tp;
+  auto sp = [](const LayerStrategy& s) { return s.sequence_parallel && s.tp > 1; };
+  for (size_t l = 0; l < p.layers.size(); ++l) {
+    const LayerStrategy& s = p.layers[l];
+    const LayerStrategy& prev = l == 0 ? p.embedding : p.layers[l - 1];
+    if (!hetero && sp(s) != sp(p.embedding))
+      throw NotSupported("layer " + std::to_string(l) + " (" + s.describe() +
+                         "): sequence parallelism that differs from the embedding's (" +
+                         p.embedding.describe() + ") is not executed yet");
+    if (!hetero) continue;
+    if (sp(s) || sp(prev))
+      throw NotSupported("layer " + std::to_string(l) + " (" + s.describe() +
+                         "): sequence parallelism in a plan whose layers differ in tp/dp is not "
+                         "executed yet (the reshards move whole-sequence activations)");
+    if (s.tp % prev.tp && prev.tp % s.tp)
+      throw InputError("layer " + std::to_string(l) + " (" + s.describe() +
+                       "): tp does not divide the previous layer's (" + prev.describe() +
+                       ") nor is divided by it: no reshard group");
+    transformer_config(m).sharded(s.tp);
+  }
+  // The Program reshards between consecutive layers but not between the last layer and the LM
+  // head, which works in the embedding's (tp, dp).
+  if (hetero && p.layers.back().tp != p.embedding.tp)
+    throw NotSupported("the last layer (" + p.layers.back().describe() +
+                       ") differs in tp/dp from the embedding and LM head (" +
+                       p.embedding.describe() +
+                       "): the Program has no reshard before the LM head yet");
   bool offloads = false;
   for (const LayerStrategy& s : p.layers)
     offloads = offloads || s.offload_optimizer || s.offload_params || s.offload_activations;
@@ -166,7 +192,43 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
     if (op.category == MemCategory::grads) g_buf = op.buffer;
     if (op.category == MemCategory::optimizer) o_buf = op.buffer;
   }
-  const ModelPart part = stage_part(plan, stage, tp_index);
+  const ModelPart part = stage_part(plan, stage, ps.coords().local);
+  shares[-1] = LayerShare{tp, tp_index, dp, dp_index, sp_on, B, N, Ns, local, nullptr};
+  // Every layer's (a neighbouring stage's layers too: what crosses the boundary is in their
+  // layout); scratch for this stage's.
+  const std::vector<int> held = part.layer_list(whole.layers);
+  for (int l = 0; l < whole.layers; ++l) {
+    const LayerStrategy& s = plan.layers[l];
+    LayerShare sh;
+    sh.tp = s.tp;
+    sh.tp_index = ps.tp_index(s.tp);
+    sh.dp = s.dp;
+    sh.dp_index = ps.dp_index(s.tp);
+    sh.sp = s.sequence_parallel && s.tp > 1;
+    sh.B = plan.samples_per_rank(s.dp);
+    sh.N = int64_t(sh.B) * T;
+    if (sh.sp && sh.N % sh.tp)
+      throw InputError("sequence parallel: " + std::to_string(sh.N) +
+                       " tokens per micro-batch do not split over tp " + std::to_string(sh.tp));
+    sh.Ns = sh.sp ? sh.N / sh.tp : sh.N;
+    sh.local = whole.sharded(s.tp);
+    if (!std::binary_search(held.begin(), held.end(), l)) {
+      shares[l] = sh;
+      continue;
+    }
+    // The backward's scratch, one per tp degree (B x width / tp is the same for every layer).
+    auto [w, fresh] = workspaces.try_emplace(s.tp);
+    if (fresh) {
+      w->second.B = sh.B;
+      w->second.T = T;
+      w->second.d_qkv = pool.scratch(Shape{sh.B, T, sh.local.qkv_width()});
+      w->second.d_attn = pool.scratch(Shape{sh.B, T, sh.local.attn_width()});
+      w->second.d_fc1 = pool.scratch(Shape{sh.B, T, sh.local.fc1_width()});
+      w->second.d_act = pool.scratch(Shape{sh.B, T, sh.local.ffn_hidden});
+    }
+    sh.ws = &w->second;
+    shares[l] = sh;
+  }
   model.config = local;
   model.tp_rank = tp_index;
   model.table = make_param_table(whole, part);
@@ -175,8 +237,7 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
   // their weights' piece (gathered into the Program's fetch buffer for each use), ZeRO-2 their
   // gradients' piece (a layer's backward writes into staging that its reduce-scatter folds into
   // the piece), ZeRO-1 their optimizer state's piece.
-  shards =
-      exec::make_sharding(model.table, plan, part.layer_list(whole.layers), dp_index, tp_index);
+  shards = exec::make_sharding(model.table, plan, held, ps.coords().local);
   // Offloaded parameters (ZeRO-Offload / ZeRO-Infinity) live in the host pool and come up
   // into the Program's fetch buffers for each use, as ZeRO-3's pieces are gathered.
   params_on_host = es.offload_params;
@@ -239,12 +300,6 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
     }
     adamw_runs.push_back({w, g, r.local, model.table.spans(r.flat_begin, r.flat_end)});
   }
-  ws.B = B;
-  ws.T = T;
-  ws.d_qkv = pool.scratch(Shape{B, T, local.qkv_width()});
-  ws.d_attn = pool.scratch(Shape{B, T, local.attn_width()});
-  ws.d_fc1 = pool.scratch(Shape{B, T, local.fc1_width()});
-  ws.d_act = pool.scratch(Shape{B, T, local.ffn_hidden});
 }
 
 int64_t Executor::Impl::now_ns() const {
@@ -404,9 +459,6 @@ const std::vector<FlatRun>& Executor::param_runs() const {
 }
 const std::vector<FlatRun>& Executor::optimizer_runs() const {
   return impl_->shards.state.runs();
-}
-int Executor::dp_index() const {
-  return impl_->dp_index;
 }
 const Program& Executor::program() const {
   return impl_->program;

@@ -51,7 +51,7 @@ layer_plan() {
   local name=$1 model=$2 flags=$3 edit=$4
   local -n m=$model
   # shellcheck disable=SC2086
-  "$BIN" plan check "${m[@]}" --cluster cpu-local --nodes 1 --dtype fp32 $flags \
+  "$BIN" plan check "${m[@]}" --cluster cpu-local --dtype fp32 $flags \
     -o "$WORK/$name.base.json" >/dev/null || fail "$name: plan check failed"
   $PY - "$WORK/$name.base.json" "$WORK/$name.json" "$edit" <<'PY' || fail "$name: plan edit failed"
 import json, sys
@@ -98,20 +98,37 @@ case_ dp8_z2_offload_opt 8 GPT "$B16" "" "--dp 8 --zero 2 --offload optimizer"
 # parameters have their own partition over the dp group, and each layer's stage decides what
 # of it a rank keeps; recompute and activation offload differ by layer too.
 ACT='{"optimizer": False, "params": False, "activations": True}'
-layer_plan dp4_zero_per_layer GPT8 "--dp 4 $B8" "p['embedding']['zero'] = 3
+layer_plan dp4_zero_per_layer GPT8 "--nodes 1 --dp 4 $B8" "p['embedding']['zero'] = 3
 p['layers'] = [L(0, 1, zero=1), L(1, 2, zero=3), L(2, 3, zero=1), L(3, 4, zero=3),
                L(4, 5, zero=2, offload=$ACT), L(5, 6, zero=3, recompute='full'),
                L(6, 7, zero=1, offload=$ACT, recompute='full'), L(7, 8, zero=0)]"
 case_ dp4_zero_per_layer 4 GPT8 "$B8" "" "--plan $WORK/dp4_zero_per_layer.json"
-layer_plan tp2_dp2_sp_zero_per_layer LLAMA "--tp 2 --dp 2 --sequence-parallel $B8" \
+layer_plan tp2_dp2_sp_zero_per_layer LLAMA "--nodes 1 --tp 2 --dp 2 --sequence-parallel $B8" \
   "p['embedding']['zero'] = 1
 p['layers'] = [L(0, 1, zero=3), L(1, 2, zero=2), L(2, 3, zero=1), L(3, 4, zero=3, recompute='full')]"
 case_ tp2_dp2_sp_zero_per_layer 4 LLAMA "$B8" "" "--plan $WORK/tp2_dp2_sp_zero_per_layer.json"
 # Weights and optimizer offloaded (the whole model), the ZeRO stage by layer.
-layer_plan dp4_zero_per_layer_offload LLAMA "--dp 4 --offload optimizer,params $B8" \
+layer_plan dp4_zero_per_layer_offload LLAMA "--nodes 1 --dp 4 --offload optimizer,params $B8" \
   "p['embedding']['zero'] = 3
 p['layers'] = [L(0, 1, zero=1), L(1, 2, zero=3), L(2, 3, zero=2), L(3, 4, zero=0)]"
 case_ dp4_zero_per_layer_offload 4 LLAMA "$B8" "" "--plan $WORK/dp4_zero_per_layer_offload.json"
+# Heterogeneous (tp, dp) per layer (the issue's plan): layers alternate between tp 4 x dp 2
+# and tp 1 x dp 8 on 8 ranks; the stream is all-gathered over the reshard groups where dp
+# shrinks and sliced where it grows (the gradient the other way round), each layer's weights
+# are its own tp share with its own ZeRO partition; full recompute, activation offload and
+# ZeRO stages differ by layer too.
+layer_plan tp4dp2_tp1dp8_alternating GPT8 "--nodes 2 --dp 8 $B16" "p['layers'] = [
+    L(0, 1, tp=4, dp=2), L(1, 2, recompute='full'), L(2, 3, tp=4, dp=2, offload=$ACT),
+    L(3, 4, offload=$ACT), L(4, 5, tp=4, dp=2, recompute='full'), L(5, 6, zero=1),
+    L(6, 7, tp=4, dp=2, zero=3, offload=$ACT, recompute='full'), L(7, 8, zero=2)]"
+case_ tp4dp2_tp1dp8_alternating 8 GPT8 "$B16" "" "--plan $WORK/tp4dp2_tp1dp8_alternating.json"
+# ... across pipeline stages: the stream crosses the stage boundary in the sending layer's
+# layout (tp 2 x dp 2 -> tp 1 x dp 4: sliced by the receiver; its gradient gathered before
+# being sent back), and tp 4 x dp 1 beside tp 2 x dp 2.
+layer_plan pp2_tp_per_layer GPT8 "--nodes 2 --pp 2 --dp 4 $B16" "p['layers'] = [
+    L(0, 1), L(1, 2, tp=2, dp=2), L(2, 3, zero=1), L(3, 4, tp=2, dp=2, recompute='full'),
+    L(4, 5, zero=3), L(5, 6, tp=4, dp=1), L(6, 7, tp=2, dp=2, zero=1), L(7, 8)]"
+case_ pp2_tp_per_layer 8 GPT8 "$B16" "" "--plan $WORK/pp2_tp_per_layer.json"
 # Tied word embeddings split over pipeline stages under ZeRO-2/3: both stages stage the copies'
 # gradients whole until their sum, once per iteration, then reduce-scatter them.
 case_ pp2_dp2_z2_tied 4 GPT "$B8" "" "--pp 2 --dp 2 --zero 2"

@@ -18,7 +18,8 @@ refused() {  # needle np args...
 refused "the plan needs 8 ranks .* MPI started 4" 4 --tp 2 --pp 2 --dp 2 --nodes 2
 refused "the plan needs pp 1 x 2 = 2 GPUs but .* has 4" 4 --tp 2 --dp 1 --nodes 1 --global-batch 8
 refused "tp 3 does not divide heads" 3 --tp 3 --dp 1
-# A per-layer heterogeneous plan: layer 1 with tp 2 x dp 2 beside layer 0 with tp 1 x dp 4.
+# A per-layer heterogeneous plan whose last layer (tp 2 x dp 2) differs from the LM head's
+# (tp 1 x dp 4, the embedding's): the Program has no reshard between them.
 "$BIN" plan check "${TINY[@]}" --cluster cpu-local --nodes 1 --dp 4 --global-batch 8 \
   --micro-batch 2 --dtype fp32 -o "$WORK/plan.json" >/dev/null || fail "plan check failed"
 $PY - "$WORK/plan.json" "$WORK/mixed.json" <<'PY' || fail "cannot write the mixed plan"
@@ -28,7 +29,7 @@ p = json.load(open(sys.argv[1]))
 p["layers"] = [dict(run, layers=[0, 1]), dict(run, layers=[1, 2], tp=2, dp=2)]
 json.dump(p, open(sys.argv[2], "w"))
 PY
-refused "per-layer heterogeneous tp/dp/sp plans are not executed yet" 4 --plan "$WORK/mixed.json"
+refused "the Program has no reshard before the LM head yet" 4 --plan "$WORK/mixed.json"
 # Layer 0's weights and optimizer state offloaded, layer 1's not.
 $PY - "$WORK/plan.json" "$WORK/offload.json" <<'PY' || fail "cannot write the offload plan"
 import json, sys

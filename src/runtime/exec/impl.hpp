@@ -47,6 +47,18 @@ struct Micro {
   Tensor x_final, xn, xn_whole, head_mean, head_rstd, logits, ce_max, ce_sums;
 };
 
+// One layer's place in the parallel layout (layer -1: the embedding and head's). A
+// heterogeneous plan gives each layer its own tp and dp (their product is the stage's device
+// count): its own tensor-parallel share, and its own samples per rank.
+struct LayerShare {
+  int tp = 1, tp_index = 0, dp = 1, dp_index = 0;
+  bool sp = false;        // sequence parallel
+  int B = 1;              // samples per rank per micro-batch
+  int64_t N = 1, Ns = 1;  // tokens per micro-batch, and this rank's token shard
+  TransformerConfig local;
+  Workspace* ws = nullptr;
+};
+
 struct Executor::Impl {
   Impl(ParallelState& state, const ModelSpec& model, const Plan& plan, Backend& backend,
        const SampleSource& samples, ExecutorOptions options);
@@ -65,6 +77,9 @@ struct Executor::Impl {
   int B = 1, T = 1;       // samples per rank per micro-batch, sequence length
   int64_t N = 1, Ns = 1;  // tokens per micro-batch, and this rank's token shard
   TransformerConfig whole, local;
+  // Per layer of this stage (and -1); the members above are the embedding and head's.
+  std::map<int, LayerShare> shares;
+  std::map<int, Workspace> workspaces;  // the backward's scratch, by tp degree
 
   // ---- state -----------------------------------------------------------------------------
   std::shared_ptr<exec::MemoryLedger> ledger;
@@ -92,7 +107,6 @@ struct Executor::Impl {
   // ZeRO-2: per layer (-1: embedding and head) the staging buffers of its flat runs, written
   // by one micro-batch's backward until its reduce-scatter.
   std::map<int, std::vector<std::pair<int64_t, Tensor>>> staging;
-  Workspace ws;
   std::map<int, Micro> micro;
   std::map<int, int> static_buffers;  // setup buffers, resident across steps: id -> category
   std::map<std::tuple<int, int, int, int>, int> buffer_of;  // (block, phase, layer, mb) -> id
@@ -130,6 +144,15 @@ struct Executor::Impl {
   int buffer(Block b, Phase ph, int layer, int m) const;
   Shape stream_shape() const { return Shape{Ns, int64_t(whole.hidden)}; }
   Shape full_shape() const { return Shape{B, T, int64_t(whole.hidden)}; }
+  const LayerShare& share(int layer) const { return shares.at(layer < 0 ? -1 : layer); }
+  Shape stream_shape(int layer) const { return Shape{share(layer).Ns, int64_t(whole.hidden)}; }
+  Shape full_shape(int layer) const { return Shape{share(layer).B, T, int64_t(whole.hidden)}; }
+  // Between layers whose dp differs without a collective (the next layer's dp is larger): this
+  // rank's slice of the samples, of the stream entering `layer` in forward or of the gradient
+  // leaving it in backward (exec/reshard.cpp).
+  void fit_flow(Flow& f, int layer);
+  void fit_grad(Micro& m, int layer);
+  void reshard(const Op& op, int index);  // the Program's reshard all-gathers
   void embedding_forward(const Op& op);
   void embedding_backward(const Op& op);
   void block_input(const Op& op, Micro& m, LayerState& ls);

@@ -33,6 +33,9 @@ void Executor::Impl::collective(const Op& op, int index) {
     case GroupKind::tied_embedding:
       dp_collective(op, index);
       return;
+    case GroupKind::reshard:
+      reshard(op, index);
+      return;
     default:
       throw NotSupported("collective " + op_name(op) + " over the " + to_string(op.group) +
                          " group is not executed by the runtime yet (heterogeneous plans)");
@@ -42,7 +45,8 @@ void Executor::Impl::collective(const Op& op, int index) {
 void Executor::Impl::tp_collective(const Op& op, int index) {
   Communicator& comm = ps.group(resolve_group(ps.layout(), ps.rank(), op));
   const int64_t C = whole.hidden;
-  const int64_t whole_n = N * C, shard_n = Ns * C;
+  const LayerShare& sh = share(op.layer);  // the block's layer (-1: embedding and head)
+  const int64_t whole_n = sh.N * C, shard_n = sh.Ns * C;
   if (op.block == Block::none) {
     // Sequence parallel: gradients of the norms of a layer (or the final norm), each computed
     // on one token shard, summed over the group.
@@ -64,7 +68,7 @@ void Executor::Impl::tp_collective(const Op& op, int index) {
   Micro& m = mb(op.microbatch);
   const bool backward = op.phase == Phase::backward;
   if (op.collective == Collective::all_gather) {
-    Tensor gathered = pool.scratch(full_shape());
+    Tensor gathered = pool.scratch(full_shape(op.layer));
     Tensor src;
     if (op.block == Block::head) {  // the final norm on this rank's shard, then gather
       norm_head_input(m);
@@ -107,7 +111,7 @@ void Executor::Impl::tp_collective(const Op& op, int index) {
   Tensor reduced = partial;
   RequestPtr req;
   if (op.collective == Collective::reduce_scatter) {
-    reduced = pool.scratch(stream_shape());
+    reduced = pool.scratch(stream_shape(op.layer));
     req = comm.ireduce_scatter(partial.data, reduced.data, shard_n);
   } else {
     req = comm.iall_reduce(partial.data, whole_n, ReduceOp::sum);
@@ -213,12 +217,12 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
     for (auto& [a, t] : it->second) {
       const int64_t b = a + t.numel();
       auto counts = seg.counts(a, b);
-      Tensor mine = pool.scratch(Shape{std::max<int64_t>(1, counts[dp_index])});
+      Tensor mine = pool.scratch(Shape{std::max<int64_t>(1, counts[seg.dp_index])});
       group->parts.push_back(comm.ireduce_scatter_v(t.data, mine.data, counts));
       sent.push_back(t);
-      if (counts[dp_index] > 0)
-        landed.push_back({grads_slice(seg.piece_begin(a, b, dp_index), counts[dp_index]),
-                          mine.slice(0, Shape{counts[dp_index]})});
+      if (counts[seg.dp_index] > 0)
+        landed.push_back({grads_slice(seg.piece_begin(a, b, seg.dp_index), counts[seg.dp_index]),
+                          mine.slice(0, Shape{counts[seg.dp_index]})});
     }
     staging.erase(it);  // the next micro-batch stages afresh
     issue(index, std::move(group), [this, landed, sent] {
@@ -232,11 +236,11 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
   std::vector<std::pair<Tensor, Tensor>> landed;  // (piece of model.grads, sum)
   for (auto [a, b] : seg.runs) {
     auto counts = seg.counts(a, b);
-    Tensor mine = pool.scratch(Shape{std::max<int64_t>(1, counts[dp_index])});
+    Tensor mine = pool.scratch(Shape{std::max<int64_t>(1, counts[seg.dp_index])});
     group->parts.push_back(comm.ireduce_scatter_v(grads_at(a), mine.data, counts));
-    if (counts[dp_index] > 0)
-      landed.push_back({grads_slice(seg.piece_begin(a, b, dp_index), counts[dp_index]),
-                        mine.slice(0, Shape{counts[dp_index]})});
+    if (counts[seg.dp_index] > 0)
+      landed.push_back({grads_slice(seg.piece_begin(a, b, seg.dp_index), counts[seg.dp_index]),
+                        mine.slice(0, Shape{counts[seg.dp_index]})});
   }
   issue(index, std::move(group), [this, landed] {
     for (auto [dst, t] : landed) be.copy(dst, t);
@@ -258,10 +262,10 @@ void Executor::Impl::send(const Op& op, int index) {
   const int peer = resolve_peer(ps.layout(), ps.rank(), op);
   Tensor data;
   if (op.phase == Phase::forward) {
-    data = materialize(m.fwd, -1, stream_shape());
+    data = materialize(m.fwd, -1, stream_shape(op.layer));
     m.fwd = Flow{};
   } else {
-    if (m.grad_producer >= 0) complete(m.grad_producer);
+    fit_grad(m, op.layer);  // in the layout of the previous stage's last layer
     data = m.grad;
     m.grad = Tensor{};
     m.grad_producer = -1;
@@ -274,7 +278,8 @@ void Executor::Impl::send(const Op& op, int index) {
 void Executor::Impl::recv(const Op& op, int index) {
   Micro& m = mb(op.microbatch);
   const int peer = resolve_peer(ps.layout(), ps.rank(), op);
-  Tensor data = pool.scratch(stream_shape());
+  // The sender's layer: forward, the previous stage's last; backward, this chunk's last.
+  Tensor data = pool.scratch(stream_shape(op.layer));
   issue(index, ps.world().irecv(data.data, data.numel(), peer, pp_tag(op, false)));
   if (op.phase == Phase::forward) {
     m.fwd = Flow{data, {}, index};

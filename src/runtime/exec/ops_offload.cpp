@@ -84,7 +84,7 @@ void Executor::Impl::offload_activations(const Op& op, int index) {
   // The residual stream still reads the layer's last block input: it is summed now, before
   // that input leaves the device.
   if (m.fwd.defined()) {
-    Tensor x = materialize(m.fwd, -1, stream_shape());
+    Tensor x = materialize(m.fwd, -1, stream_shape(op.layer));
     m.fwd = Flow{x, {}, -1};
   }
   LayerState& ls = m.layers.at(op.layer);
@@ -135,11 +135,12 @@ void Executor::Impl::place_fetch(const Op& op, exec::CopyStream* stream, int ind
     // ZeRO-3: this rank's piece goes to its displacement; the all-gather fills the rest.
     const auto counts = seg.counts(a, b);
     int64_t at = 0;
-    for (int d = 0; d < dp_index; ++d) at += counts[d];
-    if (counts[dp_index] > 0)
-      moves.push_back({dst.slice(at, Shape{counts[dp_index]}),
-                       model.params.slice(shards.weights.local(seg.piece_begin(a, b, dp_index)),
-                                          Shape{counts[dp_index]})});
+    const int me = seg.dp_index;
+    for (int d = 0; d < me; ++d) at += counts[d];
+    if (counts[me] > 0)
+      moves.push_back(
+          {dst.slice(at, Shape{counts[me]}),
+           model.params.slice(shards.weights.local(seg.piece_begin(a, b, me)), Shape{counts[me]})});
   }
   if (stream) {
     issue(index, stream->submit([moves] {

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "stratagem/layout.hpp"
+
 namespace stratagem::exec {
 
 namespace {
@@ -50,7 +52,7 @@ FlatMap::FlatMap(std::vector<FlatRun> runs) {
       throw std::logic_error("executor: overlapping flat runs in a state tensor");
     // Neighbours alike merge: fewer, longer optimizer and norm kernel calls.
     if (!runs_.empty() && runs_.back().flat_end == r.flat_begin &&
-        runs_.back().dp_replicated == r.dp_replicated) {
+        runs_.back().dp_replicated == r.dp_replicated && runs_.back().dp_first == r.dp_first) {
       runs_.back().flat_end = r.flat_end;
     } else {
       r.local = size_;
@@ -79,7 +81,7 @@ const Segment& Sharding::of(int layer) const {
 }
 
 Sharding make_sharding(const ParamTable& table, const Plan& plan, const std::vector<int>& layers,
-                       int dp_index, int tp_index) {
+                       int local) {
   Sharding sh;
   std::vector<int> ids = layers;
   if (!table.ranges_of_layer(-1).empty()) ids.insert(ids.begin(), -1);
@@ -90,14 +92,15 @@ Sharding make_sharding(const ParamTable& table, const Plan& plan, const std::vec
     s.layer = l;
     s.zero = st.zero;
     s.dp = st.dp;
-    s.dp_index = dp_index;
+    s.dp_index = Layout::dp_index(local, st.tp);
     s.runs = table.ranges_of_layer(l);
     int64_t n = 0;
     for (auto [a, b] : s.runs) s.starts.push_back(n), n += b - a;
     for (int d = 0; d <= s.dp; ++d) s.bounds.push_back(n * d / s.dp);
-    const std::vector<FlatRange> mine = s.piece(dp_index);
+    const std::vector<FlatRange> mine = s.piece(s.dp_index);
     auto add = [&](std::vector<FlatRun>& to, bool sharded) {
-      for (auto [a, b] : sharded ? mine : s.runs) to.push_back(FlatRun{a, b, 0, !sharded});
+      for (auto [a, b] : sharded ? mine : s.runs)
+        to.push_back(FlatRun{a, b, 0, !sharded, s.dp_index == 0});
     };
     add(w, s.sharded_weights());
     add(g, s.sharded_grads());
@@ -110,9 +113,9 @@ Sharding make_sharding(const ParamTable& table, const Plan& plan, const std::vec
   // The gradient norm counts each logical element once: its state's owner (one replica where
   // the state is replicated), one tp rank for tp-replicated tensors, and not the tied head copy.
   for (const ParamInfo& e : table.entries()) {
-    if (e.tied_copy || (e.replicated && tp_index != 0)) continue;
+    if (e.tied_copy || (e.replicated && e.tp_rank != 0)) continue;
     for (const FlatRun& r : sh.state.runs()) {
-      if (r.dp_replicated && dp_index != 0) continue;
+      if (r.dp_replicated && !r.dp_first) continue;
       const int64_t a = std::max(r.flat_begin, e.offset);
       const int64_t b = std::min(r.flat_end, e.offset + e.numel());
       if (a >= b) continue;

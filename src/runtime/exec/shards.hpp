@@ -57,9 +57,9 @@ struct Sharding {
   const Segment& of(int layer) const;  // layer < 0: the embedding and head's segment
 };
 
-// `layers`: the model layers the table holds; `tp_index` decides who counts tp-replicated
-// tensors in the norm.
+// `layers`: the model layers the table holds; `local`: the rank's index in its stage, which
+// places it in each layer's tp and dp groups (Layout).
 Sharding make_sharding(const ParamTable& table, const Plan& plan, const std::vector<int>& layers,
-                       int dp_index, int tp_index);
+                       int local);
 
 }  // namespace stratagem::exec
