@@ -79,6 +79,7 @@ struct FlatRun {
   int64_t flat_begin = 0, flat_end = 0, local = 0;
   bool dp_replicated = true;
   bool dp_first = true;
+  bool on_host = false;  // weights offloaded by their layer: in host_params(), not model().params
 };
 
 struct StepResult {
@@ -108,9 +109,11 @@ class Executor {
   // This rank's model part (a stage's layers, one tensor-parallel share) and its state.
   Model& model();
   AdamW& optimizer();
-  // Where the flat parameters sit in model().params (ZeRO-3 layers: only this rank's piece)
-  // and in optimizer().m()/v() (ZeRO-1/2/3 layers: only this rank's piece).
+  // Where the flat parameters sit in model().params, or host_params() for layers whose weights
+  // are offloaded (ZeRO-3 layers: only this rank's piece), and in optimizer().m()/v()
+  // (ZeRO-1/2/3 layers: only this rank's piece).
   const std::vector<FlatRun>& param_runs() const;
+  Tensor& host_params();
   const std::vector<FlatRun>& optimizer_runs() const;
   const Program& program() const;
   const StageProgram& stage_program() const;

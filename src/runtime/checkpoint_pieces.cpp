@@ -63,8 +63,8 @@ std::vector<CheckpointPiece> checkpoint_pieces(Executor& ex, bool writing) {
     };
     for (const FlatRun& r : ex.param_runs())
       if (writes(r))
-        add_boxes(out, "params/" + e.name, e, r.flat_begin, r.flat_end, m.params.data + r.local,
-                  r.flat_begin);
+        add_boxes(out, "params/" + e.name, e, r.flat_begin, r.flat_end,
+                  (r.on_host ? ex.host_params() : m.params).data + r.local, r.flat_begin);
     for (const FlatRun& r : ex.optimizer_runs()) {
       if (!writes(r)) continue;
       add_boxes(out, "optimizer/m/" + e.name, e, r.flat_begin, r.flat_end,

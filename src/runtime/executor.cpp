@@ -48,10 +48,10 @@ ModelPart stage_part(const Plan& plan, int stage, int local) {
 // naming the pool and the numbers.
 void check_host_pool(const ModelSpec& m, const Plan& p, const ClusterSpec& c) {
   const LayerStrategy& e = p.embedding;
-  const bool on_host = e.offload_params || e.offload_optimizer;
-  bool acts_offloaded = false;
-  for (const LayerStrategy& s : p.layers) acts_offloaded = acts_offloaded || s.offload_activations;
-  if (c.node.host_memory_bytes <= 0 || !(on_host || acts_offloaded)) return;
+  bool on_host = e.offload_params || e.offload_optimizer;
+  for (const LayerStrategy& s : p.layers)
+    on_host = on_host || s.offload_params || s.offload_activations;
+  if (c.node.host_memory_bytes <= 0 || !on_host) return;
   const TransformerConfig whole = transformer_config(m);
   const Program prog = build_program(m, p);
   const int64_t f = sizeof(float);
@@ -61,9 +61,9 @@ void check_host_pool(const ModelSpec& m, const Plan& p, const ClusterSpec& c) {
     const ModelPart part = stage_part(p, stage, 0);
     const exec::Sharding sh =
         exec::make_sharding(make_param_table(whole, part), p, part.layer_list(whole.layers), 0);
-    int64_t states = e.offload_params ? sh.weights.size() * f : 0;
+    int64_t states = sh.host_weights.size() * f;
     if (e.offload_optimizer)  // moments, the gradients handed down, the master copy
-      states += sh.state.size() * f * (e.offload_params ? 3 : 4);
+      states += sh.state.size() * f * (sh.weights.size() > 0 ? 4 : 3);
     int64_t acts = 0, acts_peak = 0;  // the Program's activation copies, in its order
     for (const Op& op : prog.stages[stage].ops) {
       if (op.category != MemCategory::activations) continue;
@@ -95,13 +95,12 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
   for (size_t l = 0; l < p.layers.size(); ++l) {
     const LayerStrategy& s = p.layers[l];
     const LayerStrategy& e = p.embedding;
-    // The weights and the optimizer state are one flat buffer per rank, in one pool.
-    if (s.offload_params != e.offload_params || s.offload_optimizer != e.offload_optimizer)
+    // The optimizer state is one flat buffer per rank, in one pool, updated in one place.
+    if (s.offload_optimizer != e.offload_optimizer)
       throw NotSupported("layer " + std::to_string(l) + " (" + s.describe() +
-                         ") offloads its parameters or optimizer state unlike the embedding (" +
-                         e.describe() +
-                         "): per-layer parameter and optimizer offload is not executed yet "
-                         "(activation offload is)");
+                         ") offloads its optimizer state unlike the embedding (" + e.describe() +
+                         "): per-layer optimizer offload is not executed yet (parameter and "
+                         "activation offload are)");
   }
   // Heterogeneous (tp, dp) per layer: activations and gradients are resharded between
   // consecutive layers by the Program's reshard all-gathers (or sliced where dp grows).
@@ -240,21 +239,21 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
   shards = exec::make_sharding(model.table, plan, held, ps.coords().local);
   // Offloaded parameters (ZeRO-Offload / ZeRO-Infinity) live in the host pool and come up
   // into the Program's fetch buffers for each use, as ZeRO-3's pieces are gathered.
-  params_on_host = es.offload_params;
+  // Layer by layer (H3T): a layer's weights are on the device or in the host pool.
   optimizer_on_host = es.offload_optimizer;
-  const Shape param_shape{shards.weights.size()}, state_shape{shards.state.size()};
-  model.params = params_on_host ? host_tensor(MemCategory::weights, param_shape)
-                                : pool.take(w_buf, param_shape);
+  const Shape state_shape{shards.state.size()};
+  model.params = pool.take(w_buf, Shape{shards.weights.size()});
+  if (shards.host_weights.size() > 0)
+    host_params = host_tensor(MemCategory::weights, Shape{shards.host_weights.size()});
   model.grads = pool.take(g_buf, Shape{shards.grads.size()});
   {
     // Initialized whole (the same values under any layout), then each held run kept.
-    Tensor all = shards.weights.size() == n ? model.params : pool.scratch(Shape{n});
+    Tensor all = pool.scratch(Shape{n});
     init_parameters(be, whole, model.table, all, opt.seed);
-    if (all.data != model.params.data)
-      for (const FlatRun& r : shards.weights.runs()) {
-        Tensor dst = model.params.slice(r.local, Shape{r.flat_end - r.flat_begin});
-        be.copy(dst, all.slice(r.flat_begin, dst.shape));
-      }
+    for (const FlatRun& r : shards.all_weights) {
+      Tensor dst = param_slice(r.flat_begin, r.flat_end - r.flat_begin);
+      be.copy(dst, all.slice(r.flat_begin, dst.shape));
+    }
     model.weights = bind_weights(whole, model.table, all);  // slots; fields bound below
     model.grad_weights = model.weights;
   }
@@ -263,7 +262,7 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
     // Weights stay bound where they are resident on the device; the others only while a
     // fetch buffer holds them.
     weight_field(model.weights, e.name) =
-        seg.sharded_weights() || params_on_host
+        seg.sharded_weights() || seg.params_on_host
             ? Tensor{}
             : model.params.slice(shards.weights.local(e.offset), e.shape);
     // Staged layers bind their gradients to staging in backward (stage_gradients).
@@ -279,9 +278,9 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
                                     host_tensor(MemCategory::optimizer, state_shape), opt.adamw);
     host_be = make_cpu_backend();
     host_grads = host_tensor(MemCategory::grads, state_shape);
-    if (!params_on_host) {
+    if (shards.weights.size() > 0) {  // some layers' weights are on the device
       host_master = host_tensor(MemCategory::weights, state_shape);
-      for (auto& [master, p] : state_pairs(host_master, false)) be.copy(master, p);
+      for (auto& [master, p] : state_pairs(host_master, false, true)) be.copy(master, p);
     }
   } else {
     adamw = std::make_unique<AdamW>(be, pool.take(o_buf, state_shape),
@@ -292,10 +291,10 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
   // gradients handed down, laid out as the state.
   for (const FlatRun& r : shards.state.runs()) {
     const Shape len{r.flat_end - r.flat_begin};
-    Tensor w = model.params.slice(shards.weights.local(r.flat_begin), len);
+    Tensor w = param_slice(r.flat_begin, len.numel());
     Tensor g = model.grads.slice(shards.grads.local(r.flat_begin), len);
     if (optimizer_on_host) {
-      if (!params_on_host) w = host_master.slice(r.local, len);
+      if (!r.on_host) w = host_master.slice(r.local, len);
       g = host_grads.slice(r.local, len);
     }
     adamw_runs.push_back({w, g, r.local, model.table.spans(r.flat_begin, r.flat_end)});
@@ -455,7 +454,10 @@ AdamW& Executor::optimizer() {
   return *impl_->adamw;
 }
 const std::vector<FlatRun>& Executor::param_runs() const {
-  return impl_->shards.weights.runs();
+  return impl_->shards.all_weights;
+}
+Tensor& Executor::host_params() {
+  return impl_->host_params;
 }
 const std::vector<FlatRun>& Executor::optimizer_runs() const {
   return impl_->shards.state.runs();

@@ -112,6 +112,12 @@ layer_plan dp4_zero_per_layer_offload LLAMA "--nodes 1 --dp 4 --offload optimize
   "p['embedding']['zero'] = 3
 p['layers'] = [L(0, 1, zero=1), L(1, 2, zero=3), L(2, 3, zero=2), L(3, 4, zero=0)]"
 case_ dp4_zero_per_layer_offload 4 LLAMA "$B8" "" "--plan $WORK/dp4_zero_per_layer_offload.json"
+# Weights offloaded layer by layer (H3T), the optimizer offloaded: each layer's weights in the
+# host pool or on the device, AdamW on the host for all, the updated device weights copied up.
+layer_plan dp4_params_offload_per_layer GPT "--nodes 1 --dp 4 --zero 1 --offload optimizer $B8" \
+  "p['layers'] = [L(0, 1), L(1, 2), L(2, 3), L(3, 4)]
+for r in p['layers'][0::2]: r['offload']['params'] = True"
+case_ dp4_params_offload_per_layer 4 GPT "$B8" "" "--plan $WORK/dp4_params_offload_per_layer.json"
 # Heterogeneous (tp, dp) per layer (the issue's plan): layers alternate between tp 4 x dp 2
 # and tp 1 x dp 8 on 8 ranks; the stream is all-gathered over the reshard groups where dp
 # shrinks and sliced where it grows (the gradient the other way round), each layer's weights

@@ -96,7 +96,7 @@ struct Executor::Impl {
   std::shared_ptr<exec::MemoryLedger> host_ledger;
   exec::BufferPool host_pool;
   int next_host_buffer = 0;
-  bool params_on_host = false;       // model.params lives in the host pool
+  Tensor host_params;                // the weights of layers that offload them
   bool optimizer_on_host = false;    // AdamW's state and its update live on the host
   std::unique_ptr<Backend> host_be;  // the host's kernels, used on the d2h stream only
   Tensor host_master;                // the state's weights AdamW updates on the host
@@ -169,7 +169,11 @@ struct Executor::Impl {
   void stage_gradients(int layer);  // ZeRO-2: bind the layer's gradients to fresh staging
   // (state tensor view, other tensor view) for each run of the optimizer state: the gradients,
   // or the weights, of the elements whose optimizer state this rank holds.
-  std::vector<std::pair<Tensor, Tensor>> state_pairs(const Tensor& state_like, bool grads);
+  // device_only: the runs whose weights are on the device.
+  std::vector<std::pair<Tensor, Tensor>> state_pairs(const Tensor& state_like, bool grads,
+                                                     bool device_only = false);
+  // The weights of flat [flat, flat + n): in model.params, or host_params where offloaded.
+  Tensor param_slice(int64_t flat, int64_t n);
   std::vector<const ParamInfo*> fetch_set(const Op& op, Micro* m) const;
   void fetch(const Op& op, int index);  // ZeRO-3: gather a layer's (or embedding's) weights
   bool attention_keeps_probs(int layer) const;

@@ -192,8 +192,8 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
   if (op.phase == Phase::optimizer) {
     // ZeRO-1/2: every rank updated its piece; gather the others' fresh weights.
     for (auto [a, b] : seg.runs)
-      group->parts.push_back(comm.iall_gather_v_inplace(model.params.data + shards.weights.local(a),
-                                                        seg.counts(a, b)));
+      group->parts.push_back(
+          comm.iall_gather_v_inplace(param_slice(a, b - a).data, seg.counts(a, b)));
     issue(index, std::move(group));
     return;
   }

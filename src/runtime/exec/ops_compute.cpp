@@ -292,15 +292,21 @@ void Executor::Impl::finish_head_backward(Micro& m, const Tensor& d_xn) {
 }
 
 std::vector<std::pair<Tensor, Tensor>> Executor::Impl::state_pairs(const Tensor& state_like,
-                                                                   bool grads) {
+                                                                   bool grads, bool device_only) {
   std::vector<std::pair<Tensor, Tensor>> out;
-  const exec::FlatMap& other = grads ? shards.grads : shards.weights;
-  const Tensor& t = grads ? model.grads : model.params;
   for (const FlatRun& r : shards.state.runs()) {
-    const Shape len{r.flat_end - r.flat_begin};
-    out.push_back({state_like.slice(r.local, len), t.slice(other.local(r.flat_begin), len)});
+    if (device_only && r.on_host) continue;
+    const int64_t n = r.flat_end - r.flat_begin;
+    out.push_back({state_like.slice(r.local, Shape{n}),
+                   grads ? model.grads.slice(shards.grads.local(r.flat_begin), Shape{n})
+                         : param_slice(r.flat_begin, n)});
   }
   return out;
+}
+
+Tensor Executor::Impl::param_slice(int64_t flat, int64_t n) {
+  if (shards.weights.holds(flat)) return model.params.slice(shards.weights.local(flat), Shape{n});
+  return host_params.slice(shards.host_weights.local(flat), Shape{n});
 }
 
 void Executor::Impl::stage_gradients(int layer) {

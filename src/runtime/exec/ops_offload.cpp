@@ -41,14 +41,14 @@ void Executor::Impl::copy(const Op& op, int index) {
       // The (clipped) gradients of the state's elements go down to the host optimizer; after a
       // checkpoint load the host's master weights are refreshed from the device too.
       auto moves = state_pairs(host_grads, true);  // (host, device)
-      if (master_stale && !params_on_host)
-        for (auto& pair : state_pairs(host_master, false)) moves.push_back(pair);
+      if (master_stale)
+        for (auto& pair : state_pairs(host_master, false, true)) moves.push_back(pair);
       master_stale = false;
       issue(index, d2h.submit([moves] {
         for (const auto& [host, dev] : moves) copy_floats(host, dev);
       }));
-    } else {                                         // the updated weights come back up
-      auto moves = state_pairs(host_master, false);  // (host, device)
+    } else {                                               // the updated weights come back up
+      auto moves = state_pairs(host_master, false, true);  // (host, device)
       issue(index, h2d.submit([moves] {
         for (const auto& [host, dev] : moves) copy_floats(dev, host);
       }));
@@ -128,8 +128,7 @@ void Executor::Impl::place_fetch(const Op& op, exec::CopyStream* stream, int ind
     const exec::Segment& seg = shards.of(op.layer);
     const int64_t a = e->offset, b = e->offset + e->numel();
     if (!seg.sharded_weights()) {  // offloaded whole: the tensor itself comes up
-      moves.push_back({dst.view(Shape{e->numel()}),
-                       model.params.slice(shards.weights.local(a), Shape{e->numel()})});
+      moves.push_back({dst.view(Shape{e->numel()}), param_slice(a, e->numel())});
       continue;
     }
     // ZeRO-3: this rank's piece goes to its displacement; the all-gather fills the rest.
@@ -139,8 +138,7 @@ void Executor::Impl::place_fetch(const Op& op, exec::CopyStream* stream, int ind
     for (int d = 0; d < me; ++d) at += counts[d];
     if (counts[me] > 0)
       moves.push_back(
-          {dst.slice(at, Shape{counts[me]}),
-           model.params.slice(shards.weights.local(seg.piece_begin(a, b, me)), Shape{counts[me]})});
+          {dst.slice(at, Shape{counts[me]}), param_slice(seg.piece_begin(a, b, me), counts[me])});
   }
   if (stream) {
     issue(index, stream->submit([moves] {

@@ -52,7 +52,8 @@ FlatMap::FlatMap(std::vector<FlatRun> runs) {
       throw std::logic_error("executor: overlapping flat runs in a state tensor");
     // Neighbours alike merge: fewer, longer optimizer and norm kernel calls.
     if (!runs_.empty() && runs_.back().flat_end == r.flat_begin &&
-        runs_.back().dp_replicated == r.dp_replicated && runs_.back().dp_first == r.dp_first) {
+        runs_.back().dp_replicated == r.dp_replicated && runs_.back().dp_first == r.dp_first &&
+        runs_.back().on_host == r.on_host) {
       runs_.back().flat_end = r.flat_end;
     } else {
       r.local = size_;
@@ -60,6 +61,12 @@ FlatMap::FlatMap(std::vector<FlatRun> runs) {
     }
     size_ += r.flat_end - r.flat_begin;
   }
+}
+
+bool FlatMap::holds(int64_t flat) const {
+  auto it = std::upper_bound(runs_.begin(), runs_.end(), flat,
+                             [](int64_t f, const FlatRun& r) { return f < r.flat_begin; });
+  return it != runs_.begin() && flat < std::prev(it)->flat_end;
 }
 
 int64_t FlatMap::local(int64_t flat) const {
@@ -85,7 +92,7 @@ Sharding make_sharding(const ParamTable& table, const Plan& plan, const std::vec
   Sharding sh;
   std::vector<int> ids = layers;
   if (!table.ranges_of_layer(-1).empty()) ids.insert(ids.begin(), -1);
-  std::vector<FlatRun> w, g, o;
+  std::vector<FlatRun> w, hw, g, o;
   for (int l : ids) {
     const LayerStrategy& st = l < 0 ? plan.embedding : plan.layers.at(l);
     Segment s;
@@ -93,21 +100,26 @@ Sharding make_sharding(const ParamTable& table, const Plan& plan, const std::vec
     s.zero = st.zero;
     s.dp = st.dp;
     s.dp_index = Layout::dp_index(local, st.tp);
+    s.params_on_host = st.offload_params;
     s.runs = table.ranges_of_layer(l);
     int64_t n = 0;
     for (auto [a, b] : s.runs) s.starts.push_back(n), n += b - a;
     for (int d = 0; d <= s.dp; ++d) s.bounds.push_back(n * d / s.dp);
     const std::vector<FlatRange> mine = s.piece(s.dp_index);
-    auto add = [&](std::vector<FlatRun>& to, bool sharded) {
+    auto add = [&](std::vector<FlatRun>& to, bool sharded, bool on_host = false) {
       for (auto [a, b] : sharded ? mine : s.runs)
-        to.push_back(FlatRun{a, b, 0, !sharded, s.dp_index == 0});
+        to.push_back(FlatRun{a, b, 0, !sharded, s.dp_index == 0, on_host});
     };
-    add(w, s.sharded_weights());
-    add(g, s.sharded_grads());
-    add(o, s.sharded_state());
+    add(s.params_on_host ? hw : w, s.sharded_weights(), s.params_on_host);
+    // (Marked with their weights' pool, so that a run never spans both.)
+    add(g, s.sharded_grads(), s.params_on_host);
+    add(o, s.sharded_state(), s.params_on_host);
     sh.segments[l] = std::move(s);
   }
   sh.weights = FlatMap(std::move(w));
+  sh.host_weights = FlatMap(std::move(hw));
+  sh.all_weights = sh.weights.runs();
+  for (const FlatRun& r : sh.host_weights.runs()) sh.all_weights.push_back(r);
   sh.grads = FlatMap(std::move(g));
   sh.state = FlatMap(std::move(o));
   // The gradient norm counts each logical element once: its state's owner (one replica where

@@ -21,6 +21,7 @@ using FlatRange = std::pair<int64_t, int64_t>;  // [begin, end) of the flat para
 struct Segment {
   int layer = -1;  // -1: everything outside the layers (embedding, final norm, LM head)
   int zero = 0, dp = 1, dp_index = 0;
+  bool params_on_host = false;  // its weights live in the host pool (ZeRO-Offload, H3T)
   std::vector<FlatRange> runs;  // the segment's flat runs, increasing
   std::vector<int64_t> starts;  // each run's start among the segment's elements
   std::vector<int64_t> bounds;  // dp + 1 even cuts of the segment's elements
@@ -44,6 +45,7 @@ class FlatMap {
   int64_t size() const { return size_; }
   // Local offset of flat element `flat`; throws std::logic_error when not held.
   int64_t local(int64_t flat) const;
+  bool holds(int64_t flat) const;
 
  private:
   std::vector<FlatRun> runs_;
@@ -51,8 +53,11 @@ class FlatMap {
 };
 
 struct Sharding {
-  std::map<int, Segment> segments;     // by layer (-1: embedding and head)
-  FlatMap weights, grads, state;       // model.params, model.grads, the optimizer's moments
+  std::map<int, Segment> segments;  // by layer (-1: embedding and head)
+  // model.params (weights on the device), host_params (offloaded weights), model.grads, the
+  // optimizer's moments.
+  FlatMap weights, host_weights, grads, state;
+  std::vector<FlatRun> all_weights;    // weights' runs, then host_weights' (on_host)
   std::vector<FlatRange> norm_runs;    // flat elements this rank counts in the gradient norm
   const Segment& of(int layer) const;  // layer < 0: the embedding and head's segment
 };
