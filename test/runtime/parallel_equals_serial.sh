@@ -45,26 +45,11 @@ case_() {
   check memory "$WORK/$name.h5" "$WORK/$name.forecast.json" 0.10
   echo "ok: $name ($plan)"
 }
-# layer_plan NAME MODEL "SHORTHAND" 'EDIT': $WORK/NAME.json, the shorthand plan with per-layer
-# strategies set by a Python statement (L(begin, end, field=value...) is a run of layers).
-layer_plan() {
-  local name=$1 model=$2 flags=$3 edit=$4
-  local -n m=$model
-  # shellcheck disable=SC2086
-  "$BIN" plan check "${m[@]}" --cluster cpu-local --dtype fp32 $flags \
-    -o "$WORK/$name.base.json" >/dev/null || fail "$name: plan check failed"
-  $PY - "$WORK/$name.base.json" "$WORK/$name.json" "$edit" <<'PY' || fail "$name: plan edit failed"
-import json, sys
-p = json.load(open(sys.argv[1]))
-(run,) = p["layers"]
-def L(b, e, **kw):
-    r = json.loads(json.dumps(run))
-    r.update(kw)
-    r["layers"] = [b, e]
-    return r
-exec(sys.argv[3])
-json.dump(p, open(sys.argv[2], "w"))
-PY
+source "$(dirname "$0")/layer_plan.sh"
+# layer_plan_ NAME MODEL "SHORTHAND" 'EDIT': $WORK/NAME.json (layer_plan.sh).
+layer_plan_() {
+  local -n lm=$2
+  layer_plan "$WORK/$1.json" "$3" "$4" "${lm[@]}" || fail "$1: cannot write the plan"
 }
 B8="--global-batch 8 --micro-batch 2"
 case_ tp2 2 GPT "$B8" "" "--tp 2 --dp 1"
@@ -98,23 +83,23 @@ case_ dp8_z2_offload_opt 8 GPT "$B16" "" "--dp 8 --zero 2 --offload optimizer"
 # parameters have their own partition over the dp group, and each layer's stage decides what
 # of it a rank keeps; recompute and activation offload differ by layer too.
 ACT='{"optimizer": False, "params": False, "activations": True}'
-layer_plan dp4_zero_per_layer GPT8 "--nodes 1 --dp 4 $B8" "p['embedding']['zero'] = 3
+layer_plan_ dp4_zero_per_layer GPT8 "--nodes 1 --dp 4 $B8" "p['embedding']['zero'] = 3
 p['layers'] = [L(0, 1, zero=1), L(1, 2, zero=3), L(2, 3, zero=1), L(3, 4, zero=3),
                L(4, 5, zero=2, offload=$ACT), L(5, 6, zero=3, recompute='full'),
                L(6, 7, zero=1, offload=$ACT, recompute='full'), L(7, 8, zero=0)]"
 case_ dp4_zero_per_layer 4 GPT8 "$B8" "" "--plan $WORK/dp4_zero_per_layer.json"
-layer_plan tp2_dp2_sp_zero_per_layer LLAMA "--nodes 1 --tp 2 --dp 2 --sequence-parallel $B8" \
+layer_plan_ tp2_dp2_sp_zero_per_layer LLAMA "--nodes 1 --tp 2 --dp 2 --sequence-parallel $B8" \
   "p['embedding']['zero'] = 1
 p['layers'] = [L(0, 1, zero=3), L(1, 2, zero=2), L(2, 3, zero=1), L(3, 4, zero=3, recompute='full')]"
 case_ tp2_dp2_sp_zero_per_layer 4 LLAMA "$B8" "" "--plan $WORK/tp2_dp2_sp_zero_per_layer.json"
 # Weights and optimizer offloaded (the whole model), the ZeRO stage by layer.
-layer_plan dp4_zero_per_layer_offload LLAMA "--nodes 1 --dp 4 --offload optimizer,params $B8" \
+layer_plan_ dp4_zero_per_layer_offload LLAMA "--nodes 1 --dp 4 --offload optimizer,params $B8" \
   "p['embedding']['zero'] = 3
 p['layers'] = [L(0, 1, zero=1), L(1, 2, zero=3), L(2, 3, zero=2), L(3, 4, zero=0)]"
 case_ dp4_zero_per_layer_offload 4 LLAMA "$B8" "" "--plan $WORK/dp4_zero_per_layer_offload.json"
 # Weights offloaded layer by layer (H3T), the optimizer offloaded: each layer's weights in the
 # host pool or on the device, AdamW on the host for all, the updated device weights copied up.
-layer_plan dp4_params_offload_per_layer GPT "--nodes 1 --dp 4 --zero 1 --offload optimizer $B8" \
+layer_plan_ dp4_params_offload_per_layer GPT "--nodes 1 --dp 4 --zero 1 --offload optimizer $B8" \
   "p['layers'] = [L(0, 1), L(1, 2), L(2, 3), L(3, 4)]
 for r in p['layers'][0::2]: r['offload']['params'] = True"
 case_ dp4_params_offload_per_layer 4 GPT "$B8" "" "--plan $WORK/dp4_params_offload_per_layer.json"
@@ -123,7 +108,7 @@ case_ dp4_params_offload_per_layer 4 GPT "$B8" "" "--plan $WORK/dp4_params_offlo
 # shrinks and sliced where it grows (the gradient the other way round), each layer's weights
 # are its own tp share with its own ZeRO partition; full recompute, activation offload and
 # ZeRO stages differ by layer too.
-layer_plan tp4dp2_tp1dp8_alternating GPT8 "--nodes 2 --dp 8 $B16" "p['layers'] = [
+layer_plan_ tp4dp2_tp1dp8_alternating GPT8 "--nodes 2 --dp 8 $B16" "p['layers'] = [
     L(0, 1, tp=4, dp=2), L(1, 2, recompute='full'), L(2, 3, tp=4, dp=2, offload=$ACT),
     L(3, 4, offload=$ACT), L(4, 5, tp=4, dp=2, recompute='full'), L(5, 6, zero=1),
     L(6, 7, tp=4, dp=2, zero=3, offload=$ACT, recompute='full'), L(7, 8, zero=2)]"
@@ -131,7 +116,7 @@ case_ tp4dp2_tp1dp8_alternating 8 GPT8 "$B16" "" "--plan $WORK/tp4dp2_tp1dp8_alt
 # ... across pipeline stages: the stream crosses the stage boundary in the sending layer's
 # layout (tp 2 x dp 2 -> tp 1 x dp 4: sliced by the receiver; its gradient gathered before
 # being sent back), and tp 4 x dp 1 beside tp 2 x dp 2.
-layer_plan pp2_tp_per_layer GPT8 "--nodes 2 --pp 2 --dp 4 $B16" "p['layers'] = [
+layer_plan_ pp2_tp_per_layer GPT8 "--nodes 2 --pp 2 --dp 4 $B16" "p['layers'] = [
     L(0, 1), L(1, 2, tp=2, dp=2), L(2, 3, zero=1), L(3, 4, tp=2, dp=2, recompute='full'),
     L(4, 5, zero=3), L(5, 6, tp=4, dp=1), L(6, 7, tp=2, dp=2, zero=1), L(7, 8)]"
 case_ pp2_tp_per_layer 8 GPT8 "$B16" "" "--plan $WORK/pp2_tp_per_layer.json"
