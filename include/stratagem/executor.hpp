@@ -11,10 +11,10 @@
 // 1F1B and interleaved 1F1B, data parallelism with ZeRO 0-3, recompute and activation offload,
 // all chosen layer by layer: each layer has its own (tp, dp) (activations and gradients are
 // resharded between layers by the Program's reshard collectives), its own tensor-parallel share
-// and its own ZeRO partition over its dp group. Parameter and optimizer offload apply to the
-// whole model. Refused with NotSupported naming the feature: per-layer parameter or optimizer
-// offload, sequence parallelism in a plan whose layers differ in tp, and a last layer whose
-// (tp, dp) differs from the LM head's (the Program has no reshard there).
+// and its own ZeRO partition over its dp group; its weights and its optimizer state (with
+// AdamW) on the device or in the host pool. Refused with NotSupported naming the feature:
+// sequence parallelism in a plan whose layers differ in tp, and a last layer whose (tp, dp)
+// differs from the LM head's (the Program has no reshard there).
 #pragma once
 #include <mpi.h>
 
@@ -115,6 +115,9 @@ class Executor {
   const std::vector<FlatRun>& param_runs() const;
   Tensor& host_params();
   const std::vector<FlatRun>& optimizer_runs() const;
+  // The optimizer of the layers that offload theirs (on_host runs), or null. Its step count
+  // follows optimizer()'s.
+  AdamW* host_optimizer();
   const Program& program() const;
   const StageProgram& stage_program() const;
   int64_t high_water_bytes() const;       // device pool, over the steps so far
@@ -130,11 +133,11 @@ class Executor {
 };
 
 // Throws NotSupported (naming the feature) for a plan the runtime cannot run yet on this
-// backend, before any work: per-layer parameter or optimizer offload, sequence parallelism
-// beside per-layer tp, a last layer whose (tp, dp) differs from the embedding's, a dtype the
-// backend does not compute in; and InputError for a tp that does not divide the heads, or
-// offloading beyond the node's host memory (cluster node.host_memory_bytes, shared by the
-// node's ranks).
+// backend, before any work: sequence parallelism beside per-layer tp, a last layer whose
+// (tp, dp) differs from the embedding's, a dtype the backend does not compute in; and
+// InputError for a tp that does not divide the heads (or consecutive layers' tp that do not
+// divide one another), or offloading beyond the node's host memory (cluster
+// node.host_memory_bytes, shared by the node's ranks).
 void check_runnable(const ModelSpec& model, const Plan& plan, const ClusterSpec& cluster,
                     const std::string& backend);
 

@@ -67,10 +67,11 @@ std::vector<CheckpointPiece> checkpoint_pieces(Executor& ex, bool writing) {
                   (r.on_host ? ex.host_params() : m.params).data + r.local, r.flat_begin);
     for (const FlatRun& r : ex.optimizer_runs()) {
       if (!writes(r)) continue;
-      add_boxes(out, "optimizer/m/" + e.name, e, r.flat_begin, r.flat_end,
-                ex.optimizer().m().data + r.local, r.flat_begin);
-      add_boxes(out, "optimizer/v/" + e.name, e, r.flat_begin, r.flat_end,
-                ex.optimizer().v().data + r.local, r.flat_begin);
+      AdamW& state = r.on_host ? *ex.host_optimizer() : ex.optimizer();
+      add_boxes(out, "optimizer/m/" + e.name, e, r.flat_begin, r.flat_end, state.m().data + r.local,
+                r.flat_begin);
+      add_boxes(out, "optimizer/v/" + e.name, e, r.flat_begin, r.flat_end, state.v().data + r.local,
+                r.flat_begin);
     }
   }
   return out;

@@ -50,7 +50,7 @@ void check_host_pool(const ModelSpec& m, const Plan& p, const ClusterSpec& c) {
   const LayerStrategy& e = p.embedding;
   bool on_host = e.offload_params || e.offload_optimizer;
   for (const LayerStrategy& s : p.layers)
-    on_host = on_host || s.offload_params || s.offload_activations;
+    on_host = on_host || s.offload_params || s.offload_optimizer || s.offload_activations;
   if (c.node.host_memory_bytes <= 0 || !on_host) return;
   const TransformerConfig whole = transformer_config(m);
   const Program prog = build_program(m, p);
@@ -61,9 +61,11 @@ void check_host_pool(const ModelSpec& m, const Plan& p, const ClusterSpec& c) {
     const ModelPart part = stage_part(p, stage, 0);
     const exec::Sharding sh =
         exec::make_sharding(make_param_table(whole, part), p, part.layer_list(whole.layers), 0);
-    int64_t states = sh.host_weights.size() * f;
-    if (e.offload_optimizer)  // moments, the gradients handed down, the master copy
-      states += sh.state.size() * f * (sh.weights.size() > 0 ? 4 : 3);
+    // Offloaded weights; offloaded optimizer state: moments, the gradients handed down, and a
+    // master copy of the weights that stay on the device.
+    int64_t states = (sh.host_weights.size() + 3 * sh.host_state.size()) * f;
+    for (const FlatRun& r : sh.host_state.runs())
+      if (sh.weights.holds(r.flat_begin)) states += (r.flat_end - r.flat_begin) * f;
     int64_t acts = 0, acts_peak = 0;  // the Program's activation copies, in its order
     for (const Op& op : prog.stages[stage].ops) {
       if (op.category != MemCategory::activations) continue;
@@ -92,16 +94,6 @@ void check_host_pool(const ModelSpec& m, const Plan& p, const ClusterSpec& c) {
 // Features of the search's space that the runtime does not execute yet, named for the user.
 void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluster,
                     const std::string& backend) {
-  for (size_t l = 0; l < p.layers.size(); ++l) {
-    const LayerStrategy& s = p.layers[l];
-    const LayerStrategy& e = p.embedding;
-    // The optimizer state is one flat buffer per rank, in one pool, updated in one place.
-    if (s.offload_optimizer != e.offload_optimizer)
-      throw NotSupported("layer " + std::to_string(l) + " (" + s.describe() +
-                         ") offloads its optimizer state unlike the embedding (" + e.describe() +
-                         "): per-layer optimizer offload is not executed yet (parameter and "
-                         "activation offload are)");
-  }
   // Heterogeneous (tp, dp) per layer: activations and gradients are resharded between
   // consecutive layers by the Program's reshard all-gathers (or sliced where dp grows).
   bool hetero = false;
@@ -240,7 +232,6 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
   // Offloaded parameters (ZeRO-Offload / ZeRO-Infinity) live in the host pool and come up
   // into the Program's fetch buffers for each use, as ZeRO-3's pieces are gathered.
   // Layer by layer (H3T): a layer's weights are on the device or in the host pool.
-  optimizer_on_host = es.offload_optimizer;
   const Shape state_shape{shards.state.size()};
   model.params = pool.take(w_buf, Shape{shards.weights.size()});
   if (shards.host_weights.size() > 0)
@@ -270,34 +261,40 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
         seg.sharded_grads() ? Tensor{} : model.grads.slice(shards.grads.local(e.offset), e.shape);
   }
   be.fill(model.grads, 0.0f);
-  if (optimizer_on_host) {
-    // ZeRO-Offload: AdamW's moments, the master copy of the state's weights (unless the
-    // weights live on the host already) and the gradients it is handed live in the host pool;
-    // the update runs there, on a backend of its own.
-    adamw = std::make_unique<AdamW>(be, host_tensor(MemCategory::optimizer, state_shape),
-                                    host_tensor(MemCategory::optimizer, state_shape), opt.adamw);
-    host_be = make_cpu_backend();
-    host_grads = host_tensor(MemCategory::grads, state_shape);
-    if (shards.weights.size() > 0) {  // some layers' weights are on the device
-      host_master = host_tensor(MemCategory::weights, state_shape);
-      for (auto& [master, p] : state_pairs(host_master, false, true)) be.copy(master, p);
-    }
-  } else {
-    adamw = std::make_unique<AdamW>(be, pool.take(o_buf, state_shape),
-                                    pool.take(o_buf, state_shape), opt.adamw);
-  }
-  // The update, one piece per run of the state: on the device, the weights and gradients
-  // where they are; on the host, the master copy (or the host-resident weights) and the
-  // gradients handed down, laid out as the state.
+  // AdamW on the device for the layers that keep their optimizer state there...
+  adamw = shards.state.size() > 0
+              ? std::make_unique<AdamW>(be, pool.take(o_buf, state_shape),
+                                        pool.take(o_buf, state_shape), opt.adamw)
+              : std::make_unique<AdamW>(be, int64_t(0), opt.adamw);
   for (const FlatRun& r : shards.state.runs()) {
     const Shape len{r.flat_end - r.flat_begin};
-    Tensor w = param_slice(r.flat_begin, len.numel());
-    Tensor g = model.grads.slice(shards.grads.local(r.flat_begin), len);
-    if (optimizer_on_host) {
-      if (!r.on_host) w = host_master.slice(r.local, len);
-      g = host_grads.slice(r.local, len);
+    adamw_runs.push_back({param_slice(r.flat_begin, len.numel()),
+                          model.grads.slice(shards.grads.local(r.flat_begin), len), r.local,
+                          model.table.spans(r.flat_begin, r.flat_end)});
+  }
+  // ... and on the host for those that offload it (ZeRO-Offload): its moments, the gradients
+  // handed down and a master copy of the weights that stay on the device live in the host
+  // pool, laid out as the state; the update runs there, on a backend of its own.
+  const exec::FlatMap& hs = shards.host_state;
+  if (hs.size() > 0) {
+    host_adamw =
+        std::make_unique<AdamW>(be, host_tensor(MemCategory::optimizer, Shape{hs.size()}),
+                                host_tensor(MemCategory::optimizer, Shape{hs.size()}), opt.adamw);
+    host_be = make_cpu_backend();
+    host_grads = host_tensor(MemCategory::grads, Shape{hs.size()});
+    bool master = false;
+    for (const FlatRun& r : hs.runs()) master = master || shards.weights.holds(r.flat_begin);
+    if (master) {
+      host_master = host_tensor(MemCategory::weights, Shape{hs.size()});
+      for (auto& [m, p] : host_state_pairs(host_master, false)) be.copy(m, p);
     }
-    adamw_runs.push_back({w, g, r.local, model.table.spans(r.flat_begin, r.flat_end)});
+    for (const FlatRun& r : hs.runs()) {
+      const Shape len{r.flat_end - r.flat_begin};
+      host_adamw_runs.push_back(
+          {shards.weights.holds(r.flat_begin) ? host_master.slice(r.local, len)
+                                              : param_slice(r.flat_begin, len.numel()),
+           host_grads.slice(r.local, len), r.local, model.table.spans(r.flat_begin, r.flat_end)});
+    }
   }
 }
 
@@ -460,7 +457,10 @@ Tensor& Executor::host_params() {
   return impl_->host_params;
 }
 const std::vector<FlatRun>& Executor::optimizer_runs() const {
-  return impl_->shards.state.runs();
+  return impl_->shards.all_state;
+}
+AdamW* Executor::host_optimizer() {
+  return impl_->host_adamw.get();
 }
 const Program& Executor::program() const {
   return impl_->program;

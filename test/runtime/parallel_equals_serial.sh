@@ -103,6 +103,14 @@ layer_plan_ dp4_params_offload_per_layer GPT "--nodes 1 --dp 4 --zero 1 --offloa
   "p['layers'] = [L(0, 1), L(1, 2), L(2, 3), L(3, 4)]
 for r in p['layers'][0::2]: r['offload']['params'] = True"
 case_ dp4_params_offload_per_layer 4 GPT "$B8" "" "--plan $WORK/dp4_params_offload_per_layer.json"
+# ... and the optimizer offloaded layer by layer too: AdamW on the device for some layers, on
+# the host for the others.
+layer_plan_ dp4_offload_per_layer GPT "--nodes 1 --dp 4 --zero 1 $B8" \
+  "O = {'optimizer': True, 'params': False, 'activations': False}
+p['embedding']['offload'] = O
+p['layers'] = [L(0, 1, offload=dict(O, params=True)), L(1, 2),
+               L(2, 3, offload=dict(O, optimizer=False, params=True)), L(3, 4, offload=O)]"
+case_ dp4_offload_per_layer 4 GPT "$B8" "" "--plan $WORK/dp4_offload_per_layer.json"
 # Heterogeneous (tp, dp) per layer (the issue's plan): layers alternate between tp 4 x dp 2
 # and tp 1 x dp 8 on 8 ranks; the stream is all-gathered over the reshard groups where dp
 # shrinks and sliced where it grows (the gradient the other way round), each layer's weights

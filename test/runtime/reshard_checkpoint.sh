@@ -36,6 +36,7 @@ train 8 hfirst "${HYB[@]}" --ckpt-dir "$WORK/hck" --stop-after 5
 # For the per-layer plans below (each resume saves step 6).
 cp -r "$WORK/hck" "$WORK/hck2"
 cp -r "$WORK/hck" "$WORK/hck3"
+cp -r "$WORK/hck" "$WORK/hck4"
 train 2 othird --dp 2 --zero 1 --offload optimizer --ckpt-dir "$WORK/hck" --resume
 same "$WORK/straight.jsonl" "$WORK/othird.jsonl"
 echo "ok: tp 2 x pp 2 x dp 2 -> dp 2 ZeRO-1 optimizer offloaded: step 6 loss $(last_loss "$WORK/othird.jsonl")"
@@ -78,6 +79,11 @@ per_layer zero_1_3_per_layer 4 1 "--dp 4" '{"zero": 1 if l % 2 == 0 else 3}' "$W
 # layer's tensors are its own tp share.
 per_layer tp4dp2_tp1dp8_per_layer 8 2 "--dp 8" '{"tp": 4, "dp": 2} if l % 2 == 0 else {}' \
   "$WORK/hck3"
+# Weights and optimizer state offloaded layer by layer (AdamW's state of some layers in the
+# host pool, of the others on the device).
+per_layer offload_per_layer 4 1 "--dp 4 --zero 1" \
+  '{"offload": {"optimizer": l % 2 == 0, "params": l % 4 == 0, "activations": False}}' \
+  "$WORK/hck4"
 # pp 4 interleaved (vpp 2) -> pp 1 on one rank.
 VPP=(--pp 4 --dp 1 --schedule interleaved --vpp 2)
 train 4 vstraight "${VPP[@]}"

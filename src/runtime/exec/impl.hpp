@@ -89,15 +89,16 @@ struct Executor::Impl {
   // Each layer's ZeRO partition, and where model.params, model.grads and AdamW's moments
   // hold which flat elements (exec/shards.hpp).
   exec::Sharding shards;
-  std::vector<AdamW::Run> adamw_runs;  // the update (device or host), one piece per state run
+  std::vector<AdamW::Run> adamw_runs;  // the device update, one piece per state run
   // Weights are bound only while a fetch buffer holds them (ZeRO-3 layers, offloaded weights).
   std::map<int, std::vector<const ParamInfo*>> fetched;  // fetch buffer -> tensors bound
   // ---- offloading (ZeRO-Offload, H3T): the host pool, apart from the device's ledger ------
   std::shared_ptr<exec::MemoryLedger> host_ledger;
   exec::BufferPool host_pool;
   int next_host_buffer = 0;
-  Tensor host_params;                // the weights of layers that offload them
-  bool optimizer_on_host = false;    // AdamW's state and its update live on the host
+  Tensor host_params;                 // the weights of layers that offload them
+  std::unique_ptr<AdamW> host_adamw;  // the state of layers that offload it
+  std::vector<AdamW::Run> host_adamw_runs;
   std::unique_ptr<Backend> host_be;  // the host's kernels, used on the d2h stream only
   Tensor host_master;                // the state's weights AdamW updates on the host
   Tensor host_grads;                 // the gradients copied down for it (both as the state)
@@ -169,9 +170,9 @@ struct Executor::Impl {
   void stage_gradients(int layer);  // ZeRO-2: bind the layer's gradients to fresh staging
   // (state tensor view, other tensor view) for each run of the optimizer state: the gradients,
   // or the weights, of the elements whose optimizer state this rank holds.
-  // device_only: the runs whose weights are on the device.
-  std::vector<std::pair<Tensor, Tensor>> state_pairs(const Tensor& state_like, bool grads,
-                                                     bool device_only = false);
+  // (host view, device view) for each run of the host-updated optimizer state: its gradients,
+  // or its weights where they stay on the device.
+  std::vector<std::pair<Tensor, Tensor>> host_state_pairs(const Tensor& host_like, bool grads);
   // The weights of flat [flat, flat + n): in model.params, or host_params where offloaded.
   Tensor param_slice(int64_t flat, int64_t n);
   std::vector<const ParamInfo*> fetch_set(const Op& op, Micro* m) const;

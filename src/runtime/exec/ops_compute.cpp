@@ -291,13 +291,13 @@ void Executor::Impl::finish_head_backward(Micro& m, const Tensor& d_xn) {
   m.x_final = m.xn = m.head_mean = m.head_rstd = Tensor{};
 }
 
-std::vector<std::pair<Tensor, Tensor>> Executor::Impl::state_pairs(const Tensor& state_like,
-                                                                   bool grads, bool device_only) {
+std::vector<std::pair<Tensor, Tensor>> Executor::Impl::host_state_pairs(const Tensor& host_like,
+                                                                        bool grads) {
   std::vector<std::pair<Tensor, Tensor>> out;
-  for (const FlatRun& r : shards.state.runs()) {
-    if (device_only && r.on_host) continue;
+  for (const FlatRun& r : shards.host_state.runs()) {
+    if (!grads && !shards.weights.holds(r.flat_begin)) continue;
     const int64_t n = r.flat_end - r.flat_begin;
-    out.push_back({state_like.slice(r.local, Shape{n}),
+    out.push_back({host_like.slice(r.local, Shape{n}),
                    grads ? model.grads.slice(shards.grads.local(r.flat_begin), Shape{n})
                          : param_slice(r.flat_begin, n)});
   }
@@ -357,15 +357,15 @@ void Executor::Impl::optimizer_step() {
   // The gradients of the elements whose state this rank holds (on the device, before any
   // copy down).
   if (coef != 1.0f)
-    for (const FlatRun& r : shards.state.runs()) {
+    for (const FlatRun& r : shards.all_state) {
       Tensor g =
           model.grads.slice(shards.grads.local(r.flat_begin), Shape{r.flat_end - r.flat_begin});
       be.scale(g, coef);
     }
-  if (optimizer_on_host) {  // the host_compute op updates, once the gradients are down
+  if (host_adamw) {  // the host_compute op updates, once the gradients are down
+    host_adamw->set_steps_taken(adamw->steps_taken());  // (checkpoints count the device's)
     host_update_pending = true;
     host_lr = out->lr;
-    return;
   }
   adamw->step(be, adamw_runs, out->lr);
 }

@@ -40,15 +40,15 @@ void Executor::Impl::copy(const Op& op, int index) {
     if (op.kind == OpKind::copy_d2h) {
       // The (clipped) gradients of the state's elements go down to the host optimizer; after a
       // checkpoint load the host's master weights are refreshed from the device too.
-      auto moves = state_pairs(host_grads, true);  // (host, device)
+      auto moves = host_state_pairs(host_grads, true);  // (host, device)
       if (master_stale)
-        for (auto& pair : state_pairs(host_master, false, true)) moves.push_back(pair);
+        for (auto& pair : host_state_pairs(host_master, false)) moves.push_back(pair);
       master_stale = false;
       issue(index, d2h.submit([moves] {
         for (const auto& [host, dev] : moves) copy_floats(host, dev);
       }));
-    } else {                                               // the updated weights come back up
-      auto moves = state_pairs(host_master, false, true);  // (host, device)
+    } else {                                              // the updated weights come back up
+      auto moves = host_state_pairs(host_master, false);  // (host, device)
       issue(index, h2d.submit([moves] {
         for (const auto& [host, dev] : moves) copy_floats(dev, host);
       }));
@@ -74,8 +74,8 @@ void Executor::Impl::host_compute(const Op& op, int index) {
   host_update_pending = false;
   const float lr = host_lr;
   Backend* hb = host_be.get();
-  AdamW* state = adamw.get();
-  const std::vector<AdamW::Run>* runs = &adamw_runs;
+  AdamW* state = host_adamw.get();
+  const std::vector<AdamW::Run>* runs = &host_adamw_runs;
   issue(index, d2h.submit([hb, state, runs, lr] { state->step(*hb, *runs, lr); }));
 }
 

@@ -43,7 +43,7 @@ std::vector<FlatRange> Segment::piece(int d) const {
   return out;
 }
 
-FlatMap::FlatMap(std::vector<FlatRun> runs) {
+FlatMap::FlatMap(std::vector<FlatRun> runs, bool merge) {
   std::sort(runs.begin(), runs.end(),
             [](const FlatRun& x, const FlatRun& y) { return x.flat_begin < y.flat_begin; });
   for (FlatRun r : runs) {
@@ -51,7 +51,7 @@ FlatMap::FlatMap(std::vector<FlatRun> runs) {
     if (!runs_.empty() && runs_.back().flat_end > r.flat_begin)
       throw std::logic_error("executor: overlapping flat runs in a state tensor");
     // Neighbours alike merge: fewer, longer optimizer and norm kernel calls.
-    if (!runs_.empty() && runs_.back().flat_end == r.flat_begin &&
+    if (merge && !runs_.empty() && runs_.back().flat_end == r.flat_begin &&
         runs_.back().dp_replicated == r.dp_replicated && runs_.back().dp_first == r.dp_first &&
         runs_.back().on_host == r.on_host) {
       runs_.back().flat_end = r.flat_end;
@@ -92,7 +92,7 @@ Sharding make_sharding(const ParamTable& table, const Plan& plan, const std::vec
   Sharding sh;
   std::vector<int> ids = layers;
   if (!table.ranges_of_layer(-1).empty()) ids.insert(ids.begin(), -1);
-  std::vector<FlatRun> w, hw, g, o;
+  std::vector<FlatRun> w, hw, g, o, ho;
   for (int l : ids) {
     const LayerStrategy& st = l < 0 ? plan.embedding : plan.layers.at(l);
     Segment s;
@@ -101,6 +101,7 @@ Sharding make_sharding(const ParamTable& table, const Plan& plan, const std::vec
     s.dp = st.dp;
     s.dp_index = Layout::dp_index(local, st.tp);
     s.params_on_host = st.offload_params;
+    s.optimizer_on_host = st.offload_optimizer;
     s.runs = table.ranges_of_layer(l);
     int64_t n = 0;
     for (auto [a, b] : s.runs) s.starts.push_back(n), n += b - a;
@@ -111,9 +112,8 @@ Sharding make_sharding(const ParamTable& table, const Plan& plan, const std::vec
         to.push_back(FlatRun{a, b, 0, !sharded, s.dp_index == 0, on_host});
     };
     add(s.params_on_host ? hw : w, s.sharded_weights(), s.params_on_host);
-    // (Marked with their weights' pool, so that a run never spans both.)
-    add(g, s.sharded_grads(), s.params_on_host);
-    add(o, s.sharded_state(), s.params_on_host);
+    add(g, s.sharded_grads());
+    add(s.optimizer_on_host ? ho : o, s.sharded_state(), s.optimizer_on_host);
     sh.segments[l] = std::move(s);
   }
   sh.weights = FlatMap(std::move(w));
@@ -121,12 +121,15 @@ Sharding make_sharding(const ParamTable& table, const Plan& plan, const std::vec
   sh.all_weights = sh.weights.runs();
   for (const FlatRun& r : sh.host_weights.runs()) sh.all_weights.push_back(r);
   sh.grads = FlatMap(std::move(g));
-  sh.state = FlatMap(std::move(o));
+  sh.state = FlatMap(std::move(o), false);
+  sh.host_state = FlatMap(std::move(ho), false);
+  sh.all_state = sh.state.runs();
+  for (const FlatRun& r : sh.host_state.runs()) sh.all_state.push_back(r);
   // The gradient norm counts each logical element once: its state's owner (one replica where
   // the state is replicated), one tp rank for tp-replicated tensors, and not the tied head copy.
   for (const ParamInfo& e : table.entries()) {
     if (e.tied_copy || (e.replicated && e.tp_rank != 0)) continue;
-    for (const FlatRun& r : sh.state.runs()) {
+    for (const FlatRun& r : sh.all_state) {
       if (r.dp_replicated && !r.dp_first) continue;
       const int64_t a = std::max(r.flat_begin, e.offset);
       const int64_t b = std::min(r.flat_end, e.offset + e.numel());

@@ -21,10 +21,11 @@ using FlatRange = std::pair<int64_t, int64_t>;  // [begin, end) of the flat para
 struct Segment {
   int layer = -1;  // -1: everything outside the layers (embedding, final norm, LM head)
   int zero = 0, dp = 1, dp_index = 0;
-  bool params_on_host = false;  // its weights live in the host pool (ZeRO-Offload, H3T)
-  std::vector<FlatRange> runs;  // the segment's flat runs, increasing
-  std::vector<int64_t> starts;  // each run's start among the segment's elements
-  std::vector<int64_t> bounds;  // dp + 1 even cuts of the segment's elements
+  bool params_on_host = false;     // its weights live in the host pool (ZeRO-Offload, H3T)
+  bool optimizer_on_host = false;  // its optimizer state and update too
+  std::vector<FlatRange> runs;     // the segment's flat runs, increasing
+  std::vector<int64_t> starts;     // each run's start among the segment's elements
+  std::vector<int64_t> bounds;     // dp + 1 even cuts of the segment's elements
   bool sharded_weights() const { return zero == 3 && dp > 1; }
   bool sharded_grads() const { return zero >= 2 && dp > 1; }
   bool sharded_state() const { return zero >= 1 && dp > 1; }
@@ -40,7 +41,9 @@ struct Segment {
 class FlatMap {
  public:
   FlatMap() = default;
-  explicit FlatMap(std::vector<FlatRun> runs);  // any order; local offsets assigned here
+  // Any order; local offsets assigned here. merge: neighbours alike become one run (not for
+  // the optimizer state, whose runs each stay inside one layer's weights).
+  explicit FlatMap(std::vector<FlatRun> runs, bool merge = true);
   const std::vector<FlatRun>& runs() const { return runs_; }
   int64_t size() const { return size_; }
   // Local offset of flat element `flat`; throws std::logic_error when not held.
@@ -56,8 +59,10 @@ struct Sharding {
   std::map<int, Segment> segments;  // by layer (-1: embedding and head)
   // model.params (weights on the device), host_params (offloaded weights), model.grads, the
   // optimizer's moments.
-  FlatMap weights, host_weights, grads, state;
+  // host_state: the optimizer state of layers that offload it (AdamW on the host).
+  FlatMap weights, host_weights, grads, state, host_state;
   std::vector<FlatRun> all_weights;    // weights' runs, then host_weights' (on_host)
+  std::vector<FlatRun> all_state;      // state's runs, then host_state's (on_host)
   std::vector<FlatRange> norm_runs;    // flat elements this rank counts in the gradient norm
   const Segment& of(int layer) const;  // layer < 0: the embedding and head's segment
 };
