@@ -8,10 +8,13 @@
 //    counted beside them, so the measured memory is the Program's accounting made real.
 //  - Groups and peers come from the Layout through ParallelState.
 // Supported: tensor parallelism (with sequence parallelism), pipeline parallelism under GPipe,
-// 1F1B and interleaved 1F1B, data parallelism with ZeRO 0-3, recompute none, selective and
-// full. Plans with offloading or per-layer heterogeneous strategies (and ZeRO-2/3 with
-// sequence parallelism or a tied embedding split over stages) are refused with NotSupported
-// naming the feature.
+// 1F1B and interleaved 1F1B, data parallelism with ZeRO 0-3, recompute and activation offload,
+// all chosen layer by layer: each layer has its own (tp, dp) (activations and gradients are
+// resharded between layers by the Program's reshard collectives), its own tensor-parallel share
+// and its own ZeRO partition over its dp group; its weights and its optimizer state (with
+// AdamW) on the device or in the host pool. Refused with NotSupported naming the feature:
+// sequence parallelism in a plan whose layers differ in tp, and a last layer whose (tp, dp)
+// differs from the LM head's (the Program has no reshard there).
 #pragma once
 #include <mpi.h>
 
@@ -68,6 +71,17 @@ struct MemorySample {
   std::array<int64_t, kNumMemCategories> bytes_in_use{};
 };
 
+// A run of the flat parameter buffer, [flat_begin, flat_end), that a rank holds at `local` in
+// one of its state tensors (weights, or the optimizer's moments). dp_replicated: every
+// data-parallel replica of its layer holds the same values (replica 0, dp_first, writes them
+// to a checkpoint); otherwise it is this rank's ZeRO piece of its layer.
+struct FlatRun {
+  int64_t flat_begin = 0, flat_end = 0, local = 0;
+  bool dp_replicated = true;
+  bool dp_first = true;
+  bool on_host = false;  // weights offloaded by their layer: in host_params(), not model().params
+};
+
 struct StepResult {
   int64_t step = 0;
   float loss = 0;       // mean over the global batch (on every rank)
@@ -95,15 +109,15 @@ class Executor {
   // This rank's model part (a stage's layers, one tensor-parallel share) and its state.
   Model& model();
   AdamW& optimizer();
-  // The flat range of the parameters whose optimizer state this rank holds (ZeRO-1: a shard).
-  int64_t shard_begin() const;
-  int64_t shard_end() const;
-  // ZeRO-3: model().params holds only [shard_begin, shard_end) of the flat parameters.
-  bool params_sharded() const;
-  // Whether this rank writes the data-parallel-replicated state of [begin, end) in a
-  // checkpoint (one replica does; ZeRO shards are written by their owners).
-  int dp_index() const;
-  int dp_size() const;
+  // Where the flat parameters sit in model().params, or host_params() for layers whose weights
+  // are offloaded (ZeRO-3 layers: only this rank's piece), and in optimizer().m()/v()
+  // (ZeRO-1/2/3 layers: only this rank's piece).
+  const std::vector<FlatRun>& param_runs() const;
+  Tensor& host_params();
+  const std::vector<FlatRun>& optimizer_runs() const;
+  // The optimizer of the layers that offload theirs (on_host runs), or null. Its step count
+  // follows optimizer()'s.
+  AdamW* host_optimizer();
   const Program& program() const;
   const StageProgram& stage_program() const;
   int64_t high_water_bytes() const;       // device pool, over the steps so far
@@ -119,9 +133,10 @@ class Executor {
 };
 
 // Throws NotSupported (naming the feature) for a plan the runtime cannot run yet on this
-// backend, before any work: per-layer heterogeneous tp/dp/sp/ZeRO, per-layer parameter or
-// optimizer offload, a dtype the backend does not compute in; and InputError for a tp that does
-// not divide the heads, or offloading beyond the node's host memory (cluster
+// backend, before any work: sequence parallelism beside per-layer tp, a last layer whose
+// (tp, dp) differs from the embedding's, a dtype the backend does not compute in; and
+// InputError for a tp that does not divide the heads (or consecutive layers' tp that do not
+// divide one another), or offloading beyond the node's host memory (cluster
 // node.host_memory_bytes, shared by the node's ranks).
 void check_runnable(const ModelSpec& model, const Plan& plan, const ClusterSpec& cluster,
                     const std::string& backend);

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "stratagem/backend.hpp"
 
@@ -45,6 +46,16 @@ class AdamW {
   // covers the range and says where weight decay applies.
   void step(Backend& backend, Tensor& params, const Tensor& grads, std::span<const ParamSpan> spans,
             float lr);
+  // One piece of the state's range: `params` and `grads` whose state starts at `state_offset`
+  // (spans relative to the piece).
+  struct Run {
+    Tensor params, grads;
+    int64_t state_offset = 0;
+    std::vector<ParamSpan> spans;
+  };
+  // One step over pieces that together cover the state once (ZeRO stages that differ by layer
+  // leave a rank's optimizer range scattered over its weights and gradients).
+  void step(Backend& backend, std::span<const Run> runs, float lr);
 
   const AdamWConfig& config() const { return config_; }
   int64_t steps_taken() const { return steps_; }

@@ -86,6 +86,9 @@ struct ModelPart {
   bool head = true;
   int tp = 1, tp_rank = 0;
   std::vector<int> layers;  // when set: exactly these layers (an interleaved stage's chunks)
+  // Heterogeneous plans: per model layer, the tp degree and this rank's index in its tp group
+  // (empty: every layer's share is (tp, tp_rank), as the embedding's).
+  std::vector<int> layer_tp, layer_tp_rank;
   std::vector<int> layer_list(int num_layers) const;
 };
 
@@ -102,6 +105,7 @@ struct ParamInfo {
   Shape logical;                       // the whole tensor's shape
   std::vector<ShardSegment> segments;  // where the local rows sit in the logical tensor
   bool replicated = true;              // whole on every rank of the tp group
+  int tp_rank = 0;                     // this rank's index in the tp group it is shared over
   bool tied_copy = false;              // the last stage's copy of a tied wte
   int64_t numel() const { return shape.numel(); }
   bool decay() const { return shape.ndim() == 2; }  // weight decay on 2-D weights only

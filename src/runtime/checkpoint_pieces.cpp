@@ -51,23 +51,27 @@ void add_boxes(std::vector<CheckpointPiece>& out, const std::string& dataset, co
 
 std::vector<CheckpointPiece> checkpoint_pieces(Executor& ex, bool writing) {
   Model& m = ex.model();
-  const int64_t s0 = ex.shard_begin(), s1 = ex.shard_end();
-  const bool sharded = s1 - s0 < m.table.size() || ex.dp_size() == 1;
   std::vector<CheckpointPiece> out;
   for (const ParamInfo& e : m.table.entries()) {
-    // One writer per logical element: the first data-parallel replica (or the ZeRO shard's
-    // owner), the first tp rank of replicated tensors, and not the tied head copy.
-    const bool tp_owner = !e.replicated || m.tp_rank == 0;
+    // One writer per logical element: the first data-parallel replica where the values are
+    // replicated (or the ZeRO piece's owner), the first tp rank of replicated tensors, and not
+    // the tied head copy. Each layer's ZeRO stage decides which (Executor::param_runs).
+    const bool tp_owner = !e.replicated || e.tp_rank == 0;
     const bool owner = tp_owner && !e.tied_copy;
-    if (ex.params_sharded()) {  // ZeRO-3: every replica owns its shard of the weights
-      if (!writing || owner) add_boxes(out, "params/" + e.name, e, s0, s1, m.params.data, s0);
-    } else if (!writing || (owner && ex.dp_index() == 0)) {
-      add_boxes(out, "params/" + e.name, e, e.offset, e.offset + e.numel(), m.params.data, 0);
-    }
-    const bool state_writer = owner && (sharded ? true : ex.dp_index() == 0);
-    if (!writing || state_writer) {
-      add_boxes(out, "optimizer/m/" + e.name, e, s0, s1, ex.optimizer().m().data, s0);
-      add_boxes(out, "optimizer/v/" + e.name, e, s0, s1, ex.optimizer().v().data, s0);
+    auto writes = [&](const FlatRun& r) {
+      return !writing || (owner && (!r.dp_replicated || r.dp_first));
+    };
+    for (const FlatRun& r : ex.param_runs())
+      if (writes(r))
+        add_boxes(out, "params/" + e.name, e, r.flat_begin, r.flat_end,
+                  (r.on_host ? ex.host_params() : m.params).data + r.local, r.flat_begin);
+    for (const FlatRun& r : ex.optimizer_runs()) {
+      if (!writes(r)) continue;
+      AdamW& state = r.on_host ? *ex.host_optimizer() : ex.optimizer();
+      add_boxes(out, "optimizer/m/" + e.name, e, r.flat_begin, r.flat_end, state.m().data + r.local,
+                r.flat_begin);
+      add_boxes(out, "optimizer/v/" + e.name, e, r.flat_begin, r.flat_end, state.v().data + r.local,
+                r.flat_begin);
     }
   }
   return out;

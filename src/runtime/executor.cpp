@@ -15,21 +15,31 @@ namespace stratagem {
 namespace {
 using Clock = std::chrono::steady_clock;
 
+// The layer a parameter belongs to (-1: outside the layers).
+int layer_of(const std::string& name) {
+  if (name.rfind("layers.", 0) != 0) return -1;
+  return std::stoi(name.substr(7, name.find('.', 7) - 7));
+}
+
 }  // namespace
 
 namespace {
-// The model part a rank of `stage` holds: its chunks' layers, the embedding on the first
-// stage, the head on the last, one tensor-parallel share.
-ModelPart stage_part(const Plan& plan, int stage, int tp_rank) {
+// The model part a rank of `stage` (at index `local` in it) holds: its chunks' layers, the
+// embedding on the first stage, the head on the last, and of each its tensor-parallel share.
+ModelPart stage_part(const Plan& plan, int stage, int local) {
   ModelPart part;
   part.embedding = stage == 0;
   part.head = stage == plan.pp - 1;
   part.tp = plan.embedding.tp;
-  part.tp_rank = tp_rank;
+  part.tp_rank = Layout::tp_index(local, part.tp);
   for (size_t c = stage; c < plan.chunks.size(); c += plan.pp)
     for (int l = plan.chunks[c].begin; l < plan.chunks[c].end; ++l) part.layers.push_back(l);
   std::sort(part.layers.begin(), part.layers.end());
   if (part.layers.empty()) part.first_layer = part.end_layer = 0;
+  for (const LayerStrategy& s : plan.layers) {
+    part.layer_tp.push_back(s.tp);
+    part.layer_tp_rank.push_back(Layout::tp_index(local, s.tp));
+  }
   return part;
 }
 
@@ -38,20 +48,24 @@ ModelPart stage_part(const Plan& plan, int stage, int tp_rank) {
 // naming the pool and the numbers.
 void check_host_pool(const ModelSpec& m, const Plan& p, const ClusterSpec& c) {
   const LayerStrategy& e = p.embedding;
-  const bool on_host = e.offload_params || e.offload_optimizer;
-  bool acts_offloaded = false;
-  for (const LayerStrategy& s : p.layers) acts_offloaded = acts_offloaded || s.offload_activations;
-  if (c.node.host_memory_bytes <= 0 || !(on_host || acts_offloaded)) return;
+  bool on_host = e.offload_params || e.offload_optimizer;
+  for (const LayerStrategy& s : p.layers)
+    on_host = on_host || s.offload_params || s.offload_optimizer || s.offload_activations;
+  if (c.node.host_memory_bytes <= 0 || !on_host) return;
   const TransformerConfig whole = transformer_config(m);
   const Program prog = build_program(m, p);
   const int64_t f = sizeof(float);
   int64_t per_rank = 0, states_max = 0, acts_max = 0;
   for (int stage = 0; stage < p.pp; ++stage) {
-    const int64_t n = make_param_table(whole, stage_part(p, stage, 0)).size();
-    const int64_t shard = e.zero >= 1 ? (n + e.dp - 1) / e.dp : n;
-    int64_t states = e.offload_params ? (e.zero == 3 && e.dp > 1 ? shard : n) * f : 0;
-    if (e.offload_optimizer)  // moments, the gradients handed down, the master copy
-      states += shard * f * (e.offload_params ? 3 : 4);
+    // As the executor holds them (its first data-parallel rank's pieces).
+    const ModelPart part = stage_part(p, stage, 0);
+    const exec::Sharding sh =
+        exec::make_sharding(make_param_table(whole, part), p, part.layer_list(whole.layers), 0);
+    // Offloaded weights; offloaded optimizer state: moments, the gradients handed down, and a
+    // master copy of the weights that stay on the device.
+    int64_t states = (sh.host_weights.size() + 3 * sh.host_state.size()) * f;
+    for (const FlatRun& r : sh.host_state.runs())
+      if (sh.weights.holds(r.flat_begin)) states += (r.flat_end - r.flat_begin) * f;
     int64_t acts = 0, acts_peak = 0;  // the Program's activation copies, in its order
     for (const Op& op : prog.stages[stage].ops) {
       if (op.category != MemCategory::activations) continue;
@@ -80,22 +94,36 @@ void check_host_pool(const ModelSpec& m, const Plan& p, const ClusterSpec& c) {
 // Features of the search's space that the runtime does not execute yet, named for the user.
 void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluster,
                     const std::string& backend) {
+  // Heterogeneous (tp, dp) per layer: activations and gradients are resharded between
+  // consecutive layers by the Program's reshard all-gathers (or sliced where dp grows).
+  bool hetero = false;
+  for (const LayerStrategy& s : p.layers) hetero = hetero || s.tp != p.embedding.tp;
+  auto sp = [](const LayerStrategy& s) { return s.sequence_parallel && s.tp > 1; };
   for (size_t l = 0; l < p.layers.size(); ++l) {
     const LayerStrategy& s = p.layers[l];
-    const LayerStrategy& e = p.embedding;
-    // The weights and the optimizer state are one flat buffer per rank, in one pool.
-    if (s.offload_params != e.offload_params || s.offload_optimizer != e.offload_optimizer)
+    const LayerStrategy& prev = l == 0 ? p.embedding : p.layers[l - 1];
+    if (!hetero && sp(s) != sp(p.embedding))
       throw NotSupported("layer " + std::to_string(l) + " (" + s.describe() +
-                         ") offloads its parameters or optimizer state unlike the embedding (" +
-                         e.describe() +
-                         "): per-layer parameter and optimizer offload is not executed yet "
-                         "(activation offload is)");
-    if (s.tp != e.tp || s.dp != e.dp || s.sequence_parallel != e.sequence_parallel ||
-        s.zero != e.zero)
+                         "): sequence parallelism that differs from the embedding's (" +
+                         p.embedding.describe() + ") is not executed yet");
+    if (!hetero) continue;
+    if (sp(s) || sp(prev))
       throw NotSupported("layer " + std::to_string(l) + " (" + s.describe() +
-                         ") differs from the embedding's strategy (" + e.describe() +
-                         "): per-layer heterogeneous tp/dp/sp/ZeRO plans are not executed yet");
+                         "): sequence parallelism in a plan whose layers differ in tp/dp is not "
+                         "executed yet (the reshards move whole-sequence activations)");
+    if (s.tp % prev.tp && prev.tp % s.tp)
+      throw InputError("layer " + std::to_string(l) + " (" + s.describe() +
+                       "): tp does not divide the previous layer's (" + prev.describe() +
+                       ") nor is divided by it: no reshard group");
+    transformer_config(m).sharded(s.tp);
   }
+  // The Program reshards between consecutive layers but not between the last layer and the LM
+  // head, which works in the embedding's (tp, dp).
+  if (hetero && p.layers.back().tp != p.embedding.tp)
+    throw NotSupported("the last layer (" + p.layers.back().describe() +
+                       ") differs in tp/dp from the embedding and LM head (" +
+                       p.embedding.describe() +
+                       "): the Program has no reshard before the LM head yet");
   bool offloads = false;
   for (const LayerStrategy& s : p.layers)
     offloads = offloads || s.offload_optimizer || s.offload_params || s.offload_activations;
@@ -129,7 +157,6 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
   const LayerStrategy& es = plan.embedding;
   tp = es.tp;
   dp = es.dp;
-  zero = es.zero;
   sp_on = es.sequence_parallel && tp > 1;
   local = whole.sharded(tp);
   stage = ps.stage();
@@ -162,87 +189,119 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
     if (op.category == MemCategory::grads) g_buf = op.buffer;
     if (op.category == MemCategory::optimizer) o_buf = op.buffer;
   }
-  const ModelPart part = stage_part(plan, stage, tp_index);
+  const ModelPart part = stage_part(plan, stage, ps.coords().local);
+  shares[-1] = LayerShare{tp, tp_index, dp, dp_index, sp_on, B, N, Ns, local, nullptr};
+  // Every layer's (a neighbouring stage's layers too: what crosses the boundary is in their
+  // layout); scratch for this stage's.
+  const std::vector<int> held = part.layer_list(whole.layers);
+  for (int l = 0; l < whole.layers; ++l) {
+    const LayerStrategy& s = plan.layers[l];
+    LayerShare sh;
+    sh.tp = s.tp;
+    sh.tp_index = ps.tp_index(s.tp);
+    sh.dp = s.dp;
+    sh.dp_index = ps.dp_index(s.tp);
+    sh.sp = s.sequence_parallel && s.tp > 1;
+    sh.B = plan.samples_per_rank(s.dp);
+    sh.N = int64_t(sh.B) * T;
+    if (sh.sp && sh.N % sh.tp)
+      throw InputError("sequence parallel: " + std::to_string(sh.N) +
+                       " tokens per micro-batch do not split over tp " + std::to_string(sh.tp));
+    sh.Ns = sh.sp ? sh.N / sh.tp : sh.N;
+    sh.local = whole.sharded(s.tp);
+    if (!std::binary_search(held.begin(), held.end(), l)) {
+      shares[l] = sh;
+      continue;
+    }
+    // The backward's scratch, one per tp degree (B x width / tp is the same for every layer).
+    auto [w, fresh] = workspaces.try_emplace(s.tp);
+    if (fresh) {
+      w->second.B = sh.B;
+      w->second.T = T;
+      w->second.d_qkv = pool.scratch(Shape{sh.B, T, sh.local.qkv_width()});
+      w->second.d_attn = pool.scratch(Shape{sh.B, T, sh.local.attn_width()});
+      w->second.d_fc1 = pool.scratch(Shape{sh.B, T, sh.local.fc1_width()});
+      w->second.d_act = pool.scratch(Shape{sh.B, T, sh.local.ffn_hidden});
+    }
+    sh.ws = &w->second;
+    shares[l] = sh;
+  }
   model.config = local;
   model.tp_rank = tp_index;
   model.table = make_param_table(whole, part);
   const int64_t n = model.table.size();
-  // ZeRO partition: contiguous, even slices of the flat buffer over the dp group (every
-  // member holds the same layout).
-  for (int d = 0; d <= dp; ++d) shard_bounds.push_back(n * d / dp);
-  shard_begin = zero >= 1 ? shard_bounds[dp_index] : 0;
-  shard_end = zero >= 1 ? shard_bounds[dp_index + 1] : n;
-  const int64_t shard = shard_end - shard_begin;
-  // ZeRO-2 keeps only this rank's shard of the gradients: a layer's backward writes into a
-  // staging buffer that its reduce-scatter folds into the shard (grad_shard()).
-  staged = zero >= 2 && dp > 1;
-  // ZeRO-3 keeps only this rank's shard of the weights: each use gathers them into the
-  // Program's fetch buffer (fetch()).
-  sharded_params = zero == 3 && dp > 1;
+  // Each layer's ZeRO stage decides what of its partition this rank keeps: ZeRO-3 layers only
+  // their weights' piece (gathered into the Program's fetch buffer for each use), ZeRO-2 their
+  // gradients' piece (a layer's backward writes into staging that its reduce-scatter folds into
+  // the piece), ZeRO-1 their optimizer state's piece.
+  shards = exec::make_sharding(model.table, plan, held, ps.coords().local);
   // Offloaded parameters (ZeRO-Offload / ZeRO-Infinity) live in the host pool and come up
-  // into the Program's fetch buffers for each use, as ZeRO-3's shards are gathered.
-  params_on_host = es.offload_params;
-  optimizer_on_host = es.offload_optimizer;
-  fetched_params = sharded_params || params_on_host;
-  const Shape param_shape{sharded_params ? shard : n};
-  model.params = params_on_host ? host_tensor(MemCategory::weights, param_shape)
-                                : pool.take(w_buf, param_shape);
-  model.grads = pool.take(g_buf, Shape{staged ? shard : n});
-  if (params_on_host && !sharded_params) {
-    init_parameters(be, whole, model.table, model.params, opt.seed);
-    model.weights.slot = bind_weights(whole, model.table, model.params).slot;
-    model.weights.layers.assign(model.weights.slot.size(), LayerWeights{});
-    model.weights.layers.resize(part.layers.size());
-  } else if (sharded_params) {
+  // into the Program's fetch buffers for each use, as ZeRO-3's pieces are gathered.
+  // Layer by layer (H3T): a layer's weights are on the device or in the host pool.
+  const Shape state_shape{shards.state.size()};
+  model.params = pool.take(w_buf, Shape{shards.weights.size()});
+  if (shards.host_weights.size() > 0)
+    host_params = host_tensor(MemCategory::weights, Shape{shards.host_weights.size()});
+  model.grads = pool.take(g_buf, Shape{shards.grads.size()});
+  {
+    // Initialized whole (the same values under any layout), then each held run kept.
     Tensor all = pool.scratch(Shape{n});
     init_parameters(be, whole, model.table, all, opt.seed);
-    be.copy(model.params, all.slice(shard_begin, Shape{shard}));
-    model.weights.slot = bind_weights(whole, model.table, all).slot;
-    model.weights.layers.assign(model.weights.slot.size(), LayerWeights{});
-    model.weights.layers.resize(part.layers.size());
-  } else {
-    init_parameters(be, whole, model.table, model.params, opt.seed);
-    model.weights = bind_weights(whole, model.table, model.params);
+    for (const FlatRun& r : shards.all_weights) {
+      Tensor dst = param_slice(r.flat_begin, r.flat_end - r.flat_begin);
+      be.copy(dst, all.slice(r.flat_begin, dst.shape));
+    }
+    model.weights = bind_weights(whole, model.table, all);  // slots; fields bound below
+    model.grad_weights = model.weights;
+  }
+  for (const ParamInfo& e : model.table.entries()) {
+    const exec::Segment& seg = shards.of(layer_of(e.name));
+    // Weights stay bound where they are resident on the device; the others only while a
+    // fetch buffer holds them.
+    weight_field(model.weights, e.name) =
+        seg.sharded_weights() || seg.params_on_host
+            ? Tensor{}
+            : model.params.slice(shards.weights.local(e.offset), e.shape);
+    // Staged layers bind their gradients to staging in backward (stage_gradients).
+    weight_field(model.grad_weights, e.name) =
+        seg.sharded_grads() ? Tensor{} : model.grads.slice(shards.grads.local(e.offset), e.shape);
   }
   be.fill(model.grads, 0.0f);
-  if (!staged)
-    model.grad_weights = bind_weights(whole, model.table, model.grads);
-  else
-    model.grad_weights = model.weights;  // slots only: backward binds its staging
-  if (optimizer_on_host) {
-    // ZeRO-Offload: AdamW's moments, the master copy of the shard and the gradients it is
-    // handed live in the host pool; the update runs there, on a backend of its own.
-    adamw = std::make_unique<AdamW>(be, host_tensor(MemCategory::optimizer, Shape{shard}),
-                                    host_tensor(MemCategory::optimizer, Shape{shard}), opt.adamw);
+  // AdamW on the device for the layers that keep their optimizer state there...
+  adamw = shards.state.size() > 0
+              ? std::make_unique<AdamW>(be, pool.take(o_buf, state_shape),
+                                        pool.take(o_buf, state_shape), opt.adamw)
+              : std::make_unique<AdamW>(be, int64_t(0), opt.adamw);
+  for (const FlatRun& r : shards.state.runs()) {
+    const Shape len{r.flat_end - r.flat_begin};
+    adamw_runs.push_back({param_slice(r.flat_begin, len.numel()),
+                          model.grads.slice(shards.grads.local(r.flat_begin), len), r.local,
+                          model.table.spans(r.flat_begin, r.flat_end)});
+  }
+  // ... and on the host for those that offload it (ZeRO-Offload): its moments, the gradients
+  // handed down and a master copy of the weights that stay on the device live in the host
+  // pool, laid out as the state; the update runs there, on a backend of its own.
+  const exec::FlatMap& hs = shards.host_state;
+  if (hs.size() > 0) {
+    host_adamw =
+        std::make_unique<AdamW>(be, host_tensor(MemCategory::optimizer, Shape{hs.size()}),
+                                host_tensor(MemCategory::optimizer, Shape{hs.size()}), opt.adamw);
     host_be = make_cpu_backend();
-    host_grads = host_tensor(MemCategory::grads, Shape{shard});
-    Tensor device_shard =
-        sharded_params ? model.params : model.params.slice(shard_begin, Shape{shard});
-    if (params_on_host) {
-      host_master = device_shard;  // already the host's
-    } else {
-      host_master = host_tensor(MemCategory::weights, Shape{shard});
-      be.copy(host_master, device_shard);
+    host_grads = host_tensor(MemCategory::grads, Shape{hs.size()});
+    bool master = false;
+    for (const FlatRun& r : hs.runs()) master = master || shards.weights.holds(r.flat_begin);
+    if (master) {
+      host_master = host_tensor(MemCategory::weights, Shape{hs.size()});
+      for (auto& [m, p] : host_state_pairs(host_master, false)) be.copy(m, p);
     }
-  } else {
-    adamw = std::make_unique<AdamW>(be, pool.take(o_buf, Shape{shard}),
-                                    pool.take(o_buf, Shape{shard}), opt.adamw);
+    for (const FlatRun& r : hs.runs()) {
+      const Shape len{r.flat_end - r.flat_begin};
+      host_adamw_runs.push_back(
+          {shards.weights.holds(r.flat_begin) ? host_master.slice(r.local, len)
+                                              : param_slice(r.flat_begin, len.numel()),
+           host_grads.slice(r.local, len), r.local, model.table.spans(r.flat_begin, r.flat_end)});
+    }
   }
-
-  // The global gradient norm counts each logical element once: one data-parallel replica (or
-  // the shard owner), one tp rank for replicated tensors, and not the tied head copy.
-  norm_owner.assign(static_cast<size_t>(n), 0);
-  for (const ParamInfo& e : model.table.entries()) {
-    if (e.tied_copy || (e.replicated && tp_index != 0)) continue;
-    for (int64_t i = e.offset; i < e.offset + e.numel(); ++i)
-      norm_owner[i] = zero >= 1 ? (i >= shard_begin && i < shard_end) : dp_index == 0;
-  }
-  ws.B = B;
-  ws.T = T;
-  ws.d_qkv = pool.scratch(Shape{B, T, local.qkv_width()});
-  ws.d_attn = pool.scratch(Shape{B, T, local.attn_width()});
-  ws.d_fc1 = pool.scratch(Shape{B, T, local.fc1_width()});
-  ws.d_act = pool.scratch(Shape{B, T, local.ffn_hidden});
 }
 
 int64_t Executor::Impl::now_ns() const {
@@ -437,20 +496,17 @@ Model& Executor::model() {
 AdamW& Executor::optimizer() {
   return *impl_->adamw;
 }
-int64_t Executor::shard_begin() const {
-  return impl_->shard_begin;
+const std::vector<FlatRun>& Executor::param_runs() const {
+  return impl_->shards.all_weights;
 }
-int64_t Executor::shard_end() const {
-  return impl_->shard_end;
+Tensor& Executor::host_params() {
+  return impl_->host_params;
 }
-bool Executor::params_sharded() const {
-  return impl_->sharded_params;
+const std::vector<FlatRun>& Executor::optimizer_runs() const {
+  return impl_->shards.all_state;
 }
-int Executor::dp_index() const {
-  return impl_->dp_index;
-}
-int Executor::dp_size() const {
-  return impl_->dp;
+AdamW* Executor::host_optimizer() {
+  return impl_->host_adamw.get();
 }
 const Program& Executor::program() const {
   return impl_->program;

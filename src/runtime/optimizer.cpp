@@ -41,6 +41,12 @@ void AdamW::step(Backend& backend, Tensor& params, const Tensor& grads,
                                 " floats like the optimizer state, got " +
                                 std::to_string(params.numel()) + " and " +
                                 std::to_string(grads.numel()));
+  const Run run{params, grads, 0, std::vector<ParamSpan>(spans.begin(), spans.end())};
+  step(backend, std::span<const Run>(&run, 1), lr);
+}
+
+void AdamW::step(Backend& backend, std::span<const Run> runs, float lr) {
+  const int64_t n = m_.numel();
   ++steps_;
   AdamWStep s;
   s.lr = lr;
@@ -49,16 +55,20 @@ void AdamW::step(Backend& backend, Tensor& params, const Tensor& grads,
   s.eps = config_.eps;
   s.step = steps_;
   int64_t covered = 0;
-  for (const ParamSpan& sp : spans) {
-    if (sp.offset < 0 || sp.numel < 0 || sp.offset + sp.numel > n)
-      throw std::invalid_argument("AdamW::step: span outside the optimizer's range");
-    covered += sp.numel;
-    s.weight_decay = sp.decay ? config_.weight_decay : 0.0f;
-    const Shape shape{sp.numel};
-    Tensor p = params.slice(sp.offset, shape);
-    Tensor m = m_.slice(sp.offset, shape);
-    Tensor v = v_.slice(sp.offset, shape);
-    backend.adamw_update(p, grads.slice(sp.offset, shape), m, v, s);
+  for (const Run& run : runs) {
+    for (const ParamSpan& sp : run.spans) {
+      if (sp.offset < 0 || sp.numel < 0 || sp.offset + sp.numel > run.params.numel() ||
+          sp.offset + sp.numel > run.grads.numel() || run.state_offset < 0 ||
+          run.state_offset + sp.offset + sp.numel > n)
+        throw std::invalid_argument("AdamW::step: span outside the optimizer's range");
+      covered += sp.numel;
+      s.weight_decay = sp.decay ? config_.weight_decay : 0.0f;
+      const Shape shape{sp.numel};
+      Tensor p = run.params.slice(sp.offset, shape);
+      Tensor m = m_.slice(run.state_offset + sp.offset, shape);
+      Tensor v = v_.slice(run.state_offset + sp.offset, shape);
+      backend.adamw_update(p, run.grads.slice(sp.offset, shape), m, v, s);
+    }
   }
   if (covered != n)
     throw std::invalid_argument("AdamW::step: spans cover " + std::to_string(covered) + " of " +

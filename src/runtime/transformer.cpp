@@ -182,7 +182,13 @@ struct ShardBuilder {
   int tp, r;
   ParamTable& t;
 
-  void whole(const std::string& name, Shape shape) { t.add(name, shape); }
+  void whole(const std::string& name, Shape shape) {
+    ParamInfo p;
+    p.name = name;
+    p.shape = p.logical = shape;
+    p.tp_rank = r;
+    t.add(std::move(p));
+  }
   // Rows split into groups (e.g. q|k|v heads); each group is cut evenly across tp.
   void rows(const std::string& name, std::vector<int64_t> groups, int64_t cols) {
     ParamInfo p;
@@ -196,6 +202,7 @@ struct ShardBuilder {
     p.shape = cols ? Shape{local, cols} : Shape{local};
     p.logical = cols ? Shape{logical, cols} : Shape{logical};
     p.replicated = tp == 1;
+    p.tp_rank = r;
     t.add(std::move(p));
   }
   // Columns cut evenly across tp (row-parallel weights).
@@ -206,6 +213,7 @@ struct ShardBuilder {
     p.logical = Shape{rows_, cols_};
     p.segments.push_back({0, rows_, 0, r * (cols_ / tp)});
     p.replicated = tp == 1;
+    p.tp_rank = r;
     t.add(std::move(p));
   }
   // The vocabulary-parallel word embedding: ceil(V/tp) rows, the last share padded.
@@ -218,6 +226,7 @@ struct ShardBuilder {
     p.segments.push_back({0, l.vocab_valid(r), l.vocab_begin(r), 0});
     p.replicated = tp == 1;
     p.tied_copy = tied_copy;
+    p.tp_rank = r;
     t.add(std::move(p));
   }
 };
@@ -242,20 +251,31 @@ ParamTable make_param_table(const TransformerConfig& c, const ModelPart& part) {
       c.activation == Activation::swiglu ? std::vector<int64_t>{F, F} : std::vector<int64_t>{F};
   if (part.embedding || (part.head && c.tied_embeddings)) sb.vocab("wte", !part.embedding);
   if (part.embedding && c.position == Position::learned) sb.whole("wpe", Shape{c.max_seq, C});
+  const bool per_layer = !part.layer_tp.empty();
+  require(!per_layer ||
+              (int(part.layer_tp.size()) == c.layers && int(part.layer_tp_rank.size()) == c.layers),
+          "ModelPart: layer_tp and layer_tp_rank need one entry per model layer");
   for (int layer : layers) {
     const std::string p = layer_prefix(layer);
-    sb.whole(p + "attn.norm.weight", Shape{C});
-    if (ln_bias) sb.whole(p + "attn.norm.bias", Shape{C});
-    sb.rows(p + "attn.qkv.weight", qkv_groups, C);
-    if (c.bias) sb.rows(p + "attn.qkv.bias", qkv_groups, 0);
-    sb.cols(p + "attn.proj.weight", C, c.attn_width());
-    if (c.bias) sb.whole(p + "attn.proj.bias", Shape{C});
-    sb.whole(p + "mlp.norm.weight", Shape{C});
-    if (ln_bias) sb.whole(p + "mlp.norm.bias", Shape{C});
-    sb.rows(p + "mlp.fc1.weight", fc1_groups, C);
-    if (c.bias) sb.rows(p + "mlp.fc1.bias", fc1_groups, 0);
-    sb.cols(p + "mlp.fc2.weight", C, F);
-    if (c.bias) sb.whole(p + "mlp.fc2.bias", Shape{C});
+    // A heterogeneous plan's layer is a share of its own tp group.
+    ShardBuilder lb{c, per_layer ? part.layer_tp[layer] : part.tp,
+                    per_layer ? part.layer_tp_rank[layer] : part.tp_rank, t};
+    if (per_layer) {
+      require(lb.r >= 0 && lb.r < lb.tp, "ModelPart: a layer's tp rank is outside its tp group");
+      c.sharded(lb.tp);  // validates divisibility
+    }
+    lb.whole(p + "attn.norm.weight", Shape{C});
+    if (ln_bias) lb.whole(p + "attn.norm.bias", Shape{C});
+    lb.rows(p + "attn.qkv.weight", qkv_groups, C);
+    if (c.bias) lb.rows(p + "attn.qkv.bias", qkv_groups, 0);
+    lb.cols(p + "attn.proj.weight", C, c.attn_width());
+    if (c.bias) lb.whole(p + "attn.proj.bias", Shape{C});
+    lb.whole(p + "mlp.norm.weight", Shape{C});
+    if (ln_bias) lb.whole(p + "mlp.norm.bias", Shape{C});
+    lb.rows(p + "mlp.fc1.weight", fc1_groups, C);
+    if (c.bias) lb.rows(p + "mlp.fc1.bias", fc1_groups, 0);
+    lb.cols(p + "mlp.fc2.weight", C, F);
+    if (c.bias) lb.whole(p + "mlp.fc2.bias", Shape{C});
   }
   if (part.head) {
     sb.whole("norm_f.weight", Shape{C});

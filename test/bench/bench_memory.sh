@@ -28,8 +28,10 @@ plan() {  # name np model batch flags...
     --trace "$WORK/run.h5" "$@" >"$WORK/log" 2>&1 || { echo "  $name: train failed: $(grep -m1 error "$WORK/log")"; return; }
   /usr/bin/python3 -c 'import h5py,sys; print(h5py.File(sys.argv[1],"r").attrs["cluster"])' \
     "$WORK/run.h5" >"$WORK/cluster.json"
+  local dtype=(--dtype fp32)  # a plan file holds it
+  [ "${1:-}" = --plan ] && dtype=()
   # shellcheck disable=SC2086
-  "$BIN" simulate "${m[@]}" $batch "$@" --dtype fp32 --cluster "$WORK/cluster.json" \
+  "$BIN" simulate "${m[@]}" $batch "$@" "${dtype[@]}" --cluster "$WORK/cluster.json" \
     --trace "$WORK/forecast.h5" >/dev/null
   /usr/bin/python3 test/bench/bench_memory.py "$name" "$WORK/run.h5" "$WORK/forecast.h5"
 }
@@ -50,5 +52,30 @@ plan tp2_dp2_sp_z3_offload_all_full 4 LLAMA "$B8" --tp 2 --dp 2 --sequence-paral
 plan tp2_pp2_dp2_z3_tied 8 GPT "$B8" --tp 2 --pp 2 --dp 2 --zero 3
 plan dp4_z3_offload_act 4 LLAMA "$B8" --dp 4 --zero 3 --offload activations --recompute selective
 plan tp2_pp2_dp2_offload_params 8 GPT "$B8" --tp 2 --pp 2 --dp 2 --zero 1 --offload params
+# Per-layer strategies (the plans of parallel_equals_serial): ZeRO stage, recompute and
+# activation offload by layer; (tp, dp) by layer (the issue's alternating plan); weights
+# offloaded by layer.
+source test/runtime/layer_plan.sh
+ACT='{"optimizer": False, "params": False, "activations": True}'
+layer_plan "$WORK/zero.json" "--nodes 1 --dp 4 $B8" "p['embedding']['zero'] = 3
+p['layers'] = [L(0, 1, zero=1), L(1, 2, zero=3), L(2, 3, zero=1), L(3, 4, zero=3),
+               L(4, 5, zero=2, offload=$ACT), L(5, 6, zero=3, recompute='full'),
+               L(6, 7, zero=1, offload=$ACT, recompute='full'), L(7, 8, zero=0)]" "${GPT8[@]}"
+plan dp4_zero_per_layer 4 GPT8 "" --plan "$WORK/zero.json"
+layer_plan "$WORK/tpdp.json" "--nodes 2 --dp 8 $B16" "p['layers'] = [
+    L(0, 1, tp=4, dp=2), L(1, 2, recompute='full'), L(2, 3, tp=4, dp=2, offload=$ACT),
+    L(3, 4, offload=$ACT), L(4, 5, tp=4, dp=2, recompute='full'), L(5, 6, zero=1),
+    L(6, 7, tp=4, dp=2, zero=3, offload=$ACT, recompute='full'), L(7, 8, zero=2)]" "${GPT8[@]}"
+plan tp4dp2_tp1dp8_alternating 8 GPT8 "" --plan "$WORK/tpdp.json"
+layer_plan "$WORK/params.json" "--nodes 1 --dp 4 --zero 1 --offload optimizer $B8" \
+  "for r in p['layers'][0::2]: r['offload']['params'] = True" "${GPT[@]}"
+plan dp4_params_offload_per_layer 4 GPT "" --plan "$WORK/params.json"
 echo "open gap: buffers (the estimator's static per-stage workspace against the runtime's"
 echo "transient scratch; with a flat ZeRO partition a rank receives up to a whole layer)"
+# Weights offloaded by layer beside ZeRO-3 layers: the simulator's h2d stream brings the next
+# weights up earlier than the runtime (as above), and counts staged gradients in forward.
+layer_plan "$WORK/params_z3.json" "--nodes 1 --dp 4 --zero 1 $B8" \
+  "P = {'optimizer': False, 'params': True, 'activations': False}
+p['layers'] = [L(0, 1, offload=P), L(1, 2, zero=3, offload=P), L(2, 3, zero=0), L(3, 4, offload=P)]" \
+  "${GPT[@]}"
+plan dp4_params_offload_z3_per_layer 4 GPT "" --plan "$WORK/params_z3.json"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every parallel layout (tensor, sequence, pipeline and data parallel, ZeRO 1-3, offloading) equals the serial run with the same global batch and seed: losses over
+# Every parallel layout (tensor, sequence, pipeline and data parallel, ZeRO 1-3 also chosen layer
+# by layer, offloading) equals the serial run with the same global batch and seed: losses over
 # 5 steps to 1e-5 relative and final weights to 1e-5 (from the checkpoints, which hold the
 # whole tensors). Each run's measured peak memory per rank is within 10% of the simulator's
 # forecast for the same plan on cpu-local (the tolerance of the issue: a forecast that misses
@@ -27,20 +28,28 @@ check() {  # kind a b tol
 case_() {
   local name=$1 np=$2 model=$3 batch=$4 serial_flags=$5 plan=$6
   local -n m=$model
+  local plan_batch=$batch dtype="--dtype fp32"  # a plan file holds its batch and dtype
+  [[ $plan == --plan* ]] && plan_batch="" dtype=""
   # shellcheck disable=SC2086
   run "$name.serial" 1 "${m[@]}" $batch --dp 1 $serial_flags
   # shellcheck disable=SC2086
-  run "$name" "$np" "${m[@]}" $batch $plan
+  run "$name" "$np" "${m[@]}" $plan_batch $plan
   check losses "$WORK/$name.serial.jsonl" "$WORK/$name.jsonl" 1e-5
   check weights "$WORK/$name.serial/step-00000005.h5" "$WORK/$name/step-00000005.h5" 1e-5
   # The forecast models the cluster the run was launched on (train writes it into its trace).
   $PY -c 'import h5py,sys; print(h5py.File(sys.argv[1],"r").attrs["cluster"])' "$WORK/$name.h5" \
     >"$WORK/$name.cluster.json"
   # shellcheck disable=SC2086
-  "$BIN" simulate "${m[@]}" $batch $plan --dtype fp32 --cluster "$WORK/$name.cluster.json" \
+  "$BIN" simulate "${m[@]}" $plan_batch $plan $dtype --cluster "$WORK/$name.cluster.json" \
     --json >"$WORK/$name.forecast.json" || fail "$name: simulate failed"
   check memory "$WORK/$name.h5" "$WORK/$name.forecast.json" 0.10
   echo "ok: $name ($plan)"
+}
+source "$(dirname "$0")/layer_plan.sh"
+# layer_plan_ NAME MODEL "SHORTHAND" 'EDIT': $WORK/NAME.json (layer_plan.sh).
+layer_plan_() {
+  local -n lm=$2
+  layer_plan "$WORK/$1.json" "$3" "$4" "${lm[@]}" || fail "$1: cannot write the plan"
 }
 B8="--global-batch 8 --micro-batch 2"
 case_ tp2 2 GPT "$B8" "" "--tp 2 --dp 1"
@@ -70,6 +79,55 @@ case_ tp2_dp2_sp_z3_offload_all_full 4 LLAMA "$B8" "--recompute full" "--tp 2 --
 B16="--global-batch 16 --micro-batch 1"
 case_ pp2_dp4_z3_offload_params 8 LLAMA "$B16" "" "--pp 2 --dp 4 --zero 3 --offload params"
 case_ dp8_z2_offload_opt 8 GPT "$B16" "" "--dp 8 --zero 2 --offload optimizer"
+# Per-layer ZeRO stages (Galvatron-BMW's per-layer DP/SDP, H3T's per-layer ZeRO): each layer's
+# parameters have their own partition over the dp group, and each layer's stage decides what
+# of it a rank keeps; recompute and activation offload differ by layer too.
+ACT='{"optimizer": False, "params": False, "activations": True}'
+layer_plan_ dp4_zero_per_layer GPT8 "--nodes 1 --dp 4 $B8" "p['embedding']['zero'] = 3
+p['layers'] = [L(0, 1, zero=1), L(1, 2, zero=3), L(2, 3, zero=1), L(3, 4, zero=3),
+               L(4, 5, zero=2, offload=$ACT), L(5, 6, zero=3, recompute='full'),
+               L(6, 7, zero=1, offload=$ACT, recompute='full'), L(7, 8, zero=0)]"
+case_ dp4_zero_per_layer 4 GPT8 "$B8" "" "--plan $WORK/dp4_zero_per_layer.json"
+layer_plan_ tp2_dp2_sp_zero_per_layer LLAMA "--nodes 1 --tp 2 --dp 2 --sequence-parallel $B8" \
+  "p['embedding']['zero'] = 1
+p['layers'] = [L(0, 1, zero=3), L(1, 2, zero=2), L(2, 3, zero=1), L(3, 4, zero=3, recompute='full')]"
+case_ tp2_dp2_sp_zero_per_layer 4 LLAMA "$B8" "" "--plan $WORK/tp2_dp2_sp_zero_per_layer.json"
+# Weights and optimizer offloaded (the whole model), the ZeRO stage by layer.
+layer_plan_ dp4_zero_per_layer_offload LLAMA "--nodes 1 --dp 4 --offload optimizer,params $B8" \
+  "p['embedding']['zero'] = 3
+p['layers'] = [L(0, 1, zero=1), L(1, 2, zero=3), L(2, 3, zero=2), L(3, 4, zero=0)]"
+case_ dp4_zero_per_layer_offload 4 LLAMA "$B8" "" "--plan $WORK/dp4_zero_per_layer_offload.json"
+# Weights offloaded layer by layer (H3T), the optimizer offloaded: each layer's weights in the
+# host pool or on the device, AdamW on the host for all, the updated device weights copied up.
+layer_plan_ dp4_params_offload_per_layer GPT "--nodes 1 --dp 4 --zero 1 --offload optimizer $B8" \
+  "p['layers'] = [L(0, 1), L(1, 2), L(2, 3), L(3, 4)]
+for r in p['layers'][0::2]: r['offload']['params'] = True"
+case_ dp4_params_offload_per_layer 4 GPT "$B8" "" "--plan $WORK/dp4_params_offload_per_layer.json"
+# ... and the optimizer offloaded layer by layer too: AdamW on the device for some layers, on
+# the host for the others.
+layer_plan_ dp4_offload_per_layer GPT "--nodes 1 --dp 4 --zero 1 $B8" \
+  "O = {'optimizer': True, 'params': False, 'activations': False}
+p['embedding']['offload'] = O
+p['layers'] = [L(0, 1, offload=dict(O, params=True)), L(1, 2),
+               L(2, 3, offload=dict(O, optimizer=False, params=True)), L(3, 4, offload=O)]"
+case_ dp4_offload_per_layer 4 GPT "$B8" "" "--plan $WORK/dp4_offload_per_layer.json"
+# Heterogeneous (tp, dp) per layer (the issue's plan): layers alternate between tp 4 x dp 2
+# and tp 1 x dp 8 on 8 ranks; the stream is all-gathered over the reshard groups where dp
+# shrinks and sliced where it grows (the gradient the other way round), each layer's weights
+# are its own tp share with its own ZeRO partition; full recompute, activation offload and
+# ZeRO stages differ by layer too.
+layer_plan_ tp4dp2_tp1dp8_alternating GPT8 "--nodes 2 --dp 8 $B16" "p['layers'] = [
+    L(0, 1, tp=4, dp=2), L(1, 2, recompute='full'), L(2, 3, tp=4, dp=2, offload=$ACT),
+    L(3, 4, offload=$ACT), L(4, 5, tp=4, dp=2, recompute='full'), L(5, 6, zero=1),
+    L(6, 7, tp=4, dp=2, zero=3, offload=$ACT, recompute='full'), L(7, 8, zero=2)]"
+case_ tp4dp2_tp1dp8_alternating 8 GPT8 "$B16" "" "--plan $WORK/tp4dp2_tp1dp8_alternating.json"
+# ... across pipeline stages: the stream crosses the stage boundary in the sending layer's
+# layout (tp 2 x dp 2 -> tp 1 x dp 4: sliced by the receiver; its gradient gathered before
+# being sent back), and tp 4 x dp 1 beside tp 2 x dp 2.
+layer_plan_ pp2_tp_per_layer GPT8 "--nodes 2 --pp 2 --dp 4 $B16" "p['layers'] = [
+    L(0, 1), L(1, 2, tp=2, dp=2), L(2, 3, zero=1), L(3, 4, tp=2, dp=2, recompute='full'),
+    L(4, 5, zero=3), L(5, 6, tp=4, dp=1), L(6, 7, tp=2, dp=2, zero=1), L(7, 8)]"
+case_ pp2_tp_per_layer 8 GPT8 "$B16" "" "--plan $WORK/pp2_tp_per_layer.json"
 # Tied word embeddings split over pipeline stages under ZeRO-2/3: both stages stage the copies'
 # gradients whole until their sum, once per iteration, then reduce-scatter them.
 case_ pp2_dp2_z2_tied 4 GPT "$B8" "" "--pp 2 --dp 2 --zero 2"

@@ -18,7 +18,8 @@ refused() {  # needle np args...
 refused "the plan needs 8 ranks .* MPI started 4" 4 --tp 2 --pp 2 --dp 2 --nodes 2
 refused "the plan needs pp 1 x 2 = 2 GPUs but .* has 4" 4 --tp 2 --dp 1 --nodes 1 --global-batch 8
 refused "tp 3 does not divide heads" 3 --tp 3 --dp 1
-# A per-layer heterogeneous plan: layer 1 with tp 2 x dp 2 beside layer 0 with tp 1 x dp 4.
+# A per-layer heterogeneous plan whose last layer (tp 2 x dp 2) differs from the LM head's
+# (tp 1 x dp 4, the embedding's): the Program has no reshard between them.
 "$BIN" plan check "${TINY[@]}" --cluster cpu-local --nodes 1 --dp 4 --global-batch 8 \
   --micro-batch 2 --dtype fp32 -o "$WORK/plan.json" >/dev/null || fail "plan check failed"
 $PY - "$WORK/plan.json" "$WORK/mixed.json" <<'PY' || fail "cannot write the mixed plan"
@@ -28,17 +29,19 @@ p = json.load(open(sys.argv[1]))
 p["layers"] = [dict(run, layers=[0, 1]), dict(run, layers=[1, 2], tp=2, dp=2)]
 json.dump(p, open(sys.argv[2], "w"))
 PY
-refused "per-layer heterogeneous tp/dp/sp/ZeRO plans are not executed yet" 4 --plan "$WORK/mixed.json"
-# Layer 0's weights and optimizer state offloaded, layer 1's not.
-$PY - "$WORK/plan.json" "$WORK/offload.json" <<'PY' || fail "cannot write the offload plan"
+refused "the Program has no reshard before the LM head yet" 4 --plan "$WORK/mixed.json"
+# Sequence parallelism in a layer whose tp differs from its neighbours' (layer 0: tp 2 x dp 2
+# with SP, layer 1 and the head: tp 1 x dp 4).
+$PY - "$WORK/plan.json" "$WORK/sp.json" <<'PY' || fail "cannot write the sp plan"
 import json, sys
 p = json.load(open(sys.argv[1]))
 (run,) = p["layers"]
-p["layers"] = [dict(run, layers=[0, 1], offload={"optimizer": True, "params": True}),
+p["layers"] = [dict(run, layers=[0, 1], tp=2, dp=2, sequence_parallel=True),
                dict(run, layers=[1, 2])]
 json.dump(p, open(sys.argv[2], "w"))
 PY
-refused "per-layer parameter and optimizer offload is not executed yet" 4 --plan "$WORK/offload.json"
+refused "sequence parallelism in a plan whose layers differ in tp/dp is not executed yet" 4 \
+  --plan "$WORK/sp.json"
 # A plan that offloads more than the node's host memory holds: refused before any step, naming
 # the pool. (The cluster file of cpu-local, with 1 MiB of host memory.)
 "$BIN" simulate "${TINY[@]}" --cluster cpu-local --nodes 1 --dp 4 --global-batch 8 --micro-batch 2 \

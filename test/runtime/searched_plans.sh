@@ -5,6 +5,11 @@
 # model fit. The searched plan must offload and recompute; stripped of either, the estimator
 # puts it over the budget. Trained, it equals the serial run (losses 1e-5), and
 # `stratagem compare` sets the simulator's forecast and the measurement side by side.
+# Galvatron-BMW's case, scaled down: the full per-layer space on 8 ranks (2 nodes of cpu-local)
+# under a budget tight enough that the searched plan mixes strategies across layers (ZeRO
+# stage, activation and weight offload per layer); each uniform plan made of one of its
+# layers' strategies is over the budget or slower by the estimator. Trained unchanged, it
+# equals the serial run (losses and weights 1e-5) and the forecast's peak (10%).
 source "$(dirname "$0")/common.sh"
 M=(--layers 8 --hidden 128 --heads 4 --vocab 512 --seq-len 64)
 BUDGET_GIB=0.01
@@ -59,3 +64,61 @@ $PY "$(dirname "$0")/check_run.py" memory "$WORK/run.h5" "$WORK/forecast.json" 0
 grep -q "peak memory" "$WORK/compare.txt" || fail "compare printed no peak memory: $(cat "$WORK/compare.txt")"
 cat "$WORK/compare.txt"
 echo "ok: H3T case: searched, trained, compared"
+
+# ---- Galvatron-BMW's case ------------------------------------------------------------------
+G_BUDGET_GIB=0.016
+"$BIN" search "${M[@]}" --cluster cpu-local --nodes 2 --global-batch 32 --dtype fp32 \
+  --memory-budget-gib $G_BUDGET_GIB --space full --quiet -o "$WORK/galvatron.json" \
+  >"$WORK/galvatron-search.txt" || fail "search: $(tail -3 "$WORK/galvatron-search.txt")"
+$PY - "$WORK/galvatron.json" "$WORK" <<'PY' || fail "the searched plan does not mix strategies across layers"
+import json, sys
+p = json.load(open(sys.argv[1]))
+kinds = []
+for r in p["layers"]:
+    k = {f: v for f, v in r.items() if f != "layers"}
+    if k not in kinds:
+        kinds.append(k)
+assert len(kinds) >= 2, p["description"]
+# Each strategy of the plan applied to every layer, for the estimator.
+for i, k in enumerate(kinds):
+    q = json.loads(json.dumps(p))
+    q["layers"] = [dict(k, layers=[0, sum(r["layers"][1] - r["layers"][0] for r in p["layers"])])]
+    json.dump(q, open(f"{sys.argv[2]}/uniform{i}.json", "w"))
+print("searched:", p["description"], "|", len(kinds), "strategies across layers")
+PY
+"$BIN" estimate "${M[@]}" --cluster cpu-local --nodes 2 --plan "$WORK/galvatron.json" --json \
+  >"$WORK/galvatron.est.json" || fail "estimate the searched plan"
+for u in "$WORK"/uniform*.json; do
+  "$BIN" estimate "${M[@]}" --cluster cpu-local --nodes 2 --plan "$u" --json >"$u.est" ||
+    fail "estimate $u"
+  $PY - "$WORK/galvatron.est.json" "$u.est" $G_BUDGET_GIB <<'PY' || fail "a uniform plan beats the mixed one: $u"
+import json, sys
+mixed, uni = (json.load(open(f)) for f in sys.argv[1:3])
+budget = float(sys.argv[3]) * 2**30
+over = uni["peak_memory_bytes"] > budget
+slower = uni["iteration_time_s"] > mixed["iteration_time_s"]
+assert over or slower, (uni["plan"], uni["peak_memory_bytes"], uni["iteration_time_s"])
+print(f"ok: uniform {uni['plan']}: "
+      f"{uni['peak_memory_bytes']} bytes{' > budget' if over else ''}, "
+      f"{uni['iteration_time_s']:.6f} s{' > mixed ' + format(mixed['iteration_time_s'], '.6f') if slower else ''}")
+PY
+done
+run galvatron 8 --plan "$WORK/galvatron.json" --trace "$WORK/galvatron.h5" --ckpt-dir "$WORK/galvatron"
+run galvatron.serial 1 --global-batch 32 --micro-batch 4 --dp 1 --ckpt-dir "$WORK/galvatron.serial"
+$PY "$(dirname "$0")/check_run.py" losses "$WORK/galvatron.serial.jsonl" "$WORK/galvatron.jsonl" 1e-5 ||
+  fail "the searched mixed plan's losses differ from the serial run's"
+$PY "$(dirname "$0")/check_run.py" weights "$WORK/galvatron.serial/step-00000003.h5" \
+  "$WORK/galvatron/step-00000003.h5" 1e-5 || fail "the searched mixed plan's weights differ"
+$PY -c 'import h5py,sys; print(h5py.File(sys.argv[1],"r").attrs["cluster"])' "$WORK/galvatron.h5" \
+  >"$WORK/galvatron.cluster.json"
+"$BIN" simulate "${M[@]}" --cluster "$WORK/galvatron.cluster.json" --plan "$WORK/galvatron.json" \
+  --json --trace "$WORK/galvatron.forecast.h5" >"$WORK/galvatron.forecast.json" ||
+  fail "simulate failed"
+$PY "$(dirname "$0")/check_run.py" memory "$WORK/galvatron.h5" "$WORK/galvatron.forecast.json" 0.10 ||
+  fail "the mixed plan's measured peak misses the forecast"
+"$BIN" compare "$WORK/galvatron.forecast.h5" "$WORK/galvatron.h5" >"$WORK/galvatron.compare.txt" ||
+  fail "compare failed"
+grep -q "peak memory" "$WORK/galvatron.compare.txt" ||
+  fail "compare printed no peak memory: $(cat "$WORK/galvatron.compare.txt")"
+cat "$WORK/galvatron.compare.txt"
+echo "ok: Galvatron-BMW case: searched a per-layer mixed plan, trained, compared"

@@ -316,10 +316,6 @@ BOOST_AUTO_TEST_CASE(plans_the_runtime_cannot_run_are_refused) {
   Plan p = test::serial_plan(spec, 4, 2, Recompute::none);
   ParallelState state(MPI_COMM_WORLD, p, c, 0);
   FixedSamples samples = d.samples();
-  // One layer's weights offloaded, the others' not: the flat buffer lives in one pool.
-  Plan off = p;
-  off.layers[0].offload_params = true;
-  BOOST_CHECK_THROW(Executor(state, spec, off, *be, samples, {}), NotSupported);
   Plan bf16 = p;
   bf16.dtype = Dtype::bf16;
   BOOST_CHECK_THROW(Executor(state, spec, bf16, *be, samples, {}), NotSupported);

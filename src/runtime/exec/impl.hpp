@@ -11,6 +11,7 @@
 
 #include "src/runtime/exec/copy_stream.hpp"
 #include "src/runtime/exec/memory.hpp"
+#include "src/runtime/exec/shards.hpp"
 #include "stratagem/executor.hpp"
 
 namespace stratagem {
@@ -46,6 +47,18 @@ struct Micro {
   Tensor x_final, xn, xn_whole, head_mean, head_rstd, logits, ce_max, ce_sums;
 };
 
+// One layer's place in the parallel layout (layer -1: the embedding and head's). A
+// heterogeneous plan gives each layer its own tp and dp (their product is the stage's device
+// count): its own tensor-parallel share, and its own samples per rank.
+struct LayerShare {
+  int tp = 1, tp_index = 0, dp = 1, dp_index = 0;
+  bool sp = false;        // sequence parallel
+  int B = 1;              // samples per rank per micro-batch
+  int64_t N = 1, Ns = 1;  // tokens per micro-batch, and this rank's token shard
+  TransformerConfig local;
+  Workspace* ws = nullptr;
+};
+
 struct Executor::Impl {
   Impl(ParallelState& state, const ModelSpec& model, const Plan& plan, Backend& backend,
        const SampleSource& samples, ExecutorOptions options);
@@ -59,34 +72,36 @@ struct Executor::Impl {
   ExecutorOptions opt;
   Program program;
   const StageProgram* sp = nullptr;
-  int stage = 0, tp = 1, tp_index = 0, dp = 1, dp_index = 0, zero = 0;
+  int stage = 0, tp = 1, tp_index = 0, dp = 1, dp_index = 0;
   bool sp_on = false;     // sequence parallel
   int B = 1, T = 1;       // samples per rank per micro-batch, sequence length
   int64_t N = 1, Ns = 1;  // tokens per micro-batch, and this rank's token shard
   TransformerConfig whole, local;
+  // Per layer of this stage (and -1); the members above are the embedding and head's.
+  std::map<int, LayerShare> shares;
+  std::map<int, Workspace> workspaces;  // the backward's scratch, by tp degree
 
   // ---- state -----------------------------------------------------------------------------
   std::shared_ptr<exec::MemoryLedger> ledger;
   exec::BufferPool pool;
   Model model;
   std::unique_ptr<AdamW> adamw;
-  std::vector<int64_t> shard_bounds;  // dp+1 boundaries of the ZeRO-1 partition
-  int64_t shard_begin = 0, shard_end = 0;
-  std::vector<uint8_t> norm_owner;  // 1 where this rank counts an element in the grad norm
-  bool staged = false;              // ZeRO-2/3: model.grads holds only this rank's shard
-  bool sharded_params = false;      // ZeRO-3: model.params holds only this rank's shard
-  // Weights are bound only while a fetch buffer holds them (ZeRO-3, or offloaded parameters).
-  bool fetched_params = false;
+  // Each layer's ZeRO partition, and where model.params, model.grads and AdamW's moments
+  // hold which flat elements (exec/shards.hpp).
+  exec::Sharding shards;
+  std::vector<AdamW::Run> adamw_runs;  // the device update, one piece per state run
+  // Weights are bound only while a fetch buffer holds them (ZeRO-3 layers, offloaded weights).
   std::map<int, std::vector<const ParamInfo*>> fetched;  // fetch buffer -> tensors bound
   // ---- offloading (ZeRO-Offload, H3T): the host pool, apart from the device's ledger ------
   std::shared_ptr<exec::MemoryLedger> host_ledger;
   exec::BufferPool host_pool;
   int next_host_buffer = 0;
-  bool params_on_host = false;       // model.params lives in the host pool
-  bool optimizer_on_host = false;    // AdamW's state and its update live on the host
+  Tensor host_params;                 // the weights of layers that offload them
+  std::unique_ptr<AdamW> host_adamw;  // the state of layers that offload it
+  std::vector<AdamW::Run> host_adamw_runs;
   std::unique_ptr<Backend> host_be;  // the host's kernels, used on the d2h stream only
-  Tensor host_master;                // the shard AdamW updates on the host
-  Tensor host_grads;                 // the gradient shard copied down for it
+  Tensor host_master;                // the state's weights AdamW updates on the host
+  Tensor host_grads;                 // the gradients copied down for it (both as the state)
   bool master_stale = false;         // device weights changed outside a step (checkpoint load)
   bool host_update_pending = false;  // this step's norm was finite: the host updates
   float host_lr = 0;
@@ -94,7 +109,6 @@ struct Executor::Impl {
   // by one micro-batch's backward until its reduce-scatter.
   std::map<int, std::vector<std::pair<int64_t, Tensor>>> staging;
   std::map<int, int> staging_buffer;  // layer (-1: embedding and head) -> its Program buffer
-  Workspace ws;
   std::map<int, Micro> micro;
   std::map<int, int> static_buffers;  // setup buffers, resident across steps: id -> category
   std::map<std::tuple<int, int, int, int>, int> buffer_of;  // (block, phase, layer, mb) -> id
@@ -135,6 +149,15 @@ struct Executor::Impl {
   int buffer(Block b, Phase ph, int layer, int m) const;
   Shape stream_shape() const { return Shape{Ns, int64_t(whole.hidden)}; }
   Shape full_shape() const { return Shape{B, T, int64_t(whole.hidden)}; }
+  const LayerShare& share(int layer) const { return shares.at(layer < 0 ? -1 : layer); }
+  Shape stream_shape(int layer) const { return Shape{share(layer).Ns, int64_t(whole.hidden)}; }
+  Shape full_shape(int layer) const { return Shape{share(layer).B, T, int64_t(whole.hidden)}; }
+  // Between layers whose dp differs without a collective (the next layer's dp is larger): this
+  // rank's slice of the samples, of the stream entering `layer` in forward or of the gradient
+  // leaving it in backward (exec/reshard.cpp).
+  void fit_flow(Flow& f, int layer);
+  void fit_grad(Micro& m, int layer);
+  void reshard(const Op& op, int index);  // the Program's reshard all-gathers
   void embedding_forward(const Op& op);
   void embedding_backward(const Op& op);
   void block_input(const Op& op, Micro& m, LayerState& ls);
@@ -149,7 +172,13 @@ struct Executor::Impl {
   void finish_head_backward(Micro& m, const Tensor& d_xn);
   void optimizer_step();
   void stage_gradients(int layer);  // ZeRO-2: bind the layer's gradients to fresh staging
-  Tensor grad_shard();              // the gradients of [shard_begin, shard_end)
+  // (state tensor view, other tensor view) for each run of the optimizer state: the gradients,
+  // or the weights, of the elements whose optimizer state this rank holds.
+  // (host view, device view) for each run of the host-updated optimizer state: its gradients,
+  // or its weights where they stay on the device.
+  std::vector<std::pair<Tensor, Tensor>> host_state_pairs(const Tensor& host_like, bool grads);
+  // The weights of flat [flat, flat + n): in model.params, or host_params where offloaded.
+  Tensor param_slice(int64_t flat, int64_t n);
   std::vector<const ParamInfo*> fetch_set(const Op& op, Micro* m) const;
   void fetch(const Op& op, int index);  // ZeRO-3: gather a layer's (or embedding's) weights
   bool attention_keeps_probs(int layer) const;
@@ -171,7 +200,6 @@ struct Executor::Impl {
   void send(const Op& op, int index);
   void recv(const Op& op, int index);
   int pp_tag(const Op& op, bool sending) const;
-  std::vector<int64_t> shard_counts(int64_t a, int64_t b) const;
 };
 
 }  // namespace stratagem

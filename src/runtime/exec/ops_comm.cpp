@@ -24,14 +24,6 @@ class RequestGroup final : public Request {
 };
 }  // namespace
 
-std::vector<int64_t> Executor::Impl::shard_counts(int64_t a, int64_t b) const {
-  std::vector<int64_t> counts(dp);
-  for (int d = 0; d < dp; ++d)
-    counts[d] =
-        std::max<int64_t>(0, std::min(b, shard_bounds[d + 1]) - std::max(a, shard_bounds[d]));
-  return counts;
-}
-
 void Executor::Impl::collective(const Op& op, int index) {
   switch (op.group) {
     case GroupKind::tp:
@@ -40,6 +32,9 @@ void Executor::Impl::collective(const Op& op, int index) {
     case GroupKind::dp:
     case GroupKind::tied_embedding:
       dp_collective(op, index);
+      return;
+    case GroupKind::reshard:
+      reshard(op, index);
       return;
     default:
       throw NotSupported("collective " + op_name(op) + " over the " + to_string(op.group) +
@@ -50,7 +45,8 @@ void Executor::Impl::collective(const Op& op, int index) {
 void Executor::Impl::tp_collective(const Op& op, int index) {
   Communicator& comm = ps.group(resolve_group(ps.layout(), ps.rank(), op));
   const int64_t C = whole.hidden;
-  const int64_t whole_n = N * C, shard_n = Ns * C;
+  const LayerShare& sh = share(op.layer);  // the block's layer (-1: embedding and head)
+  const int64_t whole_n = sh.N * C, shard_n = sh.Ns * C;
   if (op.block == Block::none) {
     // Sequence parallel: gradients of the norms of a layer (or the final norm), each computed
     // on one token shard, summed over the group.
@@ -72,7 +68,7 @@ void Executor::Impl::tp_collective(const Op& op, int index) {
   Micro& m = mb(op.microbatch);
   const bool backward = op.phase == Phase::backward;
   if (op.collective == Collective::all_gather) {
-    Tensor gathered = pool.scratch(full_shape());
+    Tensor gathered = pool.scratch(full_shape(op.layer));
     Tensor src;
     if (op.block == Block::head) {  // the final norm on this rank's shard, then gather
       norm_head_input(m);
@@ -115,7 +111,7 @@ void Executor::Impl::tp_collective(const Op& op, int index) {
   Tensor reduced = partial;
   RequestPtr req;
   if (op.collective == Collective::reduce_scatter) {
-    reduced = pool.scratch(stream_shape());
+    reduced = pool.scratch(stream_shape(op.layer));
     req = comm.ireduce_scatter(partial.data, reduced.data, shard_n);
   } else {
     req = comm.iall_reduce(partial.data, whole_n, ReduceOp::sum);
@@ -162,12 +158,13 @@ void Executor::Impl::fetch(const Op& op, int index) {
   const int buf = buffer(Block::none, op.phase, op.layer, op.microbatch);
   // Offloaded shards were placed by the h2d copy this gather depends on.
   if (!fetched.count(buf)) place_fetch(op, nullptr, index);
+  const exec::Segment& seg = shards.of(op.layer);
   auto group = std::make_unique<RequestGroup>();
   for (const ParamInfo* e : fetched.at(buf)) {
     // In place: this rank's piece is at its displacement.
     Tensor& dst = weight_field(model.weights, e->name);
     group->parts.push_back(
-        comm.iall_gather_v_inplace(dst.data, shard_counts(e->offset, e->offset + e->numel())));
+        comm.iall_gather_v_inplace(dst.data, seg.counts(e->offset, e->offset + e->numel())));
   }
   issue(index, std::move(group));
 }
@@ -178,7 +175,6 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
     return;
   }
   Communicator& comm = ps.group(resolve_group(ps.layout(), ps.rank(), op));
-  float* g = model.grads.data;
   auto group = std::make_unique<RequestGroup>();
   if (op.group == GroupKind::tied_embedding) {
     // First and last stage sum their copies of the tied word embedding's gradient.
@@ -187,65 +183,67 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
     issue(index, std::move(group));
     return;
   }
-  const auto ranges = model.table.ranges_of_layer(op.layer);
+  // The layer's own partition over the group (layer -1: the embedding and head's).
+  const exec::Segment& seg = shards.of(op.layer);
+  auto grads_at = [this](int64_t flat) { return model.grads.data + shards.grads.local(flat); };
+  auto grads_slice = [this](int64_t flat, int64_t n) {
+    return model.grads.slice(shards.grads.local(flat), Shape{n});
+  };
   if (op.phase == Phase::optimizer) {
-    // ZeRO-1: every rank updated its shard; gather the others' fresh weights.
-    for (auto [a, b] : ranges)
-      group->parts.push_back(comm.iall_gather_v_inplace(model.params.data + a, shard_counts(a, b)));
+    // ZeRO-1/2: every rank updated its piece; gather the others' fresh weights.
+    for (auto [a, b] : seg.runs)
+      group->parts.push_back(
+          comm.iall_gather_v_inplace(param_slice(a, b - a).data, seg.counts(a, b)));
     issue(index, std::move(group));
     return;
   }
   if (op.collective == Collective::all_reduce) {
-    for (auto [a, b] : ranges)
-      group->parts.push_back(comm.iall_reduce(g + a, b - a, ReduceOp::sum));
+    for (auto [a, b] : seg.runs)
+      group->parts.push_back(comm.iall_reduce(grads_at(a), b - a, ReduceOp::sum));
     issue(index, std::move(group));
     return;
   }
-  // The dp stream is in order (as the Program's): one reduce-scatter and its received shard at
+  // The dp stream is in order (as the Program's): one reduce-scatter and its received piece at
   // a time.
   if (last_dp_reduce >= 0) complete(last_dp_reduce);
   last_dp_reduce = index;
-  if (staged) {
-    // ZeRO-2: this micro-batch's staged gradients, reduce-scattered and added to the shard.
+  if (seg.sharded_grads()) {
+    // ZeRO-2/3: this micro-batch's staged gradients, reduce-scattered and added to the piece.
     auto it = staging.find(op.layer);
     if (it == staging.end())
       throw std::logic_error("executor: no staged gradients for " + op_name(op));
-    std::vector<std::pair<int64_t, Tensor>> landed;
+    std::vector<std::pair<Tensor, Tensor>> landed;  // (piece of model.grads, sum)
     std::vector<Tensor> sent;
     for (auto& [a, t] : it->second) {
-      auto counts = shard_counts(a, a + t.numel());
-      Tensor mine = pool.scratch(Shape{std::max<int64_t>(1, counts[dp_index])});
+      const int64_t b = a + t.numel();
+      auto counts = seg.counts(a, b);
+      Tensor mine = pool.scratch(Shape{std::max<int64_t>(1, counts[seg.dp_index])});
       group->parts.push_back(comm.ireduce_scatter_v(t.data, mine.data, counts));
       sent.push_back(t);
-      if (counts[dp_index] > 0)
-        landed.push_back(
-            {std::max(a, shard_begin) - shard_begin, mine.slice(0, Shape{counts[dp_index]})});
+      if (counts[seg.dp_index] > 0)
+        landed.push_back({grads_slice(seg.piece_begin(a, b, seg.dp_index), counts[seg.dp_index]),
+                          mine.slice(0, Shape{counts[seg.dp_index]})});
     }
     staging.erase(it);  // the next micro-batch stages afresh
     issue(index, std::move(group), [this, landed, sent] {
-      for (auto [at, t] : landed) {
-        Tensor dst = model.grads.slice(at, t.shape);
-        be.residual_forward(dst, dst, t);
-      }
+      for (auto [dst, t] : landed) be.residual_forward(dst, dst, t);
     });
     return;
   }
-  // ZeRO-1 reduce-scatter: this rank receives the sum where the range meets its shard. (MPI has
-  // no in-place form that leaves the result at the shard's position, as NCCL's has: the sum
+  // ZeRO-1 reduce-scatter: this rank receives the sum where the range meets its piece. (MPI has
+  // no in-place form that leaves the result at the piece's position, as NCCL's has: the sum
   // lands in scratch and is copied there.)
-  std::vector<std::pair<int64_t, Tensor>> landed;
-  for (auto [a, b] : ranges) {
-    auto counts = shard_counts(a, b);
-    Tensor mine = pool.scratch(Shape{std::max<int64_t>(1, counts[dp_index])});
-    group->parts.push_back(comm.ireduce_scatter_v(g + a, mine.data, counts));
-    if (counts[dp_index] > 0)
-      landed.push_back({std::max(a, shard_begin), mine.slice(0, Shape{counts[dp_index]})});
+  std::vector<std::pair<Tensor, Tensor>> landed;  // (piece of model.grads, sum)
+  for (auto [a, b] : seg.runs) {
+    auto counts = seg.counts(a, b);
+    Tensor mine = pool.scratch(Shape{std::max<int64_t>(1, counts[seg.dp_index])});
+    group->parts.push_back(comm.ireduce_scatter_v(grads_at(a), mine.data, counts));
+    if (counts[seg.dp_index] > 0)
+      landed.push_back({grads_slice(seg.piece_begin(a, b, seg.dp_index), counts[seg.dp_index]),
+                        mine.slice(0, Shape{counts[seg.dp_index]})});
   }
   issue(index, std::move(group), [this, landed] {
-    for (auto [at, t] : landed) {
-      Tensor dst = model.grads.slice(at, t.shape);
-      be.copy(dst, t);
-    }
+    for (auto [dst, t] : landed) be.copy(dst, t);
   });
 }
 
@@ -264,10 +262,10 @@ void Executor::Impl::send(const Op& op, int index) {
   const int peer = resolve_peer(ps.layout(), ps.rank(), op);
   Tensor data;
   if (op.phase == Phase::forward) {
-    data = materialize(m.fwd, -1, stream_shape());
+    data = materialize(m.fwd, -1, stream_shape(op.layer));
     m.fwd = Flow{};
   } else {
-    if (m.grad_producer >= 0) complete(m.grad_producer);
+    fit_grad(m, op.layer);  // in the layout of the previous stage's last layer
     data = m.grad;
     m.grad = Tensor{};
     m.grad_producer = -1;
@@ -280,7 +278,8 @@ void Executor::Impl::send(const Op& op, int index) {
 void Executor::Impl::recv(const Op& op, int index) {
   Micro& m = mb(op.microbatch);
   const int peer = resolve_peer(ps.layout(), ps.rank(), op);
-  Tensor data = pool.scratch(stream_shape());
+  // The sender's layer: forward, the previous stage's last; backward, this chunk's last.
+  Tensor data = pool.scratch(stream_shape(op.layer));
   issue(index, ps.world().irecv(data.data, data.numel(), peer, pp_tag(op, false)));
   if (op.phase == Phase::forward) {
     m.fwd = Flow{data, {}, index};

@@ -63,13 +63,15 @@ void Executor::Impl::block_input(const Op& op, Micro& m, LayerState& ls) {
   const int l = op.layer;
   const bool rec = op.phase == Phase::recompute, attn = op.block == Block::attention;
   const bool full = plan.layers[l].recompute == Recompute::full;
-  const Shape s = stream_shape();
+  const LayerShare& sh = share(l);
+  const Shape s = stream_shape(l);
   Tensor x;
   int acts = -1;
   if (attn) {
     if (rec) {
       x = ls.x_in;  // the saved layer input
     } else {
+      fit_flow(m.fwd, l);  // this rank's samples, where the previous layer's dp was smaller
       x = ls.x_in =
           materialize(m.fwd, buffer(Block::attention, Phase::forward, l, op.microbatch), s);
     }
@@ -81,14 +83,14 @@ void Executor::Impl::block_input(const Op& op, Micro& m, LayerState& ls) {
     x = ls.x_mid = materialize(rec ? m.rec : m.fwd, acts, s);
   }
   Tensor out = pool.take(acts, s);
-  Tensor mean = whole.norm == Norm::layernorm ? pool.take(acts, Shape{Ns}) : Tensor{};
-  Tensor rstd = pool.take(acts, Shape{Ns});
+  Tensor mean = whole.norm == Norm::layernorm ? pool.take(acts, Shape{sh.Ns}) : Tensor{};
+  Tensor rstd = pool.take(acts, Shape{sh.Ns});
   const LayerWeights& w = model.weights.layer(l);
   if (attn) {
-    norm_forward(be, local, x, w.attn_norm_w, w.attn_norm_b, out, mean, rstd);
+    norm_forward(be, sh.local, x, w.attn_norm_w, w.attn_norm_b, out, mean, rstd);
     ls.attn.norm_out = out, ls.attn.norm_mean = mean, ls.attn.norm_rstd = rstd;
   } else {
-    norm_forward(be, local, x, w.mlp_norm_w, w.mlp_norm_b, out, mean, rstd);
+    norm_forward(be, sh.local, x, w.mlp_norm_w, w.mlp_norm_b, out, mean, rstd);
     ls.mlp.norm_out = out, ls.mlp.norm_mean = mean, ls.mlp.norm_rstd = rstd;
   }
 }
@@ -99,37 +101,40 @@ void Executor::Impl::block_forward(const Op& op) {
   LayerState& ls = m.layers[l];
   const Recompute rc = plan.layers[l].recompute;
   const bool rec = op.phase == Phase::recompute, attn = op.block == Block::attention;
+  const LayerShare& sh = share(l);
+  const TransformerConfig& lc = sh.local;
+  const int b = sh.B;
   if (rec && attn && rc == Recompute::selective) {
     // Rebuild the attention probabilities from the saved q, k (selective recompute).
     Tensor att = pool.take(buffer(Block::attention, Phase::recompute, l, op.microbatch),
-                           Shape{B, local.heads, T, T});
-    attention_recompute(be, local, ls.attn, att);
+                           Shape{b, lc.heads, T, T});
+    attention_recompute(be, lc, ls.attn, att);
     return;
   }
   const bool full = rc == Recompute::full;
-  if (!sp_on) block_input(op, m, ls);
+  if (!sh.sp) block_input(op, m, ls);
   const int acts = rec ? buffer(op.block, Phase::recompute, l, op.microbatch)
                        : (full ? -1 : buffer(op.block, Phase::forward, l, op.microbatch));
-  const Shape full_s = full_shape();
+  const Shape full_s = full_shape(l);
   const Tensor& norm_out = attn ? ls.attn.norm_out : ls.mlp.norm_out;
-  Tensor xn = sp_on ? m.gathered.view(full_s) : norm_out.view(full_s);
+  Tensor xn = sh.sp ? m.gathered.view(full_s) : norm_out.view(full_s);
   Tensor y = pool.scratch(full_s);
-  const bool bias = tp_index == 0;  // the row-parallel bias counts once in the group's sum
+  const bool bias = sh.tp_index == 0;  // the row-parallel bias counts once in the group's sum
   const LayerWeights& w = model.weights.layer(l);
   if (attn) {
     AttentionActs& a = ls.attn;
-    a.qkv = pool.take(acts, Shape{B, T, local.qkv_width()});
+    a.qkv = pool.take(acts, Shape{b, T, lc.qkv_width()});
     a.att = (rec || attention_keeps_probs(l)) && !plan.flash_attention
-                ? pool.take(acts, Shape{B, local.heads, T, T})
+                ? pool.take(acts, Shape{b, lc.heads, T, T})
                 : Tensor{};
-    a.lse = pool.take(acts, Shape{B, local.heads, T});
-    a.out = pool.take(acts, Shape{B, T, local.attn_width()});
-    attention_forward(be, local, w, xn, y, a, bias);
+    a.lse = pool.take(acts, Shape{b, lc.heads, T});
+    a.out = pool.take(acts, Shape{b, T, lc.attn_width()});
+    attention_forward(be, lc, w, xn, y, a, bias);
   } else {
     MlpActs& a = ls.mlp;
-    a.fc1_out = pool.take(acts, Shape{B, T, local.fc1_width()});
-    a.act_out = pool.take(acts, Shape{B, T, local.ffn_hidden});
-    mlp_forward(be, local, w, xn, y, a, bias);
+    a.fc1_out = pool.take(acts, Shape{b, T, lc.fc1_width()});
+    a.act_out = pool.take(acts, Shape{b, T, lc.ffn_hidden});
+    mlp_forward(be, lc, w, xn, y, a, bias);
   }
   m.gathered = Tensor{};
   if (!rec && full) {  // under full recompute forward keeps only the layer input
@@ -140,7 +145,7 @@ void Executor::Impl::block_forward(const Op& op) {
   }
   Flow& flow = rec ? m.rec : m.fwd;
   const Tensor& base = attn ? ls.x_in : ls.x_mid;
-  if (tp == 1)
+  if (sh.tp == 1)
     flow = Flow{base, y, -1};
   else
     m.partial = y;  // the tp reduction that follows completes the flow
@@ -151,21 +156,22 @@ void Executor::Impl::block_backward(const Op& op) {
   const int l = op.layer;
   stage_gradients(l);
   LayerState& ls = m.layers.at(l);
-  if (m.grad_producer >= 0) complete(m.grad_producer);
-  const Shape full_s = full_shape();
+  const LayerShare& sh = share(l);
+  fit_grad(m, l);  // this rank's samples, where the next layer's dp was smaller
+  const Shape full_s = full_shape(l);
   const bool attn = op.block == Block::attention;
   const Tensor& norm_out = attn ? ls.attn.norm_out : ls.mlp.norm_out;
-  Tensor dy = sp_on ? m.gathered_dy.view(full_s) : m.grad.view(full_s);
-  Tensor xn = sp_on ? m.gathered.view(full_s) : norm_out.view(full_s);
+  Tensor dy = sh.sp ? m.gathered_dy.view(full_s) : m.grad.view(full_s);
+  Tensor xn = sh.sp ? m.gathered.view(full_s) : norm_out.view(full_s);
   Tensor d_xn = pool.scratch(full_s);
   const LayerWeights& w = model.weights.layer(l);
   LayerWeights& g = model.grad_weights.layer(l);
   if (attn)
-    attention_backward(be, local, w, g, dy, xn, d_xn, ls.attn, ws);
+    attention_backward(be, sh.local, w, g, dy, xn, d_xn, ls.attn, *sh.ws);
   else
-    mlp_backward(be, local, w, g, dy, xn, d_xn, ls.mlp, ws);
+    mlp_backward(be, sh.local, w, g, dy, xn, d_xn, ls.mlp, *sh.ws);
   m.gathered = m.gathered_dy = Tensor{};
-  if (tp == 1)
+  if (sh.tp == 1)
     finish_block_backward(l, op.block, m, d_xn);
   else
     m.partial = d_xn;
@@ -177,15 +183,16 @@ void Executor::Impl::finish_block_backward(int l, Block b, Micro& m, const Tenso
   LayerState& ls = m.layers.at(l);
   const LayerWeights& w = model.weights.layer(l);
   LayerWeights& g = model.grad_weights.layer(l);
-  const Shape s = stream_shape();
+  const TransformerConfig& lc = share(l).local;
+  const Shape s = stream_shape(l);
   Tensor dx = m.grad.view(s);
   Tensor dn = d_xn.view(s);
   if (b == Block::attention) {
-    norm_backward(be, local, dx, g.attn_norm_w, g.attn_norm_b, dn, ls.x_in, w.attn_norm_w,
+    norm_backward(be, lc, dx, g.attn_norm_w, g.attn_norm_b, dn, ls.x_in, w.attn_norm_w,
                   ls.attn.norm_mean, ls.attn.norm_rstd);
     m.layers.erase(l);  // the layer's backward is done
   } else {
-    norm_backward(be, local, dx, g.mlp_norm_w, g.mlp_norm_b, dn, ls.x_mid, w.mlp_norm_w,
+    norm_backward(be, lc, dx, g.mlp_norm_w, g.mlp_norm_b, dn, ls.x_mid, w.mlp_norm_w,
                   ls.mlp.norm_mean, ls.mlp.norm_rstd);
   }
 }
@@ -204,7 +211,7 @@ void Executor::Impl::embedding_forward(const Op& op) {
 void Executor::Impl::embedding_backward(const Op& op) {
   Micro& m = mb(op.microbatch);
   stage_gradients(-1);
-  if (m.grad_producer >= 0) complete(m.grad_producer);
+  fit_grad(m, -1);
   Tensor dx = sp_on ? m.gathered_dy.view(full_shape()) : m.grad.view(full_shape());
   stratagem::embedding_backward(be, local, model.grad_weights, m.ids, dx);
   micro.erase(op.microbatch);
@@ -213,6 +220,7 @@ void Executor::Impl::embedding_backward(const Op& op) {
 // The final norm's input and output: whole, or this rank's token shard before the gather.
 void Executor::Impl::norm_head_input(Micro& m) {
   const Shape s = stream_shape();
+  fit_flow(m.fwd, -1);
   m.x_final = materialize(m.fwd, -1, s);
   m.xn = pool.scratch(s);
   m.head_mean = whole.norm == Norm::layernorm ? pool.scratch(Shape{Ns}) : Tensor{};
@@ -283,13 +291,26 @@ void Executor::Impl::finish_head_backward(Micro& m, const Tensor& d_xn) {
   m.x_final = m.xn = m.head_mean = m.head_rstd = Tensor{};
 }
 
-Tensor Executor::Impl::grad_shard() {
-  const Shape s{shard_end - shard_begin};
-  return staged ? model.grads.view(s) : model.grads.slice(shard_begin, s);
+std::vector<std::pair<Tensor, Tensor>> Executor::Impl::host_state_pairs(const Tensor& host_like,
+                                                                        bool grads) {
+  std::vector<std::pair<Tensor, Tensor>> out;
+  for (const FlatRun& r : shards.host_state.runs()) {
+    if (!grads && !shards.weights.holds(r.flat_begin)) continue;
+    const int64_t n = r.flat_end - r.flat_begin;
+    out.push_back({host_like.slice(r.local, Shape{n}),
+                   grads ? model.grads.slice(shards.grads.local(r.flat_begin), Shape{n})
+                         : param_slice(r.flat_begin, n)});
+  }
+  return out;
+}
+
+Tensor Executor::Impl::param_slice(int64_t flat, int64_t n) {
+  if (shards.weights.holds(flat)) return model.params.slice(shards.weights.local(flat), Shape{n});
+  return host_params.slice(shards.host_weights.local(flat), Shape{n});
 }
 
 void Executor::Impl::stage_gradients(int layer) {
-  if (!staged || staging.count(layer)) return;
+  if (!shards.of(layer).sharded_grads() || staging.count(layer)) return;
   auto& bufs = staging[layer];
   auto at = staging_buffer.find(layer);
   if (at == staging_buffer.end())
@@ -327,18 +348,8 @@ void Executor::Impl::optimizer_step() {
   complete_all();  // every gradient reduction of the step has landed
   if (!opt.update) return;
   double sq = 0;
-  const int64_t n = model.table.size();
-  for (int64_t i = 0; i < n;) {  // runs of counted elements
-    if (!norm_owner[i]) {
-      ++i;
-      continue;
-    }
-    int64_t j = i;
-    while (j < n && norm_owner[j]) ++j;
-    sq += be.sum_squares(staged ? model.grads.slice(i - shard_begin, Shape{j - i})
-                                : model.grads.slice(i, Shape{j - i}));
-    i = j;
-  }
+  for (auto [a, b] : shards.norm_runs)
+    sq += be.sum_squares(model.grads.slice(shards.grads.local(a), Shape{b - a}));
   ps.world().all_reduce_sum(&sq, 1);
   const double norm = std::sqrt(sq);
   out->grad_norm = static_cast<float>(norm);
@@ -347,17 +358,20 @@ void Executor::Impl::optimizer_step() {
   // optimizer state as they were; the trainer decides whether to stop or go on.
   if (!std::isfinite(norm)) return;
   const float coef = clip_coefficient(norm, opt.grad_clip);
-  Tensor g_shard = grad_shard();
-  Tensor p_shard = sharded_params ? model.params
-                                  : model.params.slice(shard_begin, Shape{shard_end - shard_begin});
-  if (coef != 1.0f) be.scale(g_shard, coef);
-  if (optimizer_on_host) {  // the host_compute op updates, once the gradients are down
+  // The gradients of the elements whose state this rank holds (on the device, before any
+  // copy down).
+  if (coef != 1.0f)
+    for (const FlatRun& r : shards.all_state) {
+      Tensor g =
+          model.grads.slice(shards.grads.local(r.flat_begin), Shape{r.flat_end - r.flat_begin});
+      be.scale(g, coef);
+    }
+  if (host_adamw) {  // the host_compute op updates, once the gradients are down
+    host_adamw->set_steps_taken(adamw->steps_taken());  // (checkpoints count the device's)
     host_update_pending = true;
     host_lr = out->lr;
-    return;
   }
-  const auto spans = model.table.spans(shard_begin, shard_end);
-  adamw->step(be, p_shard, g_shard, spans, out->lr);
+  adamw->step(be, adamw_runs, out->lr);
 }
 
 void Executor::Impl::compute(const Op& op) {

@@ -38,23 +38,20 @@ Tensor Executor::Impl::host_tensor(MemCategory category, Shape shape) {
 void Executor::Impl::copy(const Op& op, int index) {
   if (op.block == Block::optimizer) {
     if (op.kind == OpKind::copy_d2h) {
-      // The (clipped) gradient shard goes down to the host optimizer; after a checkpoint load
-      // the host's master weights are refreshed from the device too.
-      Tensor g = grad_shard(), hg = host_grads;
-      Tensor master = host_master, p;
-      if (master_stale && !params_on_host)
-        p = sharded_params ? model.params
-                           : model.params.slice(shard_begin, Shape{shard_end - shard_begin});
+      // The (clipped) gradients of the state's elements go down to the host optimizer; after a
+      // checkpoint load the host's master weights are refreshed from the device too.
+      auto moves = host_state_pairs(host_grads, true);  // (host, device)
+      if (master_stale)
+        for (auto& pair : host_state_pairs(host_master, false)) moves.push_back(pair);
       master_stale = false;
-      issue(index, d2h.submit([g, hg, p, master] {
-        copy_floats(hg, g);
-        if (p.defined()) copy_floats(master, p);
+      issue(index, d2h.submit([moves] {
+        for (const auto& [host, dev] : moves) copy_floats(host, dev);
       }));
-    } else {  // the updated shard comes back up
-      Tensor p = sharded_params ? model.params
-                                : model.params.slice(shard_begin, Shape{shard_end - shard_begin});
-      Tensor master = host_master;
-      issue(index, h2d.submit([p, master] { copy_floats(p, master); }));
+    } else {                                              // the updated weights come back up
+      auto moves = host_state_pairs(host_master, false);  // (host, device)
+      issue(index, h2d.submit([moves] {
+        for (const auto& [host, dev] : moves) copy_floats(dev, host);
+      }));
     }
     return;
   }
@@ -75,14 +72,11 @@ void Executor::Impl::host_compute(const Op& op, int index) {
   // AdamW on the host's master shard, on the d2h stream after the gradients' copy.
   if (!host_update_pending) return;
   host_update_pending = false;
-  Tensor master = host_master, hg = host_grads;
-  auto spans = model.table.spans(shard_begin, shard_end);
   const float lr = host_lr;
   Backend* hb = host_be.get();
-  AdamW* state = adamw.get();
-  issue(index, d2h.submit([hb, state, master, hg, spans, lr]() mutable {
-    state->step(*hb, master, hg, spans, lr);
-  }));
+  AdamW* state = host_adamw.get();
+  const std::vector<AdamW::Run>* runs = &host_adamw_runs;
+  issue(index, d2h.submit([hb, state, runs, lr] { state->step(*hb, *runs, lr); }));
 }
 
 void Executor::Impl::offload_activations(const Op& op, int index) {
@@ -90,7 +84,7 @@ void Executor::Impl::offload_activations(const Op& op, int index) {
   // The residual stream still reads the layer's last block input: it is summed now, before
   // that input leaves the device.
   if (m.fwd.defined()) {
-    Tensor x = materialize(m.fwd, -1, stream_shape());
+    Tensor x = materialize(m.fwd, -1, stream_shape(op.layer));
     m.fwd = Flow{x, {}, -1};
   }
   LayerState& ls = m.layers.at(op.layer);
@@ -131,20 +125,20 @@ void Executor::Impl::place_fetch(const Op& op, exec::CopyStream* stream, int ind
     Tensor dst = pool.take(buf, e->shape);
     weight_field(model.weights, e->name) = dst;
     bound.push_back(e);
-    if (!sharded_params) {  // offloaded whole: the tensor itself comes up
-      moves.push_back(
-          {dst.view(Shape{e->numel()}), model.params.slice(e->offset, Shape{e->numel()})});
+    const exec::Segment& seg = shards.of(op.layer);
+    const int64_t a = e->offset, b = e->offset + e->numel();
+    if (!seg.sharded_weights()) {  // offloaded whole: the tensor itself comes up
+      moves.push_back({dst.view(Shape{e->numel()}), param_slice(a, e->numel())});
       continue;
     }
     // ZeRO-3: this rank's piece goes to its displacement; the all-gather fills the rest.
-    const int64_t a = e->offset, b = e->offset + e->numel();
-    const auto counts = shard_counts(a, b);
+    const auto counts = seg.counts(a, b);
     int64_t at = 0;
-    for (int d = 0; d < dp_index; ++d) at += counts[d];
-    if (counts[dp_index] > 0)
+    const int me = seg.dp_index;
+    for (int d = 0; d < me; ++d) at += counts[d];
+    if (counts[me] > 0)
       moves.push_back(
-          {dst.slice(at, Shape{counts[dp_index]}),
-           model.params.slice(std::max(a, shard_begin) - shard_begin, Shape{counts[dp_index]})});
+          {dst.slice(at, Shape{counts[me]}), param_slice(seg.piece_begin(a, b, me), counts[me])});
   }
   if (stream) {
     issue(index, stream->submit([moves] {
