@@ -10,11 +10,11 @@
 // Supported: tensor parallelism (with sequence parallelism), pipeline parallelism under GPipe,
 // 1F1B and interleaved 1F1B, data parallelism with ZeRO 0-3, recompute and activation offload,
 // all chosen layer by layer: each layer has its own (tp, dp) (activations and gradients are
-// resharded between layers by the Program's reshard collectives), its own tensor-parallel share
-// and its own ZeRO partition over its dp group; its weights and its optimizer state (with
-// AdamW) on the device or in the host pool. Refused with NotSupported naming the feature:
-// sequence parallelism in a plan whose layers differ in tp, and a last layer whose (tp, dp)
-// differs from the LM head's (the Program has no reshard there).
+// resharded between layers, and to and from the embedding and LM head, by the Program's
+// reshard collectives), its own tensor-parallel share and its own ZeRO partition over its dp
+// group; its weights and its optimizer state (with AdamW) on the device or in the host pool.
+// Refused with NotSupported naming the feature: sequence parallelism in a plan whose layers
+// differ in tp.
 #pragma once
 #include <mpi.h>
 

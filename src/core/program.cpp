@@ -407,6 +407,8 @@ class StageBuilder {
       saved_[key(l, mb)] = {act_a, act_m};
     }
     if (chunk == nchunks_ - 1) {
+      // The LM head works in the embedding's (tp, dp): the last layer's output reshards to it.
+      reshard(r.end - 1, -1, Phase::forward, mb);
       head(mb, fetch_head(mb, prev_attn));
     } else {
       Op op = make(OpKind::send, Stream::pp_comm, Block::none, Phase::forward, r.end - 1, mb);
@@ -444,6 +446,8 @@ class StageBuilder {
       op.chunk = static_cast<int16_t>(chunk);
       compute_waits_.push_back(emit(op, {}));
     }
+    // The loss's gradient goes back from the head's (tp, dp) into the last layer's.
+    if (chunk == nchunks_ - 1) reshard(-1, r.end - 1, Phase::backward, mb);
     // The chunk's backward starts with the gradient's arrival (or the loss's backward).
     const int started = chunk < nchunks_ - 1 ? compute_waits_.back() : last_compute_;
     // Offloaded activations come back one layer ahead of their backward, as the next layer's

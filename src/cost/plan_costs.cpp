@@ -235,6 +235,18 @@ class Analyzer {
         sc.gather_s += lc.gather_s;
         bwd_below += lc.bwd_s + lc.rec_s + tp_bwd;
       }
+      // The last layer's output reshards to the LM head's (tp, dp) in forward, the loss's
+      // gradient back in backward (Program::reshard), as between layers.
+      if (with_time_ && ch == nchunks - 1 && r.end > r.begin) {
+        const LayerStrategy& last = p_.layers[r.end - 1];
+        if (last.tp < es.tp && es.tp % last.tp == 0)
+          sc.tp_s += coll(Collective::all_gather, boundary(-1), es.tp / last.tp, 1);
+        if (es.tp < last.tp && last.tp % es.tp == 0) {
+          const double t = coll(Collective::all_gather, boundary(r.end - 1), last.tp / es.tp, 1);
+          sc.tp_s += t;
+          sc.tp_bwd_s += t;
+        }
+      }
       // fp32 logits live between the loss's forward and backward (Program::head), beside
       // the head's fetched weights.
       // The head's backward stages its gradients before the logits go.

@@ -95,7 +95,8 @@ void check_host_pool(const ModelSpec& m, const Plan& p, const ClusterSpec& c) {
 void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluster,
                     const std::string& backend) {
   // Heterogeneous (tp, dp) per layer: activations and gradients are resharded between
-  // consecutive layers by the Program's reshard all-gathers (or sliced where dp grows).
+  // consecutive layers, from the embedding to the first and from the last to the LM head, by
+  // the Program's reshard all-gathers (or sliced where dp grows).
   bool hetero = false;
   for (const LayerStrategy& s : p.layers) hetero = hetero || s.tp != p.embedding.tp;
   auto sp = [](const LayerStrategy& s) { return s.sequence_parallel && s.tp > 1; };
@@ -117,13 +118,6 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
                        ") nor is divided by it: no reshard group");
     transformer_config(m).sharded(s.tp);
   }
-  // The Program reshards between consecutive layers but not between the last layer and the LM
-  // head, which works in the embedding's (tp, dp).
-  if (hetero && p.layers.back().tp != p.embedding.tp)
-    throw NotSupported("the last layer (" + p.layers.back().describe() +
-                       ") differs in tp/dp from the embedding and LM head (" +
-                       p.embedding.describe() +
-                       "): the Program has no reshard before the LM head yet");
   bool offloads = false;
   for (const LayerStrategy& s : p.layers)
     offloads = offloads || s.offload_optimizer || s.offload_params || s.offload_activations;

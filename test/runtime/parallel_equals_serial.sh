@@ -128,6 +128,16 @@ layer_plan_ pp2_tp_per_layer GPT8 "--nodes 2 --pp 2 --dp 4 $B16" "p['layers'] = 
     L(0, 1), L(1, 2, tp=2, dp=2), L(2, 3, zero=1), L(3, 4, tp=2, dp=2, recompute='full'),
     L(4, 5, zero=3), L(5, 6, tp=4, dp=1), L(6, 7, tp=2, dp=2, zero=1), L(7, 8)]"
 case_ pp2_tp_per_layer 8 GPT8 "$B16" "" "--plan $WORK/pp2_tp_per_layer.json"
+# The first and last layers in another (tp, dp) than the embedding and LM head: the stream is
+# resharded from the embedding into the first layer and from the last layer into the head
+# (gathered into the head's tp 2 x dp 2 from tp 1 x dp 4; the loss's gradient gathered back
+# from the head's tp 1 x dp 4 into a last layer of tp 2 x dp 2).
+layer_plan_ head_reshard_gather_fwd GPT "--nodes 1 --tp 2 --dp 2 $B8" "p['layers'] = [
+    L(0, 1, tp=1, dp=4), L(1, 3, zero=1), L(3, 4, tp=1, dp=4, recompute='full')]"
+case_ head_reshard_gather_fwd 4 GPT "$B8" "" "--plan $WORK/head_reshard_gather_fwd.json"
+layer_plan_ head_reshard_gather_bwd GPT "--nodes 1 --dp 4 $B8" "p['layers'] = [
+    L(0, 3, zero=2), L(3, 4, tp=2, dp=2, zero=1)]"
+case_ head_reshard_gather_bwd 4 GPT "$B8" "" "--plan $WORK/head_reshard_gather_bwd.json"
 # Tied word embeddings split over pipeline stages under ZeRO-2/3: both stages stage the copies'
 # gradients whole until their sum, once per iteration, then reduce-scatter them.
 case_ pp2_dp2_z2_tied 4 GPT "$B8" "" "--pp 2 --dp 2 --zero 2"

@@ -18,18 +18,11 @@ refused() {  # needle np args...
 refused "the plan needs 8 ranks .* MPI started 4" 4 --tp 2 --pp 2 --dp 2 --nodes 2
 refused "the plan needs pp 1 x 2 = 2 GPUs but .* has 4" 4 --tp 2 --dp 1 --nodes 1 --global-batch 8
 refused "tp 3 does not divide heads" 3 --tp 3 --dp 1
-# A per-layer heterogeneous plan whose last layer (tp 2 x dp 2) differs from the LM head's
-# (tp 1 x dp 4, the embedding's): the Program has no reshard between them.
+# A per-layer plan (tp 1 x dp 4, as the embedding's) to edit below. (A last layer whose
+# (tp, dp) differs from the LM head's was refused here; the Program reshards into the head now:
+# parallel_equals_serial trains such plans.)
 "$BIN" plan check "${TINY[@]}" --cluster cpu-local --nodes 1 --dp 4 --global-batch 8 \
   --micro-batch 2 --dtype fp32 -o "$WORK/plan.json" >/dev/null || fail "plan check failed"
-$PY - "$WORK/plan.json" "$WORK/mixed.json" <<'PY' || fail "cannot write the mixed plan"
-import json, sys
-p = json.load(open(sys.argv[1]))
-(run,) = p["layers"]  # one run of layers [0, 2)
-p["layers"] = [dict(run, layers=[0, 1]), dict(run, layers=[1, 2], tp=2, dp=2)]
-json.dump(p, open(sys.argv[2], "w"))
-PY
-refused "the Program has no reshard before the LM head yet" 4 --plan "$WORK/mixed.json"
 # Sequence parallelism in a layer whose tp differs from its neighbours' (layer 0: tp 2 x dp 2
 # with SP, layer 1 and the head: tp 1 x dp 4).
 $PY - "$WORK/plan.json" "$WORK/sp.json" <<'PY' || fail "cannot write the sp plan"

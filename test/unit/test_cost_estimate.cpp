@@ -66,6 +66,14 @@ BOOST_AUTO_TEST_CASE(stage_time_equals_the_programs_op_costs) {
       x.plan.layers[l] = {8, 1, true, 0, Recompute::selective, false, false, false};
     validate(x.plan, x.model, x.cluster, "mixed");
     setups.push_back(x);
+    // A last layer of another tensor degree than the LM head's: a reshard before the head,
+    // gathering in forward (tp 1 -> 2) or in backward (tp 4 -> 2).
+    for (int last_tp : {1, 4}) {
+      Setup y = x;
+      y.plan.layers[95] = {last_tp, 8 / last_tp, false, 1, Recompute::none, false, false, false};
+      validate(y.plan, y.model, y.cluster, "mixed last");
+      setups.push_back(y);
+    }
   }
   // Under a framework that accumulates weight gradients inside the GEMM, one that adds them in a
   // separate pass, and one that overlaps the sequence-parallel collectives with their GEMMs
