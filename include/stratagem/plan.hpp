@@ -26,6 +26,12 @@ struct LayerStrategy {
   bool offload_params = false;
   bool offload_activations = false;
 
+  // How the stage's ranks hold the residual stream between layers: split over replicas of tp
+  // ranks that each hold their replica's whole stream, or, under sequence parallelism, one
+  // token shard per rank, which is how a tp 1 layer over the same ranks holds it (rank i of a
+  // stage holds piece i of the stage's micro-batch either way). Reshards go where this differs.
+  int stream_tp() const { return sequence_parallel && tp > 1 ? 1 : tp; }
+
   bool operator==(const LayerStrategy&) const = default;
   std::string describe() const;  // e.g. "tp8 dp8 sp z1 rc=full"
 };

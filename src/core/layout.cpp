@@ -37,6 +37,15 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
                      " GPUs");
   tp_degrees_.push_back(plan.embedding.tp);
   for (const auto& l : plan.layers) tp_degrees_.push_back(l.tp);
+  // Sequence-parallel layers hold the stream as tp 1 does (LayerStrategy::stream_tp): where
+  // it differs between strategies, the reshard groups between those degrees are needed.
+  bool streams_differ = false;
+  for (const auto& l : plan.layers)
+    streams_differ = streams_differ || l.stream_tp() != plan.embedding.stream_tp();
+  if (streams_differ) {
+    tp_degrees_.push_back(plan.embedding.stream_tp());
+    for (const auto& l : plan.layers) tp_degrees_.push_back(l.stream_tp());
+  }
   std::sort(tp_degrees_.begin(), tp_degrees_.end());
   tp_degrees_.erase(std::unique(tp_degrees_.begin(), tp_degrees_.end()), tp_degrees_.end());
 

@@ -304,10 +304,11 @@ class StageBuilder {
     return c;
   }
 
-  // Samples move between ranks when consecutive layers use different (tp, dp): when dp
-  // shrinks the ranks of the new replica all-gather; when it grows they take a slice.
+  // Samples move between ranks when consecutive layers hold the stream differently
+  // (LayerStrategy::stream_tp: (tp, dp), sequence parallelism): when the replicas holding a
+  // whole stream grow, their ranks all-gather; when they shrink, each takes a slice.
   void reshard(int from_layer, int to_layer, Phase ph, int mb) {
-    const int a = strat(from_layer).tp, b = strat(to_layer).tp;
+    const int a = strat(from_layer).stream_tp(), b = strat(to_layer).stream_tp();
     if (a >= b) return;
     int64_t bytes = boundary(to_layer);
     int c = collective(Stream::tp_comm, Collective::all_gather, GroupKind::reshard, a, bytes,

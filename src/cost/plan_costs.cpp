@@ -203,12 +203,11 @@ class Analyzer {
         sc.rec_s += lc.rec_s;
         double tp = lc.tp_fwd_s + lc.tp_bwd_s + lc.tp_rec_s;
         double tp_bwd = lc.tp_bwd_s + lc.tp_rec_s;
-        // Samples move between ranks where the tensor degree changes (Program::reshard).
-        const LayerStrategy& prev = strat(l - 1);
-        if (prev.tp < st.tp && st.tp % prev.tp == 0)
-          tp += coll(Collective::all_gather, boundary(l), st.tp / prev.tp, 1);
-        if (st.tp < prev.tp && prev.tp % st.tp == 0) {
-          const double t = coll(Collective::all_gather, boundary(l - 1), prev.tp / st.tp, 1);
+        // Samples move between ranks where the stream's holding changes (Program::reshard).
+        const int a = strat(l - 1).stream_tp(), b = st.stream_tp();
+        if (a < b && b % a == 0) tp += coll(Collective::all_gather, boundary(l), b / a, 1);
+        if (b < a && a % b == 0) {
+          const double t = coll(Collective::all_gather, boundary(l - 1), a / b, 1);
           tp += t;
           tp_bwd += t;
         }
@@ -238,11 +237,10 @@ class Analyzer {
       // The last layer's output reshards to the LM head's (tp, dp) in forward, the loss's
       // gradient back in backward (Program::reshard), as between layers.
       if (with_time_ && ch == nchunks - 1 && r.end > r.begin) {
-        const LayerStrategy& last = p_.layers[r.end - 1];
-        if (last.tp < es.tp && es.tp % last.tp == 0)
-          sc.tp_s += coll(Collective::all_gather, boundary(-1), es.tp / last.tp, 1);
-        if (es.tp < last.tp && last.tp % es.tp == 0) {
-          const double t = coll(Collective::all_gather, boundary(r.end - 1), last.tp / es.tp, 1);
+        const int a = p_.layers[r.end - 1].stream_tp(), b = es.stream_tp();
+        if (a < b && b % a == 0) sc.tp_s += coll(Collective::all_gather, boundary(-1), b / a, 1);
+        if (b < a && a % b == 0) {
+          const double t = coll(Collective::all_gather, boundary(r.end - 1), a / b, 1);
           sc.tp_s += t;
           sc.tp_bwd_s += t;
         }

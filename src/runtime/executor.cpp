@@ -108,11 +108,9 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
                          "): sequence parallelism that differs from the embedding's (" +
                          p.embedding.describe() + ") is not executed yet");
     if (!hetero) continue;
-    if (sp(s) || sp(prev))
-      throw NotSupported("layer " + std::to_string(l) + " (" + s.describe() +
-                         "): sequence parallelism in a plan whose layers differ in tp/dp is not "
-                         "executed yet (the reshards move whole-sequence activations)");
-    if (s.tp % prev.tp && prev.tp % s.tp)
+    // Sequence-parallel layers hold the stream as tp 1 does (LayerStrategy::stream_tp).
+    const int a = prev.stream_tp(), b = s.stream_tp();
+    if (a % b && b % a)
       throw InputError("layer " + std::to_string(l) + " (" + s.describe() +
                        "): tp does not divide the previous layer's (" + prev.describe() +
                        ") nor is divided by it: no reshard group");

@@ -111,11 +111,13 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
 }
 
 double CostTables::reshard_s(const LayerCost& a, const LayerCost& b) const {
+  // As the Program: where the stream's holding changes (LayerStrategy::stream_tp).
   const CostModel& cm = *costs_.front();
-  if (a.st.tp < b.st.tp && b.st.tp % a.st.tp == 0)
-    return cm.collective_cost(Collective::all_gather, b.boundary, b.st.tp / a.st.tp, 1).time_s();
-  if (b.st.tp < a.st.tp && a.st.tp % b.st.tp == 0)
-    return cm.collective_cost(Collective::all_gather, a.boundary, a.st.tp / b.st.tp, 1).time_s();
+  const int x = a.st.stream_tp(), y = b.st.stream_tp();
+  if (x < y && y % x == 0)
+    return cm.collective_cost(Collective::all_gather, b.boundary, y / x, 1).time_s();
+  if (y < x && x % y == 0)
+    return cm.collective_cost(Collective::all_gather, a.boundary, x / y, 1).time_s();
   return 0;
 }
 
@@ -314,7 +316,7 @@ std::vector<double> entry_costs(const CostTables& tables, const std::vector<Laye
     // The class representative: the largest boundary of that tp among the costs.
     const LayerCost* rep = &costs[it.id];
     for (const auto& lc : costs)
-      if (lc.st.tp == rep->st.tp && lc.boundary > rep->boundary) rep = &lc;
+      if (lc.st.stream_tp() == rep->st.stream_tp() && lc.boundary > rep->boundary) rep = &lc;
     out[it.cls] = M * tables.reshard_s(src, *rep);
   }
   return out;
@@ -330,14 +332,15 @@ StageDpProblem stage_problem(const CostTables& tables, const std::vector<LayerCo
   prob.max_tr_classes = max_tr_classes;
   prob.max_kept_levels = max_kept_levels;
   prob.exact = exact;
-  // Reshard classes: the tp degree, represented by its largest boundary.
+  // Reshard classes: how the stream is held (LayerStrategy::stream_tp), represented by the
+  // largest boundary.
   std::vector<int> tps;
   std::vector<const LayerCost*> rep;
   std::vector<int> cls;
   for (const auto& lc : costs) {
-    auto it = std::find(tps.begin(), tps.end(), lc.st.tp);
+    auto it = std::find(tps.begin(), tps.end(), lc.st.stream_tp());
     int c = int(it - tps.begin());
-    if (it == tps.end()) tps.push_back(lc.st.tp), rep.push_back(&lc);
+    if (it == tps.end()) tps.push_back(lc.st.stream_tp()), rep.push_back(&lc);
     if (lc.boundary > rep[c]->boundary) rep[c] = &lc;
     cls.push_back(c);
   }

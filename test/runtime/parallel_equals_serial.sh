@@ -138,6 +138,19 @@ case_ head_reshard_gather_fwd 4 GPT "$B8" "" "--plan $WORK/head_reshard_gather_f
 layer_plan_ head_reshard_gather_bwd GPT "--nodes 1 --dp 4 $B8" "p['layers'] = [
     L(0, 3, zero=2), L(3, 4, tp=2, dp=2, zero=1)]"
 case_ head_reshard_gather_bwd 4 GPT "$B8" "" "--plan $WORK/head_reshard_gather_bwd.json"
+# Sequence parallelism beside per-layer tp: a sequence-parallel layer holds one token shard per
+# rank, as a tp 1 layer holds its samples (piece i of the stage's micro-batch on rank i), so
+# nothing moves between them; into a tp > 1 layer without it the shards are gathered over the
+# reshard group (the tp group). tp 2 x dp 2 SP -> tp 1 -> tp 4 SP -> tp 2 x dp 2 -> the head's
+# tp 1 x dp 4; and from an SP embedding (tp 2) through tp 1, tp 2 SP, tp 4 into an SP head.
+layer_plan_ sp_per_layer GPT "--nodes 1 --dp 4 $B8" "p['layers'] = [
+    L(0, 1, tp=2, dp=2, sequence_parallel=True, zero=3), L(1, 2),
+    L(2, 3, tp=4, dp=1, sequence_parallel=True, recompute='full'), L(3, 4, tp=2, dp=2, zero=1)]"
+case_ sp_per_layer 4 GPT "$B8" "" "--plan $WORK/sp_per_layer.json"
+layer_plan_ sp_embedding_per_layer GPT "--nodes 1 --tp 2 --dp 2 --sequence-parallel $B8" \
+  "p['layers'] = [L(0, 1, tp=1, dp=4, sequence_parallel=False), L(1, 3, zero=2),
+    L(3, 4, tp=4, dp=1, sequence_parallel=False, offload=$ACT)]"
+case_ sp_embedding_per_layer 4 GPT "$B8" "" "--plan $WORK/sp_embedding_per_layer.json"
 # Tied word embeddings split over pipeline stages under ZeRO-2/3: both stages stage the copies'
 # gradients whole until their sum, once per iteration, then reduce-scatter them.
 case_ pp2_dp2_z2_tied 4 GPT "$B8" "" "--pp 2 --dp 2 --zero 2"

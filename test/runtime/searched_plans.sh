@@ -122,3 +122,29 @@ grep -q "peak memory" "$WORK/galvatron.compare.txt" ||
   fail "compare printed no peak memory: $(cat "$WORK/galvatron.compare.txt")"
 cat "$WORK/galvatron.compare.txt"
 echo "ok: Galvatron-BMW case: searched a per-layer mixed plan, trained, compared"
+
+# ---- A searched plan with sequence parallelism beside per-layer tp -------------------------
+# Under this budget the full-space search mixes tp 1 and tp 2 layers with sequence parallelism,
+# with a last layer in another (tp, dp) than the LM head's: both were refused before the
+# Program resharded into the head and sequence-parallel layers were resharded as tp 1's
+# stream. Trained unchanged, it equals the serial run (losses and weights 1e-5).
+S_BUDGET_GIB=0.012
+"$BIN" search "${M[@]}" --cluster cpu-local --nodes 2 --global-batch 16 --dtype fp32 \
+  --memory-budget-gib $S_BUDGET_GIB --space full --quiet -o "$WORK/sp.json" \
+  >"$WORK/sp-search.txt" || fail "search: $(tail -3 "$WORK/sp-search.txt")"
+$PY - "$WORK/sp.json" <<'PY' || fail "the searched plan has no sequence parallelism beside per-layer tp"
+import json, sys
+p = json.load(open(sys.argv[1]))
+e, runs = p["embedding"], p["layers"]
+assert any(r["tp"] != e["tp"] for r in runs), p["description"]
+assert any(r["sequence_parallel"] and r["tp"] > 1 for r in runs), p["description"]
+print("searched:", p["description"],
+      "| last layer tp", runs[-1]["tp"], "x dp", runs[-1]["dp"], "| head tp", e["tp"], "x dp", e["dp"])
+PY
+run sp 8 --plan "$WORK/sp.json" --ckpt-dir "$WORK/sp"
+run sp.serial 1 --global-batch 16 --micro-batch 2 --dp 1 --ckpt-dir "$WORK/sp.serial"
+$PY "$(dirname "$0")/check_run.py" losses "$WORK/sp.serial.jsonl" "$WORK/sp.jsonl" 1e-5 ||
+  fail "the searched plan with sequence parallelism differs from the serial run's losses"
+$PY "$(dirname "$0")/check_run.py" weights "$WORK/sp.serial/step-00000003.h5" \
+  "$WORK/sp/step-00000003.h5" 1e-5 || fail "the searched plan with sequence parallelism: weights"
+echo "ok: searched plan with sequence parallelism beside per-layer tp trains, equal to serial"

@@ -151,6 +151,8 @@ struct Executor::Impl {
   Shape full_shape() const { return Shape{B, T, int64_t(whole.hidden)}; }
   const LayerShare& share(int layer) const { return shares.at(layer < 0 ? -1 : layer); }
   Shape stream_shape(int layer) const { return Shape{share(layer).Ns, int64_t(whole.hidden)}; }
+  // LayerStrategy::stream_tp of the layer's share: 1 under sequence parallelism.
+  int stream_tp(int layer) const { return share(layer).sp ? 1 : share(layer).tp; }
   Shape full_shape(int layer) const { return Shape{share(layer).B, T, int64_t(whole.hidden)}; }
   // Between layers whose dp differs without a collective (the next layer's dp is larger): this
   // rank's slice of the samples, of the stream entering `layer` in forward or of the gradient

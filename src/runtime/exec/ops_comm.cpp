@@ -77,7 +77,8 @@ void Executor::Impl::tp_collective(const Op& op, int index) {
     } else if (backward) {
       if (m.grad_producer >= 0) complete(m.grad_producer);
       if (!m.gathered_dy.defined() || op.block == Block::embedding) {
-        src = m.grad;  // first: the output gradient
+        fit_grad(m, op.layer);  // this rank's token shard, where the layer above held more
+        src = m.grad;           // first: the output gradient
         m.gathered_dy = gathered;
       } else {
         LayerState& ls = m.layers.at(op.layer);  // second: the sharded normalized input

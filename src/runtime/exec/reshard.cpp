@@ -6,7 +6,9 @@
 // reshard collective). Where dp grows by r, each rank takes its slice of its replica's samples:
 // no transfer. In backward the gradient goes the other way: sliced where forward gathered (the
 // wider layer's tp ranks all hold the whole gradient of its samples), gathered where forward
-// sliced.
+// sliced. A sequence-parallel layer holds the stream as a tp 1 layer does (rank i of the stage:
+// piece i of the stage's micro-batch; LayerStrategy::stream_tp), so the same gathers and slices
+// serve it: from or to a tp 1 or another sequence-parallel layer nothing moves.
 #include <stdexcept>
 #include <string>
 
@@ -37,7 +39,7 @@ void Executor::Impl::fit_flow(Flow& f, int layer) {
   if (f.producer >= 0) complete(f.producer);
   f.producer = -1;
   const std::string what = "the input of layer " + std::to_string(layer);
-  const int local = ps.coords().local, tp = share(layer).tp;
+  const int local = ps.coords().local, tp = stream_tp(layer);
   f.base = slice_samples(f.base.view(Shape{f.base.numel()}), need, local, tp, what);
   if (f.add.defined())
     f.add = slice_samples(f.add.view(Shape{f.add.numel()}), need, local, tp, what);
@@ -48,7 +50,7 @@ void Executor::Impl::fit_grad(Micro& m, int layer) {
   const int64_t need = stream_shape(layer).numel();
   if (!m.grad.defined() || m.grad.numel() == need) return;
   m.grad = slice_samples(m.grad.view(Shape{m.grad.numel()}), need, ps.coords().local,
-                         share(layer).tp, "the gradient of layer " + std::to_string(layer));
+                         stream_tp(layer), "the gradient of layer " + std::to_string(layer));
 }
 
 void Executor::Impl::reshard(const Op& op, int index) {
