@@ -14,8 +14,6 @@
 // reshard collectives), its own tensor-parallel share and its own ZeRO partition over its dp
 // group; its weights and its optimizer state (with AdamW) on the device or in the host pool;
 // sequence parallelism per layer too (its token shards are resharded as a tp 1 layer's stream).
-// Refused with NotSupported naming the feature: sequence parallelism that differs between
-// layers of a plan whose layers all have the embedding's tp.
 #pragma once
 #include <mpi.h>
 

@@ -94,26 +94,19 @@ void check_host_pool(const ModelSpec& m, const Plan& p, const ClusterSpec& c) {
 // Features of the search's space that the runtime does not execute yet, named for the user.
 void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluster,
                     const std::string& backend) {
-  // Heterogeneous (tp, dp) per layer: activations and gradients are resharded between
-  // consecutive layers, from the embedding to the first and from the last to the LM head, by
-  // the Program's reshard all-gathers (or sliced where dp grows).
-  bool hetero = false;
-  for (const LayerStrategy& s : p.layers) hetero = hetero || s.tp != p.embedding.tp;
-  auto sp = [](const LayerStrategy& s) { return s.sequence_parallel && s.tp > 1; };
-  for (size_t l = 0; l < p.layers.size(); ++l) {
-    const LayerStrategy& s = p.layers[l];
+  // Per-layer strategies: where consecutive layers hold the stream differently
+  // (LayerStrategy::stream_tp: (tp, dp), sequence parallelism), activations and gradients are
+  // resharded by the Program's reshard all-gathers (or sliced where its replicas shrink),
+  // from the embedding into the first layer and from the last into the LM head too.
+  const size_t n = p.layers.size();
+  for (size_t l = 0; l <= n; ++l) {
     const LayerStrategy& prev = l == 0 ? p.embedding : p.layers[l - 1];
-    if (!hetero && sp(s) != sp(p.embedding))
-      throw NotSupported("layer " + std::to_string(l) + " (" + s.describe() +
-                         "): sequence parallelism that differs from the embedding's (" +
-                         p.embedding.describe() + ") is not executed yet");
-    if (!hetero) continue;
-    // Sequence-parallel layers hold the stream as tp 1 does (LayerStrategy::stream_tp).
+    const LayerStrategy& s = l < n ? p.layers[l] : p.embedding;
     const int a = prev.stream_tp(), b = s.stream_tp();
     if (a % b && b % a)
-      throw InputError("layer " + std::to_string(l) + " (" + s.describe() +
-                       "): tp does not divide the previous layer's (" + prev.describe() +
-                       ") nor is divided by it: no reshard group");
+      throw InputError((l < n ? "layer " + std::to_string(l) : std::string("the LM head")) + " (" +
+                       s.describe() + "): tp does not divide the previous layer's (" +
+                       prev.describe() + ") nor is divided by it: no reshard group");
     transformer_config(m).sharded(s.tp);
   }
   bool offloads = false;

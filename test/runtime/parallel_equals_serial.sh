@@ -151,6 +151,11 @@ layer_plan_ sp_embedding_per_layer GPT "--nodes 1 --tp 2 --dp 2 --sequence-paral
   "p['layers'] = [L(0, 1, tp=1, dp=4, sequence_parallel=False), L(1, 3, zero=2),
     L(3, 4, tp=4, dp=1, sequence_parallel=False, offload=$ACT)]"
 case_ sp_embedding_per_layer 4 GPT "$B8" "" "--plan $WORK/sp_embedding_per_layer.json"
+# ... and with one tp throughout: tp 2 x dp 2 with sequence parallelism in the embedding, head
+# and layers 0 and 3, without it in layers 1-2 (their stream gathered over the tp group).
+layer_plan_ sp_differs_same_tp LLAMA "--nodes 1 --tp 2 --dp 2 --sequence-parallel $B8" \
+  "p['layers'] = [L(0, 1), L(1, 3, sequence_parallel=False), L(3, 4)]"
+case_ sp_differs_same_tp 4 LLAMA "$B8" "" "--plan $WORK/sp_differs_same_tp.json"
 # Tied word embeddings split over pipeline stages under ZeRO-2/3: both stages stage the copies'
 # gradients whole until their sum, once per iteration, then reduce-scatter them.
 case_ pp2_dp2_z2_tied 4 GPT "$B8" "" "--pp 2 --dp 2 --zero 2"

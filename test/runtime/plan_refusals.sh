@@ -18,22 +18,8 @@ refused() {  # needle np args...
 refused "the plan needs 8 ranks .* MPI started 4" 4 --tp 2 --pp 2 --dp 2 --nodes 2
 refused "the plan needs pp 1 x 2 = 2 GPUs but .* has 4" 4 --tp 2 --dp 1 --nodes 1 --global-batch 8
 refused "tp 3 does not divide heads" 3 --tp 3 --dp 1
-# Sequence parallelism that differs between layers whose tp is all the embedding's (layer 1:
-# tp 2 without it, beside the embedding's and layer 0's tp 2 with it). (Sequence parallelism
-# beside per-layer tp, and a last layer whose (tp, dp) differs from the LM head's, were refused
-# here; parallel_equals_serial trains such plans now.)
-"$BIN" plan check "${TINY[@]}" --cluster cpu-local --nodes 1 --tp 2 --dp 2 --sequence-parallel \
-  --global-batch 8 --micro-batch 2 --dtype fp32 -o "$WORK/plan.json" >/dev/null ||
-  fail "plan check failed"
-$PY - "$WORK/plan.json" "$WORK/sp.json" <<'PY' || fail "cannot write the sp plan"
-import json, sys
-p = json.load(open(sys.argv[1]))
-(run,) = p["layers"]
-p["layers"] = [dict(run, layers=[0, 1]), dict(run, layers=[1, 2], sequence_parallel=False)]
-json.dump(p, open(sys.argv[2], "w"))
-PY
-refused "sequence parallelism that differs from the embedding's .* is not executed yet" 4 \
-  --plan "$WORK/sp.json"
+# (Sequence parallelism that differs between layers, and a last layer whose (tp, dp) differs
+# from the LM head's, were refused here; parallel_equals_serial trains such plans now.)
 # A plan that offloads more than the node's host memory holds: refused before any step, naming
 # the pool. (The cluster file of cpu-local, with 1 MiB of host memory.)
 "$BIN" simulate "${TINY[@]}" --cluster cpu-local --nodes 1 --dp 4 --global-batch 8 --micro-batch 2 \
