@@ -65,9 +65,10 @@ int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& s, in
 // (the runtime's scratch, which frameworks hold as workspace and autograd temporaries):
 //  - the backward kernels' scratch: gradients of qkv, of the attention output, of fc1 and of
 //    the activation (tp shares);
-//  - five token-stream tensors: the stream's gradient, a block's partial sum before its tp
-//    reduction and the reduced value, a pipeline send and a receive in flight;
-//  - under sequence parallelism, the two whole-sequence gathers of a block's backward;
+//  - the token-stream tensors the runtime holds at once: the stream's value or gradient between
+//    ops; under tensor parallelism a block's partial sum before its (in-place) reduction, or
+//    under sequence parallelism the two whole-sequence gathers of a block's backward (a
+//    pipeline's send and receive in flight are the stage's: the estimator adds them at pp > 1);
 //  - under ZeRO-1/2/3 with MPI, the received shard of the layer's reduce-scatter (MPI has no
 //    in-place form that lands it at the shard's position).
 // (A fully recomputed layer's forward intermediates are transient too; they live while fewer

@@ -156,12 +156,16 @@ int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Bloc
 }
 
 namespace {
-// The token-stream tensors and the ZeRO-1 receive shard shared by layers and embeddings.
+// The token-stream tensors and the ZeRO receive shard shared by layers and embeddings, as many
+// as the runtime holds at once (src/runtime/exec/ops_comm.cpp, ops_compute.cpp).
 int64_t stream_workspace(const Shape& x, const LayerStrategy& st, int64_t params, int64_t e) {
-  // The stream's gradient, the reduced value, a send and a receive: token shards under
-  // sequence parallelism; a block's partial sum before its tp reduction: whole.
-  int64_t bytes = e * x.Tn * x.h * 4 + e * x.T * x.h;
-  if (st.sequence_parallel && st.tp > 1) bytes += 2 * e * x.T * x.h;  // backward gathers
+  // The stream's value or gradient between ops (a token shard under sequence parallelism).
+  int64_t bytes = e * x.Tn * x.h;
+  if (st.tp > 1) {
+    // Sequence parallel: the backward's two whole-sequence gathers (the output gradient and the
+    // normalized input). Otherwise a block's partial sum, reduced in place.
+    bytes += (st.sequence_parallel ? 2 : 1) * e * x.T * x.h;
+  }
   if (st.zero >= 1 && st.dp > 1) bytes += (params + st.dp - 1) / st.dp * e;
   return bytes;
 }

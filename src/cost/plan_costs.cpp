@@ -174,7 +174,8 @@ class Analyzer {
         }
         const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_);
         max_samples = std::max(max_samples, samples_for(st.dp));
-        ws = std::max(ws, lc.workspace);
+        // Beside a pipeline, a send and a receive of the stream in flight.
+        ws = std::max(ws, lc.workspace + (pp > 1 ? 2 * boundary(l) : 0));
         keep_max(fp, {prefix + lc.fwd_act, lc.fwd_buf, always_staged});
         // Staged in this layer's backward: its own, the stage's embedding and head's while they
         // are held (through the pass when one stage holds both), and during its mlp backward

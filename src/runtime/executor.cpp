@@ -4,6 +4,7 @@
 #include "stratagem/executor.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 
@@ -198,18 +199,33 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
       shares[l] = sh;
       continue;
     }
-    // The backward's scratch, one per tp degree (B x width / tp is the same for every layer).
+    // The backward's scratch, one set of views per tp degree (B x width / tp is the same for
+    // every layer of a degree), carved below from one arena.
     auto [w, fresh] = workspaces.try_emplace(s.tp);
-    if (fresh) {
-      w->second.B = sh.B;
-      w->second.T = T;
-      w->second.d_qkv = pool.scratch(Shape{sh.B, T, sh.local.qkv_width()});
-      w->second.d_attn = pool.scratch(Shape{sh.B, T, sh.local.attn_width()});
-      w->second.d_fc1 = pool.scratch(Shape{sh.B, T, sh.local.fc1_width()});
-      w->second.d_act = pool.scratch(Shape{sh.B, T, sh.local.ffn_hidden});
-    }
+    if (fresh) w->second.B = sh.B, w->second.T = T, scratch_config[s.tp] = sh.local;
     sh.ws = &w->second;
     shares[l] = sh;
+  }
+  // One layer's backward runs at a time, so the degrees share one arena sized for the largest,
+  // as the estimator counts the stage's workspace (the largest layer's).
+  auto scratch_widths = [](const TransformerConfig& c) {
+    return std::array<int64_t, 4>{c.qkv_width(), c.attn_width(), c.fc1_width(), c.ffn_hidden};
+  };
+  int64_t arena_numel = 0;
+  for (auto& [deg, w] : workspaces) {
+    int64_t row = 0;
+    for (int64_t width : scratch_widths(scratch_config.at(deg))) row += width;
+    arena_numel = std::max(arena_numel, int64_t(w.B) * w.T * row);
+  }
+  if (arena_numel > 0) scratch_arena = pool.scratch(Shape{arena_numel});
+  for (auto& [deg, w] : workspaces) {
+    const auto widths = scratch_widths(scratch_config.at(deg));
+    Tensor* views[4] = {&w.d_qkv, &w.d_attn, &w.d_fc1, &w.d_act};
+    int64_t at = 0;
+    for (int i = 0; i < 4; ++i) {
+      *views[i] = scratch_arena.slice(at, Shape{w.B, w.T, widths[i]});
+      at += int64_t(w.B) * w.T * widths[i];
+    }
   }
   model.config = local;
   model.tp_rank = tp_index;

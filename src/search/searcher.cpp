@@ -282,9 +282,12 @@ const PairData& Searcher::pair(int pp, int Bm) {
     pd.stage_geo.push_back(gi);
     std::vector<LayerCost> costs;
     costs.reserve(raw.size());
-    for (const auto& st : raw)
+    for (const auto& st : raw) {
       costs.push_back(
           tables_.layer(st, Bm / st.dp, geo.tp_nodes(s, st.tp), geo.dp_nodes(s, st.tp)));
+      // Beside a pipeline, a send and a receive of the stream in flight (as the estimator).
+      if (pp > 1) costs.back().workspace += 2 * costs.back().boundary;
+    }
     pd.raw_layers += int64_t(costs.size());
     GeoData gd;
     gd.items = prune_dominated(std::move(costs));

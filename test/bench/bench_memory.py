@@ -3,8 +3,8 @@
 
 usage: bench_memory.py NAME RUN.h5 FORECAST.h5
 Both traces share one schema (ranks/R/memory: one sample per op or memory event, bytes per
-category). The test (test/runtime/memory_forecast.sh) asserts 10% on every category but
-buffers, and on the total.
+category). The test (test/runtime/memory_forecast.sh) asserts 10% on every category and on the
+total (buffers printed only on the plans it names as known gaps).
 """
 import sys
 

@@ -19,7 +19,7 @@ cat >"$WORK/llama.json" <<'JSON'
  "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 96, "vocab": 256, "seq_len": 32}
 JSON
 LLAMA=(--model "$WORK/llama.json")
-echo "peak memory: measured / forecast (simulate on cpu-local), KiB; tolerance 10% (buffers: see below)"
+echo "peak memory: measured / forecast (simulate on cpu-local), KiB; tolerance 10%"
 plan() {  # name np model batch flags...
   local name=$1 np=$2 model=$3 batch=$4; shift 4
   local -n m=$model
@@ -70,8 +70,6 @@ plan tp4dp2_tp1dp8_alternating 8 GPT8 "" --plan "$WORK/tpdp.json"
 layer_plan "$WORK/params.json" "--nodes 1 --dp 4 --zero 1 --offload optimizer $B8" \
   "for r in p['layers'][0::2]: r['offload']['params'] = True" "${GPT[@]}"
 plan dp4_params_offload_per_layer 4 GPT "" --plan "$WORK/params.json"
-echo "open gap: buffers (the estimator's static per-stage workspace against the runtime's"
-echo "transient scratch; with a flat ZeRO partition a rank receives up to a whole layer)"
 # Weights offloaded by layer beside ZeRO-3 layers: the simulator's h2d stream brings the next
 # weights up earlier than the runtime (as above), and counts staged gradients in forward.
 layer_plan "$WORK/params_z3.json" "--nodes 1 --dp 4 --zero 1 $B8" \

@@ -166,7 +166,7 @@ BOOST_AUTO_TEST_CASE(dominance_pruning_keeps_the_optimum) {
       d.id = i;
       d.cls = 0;
       for (const auto& x : pp.items)
-        if (pruned[x.id].st.tp == lc.st.tp) d.cls = x.cls;
+        if (pruned[x.id].st.stream_tp() == lc.st.stream_tp()) d.cls = x.cls;
       d.cost = 4 * lc.step_s() + lc.tail_s;
       d.first = 4 * lc.fetch_s + lc.reduce_s;
       d.last = 4 * (lc.fetch_s + lc.act_h2d_s);

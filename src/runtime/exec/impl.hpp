@@ -79,7 +79,9 @@ struct Executor::Impl {
   TransformerConfig whole, local;
   // Per layer of this stage (and -1); the members above are the embedding and head's.
   std::map<int, LayerShare> shares;
-  std::map<int, Workspace> workspaces;  // the backward's scratch, by tp degree
+  std::map<int, Workspace> workspaces;              // the backward's scratch, by tp degree
+  std::map<int, TransformerConfig> scratch_config;  // the tp share each scratch set is for
+  Tensor scratch_arena;                             // the scratch sets' one arena (views into it)
 
   // ---- state -----------------------------------------------------------------------------
   std::shared_ptr<exec::MemoryLedger> ledger;
