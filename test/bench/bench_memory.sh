@@ -11,14 +11,7 @@ export OMP_NUM_THREADS=1
 MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 "$BIN" data tokenize /usr/share/common-licenses/GPL-3 -o "$WORK/data.bin" >/dev/null
-GPT=(--layers 4 --hidden 64 --heads 4 --vocab 256 --seq-len 32)
-GPT8=(--layers 8 --hidden 64 --heads 4 --vocab 256 --seq-len 32)
-cat >"$WORK/llama.json" <<'JSON'
-{"name": "tiny-llama", "arch": "decoder", "norm": "rmsnorm", "activation": "swiglu",
- "position": "rope", "tied_embeddings": false, "bias": false, "dropout": false, "layers": 4,
- "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 96, "vocab": 256, "seq_len": 32}
-JSON
-LLAMA=(--model "$WORK/llama.json")
+source test/runtime/tiny_models.sh
 echo "peak memory: measured / forecast (simulate on cpu-local), KiB; tolerance 10%"
 plan() {  # name np model batch flags...
   local name=$1 np=$2 model=$3 batch=$4; shift 4

@@ -7,14 +7,7 @@
 # A plan run with PRINT_ONLY=CATEGORY prints that category without asserting it: a known gap,
 # named beside the plan.
 source "$(dirname "$0")/common.sh"
-GPT=(--layers 4 --hidden 64 --heads 4 --vocab 256 --seq-len 32)
-GPT8=(--layers 8 --hidden 64 --heads 4 --vocab 256 --seq-len 32)
-cat >"$WORK/llama.json" <<'JSON'
-{"name": "tiny-llama", "arch": "decoder", "norm": "rmsnorm", "activation": "swiglu",
- "position": "rope", "tied_embeddings": false, "bias": false, "dropout": false, "layers": 4,
- "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 96, "vocab": 256, "seq_len": 32}
-JSON
-LLAMA=(--model "$WORK/llama.json")
+source "$(dirname "$0")/tiny_models.sh"
 plan() {  # name np model batch plan-flags...
   local name=$1 np=$2 model=$3 batch=$4; shift 4
   local dtype=(--dtype fp32)  # a plan file holds it
