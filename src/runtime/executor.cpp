@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "src/runtime/exec/impl.hpp"
 #include "stratagem/error.hpp"
@@ -323,6 +324,15 @@ void Executor::Impl::issue(int op, RequestPtr request, std::function<void()> on_
 void Executor::Impl::complete(int op) {
   auto it = inflight.find(op);
   if (it == inflight.end()) return;
+  // While the rank waits, the prefetching streams go on as soon as what they wait for lands.
+  while (may_soon_run_ahead() && !it->second.request->test()) {
+    if (run_ahead())
+      sample_memory();
+    else
+      std::this_thread::yield();
+    it = inflight.find(op);
+    if (it == inflight.end()) return;  // what ran ahead completed it
+  }
   InFlight f = std::move(it->second);
   inflight.erase(it);
   f.request->wait();
@@ -337,9 +347,11 @@ void Executor::Impl::complete_all() {
 
 void Executor::Impl::poll_sends() {
   // Eager sends complete when the peer has taken the data; their buffers go as soon as they do.
+  // Testing every transfer in flight also drives them: MPI's non-blocking collectives move on
+  // only inside MPI calls, where a device's network moves on by itself while the rank computes.
   for (auto it = inflight.begin(); it != inflight.end();) {
     const Op& op = sp->ops[it->first];
-    if (op.kind == OpKind::send && it->second.request->test()) {
+    if (it->second.request->test() && op.kind == OpKind::send) {
       const int idx = it->first;
       ++it;
       complete(idx);
@@ -371,6 +383,17 @@ void Executor::Impl::poll_frees() {
     for (uint32_t d = 0; d < op.dep_count; ++d) complete(static_cast<int>(deps[d]));
     run(i);
     it = pending_frees.erase(it);
+  }
+}
+
+void Executor::Impl::run_timed(uint32_t i) {
+  const Op& op = sp->ops[i];
+  const int64_t start = now_ns();
+  run(i);
+  be.synchronize();
+  if (op.kind != OpKind::alloc && op.kind != OpKind::free) {
+    if (inflight.count(static_cast<int>(i))) timing_slot[static_cast<int>(i)] = out->timings.size();
+    out->timings.push_back({i, start, now_ns()});
   }
 }
 
@@ -443,7 +466,9 @@ StepResult Executor::Impl::step(int64_t s) {
   result.timings.reserve(sp->ops.size());
   timing_slot.clear();
   sample_memory();
+  start_run_ahead();
   for (uint32_t i = 0; i < sp->ops.size(); ++i) {
+    if (ran_ahead[i]) continue;
     const Op& op = sp->ops[i];
     const uint32_t* deps = sp->deps_of(op);
     if (op.kind == OpKind::free && op.stream == Stream::dp_comm && !deps_landed(i)) {
@@ -453,16 +478,11 @@ StepResult Executor::Impl::step(int64_t s) {
       continue;
     }
     for (uint32_t d = 0; d < op.dep_count; ++d) complete(static_cast<int>(deps[d]));
-    const int64_t start = now_ns();
-    run(i);
-    be.synchronize();
-    if (op.kind != OpKind::alloc && op.kind != OpKind::free) {
-      if (inflight.count(static_cast<int>(i)))
-        timing_slot[static_cast<int>(i)] = result.timings.size();
-      result.timings.push_back({i, start, now_ns()});
-    }
+    if (!ran_ahead[i]) run_timed(i);  // (it may have run ahead while the rank waited)
+    reached = i;
     poll_sends();
     poll_frees();
+    run_ahead();
     sample_memory();
   }
   complete_all();

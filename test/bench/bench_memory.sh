@@ -41,7 +41,11 @@ plan dp8_z2_offload_opt 8 GPT "$B16" --dp 8 --zero 2 --offload optimizer
 plan tp2_dp2_sp_z3_offload_all_full 4 LLAMA "$B8" --tp 2 --dp 2 --sequence-parallel --zero 3 \
   --offload optimizer,params,activations --recompute full
 # Were known gaps (staging as workspace, early first fetches, unordered reload/free, norm
-# statistics), now modelled.
+# statistics), now modelled; the runtime's prefetching streams (h2d, dp) run ahead of the rank
+# as the simulator's do (src/runtime/exec/run_ahead.cpp). Still off: buffers of the plans that
+# fetch weights beside a pipeline (the forecast's scratch is a constant floor), and grads of
+# the all-offload plan (the staged gradients' free keeps its place in the Program; the
+# simulator's dp stream frees them as soon as their reduce-scatter lands).
 plan tp2_pp2_dp2_z3_tied 8 GPT "$B8" --tp 2 --pp 2 --dp 2 --zero 3
 plan dp4_z3_offload_act 4 LLAMA "$B8" --dp 4 --zero 3 --offload activations --recompute selective
 plan tp2_pp2_dp2_offload_params 8 GPT "$B8" --tp 2 --pp 2 --dp 2 --zero 1 --offload params
@@ -63,8 +67,7 @@ plan tp4dp2_tp1dp8_alternating 8 GPT8 "" --plan "$WORK/tpdp.json"
 layer_plan "$WORK/params.json" "--nodes 1 --dp 4 --zero 1 --offload optimizer $B8" \
   "for r in p['layers'][0::2]: r['offload']['params'] = True" "${GPT[@]}"
 plan dp4_params_offload_per_layer 4 GPT "" --plan "$WORK/params.json"
-# Weights offloaded by layer beside ZeRO-3 layers: the simulator's h2d stream brings the next
-# weights up earlier than the runtime (as above), and counts staged gradients in forward.
+# Weights offloaded by layer beside ZeRO-3 layers.
 layer_plan "$WORK/params_z3.json" "--nodes 1 --dp 4 --zero 1 $B8" \
   "P = {'optimizer': False, 'params': True, 'activations': False}
 p['layers'] = [L(0, 1, offload=P), L(1, 2, zero=3, offload=P), L(2, 3, zero=0), L(3, 4, offload=P)]" \

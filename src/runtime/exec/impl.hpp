@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "src/runtime/exec/copy_stream.hpp"
@@ -124,6 +125,16 @@ struct Executor::Impl {
   std::map<int, size_t> timing_slot;  // async op -> its entry in out->timings (end at completion)
   std::map<int, std::vector<int>> buffer_users;  // buffer -> ops whose completion reads it
   std::vector<uint32_t> pending_frees;  // dp-stream frees waiting for their reduction to land
+  // The prefetching streams run ahead of the rank's place in the Program (exec/run_ahead.cpp).
+  struct AheadStream {
+    std::vector<uint32_t> ops;  // the stream's ops, in program order
+    size_t next = 0;            // the first of them not yet run this step
+  };
+  std::vector<AheadStream> ahead;
+  std::vector<char> ran_ahead;                 // per op: already run out of its place this step
+  std::set<const Communicator*> shared_comms;  // used by streams that do not run ahead
+  bool shared_comms_known = false;
+  int64_t reached = -1;  // the last op run in its place (-1: none yet)
   int64_t step_index = 0;
   int last_dp_reduce = -1;  // the dp reduce-scatter in flight
   double loss_sum = 0;
@@ -140,6 +151,17 @@ struct Executor::Impl {
   void poll_sends();
   bool deps_landed(uint32_t op);  // every transfer op waits for has landed (tested, not waited)
   void poll_frees();              // runs the pending frees whose transfers have landed
+  void run_timed(uint32_t op);    // run(), with its timing entry
+
+  // ---- exec/run_ahead.cpp ----------------------------------------------------------------
+  void start_run_ahead();
+  bool landed(int op);  // not in flight, or its transfer has landed (tested, not waited)
+  bool waits_only_on_issued(uint32_t op) const;
+  bool may_run_ahead(const AheadStream& a, uint32_t op);
+  bool run_ahead();  // runs what may start now; whether anything ran
+  void free_landed_before(uint32_t op);
+  bool may_soon_run_ahead() const;  // a stream's next op waits only for transfers in flight
+
   void issue(int op, RequestPtr request, std::function<void()> on_done = {});
   int64_t now_ns() const;
   void sample_memory();

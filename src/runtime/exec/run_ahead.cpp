@@ -1,0 +1,137 @@
+// The Program's prefetching streams run ahead of the rank's place in the Program, as the
+// simulator's streams do: the next op of the h2d stream (weight fetches of offloaded layers,
+// activation reloads) and of the dp stream (ZeRO-3 weight gathers) starts once the op before
+// it on its stream and everything it depends on have landed, so the next layer's weights come
+// up while this one computes. Each stream still issues its ops in its own order, so every rank
+// of a group issues the group's collectives in one order.
+#include <algorithm>
+
+#include "src/runtime/exec/impl.hpp"
+#include "stratagem/parallel_state.hpp"
+
+namespace stratagem {
+
+namespace {
+// What may run ahead: work that only fills its own buffer. The optimizer's copy of updated
+// weights writes the weights the rank computes with; reductions read gradients the rank is
+// still writing. Frees keep their place: a staged gradients' free that ran as soon as its
+// reduce-scatter landed (as the simulator's dp stream runs it) was tried, and the rank that
+// arrives last at the reduce-scatter sees it land at once and frees before its next layer's
+// staging, where the simulator's ranks, all arriving together, hold both (one rank in eight,
+// every other run, 23% under in grads; see test/bench/bench_memory.sh).
+bool prefetch_op(const Op& op) {
+  if (op.block == Block::optimizer || op.phase == Phase::optimizer) return false;
+  if (op.kind == OpKind::alloc)
+    return op.category == MemCategory::buffers || op.category == MemCategory::activations ||
+           op.category == MemCategory::weights;
+  if (op.stream == Stream::h2d) return op.kind == OpKind::copy_h2d;
+  return op.kind == OpKind::collective && op.collective == Collective::all_gather &&
+         op.group == GroupKind::dp;
+}
+}  // namespace
+
+void Executor::Impl::start_run_ahead() {
+  if (ahead.empty()) {
+    for (Stream s : {Stream::h2d, Stream::dp_comm}) {
+      AheadStream a;
+      for (uint32_t i = 0; i < sp->ops.size(); ++i)
+        if (sp->ops[i].stream == s) a.ops.push_back(i);
+      if (!a.ops.empty()) ahead.push_back(std::move(a));
+    }
+  }
+  if (!shared_comms_known) {
+    // Groups with the same members share one communicator (ParallelState), and each
+    // communicator's collectives must start in one order on every member: a gather whose
+    // communicator another stream uses keeps its place in the Program.
+    for (const Op& op : sp->ops)
+      if (op.kind == OpKind::collective && op.stream != Stream::dp_comm)
+        shared_comms.insert(&ps.group(resolve_group(ps.layout(), ps.rank(), op)));
+    shared_comms_known = true;
+  }
+  for (AheadStream& a : ahead) a.next = 0;
+  reached = -1;
+  ran_ahead.assign(sp->ops.size(), 0);
+}
+
+bool Executor::Impl::landed(int op) {
+  auto it = inflight.find(op);
+  return it == inflight.end() || it->second.request->test();
+}
+
+bool Executor::Impl::waits_only_on_issued(uint32_t j) const {
+  const Op& op = sp->ops[j];
+  const uint32_t* deps = sp->deps_of(op);
+  for (uint32_t d = 0; d < op.dep_count; ++d)
+    if (int64_t(deps[d]) > reached && !ran_ahead[deps[d]]) return false;
+  return true;
+}
+
+bool Executor::Impl::may_run_ahead(const AheadStream& a, uint32_t j) {
+  const Op& op = sp->ops[j];
+  if (!prefetch_op(op) || !waits_only_on_issued(j)) return false;
+  if (a.next > 0 && !landed(static_cast<int>(a.ops[a.next - 1]))) return false;
+  const uint32_t* deps = sp->deps_of(op);
+  for (uint32_t d = 0; d < op.dep_count; ++d)
+    if (!landed(static_cast<int>(deps[d]))) return false;
+  if (op.kind == OpKind::collective &&
+      shared_comms.count(&ps.group(resolve_group(ps.layout(), ps.rank(), op))))
+    return false;
+  if (op.kind != OpKind::alloc && op.category == MemCategory::weights) {
+    // The weights are bound to one fetch buffer at a time: while an earlier buffer of the same
+    // tensors is in use, this fetch waits for its place in the Program.
+    const int buf = buffer(Block::none, op.phase, op.layer, op.microbatch);
+    if (fetched.count(buf)) return true;  // placed by its h2d copy: the gather fills it
+    Micro* m = op.microbatch >= 0 ? &mb(op.microbatch) : nullptr;
+    for (const ParamInfo* e : fetch_set(op, m))
+      for (const auto& [other, bound] : fetched)
+        if (std::find(bound.begin(), bound.end(), e) != bound.end()) return false;
+  }
+  return true;
+}
+
+void Executor::Impl::free_landed_before(uint32_t j) {
+  // Memory events follow program order where both may happen: a dp-stream free the Program
+  // puts before this alloc, whose reduction has landed, goes first (as on the simulator's dp
+  // stream), so an alloc that runs ahead never holds memory beside a buffer already released.
+  for (uint32_t i = static_cast<uint32_t>(reached + 1); i < j; ++i) {
+    const Op& op = sp->ops[i];
+    if (op.kind != OpKind::free || op.stream != Stream::dp_comm || ran_ahead[i] ||
+        !waits_only_on_issued(i) || !deps_landed(i))
+      continue;
+    const uint32_t* deps = sp->deps_of(op);
+    for (uint32_t d = 0; d < op.dep_count; ++d) complete(static_cast<int>(deps[d]));
+    run(i);
+    ran_ahead[i] = 1;
+  }
+}
+
+bool Executor::Impl::run_ahead() {
+  bool ran = false;
+  for (AheadStream& a : ahead) {
+    while (a.next < a.ops.size()) {
+      const uint32_t j = a.ops[a.next];
+      // A free the rank passed that waits for its reduction (pending_frees) holds its stream.
+      if (std::find(pending_frees.begin(), pending_frees.end(), j) != pending_frees.end()) break;
+      if (int64_t(j) > reached && !ran_ahead[j]) {
+        if (!may_run_ahead(a, j)) break;
+        if (sp->ops[j].kind == OpKind::alloc) free_landed_before(j);
+        run_timed(j);
+        ran_ahead[j] = 1;
+        ran = true;
+      }
+      ++a.next;
+    }
+  }
+  return ran;
+}
+
+bool Executor::Impl::may_soon_run_ahead() const {
+  for (const AheadStream& a : ahead) {
+    if (a.next >= a.ops.size()) continue;
+    const uint32_t j = a.ops[a.next];
+    if (int64_t(j) > reached && prefetch_op(sp->ops[j]) && waits_only_on_issued(j)) return true;
+  }
+  return false;
+}
+
+}  // namespace stratagem
