@@ -374,6 +374,10 @@ bool Executor::Impl::deps_landed(uint32_t i) {
 void Executor::Impl::poll_frees() {
   for (auto it = pending_frees.begin(); it != pending_frees.end();) {
     const uint32_t i = *it;
+    if (ran_ahead[i]) {  // its stream ran it
+      it = pending_frees.erase(it);
+      continue;
+    }
     if (!deps_landed(i)) {
       ++it;
       continue;
@@ -382,6 +386,7 @@ void Executor::Impl::poll_frees() {
     const uint32_t* deps = sp->deps_of(op);
     for (uint32_t d = 0; d < op.dep_count; ++d) complete(static_cast<int>(deps[d]));
     run(i);
+    ran_ahead[i] = 1;
     it = pending_frees.erase(it);
   }
 }
@@ -482,7 +487,11 @@ StepResult Executor::Impl::step(int64_t s) {
     reached = i;
     poll_sends();
     poll_frees();
-    run_ahead();
+    // The streams go on where time passes on the rank: after its computations, and while it
+    // waits (complete). Issuing a transfer, an alloc or a free takes no time in the Program
+    // (nor on a device, where the host runs ahead): a stream's op that landed between two such
+    // ops would take a place before the second that the simulator's ranks never give it.
+    if (op.kind == OpKind::compute || op.kind == OpKind::host_compute) run_ahead();
     sample_memory();
   }
   complete_all();

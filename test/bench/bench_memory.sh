@@ -43,9 +43,11 @@ plan tp2_dp2_sp_z3_offload_all_full 4 LLAMA "$B8" --tp 2 --dp 2 --sequence-paral
 # Were known gaps (staging as workspace, early first fetches, unordered reload/free, norm
 # statistics), now modelled; the runtime's prefetching streams (h2d, dp) run ahead of the rank
 # as the simulator's do (src/runtime/exec/run_ahead.cpp). Still off: buffers of the plans that
-# fetch weights beside a pipeline (the forecast's scratch is a constant floor), and grads of
-# the all-offload plan (the staged gradients' free keeps its place in the Program; the
-# simulator's dp stream frees them as soon as their reduce-scatter lands).
+# fetch weights beside a pipeline (the forecast's scratch is a constant floor). Staged
+# gradients' peaks (grads) hang on whether a reduce-scatter lands before the next layer's
+# staging: MPI's collectives progress only when the rank tests them, between its ops, where the
+# simulator's network moves on by itself, so an odd run lands one later (pp2 dp4 Z3 param
+# offload total +9.9% instead of +0.7%; tp2 dp2 all-offload grads +21.8% instead of 0%).
 plan tp2_pp2_dp2_z3_tied 8 GPT "$B8" --tp 2 --pp 2 --dp 2 --zero 3
 plan dp4_z3_offload_act 4 LLAMA "$B8" --dp 4 --zero 3 --offload activations --recompute selective
 plan tp2_pp2_dp2_offload_params 8 GPT "$B8" --tp 2 --pp 2 --dp 2 --zero 1 --offload params

@@ -12,15 +12,14 @@
 namespace stratagem {
 
 namespace {
-// What may run ahead: work that only fills its own buffer. The optimizer's copy of updated
-// weights writes the weights the rank computes with; reductions read gradients the rank is
-// still writing. Frees keep their place: a staged gradients' free that ran as soon as its
-// reduce-scatter landed (as the simulator's dp stream runs it) was tried, and the rank that
-// arrives last at the reduce-scatter sees it land at once and frees before its next layer's
-// staging, where the simulator's ranks, all arriving together, hold both (one rank in eight,
-// every other run, 23% under in grads; see test/bench/bench_memory.sh).
+// What may run ahead: work that only fills its own buffer, and the free of staged gradients
+// once their reduce-scatter has landed (as the simulator's dp stream frees them). The
+// optimizer's copy of updated weights writes the weights the rank computes with; reductions
+// read gradients the rank is still writing; other frees keep their place.
 bool prefetch_op(const Op& op) {
   if (op.block == Block::optimizer || op.phase == Phase::optimizer) return false;
+  if (op.kind == OpKind::free)
+    return op.stream == Stream::dp_comm && op.category == MemCategory::grads;
   if (op.kind == OpKind::alloc)
     return op.category == MemCategory::buffers || op.category == MemCategory::activations ||
            op.category == MemCategory::weights;
@@ -96,7 +95,8 @@ void Executor::Impl::free_landed_before(uint32_t j) {
   for (uint32_t i = static_cast<uint32_t>(reached + 1); i < j; ++i) {
     const Op& op = sp->ops[i];
     if (op.kind != OpKind::free || op.stream != Stream::dp_comm || ran_ahead[i] ||
-        !waits_only_on_issued(i) || !deps_landed(i))
+        !waits_only_on_issued(i) || !deps_landed(i) ||
+        std::find(pending_frees.begin(), pending_frees.end(), i) != pending_frees.end())
       continue;
     const uint32_t* deps = sp->deps_of(op);
     for (uint32_t d = 0; d < op.dep_count; ++d) complete(static_cast<int>(deps[d]));
@@ -115,6 +115,10 @@ bool Executor::Impl::run_ahead() {
       if (int64_t(j) > reached && !ran_ahead[j]) {
         if (!may_run_ahead(a, j)) break;
         if (sp->ops[j].kind == OpKind::alloc) free_landed_before(j);
+        if (sp->ops[j].kind == OpKind::free) {  // the reduction's completion reads the buffer
+          const uint32_t* deps = sp->deps_of(sp->ops[j]);
+          for (uint32_t d = 0; d < sp->ops[j].dep_count; ++d) complete(static_cast<int>(deps[d]));
+        }
         run_timed(j);
         ran_ahead[j] = 1;
         ran = true;
