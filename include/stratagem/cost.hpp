@@ -59,7 +59,9 @@ class CostModel {
   double block_time_s(const BlockWork& w) const;
   // Backward of one layer block of `samples` samples: its kernels (backward_work) plus, where
   // the framework does not accumulate weight gradients inside the GEMM, the separate add of
-  // each micro-batch's gradients into the accumulation buffer (the shard under ZeRO-2/3).
+  // each micro-batch's gradients into the accumulation buffer (the shard under ZeRO-2/3), and
+  // under ZeRO-2/3 the framework's per-micro-batch passes over the whole gradients before their
+  // reduce-scatter (FrameworkSpec::pre_reduce_bytes_per_param).
   double backward_block_time_s(const LayerStrategy& s, Block b, int samples) const;
   // Achieved fraction of peak of one GEMM: max_efficiency x size (latency-bound small GEMMs) x
   // tile and wave quantization of (m, n).
@@ -112,6 +114,9 @@ class CostModel {
   const Plan& plan() const { return plan_; }
   const FrameworkSpec& framework() const { return framework_; }
   double peak_flops() const { return peak_flops_; }  // of the plan's dtype
+  // Element size of data-parallel gradient reductions (FrameworkSpec::grad_reduce_bytes, else
+  // the plan's dtype).
+  int grad_reduce_bytes() const { return grad_reduce_bytes_; }
 
   // Achieved large-message bandwidth per GPU, GB/s per direction, of the NVSwitch/NVLink fabric
   // and of the GPU's share of its node's NICs (after oversubscription).
@@ -135,6 +140,7 @@ class CostModel {
   FrameworkSpec framework_;
   int gpus_per_node_ = 1;
   int elem_bytes_ = 2;
+  int grad_reduce_bytes_ = 2;
   double peak_flops_ = 0, gemm_peak_flops_ = 0, fp32_flops_ = 0;
   double gemm_half_flops_ = 0;
   int tile_m_ = 128, tile_n_ = 128, sm_count_ = 0;

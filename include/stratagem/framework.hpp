@@ -28,6 +28,16 @@ struct FrameworkSpec {
   // fp32 logits write and read, 8 bytes, each way).
   double loss_forward_bytes_per_logit = 0;
   double loss_backward_bytes_per_logit = 0;
+  // Element size of the data-parallel gradient reductions (all-reduce, reduce-scatter) on the
+  // wire: 4 where the framework reduces fp32 gradients under bf16 training. 0: the plan's dtype.
+  int grad_reduce_bytes = 0;
+  // HBM bytes per (unsharded) parameter that the framework moves every micro-batch between the
+  // weight-gradient GEMMs and a ZeRO-2/3 reduce-scatter: copies into a flat reduce buffer, casts
+  // to the reduce dtype, pre-division by the group size (FSDP's post-backward hook). 0: none.
+  double pre_reduce_bytes_per_param = 0;
+  // HBM bytes per parameter of the optimizer step. 0: the Program's count (one fused pass: the
+  // optimizer states and the weights read and written, the gradient read).
+  double optimizer_bytes_per_param = 0;
 };
 
 // Loads a built-in framework by name (data/frameworks/<name>.json) or a JSON file path.

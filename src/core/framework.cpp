@@ -17,6 +17,10 @@ FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& so
     f.wgrad_accumulation_fused = g.get_bool("wgrad_accumulation_fused");
     f.grad_accumulation_bytes = g.get_int("accumulation_bytes", 2, 4);
     f.layer_gradient_staging = g.get_bool("layer_gradient_staging", false);
+    // 0 (the plan's dtype), 2 (bf16/fp16) or 4 (fp32).
+    f.grad_reduce_bytes = g.get_int("reduce_bytes", 0, 4, 0);
+    if (f.grad_reduce_bytes % 2 != 0) g.fail("reduce_bytes", "0, 2 or 4");
+    f.pre_reduce_bytes_per_param = g.get_double("pre_reduce_bytes_per_param", 0.0, 1000.0, 0.0);
     g.reject_unknown();
   }
   if (r.has("communication")) {
@@ -29,6 +33,11 @@ FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& so
     f.loss_forward_bytes_per_logit = l.get_double("forward_bytes_per_logit", 0.0, 1000.0, 0.0);
     f.loss_backward_bytes_per_logit = l.get_double("backward_bytes_per_logit", 0.0, 1000.0, 0.0);
     l.reject_unknown();
+  }
+  if (r.has("optimizer")) {
+    auto o = r.object("optimizer");
+    f.optimizer_bytes_per_param = o.get_double("bytes_per_param", 0.0, 1000.0, 0.0);
+    o.reject_unknown();
   }
   r.reject_unknown();
   return f;
@@ -45,11 +54,14 @@ nlohmann::json to_json(const FrameworkSpec& f) {
           {"gradients",
            {{"wgrad_accumulation_fused", f.wgrad_accumulation_fused},
             {"accumulation_bytes", f.grad_accumulation_bytes},
-            {"layer_gradient_staging", f.layer_gradient_staging}}},
+            {"layer_gradient_staging", f.layer_gradient_staging},
+            {"reduce_bytes", f.grad_reduce_bytes},
+            {"pre_reduce_bytes_per_param", f.pre_reduce_bytes_per_param}}},
           {"communication", {{"tp_comm_overlap", f.tp_comm_overlap}}},
           {"loss",
            {{"forward_bytes_per_logit", f.loss_forward_bytes_per_logit},
-            {"backward_bytes_per_logit", f.loss_backward_bytes_per_logit}}}};
+            {"backward_bytes_per_logit", f.loss_backward_bytes_per_logit}}},
+          {"optimizer", {{"bytes_per_param", f.optimizer_bytes_per_param}}}};
 }
 
 }  // namespace stratagem

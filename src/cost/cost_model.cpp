@@ -81,6 +81,7 @@ CostModel::CostModel(const ModelSpec& model, const ClusterSpec& cluster, const P
   const NodeSpec& n = cluster.node;
   gpus_per_node_ = std::max(1, n.gpus_per_node);
   elem_bytes_ = dtype_bytes(plan.dtype);
+  grad_reduce_bytes_ = framework.grad_reduce_bytes > 0 ? framework.grad_reduce_bytes : elem_bytes_;
   peak_flops_ = g.peak_flops(plan.dtype);
   gemm_peak_flops_ = peak_flops_ * g.gemm_max_efficiency;
   fp32_flops_ = g.peak_flops_fp32;
@@ -165,11 +166,16 @@ double CostModel::block_time_s(const BlockWork& w) const {
 double CostModel::backward_block_time_s(const LayerStrategy& s, Block b, int samples) const {
   const BlockWork w = backward_work(model_, s, b, samples, plan_.flash_attention);
   double t = block_time_s(w);
+  const bool per_mb_reduce = s.zero >= 2 && s.dp > 1;
+  const bool pre_reduce = per_mb_reduce && framework_.pre_reduce_bytes_per_param > 0;
+  if (framework_.wgrad_accumulation_fused && !pre_reduce) return t;
+  const int64_t whole = block_parameters_per_rank(model_, s.tp, b);
+  // Passes over the block's whole gradients before each micro-batch's reduce-scatter.
+  if (pre_reduce) t += elementwise_time_s(double(whole) * framework_.pre_reduce_bytes_per_param);
   if (framework_.wgrad_accumulation_fused) return t;
   // Under ZeRO-2/3 each micro-batch's gradients are reduce-scattered first and only the shard
   // is accumulated.
-  int64_t params = block_parameters_per_rank(model_, s.tp, b);
-  if (s.zero >= 2) params = (params + s.dp - 1) / s.dp;
+  const int64_t params = s.zero >= 2 ? (whole + s.dp - 1) / s.dp : whole;
   // Read the fresh gradient and the buffer, write the buffer: one kernel per parameter tensor
   // (each weight GEMM's weight and bias, and the norm's).
   const double bytes = double(params) * (elem_bytes_ + 2.0 * framework_.grad_accumulation_bytes);
@@ -265,9 +271,14 @@ double CostModel::compute_time_s(const Op& op) const {
       // Lookup (forward) or zero + scatter-add (backward) of the embedding rows.
       return elementwise_time_s(double(op.bytes)) +
              (op.phase == Phase::backward ? 2 : 1) * launch_s_;
-    case Block::optimizer:
-      // AdamW math is fp32 on CUDA cores and streams every state through HBM.
-      return roofline(fp32_flops_);
+    case Block::optimizer: {
+      // AdamW math is fp32 on CUDA cores and streams every state through HBM. A framework that
+      // states its step's traffic per parameter replaces the Program's count; the op's FLOPs
+      // are 12 per parameter (Program::optimizer, the estimator's extras).
+      if (framework_.optimizer_bytes_per_param <= 0) return roofline(fp32_flops_);
+      const double bytes = op.flops / 12.0 * framework_.optimizer_bytes_per_param;
+      return std::max(op.flops / fp32_flops_, elementwise_time_s(bytes)) + launch_s_;
+    }
     default:
       return roofline(gemm_peak_flops_);
   }
@@ -447,7 +458,14 @@ CommCost CostModel::comm_cost(const Op& op, const Layout& layout, int rank) cons
     case OpKind::collective: {
       const int g = resolve_group(layout, rank, op);
       if (g < 0) return {};
-      CommCost cc = collective_cost(op.collective, op.bytes, layout.group(g).ranks);
+      int64_t bytes = op.bytes;
+      // Gradient reductions over dp carry the framework's reduce dtype (the Program counts
+      // them in the plan's dtype).
+      if (op.group == GroupKind::dp && op.phase == Phase::backward &&
+          grad_reduce_bytes_ != elem_bytes_ &&
+          (op.collective == Collective::reduce_scatter || op.collective == Collective::all_reduce))
+        bytes = op.bytes / elem_bytes_ * grad_reduce_bytes_;
+      CommCost cc = collective_cost(op.collective, bytes, layout.group(g).ranks);
       if (framework_.tp_comm_overlap && op.group == GroupKind::tp && op.layer >= 0 &&
           (op.collective == Collective::all_gather ||
            op.collective == Collective::reduce_scatter)) {

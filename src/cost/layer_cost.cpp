@@ -150,12 +150,13 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
     // KiB, is left to the simulator.)
   }
   const int64_t pbytes = params * e;
+  const int64_t gbytes = params * c.grad_reduce_bytes();  // gradients on the wire
   lc.fetch_s = fetch.time_s;
   lc.fetch_on_h2d = fetch.on_h2d;
   if (s.dp > 1) {
-    if (s.zero >= 2) lc.grad_rs_mb_s = coll(Collective::reduce_scatter, pbytes, s.dp, dp_nodes);
-    if (s.zero == 0) lc.grad_reduce_s = coll(Collective::all_reduce, pbytes, s.dp, dp_nodes);
-    if (s.zero == 1) lc.grad_reduce_s = coll(Collective::reduce_scatter, pbytes, s.dp, dp_nodes);
+    if (s.zero >= 2) lc.grad_rs_mb_s = coll(Collective::reduce_scatter, gbytes, s.dp, dp_nodes);
+    if (s.zero == 0) lc.grad_reduce_s = coll(Collective::all_reduce, gbytes, s.dp, dp_nodes);
+    if (s.zero == 1) lc.grad_reduce_s = coll(Collective::reduce_scatter, gbytes, s.dp, dp_nodes);
     if (s.zero == 1 || s.zero == 2)
       lc.gather_s = coll(Collective::all_gather, pbytes, s.dp, dp_nodes);
   }

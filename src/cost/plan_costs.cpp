@@ -314,14 +314,15 @@ class Analyzer {
     for (int i = 0; i < v_; ++i) total_bwd += chunk_bwd_[i];
     if (ep > 0 && es.dp > 1) {
       const int64_t bytes = ep * e_;
+      const int64_t gbytes = ep * c_.grad_reduce_bytes();  // gradients on the wire
       const double tau = s == 0 ? 0.0 : total_bwd;
       if (es.zero >= 2) {
-        const double rs = coll(Collective::reduce_scatter, bytes, es.dp, dpn);
+        const double rs = coll(Collective::reduce_scatter, gbytes, es.dp, dpn);
         sc.dp_stream_s += rs;
         reduces_.push_back({tau, rs, -1});
       } else {
         const double red = coll(es.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
-                                bytes, es.dp, dpn);
+                                gbytes, es.dp, dpn);
         if (p_.overlap_grad_reduce)
           reduces_.push_back({tau, red, -1});
         else

@@ -156,10 +156,11 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
     dps = 0;
     if (es.dp > 1) {
       const int64_t bytes = params * e_;
-      if (es.zero >= 2) dps = coll(Collective::reduce_scatter, bytes, es.dp, dpn);
+      const int64_t gbytes = params * cm.grad_reduce_bytes();  // gradients on the wire
+      if (es.zero >= 2) dps = coll(Collective::reduce_scatter, gbytes, es.dp, dpn);
       if (es.zero == 1 || es.zero == 2) tail += coll(Collective::all_gather, bytes, es.dp, dpn);
       if (exposed_reduce)
-        tail += coll(es.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter, bytes,
+        tail += coll(es.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter, gbytes,
                      es.dp, dpn);
     }
   };

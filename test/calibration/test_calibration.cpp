@@ -94,10 +94,12 @@ BOOST_AUTO_TEST_CASE(h100_rows_are_forecast_or_listed_with_a_reason) {
 }
 
 BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds) {
-  // Issue 15 asks for 8% over the H100 file. Reached so far (estimator): megatron-core 7.5%
-  // (15.6% before its --tp-comm-overlap and its unfused fp32 loss were modelled), the file 10.8%
-  // (the fsdp-eager rows are 13-31% fast: FSDP eager mode is not modelled yet). These are
-  // regression bounds, not the goal.
+  // Issue 15 asks for 8% over the H100 file. Reached so far (estimator, build/bench_calibration):
+  // megatron-core 6.0% (15.6% before its --tp-comm-overlap, its unfused fp32 loss and its fp32
+  // gradient reduce-scatter were modelled), fsdp-eager 15.3% (20.7% before FSDP's fp32
+  // reduce-scatter, its per-micro-batch gradient passes and Composer's unfused AdamW), the file
+  // 8.3%; the worst row r092 (fsdp-eager, 64 GPUs) 20.0% fast. These are regression bounds, not
+  // the goal.
   std::map<std::string, std::pair<double, int>> per_framework;
   double sum = 0;
   int n = 0;
@@ -107,7 +109,7 @@ BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds) {
     const double t = estimate(cost).iteration_time_s;
     const double err = std::abs(t - h.row.published_s) / h.row.published_s;
     BOOST_TEST_INFO(h.row.id << ": estimated " << t << " s, published " << h.row.published_s);
-    BOOST_TEST(err <= 0.36);
+    BOOST_TEST(err <= 0.21);
     per_framework[h.row.framework].first += err;
     per_framework[h.row.framework].second += 1;
     sum += err, ++n;
@@ -116,7 +118,11 @@ BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds) {
   const auto& mc = per_framework["megatron-core"];
   BOOST_TEST(mc.second == 9);
   BOOST_TEST_INFO("megatron-core estimator MAPE " << 100 * mc.first / mc.second << "%");
-  BOOST_TEST(mc.first / mc.second <= 0.08);
+  BOOST_TEST(mc.first / mc.second <= 0.065);
+  const auto& fsdp = per_framework["fsdp-eager"];
+  BOOST_TEST(fsdp.second == 4);
+  BOOST_TEST_INFO("fsdp-eager estimator MAPE " << 100 * fsdp.first / fsdp.second << "%");
+  BOOST_TEST(fsdp.first / fsdp.second <= 0.16);
   BOOST_TEST_INFO("H100 file estimator MAPE " << 100 * sum / n << "%");
-  BOOST_TEST(sum / n <= 0.11);
+  BOOST_TEST(sum / n <= 0.085);
 }

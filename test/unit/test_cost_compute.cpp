@@ -216,3 +216,76 @@ BOOST_FIXTURE_TEST_CASE(unfused_gradient_accumulation_is_one_pass_over_the_grads
                  double(shard) * 6 / hbm + 6 * cluster.gpu.kernel_launch_s,
              tt::tolerance(1e-9));
 }
+
+BOOST_FIXTURE_TEST_CASE(framework_gradient_reduce_dtype_and_pre_reduce_passes, Fixture) {
+  // A framework that reduces fp32 gradients under bf16 training moves twice the plan's bytes in
+  // every data-parallel gradient reduction (the Program counts them in the plan's dtype), and
+  // under ZeRO-2/3 its passes over the whole gradients before each micro-batch's reduce-scatter
+  // add their bytes to the block's backward.
+  PlanShorthand sh;
+  sh.dp = 16, sh.micro_batch = 1, sh.global_batch = 32, sh.zero = 3;
+  const Plan p = expand_shorthand(sh, model, cluster);
+  FrameworkSpec fw;
+  fw.grad_reduce_bytes = 4;
+  fw.pre_reduce_bytes_per_param = 18;
+  CostModel plain(model, cluster, p), framed(model, cluster, p, fw);
+  BOOST_TEST(plain.grad_reduce_bytes() == 2);
+  BOOST_TEST(framed.grad_reduce_bytes() == 4);
+  const Layout layout(p, cluster);
+  const Program prog = build_program(model, p);
+  const double hbm = cluster.gpu.hbm_bandwidth_gbps * 1e9 * cluster.gpu.memory_efficiency;
+  int reductions = 0, backwards = 0;
+  for (const Op& op : prog.stages[0].ops) {
+    if (op.kind == OpKind::collective && op.group == GroupKind::dp &&
+        op.collective == Collective::reduce_scatter && op.phase == Phase::backward) {
+      const double doubled = plain
+                                 .collective_cost(Collective::reduce_scatter, 2 * op.bytes,
+                                                  layout.group(resolve_group(layout, 0, op)).ranks)
+                                 .time_s();
+      BOOST_TEST(framed.op_time_s(op, layout, 0) == doubled, tt::tolerance(1e-12));
+      ++reductions;
+    }
+    // Gathers are parameters, in the plan's dtype either way.
+    if (op.kind == OpKind::collective && op.collective == Collective::all_gather)
+      BOOST_TEST(framed.op_time_s(op, layout, 0) == plain.op_time_s(op, layout, 0));
+    if (op.kind == OpKind::compute && op.phase == Phase::backward &&
+        (op.block == Block::attention || op.block == Block::mlp)) {
+      const double extra = 18.0 * double(block_parameters_per_rank(model, 1, op.block)) / hbm;
+      BOOST_TEST(framed.op_time_s(op, layout, 0) - plain.op_time_s(op, layout, 0) == extra,
+                 tt::tolerance(1e-9));
+      ++backwards;
+    }
+  }
+  BOOST_TEST(reductions > 0);
+  BOOST_TEST(backwards > 0);
+}
+
+BOOST_FIXTURE_TEST_CASE(framework_optimizer_bytes_per_param, Fixture) {
+  // A framework's stated optimizer traffic replaces the Program's count: 12 FLOPs and
+  // bytes_per_param bytes per parameter.
+  FrameworkSpec fw;
+  fw.optimizer_bytes_per_param = 80;
+  CostModel cm(model, cluster, plan, fw);
+  Op op;
+  op.kind = OpKind::compute;
+  op.block = Block::optimizer;
+  op.phase = Phase::optimizer;
+  op.flops = 12.0 * 1e9;
+  op.bytes = 28 * int64_t(1e9);
+  const double hbm = cluster.gpu.hbm_bandwidth_gbps * 1e9 * cluster.gpu.memory_efficiency;
+  BOOST_TEST(cm.compute_time_s(op) == 80e9 / hbm + cluster.gpu.kernel_launch_s,
+             tt::tolerance(1e-12));
+  BOOST_CHECK_THROW(framework_from_json(nlohmann::json::parse(R"({"name": "x", "gradients":
+      {"wgrad_accumulation_fused": true, "accumulation_bytes": 2, "reduce_bytes": 3}})"),
+                                        "x.json"),
+                    InputError);
+  const FrameworkSpec fsdp = load_framework("fsdp-eager");
+  BOOST_TEST(fsdp.grad_reduce_bytes == 4);
+  BOOST_TEST(fsdp.pre_reduce_bytes_per_param == 18);
+  BOOST_TEST(fsdp.optimizer_bytes_per_param == 92);
+  BOOST_TEST(load_framework("stratagem").grad_reduce_bytes == 0);
+  // Round trip through to_json.
+  const FrameworkSpec back = framework_from_json(to_json(fsdp), "back.json");
+  BOOST_TEST(back.grad_reduce_bytes == 4);
+  BOOST_TEST(back.optimizer_bytes_per_param == 92);
+}

@@ -243,26 +243,29 @@ BOOST_AUTO_TEST_CASE(layer_costs_add_up_to_the_estimator) {
   // embedding's; the search's per-layer figures must add up to it.
   const ModelSpec m = small_model(4);
   const ClusterSpec c = cluster(8, 1);
-  CostTables t(m, c, Dtype::bf16, false, true);
-  for (int tp : {1, 2, 8})
-    for (int z : {0, 1}) {
-      PlanShorthand sh;
-      sh.tp = tp, sh.pp = 1, sh.micro_batch = 2, sh.global_batch = 16 * 8 / tp;
-      sh.zero = tp == 8 ? 0 : z;
-      sh.recompute = "selective";
-      sh.sequence_parallel = tp > 1;
-      Plan p = expand_shorthand(sh, m, c);
-      validate(p, m, c, "test");
-      CostModel cm(m, c, p);
-      const Estimate e = estimate(cm);
-      const LayerStrategy& l = p.layers[0];
-      const LayerCost lc = t.layer(l, 2, 1, 1);
-      const EmbeddingCost ec = t.embedding(p.embedding, 2, 1, 1, true);
-      const double expect = m.layers * lc.busy_s + ec.first_busy_s + ec.last_busy_s;
-      BOOST_TEST_INFO("tp " << tp << " zero " << z);
-      BOOST_TEST(e.stages[0].time_per_microbatch_s == expect, tt::tolerance(1e-9));
-      const MemoryBreakdown& mb = e.stages[0].memory;
-      BOOST_TEST(mb.weights_bytes + mb.grads_bytes + mb.optimizer_bytes ==
-                 m.layers * lc.states + ec.only_states);
-    }
+  for (const char* name : {"stratagem", "fsdp-eager", "megatron-core"})
+    for (int tp : {1, 2, 8})
+      for (int z : {0, 1}) {
+        // (A framework's facts reach both through the one CostModel.)
+        const FrameworkSpec fw = load_framework(name);
+        CostTables t(m, c, Dtype::bf16, false, true, fw);
+        PlanShorthand sh;
+        sh.tp = tp, sh.pp = 1, sh.micro_batch = 2, sh.global_batch = 16 * 8 / tp;
+        sh.zero = tp == 8 ? 0 : z;
+        sh.recompute = "selective";
+        sh.sequence_parallel = tp > 1;
+        Plan p = expand_shorthand(sh, m, c);
+        validate(p, m, c, "test");
+        CostModel cm(m, c, p, fw);
+        const Estimate e = estimate(cm);
+        const LayerStrategy& l = p.layers[0];
+        const LayerCost lc = t.layer(l, 2, 1, 1);
+        const EmbeddingCost ec = t.embedding(p.embedding, 2, 1, 1, true);
+        const double expect = m.layers * lc.busy_s + ec.first_busy_s + ec.last_busy_s;
+        BOOST_TEST_INFO(name << " tp " << tp << " zero " << z);
+        BOOST_TEST(e.stages[0].time_per_microbatch_s == expect, tt::tolerance(1e-9));
+        const MemoryBreakdown& mb = e.stages[0].memory;
+        BOOST_TEST(mb.weights_bytes + mb.grads_bytes + mb.optimizer_bytes ==
+                   m.layers * lc.states + ec.only_states);
+      }
 }
