@@ -134,7 +134,8 @@ struct Executor::Impl {
   std::vector<char> ran_ahead;                 // per op: already run out of its place this step
   std::set<const Communicator*> shared_comms;  // used by streams that do not run ahead
   bool shared_comms_known = false;
-  int64_t reached = -1;  // the last op run in its place (-1: none yet)
+  bool collectives_run_ahead = true;  // MPI on the CPU backend
+  int64_t reached = -1;               // the last op run in its place (-1: none yet)
   int64_t step_index = 0;
   int last_dp_reduce = -1;  // the dp reduce-scatter in flight
   double loss_sum = 0;

@@ -1,9 +1,9 @@
 // The Program's prefetching streams run ahead of the rank's place in the Program, as the
 // simulator's streams do: the next op of the h2d stream (weight fetches of offloaded layers,
-// activation reloads) and of the dp stream (ZeRO-3 weight gathers) starts once the op before
-// it on its stream and everything it depends on have landed, so the next layer's weights come
-// up while this one computes. Each stream still issues its ops in its own order, so every rank
-// of a group issues the group's collectives in one order.
+// activation reloads) and of the dp stream (ZeRO-3 weight gathers, the free of staged
+// gradients) starts once the op before it on its stream and everything it depends on have
+// landed, so the next layer's weights come up while this one computes. Each stream still issues its
+// ops in its own order, so every rank of a group issues the group's collectives in one order.
 #include <algorithm>
 
 #include "src/runtime/exec/impl.hpp"
@@ -46,6 +46,11 @@ void Executor::Impl::start_run_ahead() {
       if (op.kind == OpKind::collective && op.stream != Stream::dp_comm)
         shared_comms.insert(&ps.group(resolve_group(ps.layout(), ps.rank(), op)));
     shared_comms_known = true;
+    // MPI progresses non-blocking collectives of different communicators in any order. NCCL
+    // asks every rank to issue the operations of concurrently used communicators in one order
+    // (a device backend's collectives keep the Program's order, which is the same on all
+    // ranks), and its gathers run on the device's own streams anyway.
+    collectives_run_ahead = be.name() == "cpu";
   }
   for (AheadStream& a : ahead) a.next = 0;
   reached = -1;
@@ -73,7 +78,8 @@ bool Executor::Impl::may_run_ahead(const AheadStream& a, uint32_t j) {
   for (uint32_t d = 0; d < op.dep_count; ++d)
     if (!landed(static_cast<int>(deps[d]))) return false;
   if (op.kind == OpKind::collective &&
-      shared_comms.count(&ps.group(resolve_group(ps.layout(), ps.rank(), op))))
+      (!collectives_run_ahead ||
+       shared_comms.count(&ps.group(resolve_group(ps.layout(), ps.rank(), op)))))
     return false;
   if (op.kind != OpKind::alloc && op.category == MemCategory::weights) {
     // The weights are bound to one fetch buffer at a time: while an earlier buffer of the same
