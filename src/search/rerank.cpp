@@ -28,7 +28,7 @@ void simulate_candidate(const ModelSpec& m, const ClusterSpec& c, const Framewor
   CostModel cost(m, c, p, fw);
   CostModelCosts costs(cost);
   SimOptions opt;
-  SimResult r = simulate(prog, layout, c, costs, opt);
+  SimResult r = simulate_consuming(std::move(prog), layout, c, costs, opt);
   x.simulated = true;
   const double it = double(r.makespan_ns) * 1e-9 / std::max(1, r.iterations);
   x.sim_iteration_time_s = it;
@@ -44,11 +44,12 @@ void simulate_candidate(const ModelSpec& m, const ClusterSpec& c, const Framewor
   x.sim_fits = !r.deadlock.deadlocked && x.sim_peak_memory_bytes <= budget;
 }
 
-// What simulating a plan holds at its peak, mostly its Program (every op of every stage) and the
-// simulator's per-op index: about 24 ops per (micro-batch, layer) and 120 bytes per op
-// (GPT-3 175B, pp 16, 1536 micro-batches: 3.4 M ops, 300-370 MB resident).
+// What simulating a plan holds at its peak, mostly its Program (every op of every stage), which
+// simulate_consuming() frees stage by stage as its own per-op index replaces it: about 24 ops per
+// (micro-batch, layer) and 64 bytes per op (GPT-3 175B, pp 16, 1536 micro-batches: 3.3 M ops,
+// 210-225 MB resident).
 int64_t simulation_bytes(const ModelSpec& m, const Plan& p) {
-  return int64_t(p.num_microbatches()) * (m.layers + 2) * 24 * 120;
+  return int64_t(p.num_microbatches()) * (m.layers + 2) * 24 * 64;
 }
 // Simulations run at once only while their estimates sum to at most this (one larger than it
 // runs alone), so that the re-rank's memory does not grow with the thread count.
@@ -56,6 +57,8 @@ constexpr int64_t kRerankBytes = int64_t(320) << 20;
 constexpr int64_t kSmallSimulationBytes = int64_t(16) << 20;
 // Simulations beside the DP search only up to this estimate: the DP's tables (up to about
 // 180 MB) and a larger simulation at once would exceed what the search may hold (500 MB).
+// Since simulate_consuming() the GPT-3 175B pp 16 baselines (231 MB) fit beside the DP, which
+// leaves the re-rank after it little to simulate.
 constexpr int64_t kEarlyBytes = int64_t(256) << 20;
 
 // Final order: fitting candidates by the scorer's time, then the rest; ties by key.
@@ -159,8 +162,8 @@ void Searcher::rerank(SearchResult& r) {
     // threshold it accepts) with its own mmap and unmaps it on free, so each large simulation
     // faulted its hundreds of MB in afresh (a fifth of its time, in the kernel). For the
     // re-rank they come from the heap, which keeps its free pages for the next simulation (at
-    // the cost of some fragmentation: the benchmark's peak is 450-480 MB instead of 425);
-    // malloc_trim below returns them, and glibc's defaults come back.
+    // the cost of some fragmentation); malloc_trim below returns them, and glibc's defaults
+    // come back.
     mallopt(M_MMAP_MAX, 0);
     mallopt(M_TRIM_THRESHOLD, int(1) << 30);
     struct RestoreMalloc {
