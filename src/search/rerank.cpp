@@ -153,27 +153,10 @@ void Searcher::rerank(SearchResult& r) {
     const int threads = std::max(1, std::min<int>(rerank_threads(), int(todo.size())));
     // Simulations of more than kSmallSimulationBytes run one after another on this thread;
     // the small ones on any thread. Memory a simulation frees stays in its thread's malloc
-    // arena for the next one, so its pages are not faulted in again (that was about a quarter
-    // of a large simulation's time), and since the large ones share one arena, resident memory
-    // stays about what the largest of them needs.
+    // arena for the next one (Searcher::run() keeps freed pages in the heap), so its pages are
+    // not faulted in again, and since the large ones share one arena, resident memory stays
+    // about what the largest of them needs.
     std::vector<size_t> large, small;
-#if defined(M_MMAP_MAX)
-    // That needs the heap: glibc serves every allocation over 32 MiB (the largest mmap
-    // threshold it accepts) with its own mmap and unmaps it on free, so each large simulation
-    // faulted its hundreds of MB in afresh (a fifth of its time, in the kernel). For the
-    // re-rank they come from the heap, which keeps its free pages for the next simulation (at
-    // the cost of some fragmentation); malloc_trim below returns them, and glibc's defaults
-    // come back.
-    mallopt(M_MMAP_MAX, 0);
-    mallopt(M_TRIM_THRESHOLD, int(1) << 30);
-    struct RestoreMalloc {
-      ~RestoreMalloc() {
-        malloc_trim(0);
-        mallopt(M_MMAP_MAX, 65536);  // glibc's defaults
-        mallopt(M_TRIM_THRESHOLD, 128 * 1024);
-      }
-    } restore_malloc;
-#endif
     for (size_t i : todo)
       (simulation_bytes(m_, set[i].plan) > kSmallSimulationBytes ? large : small).push_back(i);
     std::atomic<size_t> next_large{0}, next_small{0}, done{0};
