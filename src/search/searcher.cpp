@@ -554,7 +554,6 @@ SearchResult Searcher::run() {
   // The cost tables and DP tables are not needed any more: the re-rank's simulations get their
   // memory.
   pairs_.clear();
-  release_table_pool();
 #if defined(M_TRIM_THRESHOLD)
   // Tables the DP workers freed sit in their threads' malloc arenas: back to the system.
   malloc_trim(0);

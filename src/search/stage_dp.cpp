@@ -2,27 +2,11 @@
 
 #include <algorithm>
 #include <functional>
-#include <mutex>
 #include <stdexcept>
 
 namespace stratagem::search_detail {
 
 namespace {
-// DP tables are large and short-lived: their memory is recycled (it saves the page faults of
-// fresh tables). One pool for every thread: a configuration's DPs are built on the workers but
-// destroyed on the calling thread, so per-thread pools only ever fed that thread.
-struct TablePool {
-  std::mutex mutex;
-  std::vector<DpTable> tables;
-  size_t held_bytes = 0;
-};
-TablePool& table_pool() {
-  static TablePool pool;
-  return pool;
-}
-// What the pool keeps at most: it is the search's largest allocation, beside which the
-// simulations of the baselines run.
-constexpr size_t kPoolBytes = size_t(64) << 20;
 // dst[j] = min(dst[j], src[j] + add): the DP's inner loop (kept apart so that it vectorizes).
 __attribute__((noinline)) void relax(const double* __restrict src, double* __restrict dst,
                                      size_t len, double add) {
@@ -31,43 +15,6 @@ __attribute__((noinline)) void relax(const double* __restrict src, double* __res
     const double v = src[j] + add, cur = dst[j];
     dst[j] = v < cur ? v : cur;
   }
-}
-}  // namespace
-
-void release_table_pool() {
-  TablePool& pool = table_pool();
-  std::lock_guard<std::mutex> lock(pool.mutex);
-  std::vector<DpTable>().swap(pool.tables);
-  pool.held_bytes = 0;
-}
-
-namespace {
-
-// The smallest pooled table of at least `size` elements (none: a fresh one; a smaller one would
-// be copied into a new allocation).
-DpTable take_table(size_t size) {
-  TablePool& pool = table_pool();
-  std::lock_guard<std::mutex> lock(pool.mutex);
-  size_t best = pool.tables.size();
-  for (size_t i = 0; i < pool.tables.size(); ++i)
-    if (pool.tables[i].capacity() >= size &&
-        (best == pool.tables.size() || pool.tables[i].capacity() < pool.tables[best].capacity()))
-      best = i;
-  if (best == pool.tables.size()) return {};
-  DpTable v = std::move(pool.tables[best]);
-  pool.tables.erase(pool.tables.begin() + long(best));
-  pool.held_bytes -= v.capacity() * sizeof(double);
-  return v;
-}
-
-void give_table(DpTable&& v) {
-  const size_t b = v.capacity() * sizeof(double);
-  if (b == 0) return;
-  TablePool& pool = table_pool();
-  std::lock_guard<std::mutex> lock(pool.mutex);
-  if (pool.held_bytes + b > kPoolBytes) return;
-  pool.held_bytes += b;
-  pool.tables.push_back(std::move(v));
 }
 
 std::vector<int64_t> distinct_sorted(std::vector<int64_t> v) {
@@ -189,17 +136,17 @@ StageDp::StageDp(StageDpProblem p) : p_(std::move(p)) {
     }
 }
 
-StageDp::~StageDp() {
-  for (auto& t : thr_) give_table(std::move(t.f));
-}
+StageDp::~StageDp() = default;
 
 void StageDp::run(Threshold& t) {
   const int N = std::max(1, p_.n_max);
   const size_t row = size_t(M_ + 1);
   // Rows 1 .. N-1 (row N, the first layer, is resolved by best()).
   const size_t size = size_t(N - 1) * size_t(C_) * size_t(Q_) * row;
-  t.f = take_table(size);
-  t.f.resize(size);  // each row is set to infinity right before it is filled (stays in cache)
+  // Each row is set to infinity right before it is filled (stays in cache). Freed tables'
+  // pages stay in the heap during the search (Searcher::run), so a new table reuses them
+  // without faulting them in: no pool of tables is needed.
+  t.f.resize(size);
   DpTable g(size_t(C_) * size_t(Q_) * row);  // filled before it is read, as the rows
   auto grow = [&](int b, int q) { return g.data() + (size_t(b) * Q_ + size_t(q)) * row; };
   std::vector<size_t> ffirst(size_t(C_) * Q_), gfirst(size_t(C_) * Q_);

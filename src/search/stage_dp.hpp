@@ -149,9 +149,6 @@ class StageDp {
   uint64_t cells_ = 0;
 };
 
-// Frees the DP tables kept for reuse (the search calls it when its DPs are done).
-void release_table_pool();
-
 // The model above, evaluated for one sequence (its cost, kInf when it does not fit).
 double stage_model_cost(const StageDpProblem& p, const std::vector<int64_t>& levels,
                         const std::vector<int>& item_index, int64_t budget_bytes, int64_t extra_tr,
