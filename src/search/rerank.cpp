@@ -55,10 +55,10 @@ int64_t simulation_bytes(const ModelSpec& m, const Plan& p) {
 // runs alone), so that the re-rank's memory does not grow with the thread count.
 constexpr int64_t kRerankBytes = int64_t(320) << 20;
 constexpr int64_t kSmallSimulationBytes = int64_t(16) << 20;
-// Simulations beside the DP search only up to this estimate: the DP's tables (up to about
-// 180 MB) and a larger simulation at once would exceed what the search may hold (500 MB).
-// Since simulate_consuming() the GPT-3 175B pp 16 baselines (231 MB) fit beside the DP, which
-// leaves the re-rank after it little to simulate.
+// Simulations beside the DP search only up to this estimate, so that the DP's tables and one
+// such simulation stay within what the search may hold (500 MB). Since simulate_consuming() the
+// GPT-3 175B pp 16 baselines (estimate 231 MB) fit (the search's peak: 374 MB), which leaves the
+// re-rank after the DP little to simulate.
 constexpr int64_t kEarlyBytes = int64_t(256) << 20;
 
 // Final order: fitting candidates by the scorer's time, then the rest; ties by key.
@@ -86,7 +86,7 @@ void Searcher::start_early_simulations() {
     try {
       for (auto& x : early_) simulate_candidate(m_, c_, o_.framework, budget_, x);
 #if defined(M_TRIM_THRESHOLD)
-      malloc_trim(0);  // this thread's arena: the re-rank's large simulations come after
+      malloc_trim(0);  // what the simulations held goes back to the system
 #endif
     } catch (...) {
       early_failed_ = std::current_exception();
