@@ -16,6 +16,12 @@ std::string Engine::describe_stuck(const RankSt& r) const {
   for (int s = 0; s < kStreams; ++s) {
     if (sd.len[s] == 0 || r.it[s] >= uint32_t(K_)) continue;
     const uint32_t op = sd.steps[s][r.pos[s]].op;
+    if (release_) {
+      // The ops were freed at setup (simulate_consuming): positions only.
+      os << (first ? ": " : "; ") << to_string(Stream(s)) << " stream at op " << op;
+      first = false;
+      continue;
+    }
     const Op& o = sd.sp->ops[op];
     os << (first ? ": " : "; ") << to_string(Stream(s)) << " stream at op " << op << " '"
        << op_name(o) << "'";

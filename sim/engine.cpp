@@ -44,7 +44,7 @@ void Engine::setup() {
                      " processes but the plan needs " + std::to_string(L_.world_size()) +
                      " (one process per simulated rank)");
   const bool lookahead = P_ > 1;  // the PDES lower bounds
-  stages_ = build_stages(prog_, costs_, lookahead);
+  stages_ = build_stages(prog_, costs_, lookahead, release_);
   W_ = L_.world_size();
   G_ = std::max(1, C_.node.gpus_per_node);
   init_ranks(ranks_, stages_, rank_groups_, L_, G_);
@@ -403,6 +403,16 @@ SimResult simulate(const Program& program, const Layout& layout, const ClusterSp
     r = sim::Engine(program, layout, cluster, costs, full).run();
   }
   return r;
+}
+
+SimResult simulate_consuming(Program&& program, const Layout& layout, const ClusterSpec& cluster,
+                             const OpCosts& costs, const SimOptions& options) {
+  int procs = 1;
+  if (options.comm != MPI_COMM_NULL) MPI_Comm_size(options.comm, &procs);
+  // The PDES lookahead, traces and mirrored runs read the ops after setup.
+  if (procs > 1 || options.record_trace || options.mirror)
+    return simulate(program, layout, cluster, costs, options);
+  return sim::Engine(program, layout, cluster, costs, options, &program).run();
 }
 
 }  // namespace stratagem

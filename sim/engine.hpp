@@ -39,9 +39,11 @@ std::string deadlock_message(Time last, const std::vector<int>& stuck_ranks, int
 
 class Engine final : private FlowOwners {
  public:
+  // `release` (optional, the same Program as `prog`): its stages' ops are freed once indexed
+  // (simulate_consuming()).
   Engine(const Program& prog, const Layout& layout, const ClusterSpec& cluster,
-         const OpCosts& costs, const SimOptions& opt)
-      : prog_(prog), L_(layout), C_(cluster), costs_(costs), opt_(opt) {}
+         const OpCosts& costs, const SimOptions& opt, Program* release = nullptr)
+      : prog_(prog), L_(layout), C_(cluster), costs_(costs), opt_(opt), release_(release) {}
 
   SimResult run();
 
@@ -145,6 +147,7 @@ class Engine final : private FlowOwners {
   const ClusterSpec& C_;
   const OpCosts& costs_;
   const SimOptions& opt_;
+  Program* release_;  // non-null: prog_'s ops are freed at setup (op names are then unknown)
 
   int W_ = 0, K_ = 1, G_ = 1;
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -128,7 +128,8 @@ SimResult Engine::results(Time last) {
   out.ranks = std::move(mine);
   if (oom_.oom) {
     const int st = L_.coords(oom_.rank).stage;
-    oom_.op_name = op_name(prog_.stages[st].ops[oom_.op]);
+    oom_.op_name = release_ ? "op " + std::to_string(oom_.op) + " of stage " + std::to_string(st)
+                            : op_name(prog_.stages[st].ops[oom_.op]);
   }
   out.oom = oom_;
   if (stuck) {

@@ -61,6 +61,7 @@ struct StageData {
   std::vector<GroupKey> keys;
   std::vector<uint32_t> key_count;
   std::vector<uint32_t> comm_op;         // [ci]: an op of each distinct costed comm op
+  std::vector<Op> comm_ops;              // [ci]: that op (its cost's inputs outlive the Program)
   std::vector<std::vector<CommP>> comm;  // [class][ci]
   // For the PDES lookahead only (empty on one process):
   std::vector<std::vector<Time>> mind;  // [class][op] lower bound of the duration
@@ -80,7 +81,10 @@ inline const CommP& comm_of(const StageData& sd, int cls, const Step& step) {
 
 // Indexes every stage of `prog`, costs its compute ops (once per distinct op over all stages)
 // and, with `lookahead`, finds each op's dependency anchors. Throws on a malformed Program.
-std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, bool lookahead);
+// `release` (optional, the same Program as `prog`): each stage's ops and dependencies are freed
+// as soon as the stage is indexed, so that the index replaces the Program in memory.
+std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, bool lookahead,
+                                    Program* release = nullptr);
 
 // Costs the distinct communication ops of each rank class of `sd` with the class's
 // representative rank and, with `lookahead`, the prefix sums of the ops' least durations per

@@ -28,7 +28,7 @@ void simulate_candidate(const ModelSpec& m, const ClusterSpec& c, const Framewor
   CostModel cost(m, c, p, fw);
   CostModelCosts costs(cost);
   SimOptions opt;
-  SimResult r = simulate(prog, layout, c, costs, opt);
+  SimResult r = simulate_consuming(std::move(prog), layout, c, costs, opt);
   x.simulated = true;
   const double it = double(r.makespan_ns) * 1e-9 / std::max(1, r.iterations);
   x.sim_iteration_time_s = it;
@@ -44,18 +44,21 @@ void simulate_candidate(const ModelSpec& m, const ClusterSpec& c, const Framewor
   x.sim_fits = !r.deadlock.deadlocked && x.sim_peak_memory_bytes <= budget;
 }
 
-// What simulating a plan holds at its peak, mostly its Program (every op of every stage) and the
-// simulator's per-op index: about 24 ops per (micro-batch, layer) and 120 bytes per op
-// (GPT-3 175B, pp 16, 1536 micro-batches: 3.4 M ops, 300-370 MB resident).
+// What simulating a plan holds at its peak, mostly its Program (every op of every stage), which
+// simulate_consuming() frees stage by stage as its own per-op index replaces it: about 24 ops per
+// (micro-batch, layer) and 64 bytes per op (GPT-3 175B, pp 16, 1536 micro-batches: 3.3 M ops,
+// 210-225 MB resident).
 int64_t simulation_bytes(const ModelSpec& m, const Plan& p) {
-  return int64_t(p.num_microbatches()) * (m.layers + 2) * 24 * 120;
+  return int64_t(p.num_microbatches()) * (m.layers + 2) * 24 * 64;
 }
 // Simulations run at once only while their estimates sum to at most this (one larger than it
 // runs alone), so that the re-rank's memory does not grow with the thread count.
 constexpr int64_t kRerankBytes = int64_t(320) << 20;
 constexpr int64_t kSmallSimulationBytes = int64_t(16) << 20;
-// Simulations beside the DP search only up to this estimate: the DP's tables (up to about
-// 180 MB) and a larger simulation at once would exceed what the search may hold (500 MB).
+// Simulations beside the DP search only up to this estimate, so that the DP's tables and one
+// such simulation stay within what the search may hold (500 MB). Since simulate_consuming() the
+// GPT-3 175B pp 16 baselines (estimate 231 MB) fit (the search's peak: 374 MB), which leaves the
+// re-rank after the DP little to simulate.
 constexpr int64_t kEarlyBytes = int64_t(256) << 20;
 
 // Final order: fitting candidates by the scorer's time, then the rest; ties by key.
@@ -83,7 +86,7 @@ void Searcher::start_early_simulations() {
     try {
       for (auto& x : early_) simulate_candidate(m_, c_, o_.framework, budget_, x);
 #if defined(M_TRIM_THRESHOLD)
-      malloc_trim(0);  // this thread's arena: the re-rank's large simulations come after
+      malloc_trim(0);  // what the simulations held goes back to the system
 #endif
     } catch (...) {
       early_failed_ = std::current_exception();
@@ -150,27 +153,10 @@ void Searcher::rerank(SearchResult& r) {
     const int threads = std::max(1, std::min<int>(rerank_threads(), int(todo.size())));
     // Simulations of more than kSmallSimulationBytes run one after another on this thread;
     // the small ones on any thread. Memory a simulation frees stays in its thread's malloc
-    // arena for the next one, so its pages are not faulted in again (that was about a quarter
-    // of a large simulation's time), and since the large ones share one arena, resident memory
-    // stays about what the largest of them needs.
+    // arena for the next one (Searcher::run() keeps freed pages in the heap), so its pages are
+    // not faulted in again, and since the large ones share one arena, resident memory stays
+    // about what the largest of them needs.
     std::vector<size_t> large, small;
-#if defined(M_MMAP_MAX)
-    // That needs the heap: glibc serves every allocation over 32 MiB (the largest mmap
-    // threshold it accepts) with its own mmap and unmaps it on free, so each large simulation
-    // faulted its hundreds of MB in afresh (a fifth of its time, in the kernel). For the
-    // re-rank they come from the heap, which keeps its free pages for the next simulation (at
-    // the cost of some fragmentation: the benchmark's peak is 450-480 MB instead of 425);
-    // malloc_trim below returns them, and glibc's defaults come back.
-    mallopt(M_MMAP_MAX, 0);
-    mallopt(M_TRIM_THRESHOLD, int(1) << 30);
-    struct RestoreMalloc {
-      ~RestoreMalloc() {
-        malloc_trim(0);
-        mallopt(M_MMAP_MAX, 65536);  // glibc's defaults
-        mallopt(M_TRIM_THRESHOLD, 128 * 1024);
-      }
-    } restore_malloc;
-#endif
     for (size_t i : todo)
       (simulation_bytes(m_, set[i].plan) > kSmallSimulationBytes ? large : small).push_back(i);
     std::atomic<size_t> next_large{0}, next_small{0}, done{0};

@@ -7,11 +7,6 @@
 namespace stratagem::search_detail {
 
 namespace {
-// DP tables are large and short-lived: recycle their memory within a thread.
-std::vector<std::vector<double>>& table_pool() {
-  thread_local std::vector<std::vector<double>> pool;
-  return pool;
-}
 // dst[j] = min(dst[j], src[j] + add): the DP's inner loop (kept apart so that it vectorizes).
 __attribute__((noinline)) void relax(const double* __restrict src, double* __restrict dst,
                                      size_t len, double add) {
@@ -20,21 +15,6 @@ __attribute__((noinline)) void relax(const double* __restrict src, double* __res
     const double v = src[j] + add, cur = dst[j];
     dst[j] = v < cur ? v : cur;
   }
-}
-}  // namespace
-
-void release_table_pool() {
-  std::vector<std::vector<double>>().swap(table_pool());
-}
-
-namespace {
-
-std::vector<double> take_table() {
-  auto& pool = table_pool();
-  if (pool.empty()) return {};
-  std::vector<double> v = std::move(pool.back());
-  pool.pop_back();
-  return v;
 }
 
 std::vector<int64_t> distinct_sorted(std::vector<int64_t> v) {
@@ -156,31 +136,20 @@ StageDp::StageDp(StageDpProblem p) : p_(std::move(p)) {
     }
 }
 
-StageDp::~StageDp() {
-  // The pool saves the page faults of fresh tables, but what it holds is the search's largest
-  // allocation: keep at most kPoolBytes of them.
-  constexpr size_t kPoolBytes = size_t(96) << 20;
-  auto& pool = table_pool();
-  size_t held = 0;
-  for (const auto& v : pool) held += v.capacity() * sizeof(double);
-  for (auto& t : thr_) {
-    const size_t b = t.f.capacity() * sizeof(double);
-    if (b == 0 || held + b > kPoolBytes) continue;
-    held += b;
-    pool.push_back(std::move(t.f));
-  }
-}
+StageDp::~StageDp() = default;
 
 void StageDp::run(Threshold& t) {
   const int N = std::max(1, p_.n_max);
   const size_t row = size_t(M_ + 1);
-  const size_t size = size_t(N + 1) * size_t(C_) * size_t(Q_) * row;
-  t.f = take_table();
-  t.f.resize(size);  // each row is set to infinity right before it is filled (stays in cache)
-  std::vector<double> g(size_t(C_) * size_t(Q_) * row);
+  // Rows 1 .. N-1 (row N, the first layer, is resolved by best()).
+  const size_t size = size_t(N - 1) * size_t(C_) * size_t(Q_) * row;
+  // Each row is set to infinity right before it is filled (stays in cache). Freed tables'
+  // pages stay in the heap during the search (Searcher::run), so a new table reuses them
+  // without faulting them in: no pool of tables is needed.
+  t.f.resize(size);
+  DpTable g(size_t(C_) * size_t(Q_) * row);  // filled before it is read, as the rows
   auto grow = [&](int b, int q) { return g.data() + (size_t(b) * Q_ + size_t(q)) * row; };
   std::vector<size_t> ffirst(size_t(C_) * Q_), gfirst(size_t(C_) * Q_);
-  // Rows 1 .. N-1: row N, the first layer, is resolved by best().
   for (int n = 1; n <= N - 1; ++n) {
     const std::vector<int>& items = n == 1 ? t.tail : t.items;
     std::fill(t.f.begin() + long(at(n, 0, 0, 0)), t.f.begin() + long(at(n + 1, 0, 0, 0)), kInf);

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "stratagem/framework.hpp"
 #include "stratagem/search.hpp"
 
 using namespace stratagem;
@@ -83,6 +84,9 @@ Loaded load(const Case& c, bool simulate, MPI_Comm comm) {
   l.options.memory_budget_bytes = static_cast<int64_t>(c.budget_gib * double(int64_t(1) << 30));
   l.options.rerank_with_simulator = simulate;
   l.options.comm = comm;
+  // As `stratagem search` prices plans by default (--framework stratagem), so that the goal line
+  // measures the command the goal names.
+  l.options.framework = load_framework("stratagem");
   return l;
 }
 

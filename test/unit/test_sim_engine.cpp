@@ -499,3 +499,110 @@ BOOST_AUTO_TEST_CASE(real_program_with_the_cost_model_runs_and_accounts) {
     }
   }
 }
+
+// ---- simulate_consuming: the same figures with the Program freed at setup ----------------------
+
+namespace {
+void same_figures(const SimResult& a, const SimResult& b) {
+  BOOST_TEST(a.makespan_ns == b.makespan_ns);
+  BOOST_TEST(a.iterations == b.iterations);
+  BOOST_TEST(a.stats.symmetric == b.stats.symmetric);
+  BOOST_TEST(a.stats.ops_executed == b.stats.ops_executed);
+  BOOST_TEST(a.oom.oom == b.oom.oom);
+  BOOST_TEST(a.oom.op == b.oom.op);
+  BOOST_TEST(a.oom.time_ns == b.oom.time_ns);
+  BOOST_TEST(a.deadlock.deadlocked == b.deadlock.deadlocked);
+  BOOST_TEST_REQUIRE(a.ranks.size() == b.ranks.size());
+  for (size_t i = 0; i < a.ranks.size(); ++i) {
+    const SimRankResult &x = a.ranks[i], &y = b.ranks[i];
+    BOOST_TEST_CONTEXT("rank " << i) {
+      BOOST_TEST(x.peak_memory_bytes == y.peak_memory_bytes);
+      BOOST_TEST(x.peak_op == y.peak_op);
+      BOOST_TEST(x.peak_time_ns == y.peak_time_ns);
+      BOOST_TEST(x.end_ns == y.end_ns);
+      BOOST_TEST(x.compute_ns == y.compute_ns);
+      BOOST_TEST(x.bubble_ns == y.bubble_ns);
+      BOOST_TEST(x.dp_ns == y.dp_ns);
+      BOOST_TEST(x.offload_ns == y.offload_ns);
+      BOOST_TEST(x.ops_executed == y.ops_executed);
+    }
+  }
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(consuming_simulation_gives_the_same_figures_and_frees_the_ops) {
+  const ModelSpec m = load_model("gpt2-350m");
+  ClusterSpec c = load_cluster("dgx-a100-80g");
+  c.nodes = 2;
+  struct Case {
+    const char* sched;
+    int tp, pp, dp, vpp, zero;
+    const char* offload;
+  };
+  const Case cases[] = {{"1f1b", 2, 4, 2, 1, 1, ""},
+                        {"interleaved", 2, 4, 2, 2, 0, ""},
+                        {"gpipe", 4, 2, 2, 1, 0, ""},
+                        {"1f1b", 1, 1, 16, 1, 3, "optimizer,params"}};
+  for (const Case& k : cases) {
+    PlanShorthand sh;
+    sh.tp = k.tp, sh.pp = k.pp, sh.dp = k.dp, sh.micro_batch = 1, sh.global_batch = 32;
+    sh.schedule = std::string(k.sched);
+    if (k.vpp > 1) sh.vpp = k.vpp;
+    sh.zero = k.zero;
+    if (*k.offload) sh.offload = std::string(k.offload);
+    const Plan p = expand_shorthand(sh, m, c);
+    validate(p, m, c, "test");
+    const Layout L(p, c);
+    const CostModel cost(m, c, p);
+    const CostModelCosts costs(cost);
+    for (bool full : {false, true}) {
+      SimOptions o = opts(0, false);
+      o.full = full;
+      const SimResult ref = simulate(build_program(m, p), L, c, costs, o);
+      Program prog = build_program(m, p);
+      const SimResult r = simulate_consuming(std::move(prog), L, c, costs, o);
+      BOOST_TEST_CONTEXT(k.sched << " tp" << k.tp << " pp" << k.pp << " z" << k.zero
+                                 << (full ? " full" : " symmetric")) {
+        BOOST_TEST(!ref.deadlock.deadlocked);
+        same_figures(ref, r);
+        for (const auto& sp : prog.stages) BOOST_TEST(sp.ops.empty());
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(consuming_simulation_reports_oom_and_deadlock_without_op_names) {
+  const ModelSpec m = tiny_model(2);
+  ClusterSpec c = small_cluster(2, 1);
+  c.gpu.context_overhead_bytes = 0;
+  c.gpu.allocator_fragmentation = 0;
+  const Injected costs = textbook_costs(1e-3, 2e-3);
+  const Plan p = make_plan(m, c, 1, 2, 1, 1, 8, "gpipe");
+  const Layout L(p, c);
+  const SimResult ok = simulate(build_program(m, p), L, c, costs, opts(1.0, false));
+  c.gpu.hbm_bytes = ok.ranks[0].peak_memory_bytes - 1;
+  const SimResult ref = simulate(build_program(m, p), L, c, costs, opts(1.0, false));
+  const SimResult r = simulate_consuming(build_program(m, p), L, c, costs, opts(1.0, false));
+  BOOST_TEST(ref.oom.oom);
+  same_figures(ref, r);
+  BOOST_TEST(r.oom.op_name == "op " + std::to_string(r.oom.op) + " of stage " +
+                                  std::to_string(L.coords(r.oom.rank).stage));
+
+  TwoStage t(2, 2, 2);
+  Injected cc;
+  cc.comm = [](const Op&, int) { return inter(5e-6, 1e3, 25); };
+  for (int s = 0; s < 2; ++s) {
+    Op recv = make_op(OpKind::recv, Stream::pp_comm);
+    recv.group = s == 0 ? GroupKind::pp_next : GroupKind::pp_prev;
+    recv.bytes = 1000;
+    const uint32_t r0 = add(t.prog.stages[s], recv);
+    Op send = recv;
+    send.kind = OpKind::send;
+    add(t.prog.stages[s], send, {r0});
+  }
+  const SimResult d = simulate_consuming(std::move(t.prog), *t.L, t.c, cc, opts(1.0, false));
+  BOOST_TEST(d.deadlock.deadlocked);
+  BOOST_TEST(
+      d.deadlock.message.find("rank 0 (stage 0): pp_comm stream at op 0") != std::string::npos,
+      d.deadlock.message);
+}
