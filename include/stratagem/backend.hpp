@@ -15,6 +15,7 @@
 // A Backend is not thread-safe: one caller thread issues kernels, each kernel parallelizes.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -37,6 +38,12 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+
+  // Called by a host backend between its large kernels (GEMMs, attention), on the thread that
+  // calls the kernels: MPI moves non-blocking collectives on only inside MPI calls, and a rank
+  // that computes for long would hold its group's reductions back where a device's network
+  // moves on by itself. The executor tests its transfers in flight here.
+  void set_progress(std::function<void()> progress) { progress_ = std::move(progress); }
 
   // ---- memory ----------------------------------------------------------------------------
   virtual Tensor allocate(Shape shape) = 0;  // uninitialized
@@ -146,6 +153,14 @@ class Backend {
   // In place on param, m, v (all the same numel as grad).
   virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                             const AdamWStep& step) = 0;
+
+ protected:
+  void progress() const {
+    if (progress_) progress_();
+  }
+
+ private:
+  std::function<void()> progress_;
 };
 
 // The Eigen + OpenMP backend; threads = omp_get_max_threads() at each kernel call.

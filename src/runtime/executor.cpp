@@ -304,6 +304,14 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
            host_grads.slice(r.local, len), r.local, model.table.spans(r.flat_begin, r.flat_end)});
     }
   }
+  // Transfers in flight progress while the rank computes (Backend::set_progress).
+  be.set_progress([this] {
+    for (auto& [index, f] : inflight) f.request->test();
+  });
+}
+
+Executor::Impl::~Impl() {
+  be.set_progress({});
 }
 
 int64_t Executor::Impl::now_ns() const {

@@ -19,6 +19,7 @@ using Eigen::OuterStride;
 
 void CpuBackend::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv,
                                    int heads, int kv_heads) {
+  progress();
   const QkvDims d = qkv_dims("attention_forward", qkv, heads, kv_heads);
   const int64_t B = d.B, T = d.T, W = d.W, hd = d.hd, NH = d.NH, KV = d.KV;
   expect_shape(out, Shape{B, T, NH * hd}, "attention_forward", "out");
@@ -73,6 +74,7 @@ void CpuBackend::attention_forward(Tensor& out, Tensor& att, Tensor& lse, const 
 void CpuBackend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& out,
                                     const Tensor& qkv, const Tensor& att, const Tensor& lse,
                                     int heads, int kv_heads) {
+  progress();
   const QkvDims d = qkv_dims("attention_backward", qkv, heads, kv_heads);
   const int64_t B = d.B, T = d.T, W = d.W, hd = d.hd, NH = d.NH, KV = d.KV;
   const int64_t C = NH * hd;

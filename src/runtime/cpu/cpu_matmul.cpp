@@ -13,6 +13,7 @@ constexpr int64_t kChannelChunk = 64;
 
 void CpuBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                                 const Tensor& bias) {
+  progress();
   const auto [N, C, OC] = linear_dims("matmul_forward", inp, weight, out, "out");
   if (bias.defined()) expect_shape(bias, Shape{OC}, "matmul_forward", "bias");
   MatMap o(out.data, N, OC);          // (N,OC)
@@ -32,6 +33,7 @@ void CpuBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& we
 
 void CpuBackend::matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                  const Tensor& inp, const Tensor& weight) {
+  progress();
   const auto [N, C, OC] = linear_dims("matmul_backward", inp, weight, dout, "dout");
   expect_shape(dweight, weight.shape, "matmul_backward", "dweight");
   if (dbias.defined()) expect_shape(dbias, Shape{OC}, "matmul_backward", "dbias");

@@ -63,6 +63,7 @@ struct LayerShare {
 struct Executor::Impl {
   Impl(ParallelState& state, const ModelSpec& model, const Plan& plan, Backend& backend,
        const SampleSource& samples, ExecutorOptions options);
+  ~Impl();
 
   // ---- identity --------------------------------------------------------------------------
   ParallelState& ps;
