@@ -190,6 +190,7 @@ struct Executor::Impl {
   void embedding_backward(const Op& op);
   void block_input(const Op& op, Micro& m, LayerState& ls);
   void block_forward(const Op& op);
+  void drop_unsaved_block_input(const Op& op, LayerState& ls);
   void block_backward(const Op& op);
   void head_forward(const Op& op);
   void head_backward(const Op& op);

@@ -125,6 +125,7 @@ void Executor::Impl::tp_collective(const Op& op, int index) {
     if (op.block == Block::mlp) base = m.layers.at(op.layer).x_mid;
     *flow = Flow{op.block == Block::embedding ? reduced : base,
                  op.block == Block::embedding ? Tensor{} : reduced, index};
+    if (op.layer >= 0) drop_unsaved_block_input(op, m.layers.at(op.layer));
     issue(index, std::move(req), [partial] {});
     return;
   }

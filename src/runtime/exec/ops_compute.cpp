@@ -145,10 +145,20 @@ void Executor::Impl::block_forward(const Op& op) {
   }
   Flow& flow = rec ? m.rec : m.fwd;
   const Tensor& base = attn ? ls.x_in : ls.x_mid;
-  if (sh.tp == 1)
+  if (sh.tp == 1) {
     flow = Flow{base, y, -1};
-  else
+    drop_unsaved_block_input(op, ls);
+  } else {
     m.partial = y;  // the tp reduction that follows completes the flow
+  }
+}
+
+void Executor::Impl::drop_unsaved_block_input(const Op& op, LayerState& ls) {
+  // Under full recompute forward keeps only the layer input: the mlp's input lives on in the
+  // residual flow until the next block takes it, and backward's recompute rebuilds it.
+  if (op.block == Block::mlp && op.phase == Phase::forward &&
+      plan.layers[op.layer].recompute == Recompute::full)
+    ls.x_mid = Tensor{};
 }
 
 void Executor::Impl::block_backward(const Op& op) {
