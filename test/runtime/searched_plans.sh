@@ -56,9 +56,10 @@ $PY -c 'import h5py,sys; print(h5py.File(sys.argv[1],"r").attrs["cluster"])' "$W
   >"$WORK/cluster.json"
 "$BIN" simulate "${M[@]}" --cluster "$WORK/cluster.json" --plan "$WORK/plan.json" --json \
   --trace "$WORK/forecast.h5" >"$WORK/forecast.json" || fail "simulate failed"
-# Printed, not asserted: under ZeRO-3 with full recompute the runtime holds the layer above's
-# staged gradients until their reduce-scatter lands, which the simulator does not count yet
-# (measured 5-28% above the forecast; see the closing note of issue 12).
+# Printed, not asserted: the total is within 8.3% of the forecast in most runs, but on some
+# ranks a layer's staged gradients outlive the next layer's recompute (+18% in an odd run):
+# their 774 KiB reduce-scatter over 4 ranks progresses only when a rank enters MPI, between
+# kernels, where the simulator's network moves on by itself (test/bench/bench_memory.sh).
 $PY "$(dirname "$0")/check_run.py" memory "$WORK/run.h5" "$WORK/forecast.json" 0.10 || true
 "$BIN" compare "$WORK/forecast.h5" "$WORK/run.h5" >"$WORK/compare.txt" || fail "compare failed"
 grep -q "peak memory" "$WORK/compare.txt" || fail "compare printed no peak memory: $(cat "$WORK/compare.txt")"
