@@ -80,6 +80,9 @@ class Reader {
  private:
   int64_t file_ = -1;
   std::string path_;
+  // Written without a digest, so not verified before libhdf5 reads it: every libhdf5 call on
+  // it is bounded in time (src/io/hdf5_guard.hpp).
+  bool unverified_ = false;
 };
 
 // Chrome trace-event JSON (chrome://tracing, Perfetto): one process per rank (pid = rank), one

@@ -18,6 +18,7 @@
 #include "stratagem/cuda_device.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/version.hpp"
+#include "stratagem/watchdog.hpp"
 
 namespace stratagem::cli {
 
@@ -244,6 +245,13 @@ int main(int argc, char** argv) {
   MPI_Comm_dup(MPI_COMM_WORLD, &stratagem::cli::g_agree_comm);
   int code = stratagem::kExitOk;
   const std::string who = "stratagem " + cmd->name;
+  // The prefix of the watchdog's lines, for its bounded sections (a damaged HDF5 file that
+  // libhdf5 never finishes reading: src/io/hdf5_guard.hpp); `train` sets its own, with its
+  // communication timeout.
+  stratagem::set_watchdog(
+      0, stratagem::cli::world_size() == 1
+             ? who + ": error: "
+             : who + ": error on rank " + std::to_string(stratagem::cli::world_rank()) + ": ");
   try {
     stratagem::cli::Args args("stratagem " + cmd->name, rest);
     code = cmd->run(args);

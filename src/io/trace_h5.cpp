@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "src/io/file_digest.hpp"
+#include "src/io/hdf5_guard.hpp"
 #include "src/io/hdf5_util.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/trace.hpp"
@@ -317,6 +318,8 @@ Reader::Reader(const std::string& path) : path_(path) {
   const io::DigestVerdict digest = io::verify_file_digest(MPI_COMM_NULL, path);
   if (digest.kind == io::DigestVerdict::failed)
     throw InputError("trace: " + path + ": " + digest.why);
+  unverified_ = digest.kind == io::DigestVerdict::absent;
+  io::Hdf5Guard guard(path_, unverified_);
   if (H5Fis_hdf5(path.c_str()) <= 0)
     throw InputError("trace: " + path + " is not an HDF5 file (or cannot be read)");
   file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -338,16 +341,19 @@ Reader::Reader(const std::string& path) : path_(path) {
 }
 
 Reader::~Reader() {
+  io::Hdf5Guard guard(path_, unverified_ && file_ >= 0);
   if (file_ >= 0) H5Fclose(file_);
 }
 
 bool Reader::has_attribute(const std::string& name) const {
   QuietHdf5 quiet;
+  io::Hdf5Guard guard(path_, unverified_);
   return H5Aexists(file_, name.c_str()) > 0;
 }
 
 std::string Reader::attribute(const std::string& name) const {
   QuietHdf5 quiet;
+  io::Hdf5Guard guard(path_, unverified_);
   if (H5Aexists(file_, name.c_str()) <= 0) return "";
   Handle attr(
       check_read(H5Aopen(file_, name.c_str(), H5P_DEFAULT), "open attribute " + name, path_),
@@ -376,6 +382,7 @@ std::string Reader::attribute(const std::string& name) const {
 
 int64_t Reader::int_attribute(const std::string& name) const {
   QuietHdf5 quiet;
+  io::Hdf5Guard guard(path_, unverified_);
   if (H5Aexists(file_, name.c_str()) <= 0) return 0;
   Handle attr(
       check_read(H5Aopen(file_, name.c_str(), H5P_DEFAULT), "open attribute " + name, path_),
@@ -392,6 +399,7 @@ int64_t Reader::int_attribute(const std::string& name) const {
 
 std::vector<int> Reader::ranks() const {
   QuietHdf5 quiet;
+  io::Hdf5Guard guard(path_, unverified_);
   Handle grp(check_read(H5Gopen2(file_, "ranks", H5P_DEFAULT), "open /ranks", path_), H5Gclose);
   struct Names {
     std::vector<int> ranks;
@@ -420,11 +428,13 @@ std::vector<int> Reader::ranks() const {
 }
 
 std::vector<OpRecord> Reader::ops(int rank) const {
+  io::Hdf5Guard guard(path_, unverified_);
   Handle t(op_type(), H5Tclose);
   return read_table<OpRecord>(file_, rank, "ops", t, path_);
 }
 
 std::vector<MemorySample> Reader::memory(int rank) const {
+  io::Hdf5Guard guard(path_, unverified_);
   Handle t(memory_type(), H5Tclose);
   return read_table<MemorySample>(file_, rank, "memory", t, path_);
 }

@@ -6,9 +6,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "src/io/atomic_file.hpp"
+#include "src/io/hdf5_guard.hpp"
 #include "src/io/hdf5_util.hpp"
 #include "stratagem/error.hpp"
 
@@ -36,6 +38,8 @@ bool is_hdf5(const std::string& path) {
 
 std::vector<uint16_t> load_hdf5_tokens(const std::string& path) {
   io::silence_hdf5_errors();  // we report errors ourselves, also at exit
+  // A user's file, never verified: libhdf5 may loop on it forever (hdf5_guard.hpp).
+  std::optional<io::Hdf5Guard> guard(std::in_place, path);
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   hid_t d = f >= 0 ? H5Dopen2(f, "/tokens", H5P_DEFAULT) : -1;
   std::vector<uint16_t> out;
@@ -79,6 +83,7 @@ std::vector<uint16_t> load_hdf5_tokens(const std::string& path) {
   }
   if (d >= 0) H5Dclose(d);
   if (f >= 0) H5Fclose(f);
+  guard.reset();
   if (!err.empty()) throw InputError("--data " + path + ": " + err);
   return out;
 }

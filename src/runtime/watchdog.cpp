@@ -19,6 +19,7 @@ struct State {
   std::string what;  // empty: no section open
   std::string detail;
   double start_s = 0;
+  WatchdogBound bound;  // timeout_s > 0: the open section is bounded on its own
   bool thread_started = false;
 };
 State& state() {
@@ -33,6 +34,14 @@ void watch() {
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.bound.timeout_s > 0) {
+      if (now_s() - s.start_s <= s.bound.timeout_s) continue;
+      // As below; _exit also skips libhdf5's exit handlers, which would print its own
+      // diagnostics about the file it is stuck in.
+      std::fprintf(stderr, "%s%s\n", s.prefix.c_str(), s.bound.message.c_str());
+      std::fflush(stderr);
+      ::_exit(s.bound.exit_code);
+    }
     if (s.what.empty() || s.timeout_s <= 0) continue;
     const double waited = now_s() - s.start_s;
     if (waited <= s.timeout_s) continue;
@@ -44,6 +53,11 @@ void watch() {
     ::_exit(1);
   }
 }
+void start_thread(State& s) {  // s.mutex held
+  if (s.thread_started) return;
+  std::thread(watch).detach();
+  s.thread_started = true;
+}
 }  // namespace
 
 void set_watchdog(double timeout_s, std::string message_prefix) {
@@ -51,10 +65,7 @@ void set_watchdog(double timeout_s, std::string message_prefix) {
   std::lock_guard<std::mutex> lock(s.mutex);
   s.timeout_s = timeout_s;
   s.prefix = std::move(message_prefix);
-  if (timeout_s > 0 && !s.thread_started) {
-    std::thread(watch).detach();
-    s.thread_started = true;
-  }
+  if (timeout_s > 0) start_thread(s);
 }
 
 std::string not_arrived(MPI_Comm comm) {
@@ -76,9 +87,27 @@ WatchdogScope::WatchdogScope(std::string what, std::string detail) {
   previous_ = std::move(s.what);
   previous_detail_ = std::move(s.detail);
   previous_start_s_ = s.start_s;
+  previous_bound_ = std::move(s.bound);
   s.what = std::move(what);
   s.detail = std::move(detail);
   s.start_s = now_s();
+  s.bound = WatchdogBound{};
+}
+
+WatchdogScope::WatchdogScope(WatchdogBound bound) {
+  if (bound.timeout_s <= 0) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  start_thread(s);
+  active_ = true;
+  previous_ = std::move(s.what);
+  previous_detail_ = std::move(s.detail);
+  previous_start_s_ = s.start_s;
+  previous_bound_ = std::move(s.bound);
+  s.what = "bounded section";
+  s.detail.clear();
+  s.start_s = now_s();
+  s.bound = std::move(bound);
 }
 
 WatchdogScope::~WatchdogScope() {
@@ -88,6 +117,7 @@ WatchdogScope::~WatchdogScope() {
   s.what = std::move(previous_);
   s.detail = std::move(previous_detail_);
   s.start_s = previous_start_s_;
+  s.bound = std::move(previous_bound_);
 }
 
 }  // namespace stratagem

@@ -65,7 +65,8 @@ void Searcher::search_config(const Config& cf) {
     const int64_t xtr = e.transient(s, pp);
     const int64_t xws = (s == 0 || s == pp - 1) ? e.workspace : 0;
     r.a = dps[stage_type[s]]->best(n, room, xtr, xws, s == 0 ? &entry(ei) : nullptr);
-    if (r.a.cost < kInf) r.cost = r.a.cost + emb_cost(s, e);
+    // On the DP's grid, so that equal stage costs stay equal (stage_dp.hpp).
+    if (r.a.cost < kInf) r.cost = r.a.cost + dps[stage_type[s]]->quantize(emb_cost(s, e));
     return r;
   };
 
@@ -118,7 +119,7 @@ void Searcher::search_config(const Config& cf) {
         dps[stage_type[s]]->caps(net_budget_ - emb_states(s, e), e.transient(s, pp), xws);
     const auto& row =
         s == 0 ? dp_row(s, caps, entry_key(ei), &entry(ei)) : dp_row(s, caps, -1, nullptr);
-    const double c = emb_cost(s, e);
+    const double c = dps[stage_type[s]]->quantize(emb_cost(s, e));
     for (int n = 0; n <= n_max; ++n) out[n] = row[n] < kInf ? row[n] + c : kInf;
   };
   // Middle stages do not depend on the embedding strategy.

@@ -61,13 +61,13 @@ constexpr int64_t kSmallSimulationBytes = int64_t(16) << 20;
 // re-rank after the DP little to simulate.
 constexpr int64_t kEarlyBytes = int64_t(256) << 20;
 
-// Final order: fitting candidates by the scorer's time, then the rest; ties by key.
+// Final order: fitting candidates by the scorer's time, then the rest; equal times (within
+// ranks_before's tolerance) by peak memory, then key.
 void final_sort(std::vector<SearchCandidate>& v) {
   std::stable_sort(v.begin(), v.end(), [](const SearchCandidate& a, const SearchCandidate& b) {
     if (a.sim_fits != b.sim_fits) return a.sim_fits;
-    if (a.iteration_time_s() != b.iteration_time_s())
-      return a.iteration_time_s() < b.iteration_time_s();
-    return a.key < b.key;
+    return ranks_before(a.iteration_time_s(), a.peak_memory_bytes(), a.key, b.iteration_time_s(),
+                        b.peak_memory_bytes(), b.key);
   });
 }
 }  // namespace

@@ -135,6 +135,21 @@ class BoundExchange {
 };
 }  // namespace
 
+double time_rank(double t) {
+  if (!std::isfinite(t) || t == 0) return t;
+  int e = 0;
+  const double m = std::frexp(t, &e);  // t = m 2^e, 0.5 <= |m| < 1
+  return std::ldexp(std::nearbyint(std::ldexp(m, 30)), e - 30);
+}
+
+bool ranks_before(double time_a, int64_t peak_a, const std::string& key_a, double time_b,
+                  int64_t peak_b, const std::string& key_b) {
+  const double ra = time_rank(time_a), rb = time_rank(time_b);
+  if (ra != rb) return ra < rb;
+  if (peak_a != peak_b) return peak_a < peak_b;
+  return key_a < key_b;
+}
+
 double gib(int64_t b) {
   return double(b) / double(int64_t(1) << 30);
 }
@@ -520,7 +535,8 @@ SearchResult Searcher::run() {
     for (size_t i = rank_; i < cfs.size(); i += procs_) {
       const Config& cf = cfs[i];
       if (cf.lb == kInf) break;  // sorted: the rest cannot fit either
-      if (cf.lb > std::min(full_.kth_time(), bound.shared())) break;
+      // (Ranks: a plan of equal rank may still enter, by lower memory or key.)
+      if (time_rank(cf.lb) > time_rank(std::min(full_.kth_time(), bound.shared()))) break;
       ++local_searched_;
       search_config(cf);
       bound.poll(full_);

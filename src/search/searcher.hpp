@@ -80,20 +80,30 @@ Scored score(const ModelSpec& m, const ClusterSpec& c, const Plan& p,
 
 SearchCandidate make_candidate(const Plan& p, const Scored& s, const char* origin);
 
-// The K best plans by (estimated time, key), distinct keys.
+// How the search orders plans, wherever it ranks or keeps them (TopK, the final ranking): by
+// iteration time, with times equal within about 1e-9 relative counted as equal (compared rounded
+// to 30 significant bits, which keeps the order transitive), then by lower peak memory, then by
+// the plan's key (its canonical JSON). Without the first two, plans of equal throughput were
+// ordered by the last bits of their times, which differ between builds (fused multiply-adds in
+// the release build's -march=native, none in the ASan build).
+double time_rank(double time_s);
+bool ranks_before(double time_a, int64_t peak_a, const std::string& key_a, double time_b,
+                  int64_t peak_b, const std::string& key_b);
+
+// The K best plans by estimated time (ranks_before), distinct keys.
 class TopK {
  public:
   explicit TopK(int k) : k_(std::max(1, k)) {}
   double kth_time() const { return int(v_.size()) < k_ ? kInf : v_.back().est_iteration_time_s; }
-  bool wants(double t) const { return t <= kth_time(); }
+  // Whether a plan of this time may enter (one of equal rank may, by lower memory or key).
+  bool wants(double t) const { return time_rank(t) <= time_rank(kth_time()); }
   void offer(SearchCandidate c) {
     if (!wants(c.est_iteration_time_s)) return;
     for (const auto& x : v_)
       if (x.key == c.key) return;
     auto less = [](const SearchCandidate& a, const SearchCandidate& b) {
-      if (a.est_iteration_time_s != b.est_iteration_time_s)
-        return a.est_iteration_time_s < b.est_iteration_time_s;
-      return a.key < b.key;
+      return ranks_before(a.est_iteration_time_s, a.est_peak_memory_bytes, a.key,
+                          b.est_iteration_time_s, b.est_peak_memory_bytes, b.key);
     };
     v_.insert(std::upper_bound(v_.begin(), v_.end(), c, less), std::move(c));
     if (int(v_.size()) > k_) v_.pop_back();

@@ -1,6 +1,7 @@
 #include "src/search/stage_dp.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <stdexcept>
 
@@ -59,6 +60,28 @@ StageDp::StageDp(StageDpProblem p) : p_(std::move(p)) {
     }
   }
   Q_ = int(L_.size());
+  // The quantum (see stage_dp.hpp): 2^-50 of a bound on any stage's objective, a power of two.
+  {
+    double item = 0, ends = 0, reshard = 0;
+    for (const auto& it : p_.items) {
+      item = std::max(item, std::abs(it.cost));
+      ends = std::max(ends, std::abs(it.first) + std::abs(it.last));
+    }
+    for (double r : p_.reshard) reshard = std::max(reshard, std::abs(r));
+    // n layers, n - 1 reshards between them and one from the embedding, the pass ends.
+    const double bound = double(std::max(1, p_.n_max)) * (item + reshard) + ends;
+    if (bound > 0 && std::isfinite(bound)) {
+      int e = 0;
+      std::frexp(bound, &e);  // bound < 2^e
+      quantum_ = std::ldexp(1.0, e - 50);
+    }
+    for (auto& it : p_.items) {
+      it.cost = quantize(it.cost);
+      it.first = quantize(it.first);
+      it.last = quantize(it.last);
+    }
+    for (auto& r : p_.reshard) r = quantize(r);
+  }
   min_reshard_to_.assign(C_, kInf);
   for (int b = 0; b < C_; ++b)
     for (int c = 0; c < C_; ++c)
@@ -134,6 +157,11 @@ StageDp::StageDp(StageDpProblem p) : p_(std::move(p)) {
       run(t);
       thr_.push_back(std::move(t));
     }
+}
+
+double StageDp::quantize(double x) const {
+  if (quantum_ <= 0 || !std::isfinite(x)) return x;
+  return std::nearbyint(x / quantum_) * quantum_;
 }
 
 StageDp::~StageDp() = default;
@@ -226,6 +254,7 @@ StageDp::Answer StageDp::best_within(int n, const std::vector<int64_t>& caps,
                                      const std::vector<double>* entry) const {
   Answer a;
   if (n < 1 || n > p_.n_max) return a;
+  auto ent = [&](int cls) { return entry ? quantize((*entry)[cls]) : 0.0; };
   for (int k = 0; k < int(thr_.size()); ++k) {
     const Threshold& t = thr_[k];
     const int64_t m = caps[size_t(k)];
@@ -245,8 +274,8 @@ StageDp::Answer StageDp::best_within(int n, const std::vector<int64_t>& caps,
       const DpItem& it = p_.items[i];
       if (it.w > m) continue;
       if (n > 1 && a.cost < kInf) {
-        const double bound = (lb_below + min_reshard_to_[it.cls]) + it.cost + it.first +
-                             (entry ? (*entry)[it.cls] : 0.0);
+        const double bound =
+            (lb_below + min_reshard_to_[it.cls]) + it.cost + it.first + ent(it.cls);
         if (bound >= a.cost) continue;
       }
       for (int q = 0; q < (n == 1 ? 1 : Q_); ++q) {
@@ -259,8 +288,7 @@ StageDp::Answer StageDp::best_within(int n, const std::vector<int64_t>& caps,
                             t.f[at(n - 1, m - it.w, b, q)] + p_.reshard[size_t(b) * C_ + it.cls]);
           if (prev == kInf) continue;
         }
-        const double v =
-            prev + it.cost + it.first + (n == 1 ? it.last : 0.0) + (entry ? (*entry)[it.cls] : 0.0);
+        const double v = prev + it.cost + it.first + (n == 1 ? it.last : 0.0) + ent(it.cls);
         if (v < a.cost) a = {v, k, m, i, q, 0};
       }
     }
@@ -274,7 +302,7 @@ void StageDp::best_costs(const std::vector<int64_t>& caps, const std::vector<dou
   n_lo = std::max(n_lo, 1);
   n_hi = std::min(n_hi, p_.n_max);
   for (int n = n_lo; n <= n_hi; ++n) out[n] = kInf;
-  auto ent = [&](int cls) { return entry ? (*entry)[cls] : 0.0; };
+  auto ent = [&](int cls) { return entry ? quantize((*entry)[cls]) : 0.0; };
   std::vector<std::pair<double, int>> order;
   for (int k = 0; k < int(thr_.size()); ++k) {
     const Threshold& t = thr_[k];

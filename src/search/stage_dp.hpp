@@ -22,6 +22,16 @@
 // distinct threshold and level (exact mode) the DP is exact for this model; by default the
 // thresholds are merged into a few classes and the levels into one (each rounded so that
 // answers still fit).
+//
+// Exact sums: every term of the objective (item costs, reshards, entry costs) is rounded to a
+// multiple of one power of two, the quantum, 2^-50 of a bound on the largest stage cost (within
+// 2^-51 of it: a relative error near 1e-15), and coarse enough that every sum the DP forms is
+// exact (below 2^53 quanta). A sequence's cost is then the same whatever the order its terms are
+// added in, so sequences of equal cost (the same layers in another order, common when layers are
+// identical) tie exactly, and the DP's fixed order of items decides between them, the same in every
+// build. (Without it the last bits of the costs decided: a build with fused multiply-adds, such as
+// the release build's -march=native, picked another of two equal plans than the ASan build.) Among
+// equal costs an answer also takes the least memory (buckets) that reaches that cost.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -116,7 +126,12 @@ class StageDp {
   // model's memory of it: buckets x bucket bytes + the reserved bytes.
   std::vector<int> reconstruct(int n, const Answer& a, int64_t* footprint = nullptr) const;
 
+  // The problem as the DP solves it: its costs rounded to the quantum (see the top).
   const StageDpProblem& problem() const { return p_; }
+  double quantum() const { return quantum_; }
+  // x rounded to a multiple of the quantum (kInf stays kInf): what a caller adds to the DP's
+  // costs, so that those sums stay exact too.
+  double quantize(double x) const;
   const std::vector<int64_t>& levels() const { return L_; }
   uint64_t cells() const { return cells_; }
   int thresholds() const { return int(thr_.size()); }
@@ -145,6 +160,7 @@ class StageDp {
   std::vector<int64_t> L_;               // levels, L_[0] = 0
   std::vector<std::vector<int>> after_;  // [item][level] -> level after adding the item below
   std::vector<double> min_reshard_to_;   // [class]: the cheapest reshard into it
+  double quantum_ = 0;                   // 0: every cost is 0, nothing to round
   std::vector<Threshold> thr_;
   uint64_t cells_ = 0;
 };
