@@ -379,13 +379,8 @@ BOOST_AUTO_TEST_CASE(compute_overlapping_communication_is_slowed) {
   }
 }
 
-// ---- bad programs -----------------------------------------------------------------------------
-
-BOOST_AUTO_TEST_CASE(deadlocked_program_is_detected_and_named) {
-  TwoStage t(2, 2, 2);
-  Injected costs;
-  costs.comm = [](const Op&, int) { return inter(5e-6, 1e3, 25); };
-  // Both stages receive before they send: each waits for the other.
+// Both stages receive before they send: each waits for the other.
+void add_receive_before_send(TwoStage& t) {
   for (int s = 0; s < 2; ++s) {
     Op recv = make_op(OpKind::recv, Stream::pp_comm);
     recv.group = s == 0 ? GroupKind::pp_next : GroupKind::pp_prev;
@@ -395,6 +390,15 @@ BOOST_AUTO_TEST_CASE(deadlocked_program_is_detected_and_named) {
     send.kind = OpKind::send;
     add(t.prog.stages[s], send, {r0});
   }
+}
+
+// ---- bad programs -----------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(deadlocked_program_is_detected_and_named) {
+  TwoStage t(2, 2, 2);
+  Injected costs;
+  costs.comm = [](const Op&, int) { return inter(5e-6, 1e3, 25); };
+  add_receive_before_send(t);
   const SimResult r = simulate(t.prog, *t.L, t.c, costs, opts());
   BOOST_TEST(r.deadlock.deadlocked);
   BOOST_TEST(r.deadlock.ranks == std::vector<int>({0, 1, 2, 3}));
@@ -591,15 +595,7 @@ BOOST_AUTO_TEST_CASE(consuming_simulation_reports_oom_and_deadlock_without_op_na
   TwoStage t(2, 2, 2);
   Injected cc;
   cc.comm = [](const Op&, int) { return inter(5e-6, 1e3, 25); };
-  for (int s = 0; s < 2; ++s) {
-    Op recv = make_op(OpKind::recv, Stream::pp_comm);
-    recv.group = s == 0 ? GroupKind::pp_next : GroupKind::pp_prev;
-    recv.bytes = 1000;
-    const uint32_t r0 = add(t.prog.stages[s], recv);
-    Op send = recv;
-    send.kind = OpKind::send;
-    add(t.prog.stages[s], send, {r0});
-  }
+  add_receive_before_send(t);
   const SimResult d = simulate_consuming(std::move(t.prog), *t.L, t.c, cc, opts(1.0, false));
   BOOST_TEST(d.deadlock.deadlocked);
   BOOST_TEST(
