@@ -41,9 +41,12 @@ BlockWork backward_work(const ModelSpec& m, const LayerStrategy& s, Block b, int
 // The backward of any forward work, by the rule above (the profile applies it to the attention
 // core alone).
 BlockWork backward_of(const BlockWork& forward);
-// Work of just the attention core (QK^T, softmax, AV): what selective recompute redoes.
+// Work of just the attention core (QK^T, softmax, AV).
 BlockWork attention_core_work(const ModelSpec& m, const LayerStrategy& s, int samples,
                               bool flash_attention);
+// What selective recompute (without flash attention) redoes before the attention backward: the
+// attention probabilities, QK^T and the softmax (AV's output is saved as the projection input).
+BlockWork selective_recompute_work(const ModelSpec& m, const LayerStrategy& s, int samples);
 
 // Bytes of activations a block keeps for backward on one rank, derived tensor by tensor from
 // the ops that save them (see workload.cpp). Recompute::full keeps only the layer input (charged
@@ -56,6 +59,14 @@ int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& s, Block
 // the softmax's log-sum-exp per head. A fully recomputed block keeps none of them.
 int64_t kept_activation_bytes(const ModelSpec& m, const LayerStrategy& s, Block b, int samples,
                               Recompute rc, bool flash_attention, Dtype dt);
+// Bytes of the activations of block b that the layer's recompute rebuilds before its backward
+// (beyond what it kept): the whole block under full recompute, the attention probabilities
+// under selective recompute without flash attention, nothing otherwise.
+int64_t recomputed_activation_bytes(const ModelSpec& m, const LayerStrategy& s, Block b,
+                                    int samples, bool flash_attention, Dtype dt);
+// Bytes of the whole token stream (b,s,h) of `samples` samples: the message of a block's
+// tensor-parallel collectives and the embedding's output.
+int64_t token_stream_bytes(const ModelSpec& m, int samples, Dtype dt);
 // Bytes of the layer output passed between layers/stages on one rank (b,s,h), sequence-sharded
 // when sequence parallel.
 int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
@@ -88,6 +99,8 @@ int64_t staged_gradient_bytes(const LayerStrategy& s, int64_t params, Dtype dt, 
 // Parameters of a block held by one rank before ZeRO sharding (divided by tp where Megatron
 // shards them, replicated norms/biases otherwise).
 int64_t block_parameters_per_rank(const ModelSpec& m, int tp, Block b);
+// Parameters of a whole layer (attention and mlp) on a rank of tensor degree tp.
+int64_t layer_parameters_per_rank(const ModelSpec& m, int tp);
 // Parameters of a block that every rank of its tp group holds whole and whose gradient each
 // computes from its own token shard under sequence parallelism (the norm): summed over the
 // group. (The row-parallel output bias is whole too, but its gradient comes from the gathered

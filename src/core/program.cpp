@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "src/core/schedule.hpp"
+#include "stratagem/iteration.hpp"
 #include "stratagem/workload.hpp"
 
 namespace stratagem {
@@ -200,6 +201,13 @@ class StageBuilder {
     op.chunk = static_cast<int16_t>(chunk_);
     return emit(op, {});
   }
+  // A compute op of a template (iteration.hpp) at its place: layer, micro-batch, chunk.
+  int compute(Op op, int layer, int mb) {
+    op.layer = layer;
+    op.microbatch = mb;
+    op.chunk = static_cast<int16_t>(chunk_);
+    return emit(op, {});
+  }
   int collective(Stream s, Collective c, GroupKind g, int tp, int64_t bytes, Block b, Phase ph,
                  int layer, int mb, std::initializer_list<int> deps, int tp_big = 1) {
     Op op = make(OpKind::collective, s, b, ph, layer, mb);
@@ -248,22 +256,15 @@ class StageBuilder {
     w.ready = true;
     return w;
   }
-  int64_t layer_params(int layer) const {
-    const int tp = strat(layer).tp;
-    return block_parameters_per_rank(m_, tp, Block::attention) +
-           block_parameters_per_rank(m_, tp, Block::mlp);
+  int64_t layer_params(int layer) const { return layer_parameters_per_rank(m_, strat(layer).tp); }
+  // Bytes of block b's activations layer l's recompute rebuilds.
+  int64_t rebuilt(int l, Block b) const {
+    return recomputed_activation_bytes(m_, strat(l), b, samples(l), p_.flash_attention, p_.dtype);
   }
   bool has_embedding() const { return out_.stage == 0; }
   bool has_head() const { return out_.stage == p_.pp - 1; }
   int64_t embed_params() const {
-    int64_t n = 0;
-    if (has_embedding()) n += embedding_parameters_per_rank(m_, p_.embedding.tp);
-    if (has_head()) n += head_parameters_per_rank(m_, p_.embedding.tp);
-    // With tied embeddings the last stage keeps its own copy of the word embedding for the
-    // LM head (Megatron-LM); the copies' gradients are summed before the optimizer step.
-    if (has_head() && !has_embedding() && m_.tied_embeddings)
-      n += vocab_rows_per_rank(m_, p_.embedding.tp) * m_.hidden;
-    return n;
+    return end_parameters_per_rank(m_, p_.embedding.tp, has_embedding(), has_head());
   }
   std::vector<int> stage_layers() const {
     std::vector<int> ls;
@@ -271,7 +272,6 @@ class StageBuilder {
       for (int l = p_.chunks[c].begin; l < p_.chunks[c].end; ++l) ls.push_back(l);
     return ls;
   }
-  int64_t opt_bytes_per_param() const { return p_.dtype == Dtype::fp32 ? 8 : 12; }
 
   // Tensor-parallel collectives around a block: all-reduce, or all-gather before and
   // reduce-scatter after under sequence parallelism (Megatron-LM).
@@ -281,7 +281,7 @@ class StageBuilder {
   int tp_before(Block b, Phase ph, int layer, int mb) {
     const auto& s = strat(layer);
     if (s.tp == 1 || !s.sequence_parallel) return -1;
-    int64_t bytes = int64_t(e_) * samples(layer) * m_.seq_len * m_.hidden;
+    const int64_t bytes = token_stream_bytes(m_, samples(layer), p_.dtype);
     int c = -1;
     const int gathers = ph == Phase::backward && b != Block::head ? 2 : 1;
     for (int i = 0; i < gathers; ++i) {
@@ -296,7 +296,7 @@ class StageBuilder {
   int tp_after(Block b, Phase ph, int layer, int mb) {
     const auto& s = strat(layer);
     if (s.tp == 1) return -1;
-    int64_t bytes = int64_t(e_) * samples(layer) * m_.seq_len * m_.hidden;
+    const int64_t bytes = token_stream_bytes(m_, samples(layer), p_.dtype);
     int c = collective(Stream::tp_comm,
                        s.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce,
                        GroupKind::tp, s.tp, bytes, b, ph, layer, mb, {last_compute_});
@@ -320,42 +320,34 @@ class StageBuilder {
   // The next compute op waits for the fetch, or, with `wait_out`, whoever the caller hands the
   // returned op id to (a prefetch for a later layer).
   int fetch_params(int layer, Phase ph, int mb, int after, int* wait_out = nullptr) {
-    return fetch(strat(layer), layer_params(layer) * e_, layer, ph, mb, after, wait_out);
+    return fetch(strat(layer), layer_params(layer), layer, ph, mb, after, wait_out);
   }
-  // `bytes` of parameters of strategy s (layer -1: embedding or LM head), or -1 when resident.
-  int fetch(const LayerStrategy& s, int64_t bytes, int layer, Phase ph, int mb, int after,
+  // `params` parameters of strategy s (layer -1: embedding or LM head): returns their buffer,
+  // or -1 when resident.
+  int fetch(const LayerStrategy& s, int64_t params, int layer, Phase ph, int mb, int after,
             int* wait_out = nullptr) {
+    const WeightFetch f = weight_fetch(s, params, p_.dtype);
     auto wait_for = [&](int op) {
       if (wait_out)
         *wait_out = op;
       else
         compute_waits_.push_back(op);
     };
-    if (s.zero == 3 && s.dp > 1) {
-      // ZeRO-Infinity: the rank's shard lives in host memory; it crosses PCIe into its place
-      // in the gather buffer before the (in-place) all-gather can start.
-      int buf = alloc(s.offload_params ? Stream::h2d : Stream::dp_comm, MemCategory::buffers, bytes,
-                      layer, mb, ph, Block::none, {after});
-      if (s.offload_params) {
-        Op op = make(OpKind::copy_h2d, Stream::h2d, Block::none, ph, layer, mb);
-        op.category = MemCategory::weights;
-        op.bytes = (bytes + s.dp - 1) / s.dp;
-        after = emit(op, {after});
-      }
-      wait_for(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp, bytes,
-                          Block::none, ph, layer, mb, {after}));
-      return buf;
-    }
-    if (s.offload_params) {
-      int buf =
-          alloc(Stream::h2d, MemCategory::buffers, bytes, layer, mb, ph, Block::none, {after});
+    if (f.bytes == 0) return -1;
+    // ZeRO-Infinity: the rank's shard lives in host memory; it crosses PCIe into its place in
+    // the gather buffer before the (in-place) all-gather can start.
+    const int buf = alloc(s.offload_params ? Stream::h2d : Stream::dp_comm, MemCategory::buffers,
+                          f.bytes, layer, mb, ph, Block::none, {after});
+    if (f.h2d_bytes > 0) {
       Op op = make(OpKind::copy_h2d, Stream::h2d, Block::none, ph, layer, mb);
       op.category = MemCategory::weights;
-      op.bytes = bytes;
-      wait_for(emit(op, {after}));
-      return buf;
+      op.bytes = f.h2d_bytes;
+      after = emit(op, {after});
     }
-    return -1;
+    wait_for(f.gathers ? collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp,
+                                    f.bytes, Block::none, ph, layer, mb, {after})
+                       : after);
+    return buf;
   }
 
   // ---- passes --------------------------------------------------------------------------
@@ -479,20 +471,14 @@ class StageBuilder {
       int re_a = -1, re_m = -1;
       if (s.recompute == Recompute::full) {
         // Rebuild the layer's activations from its saved input, communication included.
-        re_a = alloc(Stream::compute, MemCategory::activations,
-                     kept_activation_bytes(m_, s, Block::attention, b, Recompute::none,
-                                           p_.flash_attention, p_.dtype) -
-                         kept_activation_bytes(m_, s, Block::attention, b, Recompute::full,
-                                               p_.flash_attention, p_.dtype),
-                     l, mb, Phase::recompute, Block::attention);
+        re_a = alloc(Stream::compute, MemCategory::activations, rebuilt(l, Block::attention), l, mb,
+                     Phase::recompute, Block::attention);
         tp_before(Block::attention, Phase::recompute, l, mb);
         compute(Block::attention, Phase::recompute, l, mb, b, w.forward[0].flops,
                 w.forward[0].bytes);
         tp_after(Block::attention, Phase::recompute, l, mb);
-        re_m = alloc(Stream::compute, MemCategory::activations,
-                     kept_activation_bytes(m_, s, Block::mlp, b, Recompute::none,
-                                           p_.flash_attention, p_.dtype),
-                     l, mb, Phase::recompute, Block::mlp);
+        re_m = alloc(Stream::compute, MemCategory::activations, rebuilt(l, Block::mlp), l, mb,
+                     Phase::recompute, Block::mlp);
         tp_before(Block::mlp, Phase::recompute, l, mb);
         compute(Block::mlp, Phase::recompute, l, mb, b, w.forward[1].flops, w.forward[1].bytes);
         tp_after(Block::mlp, Phase::recompute, l, mb);
@@ -514,15 +500,10 @@ class StageBuilder {
             l > r.begin ? fetch_params(l - 1, Phase::backward, mb, prev_mlp, &next_wait) : -1;
       if (s.recompute == Recompute::selective && !p_.flash_attention) {
         // The attention probabilities were not kept: rebuild them from the saved Q and K.
-        const LayerStrategy& ss = s;
-        BlockWork core = attention_core_work(m_, ss, b, false);
-        int64_t probs =
-            kept_activation_bytes(m_, s, Block::attention, b, Recompute::none, false, p_.dtype) -
-            kept_activation_bytes(m_, s, Block::attention, b, Recompute::selective, false,
-                                  p_.dtype);
-        re_a = alloc(Stream::compute, MemCategory::activations, probs, l, mb, Phase::recompute,
-                     Block::attention);
-        compute(Block::attention, Phase::recompute, l, mb, b, core.attention_flops / 2,
+        const BlockWork core = selective_recompute_work(m_, s, b);
+        re_a = alloc(Stream::compute, MemCategory::activations, rebuilt(l, Block::attention), l, mb,
+                     Phase::recompute, Block::attention);
+        compute(Block::attention, Phase::recompute, l, mb, b, core.attention_flops,
                 core.elementwise_bytes);
       }
       tp_before(Block::attention, Phase::backward, l, mb);
@@ -565,13 +546,11 @@ class StageBuilder {
   // `after`: the compute before this pass, which the lookup's fetch follows.
   void embedding_forward(int mb, int after) {
     const auto& s = p_.embedding;
-    const int b = samples(-1);
-    int64_t out_bytes = int64_t(e_) * b * m_.seq_len * m_.hidden;
+    const int64_t out_bytes = token_stream_bytes(m_, samples(-1), p_.dtype);
     // The lookup reads the word (and position) embeddings; their backward, a scatter-add of
     // the output gradient, does not, so only the forward fetches them.
-    int fetched =
-        fetch(s, embedding_parameters_per_rank(m_, s.tp) * e_, -1, Phase::forward, mb, after);
-    compute(Block::embedding, Phase::forward, -1, mb, b, 0, 2.0 * out_bytes);
+    int fetched = fetch(s, embedding_parameters_per_rank(m_, s.tp), -1, Phase::forward, mb, after);
+    compute(embedding_op(m_, samples(-1), Phase::forward, p_.dtype), -1, mb);
     release(fetched, Stream::compute);
     if (s.tp > 1) {
       // Vocabulary-parallel lookup: partial rows are summed across the tp group.
@@ -585,14 +564,13 @@ class StageBuilder {
 
   void embedding_backward(int mb) {
     const auto& s = p_.embedding;
-    const int b = samples(-1);
-    int64_t bytes = int64_t(e_) * b * m_.seq_len * m_.hidden;
+    const int64_t bytes = token_stream_bytes(m_, samples(-1), p_.dtype);
     stage_grads(-1, mb);
     if (s.tp > 1 && s.sequence_parallel)
       compute_waits_.push_back(collective(Stream::tp_comm, Collective::all_gather, GroupKind::tp,
                                           s.tp, bytes, Block::embedding, Phase::backward, -1, mb,
                                           {last_compute_}));
-    int c = compute(Block::embedding, Phase::backward, -1, mb, b, 0, 2.0 * bytes);
+    int c = compute(embedding_op(m_, samples(-1), Phase::backward, p_.dtype), -1, mb);
     flush_staging_free();
     if (mb == last_bwd_mb_[chunk_]) c = tied_reduce(c);
     if (mb == last_bwd_mb_[chunk_] || per_microbatch(-1)) c = sp_replicated_reduce(-1, c);
@@ -607,8 +585,7 @@ class StageBuilder {
   // gradients reach the shard only after the two stages' copies are summed, once per
   // iteration, so both stages stage them whole until then.
   bool per_microbatch(int layer) const {
-    const auto& s = strat(layer);
-    return s.zero >= 2 && s.dp > 1 && !(layer < 0 && tied_split());
+    return grad_sync(strat(layer)).per_microbatch && !(layer < 0 && tied_split());
   }
   bool tied_split() const { return m_.tied_embeddings && p_.pp > 1; }
 
@@ -617,7 +594,7 @@ class StageBuilder {
   // dp stream, which no pipeline transfer waits for. Returns the op later reductions follow.
   int tied_reduce(int after) {
     if (p_.pp == 1 || !m_.tied_embeddings) return after;
-    int64_t bytes = vocab_rows_per_rank(m_, p_.embedding.tp) * m_.hidden * e_;
+    const int64_t bytes = tied_embedding_reduce_bytes(m_, p_.embedding.tp, p_.dtype);
     const int16_t chunk = static_cast<int16_t>(chunk_);
     int c = collective(Stream::dp_comm, Collective::all_reduce, GroupKind::tied_embedding, 1, bytes,
                        Block::embedding, Phase::backward, -1, -1, {after});
@@ -643,35 +620,29 @@ class StageBuilder {
   // prefetches its successor's).
   int fetch_head(int mb, int after) {
     const auto& s = p_.embedding;
-    return fetch(s, head_compute_parameters_per_rank(m_, s.tp) * e_, -1, Phase::forward, mb, after);
+    return fetch(s, head_compute_parameters_per_rank(m_, s.tp), -1, Phase::forward, mb, after);
   }
 
   // `fetched`: the buffer of the head's fetched weights (-1 when resident).
   void head(int mb, int fetched) {
     const auto& s = p_.embedding;
-    const int b = samples(-1);
-    const double T = double(b) * m_.seq_len;
-    const double logits_flops = 2.0 * T * m_.hidden * vocab_rows_per_rank(m_, s.tp);
+    const HeadOps h = head_ops(m_, s.tp, samples(-1), p_.dtype);
     // fp32 logits live from the forward to the backward of the loss.
-    int64_t logits = static_cast<int64_t>(4.0 * T * vocab_rows_per_rank(m_, s.tp));
-    int buf = alloc(Stream::compute, MemCategory::activations, logits, -1, mb, Phase::forward,
-                    Block::head);
+    int buf = alloc(Stream::compute, MemCategory::activations, h.logits_bytes, -1, mb,
+                    Phase::forward, Block::head);
     tp_before(Block::head, Phase::forward, -1, mb);
-    compute(Block::head, Phase::forward, -1, mb, b, logits_flops,
-            2.0 * logits + 2.0 * e_ * T * m_.hidden);
+    compute(h.forward, -1, mb);
     if (s.tp > 1) {
       // Vocabulary-parallel cross entropy (Megatron-LM): the row maximum of the logits, then
       // the sum of exponentials and the target logit, per token.
       int c = collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, s.tp,
-                         static_cast<int64_t>(4 * T), Block::head, Phase::forward, -1, mb,
-                         {last_compute_});
-      c = collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, s.tp,
-                     static_cast<int64_t>(8 * T), Block::head, Phase::forward, -1, mb, {c});
+                         h.loss_max_bytes, Block::head, Phase::forward, -1, mb, {last_compute_});
+      c = collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, s.tp, h.loss_sum_bytes,
+                     Block::head, Phase::forward, -1, mb, {c});
       compute_waits_.push_back(c);
     }
     stage_grads(-1, mb);
-    compute(Block::head, Phase::backward, -1, mb, b, 2 * logits_flops,
-            2.0 * logits + 2.0 * e_ * T * m_.hidden);
+    compute(h.backward, -1, mb);
     release(buf, Stream::compute);
     // The final norm's backward runs on the reduced input gradient: its weight (fetched under
     // ZeRO-3) is held until then.
@@ -722,7 +693,7 @@ class StageBuilder {
     int64_t params = layer >= 0 ? layer_params(layer) : embed_params();
     Op op = make(OpKind::collective, Stream::dp_comm, Block::none, Phase::backward,
                  layer < 0 ? -1 : layer, mb);
-    op.collective = s.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
+    op.collective = grad_sync(s).reduce;
     op.group = GroupKind::dp;
     op.tp = static_cast<uint8_t>(s.tp);
     op.bytes = params * e_;
@@ -743,21 +714,14 @@ class StageBuilder {
   // ---- whole-iteration parts -------------------------------------------------------------
   // Resident model states: weights, gradients and optimizer states, after ZeRO and offload.
   void setup() {
-    int64_t w = 0, g = 0, o = 0;
-    auto add = [&](const LayerStrategy& s, int64_t params) {
-      const int64_t shard = (params + s.dp - 1) / s.dp;
-      w += s.offload_params ? 0 : (s.zero == 3 ? shard : params) * e_;
-      g += (s.zero >= 2 ? shard : params) * e_;
-      o += s.offload_optimizer ? 0 : (s.zero >= 1 ? shard : params) * opt_bytes_per_param();
-    };
-    for (int l : stage_layers()) add(strat(l), layer_params(l));
-    if (embed_params() > 0) add(p_.embedding, embed_params());
-    static_bufs_[0] =
-        alloc(Stream::compute, MemCategory::weights, w, -1, -1, Phase::setup, Block::none);
-    static_bufs_[1] =
-        alloc(Stream::compute, MemCategory::grads, g, -1, -1, Phase::setup, Block::none);
-    static_bufs_[2] =
-        alloc(Stream::compute, MemCategory::optimizer, o, -1, -1, Phase::setup, Block::none);
+    for (int l : stage_layers()) states_.add(strat(l), layer_params(l), p_.dtype);
+    if (embed_params() > 0) states_.add(p_.embedding, embed_params(), p_.dtype);
+    static_bufs_[0] = alloc(Stream::compute, MemCategory::weights, states_.weights, -1, -1,
+                            Phase::setup, Block::none);
+    static_bufs_[1] = alloc(Stream::compute, MemCategory::grads, states_.grads, -1, -1,
+                            Phase::setup, Block::none);
+    static_bufs_[2] = alloc(Stream::compute, MemCategory::optimizer, states_.optimizer, -1, -1,
+                            Phase::setup, Block::none);
   }
 
   void optimizer() {
@@ -767,17 +731,11 @@ class StageBuilder {
     for (int w : waits) compute_waits_.push_back(w);
     // host_resident: updated in place where they live (offloaded parameters), nothing to copy
     // back to the device.
-    int64_t device_params = 0, host_params = 0, host_resident = 0;
-    auto add = [&](const LayerStrategy& s, int64_t params) {
-      int64_t n = s.zero >= 1 ? (params + s.dp - 1) / s.dp : params;
-      (s.offload_optimizer ? host_params : device_params) += n;
-      if (s.offload_optimizer && s.offload_params) host_resident += n;
-    };
-    for (int l : stage_layers()) add(strat(l), layer_params(l));
-    if (embed_params() > 0) add(p_.embedding, embed_params());
-    // AdamW streams weights, grads and both moments through HBM (read and write).
-    int opt = compute(Block::optimizer, Phase::optimizer, -1, -1, 0, 12.0 * device_params,
-                      double(device_params) * (2 * opt_bytes_per_param() + 2 * e_));
+    const int64_t host_params = states_.host_opt_params;
+    const int64_t host_resident = states_.host_resident_params;
+    Op step = adamw_op(states_.device_opt_params, p_.dtype);
+    step.chunk = static_cast<int16_t>(chunk_);
+    int opt = emit(step, {});
     // The gathers of updated weights wait for the device update and for the host's, copied
     // back.
     int updated = opt;
@@ -786,10 +744,7 @@ class StageBuilder {
       d2h.category = MemCategory::grads;
       d2h.bytes = host_params * e_;
       int a = emit(d2h, waits);
-      Op hc = make(OpKind::host_compute, Stream::d2h, Block::optimizer, Phase::optimizer, -1, -1);
-      hc.flops = 12.0 * host_params;
-      hc.bytes = host_params * (2 * opt_bytes_per_param() + 2 * e_);
-      int b = emit(hc, {a});
+      int b = emit(adamw_host_op(host_params, p_.dtype), {a});
       if (host_params > host_resident) {
         Op h2d = make(OpKind::copy_h2d, Stream::h2d, Block::optimizer, Phase::optimizer, -1, -1);
         h2d.category = MemCategory::weights;
@@ -803,13 +758,13 @@ class StageBuilder {
     // ZeRO-1/2: every rank updated a shard; gather the new weights.
     for (int l : stage_layers()) {
       const auto& s = strat(l);
-      if (s.dp > 1 && (s.zero == 1 || s.zero == 2))
+      if (grad_sync(s).gather_after_step)
         compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp,
                                             s.tp, layer_params(l) * e_, Block::optimizer,
                                             Phase::optimizer, l, -1, {opt, updated}));
     }
     const auto& s = p_.embedding;
-    if (embed_params() > 0 && s.dp > 1 && (s.zero == 1 || s.zero == 2))
+    if (embed_params() > 0 && grad_sync(s).gather_after_step)
       compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp,
                                           s.tp, embed_params() * e_, Block::optimizer,
                                           Phase::optimizer, -1, -1, {opt, updated}));
@@ -836,6 +791,7 @@ class StageBuilder {
   int last_compute_ = -1;
   int next_buffer_ = 0;
   int static_bufs_[3] = {-1, -1, -1};
+  ModelStates states_;  // of the stage's layers, embedding and head (setup)
   int head_done_mb_ = -1;
   std::vector<int> compute_waits_;
   std::vector<int> grad_reductions_;

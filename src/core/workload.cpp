@@ -61,6 +61,12 @@ BlockWork attention_core_work(const ModelSpec& m, const LayerStrategy& st, int s
   return w;
 }
 
+BlockWork selective_recompute_work(const ModelSpec& m, const LayerStrategy& st, int samples) {
+  BlockWork core = attention_core_work(m, st, samples, false);
+  core.attention_flops /= 2;  // QK^T only
+  return core;
+}
+
 BlockWork forward_work(const ModelSpec& m, const LayerStrategy& st, Block b, int samples,
                        bool flash) {
   Shape x = shape_of(m, st, samples);
@@ -120,6 +126,17 @@ int64_t kept_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Block
   return bytes;
 }
 
+int64_t recomputed_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Block b,
+                                    int samples, bool flash, Dtype dt) {
+  if (st.recompute == Recompute::none) return 0;
+  return kept_activation_bytes(m, st, b, samples, Recompute::none, flash, dt) -
+         kept_activation_bytes(m, st, b, samples, st.recompute, flash, dt);
+}
+
+int64_t token_stream_bytes(const ModelSpec& m, int samples, Dtype dt) {
+  return int64_t(dtype_bytes(dt)) * samples * m.seq_len * m.hidden;
+}
+
 int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Block b, int samples,
                                Recompute rc, bool flash, Dtype dt) {
   Shape x = shape_of(m, st, samples);
@@ -174,9 +191,7 @@ int64_t stream_workspace(const Shape& x, const LayerStrategy& st, int64_t params
 int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int samples, Dtype dt) {
   Shape x = shape_of(m, st, samples);
   const int64_t e = dtype_bytes(dt);
-  const int64_t params = block_parameters_per_rank(m, st.tp, Block::attention) +
-                         block_parameters_per_rank(m, st.tp, Block::mlp);
-  int64_t bytes = stream_workspace(x, st, params, e);
+  int64_t bytes = stream_workspace(x, st, layer_parameters_per_rank(m, st.tp), e);
   // d_qkv, d_attn, d_fc1 (gate and up), d_act
   bytes += e * x.T * ((x.h + 2 * x.kvh) / x.t + x.h / x.t + (x.ffn_gemm_width + 1) * x.f / x.t);
   return bytes;
@@ -217,6 +232,11 @@ int64_t block_parameters_per_rank(const ModelSpec& m, int tp, Block b) {
     return p;
   }
   throw std::logic_error("block_parameters_per_rank: only attention and mlp blocks");
+}
+
+int64_t layer_parameters_per_rank(const ModelSpec& m, int tp) {
+  return block_parameters_per_rank(m, tp, Block::attention) +
+         block_parameters_per_rank(m, tp, Block::mlp);
 }
 
 int64_t replicated_block_parameters(const ModelSpec& m, Block b) {

@@ -35,34 +35,56 @@ bool Geometry::same_node(int s, int t) const {
   return (s * D) / g == (t * D) / g && (s * D + D - 1) / g == (t * D + D - 1) / g;
 }
 
-int64_t optimizer_bytes_per_param(Dtype d) {
-  return d == Dtype::fp32 ? 8 : 12;
+double optimizer_step_s(const CostModel& c, int64_t params) {
+  return c.compute_time_s(adamw_op(params, c.plan().dtype));
 }
 
-void ModelStates::add(const LayerStrategy& s, int64_t params, int elem_bytes,
-                      int64_t opt_bytes_per_param) {
-  const int64_t shard = (params + s.dp - 1) / s.dp;
-  weights += s.offload_params ? 0 : (s.zero == 3 ? shard : params) * elem_bytes;
-  grads += (s.zero >= 2 ? shard : params) * elem_bytes;
-  const int64_t n = s.zero >= 1 ? shard : params;
-  optimizer += s.offload_optimizer ? 0 : n * opt_bytes_per_param;
-  (s.offload_optimizer ? host_opt_params : device_opt_params) += n;
+double host_optimizer_step_s(const CostModel& c, int64_t params) {
+  const Dtype dt = c.plan().dtype;
+  return 2 * c.copy_cost(params * dtype_bytes(dt)).time_s() +
+         c.compute_time_s(adamw_host_op(params, dt));
+}
+
+GradSyncCost grad_sync_cost(const CostModel& c, const LayerStrategy& s, int64_t params,
+                            int dp_nodes) {
+  const GradSync g = grad_sync(s);
+  GradSyncCost x;
+  x.per_microbatch = g.per_microbatch;
+  if (g.reduce == Collective::none) return x;
+  const int64_t gbytes = params * c.grad_reduce_bytes();  // gradients on the wire
+  x.reduce_s = c.collective_cost(g.reduce, gbytes, s.dp, dp_nodes).time_s();
+  if (g.gather_after_step)
+    x.gather_s = c.collective_cost(Collective::all_gather, params * dtype_bytes(c.plan().dtype),
+                                   s.dp, dp_nodes)
+                     .time_s();
+  return x;
+}
+
+ReshardCost reshard_cost(const CostModel& c, const LayerStrategy& from, int from_samples,
+                         const LayerStrategy& to, int to_samples) {
+  ReshardCost r;
+  const int a = from.stream_tp(), b = to.stream_tp();
+  auto gather = [&](const LayerStrategy& s, int samples, int size) {
+    const int64_t bytes = boundary_activation_bytes(c.model(), s, samples, c.plan().dtype);
+    return c.collective_cost(Collective::all_gather, bytes, size, 1).time_s();
+  };
+  if (a < b && b % a == 0) r.fwd_s = gather(to, to_samples, b / a);
+  if (b < a && a % b == 0) r.bwd_s = gather(from, from_samples, a / b);
+  return r;
 }
 
 FetchCost fetch_cost(const CostModel& c, const LayerStrategy& s, int64_t params, int dp_nodes,
                      bool with_time) {
   FetchCost f;
-  const bool gathers = s.zero == 3 && s.dp > 1;
-  if (!gathers && !s.offload_params) return f;
-  const int64_t pbytes = params * dtype_bytes(c.plan().dtype);
-  f.bytes = pbytes;
-  if (!with_time) return f;
-  if (gathers) {
-    f.time_s = c.collective_cost(Collective::all_gather, pbytes, s.dp, dp_nodes).time_s();
+  const WeightFetch w = weight_fetch(s, params, c.plan().dtype);
+  f.bytes = w.bytes;
+  if (w.bytes == 0 || !with_time) return f;
+  if (w.gathers) {
+    f.time_s = c.collective_cost(Collective::all_gather, w.bytes, s.dp, dp_nodes).time_s();
     // ZeRO-3 with offloaded parameters: the shard crosses PCIe before each gather.
-    if (s.offload_params) f.time_s += c.copy_cost((pbytes + s.dp - 1) / s.dp).time_s();
+    if (w.h2d_bytes > 0) f.time_s += c.copy_cost(w.h2d_bytes).time_s();
   } else {
-    f.time_s = c.copy_cost(pbytes).time_s();
+    f.time_s = c.copy_cost(w.h2d_bytes).time_s();
     f.on_h2d = true;
   }
   return f;
@@ -72,18 +94,13 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
                      bool with_time) {
   const ModelSpec& m = c.model();
   const Plan& p = c.plan();
-  const int e = dtype_bytes(p.dtype);
   const bool flash = p.flash_attention;
   LayerCost lc;
-  const int64_t params = block_parameters_per_rank(m, s.tp, Block::attention) +
-                         block_parameters_per_rank(m, s.tp, Block::mlp);
-  lc.states.add(s, params, e, optimizer_bytes_per_param(p.dtype));
+  const int64_t params = layer_parameters_per_rank(m, s.tp);
+  lc.states.add(s, params, p.dtype);
   // Activations, tensor by tensor as the Program allocates them.
-  auto saved = [&](Block blk, Recompute rc, bool fl) {
-    return kept_activation_bytes(m, s, blk, b, rc, fl, p.dtype);
-  };
-  const int64_t sa = saved(Block::attention, s.recompute, flash);
-  const int64_t sm = saved(Block::mlp, s.recompute, flash);
+  const int64_t sa = kept_activation_bytes(m, s, Block::attention, b, s.recompute, flash, p.dtype);
+  const int64_t sm = kept_activation_bytes(m, s, Block::mlp, b, s.recompute, flash, p.dtype);
   const FetchCost fetch = fetch_cost(c, s, params, dp_nodes, with_time);
   const int64_t fetch_bytes = fetch.bytes;
   lc.kept = s.offload_activations ? 0 : sa + sm;
@@ -93,12 +110,15 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
   // Backward of the layer: the mlp backward runs with both blocks' saved tensors (and full
   // recompute's rebuilt ones); the attention backward with the attention's only.
   int64_t during_mlp = sa + sm, during_attn = sa;
+  auto rebuilt = [&](Block blk) {
+    return recomputed_activation_bytes(m, s, blk, b, flash, p.dtype);
+  };
   if (s.recompute == Recompute::full) {
-    const int64_t re_a = saved(Block::attention, Recompute::none, flash) - sa;
-    during_mlp += re_a + saved(Block::mlp, Recompute::none, flash);
+    const int64_t re_a = rebuilt(Block::attention);
+    during_mlp += re_a + rebuilt(Block::mlp);
     during_attn += re_a;
   } else if (s.recompute == Recompute::selective && !flash) {
-    during_attn += saved(Block::attention, Recompute::none, false) - sa;  // probabilities
+    during_attn += rebuilt(Block::attention);  // probabilities
   }
   lc.bwd_mlp_act = during_mlp;
   lc.bwd_attn_act = during_attn;
@@ -115,12 +135,10 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
   if (s.recompute == Recompute::full) {
     lc.rec_s = lc.fwd_s;
   } else if (s.recompute == Recompute::selective && !flash) {
-    BlockWork core = attention_core_work(m, s, b, false);
-    core.attention_flops /= 2;  // QK^T only: AV's output is saved as the projection input
-    lc.rec_s = c.block_time_s(core);
+    lc.rec_s = c.block_time_s(selective_recompute_work(m, s, b));
   }
   if (s.tp > 1) {
-    const int64_t msg = int64_t(e) * b * m.seq_len * m.hidden;
+    const int64_t msg = token_stream_bytes(m, b, p.dtype);
     // Under sequence parallelism backward gathers twice (output gradient and sharded input).
     const double gather = coll(Collective::all_gather, msg, s.tp, tp_nodes);
     const double per_block = s.sequence_parallel
@@ -149,17 +167,11 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
     // (The once-per-iteration sum of the norms' gradients under sequence parallelism, a few
     // KiB, is left to the simulator.)
   }
-  const int64_t pbytes = params * e;
-  const int64_t gbytes = params * c.grad_reduce_bytes();  // gradients on the wire
   lc.fetch_s = fetch.time_s;
   lc.fetch_on_h2d = fetch.on_h2d;
-  if (s.dp > 1) {
-    if (s.zero >= 2) lc.grad_rs_mb_s = coll(Collective::reduce_scatter, gbytes, s.dp, dp_nodes);
-    if (s.zero == 0) lc.grad_reduce_s = coll(Collective::all_reduce, gbytes, s.dp, dp_nodes);
-    if (s.zero == 1) lc.grad_reduce_s = coll(Collective::reduce_scatter, gbytes, s.dp, dp_nodes);
-    if (s.zero == 1 || s.zero == 2)
-      lc.gather_s = coll(Collective::all_gather, pbytes, s.dp, dp_nodes);
-  }
+  const GradSyncCost sync = grad_sync_cost(c, s, params, dp_nodes);
+  (sync.per_microbatch ? lc.grad_rs_mb_s : lc.grad_reduce_s) = sync.reduce_s;
+  lc.gather_s = sync.gather_s;
   if (s.offload_activations) {
     lc.act_d2h_s = c.copy_cost(sa + sm).time_s();
     lc.act_h2d_s = lc.act_d2h_s;
@@ -175,33 +187,31 @@ EmbeddingHeadCost embedding_head_cost(const CostModel& c, const LayerStrategy& e
                            std::to_string(c.plan().embedding.tp) + ", the strategy " +
                            std::to_string(es.tp));
   const ModelSpec& m = c.model();
-  const int e = dtype_bytes(c.plan().dtype);
   auto coll = [&](Collective k, int64_t bytes) {
     return c.collective_cost(k, bytes, es.tp, tpn).time_s();
   };
   EmbeddingHeadCost x;
   x.emb_fetch = fetch_cost(c, es, embedding_parameters_per_rank(m, es.tp), dpn, with_time);
   x.head_fetch = fetch_cost(c, es, head_compute_parameters_per_rank(m, es.tp), dpn, with_time);
-  const double T = double(b) * m.seq_len;
-  x.logits_bytes = static_cast<int64_t>(4.0 * T * vocab_rows_per_rank(m, es.tp));
+  const Dtype dt = c.plan().dtype;
+  const HeadOps head = head_ops(m, es.tp, b, dt);
+  x.logits_bytes = head.logits_bytes;
   if (!with_time) return x;
-  const int64_t act = int64_t(e) * b * m.seq_len * m.hidden;
-  const double launch = c.cluster().gpu.kernel_launch_s;
-  x.emb_fwd_s = c.elementwise_time_s(2.0 * act) + launch;
-  x.emb_bwd_s = c.elementwise_time_s(2.0 * act) + 2 * launch;
+  const int64_t act = token_stream_bytes(m, b, dt);
+  x.emb_fwd_s = c.compute_time_s(embedding_op(m, b, Phase::forward, dt));
+  x.emb_bwd_s = c.compute_time_s(embedding_op(m, b, Phase::backward, dt));
   const Collective input_reduce =
       es.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce;
   if (es.tp > 1) x.emb_tp_s = coll(input_reduce, act);
   // Under sequence parallelism the lookup's backward gathers the sharded gradient.
   if (es.tp > 1 && es.sequence_parallel) x.emb_tp_s += coll(Collective::all_gather, act);
-  const double ew = 2.0 * x.logits_bytes + 2.0 * e * T * m.hidden;
-  x.head_fwd_s = c.block_time_s(c.head_work(Phase::forward, b, ew));
-  x.head_bwd_s = c.block_time_s(c.head_work(Phase::backward, b, ew));
+  x.head_fwd_s = c.compute_time_s(head.forward);
+  x.head_bwd_s = c.compute_time_s(head.backward);
   if (es.tp > 1) {
     if (es.sequence_parallel) x.head_tp_s += coll(Collective::all_gather, act);
     // Vocabulary-parallel cross entropy: the max, then sum-exp and target logit per token.
-    x.head_tp_s += coll(Collective::all_reduce, static_cast<int64_t>(4 * T)) +
-                   coll(Collective::all_reduce, static_cast<int64_t>(8 * T));
+    x.head_tp_s += coll(Collective::all_reduce, head.loss_max_bytes) +
+                   coll(Collective::all_reduce, head.loss_sum_bytes);
     x.head_tp_bwd_s = coll(input_reduce, act);
     x.head_tp_s += x.head_tp_bwd_s;
   }

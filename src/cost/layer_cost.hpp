@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "stratagem/cost.hpp"
+#include "stratagem/iteration.hpp"
 
 namespace stratagem::cost_detail {
 
@@ -21,17 +22,30 @@ struct Geometry {
   bool same_node(int s, int t) const;
 };
 
-// Model states of `params` parameters under a strategy, as the Program's setup() allocates
-// them: weights and gradients in the plan's dtype, optimizer states (fp32 master + Adam
-// moments) after ZeRO, nothing on the device for what is offloaded.
-struct ModelStates {
-  int64_t weights = 0, grads = 0, optimizer = 0;       // device bytes
-  int64_t device_opt_params = 0, host_opt_params = 0;  // parameters each optimizer updates
-  void add(const LayerStrategy& s, int64_t params, int elem_bytes, int64_t opt_bytes_per_param);
+// The AdamW step (iteration.hpp's templates) over `params` parameters: on the device, or
+// offloaded (the gradients down over PCIe, the host step, the updated weights back up).
+double optimizer_step_s(const CostModel& cost, int64_t params);
+double host_optimizer_step_s(const CostModel& cost, int64_t params);
+
+// A strategy's data-parallel gradient synchronisation (iteration.hpp's grad_sync) of `params`
+// parameters over a dp group spanning dp_nodes nodes.
+struct GradSyncCost {
+  double reduce_s = 0;  // one reduction: per micro-batch (ZeRO-2/3) or once after the last
+  bool per_microbatch = false;
+  double gather_s = 0;  // the gather of the updated weights after the step (ZeRO-1/2)
 };
-// Optimizer-state bytes per parameter: fp32 master + two moments (12), or two moments when the
-// weights are already fp32 (8).
-int64_t optimizer_bytes_per_param(Dtype d);
+GradSyncCost grad_sync_cost(const CostModel& cost, const LayerStrategy& s, int64_t params,
+                            int dp_nodes);
+
+// Samples moving between ranks where the stream's holding changes (LayerStrategy::stream_tp)
+// from a layer of strategy `from` (`from_samples` per rank) to one of `to`, as the Program's
+// reshard: an all-gather of the boundary activations in forward when the replicas holding a
+// whole stream grow, in backward when they shrink (at most one of the two is non-zero).
+struct ReshardCost {
+  double fwd_s = 0, bwd_s = 0;
+};
+ReshardCost reshard_cost(const CostModel& cost, const LayerStrategy& from, int from_samples,
+                         const LayerStrategy& to, int to_samples);
 
 struct LayerCost {
   // Kernels per micro-batch (seconds on one rank).

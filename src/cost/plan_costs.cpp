@@ -40,7 +40,6 @@ class Analyzer {
         p_(cost.plan()),
         with_time_(with_time),
         e_(dtype_bytes(p_.dtype)),
-        opt_bpp_(optimizer_bytes_per_param(p_.dtype)),
         A_(scratch.A),
         fpk_(scratch.fpk),
         bpk_(scratch.bpk),
@@ -88,13 +87,7 @@ class Analyzer {
 
   // Embedding (+ LM head) parameters of a stage, as the Program's embed_params().
   int64_t embed_params(int s) const {
-    const bool first = s == 0, last = s == p_.pp - 1;
-    int64_t n = 0;
-    if (first) n += embedding_parameters_per_rank(m_, p_.embedding.tp);
-    if (last) n += head_parameters_per_rank(m_, p_.embedding.tp);
-    if (last && !first && m_.tied_embeddings)
-      n += vocab_rows_per_rank(m_, p_.embedding.tp) * m_.hidden;
-    return n;
+    return end_parameters_per_rank(m_, p_.embedding.tp, s == 0, s == p_.pp - 1);
   }
 
   // One layer's parameters on a rank of tensor degree tp (a one-entry cache: the staged
@@ -102,8 +95,7 @@ class Analyzer {
   int64_t layer_params(int tp) {
     if (tp != params_tp_) {
       params_tp_ = tp;
-      params_ = block_parameters_per_rank(m_, tp, Block::attention) +
-                block_parameters_per_rank(m_, tp, Block::mlp);
+      params_ = layer_parameters_per_rank(m_, tp);
     }
     return params_;
   }
@@ -205,12 +197,11 @@ class Analyzer {
         double tp = lc.tp_fwd_s + lc.tp_bwd_s + lc.tp_rec_s;
         double tp_bwd = lc.tp_bwd_s + lc.tp_rec_s;
         // Samples move between ranks where the stream's holding changes (Program::reshard).
-        const int a = strat(l - 1).stream_tp(), b = st.stream_tp();
-        if (a < b && b % a == 0) tp += coll(Collective::all_gather, boundary(l), b / a, 1);
-        if (b < a && a % b == 0) {
-          const double t = coll(Collective::all_gather, boundary(l - 1), a / b, 1);
-          tp += t;
-          tp_bwd += t;
+        if (strat(l - 1).stream_tp() != st.stream_tp()) {
+          const ReshardCost rs = reshard_cost(c_, strat(l - 1), samples(l - 1), st, samples(l));
+          tp += rs.fwd_s;
+          tp += rs.bwd_s;
+          tp_bwd += rs.bwd_s;
         }
         sc.tp_s += tp;
         sc.tp_bwd_s += tp_bwd;
@@ -238,13 +229,11 @@ class Analyzer {
       // The last layer's output reshards to the LM head's (tp, dp) in forward, the loss's
       // gradient back in backward (Program::reshard), as between layers.
       if (with_time_ && ch == nchunks - 1 && r.end > r.begin) {
-        const int a = p_.layers[r.end - 1].stream_tp(), b = es.stream_tp();
-        if (a < b && b % a == 0) sc.tp_s += coll(Collective::all_gather, boundary(-1), b / a, 1);
-        if (b < a && a % b == 0) {
-          const double t = coll(Collective::all_gather, boundary(r.end - 1), a / b, 1);
-          sc.tp_s += t;
-          sc.tp_bwd_s += t;
-        }
+        const ReshardCost rs =
+            reshard_cost(c_, p_.layers[r.end - 1], samples(r.end - 1), es, samples(-1));
+        sc.tp_s += rs.fwd_s;
+        sc.tp_s += rs.bwd_s;
+        sc.tp_bwd_s += rs.bwd_s;
       }
       // fp32 logits live between the loss's forward and backward (Program::head), beside
       // the head's fetched weights.
@@ -264,7 +253,7 @@ class Analyzer {
       }
     }
     const int64_t ep = embed_params(s);
-    if (ep > 0) states.add(p_.embedding, ep, e_, opt_bpp_);
+    if (ep > 0) states.add(p_.embedding, ep, p_.dtype);
     if (ep > 0) ws = std::max(ws, embedding_workspace_bytes(m_, es, samples(-1), ep, p_.dtype));
     if (with_time_)
       extras(s, eh, ep, states.device_opt_params, states.host_opt_params, deferred, sc);
@@ -313,23 +302,17 @@ class Analyzer {
     double total_bwd = 0;
     for (int i = 0; i < v_; ++i) total_bwd += chunk_bwd_[i];
     if (ep > 0 && es.dp > 1) {
-      const int64_t bytes = ep * e_;
-      const int64_t gbytes = ep * c_.grad_reduce_bytes();  // gradients on the wire
+      const GradSyncCost sync = grad_sync_cost(c_, es, ep, dpn);
       const double tau = s == 0 ? 0.0 : total_bwd;
-      if (es.zero >= 2) {
-        const double rs = coll(Collective::reduce_scatter, gbytes, es.dp, dpn);
-        sc.dp_stream_s += rs;
-        reduces_.push_back({tau, rs, -1});
+      if (sync.per_microbatch) {
+        sc.dp_stream_s += sync.reduce_s;
+        reduces_.push_back({tau, sync.reduce_s, -1});
+      } else if (p_.overlap_grad_reduce) {
+        reduces_.push_back({tau, sync.reduce_s, -1});
       } else {
-        const double red = coll(es.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter,
-                                gbytes, es.dp, dpn);
-        if (p_.overlap_grad_reduce)
-          reduces_.push_back({tau, red, -1});
-        else
-          deferred += red;
+        deferred += sync.reduce_s;
       }
-      if (es.zero == 1 || es.zero == 2)
-        sc.gather_s += coll(Collective::all_gather, bytes, es.dp, dpn);
+      sc.gather_s += sync.gather_s;
     }
     // Chunk i's last backward pass is followed by i*pp passes of the stage's lower chunks
     // (interleaved cool-down); chunk 0 on stage 0 is followed by the embedding backward.
@@ -349,23 +332,13 @@ class Analyzer {
     t = std::max(t, 0.0) + deferred;
     if (pp > 1 && m_.tied_embeddings && (s == 0 || s == pp - 1)) {
       // Tied word embedding: the first and last stage sum their copies' gradients.
-      const int64_t bytes = vocab_rows_per_rank(m_, es.tp) * m_.hidden * e_;
-      t += coll(Collective::all_reduce, bytes, 2, geo_.same_node(0, pp - 1) ? 1 : 2);
+      t += coll(Collective::all_reduce, tied_embedding_reduce_bytes(m_, es.tp, p_.dtype), 2,
+                geo_.same_node(0, pp - 1) ? 1 : 2);
     }
     sc.reduce_exposed_s = std::max(0.0, t);
     // AdamW step, as the Program's optimizer(): device part and offloaded (host) part.
-    if (dev > 0) {
-      Op op;
-      op.kind = OpKind::compute;
-      op.block = Block::optimizer;
-      op.flops = 12.0 * dev;
-      op.bytes = static_cast<int64_t>(double(dev) * (2 * opt_bpp_ + 2 * e_));
-      sc.optimizer_s = c_.compute_time_s(op);
-    }
-    if (host > 0) {
-      sc.host_s = 2 * c_.copy_cost(host * e_).time_s() +
-                  c_.host_compute_time_s(12.0 * host, double(host) * (2 * opt_bpp_ + 2 * e_));
-    }
+    if (dev > 0) sc.optimizer_s = optimizer_step_s(c_, dev);
+    if (host > 0) sc.host_s = host_optimizer_step_s(c_, host);
   }
 
   // Peak of activations + buffers over the stage's schedule: the in-flight micro-batches'
@@ -423,7 +396,6 @@ class Analyzer {
   const Plan& p_;
   const bool with_time_;
   const int e_;
-  const int64_t opt_bpp_;  // fp32 master + Adam moments (fp32 training keeps no master copy)
   Geometry geo_;
   int max_dp_ = 1, M_ = 1, v_ = 1;
   int geo_tp_ = 0, tp_nodes_ = 1, dp_nodes_ = 1;

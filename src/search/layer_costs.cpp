@@ -36,13 +36,7 @@ double LayerCost::step_s() const {
 
 CostTables::CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bool flash,
                        bool overlap_grad_reduce, const FrameworkSpec& framework)
-    : m_(m),
-      c_(c),
-      dtype_(dtype),
-      flash_(flash),
-      overlap_(overlap_grad_reduce),
-      e_(dtype_bytes(dtype)),
-      opt_bpp_(cost_detail::optimizer_bytes_per_param(dtype)) {
+    : m_(m), c_(c), dtype_(dtype), flash_(flash), overlap_(overlap_grad_reduce) {
   const int g = std::max(1, c.node.gpus_per_node);
   for (int tp = 1; tp <= std::max(1, g); tp *= 2) {
     auto p = std::make_unique<Plan>();
@@ -55,17 +49,9 @@ CostTables::CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bo
   }
   // The optimizer step is linear in the parameters it updates (roofline + one launch, and
   // PCIe copies + host work): take the rate at a billion parameters.
-  const double P = 1e9;
-  Op op;
-  op.kind = OpKind::compute;
-  op.block = Block::optimizer;
-  op.flops = 12.0 * P;
-  op.bytes = static_cast<int64_t>(P * double(2 * opt_bpp_ + 2 * e_));
-  const CostModel& c0 = *costs_.front();
-  dev_opt_rate_ = c0.compute_time_s(op) / P;
-  host_opt_rate_ = (2 * c0.copy_cost(static_cast<int64_t>(P * e_)).time_s() +
-                    c0.host_compute_time_s(12.0 * P, P * double(2 * opt_bpp_ + 2 * e_))) /
-                   P;
+  const int64_t P = 1000000000;
+  dev_opt_rate_ = cost_detail::optimizer_step_s(*costs_.front(), P) / double(P);
+  host_opt_rate_ = cost_detail::host_optimizer_step_s(*costs_.front(), P) / double(P);
 }
 
 const CostModel& CostTables::cost(int tp) const {
@@ -86,11 +72,8 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   // The attention backward overlaps the fetch of the layer below, taken to be of this size.
   // The mlp backward writes the layer's staged gradients while the reduction of the layer
   // above's, taken to be of this size, is in flight (the estimator's moments).
-  const int64_t staged =
-      staged_gradient_bytes(s,
-                            block_parameters_per_rank(m_, s.tp, Block::attention) +
-                                block_parameters_per_rank(m_, s.tp, Block::mlp),
-                            dtype_, costs_.front()->framework().layer_gradient_staging);
+  const int64_t staged = staged_gradient_bytes(s, layer_parameters_per_rank(m_, s.tp), dtype_,
+                                               costs_.front()->framework().layer_gradient_staging);
   lc.transient =
       std::max({x.fwd_act - x.kept + x.fwd_buf, x.bwd_mlp_act - x.kept + x.bwd_buf + 2 * staged,
                 x.bwd_attn_act - x.kept + 2 * x.bwd_buf + staged});
@@ -112,13 +95,9 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
 
 double CostTables::reshard_s(const LayerCost& a, const LayerCost& b) const {
   // As the Program: where the stream's holding changes (LayerStrategy::stream_tp).
-  const CostModel& cm = *costs_.front();
-  const int x = a.st.stream_tp(), y = b.st.stream_tp();
-  if (x < y && y % x == 0)
-    return cm.collective_cost(Collective::all_gather, b.boundary, y / x, 1).time_s();
-  if (y < x && x % y == 0)
-    return cm.collective_cost(Collective::all_gather, a.boundary, x / y, 1).time_s();
-  return 0;
+  const cost_detail::ReshardCost r =
+      cost_detail::reshard_cost(*costs_.front(), a.st, a.samples, b.st, b.samples);
+  return r.fwd_s + r.bwd_s;
 }
 
 EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int dpn,
@@ -127,9 +106,6 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
   EmbeddingCost ec;
   ec.st = es;
   ec.samples = b;
-  auto coll = [&](Collective k, int64_t bytes, int size, int nodes) {
-    return cm.collective_cost(k, bytes, size, nodes).time_s();
-  };
   const cost_detail::EmbeddingHeadCost x =
       cost_detail::embedding_head_cost(cm, es, b, tpn, dpn, /*with_time=*/true);
   // The lookup's fetch has nothing to hide behind (as the estimator's first fetch of a pass);
@@ -140,36 +116,34 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
   ec.emb_fetch_bytes = x.emb_fetch.bytes;
   ec.head_fetch_bytes = x.head_fetch.bytes;
   ec.workspace = 0;  // set below, once the parameters of each end are known
-  // Parameters: first stage the embeddings, last stage the head (+ its copy of a tied wte).
-  const int64_t first_p = embedding_parameters_per_rank(m_, es.tp);
-  int64_t last_p = head_parameters_per_rank(m_, es.tp);
-  const int64_t tied_copy = m_.tied_embeddings ? vocab_rows_per_rank(m_, es.tp) * m_.hidden : 0;
+  // Parameters: first stage the embeddings, last stage the head (+ its copy of a tied wte),
+  // a single stage both.
+  const int64_t first_p = end_parameters_per_rank(m_, es.tp, true, false);
+  const int64_t last_p = end_parameters_per_rank(m_, es.tp, false, true);
+  const int64_t only_p = end_parameters_per_rank(m_, es.tp, true, true);
   // On the first stage the embedding's gradient reduction is issued after the last backward
   // pass and is exposed in full (the estimator's tau = 0).
   auto states_of = [&](int64_t params, int64_t& states, double& tail, double& dps,
                        bool exposed_reduce) {
-    cost_detail::ModelStates st;
-    st.add(es, params, e_, opt_bpp_);
+    ModelStates st;
+    st.add(es, params, dtype_);
     states = st.weights + st.grads + st.optimizer;
     tail =
         double(st.device_opt_params) * dev_opt_rate_ + double(st.host_opt_params) * host_opt_rate_;
     dps = 0;
     if (es.dp > 1) {
-      const int64_t bytes = params * e_;
-      const int64_t gbytes = params * cm.grad_reduce_bytes();  // gradients on the wire
-      if (es.zero >= 2) dps = coll(Collective::reduce_scatter, gbytes, es.dp, dpn);
-      if (es.zero == 1 || es.zero == 2) tail += coll(Collective::all_gather, bytes, es.dp, dpn);
-      if (exposed_reduce)
-        tail += coll(es.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter, gbytes,
-                     es.dp, dpn);
+      const cost_detail::GradSyncCost sync = cost_detail::grad_sync_cost(cm, es, params, dpn);
+      if (sync.per_microbatch) dps = sync.reduce_s;
+      tail += sync.gather_s;
+      if (exposed_reduce) tail += sync.reduce_s;
     }
   };
   states_of(first_p, ec.first_states, ec.first_tail_s, ec.first_dp_stream_s, true);
-  states_of(last_p + tied_copy, ec.last_states, ec.last_tail_s, ec.last_dp_stream_s, false);
-  states_of(first_p + last_p, ec.only_states, ec.only_tail_s, ec.only_dp_stream_s, true);
+  states_of(last_p, ec.last_states, ec.last_tail_s, ec.last_dp_stream_s, false);
+  states_of(only_p, ec.only_states, ec.only_tail_s, ec.only_dp_stream_s, true);
   // The embedding's and head's staged gradients are held through a pass's backward (pp 1) or
   // the iteration (tied embeddings split over stages): counted as held throughout.
-  const int64_t ends_params = std::max(first_p + last_p, last_p + tied_copy);
+  const int64_t ends_params = std::max(only_p, last_p);
   ec.workspace = embedding_workspace_bytes(m_, es, b, ends_params, dtype_) +
                  staged_gradient_bytes(es, ends_params, dtype_,
                                        costs_.front()->framework().layer_gradient_staging);
@@ -177,8 +151,9 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
   ec.only_dp_stream_s += x.head_fetch.time_s;
   if (!pp_one && m_.tied_embeddings) {
     // The first and last stage sum their copies' gradients (counted on both ends).
-    const int64_t bytes = vocab_rows_per_rank(m_, es.tp) * m_.hidden * e_;
-    const double t = cm.collective_cost(Collective::all_reduce, bytes, 2, 1).time_s();
+    const double t = cm.collective_cost(Collective::all_reduce,
+                                        tied_embedding_reduce_bytes(m_, es.tp, dtype_), 2, 1)
+                         .time_s();
     ec.first_tail_s += t;
     ec.last_tail_s += t;
   }
@@ -308,6 +283,7 @@ std::vector<double> entry_costs(const CostTables& tables, const std::vector<Laye
                                 int from_samples, double M) {
   LayerCost src;
   src.st = from;
+  src.samples = from_samples;
   src.boundary = boundary_activation_bytes(tables.model(), from, from_samples, tables.dtype());
   std::vector<double> out(size_t(prob.num_classes), 0.0);
   std::vector<char> seen(out.size(), 0);

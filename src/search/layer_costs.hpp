@@ -104,8 +104,6 @@ class CostTables {
   Dtype dtype_;
   bool flash_;
   bool overlap_;
-  int e_;
-  int64_t opt_bpp_;
   double dev_opt_rate_ = 0, host_opt_rate_ = 0;
   std::vector<std::unique_ptr<Plan>> plans_;  // by log2(tp); CostModel keeps references
   std::vector<std::unique_ptr<CostModel>> costs_;

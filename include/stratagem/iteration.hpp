@@ -1,0 +1,97 @@
+// One training iteration as op templates: what each part of it (a layer's gradient
+// synchronisation and weight fetch, the embedding, the LM head and loss, the optimizer step, the
+// model states) computes, moves, fetches and holds on one rank, without its place in the
+// schedule. The Program generator (program.cpp) arranges these templates into each stage's op
+// stream; the estimator (src/cost/) and the search (src/search/) price the same templates
+// through CostModel. Each ZeRO, offload, head and optimizer rule is written here once, beside
+// the block work of workload.hpp.
+#pragma once
+#include <cstdint>
+
+#include "stratagem/model.hpp"
+#include "stratagem/plan.hpp"
+#include "stratagem/program.hpp"
+#include "stratagem/workload.hpp"
+
+namespace stratagem {
+
+// ---- model states -----------------------------------------------------------------------
+
+// Optimizer-state bytes per parameter: fp32 master + two Adam moments (12), or the two moments
+// alone when the weights are already fp32 (8).
+int64_t optimizer_bytes_per_param(Dtype d);
+
+// Model states of parameters under their strategies, as the Program's setup allocates them:
+// weights and gradients in the plan's dtype, optimizer states after ZeRO, nothing on the
+// device for what is offloaded; and the parameters each optimizer (device, host) updates.
+struct ModelStates {
+  int64_t weights = 0, grads = 0, optimizer = 0;       // device bytes
+  int64_t device_opt_params = 0, host_opt_params = 0;  // parameters each optimizer updates
+  // Of host_opt_params, those whose weights live on the host too (offloaded parameters): the
+  // host step updates them in place, nothing is copied back.
+  int64_t host_resident_params = 0;
+  void add(const LayerStrategy& s, int64_t params, Dtype dt);
+};
+
+// ---- optimizer --------------------------------------------------------------------------
+
+// AdamW costs 12 FLOPs a parameter (fp32, on CUDA cores or the host) and streams the weights,
+// the gradients and the optimizer states through memory, read and written.
+inline constexpr double kAdamwFlopsPerParam = 12.0;
+// The device step over `params` parameters: a compute op of block optimizer.
+Op adamw_op(int64_t params, Dtype dt);
+// The offloaded step over `params` parameters: a host_compute op. Around it the gradients go
+// down and the updated weights come back, `params * dtype_bytes(dt)` bytes each way.
+Op adamw_host_op(int64_t params, Dtype dt);
+
+// ---- data parallelism ---------------------------------------------------------------------
+
+// A strategy's data-parallel gradient synchronisation: the reduction (none without data
+// parallelism), whether it runs after every micro-batch (ZeRO-2/3: only a shard of the
+// gradients is kept) or once after the last, and whether the updated weights are gathered
+// after the optimizer step (ZeRO-1/2: each rank updated a shard). Bytes are the parameters'
+// in the plan's dtype; the CostModel prices gradient reductions at the framework's element size.
+struct GradSync {
+  Collective reduce = Collective::none;
+  bool per_microbatch = false;
+  bool gather_after_step = false;
+};
+GradSync grad_sync(const LayerStrategy& s);
+
+// Bringing non-resident parameters to the device before use: under ZeRO-3 (dp > 1) an
+// all-gather of `bytes` over dp, after a PCIe copy of the rank's shard (`h2d_bytes`) when they
+// are offloaded too; offloaded parameters alone: a PCIe copy of them all. Nothing (bytes 0)
+// when they are resident. `bytes` is the device buffer the fetch fills.
+struct WeightFetch {
+  int64_t bytes = 0;
+  int64_t h2d_bytes = 0;
+  bool gathers = false;
+};
+WeightFetch weight_fetch(const LayerStrategy& s, int64_t params, Dtype dt);
+
+// ---- embedding and LM head ----------------------------------------------------------------
+
+// Parameters of the embedding and LM head a stage holds (first: the embeddings, last: the
+// head), as embedding_parameters_per_rank / head_parameters_per_rank; with tied embeddings a
+// last stage that is not also the first keeps its own copy of the word embedding (Megatron-LM),
+// whose gradients are summed with the first stage's before the optimizer step.
+int64_t end_parameters_per_rank(const ModelSpec& m, int tp, bool first, bool last);
+// Bytes of that sum of the tied word embedding's gradients between the first and last stage.
+int64_t tied_embedding_reduce_bytes(const ModelSpec& m, int tp, Dtype dt);
+
+// The lookup (forward) or its zero + scatter-add (backward) of `samples` samples: a compute op
+// of block embedding moving the stream's bytes twice.
+Op embedding_op(const ModelSpec& m, int samples, Phase ph, Dtype dt);
+
+// The LM head and loss of `samples` samples on a rank of tensor degree tp: the logits GEMM and
+// the loss (forward), their gradients (backward), over the vocabulary shard.
+struct HeadOps {
+  Op forward, backward;      // compute ops of block head
+  int64_t logits_bytes = 0;  // fp32 logits, alive from the loss forward to its backward
+  // Vocabulary-parallel cross entropy (tp > 1, Megatron-LM): two all-reduces over the tp group
+  // per micro-batch, of the row maximum, then of the sum of exponentials and the target logit.
+  int64_t loss_max_bytes = 0, loss_sum_bytes = 0;
+};
+HeadOps head_ops(const ModelSpec& m, int tp, int samples, Dtype dt);
+
+}  // namespace stratagem
