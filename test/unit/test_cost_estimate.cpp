@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "src/cost/plan_costs.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/estimate.hpp"
@@ -95,6 +96,63 @@ BOOST_AUTO_TEST_CASE(stage_time_equals_the_programs_op_costs) {
         }
         BOOST_TEST_INFO(fw << ": " << x.plan.describe() << " stage " << st.stage);
         BOOST_TEST(e.stages[st.stage].time_per_microbatch_s == t, tt::tolerance(1e-9));
+      }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(side_streams_and_optimizer_equal_the_programs_op_costs) {
+  // The rest of the iteration's templates (iteration.hpp) priced the same way on both sides:
+  // per micro-batch the data-parallel stream (ZeRO-3 gathers, ZeRO-2/3 reduce-scatters) and
+  // the copy stream (fetches of offloaded weights), and after the last micro-batch the AdamW
+  // step on the device and the offloaded one (gradients down, host step, weights up), each the
+  // sum of the Program's ops costed by CostModel::op_time_s on the Layout's groups.
+  struct Case {
+    const char* model;
+    int tp, pp, zero;
+    const char* offload;
+  };
+  const Case cases[] = {{"gpt3-1.3b", 2, 2, 0, "none"},      {"gpt3-1.3b", 2, 2, 1, "none"},
+                        {"llama2-7b", 2, 2, 2, "none"},      {"llama2-7b", 2, 2, 3, "none"},
+                        {"llama2-7b", 1, 2, 3, "none"},      {"gpt3-1.3b", 1, 1, 3, "none"},
+                        {"llama2-7b", 2, 2, 1, "optimizer"}, {"llama2-7b", 2, 2, 0, "params"}};
+  for (const char* fw : {"stratagem", "fsdp-eager"})
+    for (const Case& k : cases) {
+      Setup x{load_model(k.model), load_cluster("dgx-a100-80g"), {}};
+      x.cluster.nodes = 2;
+      PlanShorthand s;
+      s.tp = k.tp, s.pp = k.pp, s.zero = k.zero, s.offload = k.offload;
+      s.micro_batch = 1, s.global_batch = 32;
+      x.plan = expand_shorthand(s, x.model, x.cluster);
+      validate(x.plan, x.model, x.cluster, "test");
+      const FrameworkSpec framework = load_framework(fw);
+      CostModel cm(x.model, x.cluster, x.plan, framework);
+      std::vector<cost_detail::StageCost> sc;
+      cost_detail::analyze(cm, /*with_time=*/true, sc);
+      const Layout layout(x.plan, x.cluster);
+      const Program prog = build_program(x.model, x.plan, framework);
+      for (const auto& st : prog.stages) {
+        const int rank = layout.rank_of(st.stage, 0);
+        double dp = 0, h2d = 0, device_step = 0, host_step = 0;
+        for (const Op& op : st.ops) {
+          const double t = cm.op_time_s(op, layout, rank);
+          if (op.phase == Phase::optimizer) {
+            // (With every optimizer state offloaded the Program still emits a device step of
+            // no parameters, one launch, which the estimator leaves out.)
+            if (op.kind == OpKind::compute && op.flops > 0) device_step += t;
+            if (op.kind == OpKind::copy_d2h || op.kind == OpKind::host_compute ||
+                op.kind == OpKind::copy_h2d)
+              host_step += t;
+          }
+          if (op.microbatch != 0) continue;
+          if (op.kind == OpKind::collective && op.stream == Stream::dp_comm) dp += t;
+          if (op.kind == OpKind::copy_h2d) h2d += t;
+        }
+        BOOST_TEST_INFO(fw << ": " << k.model << " " << x.plan.describe() << " stage " << st.stage);
+        const cost_detail::StageCost& c = sc[st.stage];
+        BOOST_TEST(c.dp_stream_s == dp, tt::tolerance(1e-9));
+        BOOST_TEST(c.h2d_stream_s == h2d, tt::tolerance(1e-9));
+        BOOST_TEST(c.optimizer_s == device_step, tt::tolerance(1e-9));
+        BOOST_TEST(c.host_s == host_step, tt::tolerance(1e-9));
       }
     }
 }
