@@ -179,8 +179,13 @@ std::vector<int> tp_degrees_for(const ModelSpec& m, const ClusterSpec& c, int D,
   return out;
 }
 
-std::vector<LayerStrategy> layer_candidates(const ModelSpec& m, const ClusterSpec& c, int D, int Bm,
-                                            const SpaceFilter& f) {
+namespace {
+// Strategies of every (tp, dp, sequence parallel, ZeRO stage) the filter allows, each with the
+// given recompute choices and the offload choices below `offloads` (bits: optimizer, params,
+// activations), in that nesting order.
+std::vector<LayerStrategy> strategies(const ModelSpec& m, const ClusterSpec& c, int D, int Bm,
+                                      const SpaceFilter& f, const std::vector<Recompute>& recompute,
+                                      int offloads) {
   std::vector<LayerStrategy> out;
   for (int tp : tp_degrees_for(m, c, D, Bm, f)) {
     const int dp = D / tp;
@@ -190,8 +195,8 @@ std::vector<LayerStrategy> layer_candidates(const ModelSpec& m, const ClusterSpe
     for (bool sp : sps)
       for (int z : f.zero_stages) {
         if (z > 0 && dp == 1) continue;  // ZeRO without data parallelism changes nothing
-        for (Recompute rc : f.recompute)
-          for (int off = 0; off < (f.offload ? 8 : 1); ++off) {
+        for (Recompute rc : recompute)
+          for (int off = 0; off < offloads; ++off) {
             LayerStrategy s;
             s.tp = tp, s.dp = dp, s.sequence_parallel = sp, s.zero = z, s.recompute = rc;
             s.offload_optimizer = off & 1;
@@ -203,28 +208,18 @@ std::vector<LayerStrategy> layer_candidates(const ModelSpec& m, const ClusterSpe
   }
   return out;
 }
+}  // namespace
 
+std::vector<LayerStrategy> layer_candidates(const ModelSpec& m, const ClusterSpec& c, int D, int Bm,
+                                            const SpaceFilter& f) {
+  return strategies(m, c, D, Bm, f, f.recompute, f.offload ? 8 : 1);
+}
+
+// The embedding and head keep no activations for a layer's backward: no recompute, and no
+// activation offload.
 std::vector<LayerStrategy> embedding_candidates(const ModelSpec& m, const ClusterSpec& c, int D,
                                                 int Bm, const SpaceFilter& f) {
-  std::vector<LayerStrategy> out;
-  for (int tp : tp_degrees_for(m, c, D, Bm, f)) {
-    const int dp = D / tp;
-    std::vector<bool> sps;
-    if (tp == 1 || f.sequence_parallel_off) sps.push_back(false);
-    if (tp > 1 && f.sequence_parallel_on && m.seq_len % tp == 0) sps.push_back(true);
-    for (bool sp : sps)
-      for (int z : f.zero_stages) {
-        if (z > 0 && dp == 1) continue;
-        for (int off = 0; off < (f.offload ? 4 : 1); ++off) {
-          LayerStrategy s;
-          s.tp = tp, s.dp = dp, s.sequence_parallel = sp, s.zero = z;
-          s.offload_optimizer = off & 1;
-          s.offload_params = off & 2;
-          out.push_back(s);
-        }
-      }
-  }
-  return out;
+  return strategies(m, c, D, Bm, f, {Recompute::none}, f.offload ? 4 : 1);
 }
 
 // ---- pruning ----------------------------------------------------------------------------------
