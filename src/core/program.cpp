@@ -359,11 +359,8 @@ class StageBuilder {
     // micro-batch's weights through the current one's backward.
     const int started = last_compute_;
     if (chunk > 0) {
-      Op op = make(OpKind::recv, Stream::pp_comm, Block::none, Phase::forward, r.begin - 1, mb);
-      op.group = GroupKind::pp_prev;
-      op.bytes = boundary(r.begin - 1);
-      op.chunk = static_cast<int16_t>(chunk);
-      compute_waits_.push_back(emit(op, {}));
+      compute_waits_.push_back(
+          emit(pp_transfer(OpKind::recv, GroupKind::pp_prev, Phase::forward, r.begin - 1, mb), {}));
     } else {
       embedding_forward(mb, started);
     }
@@ -404,11 +401,7 @@ class StageBuilder {
       reshard(r.end - 1, -1, Phase::forward, mb);
       head(mb, fetch_head(mb, prev_attn));
     } else {
-      Op op = make(OpKind::send, Stream::pp_comm, Block::none, Phase::forward, r.end - 1, mb);
-      op.group = GroupKind::pp_next;
-      op.bytes = boundary(r.end - 1);
-      op.chunk = static_cast<int16_t>(chunk);
-      emit_send(op);
+      emit_send(pp_transfer(OpKind::send, GroupKind::pp_next, Phase::forward, r.end - 1, mb));
     }
   }
 
@@ -433,11 +426,8 @@ class StageBuilder {
     chunk_ = chunk;
     const LayerRange r = p_.chunks[chunk];
     if (chunk < nchunks_ - 1) {
-      Op op = make(OpKind::recv, Stream::pp_comm, Block::none, Phase::backward, r.end - 1, mb);
-      op.group = GroupKind::pp_next;
-      op.bytes = boundary(r.end - 1);
-      op.chunk = static_cast<int16_t>(chunk);
-      compute_waits_.push_back(emit(op, {}));
+      compute_waits_.push_back(
+          emit(pp_transfer(OpKind::recv, GroupKind::pp_next, Phase::backward, r.end - 1, mb), {}));
     }
     // The loss's gradient goes back from the head's (tp, dp) into the last layer's.
     if (chunk == nchunks_ - 1) reshard(-1, r.end - 1, Phase::backward, mb);
@@ -526,13 +516,19 @@ class StageBuilder {
     if (chunk == 0) {
       embedding_backward(mb);
     } else {
-      Op op = make(OpKind::send, Stream::pp_comm, Block::none, Phase::backward, r.begin - 1, mb);
-      op.group = GroupKind::pp_prev;
-      op.bytes = boundary(r.begin - 1);
-      op.chunk = static_cast<int16_t>(chunk);
-      emit_send(op);
+      emit_send(pp_transfer(OpKind::send, GroupKind::pp_prev, Phase::backward, r.begin - 1, mb));
     }
     flush_staging_free();
+  }
+
+  // A pipeline send or receive of layer `layer`'s output (forward) or input gradient
+  // (backward), to or from the peer stage `peer`, in the running chunk.
+  Op pp_transfer(OpKind kind, GroupKind peer, Phase ph, int layer, int mb) const {
+    Op op = make(kind, Stream::pp_comm, Block::none, ph, layer, mb);
+    op.group = peer;
+    op.bytes = boundary(layer);
+    op.chunk = static_cast<int16_t>(chunk_);
+    return op;
   }
 
   // A send carries the block output: it waits for the compute and for the tensor-parallel
