@@ -44,6 +44,22 @@ Op adamw_op(int64_t params, Dtype dt);
 // down and the updated weights come back, `params * dtype_bytes(dt)` bytes each way.
 Op adamw_host_op(int64_t params, Dtype dt);
 
+// ---- tensor parallelism -------------------------------------------------------------------
+
+// The tensor-parallel collectives around block b (attention, mlp, embedding or head) in a phase,
+// each of the whole token stream (token_stream_bytes) over the tp group (Megatron-LM); none at
+// tp 1. A layer block: under sequence parallelism all-gathers before it (backward gathers twice:
+// the output gradient and the sequence-sharded normalized input its weight gradient needs) and a
+// reduce-scatter after it, otherwise an all-reduce after it. The embedding reduces its
+// vocabulary-parallel lookup after the forward and gathers the sharded gradient before its
+// backward; the head gathers its input before the forward and reduces its input gradient after
+// the backward. (The loss's own all-reduces are in HeadOps.)
+struct TpComm {
+  int gathers = 0;  // all-gathers before the block
+  Collective after = Collective::none;
+};
+TpComm tp_comm(const LayerStrategy& s, Block b, Phase ph);
+
 // ---- data parallelism ---------------------------------------------------------------------
 
 // A strategy's data-parallel gradient synchronisation: the reduction (none without data

@@ -39,6 +39,25 @@ Op adamw_host_op(int64_t params, Dtype dt) {
   return op;
 }
 
+TpComm tp_comm(const LayerStrategy& s, Block b, Phase ph) {
+  TpComm t;
+  if (s.tp == 1) return t;
+  const bool sp = s.sequence_parallel;
+  const Collective reduce = sp ? Collective::reduce_scatter : Collective::all_reduce;
+  const bool bwd = ph == Phase::backward;
+  if (b == Block::embedding) {
+    t.gathers = bwd && sp ? 1 : 0;
+    t.after = bwd ? Collective::none : reduce;
+  } else if (b == Block::head) {
+    t.gathers = !bwd && sp ? 1 : 0;
+    t.after = bwd ? reduce : Collective::none;
+  } else {
+    t.gathers = sp ? (bwd ? 2 : 1) : 0;
+    t.after = reduce;
+  }
+  return t;
+}
+
 GradSync grad_sync(const LayerStrategy& s) {
   GradSync g;
   if (s.dp == 1) return g;

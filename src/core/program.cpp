@@ -273,18 +273,14 @@ class StageBuilder {
     return ls;
   }
 
-  // Tensor-parallel collectives around a block: all-reduce, or all-gather before and
-  // reduce-scatter after under sequence parallelism (Megatron-LM).
-  // Backward under sequence parallelism gathers twice (Megatron-LM): the output gradient (the
-  // reduce-scatter's backward) and the block's sequence-sharded normalized input, which forward
-  // kept sharded and the weight gradient needs whole.
+  // Tensor-parallel collectives around a block (iteration.hpp's tp_comm): the all-gathers
+  // before it (layer -1: the embedding or head), which the block's compute waits for.
   int tp_before(Block b, Phase ph, int layer, int mb) {
     const auto& s = strat(layer);
-    if (s.tp == 1 || !s.sequence_parallel) return -1;
+    const TpComm t = tp_comm(s, b, ph);
     const int64_t bytes = token_stream_bytes(m_, samples(layer), p_.dtype);
     int c = -1;
-    const int gathers = ph == Phase::backward && b != Block::head ? 2 : 1;
-    for (int i = 0; i < gathers; ++i) {
+    for (int i = 0; i < t.gathers; ++i) {
       c = collective(Stream::tp_comm, Collective::all_gather, GroupKind::tp, s.tp, bytes, b, ph,
                      layer, mb, {last_compute_, reloaded_});
       compute_waits_.push_back(c);
@@ -295,11 +291,11 @@ class StageBuilder {
   // gradients (the norm's backward runs on the reduced input gradient).
   int tp_after(Block b, Phase ph, int layer, int mb) {
     const auto& s = strat(layer);
-    if (s.tp == 1) return -1;
+    const TpComm t = tp_comm(s, b, ph);
+    if (t.after == Collective::none) return -1;
     const int64_t bytes = token_stream_bytes(m_, samples(layer), p_.dtype);
-    int c = collective(Stream::tp_comm,
-                       s.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce,
-                       GroupKind::tp, s.tp, bytes, b, ph, layer, mb, {last_compute_});
+    int c = collective(Stream::tp_comm, t.after, GroupKind::tp, s.tp, bytes, b, ph, layer, mb,
+                       {last_compute_});
     compute_waits_.push_back(c);
     return c;
   }
@@ -542,30 +538,19 @@ class StageBuilder {
   // `after`: the compute before this pass, which the lookup's fetch follows.
   void embedding_forward(int mb, int after) {
     const auto& s = p_.embedding;
-    const int64_t out_bytes = token_stream_bytes(m_, samples(-1), p_.dtype);
     // The lookup reads the word (and position) embeddings; their backward, a scatter-add of
     // the output gradient, does not, so only the forward fetches them.
     int fetched = fetch(s, embedding_parameters_per_rank(m_, s.tp), -1, Phase::forward, mb, after);
     compute(embedding_op(m_, samples(-1), Phase::forward, p_.dtype), -1, mb);
     release(fetched, Stream::compute);
-    if (s.tp > 1) {
-      // Vocabulary-parallel lookup: partial rows are summed across the tp group.
-      int c = collective(Stream::tp_comm,
-                         s.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce,
-                         GroupKind::tp, s.tp, out_bytes, Block::embedding, Phase::forward, -1, mb,
-                         {last_compute_});
-      compute_waits_.push_back(c);
-    }
+    // Vocabulary-parallel lookup: partial rows are summed across the tp group.
+    tp_after(Block::embedding, Phase::forward, -1, mb);
   }
 
   void embedding_backward(int mb) {
-    const auto& s = p_.embedding;
-    const int64_t bytes = token_stream_bytes(m_, samples(-1), p_.dtype);
     stage_grads(-1, mb);
-    if (s.tp > 1 && s.sequence_parallel)
-      compute_waits_.push_back(collective(Stream::tp_comm, Collective::all_gather, GroupKind::tp,
-                                          s.tp, bytes, Block::embedding, Phase::backward, -1, mb,
-                                          {last_compute_}));
+    // Under sequence parallelism the scatter-add needs the whole sequence's gradient.
+    tp_before(Block::embedding, Phase::backward, -1, mb);
     int c = compute(embedding_op(m_, samples(-1), Phase::backward, p_.dtype), -1, mb);
     flush_staging_free();
     if (mb == last_bwd_mb_[chunk_]) c = tied_reduce(c);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "stratagem/workload.hpp"
 
@@ -138,21 +139,21 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
     lc.rec_s = c.block_time_s(selective_recompute_work(m, s, b));
   }
   if (s.tp > 1) {
+    // Each block's collectives (tp_comm); the attention's and the mlp's are alike.
+    const TpComm fwd = tp_comm(s, Block::attention, Phase::forward);
+    const TpComm bwd = tp_comm(s, Block::attention, Phase::backward);
     const int64_t msg = token_stream_bytes(m, b, p.dtype);
-    // Under sequence parallelism backward gathers twice (output gradient and sharded input).
     const double gather = coll(Collective::all_gather, msg, s.tp, tp_nodes);
-    const double per_block = s.sequence_parallel
-                                 ? gather + coll(Collective::reduce_scatter, msg, s.tp, tp_nodes)
-                                 : coll(Collective::all_reduce, msg, s.tp, tp_nodes);
+    const double after = coll(fwd.after, msg, s.tp, tp_nodes);
+    const double per_block = fwd.gathers * gather + after;
     if (c.framework().tp_comm_overlap && s.sequence_parallel) {
       // Each collective beside its GEMM (CostModel::tp_exposed_s), as the simulator costs it.
-      const double rs = coll(Collective::reduce_scatter, msg, s.tp, tp_nodes);
       auto phase = [&](Phase ph) {
         double t = 0;
         for (Block blk : {Block::attention, Block::mlp}) {
-          const int gathers = ph == Phase::backward ? 2 : 1;
-          t += gathers * c.tp_exposed_s(gather, Collective::all_gather, s, blk, ph, b) +
-               c.tp_exposed_s(rs, Collective::reduce_scatter, s, blk, ph, b);
+          const TpComm x = tp_comm(s, blk, ph);
+          t += x.gathers * c.tp_exposed_s(gather, Collective::all_gather, s, blk, ph, b) +
+               c.tp_exposed_s(after, x.after, s, blk, ph, b);
         }
         return t;
       };
@@ -161,7 +162,7 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
       lc.tp_rec_s = s.recompute == Recompute::full ? phase(Phase::recompute) : 0;
     } else {
       lc.tp_fwd_s = 2 * per_block;
-      lc.tp_bwd_s = 2 * (per_block + (s.sequence_parallel ? gather : 0));
+      lc.tp_bwd_s = 2 * (per_block + (bwd.gathers - fwd.gathers) * gather);
       lc.tp_rec_s = s.recompute == Recompute::full ? 2 * per_block : 0;
     }
     // (The once-per-iteration sum of the norms' gradients under sequence parallelism, a few
@@ -200,21 +201,26 @@ EmbeddingHeadCost embedding_head_cost(const CostModel& c, const LayerStrategy& e
   const int64_t act = token_stream_bytes(m, b, dt);
   x.emb_fwd_s = c.compute_time_s(embedding_op(m, b, Phase::forward, dt));
   x.emb_bwd_s = c.compute_time_s(embedding_op(m, b, Phase::backward, dt));
-  const Collective input_reduce =
-      es.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce;
-  if (es.tp > 1) x.emb_tp_s = coll(input_reduce, act);
-  // Under sequence parallelism the lookup's backward gathers the sharded gradient.
-  if (es.tp > 1 && es.sequence_parallel) x.emb_tp_s += coll(Collective::all_gather, act);
   x.head_fwd_s = c.compute_time_s(head.forward);
   x.head_bwd_s = c.compute_time_s(head.backward);
-  if (es.tp > 1) {
-    if (es.sequence_parallel) x.head_tp_s += coll(Collective::all_gather, act);
-    // Vocabulary-parallel cross entropy: the max, then sum-exp and target logit per token.
-    x.head_tp_s += coll(Collective::all_reduce, head.loss_max_bytes) +
-                   coll(Collective::all_reduce, head.loss_sum_bytes);
-    x.head_tp_bwd_s = coll(input_reduce, act);
-    x.head_tp_s += x.head_tp_bwd_s;
-  }
+  if (es.tp == 1) return x;
+  // The collectives tp_comm puts around the embedding and the head, in the Program's order.
+  auto around = [&](Block blk, Phase ph) {
+    const TpComm t = tp_comm(es, blk, ph);
+    return std::pair(t.gathers == 0 ? 0.0 : t.gathers * coll(Collective::all_gather, act),
+                     t.after == Collective::none ? 0.0 : coll(t.after, act));
+  };
+  const auto [emb_fwd_gather, emb_fwd_reduce] = around(Block::embedding, Phase::forward);
+  const auto [emb_bwd_gather, emb_bwd_reduce] = around(Block::embedding, Phase::backward);
+  x.emb_tp_s = emb_fwd_gather + emb_fwd_reduce + emb_bwd_gather + emb_bwd_reduce;
+  const auto [head_fwd_gather, head_fwd_reduce] = around(Block::head, Phase::forward);
+  const auto [head_bwd_gather, head_bwd_reduce] = around(Block::head, Phase::backward);
+  x.head_tp_s = head_fwd_gather + head_fwd_reduce;
+  // Vocabulary-parallel cross entropy: the max, then sum-exp and target logit per token.
+  x.head_tp_s += coll(Collective::all_reduce, head.loss_max_bytes) +
+                 coll(Collective::all_reduce, head.loss_sum_bytes);
+  x.head_tp_bwd_s = head_bwd_gather + head_bwd_reduce;
+  x.head_tp_s += x.head_tp_bwd_s;
   return x;
 }
 
