@@ -31,6 +31,12 @@ struct ModelStates {
   // host step updates them in place, nothing is copied back.
   int64_t host_resident_params = 0;
   void add(const LayerStrategy& s, int64_t params, Dtype dt);
+  ModelStates& operator+=(const ModelStates& o) {
+    weights += o.weights, grads += o.grads, optimizer += o.optimizer;
+    device_opt_params += o.device_opt_params, host_opt_params += o.host_opt_params;
+    host_resident_params += o.host_resident_params;
+    return *this;
+  }
 };
 
 // ---- optimizer --------------------------------------------------------------------------

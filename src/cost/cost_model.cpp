@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "stratagem/cost.hpp"
+#include "stratagem/iteration.hpp"
 
 namespace stratagem {
 
@@ -274,9 +275,9 @@ double CostModel::compute_time_s(const Op& op) const {
     case Block::optimizer: {
       // AdamW math is fp32 on CUDA cores and streams every state through HBM. A framework that
       // states its step's traffic per parameter replaces the Program's count; the op's FLOPs
-      // are 12 per parameter (Program::optimizer, the estimator's extras).
+      // are kAdamwFlopsPerParam per parameter (iteration.hpp's adamw_op).
       if (framework_.optimizer_bytes_per_param <= 0) return roofline(fp32_flops_);
-      const double bytes = op.flops / 12.0 * framework_.optimizer_bytes_per_param;
+      const double bytes = op.flops / kAdamwFlopsPerParam * framework_.optimizer_bytes_per_param;
       return std::max(op.flops / fp32_flops_, elementwise_time_s(bytes)) + launch_s_;
     }
     default:

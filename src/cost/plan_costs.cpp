@@ -186,10 +186,7 @@ class Analyzer {
         if (p_.backward_prefetch) below_fetch = lc.fwd_buf;
         below_reload = st.offload_activations ? lc.fwd_act : 0;
         prefix += lc.kept;
-        states.weights += lc.states.weights, states.grads += lc.states.grads;
-        states.optimizer += lc.states.optimizer;
-        states.device_opt_params += lc.states.device_opt_params;
-        states.host_opt_params += lc.states.host_opt_params;
+        states += lc.states;
         if (!with_time_) continue;
         sc.fwd_s += lc.fwd_s;
         sc.bwd_s += lc.bwd_s;
