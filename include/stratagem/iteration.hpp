@@ -19,7 +19,9 @@ namespace stratagem {
 
 // Optimizer-state bytes per parameter: fp32 master + two Adam moments (12), or the two moments
 // alone when the weights are already fp32 (8).
-int64_t optimizer_bytes_per_param(Dtype d);
+inline int64_t optimizer_bytes_per_param(Dtype d) {
+  return d == Dtype::fp32 ? 8 : 12;
+}
 
 // Model states of parameters under their strategies, as the Program's setup allocates them:
 // weights and gradients in the plan's dtype, optimizer states after ZeRO, nothing on the
@@ -78,7 +80,14 @@ struct GradSync {
   bool per_microbatch = false;
   bool gather_after_step = false;
 };
-GradSync grad_sync(const LayerStrategy& s);
+inline GradSync grad_sync(const LayerStrategy& s) {
+  GradSync g;
+  if (s.dp == 1) return g;
+  g.reduce = s.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
+  g.per_microbatch = s.zero >= 2;
+  g.gather_after_step = s.zero == 1 || s.zero == 2;
+  return g;
+}
 
 // Bringing non-resident parameters to the device before use: under ZeRO-3 (dp > 1) an
 // all-gather of `bytes` over dp, after a PCIe copy of the rank's shard (`h2d_bytes`) when they

@@ -2,10 +2,6 @@
 
 namespace stratagem {
 
-int64_t optimizer_bytes_per_param(Dtype d) {
-  return d == Dtype::fp32 ? 8 : 12;
-}
-
 void ModelStates::add(const LayerStrategy& s, int64_t params, Dtype dt) {
   const int64_t e = dtype_bytes(dt);
   const int64_t shard = (params + s.dp - 1) / s.dp;
@@ -56,15 +52,6 @@ TpComm tp_comm(const LayerStrategy& s, Block b, Phase ph) {
     t.after = reduce;
   }
   return t;
-}
-
-GradSync grad_sync(const LayerStrategy& s) {
-  GradSync g;
-  if (s.dp == 1) return g;
-  g.reduce = s.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
-  g.per_microbatch = s.zero >= 2;
-  g.gather_after_step = s.zero == 1 || s.zero == 2;
-  return g;
 }
 
 WeightFetch weight_fetch(const LayerStrategy& s, int64_t params, Dtype dt) {
