@@ -278,6 +278,7 @@ class StageBuilder {
   int tp_before(Block b, Phase ph, int layer, int mb) {
     const auto& s = strat(layer);
     const TpComm t = tp_comm(s, b, ph);
+    if (t.gathers == 0) return -1;
     const int64_t bytes = token_stream_bytes(m_, samples(layer), p_.dtype);
     int c = -1;
     for (int i = 0; i < t.gathers; ++i) {
