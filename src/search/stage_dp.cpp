@@ -42,6 +42,7 @@ StageDp::StageDp(StageDpProblem p) : p_(std::move(p)) {
   if (int(p_.reshard.size()) != C_ * C_) p_.reshard.assign(size_t(C_) * C_, 0.0);
   if (p_.items.size() > 32767) throw std::logic_error("StageDp: too many items");
   M_ = std::max<int64_t>(0, p_.max_budget_bytes / std::max<int64_t>(1, p_.bucket_bytes));
+  if (M_ >= int64_t(INT32_MAX)) throw std::logic_error("StageDp: memory axis too long");
   const int S = int(p_.items.size());
   // Cover levels: 0 and the items' kept activations (merged, rounding down, so the cover a
   // level promises is always there).
@@ -169,20 +170,22 @@ StageDp::~StageDp() = default;
 void StageDp::run(Threshold& t) {
   const int N = std::max(1, p_.n_max);
   const size_t row = size_t(M_ + 1);
+  const size_t CQ = size_t(C_) * size_t(Q_);
   // Rows 1 .. N-1 (row N, the first layer, is resolved by best()).
-  const size_t size = size_t(N - 1) * size_t(C_) * size_t(Q_) * row;
-  // Each row is set to infinity right before it is filled (stays in cache). Freed tables'
-  // pages stay in the heap during the search (Searcher::run), so a new table reuses them
-  // without faulting them in: no pool of tables is needed.
+  const size_t size = size_t(N - 1) * CQ * row;
+  // Each row is set to infinity from its start (the least entry an item writes; below it the
+  // row is infinite and left unwritten, read through fv()) right before it is filled (stays in
+  // cache). Freed tables' pages stay in the heap during the search (Searcher::run), so a new
+  // table reuses them without faulting them in: no pool of tables is needed.
   t.f.resize(size);
-  DpTable g(size_t(C_) * size_t(Q_) * row);  // filled before it is read, as the rows
+  t.start.assign(size_t(N - 1) * CQ, uint32_t(row));
+  DpTable g(CQ * row);  // filled from gfirst before it is read, as the rows
   auto grow = [&](int b, int q) { return g.data() + (size_t(b) * Q_ + size_t(q)) * row; };
-  std::vector<size_t> ffirst(size_t(C_) * Q_), gfirst(size_t(C_) * Q_);
+  std::vector<size_t> ffirst(CQ), gfirst(CQ);
   for (int n = 1; n <= N - 1; ++n) {
     const std::vector<int>& items = n == 1 ? t.tail : t.items;
-    std::fill(t.f.begin() + long(at(n, 0, 0, 0)), t.f.begin() + long(at(n + 1, 0, 0, 0)), kInf);
     // g[b][q][m]: the cheapest n-1 layers below within m buckets, at cover level q, next to a
-    // class-b layer.
+    // class-b layer; infinite below gfirst[b][q] (entries there are not read).
     if (n == 1) {
       std::fill(g.begin(), g.end(), kInf);
       for (int b = 0; b < C_; ++b) std::fill(grow(b, 0), grow(b, 0) + row, 0.0);
@@ -193,23 +196,39 @@ void StageDp::run(Threshold& t) {
       // relaxations start there.
       for (int a = 0; a < C_; ++a)
         for (int q = 0; q < Q_; ++q) {
-          const double* fa = t.f.data() + at(n - 1, 0, a, q);
-          ffirst[size_t(a) * Q_ + q] =
-              size_t(std::find_if(fa, fa + row, [](double x) { return x != kInf; }) - fa);
+          const size_t r = size_t(n - 2) * CQ + size_t(a) * Q_ + size_t(q);
+          const double* fa = t.f.data() + r * row;
+          ffirst[size_t(a) * Q_ + q] = size_t(
+              std::find_if(fa + t.start[r], fa + row, [](double x) { return x != kInf; }) - fa);
         }
       for (int b = 0; b < C_; ++b)
         for (int q = 0; q < Q_; ++q) {
           double* gb = grow(b, q);
-          std::fill(gb, gb + row, kInf);
           size_t first = row;
+          for (int a = 0; a < C_; ++a) first = std::min(first, ffirst[size_t(a) * Q_ + q]);
+          std::fill(gb + first, gb + row, kInf);
           for (int a = 0; a < C_; ++a) {
             const size_t o = ffirst[size_t(a) * Q_ + q];
-            first = std::min(first, o);
             relax(t.f.data() + at(n - 1, 0, a, q) + o, gb + o, row - o,
                   p_.reshard[size_t(a) * C_ + b]);
           }
           gfirst[size_t(b) * Q_ + q] = first;
         }
+    }
+    // Where each row of f starts: the least entry an item writes.
+    uint32_t* st = t.start.data() + size_t(n - 1) * CQ;
+    for (int i : items) {
+      const DpItem& it = p_.items[i];
+      for (int q = 0; q < (n == 1 ? 1 : Q_); ++q) {
+        if (!admits(t, it, q)) continue;
+        const size_t o = gfirst[size_t(it.cls) * Q_ + q] + size_t(it.w);
+        uint32_t& s0 = st[size_t(it.cls) * Q_ + size_t(after_[i][q])];
+        if (o < row) s0 = std::min(s0, uint32_t(o));
+      }
+    }
+    for (size_t r = 0; r < CQ; ++r) {
+      double* fr = t.f.data() + (size_t(n - 1) * CQ + r) * row;
+      std::fill(fr + st[r], fr + row, kInf);
     }
     // One item at a time over the whole memory row (contiguous, vectorizes). No parent
     // pointers: reconstruct() finds the first (item, level) in this order that gives the value.
@@ -266,7 +285,7 @@ StageDp::Answer StageDp::best_within(int n, const std::vector<int64_t>& caps,
     if (n > 1) {
       lb_below = kInf;
       for (int b = 0; b < C_; ++b)
-        for (int q = 0; q < Q_; ++q) lb_below = std::min(lb_below, t.f[at(n - 1, m, b, q)]);
+        for (int q = 0; q < Q_; ++q) lb_below = std::min(lb_below, fv(t, n - 1, m, b, q));
       if (lb_below == kInf) continue;
     }
     // Row n: the first layer on top of the best n-1 layers below it.
@@ -284,8 +303,8 @@ StageDp::Answer StageDp::best_within(int n, const std::vector<int64_t>& caps,
         if (n > 1) {
           prev = kInf;
           for (int b = 0; b < C_; ++b)
-            prev = std::min(prev,
-                            t.f[at(n - 1, m - it.w, b, q)] + p_.reshard[size_t(b) * C_ + it.cls]);
+            prev =
+                std::min(prev, fv(t, n - 1, m - it.w, b, q) + p_.reshard[size_t(b) * C_ + it.cls]);
           if (prev == kInf) continue;
         }
         const double v = prev + it.cost + it.first + (n == 1 ? it.last : 0.0) + ent(it.cls);
@@ -330,7 +349,7 @@ void StageDp::best_costs(const std::vector<int64_t>& caps, const std::vector<dou
     for (int n = std::max(n_lo, 2); n <= n_hi; ++n) {
       double lb_below = kInf;
       for (int b = 0; b < C_; ++b)
-        for (int q = 0; q < Q_; ++q) lb_below = std::min(lb_below, t.f[at(n - 1, m, b, q)]);
+        for (int q = 0; q < Q_; ++q) lb_below = std::min(lb_below, fv(t, n - 1, m, b, q));
       if (lb_below == kInf) continue;
       double& best = out[n];
       for (const auto& [key, i] : order) {
@@ -347,8 +366,8 @@ void StageDp::best_costs(const std::vector<int64_t>& caps, const std::vector<dou
           if (!admits(t, it, q)) continue;
           double prev = kInf;
           for (int b = 0; b < C_; ++b)
-            prev = std::min(prev,
-                            t.f[at(n - 1, m - it.w, b, q)] + p_.reshard[size_t(b) * C_ + it.cls]);
+            prev =
+                std::min(prev, fv(t, n - 1, m - it.w, b, q) + p_.reshard[size_t(b) * C_ + it.cls]);
           if (prev == kInf) continue;
           const double v = prev + it.cost + it.first + 0.0 + ent(it.cls);
           if (v < best) best = v;
@@ -362,7 +381,7 @@ double StageDp::below(const Threshold& t, int n, int64_t m, int b, int q) const 
   if (n == 1) return q == 0 ? 0.0 : kInf;
   double v = kInf;
   for (int a = 0; a < C_; ++a)
-    v = std::min(v, t.f[at(n - 1, m, a, q)] + p_.reshard[size_t(a) * C_ + b]);
+    v = std::min(v, fv(t, n - 1, m, a, q) + p_.reshard[size_t(a) * C_ + b]);
   return v;
 }
 
@@ -379,14 +398,14 @@ std::vector<int> StageDp::reconstruct(int n, const Answer& a, int64_t* footprint
     double best = kInf;
     int arg = -1;
     for (int b = 0; b < C_; ++b) {
-      const double v = t.f[at(k, m, b, q)];
+      const double v = fv(t, k, m, b, q);
       if (v == kInf) continue;
       const double x = v + p_.reshard[size_t(b) * C_ + cls];
       if (x < best) best = x, arg = b;
     }
     if (arg < 0) throw std::logic_error("StageDp: broken chain");
     // The first (item, level) of run()'s order that produced f[k][m][arg][q].
-    const double target = t.f[at(k, m, arg, q)];
+    const double target = fv(t, k, m, arg, q);
     int found = -1, prev_q = -1;
     for (int i : k == 1 ? t.tail : t.items) {
       const DpItem& it = p_.items[i];
