@@ -122,6 +122,14 @@ class StageDp {
   // each threshold's first-layer items in increasing cost.
   void best_costs(const std::vector<int64_t>& caps, const std::vector<double>* entry, int n_lo,
                   int n_hi, std::vector<double>& out) const;
+  // The same for several rows that share the caps and differ in the entry costs (one pass over
+  // the items for all of them).
+  struct CostRow {
+    const std::vector<double>* entry;  // may be null
+    std::vector<double>* out;
+  };
+  void best_costs(const std::vector<int64_t>& caps, const std::vector<CostRow>& rows, int n_lo,
+                  int n_hi) const;
   // Item ids of that sequence, the stage's first layer first; `footprint` (optional) gets the
   // model's memory of it: buckets x bucket bytes + the reserved bytes.
   std::vector<int> reconstruct(int n, const Answer& a, int64_t* footprint = nullptr) const;
