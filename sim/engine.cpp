@@ -306,10 +306,18 @@ bool Engine::earlier_alloc_ready(RankSt& r, const StageData& sd, int s, uint32_t
 
 void Engine::advance(RankSt& r, Time t) {
   const StageData& sd = stages_[r.stage];
+  // Passes over the streams while one made progress. A stream's look at its head depends only
+  // on the rank's state, which only a start changes: a pass that has started nothing yet skips
+  // the streams last looked at after every start of the pass before (those from `redo` on),
+  // which would find what they found then. The same ops start in the same order as with full
+  // passes.
   bool progress = true;
+  int redo = kStreams;
   while (progress) {
     progress = false;
-    for (int s = 0; s < kStreams; ++s) {
+    bool started = false;
+    int next = 0;
+    for (int s = 0; s < kStreams && (started || s < redo); ++s) {
       while (!r.running[s] && r.it[s] < uint32_t(K_) && sd.len[s] > 0) {
         const Step& step = sd.steps[s][r.pos[s]];
         if (!ready(r, sd, s, step)) break;
@@ -320,12 +328,16 @@ void Engine::advance(RankSt& r, Time t) {
         if (step.kind == OpKind::free && step.key &&
             earlier_alloc_ready(r, sd, s, r.it[s], step.op)) {
           progress = true;
+          next = s + 1;
           break;
         }
+        started = true;
+        next = s + 1;
         if (!start_op(r, sd, s, step, t)) break;
         progress = true;
       }
     }
+    redo = next;
   }
 }
 

@@ -115,6 +115,14 @@ class StageBuilder {
     offloaded_.assign(ls.size() * M, -1);
   }
 
+  // Room for about this many ops and dependencies, so that the vectors are written once
+  // instead of copied as they grow (millions of ops at pp 16).
+  void reserve(size_t ops, size_t deps) {
+    out_.ops.reserve(ops);
+    out_.deps.reserve(deps);
+  }
+  size_t stage_layer_count() const { return stage_layers().size(); }
+
   StageProgram build() {
     // The micro-batch whose backward comes last on each chunk: gradients are final after it.
     auto steps = stage_schedule(p_, out_.stage, M_);
@@ -802,10 +810,23 @@ Program build_program(const ModelSpec& model, const Plan& plan, const FrameworkS
   Program prog;
   prog.num_microbatches = plan.num_microbatches();
   prog.stages.reserve(plan.pp);
-  for (int s = 0; s < plan.pp; ++s)
-    prog.stages.push_back(
-        StageBuilder(model, plan, s, prog.num_microbatches, framework.layer_gradient_staging)
-            .build());
+  size_t prev_layers = 0;
+  for (int s = 0; s < plan.pp; ++s) {
+    StageBuilder b(model, plan, s, prog.num_microbatches, framework.layer_gradient_staging);
+    // Each stage reserves what the one before it took, scaled by its layer count, and a
+    // sixteenth more (pipeline stages are much alike): a capacity only, the ops are the same.
+    const size_t layers = b.stage_layer_count();
+    if (s > 0 && prev_layers > 0) {
+      const StageProgram& prev = prog.stages.back();
+      auto scaled = [&](size_t n) {
+        const size_t x = n / prev_layers * std::max<size_t>(layers, 1);
+        return x + x / 16 + 64;
+      };
+      b.reserve(scaled(prev.ops.size()), scaled(prev.deps.size()));
+    }
+    prog.stages.push_back(b.build());
+    prev_layers = layers;
+  }
   return prog;
 }
 

@@ -105,10 +105,18 @@ void Searcher::search_config(const Config& cf) {
     }
     return row;
   };
+  // Rows of one DP under equal caps (stage 0's under embedding strategies that differ only in
+  // their entry costs) are answered in one pass.
   auto solve_pending = [&](std::vector<Pending>& list) {
-    workers_->run(int(list.size()), [&](int i) {
-      const Pending& p = list[size_t(i)];
-      dps[stage_type[p.s]]->best_costs(p.caps, p.ent, n_lo, n_max, *p.row);
+    std::map<std::pair<int, std::vector<int64_t>>, std::vector<StageDp::CostRow>> groups;
+    for (const Pending& p : list) groups[{stage_type[p.s], p.caps}].push_back({p.ent, p.row});
+    std::vector<
+        const std::pair<const std::pair<int, std::vector<int64_t>>, std::vector<StageDp::CostRow>>*>
+        work;
+    for (const auto& g : groups) work.push_back(&g);
+    workers_->run(int(work.size()), [&](int i) {
+      const auto& [key, group] = *work[size_t(i)];
+      dps[key.first]->best_costs(key.second, group, n_lo, n_max);
     });
   };
   // The row of stage s under embedding strategy ei (stage_answer(s, n, ei, 0).cost for all n).

@@ -122,6 +122,14 @@ class StageDp {
   // each threshold's first-layer items in increasing cost.
   void best_costs(const std::vector<int64_t>& caps, const std::vector<double>* entry, int n_lo,
                   int n_hi, std::vector<double>& out) const;
+  // The same for several rows that share the caps and differ in the entry costs (one pass over
+  // the items for all of them).
+  struct CostRow {
+    const std::vector<double>* entry;  // may be null
+    std::vector<double>* out;
+  };
+  void best_costs(const std::vector<int64_t>& caps, const std::vector<CostRow>& rows, int n_lo,
+                  int n_hi) const;
   // Item ids of that sequence, the stage's first layer first; `footprint` (optional) gets the
   // model's memory of it: buckets x bucket bytes + the reserved bytes.
   std::vector<int> reconstruct(int n, const Answer& a, int64_t* footprint = nullptr) const;
@@ -144,7 +152,15 @@ class StageDp {
     std::vector<int> head;    // row n, the first layer
     std::vector<int> single;  // n = 1: first and last
     DpTable f;  // [(((n - 1) * C + cls) * Q + level) * (M + 1) + m], rows n = 1 .. N-1
+    // Per row (n, cls, level), [((n - 1) * C + cls) * Q + level]: the entries below it are
+    // infinite and left unwritten (no item reaches them; read through fv()).
+    std::vector<uint32_t> start;
   };
+  // f[n][m][cls][q], infinite below the row's start.
+  double fv(const Threshold& t, int n, int64_t m, int cls, int q) const {
+    const size_t r = (size_t(n - 1) * size_t(C_) + size_t(cls)) * size_t(Q_) + size_t(q);
+    return m < int64_t(t.start[r]) ? kInf : t.f[r * size_t(M_ + 1) + size_t(m)];
+  }
   size_t at(int n, int64_t m, int cls, int q) const {
     return ((size_t(n - 1) * size_t(C_) + size_t(cls)) * size_t(Q_) + size_t(q)) * size_t(M_ + 1) +
            size_t(m);
