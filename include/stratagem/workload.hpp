@@ -78,23 +78,29 @@ int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& s, in
 //    the activation (tp shares);
 //  - the token-stream tensors the runtime holds at once: the stream's value or gradient between
 //    ops; under tensor parallelism a block's partial sum before its (in-place) reduction, or
-//    under sequence parallelism the two whole-sequence gathers of a block's backward (a
-//    pipeline's send and receive in flight are the stage's: the estimator adds them at pp > 1);
-//  - under ZeRO-1/2/3 with MPI, the received shard of the layer's reduce-scatter (MPI has no
-//    in-place form that lands it at the shard's position).
+//    under sequence parallelism the two whole-sequence gathers of a block's backward; under
+//    full recompute, the stream the layer's backward rebuilds beside the gradient; `pipelined`
+//    (a stage beside a pipeline): at least the stream, a send and a receive in flight.
+// The received piece of a ZeRO reduce-scatter is not workspace: it is a Program buffer from the
+// reduction's issue until it lands (receive_piece_bytes).
 // (A fully recomputed layer's forward intermediates are transient too; they live while fewer
 // activations are held than at the recompute that rebuilds them, so they do not add to it.)
 // Staged ZeRO-2/3 gradients are not workspace: they are the Program's buffers, from a layer's
 // backward until its reduce-scatter lands (staged_gradient_bytes).
-int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt);
-// The same for the embedding and head of a stage holding `params` of them: the token-stream
-// tensors and the ZeRO-1 shard.
+int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt,
+                              bool pipelined = false);
+// The same for the embedding and head of a stage: the token-stream tensors.
 int64_t embedding_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
-                                  int64_t params, Dtype dt);
+                                  Dtype dt);
 // Bytes of `params` parameters' whole gradients that a framework staging them
 // (FrameworkSpec::layer_gradient_staging) holds under strategy s until their reduce-scatter:
 // 0 unless ZeRO-2/3 over dp > 1. The Program allocates them (category grads).
 int64_t staged_gradient_bytes(const LayerStrategy& s, int64_t params, Dtype dt, bool staging);
+// Bytes a rank receives from the reduce-scatter of `params` parameters' gradients under ZeRO-1/2/3
+// over dp > 1 (0 otherwise): its piece of the sum, which MPI's reduce-scatter (and NCCL's
+// out-of-place form) writes beside the shard before it is added or copied there. The Program
+// allocates it (category buffers) from the reduction's issue until it lands.
+int64_t receive_piece_bytes(const LayerStrategy& s, int64_t params, Dtype dt);
 
 // Parameters of a block held by one rank before ZeRO sharding (divided by tp where Megatron
 // shards them, replicated norms/biases otherwise).

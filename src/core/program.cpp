@@ -138,7 +138,8 @@ class StageBuilder {
     }
     flush_staging_free();
     std::vector<int> deferred;
-    for (const Op& op : deferred_) deferred.push_back(emit(op, {last_compute_}));
+    for (const Op& op : deferred_) deferred.push_back(emit_reduction(op, {last_compute_}));
+    flush_piece();
     // Gradients staged until a reduction deferred to here (tied embeddings split over stages,
     // without overlap) go once it has landed.
     for (int& buf : stage_buf_)
@@ -179,6 +180,10 @@ class StageBuilder {
   }
   int alloc(Stream s, MemCategory cat, int64_t bytes, int layer, int mb, Phase ph, Block b,
             std::initializer_list<int> deps = {}) {
+    return alloc(s, cat, bytes, layer, mb, ph, b, std::vector<int>(deps));
+  }
+  int alloc(Stream s, MemCategory cat, int64_t bytes, int layer, int mb, Phase ph, Block b,
+            const std::vector<int>& deps) {
     if (bytes <= 0) return -1;
     Op op = make(OpKind::alloc, s, b, ph, layer, mb);
     op.category = cat;
@@ -670,6 +675,7 @@ class StageBuilder {
     }
   }
   void flush_staging_free() {
+    flush_piece();
     if (pending_free_ < 0) return;
     release(std::exchange(pending_free_, -1), Stream::dp_comm, {pending_reduce_});
   }
@@ -689,16 +695,36 @@ class StageBuilder {
     op.bytes = params * e_;
     op.chunk = static_cast<int16_t>(chunk_);
     if (p_.overlap_grad_reduce || per_mb) {
-      const int rs = emit(op, {after});
+      flush_staging_free();  // the previous reduction's buffers, before this one's piece
+      const int rs = emit_reduction(op, {after});
       grad_reductions_.push_back(rs);
       if (staged(layer)) {
-        flush_staging_free();
         pending_free_ = std::exchange(stage_buf_[stage_slot(layer)], -1);
         pending_reduce_ = rs;
       }
     } else {
       deferred_.push_back(op);
     }
+  }
+
+  // A gradient reduction on the dp stream. A reduce-scatter's received piece is a buffer of its
+  // own from the reduction's issue until it lands (receive_piece_bytes); the op names it. The
+  // free goes on the dp stream, emitted with the staged gradients' (after the next layer's mlp
+  // backward), as the two are live together.
+  int emit_reduction(Op op, const std::vector<int>& deps) {
+    flush_piece();
+    if (op.collective == Collective::reduce_scatter)
+      op.buffer = alloc(Stream::dp_comm, MemCategory::buffers,
+                        receive_piece_bytes(strat(op.layer), op.bytes / e_, p_.dtype), op.layer,
+                        op.microbatch, op.phase, Block::none, deps);
+    const int rs = emit(op, deps);
+    if (op.buffer >= 0) pending_piece_ = {op.buffer, rs};
+    return rs;
+  }
+  void flush_piece() {
+    if (pending_piece_.first < 0) return;
+    const auto [piece, rs] = std::exchange(pending_piece_, {-1, -1});
+    release(piece, Stream::dp_comm, {rs});
   }
 
   // ---- whole-iteration parts -------------------------------------------------------------
@@ -783,6 +809,7 @@ class StageBuilder {
   int static_bufs_[3] = {-1, -1, -1};
   ModelStates states_;  // of the stage's layers, embedding and head (setup)
   int head_done_mb_ = -1;
+  std::pair<int, int> pending_piece_{-1, -1};  // a reduce-scatter's piece and the reduction
   std::vector<int> compute_waits_;
   std::vector<int> grad_reductions_;
   std::vector<int> last_bwd_mb_;

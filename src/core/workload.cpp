@@ -173,9 +173,9 @@ int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Bloc
 }
 
 namespace {
-// The token-stream tensors and the ZeRO receive shard shared by layers and embeddings, as many
-// as the runtime holds at once (src/runtime/exec/ops_comm.cpp, ops_compute.cpp).
-int64_t stream_workspace(const Shape& x, const LayerStrategy& st, int64_t params, int64_t e) {
+// The token-stream tensors shared by layers and embeddings, as many as the runtime holds at
+// once (src/runtime/exec/ops_comm.cpp, ops_compute.cpp).
+int64_t stream_workspace(const Shape& x, const LayerStrategy& st, int64_t e, bool pipelined) {
   // The stream's value or gradient between ops (a token shard under sequence parallelism).
   int64_t bytes = e * x.Tn * x.h;
   if (st.tp > 1) {
@@ -183,27 +183,38 @@ int64_t stream_workspace(const Shape& x, const LayerStrategy& st, int64_t params
     // normalized input). Otherwise a block's partial sum, reduced in place.
     bytes += (st.sequence_parallel ? 2 : 1) * e * x.T * x.h;
   }
-  if (st.zero >= 1 && st.dp > 1) bytes += (params + st.dp - 1) / st.dp * e;
+  // A fully recomputed layer's backward rebuilds the stream from its saved input beside the
+  // gradient it carries.
+  if (st.recompute == Recompute::full) bytes += e * x.Tn * x.h;
+  // Beside a pipeline, a send and a receive in flight with the stream: they are the stream
+  // tensors themselves (a send hands its tensor over, a receive becomes the next), so they
+  // raise the count to three, not by two.
+  if (pipelined) bytes = std::max(bytes, 3 * e * x.Tn * x.h);
   return bytes;
 }
 }  // namespace
 
-int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int samples, Dtype dt) {
+int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int samples, Dtype dt,
+                              bool pipelined) {
   Shape x = shape_of(m, st, samples);
   const int64_t e = dtype_bytes(dt);
-  int64_t bytes = stream_workspace(x, st, layer_parameters_per_rank(m, st.tp), e);
+  int64_t bytes = stream_workspace(x, st, e, pipelined);
   // d_qkv, d_attn, d_fc1 (gate and up), d_act
   bytes += e * x.T * ((x.h + 2 * x.kvh) / x.t + x.h / x.t + (x.ffn_gemm_width + 1) * x.f / x.t);
   return bytes;
 }
 
 int64_t embedding_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int samples,
-                                  int64_t params, Dtype dt) {
-  return stream_workspace(shape_of(m, st, samples), st, params, dtype_bytes(dt));
+                                  Dtype dt) {
+  return stream_workspace(shape_of(m, st, samples), st, dtype_bytes(dt), false);
 }
 
 int64_t staged_gradient_bytes(const LayerStrategy& s, int64_t params, Dtype dt, bool staging) {
   return staging && s.zero >= 2 && s.dp > 1 ? params * dtype_bytes(dt) : 0;
+}
+
+int64_t receive_piece_bytes(const LayerStrategy& s, int64_t params, Dtype dt) {
+  return s.zero >= 1 && s.dp > 1 ? (params + s.dp - 1) / s.dp * dtype_bytes(dt) : 0;
 }
 
 int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& st, int samples,

@@ -143,6 +143,11 @@ class Analyzer {
       const LayerStrategy& st = p_.layers[l];
       return staged_gradient_bytes(st, layer_params(st.tp), p_.dtype, staging);
     };
+    // A reduce-scatter's received piece (a Program buffer while the reduction is in flight).
+    auto piece = [&](int l) {
+      const LayerStrategy& st = p_.layers[l];
+      return receive_piece_bytes(st, layer_params(st.tp), p_.dtype);
+    };
     const int64_t ends_staged = staged_gradient_bytes(es, embed_params(s), p_.dtype, staging);
     const bool tied_split = m_.tied_embeddings && pp > 1;
     const int64_t always_staged = tied_split ? ends_staged : 0;
@@ -153,9 +158,10 @@ class Analyzer {
       Mem fp, bp;
       // The lookup's fetched weights, before any of the micro-batch's own activations.
       if (ch == 0) keep_max(fp, {0, eh.emb_fetch.bytes, always_staged});
-      // The embedding's backward: its gradients staged beside the first layer's in flight.
+      // The embedding's backward: its gradients staged beside the first layer's in flight, and
+      // that reduction's received piece.
       if (ch == 0 && ends_staged > 0 && r.end > r.begin)
-        keep_max(bp, {0, 0, ends_staged + staged(r.begin)});
+        keep_max(bp, {0, piece(r.begin), ends_staged + staged(r.begin)});
       double bwd_below = 0;  // backward time of the chunk's layers below the current one
       for (int l = r.begin; l < r.end; ++l) {
         const LayerStrategy& st = p_.layers[l];
@@ -167,7 +173,9 @@ class Analyzer {
         const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_);
         max_samples = std::max(max_samples, samples_for(st.dp));
         // Beside a pipeline, a send and a receive of the stream in flight.
-        ws = std::max(ws, lc.workspace + (pp > 1 ? 2 * boundary(l) : 0));
+        ws = std::max(ws, pp > 1 ? layer_workspace_bytes(m_, st, samples_for(st.dp), p_.dtype,
+                                                         /*pipelined=*/true)
+                                 : lc.workspace);
         keep_max(fp, {prefix + lc.fwd_act, lc.fwd_buf, always_staged});
         // Staged in this layer's backward: its own, the stage's embedding and head's while they
         // are held (through the pass when one stage holds both), and during its mlp backward
@@ -177,10 +185,13 @@ class Analyzer {
         const int64_t above = l + 1 < r.end                                ? staged(l + 1)
                               : ch == nchunks - 1 && pp > 1 && !tied_split ? ends_staged
                                                                            : 0;
+        // ... and the piece that reduction receives (the head's is within the bound taken by
+        // its own moment).
+        const int64_t above_piece = l + 1 < r.end ? piece(l + 1) : 0;
         // The layer below (same chunk) is prefetched during this layer's attention backward;
         // its offloaded activations come back as soon as this layer's mlp backward has run.
-        keep_max(bp,
-                 {prefix + lc.bwd_mlp_act + below_reload, lc.bwd_buf, staged(l) + held + above});
+        keep_max(bp, {prefix + lc.bwd_mlp_act + below_reload, lc.bwd_buf + above_piece,
+                      staged(l) + held + above});
         keep_max(bp, {prefix + lc.bwd_attn_act + below_reload, lc.bwd_buf + below_fetch,
                       staged(l) + held});
         if (p_.backward_prefetch) below_fetch = lc.fwd_buf;
@@ -251,7 +262,7 @@ class Analyzer {
     }
     const int64_t ep = embed_params(s);
     if (ep > 0) states.add(p_.embedding, ep, p_.dtype);
-    if (ep > 0) ws = std::max(ws, embedding_workspace_bytes(m_, es, samples(-1), ep, p_.dtype));
+    if (ep > 0) ws = std::max(ws, embedding_workspace_bytes(m_, es, samples(-1), p_.dtype));
     if (with_time_)
       extras(s, eh, ep, states.device_opt_params, states.host_opt_params, deferred, sc);
 

@@ -168,6 +168,8 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_spec, const Pl
   // The Program's static buffers (weights, gradients, optimizer states) are resident for the
   // whole run: the model part is built inside them.
   int w_buf = -1, g_buf = -1, o_buf = -1;
+  for (const Op& op : sp->ops)
+    if (op.kind == OpKind::collective && op.buffer >= 0) received_pieces.insert(op.buffer);
   for (const Op& op : sp->ops) {
     if (op.kind != OpKind::alloc || op.phase != Phase::setup) continue;
     pool.alloc(op.buffer, op.category, op.bytes);
@@ -379,6 +381,20 @@ bool Executor::Impl::deps_landed(uint32_t i) {
   return true;
 }
 
+void Executor::Impl::run_pending_free(uint32_t i) {
+  const uint32_t* deps = sp->deps_of(sp->ops[i]);
+  for (uint32_t d = 0; d < sp->ops[i].dep_count; ++d) complete(static_cast<int>(deps[d]));
+  run(i);
+  ran_ahead[i] = 1;
+}
+
+void Executor::Impl::drain_frees_before(uint32_t j) {
+  for (auto it = pending_frees.begin(); it != pending_frees.end();) {
+    if (*it < j && !ran_ahead[*it]) run_pending_free(*it);
+    it = ran_ahead[*it] ? pending_frees.erase(it) : it + 1;
+  }
+}
+
 void Executor::Impl::poll_frees() {
   for (auto it = pending_frees.begin(); it != pending_frees.end();) {
     const uint32_t i = *it;
@@ -390,11 +406,7 @@ void Executor::Impl::poll_frees() {
       ++it;
       continue;
     }
-    const Op& op = sp->ops[i];
-    const uint32_t* deps = sp->deps_of(op);
-    for (uint32_t d = 0; d < op.dep_count; ++d) complete(static_cast<int>(deps[d]));
-    run(i);
-    ran_ahead[i] = 1;
+    run_pending_free(i);
     it = pending_frees.erase(it);
   }
 }
@@ -418,7 +430,8 @@ void Executor::Impl::run(uint32_t i) {
       pool.alloc(op.buffer, op.category, op.bytes);
       if (op.category == MemCategory::grads)
         staging_buffer[op.layer] = op.buffer;  // ZeRO-2/3: the layer's staged gradients
-      else
+      else if (op.stream != Stream::dp_comm || op.category != MemCategory::buffers ||
+               !received_pieces.count(op.buffer))
         buffer_of[{int(op.block), int(op.phase), op.layer, op.microbatch}] = op.buffer;
       return;
     case OpKind::free: {
@@ -430,6 +443,7 @@ void Executor::Impl::run(uint32_t i) {
         buffer_users.erase(users);
       }
       pool.free(op.buffer);
+      if (received_pieces.count(op.buffer)) return;  // a reduce-scatter's (the op names it)
       if (op.category != MemCategory::grads)
         buffer_of.erase({int(op.block), int(op.phase), op.layer, op.microbatch});
       else if (auto s = staging_buffer.find(op.layer);
@@ -490,6 +504,13 @@ StepResult Executor::Impl::step(int64_t s) {
       pending_frees.push_back(i);
       continue;
     }
+    // The dp stream is in order: a buffer it allocates (a reduce-scatter's piece) follows the
+    // frees before it, which wait for their reductions. On the CPU backend every alloc does:
+    // MPI moves a reduction on only inside MPI calls and ranks share cores, so it lands late by
+    // the host's scheduling, not by the network the forecast models; holding the Program's
+    // memory order costs the rank no more than the late peer costs it at its next collective.
+    if (op.kind == OpKind::alloc && (op.stream == Stream::dp_comm || allocs_follow_frees))
+      drain_frees_before(i);
     for (uint32_t d = 0; d < op.dep_count; ++d) complete(static_cast<int>(deps[d]));
     if (!ran_ahead[i]) run_timed(i);  // (it may have run ahead while the rank waited)
     reached = i;

@@ -72,12 +72,16 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   // The attention backward overlaps the fetch of the layer below, taken to be of this size.
   // The mlp backward writes the layer's staged gradients while the reduction of the layer
   // above's, taken to be of this size, is in flight (the estimator's moments).
-  const int64_t staged = staged_gradient_bytes(s, layer_parameters_per_rank(m_, s.tp), dtype_,
-                                               costs_.front()->framework().layer_gradient_staging);
-  lc.transient =
-      std::max({x.fwd_act - x.kept + x.fwd_buf, x.bwd_mlp_act - x.kept + x.bwd_buf + 2 * staged,
-                x.bwd_attn_act - x.kept + 2 * x.bwd_buf + staged});
+  // The reduction in flight also holds its received piece (a Program buffer).
+  const int64_t params = layer_parameters_per_rank(m_, s.tp);
+  const int64_t staged =
+      staged_gradient_bytes(s, params, dtype_, costs_.front()->framework().layer_gradient_staging);
+  const int64_t piece = receive_piece_bytes(s, params, dtype_);
+  lc.transient = std::max({x.fwd_act - x.kept + x.fwd_buf,
+                           x.bwd_mlp_act - x.kept + x.bwd_buf + piece + 2 * staged,
+                           x.bwd_attn_act - x.kept + 2 * x.bwd_buf + staged});
   lc.workspace = layer_workspace_bytes(m_, s, b, dtype_);
+  lc.pipelined_workspace = layer_workspace_bytes(m_, s, b, dtype_, /*pipelined=*/true);
   lc.boundary = boundary_activation_bytes(m_, s, b, dtype_);
   lc.kernel_s = x.fwd_s + x.bwd_s + x.rec_s;
   lc.busy_s = lc.kernel_s + x.tp_fwd_s + x.tp_bwd_s + x.tp_rec_s;
@@ -144,7 +148,7 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
   // The embedding's and head's staged gradients are held through a pass's backward (pp 1) or
   // the iteration (tied embeddings split over stages): counted as held throughout.
   const int64_t ends_params = std::max(only_p, last_p);
-  ec.workspace = embedding_workspace_bytes(m_, es, b, ends_params, dtype_) +
+  ec.workspace = embedding_workspace_bytes(m_, es, b, dtype_) +
                  staged_gradient_bytes(es, ends_params, dtype_,
                                        costs_.front()->framework().layer_gradient_staging);
   ec.last_dp_stream_s += x.head_fetch.time_s;

@@ -44,11 +44,12 @@ struct LayerCost {
   // Once per iteration: ZeRO-1/2 weight all-gather, optimizer step (device or host).
   double tail_s = 0;
   // Memory of one rank (bytes).
-  int64_t states = 0;     // weights + gradients + optimizer states after ZeRO/offload
-  int64_t kept = 0;       // saved activations of one micro-batch kept until its backward
-  int64_t transient = 0;  // extra bytes while the layer runs, beyond its kept activations
-  int64_t workspace = 0;  // the runtime's scratch (layer_workspace_bytes)
-  int64_t boundary = 0;   // activation bytes passed to the next layer (reshard size)
+  int64_t states = 0;               // weights + gradients + optimizer states after ZeRO/offload
+  int64_t kept = 0;                 // saved activations of one micro-batch kept until its backward
+  int64_t transient = 0;            // extra bytes while the layer runs, beyond its kept activations
+  int64_t workspace = 0;            // the runtime's scratch (layer_workspace_bytes)
+  int64_t pipelined_workspace = 0;  // the same beside a pipeline
+  int64_t boundary = 0;             // activation bytes passed to the next layer (reshard size)
   // A micro-batch's time on this layer: CostModel::overlapped_time_s of its parts.
   double step_s() const;
 };

@@ -301,7 +301,7 @@ const PairData& Searcher::pair(int pp, int Bm) {
       costs.push_back(
           tables_.layer(st, Bm / st.dp, geo.tp_nodes(s, st.tp), geo.dp_nodes(s, st.tp)));
       // Beside a pipeline, a send and a receive of the stream in flight (as the estimator).
-      if (pp > 1) costs.back().workspace += 2 * costs.back().boundary;
+      if (pp > 1) costs.back().workspace = costs.back().pipelined_workspace;
     }
     pd.raw_layers += int64_t(costs.size());
     GeoData gd;

@@ -41,13 +41,11 @@ plan dp8_z2_offload_opt 8 GPT "$B16" --dp 8 --zero 2 --offload optimizer
 plan tp2_dp2_sp_z3_offload_all_full 4 LLAMA "$B8" --tp 2 --dp 2 --sequence-parallel --zero 3 \
   --offload optimizer,params,activations --recompute full
 # Were known gaps (staging as workspace, early first fetches, unordered reload/free, norm
-# statistics), now modelled; the runtime's prefetching streams (h2d, dp) run ahead of the rank
-# as the simulator's do (src/runtime/exec/run_ahead.cpp). Still off: buffers of the plans that
-# fetch weights beside a pipeline (the forecast's scratch is a constant floor). Staged
-# gradients' peaks (grads) hang on whether a reduce-scatter lands before the next layer's
-# staging: MPI's collectives progress only when the rank tests them, between its ops, where the
-# simulator's network moves on by itself, so an odd run lands one later (pp2 dp4 Z3 param
-# offload total +9.9% instead of +0.7%; tp2 dp2 all-offload grads +21.8% instead of 0%).
+# statistics, the ZeRO received piece as a constant floor, reduce-scatters landing late by the
+# host's scheduling), now modelled or held to the Program's order; the runtime's prefetching
+# streams (h2d, dp) run ahead of the rank as the simulator's do (src/runtime/exec/run_ahead.cpp).
+# Still off: buffers of the plans that fetch weights beside a tensor-parallel pipeline, 5-15%
+# under (the forecast's token-stream scratch is a constant floor).
 plan tp2_pp2_dp2_z3_tied 8 GPT "$B8" --tp 2 --pp 2 --dp 2 --zero 3
 plan dp4_z3_offload_act 4 LLAMA "$B8" --dp 4 --zero 3 --offload activations --recompute selective
 plan tp2_pp2_dp2_offload_params 8 GPT "$B8" --tp 2 --pp 2 --dp 2 --zero 1 --offload params
@@ -76,10 +74,8 @@ p['layers'] = [L(0, 1, offload=P), L(1, 2, zero=3, offload=P), L(2, 3, zero=0), 
   "${GPT[@]}"
 plan dp4_params_offload_z3_per_layer 4 GPT "" --plan "$WORK/params_z3.json"
 # H3T's seed case (runtime.searched_plans): the plan the search picks under 0.01 GiB (ZeRO-3,
-# full recompute, weights and optimizer offloaded). Total within 8.3% (18% in an odd run);
-# staged gradients of some ranks are still held one layer longer than forecast (+29%): a
-# reduce-scatter of 774 KiB over 4 ranks lands after the next layer's recompute, as MPI
-# progresses it only between kernels.
+# full recompute, weights and optimizer offloaded). Every category exact; the total +10.5%: the
+# runtime's grads, activations and buffers peak at one moment, the simulator's do not.
 M8=(--layers 8 --hidden 128 --heads 4 --vocab 512 --seq-len 64)
 "$BIN" search "${M8[@]}" --cluster cpu-local --nodes 1 --global-batch 8 --dtype fp32 \
   --memory-budget-gib 0.01 --space zero --quiet -o "$WORK/h3t.json" >/dev/null

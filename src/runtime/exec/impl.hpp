@@ -124,6 +124,7 @@ struct Executor::Impl {
   };
   std::map<int, InFlight> inflight;   // op index -> transfer not yet completed
   std::map<int, size_t> timing_slot;  // async op -> its entry in out->timings (end at completion)
+  std::set<int> received_pieces;      // buffers the Program names on its reduce-scatters
   std::map<int, std::vector<int>> buffer_users;  // buffer -> ops whose completion reads it
   std::vector<uint32_t> pending_frees;  // dp-stream frees waiting for their reduction to land
   // The prefetching streams run ahead of the rank's place in the Program (exec/run_ahead.cpp).
@@ -136,6 +137,7 @@ struct Executor::Impl {
   std::set<const Communicator*> shared_comms;  // used by streams that do not run ahead
   bool shared_comms_known = false;
   bool collectives_run_ahead = true;  // MPI on the CPU backend
+  bool allocs_follow_frees = true;    // CPU backend: an alloc waits for the frees before it
   int64_t reached = -1;               // the last op run in its place (-1: none yet)
   int64_t step_index = 0;
   int last_dp_reduce = -1;  // the dp reduce-scatter in flight
@@ -152,8 +154,10 @@ struct Executor::Impl {
   void complete_all();
   void poll_sends();
   bool deps_landed(uint32_t op);  // every transfer op waits for has landed (tested, not waited)
-  void poll_frees();              // runs the pending frees whose transfers have landed
-  void run_timed(uint32_t op);    // run(), with its timing entry
+  void run_pending_free(uint32_t op);    // completes what the free waits for, then runs it
+  void drain_frees_before(uint32_t op);  // runs the pending frees the Program puts before op
+  void poll_frees();                     // runs the pending frees whose transfers have landed
+  void run_timed(uint32_t op);           // run(), with its timing entry
 
   // ---- exec/run_ahead.cpp ----------------------------------------------------------------
   void start_run_ahead();
@@ -200,6 +204,8 @@ struct Executor::Impl {
   void norm_head_input(Micro& m);
   void finish_head_backward(Micro& m, const Tensor& d_xn);
   void optimizer_step();
+  // A reduce-scatter's received piece of n floats, in the Program's buffer the op names.
+  Tensor received_piece(const Op& op, int index, int64_t n);
   void stage_gradients(int layer);  // ZeRO-2: bind the layer's gradients to fresh staging
   // (state tensor view, other tensor view) for each run of the optimizer state: the gradients,
   // or the weights, of the elements whose optimizer state this rank holds.

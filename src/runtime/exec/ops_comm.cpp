@@ -219,7 +219,7 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
     for (auto& [a, t] : it->second) {
       const int64_t b = a + t.numel();
       auto counts = seg.counts(a, b);
-      Tensor mine = pool.scratch(Shape{std::max<int64_t>(1, counts[seg.dp_index])});
+      Tensor mine = received_piece(op, index, counts[seg.dp_index]);
       group->parts.push_back(comm.ireduce_scatter_v(t.data, mine.data, counts));
       sent.push_back(t);
       if (counts[seg.dp_index] > 0)
@@ -238,7 +238,7 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
   std::vector<std::pair<Tensor, Tensor>> landed;  // (piece of model.grads, sum)
   for (auto [a, b] : seg.runs) {
     auto counts = seg.counts(a, b);
-    Tensor mine = pool.scratch(Shape{std::max<int64_t>(1, counts[seg.dp_index])});
+    Tensor mine = received_piece(op, index, counts[seg.dp_index]);
     group->parts.push_back(comm.ireduce_scatter_v(grads_at(a), mine.data, counts));
     if (counts[seg.dp_index] > 0)
       landed.push_back({grads_slice(seg.piece_begin(a, b, seg.dp_index), counts[seg.dp_index]),
@@ -247,6 +247,15 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
   issue(index, std::move(group), [this, landed] {
     for (auto [dst, t] : landed) be.copy(dst, t);
   });
+}
+
+Tensor Executor::Impl::received_piece(const Op& op, int index, int64_t n) {
+  const Shape shape{std::max<int64_t>(1, n)};
+  if (op.buffer < 0) return pool.scratch(shape);
+  // The Program's buffer for the piece: its free waits for the reduction's completion.
+  auto& users = buffer_users[op.buffer];
+  if (std::find(users.begin(), users.end(), index) == users.end()) users.push_back(index);
+  return pool.take(op.buffer, shape);
 }
 
 int Executor::Impl::pp_tag(const Op& op, bool sending) const {

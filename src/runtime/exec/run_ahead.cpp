@@ -12,14 +12,16 @@
 namespace stratagem {
 
 namespace {
-// What may run ahead: work that only fills its own buffer, and the free of staged gradients
-// once their reduce-scatter has landed (as the simulator's dp stream frees them). The
+// What may run ahead: work that only fills its own buffer, and the free of staged gradients and
+// of a reduce-scatter's received piece once it has landed (as the simulator's dp stream frees
+// them). The
 // optimizer's copy of updated weights writes the weights the rank computes with; reductions
 // read gradients the rank is still writing; other frees keep their place.
 bool prefetch_op(const Op& op) {
   if (op.block == Block::optimizer || op.phase == Phase::optimizer) return false;
-  if (op.kind == OpKind::free)
-    return op.stream == Stream::dp_comm && op.category == MemCategory::grads;
+  if (op.kind == OpKind::free)  // staged gradients, a reduce-scatter's received piece
+    return op.stream == Stream::dp_comm &&
+           (op.category == MemCategory::grads || op.category == MemCategory::buffers);
   if (op.kind == OpKind::alloc)
     return op.category == MemCategory::buffers || op.category == MemCategory::activations ||
            op.category == MemCategory::weights;
@@ -51,6 +53,7 @@ void Executor::Impl::start_run_ahead() {
     // (a device backend's collectives keep the Program's order, which is the same on all
     // ranks), and its gathers run on the device's own streams anyway.
     collectives_run_ahead = be.name() == "cpu";
+    allocs_follow_frees = be.name() == "cpu";
   }
   for (AheadStream& a : ahead) a.next = 0;
   reached = -1;
@@ -98,10 +101,17 @@ void Executor::Impl::free_landed_before(uint32_t j) {
   // Memory events follow program order where both may happen: a dp-stream free the Program
   // puts before this alloc, whose reduction has landed, goes first (as on the simulator's dp
   // stream), so an alloc that runs ahead never holds memory beside a buffer already released.
+  // The free of a fetch buffer on the rank's own stream is at the same instant when only ops
+  // that take no time (no computation) lie between the rank's place and it: it goes first too
+  // (the next micro-batch's first fetches otherwise meet the last layer's buffer).
+  bool at_rank = true;
   for (uint32_t i = static_cast<uint32_t>(reached + 1); i < j; ++i) {
     const Op& op = sp->ops[i];
-    if (op.kind != OpKind::free || op.stream != Stream::dp_comm || ran_ahead[i] ||
-        !waits_only_on_issued(i) || !deps_landed(i) ||
+    if (op.kind == OpKind::compute) at_rank = false;
+    const bool placed = op.stream == Stream::dp_comm || (at_rank && op.stream == Stream::compute &&
+                                                         op.category == MemCategory::buffers);
+    if (op.kind != OpKind::free || !placed || ran_ahead[i] || !waits_only_on_issued(i) ||
+        !deps_landed(i) ||
         std::find(pending_frees.begin(), pending_frees.end(), i) != pending_frees.end())
       continue;
     const uint32_t* deps = sp->deps_of(op);
