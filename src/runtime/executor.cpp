@@ -428,6 +428,9 @@ void Executor::Impl::run(uint32_t i) {
     case OpKind::alloc:
       if (static_buffers.count(op.buffer)) return;
       pool.alloc(op.buffer, op.category, op.bytes);
+      // Each memory event is sampled, as the simulator records each: several may run at once
+      // (streams running ahead, frees that waited for their reductions).
+      sample_memory();
       if (op.category == MemCategory::grads)
         staging_buffer[op.layer] = op.buffer;  // ZeRO-2/3: the layer's staged gradients
       else if (op.stream != Stream::dp_comm || op.category != MemCategory::buffers ||
@@ -443,6 +446,7 @@ void Executor::Impl::run(uint32_t i) {
         buffer_users.erase(users);
       }
       pool.free(op.buffer);
+      sample_memory();
       if (received_pieces.count(op.buffer)) return;  // a reduce-scatter's (the op names it)
       if (op.category != MemCategory::grads)
         buffer_of.erase({int(op.block), int(op.phase), op.layer, op.microbatch});

@@ -101,15 +101,15 @@ void Executor::Impl::free_landed_before(uint32_t j) {
   // Memory events follow program order where both may happen: a dp-stream free the Program
   // puts before this alloc, whose reduction has landed, goes first (as on the simulator's dp
   // stream), so an alloc that runs ahead never holds memory beside a buffer already released.
-  // The free of a fetch buffer on the rank's own stream is at the same instant when only ops
-  // that take no time (no computation) lie between the rank's place and it: it goes first too
-  // (the next micro-batch's first fetches otherwise meet the last layer's buffer).
+  // A free on the rank's own stream is at the same instant when only ops that take no time lie
+  // between the rank's place and it (no computation, no alloc still to run, which the free must
+  // not overtake): it goes first too (the next micro-batch's first fetches otherwise meet the
+  // last layer's buffer, the layer below's backward prefetch the mlp's activations).
   bool at_rank = true;
   for (uint32_t i = static_cast<uint32_t>(reached + 1); i < j; ++i) {
     const Op& op = sp->ops[i];
-    if (op.kind == OpKind::compute) at_rank = false;
-    const bool placed = op.stream == Stream::dp_comm || (at_rank && op.stream == Stream::compute &&
-                                                         op.category == MemCategory::buffers);
+    if (op.kind == OpKind::compute || (op.kind == OpKind::alloc && !ran_ahead[i])) at_rank = false;
+    const bool placed = op.stream == Stream::dp_comm || (at_rank && op.stream == Stream::compute);
     if (op.kind != OpKind::free || !placed || ran_ahead[i] || !waits_only_on_issued(i) ||
         !deps_landed(i) ||
         std::find(pending_frees.begin(), pending_frees.end(), i) != pending_frees.end())
