@@ -64,7 +64,9 @@ void child_start() {
   ::signal(SIGABRT, SIG_DFL);  // libFuzzer's handler would too
 }
 
-void child_end() { copy_counters_out(); }
+void child_end() {
+  copy_counters_out();
+}
 
 // (where, function) of the innermost frame inside libhdf5 or in stratagem's sources.
 std::pair<std::string, std::string> first_deciding_frame(const std::string& report) {
@@ -91,10 +93,16 @@ std::pair<std::string, std::string> first_deciding_frame(const std::string& repo
       continue;
     }
     if (in_hdf5) return {"libhdf5", "?"};
+    // A source of this tree, wherever it was compiled (ccache's base_dir can leave another
+    // checkout's path in the debug info): its part from /src/ or /test/ on names a file here.
     const std::string file =
         std::filesystem::path(loc.substr(0, loc.find(':'))).lexically_normal().string();
-    if (file.rfind(root + "/src/", 0) == 0 || file.rfind(root + "/test/", 0) == 0)
-      return {"stratagem", fn};
+    for (const char* dir : {"/src/", "/test/"}) {
+      const size_t at = file.rfind(dir);
+      std::error_code ec;
+      if (at != std::string::npos && std::filesystem::exists(root + file.substr(at), ec))
+        return {"stratagem", fn};
+    }
   }
   return {"", ""};
 }
@@ -126,8 +134,7 @@ void parent_end(int status, bool killed_at_bound) {
   std::fprintf(stderr,
                "fuzz: the HDF5 reader's child process died (wait status %d) and the fault is "
                "not libhdf5's on its own memory%s; the child's report:\n%s\n",
-               status, where.empty() ? " (no frame in libhdf5 or stratagem)" : "",
-               text.c_str());
+               status, where.empty() ? " (no frame in libhdf5 or stratagem)" : "", text.c_str());
   std::abort();
 }
 }  // namespace
