@@ -157,7 +157,8 @@ void set_isolation_hooks(const IsolationHooks& hooks) {
   g_hooks = hooks;
 }
 
-std::string read_isolated(const std::string& path, const std::function<std::string()>& read) {
+std::string read_isolated(const std::string& path, const std::function<std::string()>& read,
+                          double* budget_s) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     Hdf5Guard guard(path);
@@ -180,9 +181,13 @@ std::string read_isolated(const std::string& path, const std::function<std::stri
   Child child;
   child.pid = pid;
   child.fd = fds[0];
-  const double bound_s = hdf5_read_bound_s(path);
+  // The whole file's bound, and what this child may take of it (at least 1 ms: a budget spent
+  // to the last tick still ends in the guard's error, not in an unbounded wait).
+  const double bound_s = budget_s ? *budget_s : hdf5_read_bound_s(path);
+  const double file_bound_s = hdf5_read_bound_s(path);
+  const auto started = std::chrono::steady_clock::now();
   const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(bound_s > 0 ? bound_s : 0);
+      started + std::chrono::duration<double>(bound_s > 0 ? std::max(bound_s, 1e-3) : 0);
   std::string got;
   bool killed_at_bound = false;
   char buf[1 << 16];
@@ -208,10 +213,15 @@ std::string read_isolated(const std::string& path, const std::function<std::stri
     got.append(buf, size_t(n));
   }
   child.reap(killed_at_bound);
+  if (budget_s && *budget_s > 0)
+    *budget_s = std::max(
+        1e-3,
+        *budget_s -
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   if (g_hooks.parent_end) g_hooks.parent_end(child.status, killed_at_bound);
   if (killed_at_bound) {
     char within[32];
-    std::snprintf(within, sizeof within, "%g", bound_s);
+    std::snprintf(within, sizeof within, "%g", budget_s ? file_bound_s : bound_s);
     throw InputError(path + ": libhdf5 did not finish reading it within " + within +
                      " s; the file is damaged");
   }

@@ -51,7 +51,12 @@ class Hdf5Guard {
 // by a signal or ending without its answer is an InputError "PATH: libhdf5 crashed reading it
 // (SIGNAME); the file is damaged"; one still running after hdf5_read_bound_s(path) is killed and
 // is the time guard's InputError. `read` must not call MPI.
-std::string read_isolated(const std::string& path, const std::function<std::string()>& read);
+// A reader that asks libhdf5 several questions about one file (trace::Reader: one child per
+// question) passes its `budget_s`, set to hdf5_read_bound_s(path) once: each child is bounded by
+// what is left of it, and the time it took is taken off, so that the file as a whole is bounded
+// (a damaged trace on which every question is slow would otherwise take the bound per rank).
+std::string read_isolated(const std::string& path, const std::function<std::string()>& read,
+                          double* budget_s = nullptr);
 
 // Hooks for the fuzz targets (test/fuzz/harness.cpp), which must see what the child covered and
 // tell a fault in stratagem's code inside the child from libhdf5's. Production sets none.

@@ -449,14 +449,17 @@ auto Reader::read(Body&& body) const {
   using T = decltype(body(hid_t(file_)));
   // libhdf5 may crash or hang on an unverified file: it opens and reads it in a child process
   // only (src/io/hdf5_guard.hpp), once per question, and this process keeps no handle on it.
-  return decode<T>(io::read_isolated(path_, [&] {
-    const hid_t file = open_trace(path_);
-    struct Close {
-      hid_t id;
-      ~Close() { H5Fclose(id); }
-    } close{file};
-    return encode(body(file));
-  }));
+  return decode<T>(io::read_isolated(
+      path_,
+      [&] {
+        const hid_t file = open_trace(path_);
+        struct Close {
+          hid_t id;
+          ~Close() { H5Fclose(id); }
+        } close{file};
+        return encode(body(file));
+      },
+      &hdf5_budget_s_));
 }
 
 Reader::Reader(const std::string& path) : path_(path) {
@@ -470,6 +473,7 @@ Reader::Reader(const std::string& path) : path_(path) {
   if (digest.kind == io::DigestVerdict::failed)
     throw InputError("trace: " + path + ": " + digest.why);
   unverified_ = digest.kind == io::DigestVerdict::absent;
+  hdf5_budget_s_ = io::hdf5_read_bound_s(path_);
   if (unverified_)
     read([](hid_t) { return std::string(); });  // the checks of open_trace
   else
