@@ -10,16 +10,18 @@
 # libhdf5 1.10.8 itself crashes and hangs on some damaged files (known-hdf5/README.md):
 #  - data_hdf5 and trace_h5 read files stratagem did not verify (token files, traces without a
 #    digest), which the product reads in a child process (src/io/hdf5_guard.hpp): a libhdf5 crash
-#    or hang there is the product's bad-input error, so these run like the others. The bound on
+#    or hang there is the product's bad-input error, so data_hdf5 runs like the others. The bound on
 #    the child is 8 s (STRATAGEM_HDF5_TIMEOUT_S), under libFuzzer's 10 s; harness.cpp aborts
 #    (a finding) when the child's fault is ours. Single mallocs over 16 GB get NULL
 #    (max_allocation_size_mb), as a real process does, rather than libFuzzer's malloc limit,
 #    which would write a crash file from inside the child.
-#  - checkpoint_h5 reaches libhdf5 in the process (a checkpoint is verified before libhdf5 opens
-#    it; the target reseals damaged inputs to fuzz the parsing behind that check): its campaign
-#    runs in libFuzzer's fork mode, which goes on past a finding, and triage.py then replays each
-#    finding and fails the run on any that is not inside libhdf5. Single mallocs up to 16 GB are
-#    let through: libhdf5 asks for such blocks on some damaged headers.
+#  - checkpoint_h5, and trace_h5's resealed second read, reach libhdf5 in the process (a file
+#    with a digest is verified before libhdf5 opens it; the targets reseal damaged inputs to fuzz
+#    the parsing behind that check; a libhdf5 state damaged there was seen to make a later child
+#    read freed memory): their campaigns run in libFuzzer's fork mode, which goes on past a
+#    finding, and triage.py then replays each finding and fails the run on any that is not inside
+#    libhdf5. checkpoint_h5 lets single mallocs up to 16 GB through: libhdf5 asks for such blocks
+#    on some damaged headers.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -53,13 +55,12 @@ run_target() {
   # In the smoke, the HDF5 targets only replay their corpus: mutating a valid HDF5 file reaches
   # faults inside libhdf5 1.10.8 within seconds (known-hdf5/), which would make `make test`
   # fail at random on a library bug. `make fuzz` mutates them like the others.
-  local budget=(-max_total_time="$secs") hdf5=0 isolated=0 malloc_limit=16384 asan_more=""
+  local budget=(-max_total_time="$secs") hdf5=0 forks=0 malloc_limit=16384 asan_more=""
   case $t in data_hdf5 | trace_h5 | checkpoint_h5) hdf5=1 ;; esac
-  case $t in data_hdf5 | trace_h5)
-    isolated=1 malloc_limit=32768 asan_more=":max_allocation_size_mb=16384" ;;
-  esac
+  case $t in trace_h5 | checkpoint_h5) forks=1 ;; esac
+  case $t in data_hdf5 | trace_h5) malloc_limit=32768 asan_more=":max_allocation_size_mb=16384" ;; esac
   [ "$MODE" = smoke ] && [ $hdf5 = 1 ] && budget=(-runs=0)
-  if [ "$MODE" = run ] && [ $hdf5 = 1 ] && [ $isolated = 0 ]; then
+  if [ "$MODE" = run ] && [ $forks = 1 ]; then
     budget+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
     rm -f "$FUZZ_BUILD/artifacts/$t-"*
   fi
@@ -84,7 +85,7 @@ run_target() {
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   # Fork mode's parent reports "#RUNS: cov: ..." lines instead.
   [ -n "$runs" ] || runs=$(sed -n 's/^#\([0-9]*\): cov:.*/\1/p' "$log" | tail -1)
-  if [ $rc -eq 0 ] && [ "$MODE" = run ] && [ $hdf5 = 1 ] && [ $isolated = 0 ] &&
+  if [ $rc -eq 0 ] && [ "$MODE" = run ] && [ $forks = 1 ] &&
     compgen -G "$FUZZ_BUILD/artifacts/$t-*" >/dev/null; then
     echo "fuzz_$t: findings (replayed by triage.py; log $FUZZ_BUILD/triage_$t.log):"
     python3 "$HERE/triage.py" "$FUZZ_BUILD" "$t" "$FUZZ_BUILD/artifacts/$t-"* \
