@@ -437,7 +437,8 @@ T decode(const std::string& bytes) {
     return v;
   } else {
     T v(bytes.size() / sizeof(typename T::value_type));
-    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(typename T::value_type));
+    if (!v.empty())  // an empty vector's data() may be null, which memcpy must not get
+      std::memcpy(v.data(), bytes.data(), v.size() * sizeof(typename T::value_type));
     return v;
   }
 }

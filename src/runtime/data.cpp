@@ -94,7 +94,7 @@ std::vector<uint16_t> load_hdf5_tokens(const std::string& path) {
                        tokens.size() * sizeof(uint16_t));
   });
   std::vector<uint16_t> out(bytes.size() / sizeof(uint16_t));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(uint16_t));
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(uint16_t));
   return out;
 }
 }  // namespace
