@@ -81,8 +81,13 @@ class Reader {
   int64_t file_ = -1;
   std::string path_;
   // Written without a digest, so not verified before libhdf5 reads it: every libhdf5 call on
-  // it is bounded in time (src/io/hdf5_guard.hpp).
+  // it runs in a child process, bounded in time (src/io/hdf5_guard.hpp), and file_ stays -1.
   bool unverified_ = false;
+  // What is left of the bound on libhdf5's time in an unverified file (all children together).
+  mutable double hdf5_budget_s_ = 0;
+  // Runs body(file) on the open file, or for an unverified one in a child process.
+  template <class Body>
+  auto read(Body&& body) const;
 };
 
 // Chrome trace-event JSON (chrome://tracing, Perfetto): one process per rank (pid = rank), one

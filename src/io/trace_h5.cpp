@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
+#include <type_traits>
 
 #include "src/io/file_digest.hpp"
 #include "src/io/hdf5_guard.hpp"
@@ -307,100 +308,56 @@ void Writer::add_memory_samples(int rank, const std::vector<MemorySample>& sampl
   append(file_, rank, "memory", t, samples.data(), samples.size(), path_);
 }
 
-Reader::Reader(const std::string& path) : path_(path) {
-  io::silence_hdf5_errors();
+namespace {
+// What the Reader reads, as functions of an open file: run in the process on a verified trace,
+// in a child process on an unverified one (Reader::read).
+bool has_attribute_in(hid_t file, const std::string& name) {
   QuietHdf5 quiet;
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw InputError("trace: " + path + " is a directory, expected an HDF5 trace file");
-  // The bytes first: libhdf5 itself crashes or hangs on some damaged files. A trace without a
-  // digest (written before digests) is read as before.
-  const io::DigestVerdict digest = io::verify_file_digest(MPI_COMM_NULL, path);
-  if (digest.kind == io::DigestVerdict::failed)
-    throw InputError("trace: " + path + ": " + digest.why);
-  unverified_ = digest.kind == io::DigestVerdict::absent;
-  io::Hdf5Guard guard(path_, unverified_);
-  if (H5Fis_hdf5(path.c_str()) <= 0)
-    throw InputError("trace: " + path + " is not an HDF5 file (or cannot be read)");
-  file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (file_ < 0) throw InputError("trace: cannot open " + path);
-  if (H5Lexists(file_, "ranks", H5P_DEFAULT) <= 0) {
-    H5Fclose(file_);
-    file_ = -1;
-    throw InputError("trace: " + path + " has no /ranks group (not a stratagem trace, or damaged)");
-  }
-  // A file of another schema would be misread field by field: refuse it by name.
-  const int64_t version = has_attribute("schema_version") ? int_attribute("schema_version") : -1;
-  if (version != kSchemaVersion) {
-    H5Fclose(file_);
-    file_ = -1;
-    throw InputError("trace: " + path + ": schema_version " +
-                     (version < 0 ? std::string("missing") : std::to_string(version)) +
-                     ", this stratagem reads schema_version " + std::to_string(kSchemaVersion));
-  }
+  return H5Aexists(file, name.c_str()) > 0;
 }
 
-Reader::~Reader() {
-  io::Hdf5Guard guard(path_, unverified_ && file_ >= 0);
-  if (file_ >= 0) H5Fclose(file_);
+int64_t int_attribute_in(hid_t file, const std::string& name, const std::string& path) {
+  QuietHdf5 quiet;
+  if (H5Aexists(file, name.c_str()) <= 0) return 0;
+  Handle attr(check_read(H5Aopen(file, name.c_str(), H5P_DEFAULT), "open attribute " + name, path),
+              H5Aclose);
+  require_one_value(attr, name, path);
+  Handle ftype(check_read(H5Aget_type(attr), "read the type of attribute " + name, path), H5Tclose);
+  if (H5Tget_class(ftype) != H5T_INTEGER) damaged(path, "attribute " + name + " is not an integer");
+  int64_t v = 0;
+  if (H5Aread(attr, H5T_NATIVE_INT64, &v) < 0) damaged(path, "cannot read attribute " + name);
+  return v;
 }
 
-bool Reader::has_attribute(const std::string& name) const {
+std::string attribute_in(hid_t file, const std::string& name, const std::string& path) {
   QuietHdf5 quiet;
-  io::Hdf5Guard guard(path_, unverified_);
-  return H5Aexists(file_, name.c_str()) > 0;
-}
-
-std::string Reader::attribute(const std::string& name) const {
-  QuietHdf5 quiet;
-  io::Hdf5Guard guard(path_, unverified_);
-  if (H5Aexists(file_, name.c_str()) <= 0) return "";
-  Handle attr(
-      check_read(H5Aopen(file_, name.c_str(), H5P_DEFAULT), "open attribute " + name, path_),
-      H5Aclose);
-  Handle ftype(check_read(H5Aget_type(attr), "read the type of attribute " + name, path_),
-               H5Tclose);
-  require_one_value(attr, name, path_);
+  if (H5Aexists(file, name.c_str()) <= 0) return "";
+  Handle attr(check_read(H5Aopen(file, name.c_str(), H5P_DEFAULT), "open attribute " + name, path),
+              H5Aclose);
+  Handle ftype(check_read(H5Aget_type(attr), "read the type of attribute " + name, path), H5Tclose);
+  require_one_value(attr, name, path);
   if (H5Tget_class(ftype) != H5T_STRING) return "";
   if (H5Tis_variable_str(ftype) > 0) {
     Handle mtype(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(mtype, H5T_VARIABLE);
     H5Tset_cset(mtype, H5Tget_cset(ftype));
     char* s = nullptr;
-    if (H5Aread(attr, mtype, &s) < 0) damaged(path_, "cannot read attribute " + name);
+    if (H5Aread(attr, mtype, &s) < 0) damaged(path, "cannot read attribute " + name);
     std::string out = s ? s : "";
     H5free_memory(s);
     return out;
   }
   const size_t n = H5Tget_size(ftype);
-  if (n == 0 || n > (size_t(1) << 30)) damaged(path_, "attribute " + name + " has a bad size");
+  if (n == 0 || n > (size_t(1) << 30)) damaged(path, "attribute " + name + " has a bad size");
   std::string out(n, '\0');
-  if (H5Aread(attr, ftype, out.data()) < 0) damaged(path_, "cannot read attribute " + name);
+  if (H5Aread(attr, ftype, out.data()) < 0) damaged(path, "cannot read attribute " + name);
   out.resize(std::strlen(out.c_str()));
   return out;
 }
 
-int64_t Reader::int_attribute(const std::string& name) const {
+std::vector<int> ranks_in(hid_t file, const std::string& path) {
   QuietHdf5 quiet;
-  io::Hdf5Guard guard(path_, unverified_);
-  if (H5Aexists(file_, name.c_str()) <= 0) return 0;
-  Handle attr(
-      check_read(H5Aopen(file_, name.c_str(), H5P_DEFAULT), "open attribute " + name, path_),
-      H5Aclose);
-  require_one_value(attr, name, path_);
-  Handle ftype(check_read(H5Aget_type(attr), "read the type of attribute " + name, path_),
-               H5Tclose);
-  if (H5Tget_class(ftype) != H5T_INTEGER)
-    damaged(path_, "attribute " + name + " is not an integer");
-  int64_t v = 0;
-  if (H5Aread(attr, H5T_NATIVE_INT64, &v) < 0) damaged(path_, "cannot read attribute " + name);
-  return v;
-}
-
-std::vector<int> Reader::ranks() const {
-  QuietHdf5 quiet;
-  io::Hdf5Guard guard(path_, unverified_);
-  Handle grp(check_read(H5Gopen2(file_, "ranks", H5P_DEFAULT), "open /ranks", path_), H5Gclose);
+  Handle grp(check_read(H5Gopen2(file, "ranks", H5P_DEFAULT), "open /ranks", path), H5Gclose);
   struct Names {
     std::vector<int> ranks;
     bool other = false;
@@ -419,24 +376,143 @@ std::vector<int> Reader::ranks() const {
         return 0;
       },
       &names);
-  if (e < 0) damaged(path_, "cannot list /ranks");
-  if (names.other) damaged(path_, "/ranks holds an entry that is not a rank number");
+  if (e < 0) damaged(path, "cannot list /ranks");
+  if (names.other) damaged(path, "/ranks holds an entry that is not a rank number");
   // Every trace writer writes at least one rank: none means the file lost them.
-  if (names.ranks.empty()) damaged(path_, "/ranks holds no ranks");
+  if (names.ranks.empty()) damaged(path, "/ranks holds no ranks");
   std::sort(names.ranks.begin(), names.ranks.end());
   return names.ranks;
 }
 
+// Opens the file and checks that it is a trace of this schema; returns the open file.
+hid_t open_trace(const std::string& path) {
+  QuietHdf5 quiet;
+  if (H5Fis_hdf5(path.c_str()) <= 0)
+    throw InputError("trace: " + path + " is not an HDF5 file (or cannot be read)");
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) throw InputError("trace: cannot open " + path);
+  try {
+    if (H5Lexists(file, "ranks", H5P_DEFAULT) <= 0)
+      throw InputError("trace: " + path +
+                       " has no /ranks group (not a stratagem trace, or damaged)");
+    // A file of another schema would be misread field by field: refuse it by name.
+    const int64_t version = has_attribute_in(file, "schema_version")
+                                ? int_attribute_in(file, "schema_version", path)
+                                : -1;
+    if (version != kSchemaVersion)
+      throw InputError("trace: " + path + ": schema_version " +
+                       (version < 0 ? std::string("missing") : std::to_string(version)) +
+                       ", this stratagem reads schema_version " + std::to_string(kSchemaVersion));
+  } catch (...) {
+    H5Fclose(file);
+    throw;
+  }
+  return file;
+}
+
+// The bytes a child sends back for each answer.
+std::string encode(bool v) {
+  return std::string(1, v ? '1' : '0');
+}
+std::string encode(int64_t v) {
+  return std::string(reinterpret_cast<const char*>(&v), sizeof v);
+}
+std::string encode(std::string v) {
+  return v;
+}
+template <class T>
+std::string encode(const std::vector<T>& v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+template <class T>
+T decode(const std::string& bytes) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return bytes == "1";
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return bytes;
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    int64_t v = 0;
+    std::memcpy(&v, bytes.data(), std::min(bytes.size(), sizeof v));
+    return v;
+  } else {
+    T v(bytes.size() / sizeof(typename T::value_type));
+    if (!v.empty())  // an empty vector's data() may be null, which memcpy must not get
+      std::memcpy(v.data(), bytes.data(), v.size() * sizeof(typename T::value_type));
+    return v;
+  }
+}
+}  // namespace
+
+template <class Body>
+auto Reader::read(Body&& body) const {
+  if (!unverified_) return body(hid_t(file_));
+  using T = decltype(body(hid_t(file_)));
+  // libhdf5 may crash or hang on an unverified file: it opens and reads it in a child process
+  // only (src/io/hdf5_guard.hpp), once per question, and this process keeps no handle on it.
+  return decode<T>(io::read_isolated(
+      path_,
+      [&] {
+        const hid_t file = open_trace(path_);
+        struct Close {
+          hid_t id;
+          ~Close() { H5Fclose(id); }
+        } close{file};
+        return encode(body(file));
+      },
+      &hdf5_budget_s_));
+}
+
+Reader::Reader(const std::string& path) : path_(path) {
+  io::silence_hdf5_errors();
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw InputError("trace: " + path + " is a directory, expected an HDF5 trace file");
+  // The bytes first: libhdf5 itself crashes or hangs on some damaged files. A trace without a
+  // digest (written before digests) is opened and read in child processes only.
+  const io::DigestVerdict digest = io::verify_file_digest(MPI_COMM_NULL, path);
+  if (digest.kind == io::DigestVerdict::failed)
+    throw InputError("trace: " + path + ": " + digest.why);
+  unverified_ = digest.kind == io::DigestVerdict::absent;
+  hdf5_budget_s_ = io::hdf5_read_bound_s(path_);
+  if (unverified_)
+    read([](hid_t) { return std::string(); });  // the checks of open_trace
+  else
+    file_ = open_trace(path_);
+}
+
+Reader::~Reader() {
+  if (file_ >= 0) H5Fclose(file_);
+}
+
+bool Reader::has_attribute(const std::string& name) const {
+  return read([&](hid_t file) { return has_attribute_in(file, name); });
+}
+
+std::string Reader::attribute(const std::string& name) const {
+  return read([&](hid_t file) { return attribute_in(file, name, path_); });
+}
+
+int64_t Reader::int_attribute(const std::string& name) const {
+  return read([&](hid_t file) { return int_attribute_in(file, name, path_); });
+}
+
+std::vector<int> Reader::ranks() const {
+  return read([&](hid_t file) { return ranks_in(file, path_); });
+}
+
 std::vector<OpRecord> Reader::ops(int rank) const {
-  io::Hdf5Guard guard(path_, unverified_);
-  Handle t(op_type(), H5Tclose);
-  return read_table<OpRecord>(file_, rank, "ops", t, path_);
+  return read([&](hid_t file) {
+    Handle t(op_type(), H5Tclose);
+    return read_table<OpRecord>(file, rank, "ops", t, path_);
+  });
 }
 
 std::vector<MemorySample> Reader::memory(int rank) const {
-  io::Hdf5Guard guard(path_, unverified_);
-  Handle t(memory_type(), H5Tclose);
-  return read_table<MemorySample>(file_, rank, "memory", t, path_);
+  return read([&](hid_t file) {
+    Handle t(memory_type(), H5Tclose);
+    return read_table<MemorySample>(file, rank, "memory", t, path_);
+  });
 }
 
 }  // namespace stratagem::trace

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <sstream>
 
 #include "src/io/atomic_file.hpp"
@@ -36,10 +35,8 @@ bool is_hdf5(const std::string& path) {
   return in.gcount() == 8 && std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
 }
 
-std::vector<uint16_t> load_hdf5_tokens(const std::string& path) {
-  io::silence_hdf5_errors();  // we report errors ourselves, also at exit
-  // A user's file, never verified: libhdf5 may loop on it forever (hdf5_guard.hpp).
-  std::optional<io::Hdf5Guard> guard(std::in_place, path);
+// Every libhdf5 call on the file: run in a child process (see load_hdf5_tokens).
+std::vector<uint16_t> read_hdf5_tokens(const std::string& path) {
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   hid_t d = f >= 0 ? H5Dopen2(f, "/tokens", H5P_DEFAULT) : -1;
   std::vector<uint16_t> out;
@@ -83,8 +80,21 @@ std::vector<uint16_t> load_hdf5_tokens(const std::string& path) {
   }
   if (d >= 0) H5Dclose(d);
   if (f >= 0) H5Fclose(f);
-  guard.reset();
   if (!err.empty()) throw InputError("--data " + path + ": " + err);
+  return out;
+}
+
+std::vector<uint16_t> load_hdf5_tokens(const std::string& path) {
+  io::silence_hdf5_errors();  // we report errors ourselves, also at exit
+  // A user's file, never verified: libhdf5 may crash on it or loop forever, so it is read in a
+  // child process, bounded in time (hdf5_guard.hpp).
+  const std::string bytes = io::read_isolated(path, [&] {
+    const std::vector<uint16_t> tokens = read_hdf5_tokens(path);
+    return std::string(reinterpret_cast<const char*>(tokens.data()),
+                       tokens.size() * sizeof(uint16_t));
+  });
+  std::vector<uint16_t> out(bytes.size() / sizeof(uint16_t));
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(uint16_t));
   return out;
 }
 }  // namespace

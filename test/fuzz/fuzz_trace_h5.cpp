@@ -1,11 +1,13 @@
 // HDF5 traces as `trace info`, `trace export` and `compare` read them: ranks, every rank's ops
 // and memory samples, and the integer attributes. Not the string attributes (nor the Chrome
-// export, which reads them): libhdf5 1.10.8 loops for minutes on a damaged global heap while
-// reading a variable-length string (known-hdf5/trace-hang-in-H5HG_read), a fault inside the
-// library that would make every run of this target stop there.
+// export, which reads them): libhdf5 1.10.8 loops on a damaged global heap while reading a
+// variable-length string (known-hdf5/trace-hang-in-H5HG_read); the reader's child process is
+// killed at the bound then (8 s in the campaign), which would make such inputs, frequent among
+// mutations, cost the campaign most of its time.
 //
 // A trace written with a digest in its user block (src/io/file_digest.hpp) is checked against
-// it before libhdf5 opens it; one without (written before digests) is read as before. So that
+// it before libhdf5 opens it; one without (written before digests) is read in child processes
+// (src/io/hdf5_guard.hpp), as the product reads it. So that
 // mutations of a trace with a digest still reach the HDF5 parsing behind that check, such an
 // input is run twice: as it is, then resealed (its digest rewritten for its bytes).
 #include <cstring>
