@@ -214,15 +214,26 @@ BOOST_AUTO_TEST_CASE(device_memory_adds_workspace_context_and_fragmentation) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(out_of_memory_names_rank_op_and_time) {
-  const ModelSpec m = tiny_model(2);
+// Two gpipe stages whose HBM holds exactly what the Program allocates (no context, no
+// fragmentation): the out-of-memory cases below lower it by one byte.
+struct OomCase {
+  ModelSpec m = tiny_model(2);
   ClusterSpec c = small_cluster(2, 1);
-  c.gpu.context_overhead_bytes = 0;
-  c.gpu.allocator_fragmentation = 0;
-  const Injected costs = textbook_costs(1e-3, 2e-3);
-  const Plan p = make_plan(m, c, 1, 2, 1, 1, 8, "gpipe");
-  const Layout L(p, c);
-  const Program prog = build_program(m, p);
+  Injected costs = textbook_costs(1e-3, 2e-3);
+  Plan p;
+  OomCase() {
+    c.gpu.context_overhead_bytes = 0;
+    c.gpu.allocator_fragmentation = 0;
+    p = make_plan(m, c, 1, 2, 1, 1, 8, "gpipe");
+  }
+};
+
+BOOST_AUTO_TEST_CASE(out_of_memory_names_rank_op_and_time) {
+  OomCase x;
+  ClusterSpec& c = x.c;
+  const Injected& costs = x.costs;
+  const Layout L(x.p, c);
+  const Program prog = build_program(x.m, x.p);
   const SimResult ok = simulate(prog, L, c, costs, opts());
   BOOST_TEST(!ok.oom.oom);
   // One byte less than the most-loaded rank needs: it runs out at its peak allocation.
@@ -576,12 +587,11 @@ BOOST_AUTO_TEST_CASE(consuming_simulation_gives_the_same_figures_and_frees_the_o
 }
 
 BOOST_AUTO_TEST_CASE(consuming_simulation_reports_oom_and_deadlock_without_op_names) {
-  const ModelSpec m = tiny_model(2);
-  ClusterSpec c = small_cluster(2, 1);
-  c.gpu.context_overhead_bytes = 0;
-  c.gpu.allocator_fragmentation = 0;
-  const Injected costs = textbook_costs(1e-3, 2e-3);
-  const Plan p = make_plan(m, c, 1, 2, 1, 1, 8, "gpipe");
+  OomCase x;
+  const ModelSpec& m = x.m;
+  ClusterSpec& c = x.c;
+  const Injected& costs = x.costs;
+  const Plan& p = x.p;
   const Layout L(p, c);
   const SimResult ok = simulate(build_program(m, p), L, c, costs, opts(1.0, false));
   c.gpu.hbm_bytes = ok.ranks[0].peak_memory_bytes - 1;
