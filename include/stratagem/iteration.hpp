@@ -88,6 +88,15 @@ inline GradSync grad_sync(const LayerStrategy& s) {
   g.gather_after_step = s.zero == 1 || s.zero == 2;
   return g;
 }
+// Bytes a rank receives from that reduction when it is a reduce-scatter (0 otherwise): its piece
+// of the sum, which MPI's reduce-scatter (and NCCL's out-of-place form) writes beside the shard
+// before it is added or copied there. The Program allocates it (category buffers) from the
+// reduction's issue until it lands.
+inline int64_t receive_piece_bytes(const LayerStrategy& s, int64_t params, Dtype dt) {
+  return grad_sync(s).reduce == Collective::reduce_scatter
+             ? (params + s.dp - 1) / s.dp * dtype_bytes(dt)
+             : 0;
+}
 
 // Bringing non-resident parameters to the device before use: under ZeRO-3 (dp > 1) an
 // all-gather of `bytes` over dp, after a PCIe copy of the rank's shard (`h2d_bytes`) when they

@@ -82,7 +82,7 @@ int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& s, in
 //    full recompute, the stream the layer's backward rebuilds beside the gradient; `pipelined`
 //    (a stage beside a pipeline): at least the stream, a send and a receive in flight.
 // The received piece of a ZeRO reduce-scatter is not workspace: it is a Program buffer from the
-// reduction's issue until it lands (receive_piece_bytes).
+// reduction's issue until it lands (iteration.hpp's receive_piece_bytes).
 // (A fully recomputed layer's forward intermediates are transient too; they live while fewer
 // activations are held than at the recompute that rebuilds them, so they do not add to it.)
 // Staged ZeRO-2/3 gradients are not workspace: they are the Program's buffers, from a layer's
@@ -96,11 +96,6 @@ int64_t embedding_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, in
 // (FrameworkSpec::layer_gradient_staging) holds under strategy s until their reduce-scatter:
 // 0 unless ZeRO-2/3 over dp > 1. The Program allocates them (category grads).
 int64_t staged_gradient_bytes(const LayerStrategy& s, int64_t params, Dtype dt, bool staging);
-// Bytes a rank receives from the reduce-scatter of `params` parameters' gradients under ZeRO-1/2/3
-// over dp > 1 (0 otherwise): its piece of the sum, which MPI's reduce-scatter (and NCCL's
-// out-of-place form) writes beside the shard before it is added or copied there. The Program
-// allocates it (category buffers) from the reduction's issue until it lands.
-int64_t receive_piece_bytes(const LayerStrategy& s, int64_t params, Dtype dt);
 
 // Parameters of a block held by one rank before ZeRO sharding (divided by tp where Megatron
 // shards them, replicated norms/biases otherwise).

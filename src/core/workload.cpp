@@ -213,10 +213,6 @@ int64_t staged_gradient_bytes(const LayerStrategy& s, int64_t params, Dtype dt, 
   return staging && s.zero >= 2 && s.dp > 1 ? params * dtype_bytes(dt) : 0;
 }
 
-int64_t receive_piece_bytes(const LayerStrategy& s, int64_t params, Dtype dt) {
-  return s.zero >= 1 && s.dp > 1 ? (params + s.dp - 1) / s.dp * dtype_bytes(dt) : 0;
-}
-
 int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& st, int samples,
                                   Dtype dt) {
   Shape x = shape_of(m, st, samples);

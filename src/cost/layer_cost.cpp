@@ -106,6 +106,7 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
   const int64_t fetch_bytes = fetch.bytes;
   lc.kept = s.offload_activations ? 0 : sa + sm;
   lc.workspace = layer_workspace_bytes(m, s, b, p.dtype);
+  lc.pipelined_workspace = layer_workspace_bytes(m, s, b, p.dtype, /*pipelined=*/true);
   lc.fwd_act = sa + sm;
   lc.fwd_buf = fetch_bytes;
   // Backward of the layer: the mlp backward runs with both blocks' saved tensors (and full

@@ -61,6 +61,7 @@ struct LayerCost {
   ModelStates states;
   int64_t kept = 0;                  // saved activations resident until backward
   int64_t workspace = 0;             // the runtime's scratch (layer_workspace_bytes)
+  int64_t pipelined_workspace = 0;   // the same beside a pipeline
   int64_t fwd_act = 0, fwd_buf = 0;  // this layer's bytes at its forward's worst moment
   // ... at its backward's two moments: the mlp backward (with the fetched weights), and the
   // attention backward, beside which the layer below's weights are already being fetched

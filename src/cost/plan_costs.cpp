@@ -173,9 +173,7 @@ class Analyzer {
         const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_);
         max_samples = std::max(max_samples, samples_for(st.dp));
         // Beside a pipeline, a send and a receive of the stream in flight.
-        ws = std::max(ws, pp > 1 ? layer_workspace_bytes(m_, st, samples_for(st.dp), p_.dtype,
-                                                         /*pipelined=*/true)
-                                 : lc.workspace);
+        ws = std::max(ws, pp > 1 ? lc.pipelined_workspace : lc.workspace);
         keep_max(fp, {prefix + lc.fwd_act, lc.fwd_buf, always_staged});
         // Staged in this layer's backward: its own, the stage's embedding and head's while they
         // are held (through the pass when one stage holds both), and during its mlp backward

@@ -432,9 +432,8 @@ void Executor::Impl::run(uint32_t i) {
       // (streams running ahead, frees that waited for their reductions).
       sample_memory();
       if (op.category == MemCategory::grads)
-        staging_buffer[op.layer] = op.buffer;  // ZeRO-2/3: the layer's staged gradients
-      else if (op.stream != Stream::dp_comm || op.category != MemCategory::buffers ||
-               !received_pieces.count(op.buffer))
+        staging_buffer[op.layer] = op.buffer;      // ZeRO-2/3: the layer's staged gradients
+      else if (!received_pieces.count(op.buffer))  // a piece is found through its reduce-scatter
         buffer_of[{int(op.block), int(op.phase), op.layer, op.microbatch}] = op.buffer;
       return;
     case OpKind::free: {

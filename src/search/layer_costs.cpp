@@ -80,8 +80,8 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   lc.transient = std::max({x.fwd_act - x.kept + x.fwd_buf,
                            x.bwd_mlp_act - x.kept + x.bwd_buf + piece + 2 * staged,
                            x.bwd_attn_act - x.kept + 2 * x.bwd_buf + staged});
-  lc.workspace = layer_workspace_bytes(m_, s, b, dtype_);
-  lc.pipelined_workspace = layer_workspace_bytes(m_, s, b, dtype_, /*pipelined=*/true);
+  lc.workspace = x.workspace;
+  lc.pipelined_workspace = x.pipelined_workspace;
   lc.boundary = boundary_activation_bytes(m_, s, b, dtype_);
   lc.kernel_s = x.fwd_s + x.bwd_s + x.rec_s;
   lc.busy_s = lc.kernel_s + x.tp_fwd_s + x.tp_bwd_s + x.tp_rec_s;
