@@ -74,6 +74,13 @@ class CommTimeout : public std::runtime_error {
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::string name = "world",
                                                     double timeout_s = 0);
 
+// Asynchronous progress of the MPI communicators' nonblocking transfers (the CPU backend's):
+// a thread enters MPI while any is in flight, so they move on during computation, as a
+// device's network does (src/runtime/comm/mpi_progress.hpp). Needs MPI initialized with
+// MPI_THREAD_MULTIPLE, else start does nothing; stop before MPI_Finalize.
+void start_mpi_progress();
+void stop_mpi_progress();
+
 // Makes the communicator of one group from the group's MPI communicator (not owned), its name
 // for errors and the timeout. ParallelState calls it once per distinct group, in Layout order,
 // on every member at the same time, so a factory may itself be collective over `comm` (NCCL

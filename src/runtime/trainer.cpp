@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/io/atomic_file.hpp"
+#include "stratagem/comm.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/watchdog.hpp"
 #include "stratagem/workload.hpp"
@@ -116,6 +117,17 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
           (skipped.empty() ? std::string() : " passes verification (skipped: " + skipped + ")"));
   }
   data.check_fits(model.seq_len, model.vocab);
+  // MPI communicators (the CPU backend's) move on while the rank computes, as the forecast's
+  // network does; stopped when training ends, before anything else of MPI is torn down.
+  struct Progress {
+    explicit Progress(bool on) : on(on) {
+      if (on) start_mpi_progress();
+    }
+    ~Progress() {
+      if (on) stop_mpi_progress();
+    }
+    bool on;
+  } progress(!o.make_comm);
   ParallelState state(world, plan, cluster, o.comm_timeout_s, o.make_comm);
   DatasetSamples samples(data, o.exec.seed);
   Executor ex(state, model, plan, backend, samples, o.exec);

@@ -35,3 +35,9 @@ if(TARGET unit_test_sim_engine)
   add_test(NAME sim.engine_full COMMAND unit_test_sim_engine)
   set_tests_properties(sim.engine_full PROPERTIES LABELS "unit;sim" ENVIRONMENT STRATAGEM_TEST_FULL=1)
 endif()
+
+# The MPI communicator's asynchronous progress (the CPU backend's collectives overlap compute).
+stratagem_boost_test(mpi_test_comm_progress ${CMAKE_CURRENT_LIST_DIR}/test_comm_progress.cpp)
+add_test(NAME mpi.comm_progress
+         COMMAND ${STRATAGEM_MPIEXEC} -np 2 $<TARGET_FILE:mpi_test_comm_progress> --log_level=message)
+set_tests_properties(mpi.comm_progress PROPERTIES LABELS "mpi;runtime" TIMEOUT 120)

@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/runtime/comm/mpi_progress.hpp"
 #include "stratagem/comm.hpp"
 #include "stratagem/watchdog.hpp"
 
@@ -39,14 +40,17 @@ int checked_count(int64_t n, const char* what) {
 class MpiRequest final : public Request {
  public:
   MpiRequest(std::string what, std::string absent, double timeout_s)
-      : what_(std::move(what)), absent_(std::move(absent)), timeout_s_(timeout_s) {}
+      : what_(std::move(what)), absent_(std::move(absent)), timeout_s_(timeout_s) {
+    comm_detail::progress_begin();
+  }
   std::vector<MPI_Request> requests;
   std::vector<int> counts, displs;  // count arrays of v-collectives, alive until completion
   void wait() override {
-    if (requests.empty()) return;
+    if (requests.empty()) return landed();
     if (timeout_s_ <= 0) {
       STRATAGEM_MPI_CHECK(MPI_Waitall(int(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
       requests.clear();
+      landed();
       return;
     }
     const auto start = std::chrono::steady_clock::now();
@@ -63,16 +67,18 @@ class MpiRequest final : public Request {
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     requests.clear();
+    landed();
   }
   bool test() override {
-    if (requests.empty()) return true;
+    if (requests.empty()) return landed(), true;
     int done = 0;
     STRATAGEM_MPI_CHECK(
         MPI_Testall(int(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE));
-    if (done) requests.clear();
+    if (done) requests.clear(), landed();
     return done != 0;
   }
   ~MpiRequest() override {
+    landed();
     // An unfinished transfer at destruction is an error path. While an error unwinds the job
     // is about to be aborted: freeing a pending collective's request is erroneous in MPI and
     // would abort before the error is reported, so it is left alone.
@@ -82,8 +88,13 @@ class MpiRequest final : public Request {
   }
 
  private:
+  void landed() {
+    if (in_flight_) comm_detail::progress_end();
+    in_flight_ = false;
+  }
   std::string what_, absent_;
   double timeout_s_;
+  bool in_flight_ = true;
 };
 
 class MpiCommunicator final : public Communicator {
