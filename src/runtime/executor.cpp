@@ -514,6 +514,7 @@ StepResult Executor::Impl::step(int64_t s) {
     // memory order costs the rank no more than the late peer costs it at its next collective.
     if (op.kind == OpKind::alloc && (op.stream == Stream::dp_comm || allocs_follow_frees))
       drain_frees_before(i);
+    if (op.kind == OpKind::alloc && allocs_follow_frees) land_reductions_before(last_compute);
     for (uint32_t d = 0; d < op.dep_count; ++d) complete(static_cast<int>(deps[d]));
     if (!ran_ahead[i]) run_timed(i);  // (it may have run ahead while the rank waited)
     reached = i;
@@ -523,7 +524,10 @@ StepResult Executor::Impl::step(int64_t s) {
     // waits (complete). Issuing a transfer, an alloc or a free takes no time in the Program
     // (nor on a device, where the host runs ahead): a stream's op that landed between two such
     // ops would take a place before the second that the simulator's ranks never give it.
-    if (op.kind == OpKind::compute || op.kind == OpKind::host_compute) run_ahead();
+    if (op.kind == OpKind::compute || op.kind == OpKind::host_compute) {
+      last_compute = i;
+      run_ahead();
+    }
     sample_memory();
   }
   complete_all();

@@ -2,9 +2,15 @@
 # Every parallel layout (tensor, sequence, pipeline and data parallel, ZeRO 1-3 also chosen layer
 # by layer, offloading) equals the serial run with the same global batch and seed: losses over
 # 5 steps to 1e-5 relative and final weights to 1e-5 (from the checkpoints, which hold the
-# whole tensors). Each run's measured peak memory per rank is within 10% of the simulator's
+# whole tensors). Each run's measured peak memory per rank, category by category (weights,
+# grads, optimizer, activations, buffers) and in total, is within 10% of the simulator's
 # forecast for the same plan on cpu-local (the tolerance of the issue: a forecast that misses
 # is a model to fix, not a number to loosen).
+# Known gap, printed only (PRINT_ONLY=buffers, on the plans named below): the token-stream
+# scratch of the LM head's backward (its input, the normalized input's gradient and the
+# stream's gradient, 3 stream tensors where the forecast counts a stream and a partial sum) and
+# of a pipeline's send and receive in flight. On these tiny models one stream tensor is 16 KiB,
+# 10-20% of the buffers; the totals stay within 1%.
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/tiny_models.sh"
 ODD=(--layers 4 --hidden 64 --heads 4 --vocab 250 --seq-len 32)  # 250 = 4 x 62 + 2: padded
@@ -34,8 +40,8 @@ case_() {
     >"$WORK/$name.cluster.json"
   # shellcheck disable=SC2086
   "$BIN" simulate "${m[@]}" $plan_batch $plan $dtype --cluster "$WORK/$name.cluster.json" \
-    --json >"$WORK/$name.forecast.json" || fail "$name: simulate failed"
-  check memory "$WORK/$name.h5" "$WORK/$name.forecast.json" 0.10
+    --trace "$WORK/$name.forecast.h5" >/dev/null || fail "$name: simulate failed"
+  check categories "$WORK/$name.h5" "$WORK/$name.forecast.h5" 0.10 "${PRINT_ONLY:-}"
   echo "ok: $name ($plan)"
 }
 source "$(dirname "$0")/layer_plan.sh"
@@ -45,28 +51,28 @@ layer_plan_() {
   layer_plan "$WORK/$1.json" "$3" "$4" "${lm[@]}" || fail "$1: cannot write the plan"
 }
 B8="--global-batch 8 --micro-batch 2"
-case_ tp2 2 GPT "$B8" "" "--tp 2 --dp 1"
+PRINT_ONLY=buffers case_ tp2 2 GPT "$B8" "" "--tp 2 --dp 1"
 case_ tp2_sp_gqa 2 LLAMA "$B8" "" "--tp 2 --dp 1 --sequence-parallel"
-case_ tp4_padded_vocab 4 ODD "$B8" "" "--tp 4 --dp 1"
-case_ pp2_gpipe 2 GPT "$B8" "" "--pp 2 --dp 1 --schedule gpipe"
+PRINT_ONLY=buffers case_ tp4_padded_vocab 4 ODD "$B8" "" "--tp 4 --dp 1"
+PRINT_ONLY=buffers case_ pp2_gpipe 2 GPT "$B8" "" "--pp 2 --dp 1 --schedule gpipe"
 case_ pp4_1f1b_2mb 4 GPT "--global-batch 4 --micro-batch 2" "" "--pp 4 --dp 1"
 case_ pp2_vpp2 2 GPT "$B8" "" "--pp 2 --dp 1 --schedule interleaved --vpp 2"
-case_ pp4_vpp2 4 GPT8 "--global-batch 8 --micro-batch 1" "" "--pp 4 --dp 1 --schedule interleaved --vpp 2"
-case_ tp2_pp2_dp2_selective 8 GPT "$B8" "--recompute selective" "--tp 2 --pp 2 --dp 2 --recompute selective"
+# (Buffers printed only: an interleaved pipeline's sends stay in flight until the peer takes
+# them, so they vary run to run, 112-144 KiB against 120 forecast, as in memory_forecast.sh.)
+PRINT_ONLY=buffers case_ pp4_vpp2 4 GPT8 "--global-batch 8 --micro-batch 1" "" "--pp 4 --dp 1 --schedule interleaved --vpp 2"
+PRINT_ONLY=buffers case_ tp2_pp2_dp2_selective 8 GPT "$B8" "--recompute selective" "--tp 2 --pp 2 --dp 2 --recompute selective"
 case_ tp2_pp2_dp2_full_z1 8 GPT "$B8" "--recompute full" "--tp 2 --pp 2 --dp 2 --recompute full --zero 1"
 case_ dp4_z1 4 GPT "$B8" "" "--dp 4 --zero 1"
 case_ dp4_z2 4 GPT "$B8" "" "--dp 4 --zero 2"
-case_ tp2_dp2_z2 4 LLAMA "$B8" "" "--tp 2 --dp 2 --zero 2"
+PRINT_ONLY=buffers case_ tp2_dp2_z2 4 LLAMA "$B8" "" "--tp 2 --dp 2 --zero 2"
 case_ dp4_z3 4 GPT "$B8" "" "--dp 4 --zero 3"
 case_ tp2_dp4_sp_z3 8 LLAMA "$B8" "" "--tp 2 --dp 4 --sequence-parallel --zero 3"
-case_ tp2_pp2_dp2_z3_full 8 LLAMA "$B8" "--recompute full" "--tp 2 --pp 2 --dp 2 --zero 3 --recompute full"
+PRINT_ONLY=buffers case_ tp2_pp2_dp2_z3_full 8 LLAMA "$B8" "--recompute full" "--tp 2 --pp 2 --dp 2 --zero 3 --recompute full"
 # Offloading (ZeRO-Offload, ZeRO-Infinity, H3T): optimizer states and AdamW on the host, weights
 # in the host pool copied up before use, saved activations down in forward and back in
-# backward, each copy on its Program stream. (Not here yet, because their measured peaks miss
-# the forecast by more than 10%: activation offload under ZeRO-3, +20%, and parameter or
-# activation offload across pipeline stages, -16 to -24%; see the closing note of issue 12.)
+# backward, each copy on its Program stream.
 case_ dp2_z1_offload_opt_act 2 GPT "$B8" "" "--dp 2 --zero 1 --offload optimizer,activations"
-case_ tp2_pp2_dp2_offload_opt 8 GPT "$B8" "--recompute selective" "--tp 2 --pp 2 --dp 2 --zero 1 --offload optimizer --recompute selective"
+PRINT_ONLY=buffers case_ tp2_pp2_dp2_offload_opt 8 GPT "$B8" "--recompute selective" "--tp 2 --pp 2 --dp 2 --zero 1 --offload optimizer --recompute selective"
 case_ dp4_z3_offload_opt_params 4 LLAMA "$B8" "--recompute selective" "--dp 4 --zero 3 --offload optimizer,params --recompute selective"
 case_ tp2_dp2_sp_z3_offload_all_full 4 LLAMA "$B8" "--recompute full" "--tp 2 --dp 2 --sequence-parallel --zero 3 --offload optimizer,params,activations --recompute full"
 B16="--global-batch 16 --micro-batch 1"
@@ -130,7 +136,7 @@ layer_plan_ head_reshard_gather_fwd GPT "--nodes 1 --tp 2 --dp 2 $B8" "p['layers
 case_ head_reshard_gather_fwd 4 GPT "$B8" "" "--plan $WORK/head_reshard_gather_fwd.json"
 layer_plan_ head_reshard_gather_bwd GPT "--nodes 1 --dp 4 $B8" "p['layers'] = [
     L(0, 3, zero=2), L(3, 4, tp=2, dp=2, zero=1)]"
-case_ head_reshard_gather_bwd 4 GPT "$B8" "" "--plan $WORK/head_reshard_gather_bwd.json"
+PRINT_ONLY=buffers case_ head_reshard_gather_bwd 4 GPT "$B8" "" "--plan $WORK/head_reshard_gather_bwd.json"
 # Sequence parallelism beside per-layer tp: a sequence-parallel layer holds one token shard per
 # rank, as a tp 1 layer holds its samples (piece i of the stage's micro-batch on rank i), so
 # nothing moves between them; into a tp > 1 layer without it the shards are gathered over the

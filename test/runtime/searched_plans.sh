@@ -9,7 +9,7 @@
 # under a budget tight enough that the searched plan mixes strategies across layers (ZeRO
 # stage, activation and weight offload per layer); each uniform plan made of one of its
 # layers' strategies is over the budget or slower by the estimator. Trained unchanged, it
-# equals the serial run (losses and weights 1e-5) and the forecast's peak (10%).
+# equals the serial run (losses and weights 1e-5) and the forecast's peaks per category (10%).
 source "$(dirname "$0")/common.sh"
 M=(--layers 8 --hidden 128 --heads 4 --vocab 512 --seq-len 64)
 BUDGET_GIB=0.01
@@ -56,11 +56,12 @@ $PY -c 'import h5py,sys; print(h5py.File(sys.argv[1],"r").attrs["cluster"])' "$W
   >"$WORK/cluster.json"
 "$BIN" simulate "${M[@]}" --cluster "$WORK/cluster.json" --plan "$WORK/plan.json" --json \
   --trace "$WORK/forecast.h5" >"$WORK/forecast.json" || fail "simulate failed"
-# Printed, not asserted: the total is within 8.3% of the forecast in most runs, but on some
-# ranks a layer's staged gradients outlive the next layer's recompute (+18% in an odd run):
-# their 774 KiB reduce-scatter over 4 ranks progresses only when a rank enters MPI, between
-# kernels, where the simulator's network moves on by itself (test/bench/bench_memory.sh).
-$PY "$(dirname "$0")/check_run.py" memory "$WORK/run.h5" "$WORK/forecast.json" 0.10 || true
+# Each category's peak and the total, per rank, within 10% of the forecast. (Every category is
+# exact: the staged gradients of a layer whose reduce-scatter was issued before the next
+# layer's recompute go before that layer's staging, as in the forecast; the host's scheduling
+# used to decide it, src/runtime/exec/run_ahead.cpp.)
+$PY "$(dirname "$0")/check_run.py" categories "$WORK/run.h5" "$WORK/forecast.h5" 0.10 ||
+  fail "the H3T plan's measured peaks miss the forecast"
 "$BIN" compare "$WORK/forecast.h5" "$WORK/run.h5" >"$WORK/compare.txt" || fail "compare failed"
 grep -q "peak memory" "$WORK/compare.txt" || fail "compare printed no peak memory: $(cat "$WORK/compare.txt")"
 cat "$WORK/compare.txt"
@@ -115,8 +116,8 @@ $PY -c 'import h5py,sys; print(h5py.File(sys.argv[1],"r").attrs["cluster"])' "$W
 "$BIN" simulate "${M[@]}" --cluster "$WORK/galvatron.cluster.json" --plan "$WORK/galvatron.json" \
   --json --trace "$WORK/galvatron.forecast.h5" >"$WORK/galvatron.forecast.json" ||
   fail "simulate failed"
-$PY "$(dirname "$0")/check_run.py" memory "$WORK/galvatron.h5" "$WORK/galvatron.forecast.json" 0.10 ||
-  fail "the mixed plan's measured peak misses the forecast"
+$PY "$(dirname "$0")/check_run.py" categories "$WORK/galvatron.h5" "$WORK/galvatron.forecast.h5" 0.10 ||
+  fail "the mixed plan's measured peaks miss the forecast"
 "$BIN" compare "$WORK/galvatron.forecast.h5" "$WORK/galvatron.h5" >"$WORK/galvatron.compare.txt" ||
   fail "compare failed"
 grep -q "peak memory" "$WORK/galvatron.compare.txt" ||

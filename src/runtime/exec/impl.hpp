@@ -139,6 +139,7 @@ struct Executor::Impl {
   bool collectives_run_ahead = true;  // MPI on the CPU backend
   bool allocs_follow_frees = true;    // CPU backend: an alloc waits for the frees before it
   int64_t reached = -1;               // the last op run in its place (-1: none yet)
+  int64_t last_compute = -1;          // the last computation run in its place (-1: none yet)
   int64_t step_index = 0;
   int last_dp_reduce = -1;  // the dp reduce-scatter in flight
   double loss_sum = 0;
@@ -166,6 +167,7 @@ struct Executor::Impl {
   bool may_run_ahead(const AheadStream& a, uint32_t op);
   bool run_ahead();  // runs what may start now; whether anything ran
   void free_landed_before(uint32_t op);
+  void land_reductions_before(int64_t compute);
   bool may_soon_run_ahead() const;  // a stream's next op waits only for transfers in flight
 
   void issue(int op, RequestPtr request, std::function<void()> on_done = {});
