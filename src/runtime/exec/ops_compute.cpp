@@ -242,8 +242,8 @@ void Executor::Impl::norm_head_input(Micro& m) {
 void Executor::Impl::head_forward(const Op& op) {
   Micro& m = mb(op.microbatch);
   if (!sp_on) norm_head_input(m);
-  if (sp_on)
-    m.xn_whole = m.gathered, m.gathered = Tensor{};
+  if (sp_on)  // the token shard went into the gather: only the whole is read from here on
+    m.xn_whole = m.gathered, m.gathered = m.xn = Tensor{};
   else
     m.xn_whole = m.xn;
   m.logits =
@@ -283,7 +283,8 @@ void Executor::Impl::head_backward(const Op& op) {
   Tensor d_xn = pool.scratch(Shape{N, whole.hidden});
   lm_head_backward(be, model.weights, model.grad_weights, m.logits,
                    m.xn_whole.view(Shape{N, whole.hidden}), d_xn);
-  m.logits = m.ce_max = m.ce_sums = m.xn_whole = Tensor{};
+  // The norm's backward reads its input and statistics, not its output: the output goes here.
+  m.logits = m.ce_max = m.ce_sums = m.xn_whole = m.xn = Tensor{};
   if (tp == 1)
     finish_head_backward(m, d_xn);
   else
