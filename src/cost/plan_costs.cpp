@@ -342,8 +342,10 @@ class Analyzer {
                 geo_.same_node(0, pp - 1) ? 1 : 2);
     }
     sc.reduce_exposed_s = std::max(0.0, t);
-    // AdamW step, as the Program's optimizer(): device part and offloaded (host) part.
-    if (dev > 0) sc.optimizer_s = optimizer_step_s(c_, dev);
+    // AdamW step, as the Program's optimizer(): device part and offloaded (host) part. The
+    // device op runs even with every optimizer state offloaded: it takes the gradient norm, clips
+    // and hands the step to the host (the runtime's optimizer_step), one launch at least.
+    sc.optimizer_s = optimizer_step_s(c_, dev);
     if (host > 0) sc.host_s = host_optimizer_step_s(c_, host);
   }
 
