@@ -40,9 +40,10 @@ double optimizer_step_s(const CostModel& c, int64_t params) {
   return c.compute_time_s(adamw_op(params, c.plan().dtype));
 }
 
-double host_optimizer_step_s(const CostModel& c, int64_t params) {
+double host_optimizer_step_s(const CostModel& c, int64_t params, int64_t host_resident) {
   const Dtype dt = c.plan().dtype;
-  return 2 * c.copy_cost(params * dtype_bytes(dt)).time_s() +
+  return c.copy_cost(params * dtype_bytes(dt)).time_s() +
+         c.copy_cost((params - host_resident) * dtype_bytes(dt)).time_s() +
          c.compute_time_s(adamw_host_op(params, dt));
 }
 
