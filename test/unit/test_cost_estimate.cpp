@@ -10,6 +10,7 @@
 #include "stratagem/cost.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/estimate.hpp"
+#include "stratagem/iteration.hpp"
 #include "stratagem/program.hpp"
 #include "test/support/run.hpp"
 
@@ -67,6 +68,14 @@ BOOST_AUTO_TEST_CASE(stage_time_equals_the_programs_op_costs) {
       x.plan.layers[l] = {8, 1, true, 0, Recompute::selective, false, false, false};
     validate(x.plan, x.model, x.cluster, "mixed");
     setups.push_back(x);
+    // One rule for both sides (iteration.hpp): an all-gather when the stream's replicas grow by
+    // a whole factor, none when they shrink or the degrees do not divide one another.
+    LayerStrategy t1 = x.plan.layers[0], t3 = t1, t4 = t1, t8 = x.plan.layers[1];
+    t1.tp = 1, t3.tp = 3, t4.tp = 4;
+    BOOST_TEST(reshard_gather_ranks(t1, t4) == 4);
+    BOOST_TEST(reshard_gather_ranks(t4, t1) == 0);
+    BOOST_TEST(reshard_gather_ranks(t3, t4) == 0);
+    BOOST_TEST(reshard_gather_ranks(t1, t8) == 0);  // sequence parallel: a token shard, no gather
     // A last layer of another tensor degree than the LM head's: a reshard before the head,
     // gathering in forward (tp 1 -> 2) or in backward (tp 4 -> 2).
     for (int last_tp : {1, 4}) {
