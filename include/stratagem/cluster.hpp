@@ -23,6 +23,10 @@ struct GpuSpec {
   double gemm_half_efficiency_flops = 2e9;
   int gemm_tile_m = 128, gemm_tile_n = 128;
   double attention_flash_efficiency = 0.55;
+  // The same for a first-generation FlashAttention kernel (the 2022 algorithm: FlashAttention-1
+  // in CUDA, or its Triton port) on this GPU, for a framework that runs one
+  // (FrameworkSpec::attention_kernel). Where a cluster file states none: the flash figure.
+  double attention_flash1_efficiency = 0.55;
   double attention_standard_efficiency = 0.35;
   double memory_efficiency = 0.85;
   double kernel_launch_s = 4e-6;

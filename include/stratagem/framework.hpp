@@ -6,6 +6,12 @@
 
 namespace stratagem {
 
+// Which fused attention kernel a framework runs when the plan asks for flash attention: the
+// GPU's best (the cluster's gpu.attention.flash_efficiency), or a first-generation
+// FlashAttention (the 2022 algorithm, CUDA or its Triton port: gpu.attention.flash1_efficiency).
+enum class AttentionKernel { flash, flash1 };
+const char* to_string(AttentionKernel k);
+
 struct FrameworkSpec {
   std::string name = "stratagem";  // the project's own runtime
   std::string description;
@@ -35,6 +41,7 @@ struct FrameworkSpec {
   // weight-gradient GEMMs and a ZeRO-2/3 reduce-scatter: copies into a flat reduce buffer, casts
   // to the reduce dtype, pre-division by the group size (FSDP's post-backward hook). 0: none.
   double pre_reduce_bytes_per_param = 0;
+  AttentionKernel attention_kernel = AttentionKernel::flash;
   // HBM bytes per parameter of the optimizer step. 0: the Program's count (one fused pass: the
   // optimizer states and the weights read and written, the gradient read).
   double optimizer_bytes_per_param = 0;

@@ -68,6 +68,16 @@ struct TpComm {
 };
 TpComm tp_comm(const LayerStrategy& s, Block b, Phase ph);
 
+// Between two layers (or a layer and the LM head, which works in the embedding's (tp, dp)) held
+// differently (LayerStrategy::stream_tp), the token stream moves: when the replicas holding a
+// whole stream grow from `from`'s to `to`'s, their ranks all-gather it over to/from ranks; when
+// they shrink, each takes a slice (no collective). Returns the all-gather's size, 0 for none.
+// Degrees that do not divide one another are no all-gather (validate rejects such plans).
+inline int reshard_gather_ranks(const LayerStrategy& from, const LayerStrategy& to) {
+  const int a = from.stream_tp(), b = to.stream_tp();
+  return a < b && b % a == 0 ? b / a : 0;
+}
+
 // ---- data parallelism ---------------------------------------------------------------------
 
 // A strategy's data-parallel gradient synchronisation: the reduction (none without data

@@ -94,6 +94,9 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
     if (g.has("attention")) {
       auto a = g.object("attention");
       c.gpu.attention_flash_efficiency = a.get_double("flash_efficiency", 0.01, 1.0);
+      c.gpu.attention_flash1_efficiency = a.has("flash1_efficiency")
+                                              ? a.get_double("flash1_efficiency", 0.01, 1.0)
+                                              : c.gpu.attention_flash_efficiency;
       c.gpu.attention_standard_efficiency = a.get_double("standard_efficiency", 0.01, 1.0);
       a.reject_unknown();
     }
@@ -185,6 +188,7 @@ nlohmann::json to_json(const ClusterSpec& c) {
               {"tile_n", c.gpu.gemm_tile_n}}},
             {"attention",
              {{"flash_efficiency", c.gpu.attention_flash_efficiency},
+              {"flash1_efficiency", c.gpu.attention_flash1_efficiency},
               {"standard_efficiency", c.gpu.attention_standard_efficiency}}},
             {"memory_efficiency", c.gpu.memory_efficiency},
             {"kernel_launch_s", c.gpu.kernel_launch_s},

@@ -7,6 +7,10 @@
 
 namespace stratagem {
 
+const char* to_string(AttentionKernel k) {
+  return k == AttentionKernel::flash1 ? "flash1" : "flash";
+}
+
 FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& source) {
   io::JsonReader r(j, source);
   FrameworkSpec f;
@@ -27,6 +31,16 @@ FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& so
     auto c = r.object("communication");
     f.tp_comm_overlap = c.get_bool("tp_comm_overlap", false);
     c.reject_unknown();
+  }
+  if (r.has("attention")) {
+    auto a = r.object("attention");
+    const std::string k = a.get_string("kernel", "flash");
+    if (k == "flash1") {
+      f.attention_kernel = AttentionKernel::flash1;
+    } else if (k != "flash") {
+      a.fail("kernel", "\"flash\" or \"flash1\"");
+    }
+    a.reject_unknown();
   }
   if (r.has("loss")) {
     auto l = r.object("loss");
@@ -58,6 +72,7 @@ nlohmann::json to_json(const FrameworkSpec& f) {
             {"reduce_bytes", f.grad_reduce_bytes},
             {"pre_reduce_bytes_per_param", f.pre_reduce_bytes_per_param}}},
           {"communication", {{"tp_comm_overlap", f.tp_comm_overlap}}},
+          {"attention", {{"kernel", to_string(f.attention_kernel)}}},
           {"loss",
            {{"forward_bytes_per_logit", f.loss_forward_bytes_per_logit},
             {"backward_bytes_per_logit", f.loss_backward_bytes_per_logit}}},

@@ -371,6 +371,15 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
                                                       " and " + std::to_string(b) +
                                                       " must divide one another");
   }
+  {
+    // The LM head takes the last layer's output in the embedding's layout (a reshard).
+    const int a = p.layers.back().stream_tp(), b = p.embedding.stream_tp();
+    if (std::max(a, b) % std::min(a, b))
+      bad("embedding.tp", "tp " + std::to_string(b) + " and the last layer's tp " +
+                              std::to_string(a) +
+                              " must divide one another (the LM head takes the last layer's "
+                              "output in the embedding's layout)");
+  }
   if (int64_t(p.pp) * D != c.world_size())
     bad("world size", "the plan needs pp " + std::to_string(p.pp) + " x " + std::to_string(D) +
                           " = " + std::to_string(int64_t(p.pp) * D) + " GPUs but --cluster " +

@@ -318,8 +318,8 @@ class StageBuilder {
   // (LayerStrategy::stream_tp: (tp, dp), sequence parallelism): when the replicas holding a
   // whole stream grow, their ranks all-gather; when they shrink, each takes a slice.
   void reshard(int from_layer, int to_layer, Phase ph, int mb) {
+    if (reshard_gather_ranks(strat(from_layer), strat(to_layer)) == 0) return;
     const int a = strat(from_layer).stream_tp(), b = strat(to_layer).stream_tp();
-    if (a >= b) return;
     int64_t bytes = boundary(to_layer);
     int c = collective(Stream::tp_comm, Collective::all_gather, GroupKind::reshard, a, bytes,
                        Block::reshard, ph, to_layer, mb, {last_compute_}, b);

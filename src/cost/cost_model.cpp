@@ -90,8 +90,10 @@ CostModel::CostModel(const ModelSpec& model, const ClusterSpec& cluster, const P
   tile_m_ = std::max(1, g.gemm_tile_m);
   tile_n_ = std::max(1, g.gemm_tile_n);
   sm_count_ = g.sm_count;
-  attention_flops_ = peak_flops_ * (plan.flash_attention ? g.attention_flash_efficiency
-                                                         : g.attention_standard_efficiency);
+  const double flash = framework.attention_kernel == AttentionKernel::flash1
+                           ? g.attention_flash1_efficiency
+                           : g.attention_flash_efficiency;
+  attention_flops_ = peak_flops_ * (plan.flash_attention ? flash : g.attention_standard_efficiency);
   hbm_bytes_per_s_ = g.hbm_bandwidth_gbps * 1e9 * g.memory_efficiency;
   launch_s_ = g.kernel_launch_s;
   interference_ = std::max(1.0, g.compute_comm_interference);

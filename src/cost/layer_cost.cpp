@@ -40,9 +40,10 @@ double optimizer_step_s(const CostModel& c, int64_t params) {
   return c.compute_time_s(adamw_op(params, c.plan().dtype));
 }
 
-double host_optimizer_step_s(const CostModel& c, int64_t params) {
+double host_optimizer_step_s(const CostModel& c, int64_t params, int64_t host_resident) {
   const Dtype dt = c.plan().dtype;
-  return 2 * c.copy_cost(params * dtype_bytes(dt)).time_s() +
+  return c.copy_cost(params * dtype_bytes(dt)).time_s() +
+         c.copy_cost((params - host_resident) * dtype_bytes(dt)).time_s() +
          c.compute_time_s(adamw_host_op(params, dt));
 }
 
@@ -64,13 +65,13 @@ GradSyncCost grad_sync_cost(const CostModel& c, const LayerStrategy& s, int64_t 
 ReshardCost reshard_cost(const CostModel& c, const LayerStrategy& from, int from_samples,
                          const LayerStrategy& to, int to_samples) {
   ReshardCost r;
-  const int a = from.stream_tp(), b = to.stream_tp();
   auto gather = [&](const LayerStrategy& s, int samples, int size) {
     const int64_t bytes = boundary_activation_bytes(c.model(), s, samples, c.plan().dtype);
     return c.collective_cost(Collective::all_gather, bytes, size, 1).time_s();
   };
-  if (a < b && b % a == 0) r.fwd_s = gather(to, to_samples, b / a);
-  if (b < a && a % b == 0) r.bwd_s = gather(from, from_samples, a / b);
+  // As the Program's reshard: forward from `from` to `to`, backward the other way.
+  if (const int n = reshard_gather_ranks(from, to)) r.fwd_s = gather(to, to_samples, n);
+  if (const int n = reshard_gather_ranks(to, from)) r.bwd_s = gather(from, from_samples, n);
   return r;
 }
 

@@ -23,9 +23,11 @@ struct Geometry {
 };
 
 // The AdamW step (iteration.hpp's templates) over `params` parameters: on the device, or
-// offloaded (the gradients down over PCIe, the host step, the updated weights back up).
+// offloaded (the gradients down over PCIe, the host step, the updated weights back up, except
+// the `host_resident` of them whose weights live on the host: ModelStates::host_resident_params,
+// updated in place).
 double optimizer_step_s(const CostModel& cost, int64_t params);
-double host_optimizer_step_s(const CostModel& cost, int64_t params);
+double host_optimizer_step_s(const CostModel& cost, int64_t params, int64_t host_resident = 0);
 
 // A strategy's data-parallel gradient synchronisation (iteration.hpp's grad_sync) of `params`
 // parameters over a dp group spanning dp_nodes nodes.

@@ -261,8 +261,7 @@ class Analyzer {
     const int64_t ep = embed_params(s);
     if (ep > 0) states.add(p_.embedding, ep, p_.dtype);
     if (ep > 0) ws = std::max(ws, embedding_workspace_bytes(m_, es, samples(-1), p_.dtype));
-    if (with_time_)
-      extras(s, eh, ep, states.device_opt_params, states.host_opt_params, deferred, sc);
+    if (with_time_) extras(s, eh, ep, states, deferred, sc);
 
     const Mem peak = schedule_peak(s);
     MemoryBreakdown& mb = sc.memory;
@@ -279,7 +278,7 @@ class Analyzer {
   }
 
   // Embedding/head work, the end-of-iteration reductions and the optimizer step of stage s.
-  void extras(int s, const EmbeddingHeadCost& x, int64_t ep, int64_t dev, int64_t host,
+  void extras(int s, const EmbeddingHeadCost& x, int64_t ep, const ModelStates& states,
               double deferred, StageCost& sc) {
     const int pp = p_.pp;
     const LayerStrategy& es = p_.embedding;
@@ -342,9 +341,12 @@ class Analyzer {
                 geo_.same_node(0, pp - 1) ? 1 : 2);
     }
     sc.reduce_exposed_s = std::max(0.0, t);
-    // AdamW step, as the Program's optimizer(): device part and offloaded (host) part.
-    if (dev > 0) sc.optimizer_s = optimizer_step_s(c_, dev);
-    if (host > 0) sc.host_s = host_optimizer_step_s(c_, host);
+    // AdamW step, as the Program's optimizer(): device part and offloaded (host) part. The
+    // device op runs even with every optimizer state offloaded: it takes the gradient norm, clips
+    // and hands the step to the host (the runtime's optimizer_step), one launch at least.
+    sc.optimizer_s = optimizer_step_s(c_, states.device_opt_params);
+    if (states.host_opt_params > 0)
+      sc.host_s = host_optimizer_step_s(c_, states.host_opt_params, states.host_resident_params);
   }
 
   // Peak of activations + buffers over the stage's schedule: the in-flight micro-batches'

@@ -52,6 +52,7 @@ CostTables::CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bo
   const int64_t P = 1000000000;
   dev_opt_rate_ = cost_detail::optimizer_step_s(*costs_.front(), P) / double(P);
   host_opt_rate_ = cost_detail::host_optimizer_step_s(*costs_.front(), P) / double(P);
+  host_resident_opt_rate_ = cost_detail::host_optimizer_step_s(*costs_.front(), P, P) / double(P);
 }
 
 const CostModel& CostTables::cost(int tp) const {
@@ -92,8 +93,7 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   lc.h2d_stream_s = (x.fetch_on_h2d ? 2 * x.fetch_s : 0) + x.act_h2d_s;
   lc.d2h_stream_s = x.act_d2h_s;
   lc.reduce_s = s.zero >= 2 ? x.grad_rs_mb_s : x.grad_reduce_s;
-  lc.tail_s = x.gather_s + double(x.states.device_opt_params) * dev_opt_rate_ +
-              double(x.states.host_opt_params) * host_opt_rate_;
+  lc.tail_s = x.gather_s + optimizer_s(x.states);
   return lc;
 }
 
@@ -132,8 +132,7 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int
     ModelStates st;
     st.add(es, params, dtype_);
     states = st.weights + st.grads + st.optimizer;
-    tail =
-        double(st.device_opt_params) * dev_opt_rate_ + double(st.host_opt_params) * host_opt_rate_;
+    tail = optimizer_s(st);
     dps = 0;
     if (es.dp > 1) {
       const cost_detail::GradSyncCost sync = cost_detail::grad_sync_cost(cm, es, params, dpn);

@@ -97,6 +97,13 @@ class CostTables {
   // Device optimizer time per parameter, host (offloaded) optimizer time per parameter.
   double device_opt_s_per_param() const { return dev_opt_rate_; }
   double host_opt_s_per_param() const { return host_opt_rate_; }
+  // The optimizer step of those model states at these rates (weights living on the host are
+  // updated in place: no copy back).
+  double optimizer_s(const ModelStates& st) const {
+    return double(st.device_opt_params) * dev_opt_rate_ +
+           double(st.host_opt_params - st.host_resident_params) * host_opt_rate_ +
+           double(st.host_resident_params) * host_resident_opt_rate_;
+  }
   const CostModel& cost(int tp) const;  // a cost model whose plan has embedding.tp == tp
 
  private:
@@ -105,7 +112,7 @@ class CostTables {
   Dtype dtype_;
   bool flash_;
   bool overlap_;
-  double dev_opt_rate_ = 0, host_opt_rate_ = 0;
+  double dev_opt_rate_ = 0, host_opt_rate_ = 0, host_resident_opt_rate_ = 0;
   std::vector<std::unique_ptr<Plan>> plans_;  // by log2(tp); CostModel keeps references
   std::vector<std::unique_ptr<CostModel>> costs_;
 };

@@ -94,12 +94,13 @@ BOOST_AUTO_TEST_CASE(h100_rows_are_forecast_or_listed_with_a_reason) {
 }
 
 BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds) {
-  // Issue 15 asks for 8% over the H100 file. Reached so far (estimator, build/bench_calibration):
-  // megatron-core 6.0% (15.6% before its --tp-comm-overlap, its unfused fp32 loss and its fp32
-  // gradient reduce-scatter were modelled), fsdp-eager 15.3% (20.7% before FSDP's fp32
-  // reduce-scatter, its per-micro-batch gradient passes and Composer's unfused AdamW), the file
-  // 8.3%; the worst row r092 (fsdp-eager, 64 GPUs) 20.0% fast. These are regression bounds, not
-  // the goal.
+  // Issue 15 asks for 8% over the H100 file, which the file's MAPE is held to. Reached
+  // (estimator, build/bench_calibration): megatron-core 6.0% (15.6% before its --tp-comm-overlap,
+  // its unfused fp32 loss and its fp32 gradient reduce-scatter were modelled), fsdp-eager 4.9%
+  // (20.7% before FSDP's fp32 reduce-scatter, its per-micro-batch gradient passes and Composer's
+  // unfused AdamW, 15.3% before its FlashAttention-1 kernel), the file 5.3%; the worst row r098
+  // (megatron-core, 1.7B, tp1) 14.4% fast. The per-framework and per-row figures are regression
+  // bounds.
   std::map<std::string, std::pair<double, int>> per_framework;
   double sum = 0;
   int n = 0;
@@ -109,7 +110,7 @@ BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds) {
     const double t = estimate(cost).iteration_time_s;
     const double err = std::abs(t - h.row.published_s) / h.row.published_s;
     BOOST_TEST_INFO(h.row.id << ": estimated " << t << " s, published " << h.row.published_s);
-    BOOST_TEST(err <= 0.21);
+    BOOST_TEST(err <= 0.15);
     per_framework[h.row.framework].first += err;
     per_framework[h.row.framework].second += 1;
     sum += err, ++n;
@@ -122,7 +123,7 @@ BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds) {
   const auto& fsdp = per_framework["fsdp-eager"];
   BOOST_TEST(fsdp.second == 4);
   BOOST_TEST_INFO("fsdp-eager estimator MAPE " << 100 * fsdp.first / fsdp.second << "%");
-  BOOST_TEST(fsdp.first / fsdp.second <= 0.16);
+  BOOST_TEST(fsdp.first / fsdp.second <= 0.06);
   BOOST_TEST_INFO("H100 file estimator MAPE " << 100 * sum / n << "%");
-  BOOST_TEST(sum / n <= 0.085);
+  BOOST_TEST(sum / n <= 0.08);
 }

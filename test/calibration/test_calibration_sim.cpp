@@ -65,9 +65,9 @@ BOOST_AUTO_TEST_CASE(deepspeed_zero3_rows_are_a_lower_bound_simulated) {
 }
 
 BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds_simulated) {
-  // As test_calibration.cpp's h100_mape_regression_bounds, for the simulator (reached:
-  // megatron-core 5.9%, fsdp-eager 17.6%, the file 8.9%, the worst row r092 25.3% fast; the
-  // issue's goal is 8% over the file).
+  // As test_calibration.cpp's h100_mape_regression_bounds, for the simulator: the file within
+  // the 8% (reached: megatron-core 5.9%, fsdp-eager 7.1%, the file 5.9%, the worst row
+  // r092 15.8% fast).
   double sum = 0, mc_sum = 0, fsdp_sum = 0;
   int n = 0, mc_n = 0, fsdp_n = 0;
   for (const auto& h : calibration::load_h100_rows()) {
@@ -75,7 +75,7 @@ BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds_simulated) {
     const double t = simulated_s(h.row);
     const double err = std::abs(t - h.row.published_s) / h.row.published_s;
     BOOST_TEST_INFO(h.row.id << ": simulated " << t << " s, published " << h.row.published_s);
-    BOOST_TEST(err <= 0.26);
+    BOOST_TEST(err <= 0.17);
     sum += err, ++n;
     if (h.row.framework == "megatron-core") mc_sum += err, ++mc_n;
     if (h.row.framework == "fsdp-eager") fsdp_sum += err, ++fsdp_n;
@@ -86,7 +86,7 @@ BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds_simulated) {
   BOOST_TEST_INFO("megatron-core simulator MAPE " << 100 * mc_sum / mc_n << "%");
   BOOST_TEST(mc_sum / mc_n <= 0.065);
   BOOST_TEST_INFO("fsdp-eager simulator MAPE " << 100 * fsdp_sum / fsdp_n << "%");
-  BOOST_TEST(fsdp_sum / fsdp_n <= 0.18);
+  BOOST_TEST(fsdp_sum / fsdp_n <= 0.08);
   BOOST_TEST_INFO("H100 file simulator MAPE " << 100 * sum / n << "%");
-  BOOST_TEST(sum / n <= 0.09);
+  BOOST_TEST(sum / n <= 0.08);
 }

@@ -278,3 +278,18 @@ BOOST_AUTO_TEST_CASE(defect_17_damaged_traces) {
           test::source_dir() + "/test/fuzz/corpus/data_hdf5/hdf5-4gb-malloc-in-H5O_protect",
       {"--data", "no dataset '/tokens'"});
 }
+
+// A plan whose LM head (in the embedding's tp) cannot take the last layer's output by one
+// all-gather (degrees that do not divide one another) is refused by validate; it used to pass
+// plan check and estimate (no reshard priced) and end the simulator on a logic_error.
+BOOST_AUTO_TEST_CASE(embedding_tp_must_divide_the_last_layers) {
+  Tmp tmp;
+  // gpt3-175b on 24 GPUs: layers tp 3 dp 8, embedding tp 8 dp 3.
+  const std::string plan = tmp.write(
+      "plan.json",
+      R"({"backward_prefetch":true,"chunks":[[0,96]],"description":"pp1 1f1b mb1 x8 | tp8 dp3","dtype":"bf16","embedding":{"dp":3,"offload":{"activations":false,"optimizer":false,"params":false},"recompute":"none","sequence_parallel":false,"tp":8,"zero":0},"flash_attention":false,"global_batch":48,"layers":[{"dp":8,"layers":[0,96],"offload":{"activations":false,"optimizer":false,"params":false},"recompute":"none","sequence_parallel":false,"tp":3,"zero":0}],"micro_batch":3,"overlap_grad_reduce":true,"pp":1,"schedule":"1f1b","vpp":1})");
+  for (const char* cmd : {"plan check", "estimate", "simulate"})
+    expect_bad_input(
+        std::string(cmd) + " --model gpt3-175b --cluster dgx-a100-80g --nodes 3 --plan " + plan,
+        {"plan.json", "embedding.tp", "tp 8 and the last layer's tp 3"});
+}

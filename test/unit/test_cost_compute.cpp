@@ -289,3 +289,32 @@ BOOST_FIXTURE_TEST_CASE(framework_optimizer_bytes_per_param, Fixture) {
   BOOST_TEST(back.grad_reduce_bytes == 4);
   BOOST_TEST(back.optimizer_bytes_per_param == 92);
 }
+
+BOOST_FIXTURE_TEST_CASE(framework_attention_kernel_selects_the_clusters_figure, Fixture) {
+  // A framework running a first-generation FlashAttention kernel prices the attention core at the
+  // cluster's flash1_efficiency; others at flash_efficiency. Unfused attention is the plan's
+  // choice and stays at standard_efficiency either way.
+  Plan flash = plan;
+  flash.flash_attention = true;
+  FrameworkSpec fw;
+  fw.attention_kernel = AttentionKernel::flash1;
+  const double f = 1e12;
+  CostModel best(model, cluster, flash), first(model, cluster, flash, fw);
+  BOOST_TEST(best.attention_time_s(f) == f / (312e12 * 0.55), tt::tolerance(1e-12));
+  BOOST_TEST(first.attention_time_s(f) == f / (312e12 * 0.28), tt::tolerance(1e-12));
+  CostModel plain_best(model, cluster, plan), plain_first(model, cluster, plan, fw);
+  BOOST_TEST(plain_first.attention_time_s(f) == plain_best.attention_time_s(f));
+  // The llm-foundry rows' Triton port (data/frameworks/fsdp-eager.json); a cluster file that
+  // states no flash1 figure takes its flash figure.
+  BOOST_TEST((load_framework("fsdp-eager").attention_kernel == AttentionKernel::flash1));
+  BOOST_TEST((load_framework("megatron-core").attention_kernel == AttentionKernel::flash));
+  BOOST_TEST(load_cluster("dgx-h100").gpu.attention_flash1_efficiency == 0.17);
+  BOOST_TEST(load_cluster("cpu-local").gpu.attention_flash1_efficiency ==
+             load_cluster("cpu-local").gpu.attention_flash_efficiency);
+  BOOST_TEST(
+      (framework_from_json(to_json(fw), "back.json").attention_kernel == AttentionKernel::flash1));
+  BOOST_CHECK_THROW(framework_from_json(nlohmann::json::parse(R"({"name": "x", "gradients":
+      {"wgrad_accumulation_fused": true, "accumulation_bytes": 2}, "attention": {"kernel": "fa9"}})"),
+                                        "x.json"),
+                    InputError);
+}
