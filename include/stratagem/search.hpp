@@ -94,7 +94,10 @@ struct SearchOptions {
   int max_kept_levels = 1;         // activation-cover levels of the DP above 0
   bool exact_dp = false;           // every memory class (slower; tests)
   bool baselines = true;           // also search the megatron and zero spaces (space full)
-  MPI_Comm comm = MPI_COMM_NULL;   // spread the search over these processes
+  // Skip the configurations whose lower bound shows they cannot enter the top K (exact: the
+  // answer is the same; false searches every configuration, for tests).
+  bool prune_configurations = true;
+  MPI_Comm comm = MPI_COMM_NULL;  // spread the search over these processes
   // Called on process 0 with a one-line status about every progress_interval_s seconds.
   std::function<void(const std::string&)> progress;
   double progress_interval_s = 2.0;
@@ -145,10 +148,14 @@ struct SearchStats {
   int64_t plans_simulated = 0;
   int64_t configs = 0;           // outer (pp, micro-batch, schedule, v) configurations
   int64_t configs_searched = 0;  // not skipped by the lower bound
+  // Skipped: their lower bound exceeds the K-th best plan found (they cannot enter the top K),
+  // or no plan of theirs can fit (infinite bound). configs = searched + pruned + unfit.
+  int64_t configs_pruned = 0;
+  int64_t configs_unfit = 0;
   int64_t layer_strategies_costed = 0;
   int64_t layer_strategies_kept = 0;  // after dominance pruning
   int64_t dp_cells = 0;
-  int64_t bound_violations = 0;  // estimator below the bound (should stay 0)
+  int64_t bound_violations = 0;  // a plan that fits, below its bound (should stay 0)
   int processes = 1;
   double search_time_s = 0;     // everything, wall time on process 0
   double estimate_phase_s = 0;  // DP + estimator
