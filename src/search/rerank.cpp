@@ -88,25 +88,27 @@ void Searcher::start_early_simulations() {
                    });
   early_t0_ = Clock::now();
   early_mem_free_ = kRerankBytes;
+  early_end_ = early_.size();
   early_thread_ = std::thread([this] {
-    early_work();
+    early_work(/*smallest_first=*/false);
 #if defined(M_TRIM_THRESHOLD)
     malloc_trim(0);  // what the simulations held goes back to the system
 #endif
   });
 }
 
-// Takes the next early simulation while any is left: one thread beside the DP search, and this
-// process's main thread too once the DP search is over (finish_early_simulations). Those running
-// at once hold at most kRerankBytes of estimated memory (kEarlyBytes bounds each).
-void Searcher::early_work() {
+// Takes the next early simulation while any is left: one thread beside the DP search from the
+// largest down, and this process's main thread too once the DP search is over
+// (finish_early_simulations) from the smallest up, which fit beside the large one running. Those
+// running at once hold at most kRerankBytes of estimated memory (kEarlyBytes bounds each).
+void Searcher::early_work(bool smallest_first) {
   while (true) {
     size_t i = 0;
     int64_t need = 0;
     {
       std::unique_lock<std::mutex> lock(early_mutex_);
-      if (early_next_ >= early_.size() || early_failed_) return;
-      i = early_next_++;
+      if (early_next_ >= early_end_ || early_failed_) return;
+      i = smallest_first ? --early_end_ : early_next_++;
       need = std::min(kRerankBytes, simulation_bytes(m_, early_[i].plan));
       early_cv_.wait(lock, [&] { return early_mem_free_ >= need; });
       early_mem_free_ -= need;
@@ -129,7 +131,7 @@ void Searcher::early_work() {
 
 void Searcher::finish_early_simulations(bool help) {
   if (!early_thread_.joinable()) return;
-  if (help) early_work();
+  if (help) early_work(/*smallest_first=*/true);
   early_thread_.join();
   stats_.rerank_overlapped_s = early_s_;
   stats_.plans_simulated_overlapped = int64_t(early_.size());

@@ -280,7 +280,9 @@ const PairData& Searcher::pair(int pp, int Bm) {
 }
 
 PairData& Searcher::pair_mutable(int pp, int Bm) {
-  auto& slot = pairs_[{pp, Bm}];
+  // (run() makes every configuration's slot before its tasks fill them: they only look up.)
+  auto it = pairs_.find({pp, Bm});
+  auto& slot = it != pairs_.end() ? it->second : pairs_[{pp, Bm}];
   if (slot) return *slot;
   slot = std::make_unique<PairData>();
   PairData& pd = *slot;
@@ -339,8 +341,6 @@ PairData& Searcher::pair_mutable(int pp, int Bm) {
     emb.push_back(first);
   }
   pd.emb = prune_dominated(std::move(emb));
-  stats_.layer_strategies_costed += pd.raw_layers;
-  stats_.layer_strategies_kept += pd.kept_layers;
   return pd;
 }
 
@@ -634,7 +634,25 @@ SearchResult Searcher::run() {
     ~Joiner() { s->finish_early_simulations(); }
   } joiner{this};
   if (!cfs.empty()) {
-    for (auto& cf : cfs) cf.lb = lower_bound(cf);
+    // The bounds, a (pp, Bm) pair per task (each builds its pair's cost tables).
+    workers_ = std::make_unique<Workers>(rerank_threads());
+    {
+      std::map<std::pair<int, int>, std::vector<Config*>> by_pair;
+      for (auto& cf : cfs) by_pair[{cf.pp, cf.Bm}].push_back(&cf);
+      std::vector<const std::vector<Config*>*> tasks;
+      for (const auto& [key, list] : by_pair) {
+        pairs_[key];  // the slot, filled by its task
+        tasks.push_back(&list);
+      }
+      workers_->run(int(tasks.size()), [&](int i) {
+        for (Config* cf : *tasks[size_t(i)]) cf->lb = lower_bound(*cf);
+      });
+      for (const auto& [key, pd] : pairs_) {
+        if (!pd) continue;
+        stats_.layer_strategies_costed += pd->raw_layers;
+        stats_.layer_strategies_kept += pd->kept_layers;
+      }
+    }
     std::sort(cfs.begin(), cfs.end(), [](const Config& a, const Config& b) {
       if (a.lb != b.lb) return a.lb < b.lb;
       return a.order < b.order;
@@ -646,7 +664,6 @@ SearchResult Searcher::run() {
     // bound at or above the final K-th best is valid, so sharing it changes no answer, only how
     // many configurations are skipped.
     BoundExchange bound(o_.comm, std::max(1, o_.top_k));
-    workers_ = std::make_unique<Workers>(rerank_threads());
     for (const Config& cf : cfs) stats_.configs_unfit += cf.lb == kInf;
     for (size_t i = rank_; i < cfs.size(); i += procs_) {
       const Config& cf = cfs[i];

@@ -249,7 +249,7 @@ class Searcher {
   // help: this thread takes the simulations still waiting, beside the early thread (after the
   // DP search, whose tables are gone).
   void finish_early_simulations(bool help = false);
-  void early_work();
+  void early_work(bool smallest_first);
 
   const ModelSpec& m_;
   const ClusterSpec& c_;
@@ -275,7 +275,8 @@ class Searcher {
   Clock::time_point early_t0_;
   std::mutex early_mutex_;  // guards what follows, early_failed_ and early_s_
   std::condition_variable early_cv_;
-  size_t early_next_ = 0;       // the next of early_ to simulate
+  size_t early_next_ = 0;  // early_[early_next_, early_end_) are left to simulate
+  size_t early_end_ = 0;
   int64_t early_mem_free_ = 0;  // estimated bytes the simulations running may still take
   // The threads a configuration's independent DPs and DP queries run on, during the DP
   // search (rerank_threads() of them: the cores this process may use).

@@ -90,3 +90,44 @@ BOOST_AUTO_TEST_CASE(rows_equal_single_answers) {
   BOOST_TEST(finite > compared / 4);
   BOOST_TEST(finite < compared);
 }
+
+// Several queries at once (each its caps and rows, as the search asks a DP for every caps of a
+// configuration in one pass) answer as each alone.
+BOOST_AUTO_TEST_CASE(batched_queries_equal_single_answers) {
+  std::mt19937_64 rng(20261203);
+  int compared = 0, finite = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const int classes = 1 + trial % 4, n_max = 2 + trial % 7;
+    const StageDpProblem p = random_problem(rng, classes, 10 + trial % 20, n_max, trial % 3 == 0);
+    const StageDp dp(p);
+    std::vector<std::vector<double>> entries(2);
+    for (auto& e : entries)
+      for (int c = 0; c < classes; ++c) e.push_back(0.1 * double(rng() % 7) / 3.0);
+    std::vector<std::vector<int64_t>> caps;
+    for (int64_t budget_buckets : {4, 20, 45, 70, 100, 160})
+      for (int64_t xtr : {int64_t(0), int64_t(900) << 20})
+        caps.push_back(dp.caps(budget_buckets * p.bucket_bytes, xtr, xtr / 2));
+    for (int n_lo : {1, 2}) {
+      // Query i: caps[i] with no entry and with entries[i % 2].
+      std::vector<std::vector<std::vector<double>>> out(caps.size(),
+                                                        std::vector<std::vector<double>>(2));
+      std::vector<StageDp::CostQuery> queries;
+      for (size_t i = 0; i < caps.size(); ++i)
+        queries.push_back({&caps[i], {{nullptr, &out[i][0]}, {&entries[i % 2], &out[i][1]}}});
+      dp.best_costs(queries, n_lo, n_max);
+      for (size_t i = 0; i < caps.size(); ++i)
+        for (int r = 0; r < 2; ++r)
+          for (int n = n_lo; n <= n_max; ++n) {
+            const auto a = dp.best_within(n, caps[i], r == 0 ? nullptr : &entries[i % 2]);
+            BOOST_TEST_INFO("trial " << trial << " query " << i << " row " << r << " n " << n);
+            BOOST_TEST(out[i][size_t(r)][size_t(n)] == a.cost);
+            ++compared;
+            finite += a.cost < kInf;
+          }
+    }
+  }
+  BOOST_TEST_MESSAGE("batched vs single answers: " << compared << " compared, " << finite
+                                                   << " finite");
+  BOOST_TEST(finite > compared / 4);
+  BOOST_TEST(finite < compared);
+}
