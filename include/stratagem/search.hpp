@@ -11,8 +11,11 @@
 // Algorithm (details in src/search/search.cpp and src/search/stage_dp.hpp):
 //  1. Outer loop over (pp, samples per micro-batch, schedule, v). Each configuration gets a
 //     valid lower bound of the estimator's iteration time (LP relaxation of every stage's layer
-//     choice under its memory budget, pipeline bubble included) and they are visited in that
-//     order; one whose bound exceeds the K-th best plan found so far is skipped.
+//     choice under its memory budget, with the chunk-end transfers and the stage's forward peak
+//     inside it; pipeline transfers, the slowest stage and the bubble over the best partition)
+//     and they are visited in that order; one whose bound exceeds the K-th best plan found so
+//     far is skipped: it could not enter the top K, so the answer is the same
+//     (SearchStats::configs_pruned counts them).
 //  2. Per (pp, micro-batch) every layer strategy is costed once per stage placement (identical
 //     layers cost alike) and pruned (Galvatron's takeaways: PP outermost, devices split evenly,
 //     tp within a node, ZeRO only with dp > 1, and a strategy that another of the same (tp, sp)

@@ -13,14 +13,18 @@
 // that pair reuses the costs, weighting them by its M and by each stage's in-flight count.
 //
 // Lower bound (best-first order and skipping). The estimator's iteration time is at least
-//     ((M - 1/v)/pp + 1/v) * sum_s u_s
-// (M x the slowest stage's micro-batch time plus the fill and drain of the others), and a
-// stage's micro-batch time u_s (the largest of its busy time and its side streams, plus the
-// unhidden transfers at the ends of each chunk pass) is at least its layers' LP-relaxed minimum
-// of a convex combination of those terms under its memory budget, with the resident memory
-// (model states + in-flight saved activations) that the estimator charges at least. The
-// configurations are visited in increasing bound; one whose bound exceeds the K-th best plan found
-// so far cannot enter the top K and is skipped.
+//     (M - 1/v) max_s c_s + (1/v) sum_s c_s + (1/v) sum_s P_s / 2,    c_s = u_s + P_s / 2
+// (M x the largest cycle, the others' fill and drain, every pipeline transfer P_s / v; the tail
+// is >= 0), where a stage's micro-batch time u_s (the largest of its busy time and its side
+// streams, plus the unhidden transfers at the ends of each chunk pass) is at least its layers'
+// LP-relaxed minimum of a convex combination of those terms under its memory budget, with the
+// resident memory (model states + in-flight saved activations, and once the forward peak and
+// workspace of a chunk's last layer) that the estimator charges at least, and P_s at least its
+// transfer count x the cheapest transfer of any layer's boundary activations. The partition
+// solver minimizes the first two terms over the stage partitions exactly (Searcher::lower_bound,
+// relax_stage). The configurations are visited in increasing bound; one whose bound exceeds the
+// K-th best plan found so far cannot enter the top K and is skipped (a test searches every
+// configuration too and compares: test_search's pruning_by_the_bound_changes_no_answer).
 //
 // Per configuration: a stage DP (stage_dp.hpp) per distinct (in-flight count, placement), the
 // partition solver per embedding strategy, then the plan of the best (embedding, partition) and
