@@ -11,8 +11,11 @@
 // Algorithm (details in src/search/search.cpp and src/search/stage_dp.hpp):
 //  1. Outer loop over (pp, samples per micro-batch, schedule, v). Each configuration gets a
 //     valid lower bound of the estimator's iteration time (LP relaxation of every stage's layer
-//     choice under its memory budget, pipeline bubble included) and they are visited in that
-//     order; one whose bound exceeds the K-th best plan found so far is skipped.
+//     choice under its memory budget, with the chunk-end transfers and the stage's forward peak
+//     inside it; pipeline transfers, the slowest stage and the bubble over the best partition)
+//     and they are visited in that order; one whose bound exceeds the K-th best plan found so
+//     far is skipped: it could not enter the top K, so the answer is the same
+//     (SearchStats::configs_pruned counts them).
 //  2. Per (pp, micro-batch) every layer strategy is costed once per stage placement (identical
 //     layers cost alike) and pruned (Galvatron's takeaways: PP outermost, devices split evenly,
 //     tp within a node, ZeRO only with dp > 1, and a strategy that another of the same (tp, sp)
@@ -94,7 +97,10 @@ struct SearchOptions {
   int max_kept_levels = 1;         // activation-cover levels of the DP above 0
   bool exact_dp = false;           // every memory class (slower; tests)
   bool baselines = true;           // also search the megatron and zero spaces (space full)
-  MPI_Comm comm = MPI_COMM_NULL;   // spread the search over these processes
+  // Skip the configurations whose lower bound shows they cannot enter the top K (exact: the
+  // answer is the same; false searches every configuration, for tests).
+  bool prune_configurations = true;
+  MPI_Comm comm = MPI_COMM_NULL;  // spread the search over these processes
   // Called on process 0 with a one-line status about every progress_interval_s seconds.
   std::function<void(const std::string&)> progress;
   double progress_interval_s = 2.0;
@@ -145,10 +151,14 @@ struct SearchStats {
   int64_t plans_simulated = 0;
   int64_t configs = 0;           // outer (pp, micro-batch, schedule, v) configurations
   int64_t configs_searched = 0;  // not skipped by the lower bound
+  // Skipped: their lower bound exceeds the K-th best plan found (they cannot enter the top K),
+  // or no plan of theirs can fit (infinite bound). configs = searched + pruned + unfit.
+  int64_t configs_pruned = 0;
+  int64_t configs_unfit = 0;
   int64_t layer_strategies_costed = 0;
   int64_t layer_strategies_kept = 0;  // after dominance pruning
   int64_t dp_cells = 0;
-  int64_t bound_violations = 0;  // estimator below the bound (should stay 0)
+  int64_t bound_violations = 0;  // a plan that fits, below its bound (should stay 0)
   int processes = 1;
   double search_time_s = 0;     // everything, wall time on process 0
   double estimate_phase_s = 0;  // DP + estimator

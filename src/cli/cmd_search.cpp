@@ -154,11 +154,13 @@ int run_search(Args& a) {
   baseline("zero-3", r.zero, r.zero_note);
   const SearchStats& s = r.stats;
   std::printf(
-      "\n%lld candidate plans evaluated, %lld simulated; %lld of %lld configurations searched; "
-      "%.2f s (%.2f s estimate phase, %.2f s re-rank) on %d process%s\n",
+      "\n%lld candidate plans evaluated, %lld simulated; %lld of %lld configurations searched "
+      "(%lld pruned by the bound, %lld cannot fit); %.2f s (%.2f s estimate phase, %.2f s "
+      "re-rank) on %d process%s\n",
       (long long)s.candidates_evaluated, (long long)s.plans_simulated,
-      (long long)s.configs_searched, (long long)s.configs, s.search_time_s, s.estimate_phase_s,
-      s.rerank_phase_s, s.processes, s.processes > 1 ? "es" : "");
+      (long long)s.configs_searched, (long long)s.configs, (long long)s.configs_pruned,
+      (long long)s.configs_unfit, s.search_time_s, s.estimate_phase_s, s.rerank_phase_s,
+      s.processes, s.processes > 1 ? "es" : "");
   if (out) std::printf("wrote %s\n", out->c_str());
   return 0;
 }

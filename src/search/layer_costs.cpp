@@ -81,6 +81,7 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   lc.transient = std::max({x.fwd_act - x.kept + x.fwd_buf,
                            x.bwd_mlp_act - x.kept + x.bwd_buf + piece + 2 * staged,
                            x.bwd_attn_act - x.kept + 2 * x.bwd_buf + staged});
+  lc.fwd_transient = x.fwd_act - x.kept + x.fwd_buf;
   lc.workspace = x.workspace;
   lc.pipelined_workspace = x.pipelined_workspace;
   lc.boundary = boundary_activation_bytes(m_, s, b, dtype_);

@@ -50,6 +50,9 @@ struct LayerCost {
   int64_t workspace = 0;            // the runtime's scratch (layer_workspace_bytes)
   int64_t pipelined_workspace = 0;  // the same beside a pipeline
   int64_t boundary = 0;             // activation bytes passed to the next layer (reshard size)
+  // Bytes its forward holds beyond its kept activations (the estimator's forward moment:
+  // forward activations + buffers - kept; the search's lower bound).
+  int64_t fwd_transient = 0;
   // A micro-batch's time on this layer: CostModel::overlapped_time_s of its parts.
   double step_s() const;
 };

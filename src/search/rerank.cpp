@@ -81,22 +81,57 @@ void Searcher::start_early_simulations() {
       if (simulation_bytes(m_, c.plan) <= kEarlyBytes && keys.insert(c.key).second)
         early_.push_back(c);
   if (early_.empty()) return;
+  // The largest first: what is left when the DP search ends (and this thread helps) is small.
+  std::stable_sort(early_.begin(), early_.end(),
+                   [&](const SearchCandidate& a, const SearchCandidate& b) {
+                     return simulation_bytes(m_, a.plan) > simulation_bytes(m_, b.plan);
+                   });
+  early_t0_ = Clock::now();
+  early_mem_free_ = kRerankBytes;
+  early_end_ = early_.size();
   early_thread_ = std::thread([this] {
-    const auto t0 = Clock::now();
-    try {
-      for (auto& x : early_) simulate_candidate(m_, c_, o_.framework, budget_, x);
+    early_work(/*smallest_first=*/false);
 #if defined(M_TRIM_THRESHOLD)
-      malloc_trim(0);  // what the simulations held goes back to the system
+    malloc_trim(0);  // what the simulations held goes back to the system
 #endif
-    } catch (...) {
-      early_failed_ = std::current_exception();
-    }
-    early_s_ = seconds_since(t0);
   });
 }
 
-void Searcher::finish_early_simulations() {
+// Takes the next early simulation while any is left: one thread beside the DP search from the
+// largest down, and this process's main thread too once the DP search is over
+// (finish_early_simulations) from the smallest up, which fit beside the large one running. Those
+// running at once hold at most kRerankBytes of estimated memory (kEarlyBytes bounds each).
+void Searcher::early_work(bool smallest_first) {
+  while (true) {
+    size_t i = 0;
+    int64_t need = 0;
+    {
+      std::unique_lock<std::mutex> lock(early_mutex_);
+      if (early_next_ >= early_end_ || early_failed_) return;
+      i = smallest_first ? --early_end_ : early_next_++;
+      need = std::min(kRerankBytes, simulation_bytes(m_, early_[i].plan));
+      early_cv_.wait(lock, [&] { return early_mem_free_ >= need; });
+      early_mem_free_ -= need;
+    }
+    std::exception_ptr failed;
+    try {
+      simulate_candidate(m_, c_, o_.framework, budget_, early_[i]);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(early_mutex_);
+      early_mem_free_ += need;
+      if (failed && !early_failed_) early_failed_ = failed;
+      early_s_ = std::max(early_s_, seconds_since(early_t0_));
+    }
+    early_cv_.notify_all();
+  }
+}
+
+void Searcher::finish_early_simulations(bool help) {
   if (!early_thread_.joinable()) return;
+  if (help) early_work(/*smallest_first=*/true);
   early_thread_.join();
   stats_.rerank_overlapped_s = early_s_;
   stats_.plans_simulated_overlapped = int64_t(early_.size());

@@ -169,6 +169,8 @@ nlohmann::json to_json(const SearchResult& r) {
            {{"plans_simulated", s.plans_simulated},
             {"configs", s.configs},
             {"configs_searched", s.configs_searched},
+            {"configs_pruned", s.configs_pruned},
+            {"configs_unfit", s.configs_unfit},
             {"layer_strategies_costed", s.layer_strategies_costed},
             {"layer_strategies_kept", s.layer_strategies_kept},
             {"dp_cells", s.dp_cells},

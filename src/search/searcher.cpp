@@ -6,6 +6,7 @@
 #include <malloc.h>  // glibc: malloc_trim
 #endif
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -38,6 +39,7 @@ class Envelope {
       h_.push_back(p);
     }
   }
+  const std::vector<std::pair<double, double>>& points() const { return h_; }
   double at(double x) const {
     if (h_.empty() || x < h_.front().first) return kInf;
     if (x >= h_.back().first) return h_.back().second;
@@ -274,7 +276,13 @@ std::vector<Config> Searcher::configs() const {
 }
 
 const PairData& Searcher::pair(int pp, int Bm) {
-  auto& slot = pairs_[{pp, Bm}];
+  return pair_mutable(pp, Bm);
+}
+
+PairData& Searcher::pair_mutable(int pp, int Bm) {
+  // (run() makes every configuration's slot before its tasks fill them: they only look up.)
+  auto it = pairs_.find({pp, Bm});
+  auto& slot = it != pairs_.end() ? it->second : pairs_[{pp, Bm}];
   if (slot) return *slot;
   slot = std::make_unique<PairData>();
   PairData& pd = *slot;
@@ -309,6 +317,15 @@ const PairData& Searcher::pair(int pp, int Bm) {
     pd.kept_layers += int64_t(gd.items.size());
     pd.geos.push_back(std::move(gd));
   }
+  {
+    std::set<int64_t> bytes;
+    for (const auto& gd : pd.geos)
+      for (const auto& lc : gd.items) bytes.insert(lc.boundary);
+    for (int64_t b : bytes)
+      for (int same = 0; same < 2; ++same)
+        pd.p2p_min_s[same] =
+            std::min(pd.p2p_min_s[same], tables_.cost(1).p2p_cost(b, same == 1).time_s());
+  }
   // Embedding strategies: the first stage's placement for the embedding, the last's for the head.
   std::vector<EmbeddingCost> emb;
   for (const auto& st : embedding_candidates(m_, c_, pd.D, Bm, filter_)) {
@@ -324,8 +341,6 @@ const PairData& Searcher::pair(int pp, int Bm) {
     emb.push_back(first);
   }
   pd.emb = prune_dominated(std::move(emb));
-  stats_.layer_strategies_costed += pd.raw_layers;
-  stats_.layer_strategies_kept += pd.kept_layers;
   return pd;
 }
 
@@ -373,16 +388,90 @@ int n_max_of(int L, int pp, int v) {
 
 namespace {
 // Weights of (busy, dp stream, host-to-device, device-to-host) in the lower bound's relaxations.
+// (A grid of 25 in steps of 1/8 prunes no more configurations of the GPT-3 175B benchmark.)
 constexpr double kStreamWeights[][4] = {{1, 0, 0, 0},     {0.5, 0.5, 0, 0}, {0.5, 0, 0.5, 0},
                                         {0.5, 0, 0, 0.5}, {0, 1, 0, 0},     {0, 0, 1, 0},
                                         {0, 0, 0, 1}};
 }  // namespace
 
+// Memory. The estimator charges a stage its layers' states, at least k x their kept activations
+// (k: in_flight; interleaved: interleaved_least_in_flight), the largest workspace of its layers,
+// and its schedule's peak, which is at least the moment of the last in-flight forward: reaching
+// the last layer of its chunk, that layer holds its forward transient (forward activations +
+// buffers - kept) above all those kept activations. So one chunk-last layer of the stage also
+// holds its transient and its workspace.
+//
+// Time. The estimator's micro-batch time of a stage is the largest of its busy time and its side
+// streams' times (dp, host-to-device, device-to-host), each a sum over its layers, so it is at
+// least any convex combination of them: the bound is the best of a few combinations. (Busy alone
+// misses what offloading costs on the copy streams.) Added in full: what nothing hides at the
+// ends of each chunk pass, the first layer's weight fetch, the last layer's fetch and activation
+// copy-back (a chunk of one layer pays all three).
+//
+// Position types: plain, a chunk's first, a chunk's last, a chunk of one layer, and (once per
+// stage) a chunk's last or a one-layer chunk that holds the peak above.
+StageRelaxation Searcher::relax_stage(const GeoData& gd, double k) {
+  constexpr int kTypes = StageRelaxation::kTypes;
+  StageRelaxation out;
+  const size_t S = gd.items.size();
+  // Strategies by memory, without and with the peak (equal memory: by time, per weighting).
+  std::vector<double> base(S), peak(S);
+  for (size_t i = 0; i < S; ++i) {
+    const auto& it = gd.items[i];
+    base[i] = double(it.states) + k * double(it.kept);
+    peak[i] = base[i] + double(it.fwd_transient + it.workspace);
+  }
+  auto order_of = [&](const std::vector<double>& mem) {
+    std::vector<int> o(S);
+    for (size_t i = 0; i < S; ++i) o[i] = int(i);
+    std::sort(o.begin(), o.end(), [&](int a, int b) { return mem[size_t(a)] < mem[size_t(b)]; });
+    return o;
+  };
+  const std::vector<int> by_base = order_of(base), by_peak = order_of(peak);
+  std::vector<std::pair<double, double>> pts;
+  pts.reserve(S);
+  for (const auto& w : kStreamWeights) {
+    StageRelaxation::Weighting x;
+    for (int t = 0; t < kTypes; ++t) {
+      const bool last = t == 2 || t == 4, single = t == 3 || t == 5;
+      const std::vector<double>& mem = t >= 4 ? peak : base;
+      pts.clear();
+      for (int i : t >= 4 ? by_peak : by_base) {
+        const auto& it = gd.items[size_t(i)];
+        const double ends = t == 1   ? it.fetch_s
+                            : last   ? it.fetch_s + it.act_h2d_s
+                            : single ? 2 * it.fetch_s + it.act_h2d_s
+                                     : 0.0;
+        pts.push_back({mem[size_t(i)], w[0] * it.busy_s + w[1] * it.dp_stream_s +
+                                           w[2] * it.h2d_stream_s + w[3] * it.d2h_stream_s + ends});
+      }
+      // Sorted by memory already; equal memory by time, as std::sort orders the pairs.
+      for (size_t a = 0, b; a < pts.size(); a = b) {
+        for (b = a + 1; b < pts.size() && pts[b].first == pts[a].first;) ++b;
+        if (b - a > 1) std::sort(pts.begin() + long(a), pts.begin() + long(b));
+      }
+      const Envelope env(pts, /*sorted=*/true);
+      const auto& h = env.points();
+      x.least[size_t(t)] = h.front();
+      for (size_t j = 1; j < h.size(); ++j) {
+        const double dm = h[j].first - h[j - 1].first, dc = h[j].second - h[j - 1].second;
+        x.segments.push_back({dc / dm, dm, dc, t});
+      }
+    }
+    std::stable_sort(x.segments.begin(), x.segments.end(),
+                     [](const StageRelaxation::Segment& a, const StageRelaxation::Segment& b) {
+                       return a.rate < b.rate;
+                     });
+    out.weightings.push_back(std::move(x));
+  }
+  return out;
+}
+
 double Searcher::lower_bound(const Config& cf) {
-  const PairData& pd = pair(cf.pp, cf.Bm);
-  const int pp = cf.pp, L = m_.layers;
+  PairData& pd = pair_mutable(cf.pp, cf.Bm);
+  const int pp = cf.pp, L = m_.layers, v = cf.v;
   if (pd.emb.empty()) return kInf;
-  const int n_max = n_max_of(L, pp, cf.v);
+  const int n_max = n_max_of(L, pp, v);
   double e_first = kInf, e_last = kInf, e_only = kInf, b_first = kInf, b_last = kInf, b_only = kInf;
   for (const auto& e : pd.emb) {
     e_first = std::min(e_first, double(e.first_states));
@@ -392,65 +481,91 @@ double Searcher::lower_bound(const Config& cf) {
     b_last = std::min(b_last, e.last_busy_s);
     b_only = std::min(b_only, e.first_busy_s + e.last_busy_s);
   }
+  // Position counts of a stage of n layers (relax_stage's types), from its chunks (chunk_sizes).
+  constexpr int kTypes = StageRelaxation::kTypes;
+  std::vector<std::array<double, kTypes>> counts(size_t(n_max) + 1);
+  for (int n = v; n <= n_max; ++n) {
+    int singles = 0;
+    for (int size : chunk_sizes(n, v)) singles += size == 1;
+    const int longer = v - singles;
+    counts[size_t(n)] = {
+        double(n - singles - 2 * longer),    double(longer),
+        double(longer > 0 ? longer - 1 : 0), double(longer > 0 ? singles : singles - 1),
+        double(longer > 0 ? 1 : 0),          double(longer > 0 ? 0 : 1)};
+  }
   std::vector<std::vector<double>> T(pp, std::vector<double>(n_max + 1, kInf));
   for (int s = 0; s < pp; ++s) {
     const double k =
         cf.sched == Schedule::interleaved ? interleaved_least_in_flight(cf, s) : in_flight(cf, s);
-    const GeoData& gd = pd.geos[pd.stage_geo[s]];
-    double room = double(net_budget_), extra = 0;
+    const int gi = pd.stage_geo[s];
+    if (pd.geos[gi].items.empty()) continue;
+    auto slot = pd.relaxations.find({gi, k});
+    if (slot == pd.relaxations.end())
+      slot = pd.relaxations.emplace(std::make_pair(gi, k), relax_stage(pd.geos[gi], k)).first;
+    const StageRelaxation& rel = slot->second;
+    // (A few bytes over net_budget_: the estimator rounds its fragmentation down.)
+    double room = double(net_budget_) + 64, extra = 0;
     if (pp == 1)
       room -= e_only, extra = b_only;
     else if (s == 0)
       room -= e_first, extra = b_first;
     else if (s == pp - 1)
       room -= e_last, extra = b_last;
-    // The estimator's micro-batch time of a stage is the largest of its busy time and its side
-    // streams' times (dp, host-to-device, device-to-host), each a sum over its layers, so it is
-    // at least any convex combination of them: the bound is the best of a few combinations,
-    // each relaxed as above. (Busy alone misses what offloading costs on the copy streams.)
-    std::vector<double> memory;
-    for (const auto& it : gd.items) memory.push_back(double(it.states) + k * double(it.kept));
-    std::vector<int> by_memory(gd.items.size());
-    for (size_t i = 0; i < by_memory.size(); ++i) by_memory[i] = int(i);
-    std::sort(by_memory.begin(), by_memory.end(),
-              [&](int a, int b) { return memory[a] < memory[b]; });
-    for (const auto& w : kStreamWeights) {
-      // Added to it: what nothing hides at the ends of each chunk pass (the first layer's
-      // weight fetch, the last layer's fetch and activation copy-back). When every chunk is one
-      // layer (n = v) each layer pays all three; otherwise each chunk at least the least any
-      // strategy pays.
-      double least_first = kInf, least_last = kInf;
-      for (const auto& it : gd.items)
-        least_first = std::min(least_first, it.fetch_s),
-        least_last = std::min(least_last, it.fetch_s + it.act_h2d_s);
-      for (bool single : {true, false}) {
-        std::vector<std::pair<double, double>> pts;
-        pts.reserve(by_memory.size());
-        for (int i : by_memory) {
-          const auto& it = gd.items[i];
-          pts.push_back({memory[i], w[0] * it.busy_s + w[1] * it.dp_stream_s +
-                                        w[2] * it.h2d_stream_s + w[3] * it.d2h_stream_s +
-                                        (single ? 2 * it.fetch_s + it.act_h2d_s : 0.0)});
+    for (size_t wi = 0; wi < rel.weightings.size(); ++wi) {
+      const auto& x = rel.weightings[wi];
+      const double busy_weight = kStreamWeights[wi][0];
+      // The LP relaxation of the stage's choice under its room: every position starts at its
+      // type's least memory; memory then goes where it saves the most time per byte (each
+      // envelope is convex, so its segments come in its own order).
+      for (int n = v; n <= n_max; ++n) {
+        const auto& cnt = counts[size_t(n)];
+        double time = busy_weight * extra, left = room;
+        for (int t = 0; t < kTypes; ++t) {
+          time += cnt[size_t(t)] * x.least[size_t(t)].second;
+          left -= cnt[size_t(t)] * x.least[size_t(t)].first;
         }
-        // Sorted by memory already; equal memory by time, as std::sort orders the pairs.
-        for (size_t a = 0, b; a < pts.size(); a = b) {
-          for (b = a + 1; b < pts.size() && pts[b].first == pts[a].first;) ++b;
-          if (b - a > 1) std::sort(pts.begin() + long(a), pts.begin() + long(b));
+        if (left < 0) continue;  // nothing fits
+        for (const auto& g : x.segments) {
+          const double c = cnt[size_t(g.type)];
+          if (c == 0) continue;
+          const double need = c * g.dm;
+          if (need <= left) {
+            time += c * g.dc;
+            left -= need;
+          } else {
+            time += c * g.dc * (left / need);
+            break;
+          }
         }
-        Envelope env(std::move(pts), /*sorted=*/true);
-        for (int n = single ? cf.v : cf.v + 1; n <= (single ? cf.v : n_max); ++n) {
-          const double per = env.at(room / n);
-          const double ends = single ? 0.0 : cf.v * (least_first + least_last);
-          if (per < kInf)
-            T[s][n] = std::max(T[s][n] == kInf ? 0.0 : T[s][n], n * per + w[0] * extra + ends);
-        }
+        T[s][n] = T[s][n] == kInf ? time : std::max(T[s][n], time);
       }
     }
   }
-  const double sum = min_sum_partition(T, L, cf.v);
-  if (sum == kInf) return kInf;
-  const double v = cf.v;
-  return ((cf.M - 1.0 / v) / pp + 1.0 / v) * sum;
+  // The estimator's pipeline time is M x the largest cycle (a stage's micro-batch time u_s plus
+  // half its pipeline transfers P_s), plus the others' u_s / v (fill and drain), plus every
+  // transfer / v, plus the tail (>= 0). With u_crit <= the largest cycle it is at least
+  //     (M - 1/v) max_s (u_s + P_s / 2) + (1/v) sum_s (u_s + P_s / 2) + (1/v) sum_s P_s / 2,
+  // each P_s at least its transfer count x the cheapest transfer of any layer's boundary. The
+  // partition solver minimizes the first two terms exactly (bubble weight 1 / (M v), scaled by
+  // M).
+  double half_p2p = 0;
+  if (pp > 1) {
+    const cost_detail::Geometry geo{std::max(1, c_.node.gpus_per_node), pd.D};
+    for (int s = 0; s < pp; ++s) {
+      const double sends = v - (s == pp - 1 ? 1 : 0), receives = v - (s == 0 ? 1 : 0);
+      const double p = sends * pd.p2p_min_s[geo.same_node(s, (s + 1) % pp) ? 1 : 0] +
+                       receives * pd.p2p_min_s[geo.same_node(s, (s + pp - 1) % pp) ? 1 : 0];
+      if (!(p < kInf)) continue;
+      half_p2p += 0.5 * p;
+      for (double& x : T[s])
+        if (x < kInf) x += 0.5 * p;
+    }
+  }
+  const double M = cf.M;
+  double objective = kInf;
+  if (solve_partition(T, L, v, 1.0 / (M * v), &objective).empty()) return kInf;
+  // Slack for rounding: the estimator adds its terms in another order.
+  return (M * objective + half_p2p / v) * (1 - 1e-9);
 }
 
 void Searcher::consider(const Plan& p, const char* origin, TopK* space_pool) {
@@ -519,7 +634,25 @@ SearchResult Searcher::run() {
     ~Joiner() { s->finish_early_simulations(); }
   } joiner{this};
   if (!cfs.empty()) {
-    for (auto& cf : cfs) cf.lb = lower_bound(cf);
+    // The bounds, a (pp, Bm) pair per task (each builds its pair's cost tables).
+    workers_ = std::make_unique<Workers>(rerank_threads());
+    {
+      std::map<std::pair<int, int>, std::vector<Config*>> by_pair;
+      for (auto& cf : cfs) by_pair[{cf.pp, cf.Bm}].push_back(&cf);
+      std::vector<const std::vector<Config*>*> tasks;
+      for (const auto& [key, list] : by_pair) {
+        pairs_[key];  // the slot, filled by its task
+        tasks.push_back(&list);
+      }
+      workers_->run(int(tasks.size()), [&](int i) {
+        for (Config* cf : *tasks[size_t(i)]) cf->lb = lower_bound(*cf);
+      });
+      for (const auto& [key, pd] : pairs_) {
+        if (!pd) continue;
+        stats_.layer_strategies_costed += pd->raw_layers;
+        stats_.layer_strategies_kept += pd->kept_layers;
+      }
+    }
     std::sort(cfs.begin(), cfs.end(), [](const Config& a, const Config& b) {
       if (a.lb != b.lb) return a.lb < b.lb;
       return a.order < b.order;
@@ -531,12 +664,14 @@ SearchResult Searcher::run() {
     // bound at or above the final K-th best is valid, so sharing it changes no answer, only how
     // many configurations are skipped.
     BoundExchange bound(o_.comm, std::max(1, o_.top_k));
-    workers_ = std::make_unique<Workers>(rerank_threads());
+    for (const Config& cf : cfs) stats_.configs_unfit += cf.lb == kInf;
     for (size_t i = rank_; i < cfs.size(); i += procs_) {
       const Config& cf = cfs[i];
-      if (cf.lb == kInf) break;  // sorted: the rest cannot fit either
-      // (Ranks: a plan of equal rank may still enter, by lower memory or key.)
-      if (time_rank(cf.lb) > time_rank(std::min(full_.kth_time(), bound.shared()))) break;
+      if (o_.prune_configurations) {
+        if (cf.lb == kInf) break;  // sorted: the rest cannot fit either
+        // (Ranks: a plan of equal rank may still enter, by lower memory or key.)
+        if (time_rank(cf.lb) > time_rank(std::min(full_.kth_time(), bound.shared()))) break;
+      }
       ++local_searched_;
       search_config(cf);
       bound.poll(full_);
@@ -547,6 +682,8 @@ SearchResult Searcher::run() {
   }
   stats_.estimate_phase_s = seconds_since(t0_);
   merge(allgather_strings(o_.comm, pack()));
+  if (o_.prune_configurations)
+    stats_.configs_pruned = stats_.configs - stats_.configs_searched - stats_.configs_unfit;
   const TopK& own = o_.space == SearchSpace::full       ? full_
                     : o_.space == SearchSpace::megatron ? megatron_
                                                         : zero_;
@@ -574,7 +711,7 @@ SearchResult Searcher::run() {
   // Tables the DP workers freed sit in their threads' malloc arenas: back to the system.
   malloc_trim(0);
 #endif
-  finish_early_simulations();
+  finish_early_simulations(/*help=*/true);
   rerank(r);
   r.evaluated = evaluated_.plans();
   stats_.search_time_s = seconds_since(t0_);

@@ -13,14 +13,18 @@
 // that pair reuses the costs, weighting them by its M and by each stage's in-flight count.
 //
 // Lower bound (best-first order and skipping). The estimator's iteration time is at least
-//     ((M - 1/v)/pp + 1/v) * sum_s u_s
-// (M x the slowest stage's micro-batch time plus the fill and drain of the others), and a
-// stage's micro-batch time u_s (the largest of its busy time and its side streams, plus the
-// unhidden transfers at the ends of each chunk pass) is at least its layers' LP-relaxed minimum
-// of a convex combination of those terms under its memory budget, with the resident memory
-// (model states + in-flight saved activations) that the estimator charges at least. The
-// configurations are visited in increasing bound; one whose bound exceeds the K-th best plan found
-// so far cannot enter the top K and is skipped.
+//     (M - 1/v) max_s c_s + (1/v) sum_s c_s + (1/v) sum_s P_s / 2,    c_s = u_s + P_s / 2
+// (M x the largest cycle, the others' fill and drain, every pipeline transfer P_s / v; the tail
+// is >= 0), where a stage's micro-batch time u_s (the largest of its busy time and its side
+// streams, plus the unhidden transfers at the ends of each chunk pass) is at least its layers'
+// LP-relaxed minimum of a convex combination of those terms under its memory budget, with the
+// resident memory (model states + in-flight saved activations, and once the forward peak and
+// workspace of a chunk's last layer) that the estimator charges at least, and P_s at least its
+// transfer count x the cheapest transfer of any layer's boundary activations. The partition
+// solver minimizes the first two terms over the stage partitions exactly (Searcher::lower_bound,
+// relax_stage). The configurations are visited in increasing bound; one whose bound exceeds the
+// K-th best plan found so far cannot enter the top K and is skipped (a test searches every
+// configuration too and compares: test_search's pruning_by_the_bound_changes_no_answer).
 //
 // Per configuration: a stage DP (stage_dp.hpp) per distinct (in-flight count, placement), the
 // partition solver per embedding strategy, then the plan of the best (embedding, partition) and
@@ -31,10 +35,13 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -139,6 +146,22 @@ struct GeoData {
   std::vector<LayerCost> items;  // pruned
 };
 
+// The lower bound's relaxation of one stage's layer choice (Searcher::lower_bound), per
+// weighting of its streams: per position type, the lower convex envelope of (memory, time) over
+// the strategies, and the envelopes' segments in increasing time per byte.
+struct StageRelaxation {
+  static constexpr int kTypes = 6;
+  struct Segment {
+    double rate, dm, dc;
+    int type;
+  };
+  struct Weighting {
+    std::array<std::pair<double, double>, kTypes> least;  // each envelope's least-memory point
+    std::vector<Segment> segments;
+  };
+  std::vector<Weighting> weightings;
+};
+
 struct PairData {
   int pp = 1, Bm = 1, D = 1;
   std::vector<int> tps;
@@ -146,6 +169,11 @@ struct PairData {
   std::vector<GeoData> geos;
   std::vector<EmbeddingCost> emb;  // pruned; first_* with stage 0's placement, last_* with pp-1's
   int64_t raw_layers = 0, kept_layers = 0;
+  // The cheapest pipeline transfer of any kept layer's boundary activations, between stages on
+  // other nodes [0] and on the same node [1] (the lower bound's).
+  double p2p_min_s[2] = {kInf, kInf};
+  // Relaxations by (geometry, in-flight micro-batches).
+  std::map<std::pair<int, double>, StageRelaxation> relaxations;
 };
 
 // ---- the search -------------------------------------------------------------------------------
@@ -201,9 +229,11 @@ class Searcher {
   std::vector<int> bm_list() const;
   std::vector<Config> configs() const;
   const PairData& pair(int pp, int Bm);
+  PairData& pair_mutable(int pp, int Bm);
   double in_flight(const Config& cf, int s) const;
   double interleaved_least_in_flight(const Config& cf, int s) const;
   double lower_bound(const Config& cf);
+  static StageRelaxation relax_stage(const GeoData& gd, double k);
   void search_config(const Config& cf);
   void min_memory_config(const Config& cf);
   void baselines();
@@ -220,7 +250,10 @@ class Searcher {
   // One process with a spare core: the baselines' top candidates are known before the DP
   // search starts, so a second thread simulates them while it runs (rerank() reuses them).
   void start_early_simulations();
-  void finish_early_simulations();
+  // help: this thread takes the simulations still waiting, beside the early thread (after the
+  // DP search, whose tables are gone).
+  void finish_early_simulations(bool help = false);
+  void early_work(bool smallest_first);
 
   const ModelSpec& m_;
   const ClusterSpec& c_;
@@ -240,9 +273,15 @@ class Searcher {
   Clock::time_point t0_ = Clock::now(), last_progress_ = Clock::now();
   int64_t progress_done_ = 0, progress_total_ = 0;
   std::thread early_thread_;
-  std::vector<SearchCandidate> early_;  // simulated by early_thread_ (valid once joined)
+  std::vector<SearchCandidate> early_;  // simulated by early_work() (valid once joined)
   std::exception_ptr early_failed_;
   double early_s_ = 0;  // wall time of the early simulations
+  Clock::time_point early_t0_;
+  std::mutex early_mutex_;  // guards what follows, early_failed_ and early_s_
+  std::condition_variable early_cv_;
+  size_t early_next_ = 0;  // early_[early_next_, early_end_) are left to simulate
+  size_t early_end_ = 0;
+  int64_t early_mem_free_ = 0;  // estimated bytes the simulations running may still take
   // The threads a configuration's independent DPs and DP queries run on, during the DP
   // search (rerank_threads() of them: the cores this process may use).
   std::unique_ptr<Workers> workers_;

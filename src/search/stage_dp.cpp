@@ -330,93 +330,118 @@ void StageDp::best_costs(const std::vector<int64_t>& caps, const std::vector<dou
 
 void StageDp::best_costs(const std::vector<int64_t>& caps, const std::vector<CostRow>& rows,
                          int n_lo, int n_hi) const {
-  for (const CostRow& r : rows)
-    if (int(r.out->size()) < n_hi + 1) r.out->resize(size_t(n_hi) + 1, kInf);
+  best_costs({CostQuery{&caps, rows}}, n_lo, n_hi);
+}
+
+void StageDp::best_costs(const std::vector<CostQuery>& queries, int n_lo, int n_hi) const {
+  const size_t nq = queries.size(), C = size_t(C_);
+  for (const CostQuery& qu : queries)
+    for (const CostRow& r : qu.rows)
+      if (int(r.out->size()) < n_hi + 1) r.out->resize(size_t(n_hi) + 1, kInf);
   n_lo = std::max(n_lo, 1);
   n_hi = std::min(n_hi, p_.n_max);
-  // Per row, the entry cost of each class. The entry cost is the last term of a total
+  // Per query and row, the entry cost of each class. The entry cost is the last term of a total
   // (best_within's sum), and adding it is monotone: the least total of a class is its least
   // total without the entry plus the entry, so one pass over the items serves every row.
-  std::vector<double> ents(rows.size() * size_t(C_), 0.0);
-  for (size_t r = 0; r < rows.size(); ++r) {
-    for (int n = n_lo; n <= n_hi; ++n) (*rows[r].out)[size_t(n)] = kInf;
-    if (rows[r].entry)
-      for (int c = 0; c < C_; ++c) ents[r * size_t(C_) + size_t(c)] = quantize((*rows[r].entry)[c]);
+  std::vector<size_t> ent_at(nq);
+  std::vector<double> ents;
+  for (size_t qi = 0; qi < nq; ++qi) {
+    ent_at[qi] = ents.size();
+    for (const CostRow& r : queries[qi].rows) {
+      for (int n = n_lo; n <= n_hi; ++n) (*r.out)[size_t(n)] = kInf;
+      for (int c = 0; c < C_; ++c) ents.push_back(r.entry ? quantize((*r.entry)[size_t(c)]) : 0.0);
+    }
   }
-  // least[cls]: the least total (entry left out) of a sequence whose first layer is of class cls.
-  std::vector<double> least(static_cast<size_t>(C_));
-  auto take = [&](int n) {
+  // least[qi * C + cls]: the least total (entry left out) of a sequence whose first layer is of
+  // class cls.
+  std::vector<double> least(nq * C);
+  auto take = [&](size_t qi, int n) {
+    const double* lq = least.data() + qi * C;
+    const auto& rows = queries[qi].rows;
     for (size_t r = 0; r < rows.size(); ++r) {
       double& best = (*rows[r].out)[size_t(n)];
-      for (int c = 0; c < C_; ++c) {
-        if (least[size_t(c)] == kInf) continue;
-        const double v = least[size_t(c)] + ents[r * size_t(C_) + size_t(c)];
+      const double* e = ents.data() + ent_at[qi] + r * C;
+      for (size_t c = 0; c < C; ++c) {
+        if (lq[c] == kInf) continue;
+        const double v = lq[c] + e[c];
         if (v < best) best = v;
       }
     }
   };
-  std::vector<std::vector<std::pair<double, int>>> order(static_cast<size_t>(C_));
-  std::vector<double> lbs;
+  std::vector<std::vector<std::pair<double, int>>> order(nq * C);
+  std::vector<double> lbs(nq);
   for (int k = 0; k < int(thr_.size()); ++k) {
     const Threshold& t = thr_[k];
-    const int64_t m = caps[size_t(k)];
-    if (m < 0) continue;
     if (n_lo == 1) {
-      std::fill(least.begin(), least.end(), kInf);
-      for (int i : t.single) {
-        const DpItem& it = p_.items[i];
-        if (it.w > m) continue;
-        const double v = 0.0 + it.cost + it.first + it.last;
-        if (v < least[size_t(it.cls)]) least[size_t(it.cls)] = v;
+      for (size_t qi = 0; qi < nq; ++qi) {
+        const int64_t m = (*queries[qi].caps)[size_t(k)];
+        if (m < 0) continue;
+        double* lq = least.data() + qi * C;
+        std::fill(lq, lq + C, kInf);
+        for (int i : t.single) {
+          const DpItem& it = p_.items[i];
+          if (it.w > m) continue;
+          const double v = 0.0 + it.cost + it.first + it.last;
+          if (v < lq[size_t(it.cls)]) lq[size_t(it.cls)] = v;
+        }
+        take(qi, 1);
       }
-      take(1);
     }
     if (n_hi < 2) continue;
     // The first layer's items per class by the part of their total that does not depend on
     // the layers below (best_within's bound less lb_below and the entry), cheapest first.
-    for (auto& o : order) o.clear();
-    for (int i : t.head) {
-      const DpItem& it = p_.items[i];
-      if (it.w <= m)
-        order[size_t(it.cls)].push_back({min_reshard_to_[it.cls] + it.cost + it.first, i});
-    }
-    for (auto& o : order) std::sort(o.begin(), o.end());
-    // The table is cold here (a configuration's DPs are all built before they are queried):
-    // the lower bounds' lookups first, in one loop, so that their misses overlap.
-    lbs.assign(size_t(n_hi) + 1, kInf);
-    for (int n = std::max(n_lo, 2); n <= n_hi; ++n) {
-      double lb_below = kInf;
-      for (int b = 0; b < C_; ++b)
-        for (int q = 0; q < Q_; ++q) lb_below = std::min(lb_below, fv(t, n - 1, m, b, q));
-      lbs[size_t(n)] = lb_below;
+    for (size_t qi = 0; qi < nq; ++qi) {
+      auto* o = order.data() + qi * C;
+      for (size_t c = 0; c < C; ++c) o[c].clear();
+      const int64_t m = (*queries[qi].caps)[size_t(k)];
+      if (m < 0) continue;
+      for (int i : t.head) {
+        const DpItem& it = p_.items[i];
+        if (it.w <= m)
+          o[size_t(it.cls)].push_back({min_reshard_to_[it.cls] + it.cost + it.first, i});
+      }
+      for (size_t c = 0; c < C; ++c) std::sort(o[c].begin(), o[c].end());
     }
     for (int n = std::max(n_lo, 2); n <= n_hi; ++n) {
-      const double lb_below = lbs[size_t(n)];
-      if (lb_below == kInf) continue;
-      for (int c = 0; c < C_; ++c) {
-        double& best = least[size_t(c)];
-        best = kInf;
-        for (const auto& [key, i] : order[size_t(c)]) {
-          const DpItem& it = p_.items[i];
-          // As in best_within; the items after one whose bound exceeds the best by more than
-          // rounding have bounds at least the best too.
-          const double bound = (lb_below + min_reshard_to_[c]) + it.cost + it.first;
-          if (bound >= best) {
-            if (bound > best * (1 + 1e-12)) break;
-            continue;
-          }
-          for (int q = 0; q < Q_; ++q) {
-            if (!admits(t, it, q)) continue;
-            double prev = kInf;
-            for (int b = 0; b < C_; ++b)
-              prev = std::min(prev, fv(t, n - 1, m - it.w, b, q) + p_.reshard[size_t(b) * C_ + c]);
-            if (prev == kInf) continue;
-            const double v = prev + it.cost + it.first;
-            if (v < best) best = v;
+      // The lower bounds' lookups first, in one loop, so that their misses overlap.
+      for (size_t qi = 0; qi < nq; ++qi) {
+        const int64_t m = (*queries[qi].caps)[size_t(k)];
+        double lb_below = kInf;
+        if (m >= 0)
+          for (int b = 0; b < C_; ++b)
+            for (int q = 0; q < Q_; ++q) lb_below = std::min(lb_below, fv(t, n - 1, m, b, q));
+        lbs[qi] = lb_below;
+      }
+      for (size_t qi = 0; qi < nq; ++qi) {
+        const double lb_below = lbs[qi];
+        if (lb_below == kInf) continue;
+        const int64_t m = (*queries[qi].caps)[size_t(k)];
+        for (int c = 0; c < C_; ++c) {
+          double& best = least[qi * C + size_t(c)];
+          best = kInf;
+          for (const auto& [key, i] : order[qi * C + size_t(c)]) {
+            const DpItem& it = p_.items[i];
+            // As in best_within; the items after one whose bound exceeds the best by more than
+            // rounding have bounds at least the best too.
+            const double bound = (lb_below + min_reshard_to_[c]) + it.cost + it.first;
+            if (bound >= best) {
+              if (bound > best * (1 + 1e-12)) break;
+              continue;
+            }
+            for (int q = 0; q < Q_; ++q) {
+              if (!admits(t, it, q)) continue;
+              double prev = kInf;
+              for (int b = 0; b < C_; ++b)
+                prev =
+                    std::min(prev, fv(t, n - 1, m - it.w, b, q) + p_.reshard[size_t(b) * C_ + c]);
+              if (prev == kInf) continue;
+              const double v = prev + it.cost + it.first;
+              if (v < best) best = v;
+            }
           }
         }
+        take(qi, n);
       }
-      take(n);
     }
   }
 }

@@ -130,6 +130,14 @@ class StageDp {
   };
   void best_costs(const std::vector<int64_t>& caps, const std::vector<CostRow>& rows, int n_lo,
                   int n_hi) const;
+  // The same for several queries, each with its caps and rows: one pass over the table's layer
+  // counts answers them all, so that each part of the table comes from memory once for all of
+  // them (a query at a time, the lookups of each pass missed the cache).
+  struct CostQuery {
+    const std::vector<int64_t>* caps;
+    std::vector<CostRow> rows;
+  };
+  void best_costs(const std::vector<CostQuery>& queries, int n_lo, int n_hi) const;
   // Item ids of that sequence, the stage's first layer first; `footprint` (optional) gets the
   // model's memory of it: buckets x bucket bytes + the reserved bytes.
   std::vector<int> reconstruct(int n, const Answer& a, int64_t* footprint = nullptr) const;

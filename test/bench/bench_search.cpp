@@ -101,12 +101,12 @@ void report(const Case& c, const SearchResult& r) {
   std::printf(
       "  search %.2f s (DP + estimator %.2f s%s, re-rank by the %s %.2f s after it and %.2f s "
       "of %lld simulations beside it); %lld candidates evaluated, %lld simulated; %lld of %lld "
-      "configurations searched\n",
+      "configurations searched (%lld pruned by the bound)\n",
       s.search_time_s, s.estimate_phase_s,
       s.estimate_phase_s < 10 ? ", goal < 10 s met" : ", ABOVE the 10 s goal", r.scorer.c_str(),
       s.rerank_phase_s, s.rerank_overlapped_s, (long long)s.plans_simulated_overlapped,
       (long long)s.candidates_evaluated, (long long)s.plans_simulated,
-      (long long)s.configs_searched, (long long)s.configs);
+      (long long)s.configs_searched, (long long)s.configs, (long long)s.configs_pruned);
   std::printf("  best      %10.0f tokens/s (estimator %10.0f), peak %5.1f GiB: %s\n",
               r.best.tokens_per_s(), r.best.est_tokens_per_s,
               double(r.best.peak_memory_bytes()) / double(int64_t(1) << 30),

@@ -211,6 +211,81 @@ BOOST_AUTO_TEST_CASE(search_is_deterministic) {
   BOOST_TEST(a.ranked.size() == b.ranked.size());
 }
 
+// The configurations the lower bound skips could not have entered the top K: searching every
+// configuration gives the same ranked list (keys and figures), and no plan of any configuration
+// scores below its configuration's bound (bound_violations counts those). Small cases of the
+// narrowed spaces above and of the whole space (offload, sequence parallelism, interleaving,
+// pipelines across nodes), from tight to loose budgets.
+BOOST_AUTO_TEST_CASE(pruning_by_the_bound_changes_no_answer) {
+  struct Run {
+    std::string name;
+    ModelSpec m;
+    ClusterSpec c;
+    SearchOptions o;
+  };
+  std::vector<Run> runs;
+  for (const Case& cs : cases())
+    for (double gib : cs.budgets_gib)
+      runs.push_back({std::string(cs.name) + ", " + std::to_string(gib) + " GiB",
+                      small_model(cs.layers), cluster(cs.gpus_per_node, cs.nodes),
+                      options_for(cs, gib)});
+  struct Whole {
+    int layers, gpus_per_node, nodes, global_batch;
+    double gib;
+  };
+  for (const Whole& w : {Whole{8, 8, 1, 64, 4}, Whole{8, 8, 1, 64, 6}, Whole{8, 8, 1, 64, 16},
+                         Whole{8, 4, 2, 32, 3}, Whole{8, 4, 2, 32, 5}, Whole{12, 2, 4, 32, 4}}) {
+    SearchOptions o;
+    o.global_batch = w.global_batch;
+    o.memory_budget_bytes = static_cast<int64_t>(w.gib * double(1LL << 30));
+    o.top_k = 4;
+    runs.push_back({std::to_string(w.layers) + " layers, " + std::to_string(w.nodes) + " x " +
+                        std::to_string(w.gpus_per_node) + " GPUs, " + std::to_string(w.gib) +
+                        " GiB, whole space",
+                    small_model(w.layers), cluster(w.gpus_per_node, w.nodes), o});
+  }
+  int64_t pruned = 0, configs = 0, compared = 0;
+  for (Run& run : runs) {
+    BOOST_TEST_CONTEXT(run.name) {
+      run.o.rerank_with_simulator = false;
+      auto ranked = [&](bool prune, SearchStats* stats) {
+        SearchOptions o = run.o;
+        o.prune_configurations = prune;
+        std::vector<std::string> out;
+        try {
+          const SearchResult r = search(run.m, run.c, o);
+          *stats = r.stats;
+          for (const auto& x : r.ranked) {
+            char buf[64];
+            std::snprintf(buf, sizeof buf, " %.17g %lld", x.est_iteration_time_s,
+                          (long long)x.est_peak_memory_bytes);
+            out.push_back(x.key + buf);
+          }
+        } catch (const NoFeasiblePlan& e) {
+          out.push_back(std::string("infeasible: ") + e.what());
+        }
+        return out;
+      };
+      SearchStats with{}, without{};
+      const auto a = ranked(true, &with);
+      const auto b = ranked(false, &without);
+      BOOST_TEST(a == b, "pruning changed the ranked list");
+      BOOST_TEST(without.bound_violations == 0, "a plan scored below its configuration's bound");
+      BOOST_TEST(with.bound_violations == 0);
+      BOOST_TEST(without.configs_searched == without.configs);
+      BOOST_TEST(without.configs_pruned == 0);
+      BOOST_TEST(with.configs_searched + with.configs_pruned + with.configs_unfit == with.configs);
+      pruned += with.configs_pruned;
+      configs += with.configs;
+      ++compared;
+    }
+  }
+  BOOST_TEST_MESSAGE(compared << " cases: " << pruned << " of " << configs
+                              << " configurations pruned, same answers");
+  // The check means something only if the bound prunes.
+  BOOST_TEST(pruned > 0);
+}
+
 BOOST_AUTO_TEST_CASE(no_feasible_plan_reports_the_smallest) {
   const ModelSpec m = small_model(4);
   const ClusterSpec c = cluster(4, 1);

@@ -43,18 +43,31 @@ StageDpProblem random_problem(std::mt19937_64& rng, int classes, int items, int 
   return p;
 }
 
+// Trial `trial`'s problem and `count` entry-cost vectors (a cost per class).
+struct Trial {
+  StageDpProblem problem;
+  std::vector<std::vector<double>> entries;
+};
+Trial make_trial(std::mt19937_64& rng, int trial, int count) {
+  const int classes = 1 + trial % 4;
+  Trial t{random_problem(rng, classes, 10 + trial % 20, 2 + trial % 7, trial % 3 == 0),
+          std::vector<std::vector<double>>(size_t(count))};
+  for (auto& e : t.entries)
+    for (int c = 0; c < classes; ++c) e.push_back(0.1 * double(rng() % 7) / 3.0);
+  return t;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(rows_equal_single_answers) {
   std::mt19937_64 rng(20261202);
   int compared = 0, finite = 0;
   for (int trial = 0; trial < 24; ++trial) {
-    const int classes = 1 + trial % 4, n_max = 2 + trial % 7;
-    const StageDpProblem p = random_problem(rng, classes, 10 + trial % 20, n_max, trial % 3 == 0);
+    const Trial tr = make_trial(rng, trial, 3);
+    const StageDpProblem& p = tr.problem;
+    const int n_max = p.n_max;
     const StageDp dp(p);
-    std::vector<std::vector<double>> entries(3);
-    for (auto& e : entries)
-      for (int c = 0; c < classes; ++c) e.push_back(0.1 * double(rng() % 7) / 3.0);
+    const auto& entries = tr.entries;
     for (int64_t budget_buckets : {4, 20, 45, 70, 100, 160}) {
       const int64_t budget = budget_buckets * p.bucket_bytes;
       for (int64_t xtr : {int64_t(0), int64_t(900) << 20}) {
@@ -87,6 +100,44 @@ BOOST_AUTO_TEST_CASE(rows_equal_single_answers) {
   }
   BOOST_TEST_MESSAGE("rows vs single answers: " << compared << " compared, " << finite
                                                 << " finite");
+  BOOST_TEST(finite > compared / 4);
+  BOOST_TEST(finite < compared);
+}
+
+// Several queries at once (each its caps and rows, as the search asks a DP for every caps of a
+// configuration in one pass) answer as each alone.
+BOOST_AUTO_TEST_CASE(batched_queries_equal_single_answers) {
+  std::mt19937_64 rng(20261203);
+  int compared = 0, finite = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const Trial tr = make_trial(rng, trial, 2);
+    const StageDp dp(tr.problem);
+    const int n_max = tr.problem.n_max;
+    std::vector<std::vector<int64_t>> caps;
+    for (int64_t budget_buckets : {4, 20, 45, 70, 100, 160})
+      for (int64_t xtr : {int64_t(0), int64_t(900) << 20})
+        caps.push_back(dp.caps(budget_buckets * tr.problem.bucket_bytes, xtr, xtr / 2));
+    for (int n_lo : {1, 2}) {
+      // Query i: caps[i] with no entry and with entries[i % 2].
+      std::vector<std::vector<std::vector<double>>> out(caps.size(),
+                                                        std::vector<std::vector<double>>(2));
+      std::vector<StageDp::CostQuery> queries;
+      for (size_t i = 0; i < caps.size(); ++i)
+        queries.push_back({&caps[i], {{nullptr, &out[i][0]}, {&tr.entries[i % 2], &out[i][1]}}});
+      dp.best_costs(queries, n_lo, n_max);
+      for (size_t i = 0; i < caps.size(); ++i)
+        for (int r = 0; r < 2; ++r)
+          for (int n = n_lo; n <= n_max; ++n) {
+            const auto a = dp.best_within(n, caps[i], r == 0 ? nullptr : &tr.entries[i % 2]);
+            BOOST_TEST_INFO("trial " << trial << " query " << i << " row " << r << " n " << n);
+            BOOST_TEST(out[i][size_t(r)][size_t(n)] == a.cost);
+            ++compared;
+            finite += a.cost < kInf;
+          }
+    }
+  }
+  BOOST_TEST_MESSAGE("batched vs single answers: " << compared << " compared, " << finite
+                                                   << " finite");
   BOOST_TEST(finite > compared / 4);
   BOOST_TEST(finite < compared);
 }
