@@ -10,7 +10,11 @@ namespace stratagem {
 enum class Dtype { fp32, tf32, fp16, bf16 };
 const char* to_string(Dtype d);
 Dtype dtype_from_string(const std::string& s, const std::string& where);
-int dtype_bytes(Dtype d);  // storage bytes of one element (tf32 is stored as fp32)
+// Storage bytes of one element (tf32 is stored as fp32). Inline: the estimator's inner loops
+// call it per layer.
+inline int dtype_bytes(Dtype d) {
+  return d == Dtype::fp16 || d == Dtype::bf16 ? 2 : 4;
+}
 
 struct GpuSpec {
   std::string name;

@@ -31,10 +31,6 @@ Dtype dtype_from_string(const std::string& s, const std::string& where) {
   throw InputError(where + ": expected one of fp32|tf32|fp16|bf16, got '" + s + "'");
 }
 
-int dtype_bytes(Dtype d) {
-  return d == Dtype::fp16 || d == Dtype::bf16 ? 2 : 4;
-}
-
 double GpuSpec::peak_flops(Dtype d) const {
   switch (d) {
     case Dtype::fp32:

@@ -9,8 +9,9 @@
 
 namespace stratagem::cost_detail {
 namespace {
-int span(int64_t g, int64_t first, int64_t count) {
-  return int((first + count - 1) / g - first / g + 1);
+// Nodes spanned by `count` consecutive ranks from `first`.
+int span(const Geometry& geo, int64_t first, int64_t count) {
+  return int(geo.node_of(first + count - 1) - geo.node_of(first) + 1);
 }
 }  // namespace
 
@@ -18,7 +19,7 @@ int Geometry::tp_nodes(int s, int tp) const {
   const int64_t dp = D / tp;
   int worst = 1;
   for (int64_t k = 0; k < std::min<int64_t>(dp, g); ++k)
-    worst = std::max(worst, span(g, s * D + k * tp, tp));
+    worst = std::max(worst, span(*this, s * D + k * tp, tp));
   return worst;
 }
 
@@ -27,13 +28,14 @@ int Geometry::dp_nodes(int s, int tp) const {
   int worst = 1;
   for (int64_t j : {int64_t(0), int64_t(tp - 1)}) {
     const int64_t first = s * D + j;
-    worst = std::max(worst, int((first + (dp - 1) * tp) / g - first / g + 1));
+    worst = std::max(worst, int(node_of(first + (dp - 1) * tp) - node_of(first) + 1));
   }
   return worst;
 }
 
 bool Geometry::same_node(int s, int t) const {
-  return (s * D) / g == (t * D) / g && (s * D + D - 1) / g == (t * D + D - 1) / g;
+  return node_of(int64_t(s) * D) == node_of(int64_t(t) * D) &&
+         node_of(int64_t(s) * D + D - 1) == node_of(int64_t(t) * D + D - 1);
 }
 
 double optimizer_step_s(const CostModel& c, int64_t params) {
@@ -106,6 +108,8 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
   const FetchCost fetch = fetch_cost(c, s, params, dp_nodes, with_time);
   const int64_t fetch_bytes = fetch.bytes;
   lc.kept = s.offload_activations ? 0 : sa + sm;
+  lc.staged_bytes = staged_gradient_bytes(s, params, p.dtype, c.framework().layer_gradient_staging);
+  lc.piece_bytes = receive_piece_bytes(s, params, p.dtype);
   lc.workspace = layer_workspace_bytes(m, s, b, p.dtype);
   lc.pipelined_workspace = layer_workspace_bytes(m, s, b, p.dtype, /*pipelined=*/true);
   lc.fwd_act = sa + sm;

@@ -20,6 +20,11 @@ struct Geometry {
   int dp_nodes(int s, int tp) const;
   // Do the ranks of stages s and t with the same local index share nodes?
   bool same_node(int s, int t) const;
+  // The node of a rank index (a shift where g is a power of two, as it nearly always is: the
+  // estimator asks this per stage and chunk, and a division costs ~40 cycles).
+  int64_t node_of(int64_t rank) const {
+    return (g & (g - 1)) == 0 ? rank >> __builtin_ctzll(uint64_t(g)) : rank / g;
+  }
 };
 
 // The AdamW step (iteration.hpp's templates) over `params` parameters: on the device, or
@@ -62,6 +67,8 @@ struct LayerCost {
   double act_d2h_s = 0, act_h2d_s = 0;  // offloaded activations, each way
   ModelStates states;
   int64_t kept = 0;                  // saved activations resident until backward
+  int64_t staged_bytes = 0;          // gradients staged for a ZeRO-2/3 reduce-scatter
+  int64_t piece_bytes = 0;           // the piece that reduce-scatter receives
   int64_t workspace = 0;             // the runtime's scratch (layer_workspace_bytes)
   int64_t pipelined_workspace = 0;   // the same beside a pipeline
   int64_t fwd_act = 0, fwd_buf = 0;  // this layer's bytes at its forward's worst moment

@@ -180,18 +180,21 @@ class Analyzer {
         // the reduction in flight before it: the layer above's, or atop the last chunk of a
         // later stage the head's.
         const int64_t held = ch == nchunks - 1 && pp == 1 ? ends_staged : always_staged;
-        const int64_t above = l + 1 < r.end                                ? staged(l + 1)
+        // (Runs of layers share a strategy: the layer above's bytes are this one's then.)
+        const bool above_same = l + 1 < r.end && p_.layers[l + 1] == st;
+        const int64_t above = above_same                                   ? lc.staged_bytes
+                              : l + 1 < r.end                              ? staged(l + 1)
                               : ch == nchunks - 1 && pp > 1 && !tied_split ? ends_staged
                                                                            : 0;
         // ... and the piece that reduction receives (the head's is within the bound taken by
         // its own moment).
-        const int64_t above_piece = l + 1 < r.end ? piece(l + 1) : 0;
+        const int64_t above_piece = above_same ? lc.piece_bytes : l + 1 < r.end ? piece(l + 1) : 0;
         // The layer below (same chunk) is prefetched during this layer's attention backward;
         // its offloaded activations come back as soon as this layer's mlp backward has run.
         keep_max(bp, {prefix + lc.bwd_mlp_act + below_reload, lc.bwd_buf + above_piece,
-                      staged(l) + held + above});
+                      lc.staged_bytes + held + above});
         keep_max(bp, {prefix + lc.bwd_attn_act + below_reload, lc.bwd_buf + below_fetch,
-                      staged(l) + held});
+                      lc.staged_bytes + held});
         if (p_.backward_prefetch) below_fetch = lc.fwd_buf;
         below_reload = st.offload_activations ? lc.fwd_act : 0;
         prefix += lc.kept;
