@@ -90,8 +90,8 @@ class Analyzer {
     return end_parameters_per_rank(m_, p_.embedding.tp, s == 0, s == p_.pp - 1);
   }
 
-  // One layer's parameters on a rank of tensor degree tp (a one-entry cache: the staged
-  // gradients ask for it three times a layer).
+  // One layer's parameters on a rank of tensor degree tp (a one-entry cache: asked where a
+  // layer's neighbour has another strategy than its own, whose bytes its LayerCost holds).
   int64_t layer_params(int tp) {
     if (tp != params_tp_) {
       params_tp_ = tp;

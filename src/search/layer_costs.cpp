@@ -74,14 +74,10 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   // The mlp backward writes the layer's staged gradients while the reduction of the layer
   // above's, taken to be of this size, is in flight (the estimator's moments).
   // The reduction in flight also holds its received piece (a Program buffer).
-  const int64_t params = layer_parameters_per_rank(m_, s.tp);
-  const int64_t staged =
-      staged_gradient_bytes(s, params, dtype_, costs_.front()->framework().layer_gradient_staging);
-  const int64_t piece = receive_piece_bytes(s, params, dtype_);
-  lc.transient = std::max({x.fwd_act - x.kept + x.fwd_buf,
-                           x.bwd_mlp_act - x.kept + x.bwd_buf + piece + 2 * staged,
-                           x.bwd_attn_act - x.kept + 2 * x.bwd_buf + staged});
   lc.fwd_transient = x.fwd_act - x.kept + x.fwd_buf;
+  lc.transient = std::max({lc.fwd_transient,
+                           x.bwd_mlp_act - x.kept + x.bwd_buf + x.piece_bytes + 2 * x.staged_bytes,
+                           x.bwd_attn_act - x.kept + 2 * x.bwd_buf + x.staged_bytes});
   lc.workspace = x.workspace;
   lc.pipelined_workspace = x.pipelined_workspace;
   lc.boundary = boundary_activation_bytes(m_, s, b, dtype_);
