@@ -239,7 +239,8 @@ int main(int argc, char** argv) {
   // A user's own setting wins.
   setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
   // Threads: the CPU backend's communication moves on in a thread of its own while the rank
-  // computes (stratagem::start_mpi_progress); without MULTIPLE it moves on only in MPI calls.
+  // computes (train starts and stops it, src/runtime/trainer.cpp); without MULTIPLE it moves on
+  // only in MPI calls.
   int thread_level = MPI_THREAD_SINGLE;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);
   // HDF5's own error stack would print a page for a damaged file: stratagem's errors say it in
@@ -268,7 +269,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     code = fail(who, "error", e.what(), stratagem::kExitFailure, /*always_abort=*/true);
   }
-  stratagem::stop_mpi_progress();
   MPI_Comm_free(&stratagem::cli::g_agree_comm);
   // What is still buffered reaches the launcher before MPI_Finalize ends its forwarding (at
   // exit it may be lost: a resume's output once came back as its first line only).

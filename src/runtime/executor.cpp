@@ -381,9 +381,17 @@ bool Executor::Impl::deps_landed(uint32_t i) {
   return true;
 }
 
-void Executor::Impl::run_pending_free(uint32_t i) {
+bool Executor::Impl::pending(uint32_t i) const {
+  return std::find(pending_frees.begin(), pending_frees.end(), i) != pending_frees.end();
+}
+
+void Executor::Impl::complete_deps(uint32_t i) {
   const uint32_t* deps = sp->deps_of(sp->ops[i]);
   for (uint32_t d = 0; d < sp->ops[i].dep_count; ++d) complete(static_cast<int>(deps[d]));
+}
+
+void Executor::Impl::run_pending_free(uint32_t i) {
+  complete_deps(i);
   run(i);
   ran_ahead[i] = 1;
 }
@@ -500,7 +508,6 @@ StepResult Executor::Impl::step(int64_t s) {
   for (uint32_t i = 0; i < sp->ops.size(); ++i) {
     if (ran_ahead[i]) continue;
     const Op& op = sp->ops[i];
-    const uint32_t* deps = sp->deps_of(op);
     if (op.kind == OpKind::free && op.stream == Stream::dp_comm && !deps_landed(i)) {
       // The buffer a reduction still reads goes when that reduction lands, as on the Program's
       // dp stream: the rank goes on meanwhile.
@@ -515,7 +522,7 @@ StepResult Executor::Impl::step(int64_t s) {
     if (op.kind == OpKind::alloc && (op.stream == Stream::dp_comm || allocs_follow_frees))
       drain_frees_before(i);
     if (op.kind == OpKind::alloc && allocs_follow_frees) land_reductions_before(last_compute);
-    for (uint32_t d = 0; d < op.dep_count; ++d) complete(static_cast<int>(deps[d]));
+    complete_deps(i);
     if (!ran_ahead[i]) run_timed(i);  // (it may have run ahead while the rank waited)
     reached = i;
     poll_sends();

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "src/runtime/comm/mpi_progress.hpp"
@@ -40,9 +41,10 @@ int checked_count(int64_t n, const char* what) {
 class MpiRequest final : public Request {
  public:
   MpiRequest(std::string what, std::string absent, double timeout_s)
-      : what_(std::move(what)), absent_(std::move(absent)), timeout_s_(timeout_s) {
-    comm_detail::progress_begin();
-  }
+      : what_(std::move(what)),
+        absent_(std::move(absent)),
+        timeout_s_(timeout_s),
+        progress_ticket_(comm_detail::progress_begin()) {}
   std::vector<MPI_Request> requests;
   std::vector<int> counts, displs;  // count arrays of v-collectives, alive until completion
   void wait() override {
@@ -88,13 +90,10 @@ class MpiRequest final : public Request {
   }
 
  private:
-  void landed() {
-    if (in_flight_) comm_detail::progress_end();
-    in_flight_ = false;
-  }
+  void landed() { comm_detail::progress_end(std::exchange(progress_ticket_, 0)); }
   std::string what_, absent_;
   double timeout_s_;
-  bool in_flight_ = true;
+  uint64_t progress_ticket_;  // handed back once, when the transfer lands or goes
 };
 
 class MpiCommunicator final : public Communicator {

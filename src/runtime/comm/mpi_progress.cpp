@@ -32,6 +32,8 @@ class ProgressThread {
     MPI_Comm_dup(MPI_COMM_SELF, &self_);  // local: not collective over the job
     running_ = true;
     stop_ = false;
+    in_flight_ = 0;
+    ++generation_;
     thread_ = std::thread([this] { loop(); });
   }
   void stop() {
@@ -46,17 +48,20 @@ class ProgressThread {
     MPI_Comm_free(&self_);
     running_ = false;
   }
-  void begin() {
+  uint64_t begin() {
+    uint64_t ticket = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!running_) return;
+      if (!running_) return 0;
       ++in_flight_;
+      ticket = generation_;
     }
     wake_.notify_one();
+    return ticket;
   }
-  void end() {
+  void end(uint64_t ticket) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (running_ && in_flight_ > 0) --in_flight_;
+    if (running_ && ticket == generation_) --in_flight_;
   }
 
  private:
@@ -77,6 +82,7 @@ class ProgressThread {
   std::thread thread_;
   MPI_Comm self_ = MPI_COMM_NULL;
   int in_flight_ = 0;
+  uint64_t generation_ = 0;  // one per start: tickets of an earlier thread are not counted
   int interval_us_ = kProgressIntervalUs;
   bool running_ = false, stop_ = false;
 };
@@ -97,11 +103,11 @@ void stop_mpi_progress() {
 }
 
 namespace comm_detail {
-void progress_begin() {
-  ProgressThread::get().begin();
+uint64_t progress_begin() {
+  return ProgressThread::get().begin();
 }
-void progress_end() {
-  ProgressThread::get().end();
+void progress_end(uint64_t ticket) {
+  if (ticket != 0) ProgressThread::get().end(ticket);
 }
 }  // namespace comm_detail
 

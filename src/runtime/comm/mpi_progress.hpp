@@ -7,11 +7,14 @@
 // communicator: no request of the runtime is touched, so no two threads ever share one).
 // Needs MPI_THREAD_MULTIPLE; without it nothing changes.
 #pragma once
+#include <cstdint>
 
 namespace stratagem::comm_detail {
 
-// A request went in flight / completed (MpiRequest).
-void progress_begin();
-void progress_end();
+// A request went in flight (MpiRequest): a ticket, 0 when no thread runs. Its completion hands
+// the ticket back; one of a thread stopped since is ignored, so that the count in flight stays
+// exact across a stop and a start.
+uint64_t progress_begin();
+void progress_end(uint64_t ticket);
 
 }  // namespace stratagem::comm_detail

@@ -154,7 +154,9 @@ struct Executor::Impl {
   void complete(int op);  // waits for op's transfer and runs its completion (once)
   void complete_all();
   void poll_sends();
-  bool deps_landed(uint32_t op);  // every transfer op waits for has landed (tested, not waited)
+  bool deps_landed(uint32_t op);    // every transfer op waits for has landed (tested, not waited)
+  bool pending(uint32_t op) const;  // a free the rank passed, waiting for its reduction
+  void complete_deps(uint32_t op);  // completes every transfer op waits for
   void run_pending_free(uint32_t op);    // completes what the free waits for, then runs it
   void drain_frees_before(uint32_t op);  // runs the pending frees the Program puts before op
   void poll_frees();                     // runs the pending frees whose transfers have landed

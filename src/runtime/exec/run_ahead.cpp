@@ -112,11 +112,9 @@ void Executor::Impl::free_landed_before(uint32_t j) {
     if (op.kind == OpKind::compute || (op.kind == OpKind::alloc && !ran_ahead[i])) at_rank = false;
     const bool placed = op.stream == Stream::dp_comm || (at_rank && op.stream == Stream::compute);
     if (op.kind != OpKind::free || !placed || ran_ahead[i] || !waits_only_on_issued(i) ||
-        !deps_landed(i) ||
-        std::find(pending_frees.begin(), pending_frees.end(), i) != pending_frees.end())
+        !deps_landed(i) || pending(i))
       continue;
-    const uint32_t* deps = sp->deps_of(op);
-    for (uint32_t d = 0; d < op.dep_count; ++d) complete(static_cast<int>(deps[d]));
+    complete_deps(i);
     run(i);
     ran_ahead[i] = 1;
   }
@@ -128,14 +126,12 @@ bool Executor::Impl::run_ahead() {
     while (a.next < a.ops.size()) {
       const uint32_t j = a.ops[a.next];
       // A free the rank passed that waits for its reduction (pending_frees) holds its stream.
-      if (std::find(pending_frees.begin(), pending_frees.end(), j) != pending_frees.end()) break;
+      if (pending(j)) break;
       if (int64_t(j) > reached && !ran_ahead[j]) {
         if (!may_run_ahead(a, j)) break;
         if (sp->ops[j].kind == OpKind::alloc) free_landed_before(j);
-        if (sp->ops[j].kind == OpKind::free) {  // the reduction's completion reads the buffer
-          const uint32_t* deps = sp->deps_of(sp->ops[j]);
-          for (uint32_t d = 0; d < sp->ops[j].dep_count; ++d) complete(static_cast<int>(deps[d]));
-        }
+        // (A free: the reduction's completion reads the buffer.)
+        if (sp->ops[j].kind == OpKind::free) complete_deps(j);
         run_timed(j);
         ran_ahead[j] = 1;
         ran = true;
@@ -157,21 +153,19 @@ void Executor::Impl::land_reductions_before(int64_t compute) {
     while (a.next < a.ops.size()) {
       const uint32_t j = a.ops[a.next];
       // A free the rank passed that waits for its reduction (pending_frees) holds its stream.
-      if (std::find(pending_frees.begin(), pending_frees.end(), j) != pending_frees.end()) break;
+      if (pending(j)) break;
       if (ran_ahead[j] || int64_t(j) <= reached) {  // run already
         ++a.next;
         continue;
       }
       const Op& op = sp->ops[j];
       if (op.kind != OpKind::free || op.stream != Stream::dp_comm || !prefetch_op(op)) break;
+      // (An op before the rank's last computation has been issued: only frees are passed over.)
       const uint32_t* deps = sp->deps_of(op);
-      bool issued_before = true;
-      for (uint32_t d = 0; d < op.dep_count; ++d)
-        issued_before = issued_before && int64_t(deps[d]) < compute &&
-                        (int64_t(deps[d]) <= reached || ran_ahead[deps[d]]);
-      if (!issued_before) break;
+      if (!std::all_of(deps, deps + op.dep_count, [&](uint32_t d) { return int64_t(d) < compute; }))
+        break;
       // (While it waits, the streams run ahead, and may run this free themselves.)
-      for (uint32_t d = 0; d < op.dep_count; ++d) complete(static_cast<int>(deps[d]));
+      complete_deps(j);
       if (!ran_ahead[j]) {
         run_timed(j);
         ran_ahead[j] = 1;
