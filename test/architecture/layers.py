@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Layers point one way (docs/ARCHITECTURE.md): every #include of src/, sim/ and
+include/stratagem/ must follow an allowed arrow. Prints each include that does not and exits 1.
+
+`layers.py [REPO]`: REPO defaults to the folder two levels above this file.
+"""
+import os
+import re
+import sys
+
+# The parts and the parts each may include (itself always). The one place the arrows are written;
+# docs/ARCHITECTURE.md draws the same picture.
+ALLOWED = {
+    "core": set(),
+    "cost": {"core"},
+    "io": {"core"},
+    "sim": {"core", "cost", "io"},
+    "runtime": {"core", "io"},
+    "search": {"core", "cost", "sim"},
+    "profile": {"core", "cost", "runtime"},
+    "report": {"core", "io"},
+    "interop": {"core", "io", "cost", "sim"},
+    "cli": {"core", "cost", "io", "sim", "runtime", "search", "profile", "report", "interop"},
+}
+# Libraries a part must not include (core states what happens; it reads no file).
+FORBIDDEN_LIBS = {"core": ("nlohmann/", "hdf5", "H5")}
+
+# Each public header belongs to the part that implements it.
+HEADER_PART = {
+    "cluster": "core", "error": "core", "framework": "core", "iteration": "core", "layout": "core",
+    "limits": "core", "model": "core", "plan": "core", "program": "core", "version": "core",
+    "workload": "core", "schedule": "core",
+    "cost": "cost", "estimate": "cost",
+    "checkpoint": "io", "trace": "io", "spec_json": "io",
+    "simulate": "sim",
+    "backend": "runtime", "comm": "runtime", "cuda_device": "runtime", "data": "runtime",
+    "executor": "runtime", "kernel_math": "runtime", "optimizer": "runtime",
+    "parallel_state": "runtime", "tensor": "runtime", "trainer": "runtime",
+    "transformer": "runtime", "watchdog": "runtime",
+    "search": "search", "profile": "profile", "report": "report", "interop": "interop",
+}
+
+
+def part_of_include(inc):
+    if inc.startswith("src/"):
+        return inc.split("/")[1]
+    if inc.startswith("sim/"):
+        return "sim"
+    if inc.startswith("stratagem/"):
+        stem = os.path.splitext(inc.split("/")[1])[0]
+        return HEADER_PART.get(stem, "?" + stem)
+    return None
+
+
+def main():
+    repo = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
+    bad = checked = 0
+    for top in ("src", "sim", "include/stratagem"):
+        for root, _, files in os.walk(os.path.join(repo, top)):
+            for f in sorted(files):
+                if not f.endswith((".cpp", ".hpp", ".cu", ".cuh", ".h")):
+                    continue
+                path = os.path.join(root, f)
+                rel = os.path.relpath(path, repo)
+                if top == "include/stratagem":
+                    part = HEADER_PART.get(os.path.splitext(f)[0], "?")
+                elif top == "sim":
+                    part = "sim"
+                else:
+                    part = rel.split(os.sep)[1]
+                if part not in ALLOWED:
+                    print(f"{rel}: belongs to no known part ({part}): add it to layers.py")
+                    bad += 1
+                    continue
+                for n, line in enumerate(open(path, encoding="utf-8", errors="replace"), 1):
+                    m = re.match(r'\s*#\s*include\s*[<"]([^">]+)[">]', line)
+                    if not m:
+                        continue
+                    inc = m.group(1)
+                    checked += 1
+                    if any(inc.startswith(lib) for lib in FORBIDDEN_LIBS.get(part, ())):
+                        print(f"{rel}:{n}: {part} must not include <{inc}>")
+                        bad += 1
+                    target = part_of_include(inc)
+                    if target and target != part and target not in ALLOWED[part]:
+                        print(f"{rel}:{n}: {part} -> {target} ({inc}) is not an allowed arrow")
+                        bad += 1
+    print(f"layers: {checked} includes checked, {bad} against the arrows")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
