@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "src/core/schedule.hpp"
 #include "src/cost/layer_cost.hpp"
 
 namespace stratagem::cost_detail {
@@ -56,6 +57,7 @@ class Analyzer {
     const int pp = p_.pp;
     const int nchunks = int(p_.chunks.size());
     v_ = std::max(1, nchunks / pp);
+    shape_ = ScheduleShape{pp, v_, p_.schedule, M_};
     out.assign(pp, StageCost{});
     A_.assign(v_, 0);
     fpk_.assign(v_, Mem{});
@@ -355,19 +357,7 @@ class Analyzer {
   // Peak of activations + buffers over the stage's schedule: the in-flight micro-batches'
   // kept activations plus the running pass's own bytes.
   Mem schedule_peak(int s) const {
-    const int pp = p_.pp;
-    const int M = M_;
-    if (v_ == 1) {
-      // 1F1B keeps min(pp - s, M) micro-batches in flight on stage s, GPipe all M.
-      const int k = p_.schedule == Schedule::gpipe ? M : std::min(pp - s, M);
-      Mem best = fpk_[0];
-      keep_max(best, bpk_[0]);
-      best.act += int64_t(std::max(0, k - 1)) * A_[0];
-      return best;
-    }
-    // Interleaved: Megatron's warm-up keeps min(W + 1, M*v) chunk passes in flight.
-    const int total = M * v_, period = pp * v_;
-    const int W = std::min((pp - s - 1) * 2 + (v_ - 1) * pp, total);
+    const int in_flight = shape_.passes_in_flight(s);
     bool same = true;
     for (int i = 1; i < v_; ++i)
       same = same && A_[i] == A_[0] && fpk_[i].act == fpk_[0].act && fpk_[i].buf == fpk_[0].buf &&
@@ -376,20 +366,22 @@ class Analyzer {
     if (same) {
       Mem best = fpk_[0];
       keep_max(best, bpk_[0]);
-      best.act += int64_t(std::min(W + 1, total) - 1) * A_[0];
+      best.act += int64_t(std::max(0, in_flight - 1)) * A_[0];
       return best;
     }
     // Chunks of different sizes: step through the warm-up and one period (pp*v pairs) of the
     // steady state, which then repeats; the cool-down only frees.
+    const int total = shape_.chunk_passes(), period = shape_.period();
+    const int W = shape_.warmup_forwards(s);
     int64_t alive = 0;
     Mem best;
     auto fwd = [&](int k) {
-      const int c = (k % period) / pp;
+      const int c = shape_.forward_chunk(k);
       keep_max(best, {alive + fpk_[c].act, fpk_[c].buf, fpk_[c].grad});
       alive += A_[c];
     };
     auto bwd = [&](int k) {
-      const int c = v_ - 1 - (k % period) / pp;
+      const int c = shape_.backward_chunk(k);
       keep_max(best, {alive - A_[c] + bpk_[c].act, bpk_[c].buf, bpk_[c].grad});
       alive -= A_[c];
     };
@@ -409,6 +401,7 @@ class Analyzer {
   const int e_;
   Geometry geo_;
   int max_dp_ = 1, M_ = 1, v_ = 1;
+  ScheduleShape shape_;
   int geo_tp_ = 0, tp_nodes_ = 1, dp_nodes_ = 1;
   int64_t geo_phase_ = -1;
   int64_t p2p_bytes_ = -1;

@@ -344,39 +344,25 @@ PairData& Searcher::pair_mutable(int pp, int Bm) {
   return pd;
 }
 
-// Micro-batches whose saved activations a stage holds at its worst moment (per layer).
+// Micro-batches whose saved activations a stage holds at its worst moment (per layer): the
+// schedule's chunk passes in flight, each a 1/v of the stage's layers on average.
 double Searcher::in_flight(const Config& cf, int s) const {
-  switch (cf.sched) {
-    case Schedule::gpipe:
-      return cf.M;
-    case Schedule::one_f_one_b:
-      return std::min(cf.pp - s, cf.M);
-    case Schedule::interleaved: {
-      const int W = (cf.pp - s - 1) * 2 + (cf.v - 1) * cf.pp;
-      return double(std::min(W + 1, cf.M * cf.v)) / cf.v;
-    }
-  }
-  return 1;
+  const ScheduleShape shape = cf.shape();
+  return double(shape.passes_in_flight(s)) / shape.vpp;
 }
 
-// The estimator's interleaved schedule (schedule_peak in src/cost/plan_costs.cpp) runs
-// W = min(2 (pp - s - 1) + (v - 1) pp, M v) warm-up chunk forwards, the k-th on chunk
-// (k mod pp v) / pp, and its peak is at least the kept activations of the first min(W + 1, M v)
-// forwards (the next forward's own peak covers its kept activations). Chunk c holds A_c, the
-// kept activations of its layers, once per forward on it, so that peak is at least
-// (the fewest forwards on any chunk) x sum_c A_c: every layer's kept activations that many
-// times. The DP's in_flight is the average count instead, which a chunk of the stage may not
-// reach.
+// The estimator's interleaved schedule (schedule_peak in src/cost/plan_costs.cpp) holds the kept
+// activations of the first passes_in_flight forwards at its peak (the next forward's own peak
+// covers its kept activations). Chunk c holds A_c, the kept activations of its layers, once per
+// forward on it, so that peak is at least (the fewest forwards on any chunk) x sum_c A_c: every
+// layer's kept activations that many times. The DP's in_flight is the average count instead,
+// which a chunk of the stage may not reach.
 double Searcher::interleaved_least_in_flight(const Config& cf, int s) const {
-  const int total = cf.M * cf.v, period = cf.pp * cf.v;
-  const int W = std::min((cf.pp - s - 1) * 2 + (cf.v - 1) * cf.pp, total);
-  const int X = std::min(W + 1, total);
-  int least = X;
-  for (int c = 0; c < cf.v; ++c) {
-    // Forwards k < X with (k mod period) / pp == c: whole periods, then the partial one.
-    const int partial = std::clamp(X % period - c * cf.pp, 0, cf.pp);
-    least = std::min(least, (X / period) * cf.pp + partial);
-  }
+  const ScheduleShape shape = cf.shape();
+  const int in_flight = shape.passes_in_flight(s);
+  int least = in_flight;
+  for (int c = 0; c < shape.vpp; ++c)
+    least = std::min(least, shape.forwards_on_chunk(in_flight, c));
   return least;
 }
 

@@ -47,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/core/schedule.hpp"
 #include "src/search/evaluated.hpp"
 #include "src/search/layer_costs.hpp"
 #include "src/search/stage_dp.hpp"
@@ -183,6 +184,7 @@ struct Config {
   Schedule sched = Schedule::one_f_one_b;
   double lb = 0;
   int order = 0;  // enumeration index (tie-break of equal bounds)
+  ScheduleShape shape() const { return {pp, v, sched, M}; }
 };
 
 class Searcher {
