@@ -83,14 +83,6 @@ class Analyzer {
     }
     return p2p_time_s_;
   }
-  double coll(Collective k, int64_t bytes, int size, int nodes) const {
-    return c_.collective_cost(k, bytes, size, nodes).time_s();
-  }
-
-  // Embedding (+ LM head) parameters of a stage, as the Program's embed_params().
-  int64_t embed_params(int s) const {
-    return end_parameters_per_rank(m_, p_.embedding.tp, s == 0, s == p_.pp - 1);
-  }
 
   // One layer's parameters on a rank of tensor degree tp (a one-entry cache: asked where a
   // layer's neighbour has another strategy than its own, whose bytes its LayerCost holds).
@@ -150,7 +142,8 @@ class Analyzer {
       const LayerStrategy& st = p_.layers[l];
       return receive_piece_bytes(st, layer_params(st.tp), p_.dtype);
     };
-    const int64_t ends_staged = staged_gradient_bytes(es, embed_params(s), p_.dtype, staging);
+    const EndStates end = end_states(c_, es, s == 0, s == pp - 1, geo_, s, with_time_);
+    const int64_t ends_staged = staged_gradient_bytes(es, end.params, p_.dtype, staging);
     const bool tied_split = m_.tied_embeddings && pp > 1;
     const int64_t always_staged = tied_split ? ends_staged : 0;
     for (int i = 0; i < v_; ++i) {
@@ -263,10 +256,9 @@ class Analyzer {
           sc.p2p_bwd_s += p2p_s(boundary(r.begin - 1), geo_.same_node(s, (s + pp - 1) % pp));
       }
     }
-    const int64_t ep = embed_params(s);
-    if (ep > 0) states.add(p_.embedding, ep, p_.dtype);
-    if (ep > 0) ws = std::max(ws, embedding_workspace_bytes(m_, es, samples(-1), p_.dtype));
-    if (with_time_) extras(s, eh, ep, states, deferred, sc);
+    states += end.states;
+    if (end.params > 0) ws = std::max(ws, embedding_workspace_bytes(m_, es, samples(-1), p_.dtype));
+    if (with_time_) extras(s, eh, end, states, deferred, sc);
 
     const Mem peak = schedule_peak(s);
     MemoryBreakdown& mb = sc.memory;
@@ -283,11 +275,10 @@ class Analyzer {
   }
 
   // Embedding/head work, the end-of-iteration reductions and the optimizer step of stage s.
-  void extras(int s, const EmbeddingHeadCost& x, int64_t ep, const ModelStates& states,
+  void extras(int s, const EmbeddingHeadCost& x, const EndStates& end, const ModelStates& states,
               double deferred, StageCost& sc) {
     const int pp = p_.pp;
     const LayerStrategy& es = p_.embedding;
-    const int dpn = geo_.dp_nodes(s, es.tp);
     auto fetch = [&](const FetchCost& f, bool first_of_pass) {
       (f.on_h2d ? sc.h2d_stream_s : sc.dp_stream_s) += f.time_s;
       if (first_of_pass) sc.first_fetch_s += f.time_s;
@@ -311,8 +302,8 @@ class Analyzer {
     // after the loss backward (last stage, before its final backward passes).
     double total_bwd = 0;
     for (int i = 0; i < v_; ++i) total_bwd += chunk_bwd_[i];
-    if (ep > 0 && es.dp > 1) {
-      const GradSyncCost sync = grad_sync_cost(c_, es, ep, dpn);
+    if (end.params > 0 && es.dp > 1) {
+      const GradSyncCost& sync = end.sync;
       const double tau = s == 0 ? 0.0 : total_bwd;
       if (sync.per_microbatch) {
         sc.dp_stream_s += sync.reduce_s;
@@ -340,11 +331,7 @@ class Analyzer {
     double t = -1e300;
     for (const Reduce& r : reduces_) t = std::max(t, -r.tau) + r.cost;
     t = std::max(t, 0.0) + deferred;
-    if (pp > 1 && m_.tied_embeddings && (s == 0 || s == pp - 1)) {
-      // Tied word embedding: the first and last stage sum their copies' gradients.
-      t += coll(Collective::all_reduce, tied_embedding_reduce_bytes(m_, es.tp, p_.dtype), 2,
-                geo_.same_node(0, pp - 1) ? 1 : 2);
-    }
+    if (s == 0 || s == pp - 1) t += tied_embedding_reduce_s(c_, es.tp, pp, geo_);
     sc.reduce_exposed_s = std::max(0.0, t);
     // AdamW step, as the Program's optimizer(): device part and offloaded (host) part. The
     // device op runs even with every optimizer state offloaded: it takes the gradient norm, clips

@@ -328,18 +328,8 @@ PairData& Searcher::pair_mutable(int pp, int Bm) {
   }
   // Embedding strategies: the first stage's placement for the embedding, the last's for the head.
   std::vector<EmbeddingCost> emb;
-  for (const auto& st : embedding_candidates(m_, c_, pd.D, Bm, filter_)) {
-    const int b = Bm / st.dp;
-    EmbeddingCost first =
-        tables_.embedding(st, b, geo.tp_nodes(0, st.tp), geo.dp_nodes(0, st.tp), pp == 1);
-    EmbeddingCost last =
-        tables_.embedding(st, b, geo.tp_nodes(pp - 1, st.tp), geo.dp_nodes(pp - 1, st.tp), pp == 1);
-    first.last_busy_s = last.last_busy_s;
-    first.last_dp_stream_s = last.last_dp_stream_s;
-    first.last_tail_s = last.last_tail_s;
-    first.last_states = last.last_states;
-    emb.push_back(first);
-  }
+  for (const auto& st : embedding_candidates(m_, c_, pd.D, Bm, filter_))
+    emb.push_back(tables_.embedding(st, Bm / st.dp, geo, pp));
   pd.emb = prune_dominated(std::move(emb));
   return pd;
 }
