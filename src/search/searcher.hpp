@@ -1,5 +1,9 @@
 // Internals of the strategy search, shared by its files:
-//   searcher.cpp       the configuration space, lower bounds, the run and exhaustive enumeration
+//   space.cpp          the configuration space, the (pp, Bm) cost tables, plan assembly
+//   bounds.cpp         a configuration's lower bound (relax_stage, lower_bound)
+//   ranking.cpp        scoring plans and the order the search ranks them in
+//   searcher.cpp       the run over the configurations and the exhaustive enumeration
+//   bound_exchange.hpp the bound the MPI processes share while they search
 //   config_search.cpp  one configuration: stage DPs, the partition, the plans it yields
 //   baselines.cpp      the uniform Megatron and ZeRO-3 spaces
 //   merge.cpp          merging what the MPI processes found
