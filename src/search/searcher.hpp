@@ -191,6 +191,8 @@ struct Config {
   ScheduleShape shape() const { return {pp, v, sched, M}; }
 };
 
+class ConfigSearch;
+
 class Searcher {
  public:
   Searcher(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o, int64_t budget)
@@ -225,6 +227,7 @@ class Searcher {
   }
 
   SearchResult run();
+  friend class ConfigSearch;  // one configuration's search (config_search.cpp)
 
   // Exhaustive enumeration (for_each_plan).
   void enumerate(const std::function<void(const Plan&)>& visit);
