@@ -32,9 +32,7 @@ void Searcher::tick(const char* what) {
   if (std::chrono::duration<double>(Clock::now() - last_progress_).count() < o_.progress_interval_s)
     return;
   last_progress_ = Clock::now();
-  const TopK& pool = o_.space == SearchSpace::full       ? full_
-                     : o_.space == SearchSpace::megatron ? megatron_
-                                                         : zero_;
+  const TopK& pool = own_pool();
   char buf[256];
   std::snprintf(
       buf, sizeof buf,
@@ -128,9 +126,7 @@ SearchResult Searcher::run() {
   merge(allgather_strings(o_.comm, pack()));
   if (o_.prune_configurations)
     stats_.configs_pruned = stats_.configs - stats_.configs_searched - stats_.configs_unfit;
-  const TopK& own = o_.space == SearchSpace::full       ? full_
-                    : o_.space == SearchSpace::megatron ? megatron_
-                                                        : zero_;
+  const TopK& own = own_pool();
   if (own.empty()) {
     // Nothing fits: find the least memory any plan of the space needs.
     if (o_.space == SearchSpace::full) {

@@ -255,6 +255,18 @@ class Searcher {
   std::string pack() const;
   void merge(const std::vector<std::string>& parts);
   void rerank(SearchResult& r);
+  std::vector<SearchCandidate> rerank_set() const;
+  std::vector<size_t> left_to_simulate(std::vector<SearchCandidate>& set) const;
+  void simulate_on_threads(std::vector<SearchCandidate>& set, const std::vector<size_t>& todo);
+  void rerank_progress(size_t done, size_t total, int threads);
+  void gather_simulations(std::vector<SearchCandidate>& set, const std::vector<size_t>& todo) const;
+  void rank_result(const std::vector<SearchCandidate>& set, SearchResult& r) const;
+  // The pool of the space searched (o_.space).
+  const TopK& own_pool() const {
+    return o_.space == SearchSpace::full       ? full_
+           : o_.space == SearchSpace::megatron ? megatron_
+                                               : zero_;
+  }
   int rerank_threads() const;
   // One process with a spare core: the baselines' top candidates are known before the DP
   // search starts, so a second thread simulates them while it runs (rerank() reuses them).
