@@ -4,46 +4,42 @@
 
 namespace stratagem {
 
-std::vector<PassStep> stage_schedule(const Plan& plan, int stage, int M) {
-  const int p = plan.pp;
+int ScheduleShape::warmup_forwards(int s) const {
+  switch (schedule) {
+    case Schedule::gpipe:
+      return chunk_passes();
+    case Schedule::one_f_one_b:
+      return std::min(pp - s - 1, chunk_passes());
+    case Schedule::interleaved:
+      return std::min((pp - s - 1) * 2 + (vpp - 1) * pp, chunk_passes());
+  }
+  return 0;
+}
+
+int ScheduleShape::passes_in_flight(int s) const {
+  return std::min(warmup_forwards(s) + 1, chunk_passes());
+}
+
+int ScheduleShape::forwards_on_chunk(int n, int c) const {
+  // Whole periods of pp * vpp forwards hold pp on each chunk; then the partial one.
+  return (n / period()) * pp + std::clamp(n % period() - c * pp, 0, pp);
+}
+
+std::vector<PassStep> stage_schedule(const ScheduleShape& shape, int stage) {
+  const int total = shape.chunk_passes(), warmup = shape.warmup_forwards(stage);
   std::vector<PassStep> out;
-  if (plan.schedule == Schedule::gpipe) {
-    for (int k = 0; k < M; ++k) out.push_back({true, stage, k});
-    for (int k = M - 1; k >= 0; --k) out.push_back({false, stage, k});
-    return out;
-  }
-  if (plan.schedule == Schedule::one_f_one_b) {
-    const int warmup = std::min(p - stage - 1, M);
-    int f = 0, b = 0;
-    for (; f < warmup; ++f) out.push_back({true, stage, f});
-    while (f < M) {
-      out.push_back({true, stage, f++});
-      out.push_back({false, stage, b++});
-    }
-    while (b < M) out.push_back({false, stage, b++});
-    return out;
-  }
-  // Interleaved (Narayanan et al. 2021): micro-batches advance in groups of p through the
-  // stage's vpp chunks; backward walks the chunks in reverse.
-  const int v = plan.vpp, total = M * v;
+  out.reserve(2 * size_t(total));
   auto fwd = [&](int k) {
-    int chunk_local = (k % (p * v)) / p;
-    int mb = (k / (p * v)) * p + k % p;
-    return PassStep{true, chunk_local * p + stage, mb};
+    out.push_back({true, shape.forward_chunk(k) * shape.pp + stage, shape.forward_microbatch(k)});
   };
   auto bwd = [&](int k) {
-    int chunk_local = v - 1 - (k % (p * v)) / p;
-    int mb = (k / (p * v)) * p + k % p;
-    return PassStep{false, chunk_local * p + stage, mb};
+    out.push_back(
+        {false, shape.backward_chunk(k) * shape.pp + stage, shape.backward_microbatch(k)});
   };
-  const int warmup = std::min((p - stage - 1) * 2 + (v - 1) * p, total);
   int f = 0, b = 0;
-  for (; f < warmup; ++f) out.push_back(fwd(f));
-  while (f < total) {
-    out.push_back(fwd(f++));
-    out.push_back(bwd(b++));
-  }
-  while (b < total) out.push_back(bwd(b++));
+  for (; f < warmup; ++f) fwd(f);
+  while (f < total) fwd(f++), bwd(b++);
+  while (b < total) bwd(b++);
   return out;
 }
 

@@ -186,6 +186,24 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
   return lc;
 }
 
+EndStates end_states(const CostModel& c, const LayerStrategy& es, bool embedding, bool head,
+                     const Geometry& geo, int stage, bool with_time) {
+  EndStates x;
+  x.params = end_parameters_per_rank(c.model(), es.tp, embedding, head);
+  if (x.params == 0) return x;
+  x.states.add(es, x.params, c.plan().dtype);
+  if (with_time && es.dp > 1) x.sync = grad_sync_cost(c, es, x.params, geo.dp_nodes(stage, es.tp));
+  return x;
+}
+
+double tied_embedding_reduce_s(const CostModel& c, int embedding_tp, int pp, const Geometry& geo) {
+  const ModelSpec& m = c.model();
+  if (pp == 1 || !m.tied_embeddings) return 0;
+  const int64_t bytes = tied_embedding_reduce_bytes(m, embedding_tp, c.plan().dtype);
+  return c.collective_cost(Collective::all_reduce, bytes, 2, geo.same_node(0, pp - 1) ? 1 : 2)
+      .time_s();
+}
+
 EmbeddingHeadCost embedding_head_cost(const CostModel& c, const LayerStrategy& es, int b, int tpn,
                                       int dpn, bool with_time) {
   // head_work shards the vocabulary by the cost model's plan: it must be this strategy's.

@@ -103,6 +103,24 @@ struct EmbeddingHeadCost {
 EmbeddingHeadCost embedding_head_cost(const CostModel& cost, const LayerStrategy& es, int samples,
                                       int tp_nodes, int dp_nodes, bool with_time);
 
+// What the embedding and the LM head add to a stage that holds them (stage 0 the embedding,
+// stage pp - 1 the head, one stage both when pp == 1), as the Program's setup and gradient
+// reductions: the one rule of the estimator and the search. Without time only the bytes.
+struct EndStates {
+  int64_t params = 0;  // embedding and head parameters on one rank (end_parameters_per_rank)
+  ModelStates states;  // their weights, gradients and optimizer states
+  GradSyncCost sync;   // their data-parallel gradient synchronisation, over stage's dp group
+};
+EndStates end_states(const CostModel& cost, const LayerStrategy& es, bool embedding, bool head,
+                     const Geometry& geo, int stage, bool with_time);
+
+// Tied word embeddings over pp > 1 stages: the first and the last stage sum their copies'
+// gradients once per iteration (the Program's tied_reduce), an all-reduce over the Layout's
+// tied_embedding group, the same local rank of stage 0 and stage pp - 1. Zero when untied or
+// pp == 1.
+double tied_embedding_reduce_s(const CostModel& cost, int embedding_tp, int pp,
+                               const Geometry& geo);
+
 // `samples` per rank per micro-batch; tp_nodes and dp_nodes: nodes its groups span. Without
 // `with_time` only the bytes are filled in.
 LayerCost layer_cost(const CostModel& cost, const LayerStrategy& s, int samples, int tp_nodes,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "src/core/schedule.hpp"
 #include "src/cost/layer_cost.hpp"
 
 namespace stratagem::cost_detail {
@@ -40,6 +41,7 @@ class Analyzer {
         p_(cost.plan()),
         with_time_(with_time),
         e_(dtype_bytes(p_.dtype)),
+        staging_(cost.framework().layer_gradient_staging),
         A_(scratch.A),
         fpk_(scratch.fpk),
         bpk_(scratch.bpk),
@@ -56,6 +58,7 @@ class Analyzer {
     const int pp = p_.pp;
     const int nchunks = int(p_.chunks.size());
     v_ = std::max(1, nchunks / pp);
+    shape_ = ScheduleShape{pp, v_, p_.schedule, M_};
     out.assign(pp, StageCost{});
     A_.assign(v_, 0);
     fpk_.assign(v_, Mem{});
@@ -81,14 +84,6 @@ class Analyzer {
     }
     return p2p_time_s_;
   }
-  double coll(Collective k, int64_t bytes, int size, int nodes) const {
-    return c_.collective_cost(k, bytes, size, nodes).time_s();
-  }
-
-  // Embedding (+ LM head) parameters of a stage, as the Program's embed_params().
-  int64_t embed_params(int s) const {
-    return end_parameters_per_rank(m_, p_.embedding.tp, s == 0, s == p_.pp - 1);
-  }
 
   // One layer's parameters on a rank of tensor degree tp (a one-entry cache: asked where a
   // layer's neighbour has another strategy than its own, whose bytes its LayerCost holds).
@@ -113,179 +108,218 @@ class Analyzer {
     return cached_;
   }
 
+  // What a stage's walk carries from chunk to chunk, and its embedding and head.
+  struct StageWalk {
+    ModelStates states;
+    int64_t ws = 0;       // the runtime's scratch beside the Program's buffers
+    double deferred = 0;  // reductions run after the last micro-batch (no overlap)
+    EmbeddingHeadCost eh;
+    EndStates end;
+    int64_t ends_staged = 0;    // the embedding's and head's staged gradients
+    int64_t always_staged = 0;  // ... held across the iteration (tied embeddings, pp > 1)
+    bool tied_split = false;
+  };
+  // One chunk's walk over its layers, bottom up.
+  struct ChunkWalk {
+    int i = 0, ch = 0;  // the stage's chunk index and the global one
+    LayerRange r;
+    int64_t prefix = 0;        // kept activations of the layers below
+    int64_t below_fetch = 0;   // the layer below's weights, prefetched in this one's backward
+    int64_t below_reload = 0;  // the layer below's offloaded activations coming back
+    Mem fp, bp;                // the forward's and the backward's worst moments
+    double bwd_below = 0;      // backward time of the chunk's layers below the current one
+  };
+
   void stage(int s, StageCost& sc) {
-    const int pp = p_.pp;
     // Group placement depends on where the stage starts within a node: stages that start at
     // the same offset (every stage, when a stage fills whole nodes) share it.
     const int64_t phase = (s * geo_.D) % geo_.g;
     if (phase != geo_phase_) geo_phase_ = phase, geo_tp_ = 0;
-    const int nchunks = int(p_.chunks.size());
-    ModelStates states;
-    int max_samples = samples(-1);
-    int64_t ws = 0;  // the runtime's scratch beside the Program's buffers
     reduces_.clear();
-    double deferred = 0;  // reductions run after the last micro-batch (no overlap)
-    const bool overlap = p_.overlap_grad_reduce;
-    const LayerStrategy& es = p_.embedding;
-    // Only the first and the last stage hold the embedding and the head.
-    const bool ends = s == 0 || s == pp - 1;
-    const EmbeddingHeadCost eh =
-        ends ? embedding_head_cost(c_, es, samples(-1), geo_.tp_nodes(s, es.tp),
-                                   geo_.dp_nodes(s, es.tp), with_time_)
-             : EmbeddingHeadCost{};
-    // Staged gradients (Program::stage_grads): a layer's from its backward until its
-    // reduce-scatter lands, when the layer below's is written (so two at a time); the stage's
-    // embedding and head's likewise, but until the embedding's reduction at the end of the
-    // pass when one stage holds both, and across the iteration when tied embeddings are split
-    // over stages (their copies are summed once).
-    const bool staging = c_.framework().layer_gradient_staging;
-    auto staged = [&](int l) {
-      const LayerStrategy& st = p_.layers[l];
-      return staged_gradient_bytes(st, layer_params(st.tp), p_.dtype, staging);
-    };
-    // A reduce-scatter's received piece (a Program buffer while the reduction is in flight).
-    auto piece = [&](int l) {
-      const LayerStrategy& st = p_.layers[l];
-      return receive_piece_bytes(st, layer_params(st.tp), p_.dtype);
-    };
-    const int64_t ends_staged = staged_gradient_bytes(es, embed_params(s), p_.dtype, staging);
-    const bool tied_split = m_.tied_embeddings && pp > 1;
-    const int64_t always_staged = tied_split ? ends_staged : 0;
-    for (int i = 0; i < v_; ++i) {
-      const int ch = i * pp + s;
-      const LayerRange r = p_.chunks[ch];
-      int64_t prefix = 0, below_fetch = 0, below_reload = 0;
-      Mem fp, bp;
-      // The lookup's fetched weights, before any of the micro-batch's own activations.
-      if (ch == 0) keep_max(fp, {0, eh.emb_fetch.bytes, always_staged});
-      // The embedding's backward: its gradients staged beside the first layer's in flight, and
-      // that reduction's received piece.
-      if (ch == 0 && ends_staged > 0 && r.end > r.begin)
-        keep_max(bp, {0, piece(r.begin), ends_staged + staged(r.begin)});
-      double bwd_below = 0;  // backward time of the chunk's layers below the current one
-      for (int l = r.begin; l < r.end; ++l) {
-        const LayerStrategy& st = p_.layers[l];
-        if (st.tp != geo_tp_) {
-          geo_tp_ = st.tp;
-          tp_nodes_ = geo_.tp_nodes(s, st.tp);
-          dp_nodes_ = geo_.dp_nodes(s, st.tp);
-        }
-        const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_);
-        max_samples = std::max(max_samples, samples_for(st.dp));
-        // Beside a pipeline, a send and a receive of the stream in flight.
-        ws = std::max(ws, pp > 1 ? lc.pipelined_workspace : lc.workspace);
-        keep_max(fp, {prefix + lc.fwd_act, lc.fwd_buf, always_staged});
-        // Staged in this layer's backward: its own, the stage's embedding and head's while they
-        // are held (through the pass when one stage holds both), and during its mlp backward
-        // the reduction in flight before it: the layer above's, or atop the last chunk of a
-        // later stage the head's.
-        const int64_t held = ch == nchunks - 1 && pp == 1 ? ends_staged : always_staged;
-        // (Runs of layers share a strategy: the layer above's bytes are this one's then.)
-        const bool above_same = l + 1 < r.end && p_.layers[l + 1] == st;
-        const int64_t above = above_same                                   ? lc.staged_bytes
-                              : l + 1 < r.end                              ? staged(l + 1)
-                              : ch == nchunks - 1 && pp > 1 && !tied_split ? ends_staged
-                                                                           : 0;
-        // ... and the piece that reduction receives (the head's is within the bound taken by
-        // its own moment).
-        const int64_t above_piece = above_same ? lc.piece_bytes : l + 1 < r.end ? piece(l + 1) : 0;
-        // The layer below (same chunk) is prefetched during this layer's attention backward;
-        // its offloaded activations come back as soon as this layer's mlp backward has run.
-        keep_max(bp, {prefix + lc.bwd_mlp_act + below_reload, lc.bwd_buf + above_piece,
-                      lc.staged_bytes + held + above});
-        keep_max(bp, {prefix + lc.bwd_attn_act + below_reload, lc.bwd_buf + below_fetch,
-                      lc.staged_bytes + held});
-        if (p_.backward_prefetch) below_fetch = lc.fwd_buf;
-        below_reload = st.offload_activations ? lc.fwd_act : 0;
-        prefix += lc.kept;
-        states += lc.states;
-        if (!with_time_) continue;
-        sc.fwd_s += lc.fwd_s;
-        sc.bwd_s += lc.bwd_s;
-        sc.rec_s += lc.rec_s;
-        double tp = lc.tp_fwd_s + lc.tp_bwd_s + lc.tp_rec_s;
-        double tp_bwd = lc.tp_bwd_s + lc.tp_rec_s;
-        // Samples move between ranks where the stream's holding changes (Program::reshard).
-        if (strat(l - 1).stream_tp() != st.stream_tp()) {
-          const ReshardCost rs = reshard_cost(c_, strat(l - 1), samples(l - 1), st, samples(l));
-          tp += rs.fwd_s;
-          tp += rs.bwd_s;
-          tp_bwd += rs.bwd_s;
-        }
-        sc.tp_s += tp;
-        sc.tp_bwd_s += tp_bwd;
-        (lc.fetch_on_h2d ? sc.h2d_stream_s : sc.dp_stream_s) += 2 * lc.fetch_s;
-        sc.dp_stream_s += lc.grad_rs_mb_s;
-        sc.h2d_stream_s += lc.act_h2d_s;
-        sc.d2h_stream_s += lc.act_d2h_s;
-        // Nothing precedes the first forward fetch and the first backward fetch of a pass.
-        if (l == r.begin) sc.first_fetch_s += lc.fetch_s;
-        if (l == r.end - 1) sc.first_fetch_s += lc.fetch_s + lc.act_h2d_s;
-        // Without backward prefetch a layer's fetch waits on the in-order dp stream behind the
-        // reduce-scatter of the layer above, and compute waits for both.
-        else if (!p_.backward_prefetch && lc.fetch_s > 0 && !lc.fetch_on_h2d)
-          sc.first_fetch_s += lc.fetch_s + lc.grad_rs_mb_s;
-        if (lc.grad_rs_mb_s > 0) reduces_.push_back({bwd_below, lc.grad_rs_mb_s, i});
-        if (lc.grad_reduce_s > 0) {
-          if (overlap)
-            reduces_.push_back({bwd_below, lc.grad_reduce_s, i});
-          else
-            deferred += lc.grad_reduce_s;
-        }
-        sc.gather_s += lc.gather_s;
-        bwd_below += lc.bwd_s + lc.rec_s + tp_bwd;
-      }
-      // The last layer's output reshards to the LM head's (tp, dp) in forward, the loss's
-      // gradient back in backward (Program::reshard), as between layers.
-      if (with_time_ && ch == nchunks - 1 && r.end > r.begin) {
-        const ReshardCost rs =
-            reshard_cost(c_, p_.layers[r.end - 1], samples(r.end - 1), es, samples(-1));
-        sc.tp_s += rs.fwd_s;
-        sc.tp_s += rs.bwd_s;
-        sc.tp_bwd_s += rs.bwd_s;
-      }
-      // fp32 logits live between the loss's forward and backward (Program::head), beside
-      // the head's fetched weights.
-      // The head's backward stages its gradients before the logits go.
-      if (ch == nchunks - 1)
-        keep_max(fp, {prefix + eh.logits_bytes, eh.head_fetch.bytes, ends_staged});
-      A_[i] = prefix;
-      fpk_[i] = fp;
-      bpk_[i] = bp;
-      chunk_bwd_[i] = bwd_below;
-      if (with_time_) {
-        // Pipeline sends: activations to the next chunk, gradients to the previous one.
-        if (ch < nchunks - 1)
-          sc.p2p_fwd_s += p2p_s(boundary(r.end - 1), geo_.same_node(s, (s + 1) % pp));
-        if (ch > 0)
-          sc.p2p_bwd_s += p2p_s(boundary(r.begin - 1), geo_.same_node(s, (s + pp - 1) % pp));
-      }
-    }
-    const int64_t ep = embed_params(s);
-    if (ep > 0) states.add(p_.embedding, ep, p_.dtype);
-    if (ep > 0) ws = std::max(ws, embedding_workspace_bytes(m_, es, samples(-1), p_.dtype));
-    if (with_time_) extras(s, eh, ep, states, deferred, sc);
+    StageWalk w = stage_ends(s);
+    for (int i = 0; i < v_; ++i) chunk(s, i, w, sc);
+    w.states += w.end.states;
+    if (w.end.params > 0)
+      w.ws = std::max(w.ws, embedding_workspace_bytes(m_, p_.embedding, samples(-1), p_.dtype));
+    if (with_time_) extras(s, w.eh, w.end, w.states, w.deferred, sc);
+    memory(s, w, sc);
+  }
 
+  // The embedding and head of stage s. Staged gradients (Program::stage_grads): a layer's from
+  // its backward until its reduce-scatter lands, when the layer below's is written (so two at a
+  // time); the stage's embedding and head's likewise, but until the embedding's reduction at the
+  // end of the pass when one stage holds both, and across the iteration when tied embeddings
+  // are split over stages (their copies are summed once).
+  StageWalk stage_ends(int s) const {
+    const int pp = p_.pp;
+    const LayerStrategy& es = p_.embedding;
+    StageWalk w;
+    // Only the first and the last stage hold the embedding and the head.
+    if (s == 0 || s == pp - 1)
+      w.eh = embedding_head_cost(c_, es, samples(-1), geo_.tp_nodes(s, es.tp),
+                                 geo_.dp_nodes(s, es.tp), with_time_);
+    w.end = end_states(c_, es, s == 0, s == pp - 1, geo_, s, with_time_);
+    w.ends_staged = staged_gradient_bytes(es, w.end.params, p_.dtype, staging_);
+    w.tied_split = m_.tied_embeddings && pp > 1;
+    w.always_staged = w.tied_split ? w.ends_staged : 0;
+    return w;
+  }
+  int64_t staged(int l) {
+    const LayerStrategy& st = p_.layers[l];
+    return staged_gradient_bytes(st, layer_params(st.tp), p_.dtype, staging_);
+  }
+  // A reduce-scatter's received piece (a Program buffer while the reduction is in flight).
+  int64_t piece(int l) {
+    const LayerStrategy& st = p_.layers[l];
+    return receive_piece_bytes(st, layer_params(st.tp), p_.dtype);
+  }
+
+  // Chunk i of stage s: its layers' memory moments and, with time, their costs.
+  void chunk(int s, int i, StageWalk& w, StageCost& sc) {
+    const int pp = p_.pp, nchunks = int(p_.chunks.size());
+    ChunkWalk c;
+    c.i = i, c.ch = i * pp + s, c.r = p_.chunks[c.ch];
+    const LayerRange r = c.r;
+    // The lookup's fetched weights, before any of the micro-batch's own activations.
+    if (c.ch == 0) keep_max(c.fp, {0, w.eh.emb_fetch.bytes, w.always_staged});
+    // The embedding's backward: its gradients staged beside the first layer's in flight, and
+    // that reduction's received piece.
+    if (c.ch == 0 && w.ends_staged > 0 && r.end > r.begin)
+      keep_max(c.bp, {0, piece(r.begin), w.ends_staged + staged(r.begin)});
+    for (int l = r.begin; l < r.end; ++l) {
+      const LayerStrategy& st = p_.layers[l];
+      if (st.tp != geo_tp_) {
+        geo_tp_ = st.tp;
+        tp_nodes_ = geo_.tp_nodes(s, st.tp);
+        dp_nodes_ = geo_.dp_nodes(s, st.tp);
+      }
+      const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_);
+      layer_memory(l, lc, w, c);
+      if (with_time_) layer_time(l, lc, w, c, sc);
+    }
+    // The last layer's output reshards to the LM head's (tp, dp) in forward, the loss's
+    // gradient back in backward (Program::reshard), as between layers.
+    if (with_time_ && c.ch == nchunks - 1 && r.end > r.begin) {
+      const ReshardCost rs =
+          reshard_cost(c_, p_.layers[r.end - 1], samples(r.end - 1), p_.embedding, samples(-1));
+      sc.tp_s += rs.fwd_s;
+      sc.tp_s += rs.bwd_s;
+      sc.tp_bwd_s += rs.bwd_s;
+    }
+    // fp32 logits live between the loss's forward and backward (Program::head), beside
+    // the head's fetched weights.
+    // The head's backward stages its gradients before the logits go.
+    if (c.ch == nchunks - 1)
+      keep_max(c.fp, {c.prefix + w.eh.logits_bytes, w.eh.head_fetch.bytes, w.ends_staged});
+    A_[i] = c.prefix;
+    fpk_[i] = c.fp;
+    bpk_[i] = c.bp;
+    chunk_bwd_[i] = c.bwd_below;
+    if (with_time_) {
+      // Pipeline sends: activations to the next chunk, gradients to the previous one.
+      if (c.ch < nchunks - 1)
+        sc.p2p_fwd_s += p2p_s(boundary(r.end - 1), geo_.same_node(s, (s + 1) % pp));
+      if (c.ch > 0)
+        sc.p2p_bwd_s += p2p_s(boundary(r.begin - 1), geo_.same_node(s, (s + pp - 1) % pp));
+    }
+  }
+
+  // Layer l's bytes at its forward's and backward's worst moments, and what it keeps.
+  void layer_memory(int l, const LayerCost& lc, StageWalk& w, ChunkWalk& c) {
+    const int pp = p_.pp, nchunks = int(p_.chunks.size());
+    const LayerStrategy& st = p_.layers[l];
+    const LayerRange r = c.r;
+    // Beside a pipeline, a send and a receive of the stream in flight.
+    w.ws = std::max(w.ws, pp > 1 ? lc.pipelined_workspace : lc.workspace);
+    keep_max(c.fp, {c.prefix + lc.fwd_act, lc.fwd_buf, w.always_staged});
+    // Staged in this layer's backward: its own, the stage's embedding and head's while they
+    // are held (through the pass when one stage holds both), and during its mlp backward
+    // the reduction in flight before it: the layer above's, or atop the last chunk of a
+    // later stage the head's.
+    const int64_t held = c.ch == nchunks - 1 && pp == 1 ? w.ends_staged : w.always_staged;
+    // (Runs of layers share a strategy: the layer above's bytes are this one's then.)
+    const bool above_same = l + 1 < r.end && p_.layers[l + 1] == st;
+    const int64_t above = above_same                                       ? lc.staged_bytes
+                          : l + 1 < r.end                                  ? staged(l + 1)
+                          : c.ch == nchunks - 1 && pp > 1 && !w.tied_split ? w.ends_staged
+                                                                           : 0;
+    // ... and the piece that reduction receives (the head's is within the bound taken by
+    // its own moment).
+    const int64_t above_piece = above_same ? lc.piece_bytes : l + 1 < r.end ? piece(l + 1) : 0;
+    // The layer below (same chunk) is prefetched during this layer's attention backward;
+    // its offloaded activations come back as soon as this layer's mlp backward has run.
+    keep_max(c.bp, {c.prefix + lc.bwd_mlp_act + c.below_reload, lc.bwd_buf + above_piece,
+                    lc.staged_bytes + held + above});
+    keep_max(c.bp, {c.prefix + lc.bwd_attn_act + c.below_reload, lc.bwd_buf + c.below_fetch,
+                    lc.staged_bytes + held});
+    if (p_.backward_prefetch) c.below_fetch = lc.fwd_buf;
+    c.below_reload = st.offload_activations ? lc.fwd_act : 0;
+    c.prefix += lc.kept;
+    w.states += lc.states;
+  }
+
+  // Layer l's time per micro-batch on each stream, and its gradient reductions.
+  void layer_time(int l, const LayerCost& lc, StageWalk& w, ChunkWalk& c, StageCost& sc) {
+    const LayerStrategy& st = p_.layers[l];
+    const LayerRange r = c.r;
+    sc.fwd_s += lc.fwd_s;
+    sc.bwd_s += lc.bwd_s;
+    sc.rec_s += lc.rec_s;
+    double tp = lc.tp_fwd_s + lc.tp_bwd_s + lc.tp_rec_s;
+    double tp_bwd = lc.tp_bwd_s + lc.tp_rec_s;
+    // Samples move between ranks where the stream's holding changes (Program::reshard).
+    if (strat(l - 1).stream_tp() != st.stream_tp()) {
+      const ReshardCost rs = reshard_cost(c_, strat(l - 1), samples(l - 1), st, samples(l));
+      tp += rs.fwd_s;
+      tp += rs.bwd_s;
+      tp_bwd += rs.bwd_s;
+    }
+    sc.tp_s += tp;
+    sc.tp_bwd_s += tp_bwd;
+    (lc.fetch_on_h2d ? sc.h2d_stream_s : sc.dp_stream_s) += 2 * lc.fetch_s;
+    sc.dp_stream_s += lc.grad_rs_mb_s;
+    sc.h2d_stream_s += lc.act_h2d_s;
+    sc.d2h_stream_s += lc.act_d2h_s;
+    // Nothing precedes the first forward fetch and the first backward fetch of a pass.
+    if (l == r.begin) sc.first_fetch_s += lc.fetch_s;
+    if (l == r.end - 1) sc.first_fetch_s += lc.fetch_s + lc.act_h2d_s;
+    // Without backward prefetch a layer's fetch waits on the in-order dp stream behind the
+    // reduce-scatter of the layer above, and compute waits for both.
+    else if (!p_.backward_prefetch && lc.fetch_s > 0 && !lc.fetch_on_h2d)
+      sc.first_fetch_s += lc.fetch_s + lc.grad_rs_mb_s;
+    if (lc.grad_rs_mb_s > 0) reduces_.push_back({c.bwd_below, lc.grad_rs_mb_s, c.i});
+    if (lc.grad_reduce_s > 0) {
+      if (p_.overlap_grad_reduce)
+        reduces_.push_back({c.bwd_below, lc.grad_reduce_s, c.i});
+      else
+        w.deferred += lc.grad_reduce_s;
+    }
+    sc.gather_s += lc.gather_s;
+    c.bwd_below += lc.bwd_s + lc.rec_s + tp_bwd;
+  }
+
+  // The stage's memory breakdown: its model states and its schedule's peak.
+  void memory(int s, const StageWalk& w, StageCost& sc) const {
     const Mem peak = schedule_peak(s);
     MemoryBreakdown& mb = sc.memory;
-    const int64_t w = states.weights, g = states.grads, o = states.optimizer;
-    mb.weights_bytes = w;
+    const int64_t ws = w.ws;
+    const int64_t wb = w.states.weights, g = w.states.grads, o = w.states.optimizer;
+    mb.weights_bytes = wb;
     mb.grads_bytes = g + peak.grad;
     mb.optimizer_bytes = o;
     mb.activations_bytes = peak.act;
     mb.buffers_bytes = peak.buf + ws;
     mb.context_bytes = c_.cluster().gpu.context_overhead_bytes;
     mb.fragmentation_bytes = static_cast<int64_t>(c_.cluster().gpu.allocator_fragmentation *
-                                                  double(w + g + o + peak.total() + ws));
+                                                  double(wb + g + o + peak.total() + ws));
     sc.workspace_bytes = ws;
   }
 
   // Embedding/head work, the end-of-iteration reductions and the optimizer step of stage s.
-  void extras(int s, const EmbeddingHeadCost& x, int64_t ep, const ModelStates& states,
+  void extras(int s, const EmbeddingHeadCost& x, const EndStates& end, const ModelStates& states,
               double deferred, StageCost& sc) {
     const int pp = p_.pp;
     const LayerStrategy& es = p_.embedding;
-    const int dpn = geo_.dp_nodes(s, es.tp);
     auto fetch = [&](const FetchCost& f, bool first_of_pass) {
       (f.on_h2d ? sc.h2d_stream_s : sc.dp_stream_s) += f.time_s;
       if (first_of_pass) sc.first_fetch_s += f.time_s;
@@ -309,8 +343,8 @@ class Analyzer {
     // after the loss backward (last stage, before its final backward passes).
     double total_bwd = 0;
     for (int i = 0; i < v_; ++i) total_bwd += chunk_bwd_[i];
-    if (ep > 0 && es.dp > 1) {
-      const GradSyncCost sync = grad_sync_cost(c_, es, ep, dpn);
+    if (end.params > 0 && es.dp > 1) {
+      const GradSyncCost& sync = end.sync;
       const double tau = s == 0 ? 0.0 : total_bwd;
       if (sync.per_microbatch) {
         sc.dp_stream_s += sync.reduce_s;
@@ -338,11 +372,7 @@ class Analyzer {
     double t = -1e300;
     for (const Reduce& r : reduces_) t = std::max(t, -r.tau) + r.cost;
     t = std::max(t, 0.0) + deferred;
-    if (pp > 1 && m_.tied_embeddings && (s == 0 || s == pp - 1)) {
-      // Tied word embedding: the first and last stage sum their copies' gradients.
-      t += coll(Collective::all_reduce, tied_embedding_reduce_bytes(m_, es.tp, p_.dtype), 2,
-                geo_.same_node(0, pp - 1) ? 1 : 2);
-    }
+    if (s == 0 || s == pp - 1) t += tied_embedding_reduce_s(c_, es.tp, pp, geo_);
     sc.reduce_exposed_s = std::max(0.0, t);
     // AdamW step, as the Program's optimizer(): device part and offloaded (host) part. The
     // device op runs even with every optimizer state offloaded: it takes the gradient norm, clips
@@ -355,19 +385,7 @@ class Analyzer {
   // Peak of activations + buffers over the stage's schedule: the in-flight micro-batches'
   // kept activations plus the running pass's own bytes.
   Mem schedule_peak(int s) const {
-    const int pp = p_.pp;
-    const int M = M_;
-    if (v_ == 1) {
-      // 1F1B keeps min(pp - s, M) micro-batches in flight on stage s, GPipe all M.
-      const int k = p_.schedule == Schedule::gpipe ? M : std::min(pp - s, M);
-      Mem best = fpk_[0];
-      keep_max(best, bpk_[0]);
-      best.act += int64_t(std::max(0, k - 1)) * A_[0];
-      return best;
-    }
-    // Interleaved: Megatron's warm-up keeps min(W + 1, M*v) chunk passes in flight.
-    const int total = M * v_, period = pp * v_;
-    const int W = std::min((pp - s - 1) * 2 + (v_ - 1) * pp, total);
+    const int in_flight = shape_.passes_in_flight(s);
     bool same = true;
     for (int i = 1; i < v_; ++i)
       same = same && A_[i] == A_[0] && fpk_[i].act == fpk_[0].act && fpk_[i].buf == fpk_[0].buf &&
@@ -376,20 +394,22 @@ class Analyzer {
     if (same) {
       Mem best = fpk_[0];
       keep_max(best, bpk_[0]);
-      best.act += int64_t(std::min(W + 1, total) - 1) * A_[0];
+      best.act += int64_t(std::max(0, in_flight - 1)) * A_[0];
       return best;
     }
     // Chunks of different sizes: step through the warm-up and one period (pp*v pairs) of the
     // steady state, which then repeats; the cool-down only frees.
+    const int total = shape_.chunk_passes(), period = shape_.period();
+    const int W = shape_.warmup_forwards(s);
     int64_t alive = 0;
     Mem best;
     auto fwd = [&](int k) {
-      const int c = (k % period) / pp;
+      const int c = shape_.forward_chunk(k);
       keep_max(best, {alive + fpk_[c].act, fpk_[c].buf, fpk_[c].grad});
       alive += A_[c];
     };
     auto bwd = [&](int k) {
-      const int c = v_ - 1 - (k % period) / pp;
+      const int c = shape_.backward_chunk(k);
       keep_max(best, {alive - A_[c] + bpk_[c].act, bpk_[c].buf, bpk_[c].grad});
       alive -= A_[c];
     };
@@ -407,8 +427,10 @@ class Analyzer {
   const Plan& p_;
   const bool with_time_;
   const int e_;
+  const bool staging_;  // FrameworkSpec::layer_gradient_staging
   Geometry geo_;
   int max_dp_ = 1, M_ = 1, v_ = 1;
+  ScheduleShape shape_;
   int geo_tp_ = 0, tp_nodes_ = 1, dp_nodes_ = 1;
   int64_t geo_phase_ = -1;
   int64_t p2p_bytes_ = -1;

@@ -101,61 +101,62 @@ double CostTables::reshard_s(const LayerCost& a, const LayerCost& b) const {
   return r.fwd_s + r.bwd_s;
 }
 
-EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b, int tpn, int dpn,
-                                    bool pp_one) const {
+EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b,
+                                    const cost_detail::Geometry& geo, int pp) const {
   const CostModel& cm = cost(es.tp);
+  const int last = pp - 1;
   EmbeddingCost ec;
   ec.st = es;
   ec.samples = b;
-  const cost_detail::EmbeddingHeadCost x =
-      cost_detail::embedding_head_cost(cm, es, b, tpn, dpn, /*with_time=*/true);
+  // The embedding with the first stage's placement, the head with the last stage's.
+  auto per_microbatch = [&](int stage) {
+    return cost_detail::embedding_head_cost(cm, es, b, geo.tp_nodes(stage, es.tp),
+                                            geo.dp_nodes(stage, es.tp), /*with_time=*/true);
+  };
+  const cost_detail::EmbeddingHeadCost x = per_microbatch(0);
+  const cost_detail::EmbeddingHeadCost y = pp == 1 ? x : per_microbatch(last);
   // The lookup's fetch has nothing to hide behind (as the estimator's first fetch of a pass);
   // the head's is prefetched behind the last layer, on the side stream.
   ec.first_busy_s = x.emb_fwd_s + x.emb_bwd_s + x.emb_tp_s + x.emb_fetch.time_s;
-  ec.last_busy_s = x.head_fwd_s + x.head_bwd_s + x.head_tp_s;
+  ec.last_busy_s = y.head_fwd_s + y.head_bwd_s + y.head_tp_s;
   ec.logits = x.logits_bytes;
   ec.emb_fetch_bytes = x.emb_fetch.bytes;
   ec.head_fetch_bytes = x.head_fetch.bytes;
-  ec.workspace = 0;  // set below, once the parameters of each end are known
-  // Parameters: first stage the embeddings, last stage the head (+ its copy of a tied wte),
-  // a single stage both.
-  const int64_t first_p = end_parameters_per_rank(m_, es.tp, true, false);
-  const int64_t last_p = end_parameters_per_rank(m_, es.tp, false, true);
-  const int64_t only_p = end_parameters_per_rank(m_, es.tp, true, true);
-  // On the first stage the embedding's gradient reduction is issued after the last backward
-  // pass and is exposed in full (the estimator's tau = 0).
-  auto states_of = [&](int64_t params, int64_t& states, double& tail, double& dps,
-                       bool exposed_reduce) {
-    ModelStates st;
-    st.add(es, params, dtype_);
-    states = st.weights + st.grads + st.optimizer;
-    tail = optimizer_s(st);
+  // States: first stage the embeddings, last stage the head (+ its copy of a tied wte), a
+  // single stage both. On the first stage the embedding's gradient reduction is issued after
+  // the last backward pass and is exposed in full (the estimator's tau = 0).
+  auto states_of = [&](bool embedding, bool head, int stage, int64_t& states, double& tail,
+                       double& dps, bool exposed_reduce) {
+    const cost_detail::EndStates e =
+        cost_detail::end_states(cm, es, embedding, head, geo, stage, /*with_time=*/true);
+    states = e.states.weights + e.states.grads + e.states.optimizer;
+    tail = optimizer_s(e.states);
     dps = 0;
     if (es.dp > 1) {
-      const cost_detail::GradSyncCost sync = cost_detail::grad_sync_cost(cm, es, params, dpn);
-      if (sync.per_microbatch) dps = sync.reduce_s;
-      tail += sync.gather_s;
-      if (exposed_reduce) tail += sync.reduce_s;
+      if (e.sync.per_microbatch) dps = e.sync.reduce_s;
+      tail += e.sync.gather_s;
+      if (exposed_reduce) tail += e.sync.reduce_s;
     }
+    return e.params;
   };
-  states_of(first_p, ec.first_states, ec.first_tail_s, ec.first_dp_stream_s, true);
-  states_of(last_p, ec.last_states, ec.last_tail_s, ec.last_dp_stream_s, false);
-  states_of(only_p, ec.only_states, ec.only_tail_s, ec.only_dp_stream_s, true);
+  states_of(true, false, 0, ec.first_states, ec.first_tail_s, ec.first_dp_stream_s, true);
+  const int64_t last_p =
+      states_of(false, true, last, ec.last_states, ec.last_tail_s, ec.last_dp_stream_s, false);
+  const int64_t only_p =
+      states_of(true, true, 0, ec.only_states, ec.only_tail_s, ec.only_dp_stream_s, true);
   // The embedding's and head's staged gradients are held through a pass's backward (pp 1) or
   // the iteration (tied embeddings split over stages): counted as held throughout.
   const int64_t ends_params = std::max(only_p, last_p);
   ec.workspace = embedding_workspace_bytes(m_, es, b, dtype_) +
                  staged_gradient_bytes(es, ends_params, dtype_,
                                        costs_.front()->framework().layer_gradient_staging);
-  ec.last_dp_stream_s += x.head_fetch.time_s;
+  ec.last_dp_stream_s += y.head_fetch.time_s;
   ec.only_dp_stream_s += x.head_fetch.time_s;
-  if (!pp_one && m_.tied_embeddings) {
-    // The first and last stage sum their copies' gradients (counted on both ends).
-    const double t = cm.collective_cost(Collective::all_reduce,
-                                        tied_embedding_reduce_bytes(m_, es.tp, dtype_), 2, 1)
-                         .time_s();
-    ec.first_tail_s += t;
-    ec.last_tail_s += t;
+  // The first and last stage sum their tied copies' gradients (counted on both ends).
+  const double tied_s = cost_detail::tied_embedding_reduce_s(cm, es.tp, pp, geo);
+  if (tied_s > 0) {
+    ec.first_tail_s += tied_s;
+    ec.last_tail_s += tied_s;
   }
   return ec;
 }

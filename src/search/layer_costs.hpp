@@ -92,8 +92,9 @@ class CostTables {
   bool flash() const { return flash_; }
 
   LayerCost layer(const LayerStrategy& s, int samples, int tp_nodes, int dp_nodes) const;
-  EmbeddingCost embedding(const LayerStrategy& s, int samples, int tp_nodes, int dp_nodes,
-                          bool pp_one) const;
+  // The embedding and head of a pp-stage pipeline whose stages sit as `geo` places them.
+  EmbeddingCost embedding(const LayerStrategy& s, int samples, const cost_detail::Geometry& geo,
+                          int pp) const;
   // Reshard time per micro-batch from a layer of class a to one of class b (estimator rule):
   // tp grows: all-gather of b's boundary over b.tp/a.tp ranks; tp shrinks: of a's boundary.
   double reshard_s(const LayerCost& a, const LayerCost& b) const;

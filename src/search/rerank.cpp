@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -152,119 +153,142 @@ int Searcher::rerank_threads() const {
   return std::max(1, cores / std::max(1, local));
 }
 
-void Searcher::rerank(SearchResult& r) {
-  const TopK& own = o_.space == SearchSpace::full       ? full_
-                    : o_.space == SearchSpace::megatron ? megatron_
-                                                        : zero_;
-  // The set to re-rank: the space's top K and, for the full space, both baselines' top K, so
-  // that the full search never does worse than a baseline search under the same scorer.
+// The set to re-rank: the space's top K and, for the full space, both baselines' top K, so
+// that the full search never does worse than a baseline search under the same scorer.
+std::vector<SearchCandidate> Searcher::rerank_set() const {
   std::vector<SearchCandidate> set;
   std::set<std::string> keys;
   auto add = [&](const TopK& t) {
     for (const auto& c : t.items())
       if (keys.insert(c.key).second) set.push_back(c);
   };
-  add(own);
+  add(own_pool());
   if (o_.space == SearchSpace::full) add(megatron_), add(zero_);
+  return set;
+}
+
+// This process's share of the set (round-robin over the processes) that the early
+// simulations have not already done: those are taken as they are.
+std::vector<size_t> Searcher::left_to_simulate(std::vector<SearchCandidate>& set) const {
+  if (early_failed_) std::rethrow_exception(early_failed_);
+  std::map<std::string, const SearchCandidate*> early;
+  for (const auto& x : early_)
+    if (x.simulated) early[x.key] = &x;
+  std::vector<size_t> todo;
+  for (size_t i = rank_; i < set.size(); i += procs_) {
+    auto it = early.find(set[i].key);
+    if (it == early.end()) {
+      todo.push_back(i);
+      continue;
+    }
+    set[i] = *it->second;
+  }
+  return todo;
+}
+
+// Simulates set[i] for every i of todo over this process's threads. Each candidate is
+// simulated on its own, so the results do not depend on the number of threads.
+void Searcher::simulate_on_threads(std::vector<SearchCandidate>& set,
+                                   const std::vector<size_t>& todo) {
+  const int threads = std::max(1, std::min<int>(rerank_threads(), int(todo.size())));
+  // Simulations of more than kSmallSimulationBytes run one after another on this thread;
+  // the small ones on any thread. Memory a simulation frees stays in its thread's malloc
+  // arena for the next one (Searcher::run() keeps freed pages in the heap), so its pages are
+  // not faulted in again, and since the large ones share one arena, resident memory stays
+  // about what the largest of them needs.
+  std::vector<size_t> large, small;
+  for (size_t i : todo)
+    (simulation_bytes(m_, set[i].plan) > kSmallSimulationBytes ? large : small).push_back(i);
+  std::atomic<size_t> next_large{0}, next_small{0}, done{0};
+  std::mutex failed_mutex;
+  std::exception_ptr failed;
+  std::mutex mem_mutex;
+  std::condition_variable mem_cv;
+  int64_t mem_free = kRerankBytes;
+  auto take = [&](bool main, size_t* i) {
+    size_t k;
+    if (main && (k = next_large++) < large.size()) return *i = large[k], true;
+    if ((k = next_small++) < small.size()) return *i = small[k], true;
+    return false;
+  };
+  auto work = [&](bool main) {
+    for (size_t i; take(main, &i);) {
+      const int64_t need = std::min(kRerankBytes, simulation_bytes(m_, set[i].plan));
+      {
+        std::unique_lock<std::mutex> lock(mem_mutex);
+        mem_cv.wait(lock, [&] { return mem_free >= need; });
+        mem_free -= need;
+      }
+      try {
+        simulate_candidate(m_, c_, o_.framework, budget_, set[i]);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failed_mutex);
+        if (!failed) failed = std::current_exception();
+        next_large = large.size();
+        next_small = small.size();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mem_mutex);
+        mem_free += need;
+      }
+      mem_cv.notify_all();
+      ++done;
+      if (main) rerank_progress(done.load(), todo.size(), threads);
+    }
+  };
+  {
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work, false);
+    work(true);
+    for (auto& t : pool) t.join();
+  }
+#if defined(M_TRIM_THRESHOLD)
+  malloc_trim(0);  // what the simulations held goes back to the system
+#endif
+  if (failed) std::rethrow_exception(failed);
+}
+
+void Searcher::rerank_progress(size_t done, size_t total, int threads) {
+  if (rank_ != 0 || !o_.progress ||
+      std::chrono::duration<double>(Clock::now() - last_progress_).count() < o_.progress_interval_s)
+    return;
+  last_progress_ = Clock::now();
+  char buf[180];
+  std::snprintf(buf, sizeof buf,
+                "search: simulating the top candidates, %zu/%zu on this process "
+                "(%d threads), %.1f s",
+                done, total, threads, seconds_since(t0_));
+  o_.progress(buf);
+}
+
+// Every process's simulations, gathered into every process's set: (time, peak, stage peaks,
+// fits) of each.
+void Searcher::gather_simulations(std::vector<SearchCandidate>& set,
+                                  const std::vector<size_t>& todo) const {
+  nlohmann::json mine = nlohmann::json::array();
+  for (size_t i : todo)
+    mine.push_back({i, set[i].sim_iteration_time_s, set[i].sim_tokens_per_s,
+                    set[i].sim_peak_memory_bytes, set[i].sim_stage_peak_bytes, set[i].sim_fits});
+  for (const auto& part : allgather_strings(o_.comm, mine.dump()))
+    for (const auto& e : nlohmann::json::parse(part)) {
+      SearchCandidate& x = set[e[0].get<size_t>()];
+      x.simulated = true;
+      x.sim_iteration_time_s = e[1].get<double>();
+      x.sim_tokens_per_s = e[2].get<double>();
+      x.sim_peak_memory_bytes = e[3].get<int64_t>();
+      x.sim_stage_peak_bytes = e[4].get<std::vector<int64_t>>();
+      x.sim_fits = e[5].get<bool>();
+    }
+}
+
+void Searcher::rerank(SearchResult& r) {
+  std::vector<SearchCandidate> set = rerank_set();
   const auto t0 = Clock::now();
   if (o_.rerank_with_simulator) {
-    // Deal the simulations round-robin over the processes, and over threads inside each;
-    // gather (time, peak, stage peaks, fits). Each candidate is simulated on its own, so the
-    // results do not depend on the number of threads.
-    // Those simulated while the DP search ran are taken as they are.
-    if (early_failed_) std::rethrow_exception(early_failed_);
-    std::map<std::string, const SearchCandidate*> early;
-    for (const auto& x : early_)
-      if (x.simulated) early[x.key] = &x;
-    std::vector<size_t> todo;
-    for (size_t i = rank_; i < set.size(); i += procs_) {
-      auto it = early.find(set[i].key);
-      if (it == early.end()) {
-        todo.push_back(i);
-        continue;
-      }
-      set[i] = *it->second;
-    }
-    const int threads = std::max(1, std::min<int>(rerank_threads(), int(todo.size())));
-    // Simulations of more than kSmallSimulationBytes run one after another on this thread;
-    // the small ones on any thread. Memory a simulation frees stays in its thread's malloc
-    // arena for the next one (Searcher::run() keeps freed pages in the heap), so its pages are
-    // not faulted in again, and since the large ones share one arena, resident memory stays
-    // about what the largest of them needs.
-    std::vector<size_t> large, small;
-    for (size_t i : todo)
-      (simulation_bytes(m_, set[i].plan) > kSmallSimulationBytes ? large : small).push_back(i);
-    std::atomic<size_t> next_large{0}, next_small{0}, done{0};
-    std::mutex failed_mutex;
-    std::exception_ptr failed;
-    std::mutex mem_mutex;
-    std::condition_variable mem_cv;
-    int64_t mem_free = kRerankBytes;
-    auto take = [&](bool main, size_t* i) {
-      size_t k;
-      if (main && (k = next_large++) < large.size()) return *i = large[k], true;
-      if ((k = next_small++) < small.size()) return *i = small[k], true;
-      return false;
-    };
-    auto work = [&](bool main) {
-      for (size_t i; take(main, &i);) {
-        const int64_t need = std::min(kRerankBytes, simulation_bytes(m_, set[i].plan));
-        {
-          std::unique_lock<std::mutex> lock(mem_mutex);
-          mem_cv.wait(lock, [&] { return mem_free >= need; });
-          mem_free -= need;
-        }
-        try {
-          simulate_candidate(m_, c_, o_.framework, budget_, set[i]);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(failed_mutex);
-          if (!failed) failed = std::current_exception();
-          next_large = large.size();
-          next_small = small.size();
-        }
-        {
-          std::lock_guard<std::mutex> lock(mem_mutex);
-          mem_free += need;
-        }
-        mem_cv.notify_all();
-        ++done;
-        if (main && rank_ == 0 && o_.progress &&
-            std::chrono::duration<double>(Clock::now() - last_progress_).count() >=
-                o_.progress_interval_s) {
-          last_progress_ = Clock::now();
-          char buf[180];
-          std::snprintf(buf, sizeof buf,
-                        "search: simulating the top candidates, %zu/%zu on this process "
-                        "(%d threads), %.1f s",
-                        done.load(), todo.size(), threads, seconds_since(t0_));
-          o_.progress(buf);
-        }
-      }
-    };
-    {
-      std::vector<std::thread> pool;
-      for (int t = 1; t < threads; ++t) pool.emplace_back(work, false);
-      work(true);
-      for (auto& t : pool) t.join();
-    }
-#if defined(M_TRIM_THRESHOLD)
-    malloc_trim(0);  // what the simulations held goes back to the system
-#endif
-    if (failed) std::rethrow_exception(failed);
-    nlohmann::json mine = nlohmann::json::array();
-    for (size_t i : todo)
-      mine.push_back({i, set[i].sim_iteration_time_s, set[i].sim_tokens_per_s,
-                      set[i].sim_peak_memory_bytes, set[i].sim_stage_peak_bytes, set[i].sim_fits});
-    for (const auto& part : allgather_strings(o_.comm, mine.dump()))
-      for (const auto& e : nlohmann::json::parse(part)) {
-        SearchCandidate& x = set[e[0].get<size_t>()];
-        x.simulated = true;
-        x.sim_iteration_time_s = e[1].get<double>();
-        x.sim_tokens_per_s = e[2].get<double>();
-        x.sim_peak_memory_bytes = e[3].get<int64_t>();
-        x.sim_stage_peak_bytes = e[4].get<std::vector<int64_t>>();
-        x.sim_fits = e[5].get<bool>();
-      }
+    // Deal the simulations round-robin over the processes, and over threads inside each.
+    const std::vector<size_t> todo = left_to_simulate(set);
+    simulate_on_threads(set, todo);
+    gather_simulations(set, todo);
     stats_.plans_simulated = int64_t(set.size());
     r.scorer = "simulator";
   } else {
@@ -283,9 +307,13 @@ void Searcher::rerank(SearchResult& r) {
     r.scorer_note =
         "the simulator found every re-ranked plan over the memory budget; ranked by the estimator";
   }
-  // Best of the space, and best of each baseline under the same scorer.
-  auto best_of = [&](const char* origin_space) -> std::optional<SearchCandidate> {
-    const TopK& t = std::string(origin_space) == "megatron" ? megatron_ : zero_;
+  rank_result(set, r);
+}
+
+// The ranked answer of the re-ranked set: the space's plans, its best, and the best of each
+// baseline under the same scorer.
+void Searcher::rank_result(const std::vector<SearchCandidate>& set, SearchResult& r) const {
+  auto best_of = [&](const TopK& t) -> std::optional<SearchCandidate> {
     std::set<std::string> ks;
     for (const auto& c : t.items()) ks.insert(c.key);
     for (const auto& x : set)
@@ -294,7 +322,7 @@ void Searcher::rerank(SearchResult& r) {
   };
   std::vector<SearchCandidate> ranked;
   std::set<std::string> own_keys;
-  for (const auto& c : own.items()) own_keys.insert(c.key);
+  for (const auto& c : own_pool().items()) own_keys.insert(c.key);
   if (o_.space == SearchSpace::full) {
     ranked = set;  // baselines belong to the full space
   } else {
@@ -306,8 +334,8 @@ void Searcher::rerank(SearchResult& r) {
   r.ranked = ranked;
   if (o_.space == SearchSpace::full) {
     if (o_.baselines) {
-      r.megatron = best_of("megatron");
-      r.zero = best_of("zero");
+      r.megatron = best_of(megatron_);
+      r.zero = best_of(zero_);
       if (!r.megatron) r.megatron_note = "no uniform Megatron-style plan fits the budget";
       if (!r.zero) r.zero_note = "no ZeRO-3 plan (pp 1, tp 1) fits the budget or divides the batch";
     } else {

@@ -1,5 +1,9 @@
 // Internals of the strategy search, shared by its files:
-//   searcher.cpp       the configuration space, lower bounds, the run and exhaustive enumeration
+//   space.cpp          the configuration space, the (pp, Bm) cost tables, plan assembly
+//   bounds.cpp         a configuration's lower bound (relax_stage, lower_bound)
+//   ranking.cpp        scoring plans and the order the search ranks them in
+//   searcher.cpp       the run over the configurations and the exhaustive enumeration
+//   bound_exchange.hpp the bound the MPI processes share while they search
 //   config_search.cpp  one configuration: stage DPs, the partition, the plans it yields
 //   baselines.cpp      the uniform Megatron and ZeRO-3 spaces
 //   merge.cpp          merging what the MPI processes found
@@ -47,6 +51,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/core/schedule.hpp"
 #include "src/search/evaluated.hpp"
 #include "src/search/layer_costs.hpp"
 #include "src/search/stage_dp.hpp"
@@ -183,7 +188,10 @@ struct Config {
   Schedule sched = Schedule::one_f_one_b;
   double lb = 0;
   int order = 0;  // enumeration index (tie-break of equal bounds)
+  ScheduleShape shape() const { return {pp, v, sched, M}; }
 };
+
+class ConfigSearch;
 
 class Searcher {
  public:
@@ -219,6 +227,7 @@ class Searcher {
   }
 
   SearchResult run();
+  friend class ConfigSearch;  // one configuration's search (config_search.cpp)
 
   // Exhaustive enumeration (for_each_plan).
   void enumerate(const std::function<void(const Plan&)>& visit);
@@ -246,6 +255,18 @@ class Searcher {
   std::string pack() const;
   void merge(const std::vector<std::string>& parts);
   void rerank(SearchResult& r);
+  std::vector<SearchCandidate> rerank_set() const;
+  std::vector<size_t> left_to_simulate(std::vector<SearchCandidate>& set) const;
+  void simulate_on_threads(std::vector<SearchCandidate>& set, const std::vector<size_t>& todo);
+  void rerank_progress(size_t done, size_t total, int threads);
+  void gather_simulations(std::vector<SearchCandidate>& set, const std::vector<size_t>& todo) const;
+  void rank_result(const std::vector<SearchCandidate>& set, SearchResult& r) const;
+  // The pool of the space searched (o_.space).
+  const TopK& own_pool() const {
+    return o_.space == SearchSpace::full       ? full_
+           : o_.space == SearchSpace::megatron ? megatron_
+                                               : zero_;
+  }
   int rerank_threads() const;
   // One process with a spare core: the baselines' top candidates are known before the DP
   // search starts, so a second thread simulates them while it runs (rerank() reuses them).

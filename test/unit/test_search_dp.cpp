@@ -260,7 +260,7 @@ BOOST_AUTO_TEST_CASE(layer_costs_add_up_to_the_estimator) {
         const Estimate e = estimate(cm);
         const LayerStrategy& l = p.layers[0];
         const LayerCost lc = t.layer(l, 2, 1, 1);
-        const EmbeddingCost ec = t.embedding(p.embedding, 2, 1, 1, true);
+        const EmbeddingCost ec = t.embedding(p.embedding, 2, cost_detail::Geometry{8, 8}, 1);
         const double expect = m.layers * lc.busy_s + ec.first_busy_s + ec.last_busy_s;
         BOOST_TEST_INFO(name << " tp " << tp << " zero " << z);
         BOOST_TEST(e.stages[0].time_per_microbatch_s == expect, tt::tolerance(1e-9));

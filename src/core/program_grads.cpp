@@ -1,0 +1,76 @@
+// Gradient staging and the data-parallel gradient reductions of a stage.
+#include <algorithm>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+
+#include "src/core/schedule.hpp"
+#include "src/core/stage_builder.hpp"
+
+namespace stratagem::program_detail {
+
+void StageBuilder::stage_grads(int layer, int mb) {
+  if (!staged(layer)) return;
+  int& buf = stage_buf_[stage_slot(layer)];
+  if (buf < 0) {
+    const int64_t params = layer >= 0 ? layer_params(layer) : embed_params();
+    buf = alloc(Stream::compute, MemCategory::grads, params * e_, layer < 0 ? -1 : layer, mb,
+                Phase::backward, Block::none);
+  }
+}
+
+void StageBuilder::flush_staging_free() {
+  flush_piece();
+  if (pending_free_ < 0) return;
+  release(std::exchange(pending_free_, -1), Stream::dp_comm, {pending_reduce_});
+}
+
+// Data-parallel gradient reduction of a layer (layer -1: embedding, -2: untied head).
+void StageBuilder::reduce_grads(int layer, int mb, int after) {
+  const auto& s = strat(layer < 0 ? -1 : layer);
+  if (s.dp == 1) return;
+  const bool per_mb = per_microbatch(layer < 0 ? -1 : layer);
+  if (!per_mb && mb != last_bwd_mb_[chunk_]) return;
+  int64_t params = layer >= 0 ? layer_params(layer) : embed_params();
+  Op op = make(OpKind::collective, Stream::dp_comm, Block::none, Phase::backward,
+               layer < 0 ? -1 : layer, mb);
+  op.collective = grad_sync(s).reduce;
+  op.group = GroupKind::dp;
+  op.tp = static_cast<uint8_t>(s.tp);
+  op.bytes = params * e_;
+  op.chunk = static_cast<int16_t>(chunk_);
+  if (p_.overlap_grad_reduce || per_mb) {
+    flush_staging_free();  // the previous reduction's buffers, before this one's piece
+    const int rs = emit_reduction(op, {after});
+    grad_reductions_.push_back(rs);
+    if (staged(layer)) {
+      pending_free_ = std::exchange(stage_buf_[stage_slot(layer)], -1);
+      pending_reduce_ = rs;
+    }
+  } else {
+    deferred_.push_back(op);
+  }
+}
+
+// A gradient reduction on the dp stream. A reduce-scatter's received piece is a buffer of its
+// own from the reduction's issue until it lands (receive_piece_bytes); the op names it. The
+// free goes on the dp stream, emitted with the staged gradients' (after the next layer's mlp
+// backward), as the two are live together.
+int StageBuilder::emit_reduction(Op op, const std::vector<int>& deps) {
+  flush_piece();
+  if (op.collective == Collective::reduce_scatter)
+    op.buffer = alloc(Stream::dp_comm, MemCategory::buffers,
+                      receive_piece_bytes(strat(op.layer), op.bytes / e_, p_.dtype), op.layer,
+                      op.microbatch, op.phase, Block::none, deps);
+  const int rs = emit(op, deps);
+  if (op.buffer >= 0) pending_piece_ = {op.buffer, rs};
+  return rs;
+}
+
+void StageBuilder::flush_piece() {
+  if (pending_piece_.first < 0) return;
+  const auto [piece, rs] = std::exchange(pending_piece_, {-1, -1});
+  release(piece, Stream::dp_comm, {rs});
+}
+
+}  // namespace stratagem::program_detail

@@ -1,0 +1,159 @@
+// The search space: pipeline degrees, micro-batch sizes, schedules and their configurations,
+// the per-(pp, Bm) cost tables, and the plan a configuration's choices assemble into.
+#include <set>
+
+#include "src/search/searcher.hpp"
+
+namespace stratagem::search_detail {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+std::vector<int> chunk_sizes(int n, int v) {
+  std::vector<int> out;
+  for (const auto& r : even_chunks(n, v)) out.push_back(r.size());
+  return out;
+}
+
+Plan assemble(const ModelSpec& m, const SearchOptions& o, int pp, Schedule sched, int v, int Bm,
+              const std::vector<int>& totals, const std::vector<std::vector<LayerStrategy>>& seqs,
+              const LayerStrategy& emb) {
+  Plan p;
+  p.pp = pp;
+  p.schedule = sched;
+  p.vpp = sched == Schedule::interleaved ? v : 1;
+  p.global_batch = o.global_batch;
+  p.dtype = o.dtype;
+  p.flash_attention = o.flash_attention;
+  p.overlap_grad_reduce = o.overlap_grad_reduce;
+  p.embedding = emb;
+  p.layers.assign(m.layers, LayerStrategy{});
+  std::vector<std::vector<int>> sizes(pp);
+  for (int s = 0; s < pp; ++s) sizes[s] = chunk_sizes(totals[s], v);
+  std::vector<int> used(pp, 0);
+  int at = 0;
+  for (int c = 0; c < pp * v; ++c) {
+    const int s = c % pp, i = c / pp;
+    const int n = sizes[s][i];
+    p.chunks.push_back({at, at + n});
+    for (int k = 0; k < n; ++k) p.layers[at + k] = seqs[s][used[s]++];
+    at += n;
+  }
+  int max_dp = emb.dp;
+  for (const auto& l : p.layers) max_dp = std::max(max_dp, l.dp);
+  p.micro_batch = Bm / max_dp;
+  return p;
+}
+
+std::vector<int> Searcher::pp_list() const {
+  std::vector<int> out;
+  for (int pp : divisors(c_.world_size())) {
+    if (pp > m_.layers) continue;
+    if (!o_.pp_degrees.empty() && !contains(o_.pp_degrees, pp)) continue;
+    out.push_back(pp);
+  }
+  return out;
+}
+
+std::vector<int> Searcher::bm_list() const {
+  std::vector<int> out;
+  for (int b : divisors(o_.global_batch)) {
+    if (!o_.micro_batches.empty() && !contains(o_.micro_batches, b)) continue;
+    out.push_back(b);
+  }
+  return out;
+}
+
+std::vector<Config> Searcher::configs() const {
+  std::vector<Config> out;
+  const int world = c_.world_size();
+  for (int pp : pp_list()) {
+    const int D = world / pp;
+    for (int Bm : bm_list()) {
+      if (tp_degrees_for(m_, c_, D, Bm, filter_).empty()) continue;
+      const int M = o_.global_batch / Bm;
+      for (Schedule sch : o_.schedules) {
+        std::vector<int> vs{1};
+        if (sch == Schedule::gpipe && pp == 1) continue;  // 1f1b with more memory in flight
+        if (sch == Schedule::interleaved) {
+          if (pp < 2 || M % pp) continue;
+          vs.clear();
+          for (int v : o_.vpp_degrees)
+            if (v >= 2 && pp * v <= m_.layers) vs.push_back(v);
+        }
+        for (int v : vs) {
+          Config cf;
+          cf.pp = pp, cf.Bm = Bm, cf.M = M, cf.v = v, cf.sched = sch;
+          cf.order = int(out.size());
+          out.push_back(cf);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+const PairData& Searcher::pair(int pp, int Bm) {
+  return pair_mutable(pp, Bm);
+}
+
+PairData& Searcher::pair_mutable(int pp, int Bm) {
+  // (run() makes every configuration's slot before its tasks fill them: they only look up.)
+  auto it = pairs_.find({pp, Bm});
+  auto& slot = it != pairs_.end() ? it->second : pairs_[{pp, Bm}];
+  if (slot) return *slot;
+  slot = std::make_unique<PairData>();
+  PairData& pd = *slot;
+  pd.pp = pp, pd.Bm = Bm, pd.D = c_.world_size() / pp;
+  pd.tps = tp_degrees_for(m_, c_, pd.D, Bm, filter_);
+  Geometry geo;
+  geo.g = std::max(1, c_.node.gpus_per_node);
+  geo.D = pd.D;
+  const auto raw = layer_candidates(m_, c_, pd.D, Bm, filter_);
+  std::map<std::vector<int>, int> sig_index;
+  for (int s = 0; s < pp; ++s) {
+    auto sig = geo.signature(s, pd.tps);
+    auto it = sig_index.find(sig);
+    if (it != sig_index.end()) {
+      pd.stage_geo.push_back(it->second);
+      continue;
+    }
+    const int gi = int(pd.geos.size());
+    sig_index[sig] = gi;
+    pd.stage_geo.push_back(gi);
+    std::vector<LayerCost> costs;
+    costs.reserve(raw.size());
+    for (const auto& st : raw) {
+      costs.push_back(
+          tables_.layer(st, Bm / st.dp, geo.tp_nodes(s, st.tp), geo.dp_nodes(s, st.tp)));
+      // Beside a pipeline, a send and a receive of the stream in flight (as the estimator).
+      if (pp > 1) costs.back().workspace = costs.back().pipelined_workspace;
+    }
+    pd.raw_layers += int64_t(costs.size());
+    GeoData gd;
+    gd.items = prune_dominated(std::move(costs));
+    pd.kept_layers += int64_t(gd.items.size());
+    pd.geos.push_back(std::move(gd));
+  }
+  {
+    std::set<int64_t> bytes;
+    for (const auto& gd : pd.geos)
+      for (const auto& lc : gd.items) bytes.insert(lc.boundary);
+    for (int64_t b : bytes)
+      for (int same = 0; same < 2; ++same)
+        pd.p2p_min_s[same] =
+            std::min(pd.p2p_min_s[same], tables_.cost(1).p2p_cost(b, same == 1).time_s());
+  }
+  // Embedding strategies: the first stage's placement for the embedding, the last's for the head.
+  std::vector<EmbeddingCost> emb;
+  for (const auto& st : embedding_candidates(m_, c_, pd.D, Bm, filter_))
+    emb.push_back(tables_.embedding(st, Bm / st.dp, geo, pp));
+  pd.emb = prune_dominated(std::move(emb));
+  return pd;
+}
+
+}  // namespace stratagem::search_detail
