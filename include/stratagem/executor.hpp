@@ -25,11 +25,17 @@
 
 #include "stratagem/backend.hpp"
 #include "stratagem/data.hpp"
+#include "stratagem/framework.hpp"
 #include "stratagem/parallel_state.hpp"
 #include "stratagem/program.hpp"
 #include "stratagem/transformer.hpp"
 
 namespace stratagem {
+
+// The training software the runtime is (data/frameworks/stratagem.json): the Program it runs
+// is built with that file's settings, as the estimator and simulator build theirs with
+// --framework.
+inline constexpr const char* kRuntimeFramework = "stratagem";
 
 struct ExecutorOptions {
   uint64_t seed = 1234;
@@ -37,6 +43,7 @@ struct ExecutorOptions {
   LrSchedule schedule;
   AdamWConfig adamw;
   bool update = true;  // false: compute gradients only (reference tests inspect them)
+  std::string framework = kRuntimeFramework;  // a name in data/frameworks or a file
 };
 
 // Where micro-batches come from: global sample `index` of optimizer step `step`.
@@ -136,9 +143,11 @@ class Executor {
 // (tp, dp) differs from the embedding's, a dtype the backend does not compute in; and
 // InputError for a tp that does not divide the heads (or consecutive layers' tp that do not
 // divide one another), or offloading beyond the node's host memory (cluster
-// node.host_memory_bytes, shared by the node's ranks).
+// node.host_memory_bytes, shared by the node's ranks), with the Program built for
+// `framework` (ExecutorOptions::framework); NotSupported for a framework whose Program the
+// executor cannot run (one without layer_gradient_staging under ZeRO-2/3).
 void check_runnable(const ModelSpec& model, const Plan& plan, const ClusterSpec& cluster,
-                    const std::string& backend);
+                    const std::string& backend, const std::string& framework = kRuntimeFramework);
 
 // Writes the measured trace of one step (the runtime side of the trace schema, source =
 // "measured"). Collective over `comm`: every rank sends its op timings and memory samples to

@@ -55,9 +55,10 @@ struct Op {
   int32_t microbatch = -1;  // -1 when not per micro-batch
   int32_t samples = 0;      // samples per rank in this op (shape for the cost model)
   int32_t buffer = -1;      // alloc/free: buffer id; a reduce-scatter: its received piece
-  int64_t bytes = 0;        // message, copy, alloc, or compute HBM-traffic bytes
-  double flops = 0;         // compute ops: FLOPs on this rank
-  uint32_t dep_begin = 0;   // indices into StageProgram::deps
+  Recompute recompute = Recompute::none;  // a layer's ops: its recompute (what forward saves)
+  int64_t bytes = 0;                      // message, copy, alloc, or compute HBM-traffic bytes
+  double flops = 0;                       // compute ops: FLOPs on this rank
+  uint32_t dep_begin = 0;                 // indices into StageProgram::deps
   uint32_t dep_count = 0;
 };
 

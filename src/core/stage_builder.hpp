@@ -33,6 +33,7 @@ class StageBuilder {
   int emit(Op op, std::initializer_list<int> deps) { return emit(op, deps.begin(), deps.size()); }
   int emit(Op op, const std::vector<int>& deps) { return emit(op, deps.data(), deps.size()); }
   int emit(Op op, const int* deps, size_t ndeps) {
+    if (op.layer >= 0) op.recompute = strat(op.layer).recompute;
     op.dep_begin = static_cast<uint32_t>(out_.deps.size());
     for (size_t k = 0; k < ndeps; ++k)
       if (deps[k] >= 0) out_.deps.push_back(static_cast<uint32_t>(deps[k]));

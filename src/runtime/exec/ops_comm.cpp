@@ -42,133 +42,147 @@ void Executor::Impl::collective(const Op& op, int index) {
   }
 }
 
+Communicator& Executor::Impl::group_of(const Op& op) {
+  return parallel.group(resolve_group(parallel.layout(), parallel.rank(), op));
+}
+
 void Executor::Impl::tp_collective(const Op& op, int index) {
-  Communicator& comm = ps.group(resolve_group(ps.layout(), ps.rank(), op));
-  const int64_t C = whole.hidden;
-  const LayerShare& sh = share(op.layer);  // the block's layer (-1: embedding and head)
-  const int64_t whole_n = sh.N * C, shard_n = sh.Ns * C;
   if (op.block == Block::none) {
-    // Sequence parallel: gradients of the norms of a layer (or the final norm), each computed
-    // on one token shard, summed over the group.
-    std::vector<Tensor> parts;
-    for (const ParamInfo& e : model.table.entries()) {
-      const bool is_norm = e.name.find("norm") != std::string::npos;
-      const bool mine = op.layer >= 0
-                            ? e.name.rfind("layers." + std::to_string(op.layer) + ".", 0) == 0
-                            : e.name.rfind("norm_f.", 0) == 0;
-      if (mine && is_norm && e.replicated)
-        parts.push_back(weight_field(model.grad_weights, e.name));  // flat or staged
-    }
-    auto group = std::make_unique<RequestGroup>();
-    for (Tensor& t : parts)
-      group->parts.push_back(comm.iall_reduce(t.data, t.numel(), ReduceOp::sum));
-    issue(index, std::move(group));
+    tp_norm_grads_sum(op, index);
     return;
   }
-  Micro& m = mb(op.microbatch);
-  const bool backward = op.phase == Phase::backward;
   if (op.collective == Collective::all_gather) {
-    Tensor gathered = pool.scratch(full_shape(op.layer));
-    Tensor src;
-    if (op.block == Block::head) {  // the final norm on this rank's shard, then gather
-      norm_head_input(m);
-      src = m.xn;
-      m.gathered = gathered;
-    } else if (backward) {
-      if (m.grad_producer >= 0) complete(m.grad_producer);
-      if (!m.gathered_dy.defined() || op.block == Block::embedding) {
-        fit_grad(m, op.layer);  // this rank's token shard, where the layer above held more
-        src = m.grad;           // first: the output gradient
-        m.gathered_dy = gathered;
-      } else {
-        LayerState& ls = m.layers.at(op.layer);  // second: the sharded normalized input
-        src = op.block == Block::attention ? ls.attn.norm_out : ls.mlp.norm_out;
-        m.gathered = gathered;
-      }
+    tp_gather(op, index);
+    return;
+  }
+  if (op.block == Block::head && op.phase != Phase::backward) {
+    // Vocabulary-parallel cross entropy: the row maximum, then sum-exp and target logit.
+    exec::Micro& m = mb(op.microbatch);
+    Communicator& comm = group_of(op);
+    if (!m.ce_sums.defined()) {
+      requests.issue(index, comm.iall_reduce(m.ce_max.data, N, ReduceOp::max),
+                     [this, &m] { head_loss_sums(m); });
     } else {
-      block_input(op, m, m.layers[op.layer]);
-      LayerState& ls = m.layers[op.layer];
+      requests.issue(index, comm.iall_reduce(m.ce_sums.data, 2 * N, ReduceOp::sum),
+                     [this, &m] { head_loss(m); });
+    }
+    return;
+  }
+  tp_reduce(op, index);
+}
+
+void Executor::Impl::tp_norm_grads_sum(const Op& op, int index) {
+  // Sequence parallel: gradients of the norms of a layer (or the final norm), each computed
+  // on one token shard, summed over the group.
+  Communicator& comm = group_of(op);
+  std::vector<Tensor> parts;
+  for (const ParamInfo& e : shards.model.table.entries()) {
+    const bool is_norm = e.name.find("norm") != std::string::npos;
+    const bool mine = op.layer >= 0
+                          ? e.name.rfind("layers." + std::to_string(op.layer) + ".", 0) == 0
+                          : e.name.rfind("norm_f.", 0) == 0;
+    if (mine && is_norm && e.replicated)
+      parts.push_back(weight_field(shards.model.grad_weights, e.name));  // flat or staged
+  }
+  auto group = std::make_unique<RequestGroup>();
+  for (Tensor& t : parts)
+    group->parts.push_back(comm.iall_reduce(t.data, t.numel(), ReduceOp::sum));
+  requests.issue(index, std::move(group));
+}
+
+void Executor::Impl::tp_gather(const Op& op, int index) {
+  exec::Micro& m = mb(op.microbatch);
+  Tensor gathered = buffers.pool.scratch(full_shape(op.layer));
+  Tensor src;
+  if (op.block == Block::head) {  // the final norm on this rank's shard, then gather
+    norm_head_input(m);
+    src = m.xn;
+    m.gathered = gathered;
+  } else if (op.phase == Phase::backward) {
+    if (m.grad_producer >= 0) complete(m.grad_producer);
+    if (!m.gathered_dy.defined() || op.block == Block::embedding) {
+      fit_grad(m, op.layer);  // this rank's token shard, where the layer above held more
+      src = m.grad;           // first: the output gradient
+      m.gathered_dy = gathered;
+    } else {
+      exec::LayerState& ls = m.layers.at(op.layer);  // second: the sharded normalized input
       src = op.block == Block::attention ? ls.attn.norm_out : ls.mlp.norm_out;
       m.gathered = gathered;
     }
-    issue(index, comm.iall_gather(src.data, gathered.data, shard_n), [src] {});
-    return;
+  } else {
+    block_input(op, m, m.layers[op.layer]);
+    exec::LayerState& ls = m.layers[op.layer];
+    src = op.block == Block::attention ? ls.attn.norm_out : ls.mlp.norm_out;
+    m.gathered = gathered;
   }
-  if (op.block == Block::head && !backward) {
-    // Vocabulary-parallel cross entropy: the row maximum, then sum-exp and target logit.
-    if (!m.ce_sums.defined()) {
-      issue(index, comm.iall_reduce(m.ce_max.data, N, ReduceOp::max),
-            [this, &m] { head_loss_sums(m); });
-    } else {
-      issue(index, comm.iall_reduce(m.ce_sums.data, 2 * N, ReduceOp::sum),
-            [this, &m] { head_loss(m); });
-    }
-    return;
-  }
-  // The reduction of a partial sum: a block's (or the lookup's) output in forward, the
-  // gradient of its normalized input in backward.
+  const int64_t shard_n = share(op.layer).Ns * int64_t(whole.hidden);
+  requests.issue(index, group_of(op).iall_gather(src.data, gathered.data, shard_n), [src] {});
+}
+
+// The reduction of a partial sum: a block's (or the lookup's) output in forward, the gradient
+// of its normalized input in backward.
+void Executor::Impl::tp_reduce(const Op& op, int index) {
+  Communicator& comm = group_of(op);
+  const exec::LayerShare& sh = share(op.layer);  // the block's layer (-1: embedding and head)
+  exec::Micro& m = mb(op.microbatch);
   Tensor partial = m.partial;
   m.partial = Tensor{};
   Tensor reduced = partial;
   RequestPtr req;
   if (op.collective == Collective::reduce_scatter) {
-    reduced = pool.scratch(stream_shape(op.layer));
-    req = comm.ireduce_scatter(partial.data, reduced.data, shard_n);
+    reduced = buffers.pool.scratch(stream_shape(op.layer));
+    req = comm.ireduce_scatter(partial.data, reduced.data, sh.Ns * int64_t(whole.hidden));
   } else {
-    req = comm.iall_reduce(partial.data, whole_n, ReduceOp::sum);
+    req = comm.iall_reduce(partial.data, sh.N * int64_t(whole.hidden), ReduceOp::sum);
   }
   const int mbi = op.microbatch;
-  if (!backward) {
-    Flow* flow = op.phase == Phase::recompute ? &m.rec : &m.fwd;
+  if (op.phase != Phase::backward) {
+    exec::Flow* flow = op.phase == Phase::recompute ? &m.rec : &m.fwd;
     Tensor base;
     if (op.block == Block::attention) base = m.layers.at(op.layer).x_in;
     if (op.block == Block::mlp) base = m.layers.at(op.layer).x_mid;
-    *flow = Flow{op.block == Block::embedding ? reduced : base,
-                 op.block == Block::embedding ? Tensor{} : reduced, index};
+    *flow = exec::Flow{op.block == Block::embedding ? reduced : base,
+                       op.block == Block::embedding ? Tensor{} : reduced, index};
     if (op.layer >= 0) drop_unsaved_block_input(op, m.layers.at(op.layer));
-    issue(index, std::move(req), [partial] {});
+    requests.issue(index, std::move(req), [partial] {});
     return;
   }
   m.grad_producer = index;
   if (op.block == Block::head) {
-    issue(index, std::move(req),
-          [this, mbi, reduced, partial] { finish_head_backward(micro.at(mbi), reduced); });
+    requests.issue(index, std::move(req), [this, mbi, reduced, partial] {
+      finish_head_backward(current_step.micro.at(mbi), reduced);
+    });
     // Under ZeRO-3 the final norm's weight is in the head's fetched weights.
-    auto it = buffer_of.find({int(Block::none), int(Phase::forward), -1, mbi});
-    if (it != buffer_of.end()) buffer_users[it->second].push_back(index);
+    buffers.read_by(Block::none, Phase::forward, -1, mbi, index);
     return;
   }
   const int l = op.layer;
   const Block b = op.block;
-  if (b == Block::mlp) m.grad_producer = index;
-  issue(index, std::move(req), [this, mbi, l, b, reduced, partial] {
-    finish_block_backward(l, b, micro.at(mbi), reduced);
+  requests.issue(index, std::move(req), [this, mbi, l, b, reduced, partial] {
+    finish_block_backward(l, b, current_step.micro.at(mbi), reduced);
   });
   // The completion reads the block's saved input and statistics: their buffers (where
   // offloaded activations came back, the backward's) wait for it.
-  for (Phase ph : {Phase::forward, Phase::recompute, Phase::backward}) {
-    auto it = buffer_of.find({int(b), int(ph), l, mbi});
-    if (it != buffer_of.end()) buffer_users[it->second].push_back(index);
-  }
+  for (Phase ph : {Phase::forward, Phase::recompute, Phase::backward})
+    buffers.read_by(b, ph, l, mbi, index);
   // ... and, under ZeRO-3, the norm's weight in the layer's fetched weights.
-  auto it = buffer_of.find({int(Block::none), int(Phase::backward), l, mbi});
-  if (it != buffer_of.end()) buffer_users[it->second].push_back(index);
+  buffers.read_by(Block::none, Phase::backward, l, mbi, index);
 }
 
 void Executor::Impl::fetch(const Op& op, int index) {
-  Communicator& comm = ps.group(resolve_group(ps.layout(), ps.rank(), op));
-  const int buf = buffer(Block::none, op.phase, op.layer, op.microbatch);
+  Communicator& comm = group_of(op);
+  const int buf = buffers.of(Block::none, op.phase, op.layer, op.microbatch);
   // Offloaded shards were placed by the h2d copy this gather depends on.
-  if (!fetched.count(buf)) place_fetch(op, nullptr, index);
-  const exec::Segment& seg = shards.of(op.layer);
+  if (!shards.fetched.count(buf)) place_fetch(op, nullptr, index);
+  const exec::Segment& seg = shards.sharding.of(op.layer);
   auto group = std::make_unique<RequestGroup>();
-  for (const ParamInfo* e : fetched.at(buf)) {
+  for (const ParamInfo* e : shards.fetched.at(buf)) {
     // In place: this rank's piece is at its displacement.
-    Tensor& dst = weight_field(model.weights, e->name);
+    Tensor& dst = weight_field(shards.model.weights, e->name);
     group->parts.push_back(
         comm.iall_gather_v_inplace(dst.data, seg.counts(e->offset, e->offset + e->numel())));
   }
-  issue(index, std::move(group));
+  requests.issue(index, std::move(group));
 }
 
 void Executor::Impl::dp_collective(const Op& op, int index) {
@@ -176,43 +190,45 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
     fetch(op, index);
     return;
   }
-  Communicator& comm = ps.group(resolve_group(ps.layout(), ps.rank(), op));
+  Communicator& comm = group_of(op);
   auto group = std::make_unique<RequestGroup>();
   if (op.group == GroupKind::tied_embedding) {
     // First and last stage sum their copies of the tied word embedding's gradient.
-    Tensor& wte = weight_field(model.grad_weights, "wte");  // flat or staged
+    Tensor& wte = weight_field(shards.model.grad_weights, "wte");  // flat or staged
     group->parts.push_back(comm.iall_reduce(wte.data, wte.numel(), ReduceOp::sum));
-    issue(index, std::move(group));
+    requests.issue(index, std::move(group));
     return;
   }
   // The layer's own partition over the group (layer -1: the embedding and head's).
-  const exec::Segment& seg = shards.of(op.layer);
-  auto grads_at = [this](int64_t flat) { return model.grads.data + shards.grads.local(flat); };
+  const exec::Segment& seg = shards.sharding.of(op.layer);
+  auto grads_at = [this](int64_t flat) {
+    return shards.model.grads.data + shards.sharding.grads.local(flat);
+  };
   auto grads_slice = [this](int64_t flat, int64_t n) {
-    return model.grads.slice(shards.grads.local(flat), Shape{n});
+    return shards.model.grads.slice(shards.sharding.grads.local(flat), Shape{n});
   };
   if (op.phase == Phase::optimizer) {
     // ZeRO-1/2: every rank updated its piece; gather the others' fresh weights.
     for (auto [a, b] : seg.runs)
       group->parts.push_back(
-          comm.iall_gather_v_inplace(param_slice(a, b - a).data, seg.counts(a, b)));
-    issue(index, std::move(group));
+          comm.iall_gather_v_inplace(shards.param_slice(a, b - a).data, seg.counts(a, b)));
+    requests.issue(index, std::move(group));
     return;
   }
   if (op.collective == Collective::all_reduce) {
     for (auto [a, b] : seg.runs)
       group->parts.push_back(comm.iall_reduce(grads_at(a), b - a, ReduceOp::sum));
-    issue(index, std::move(group));
+    requests.issue(index, std::move(group));
     return;
   }
   // The dp stream is in order (as the Program's): one reduce-scatter and its received piece at
   // a time.
-  if (last_dp_reduce >= 0) complete(last_dp_reduce);
-  last_dp_reduce = index;
+  if (requests.last_dp_reduce >= 0) complete(requests.last_dp_reduce);
+  requests.last_dp_reduce = index;
   if (seg.sharded_grads()) {
     // ZeRO-2/3: this micro-batch's staged gradients, reduce-scattered and added to the piece.
-    auto it = staging.find(op.layer);
-    if (it == staging.end())
+    auto it = shards.staging.find(op.layer);
+    if (it == shards.staging.end())
       throw std::logic_error("executor: no staged gradients for " + op_name(op));
     std::vector<std::pair<Tensor, Tensor>> landed;  // (piece of model.grads, sum)
     std::vector<Tensor> sent;
@@ -226,9 +242,9 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
         landed.push_back({grads_slice(seg.piece_begin(a, b, seg.dp_index), counts[seg.dp_index]),
                           mine.slice(0, Shape{counts[seg.dp_index]})});
     }
-    staging.erase(it);  // the next micro-batch stages afresh
-    issue(index, std::move(group), [this, landed, sent] {
-      for (auto [dst, t] : landed) be.residual_forward(dst, dst, t);
+    shards.staging.erase(it);  // the next micro-batch stages afresh
+    requests.issue(index, std::move(group), [this, landed, sent] {
+      for (auto [dst, t] : landed) backend.residual_forward(dst, dst, t);
     });
     return;
   }
@@ -244,18 +260,18 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
       landed.push_back({grads_slice(seg.piece_begin(a, b, seg.dp_index), counts[seg.dp_index]),
                         mine.slice(0, Shape{counts[seg.dp_index]})});
   }
-  issue(index, std::move(group), [this, landed] {
-    for (auto [dst, t] : landed) be.copy(dst, t);
+  requests.issue(index, std::move(group), [this, landed] {
+    for (auto [dst, t] : landed) backend.copy(dst, t);
   });
 }
 
 Tensor Executor::Impl::received_piece(const Op& op, int index, int64_t n) {
   const Shape shape{std::max<int64_t>(1, n)};
-  if (op.buffer < 0) return pool.scratch(shape);
+  if (op.buffer < 0) return buffers.pool.scratch(shape);
   // The Program's buffer for the piece: its free waits for the reduction's completion.
-  auto& users = buffer_users[op.buffer];
+  auto& users = buffers.users[op.buffer];
   if (std::find(users.begin(), users.end(), index) == users.end()) users.push_back(index);
-  return pool.take(op.buffer, shape);
+  return buffers.pool.take(op.buffer, shape);
 }
 
 int Executor::Impl::pp_tag(const Op& op, bool sending) const {
@@ -269,31 +285,32 @@ int Executor::Impl::pp_tag(const Op& op, bool sending) const {
 }
 
 void Executor::Impl::send(const Op& op, int index) {
-  Micro& m = mb(op.microbatch);
-  const int peer = resolve_peer(ps.layout(), ps.rank(), op);
+  exec::Micro& m = mb(op.microbatch);
+  const int peer = resolve_peer(parallel.layout(), parallel.rank(), op);
   Tensor data;
   if (op.phase == Phase::forward) {
     data = materialize(m.fwd, -1, stream_shape(op.layer));
-    m.fwd = Flow{};
+    m.fwd = exec::Flow{};
   } else {
     fit_grad(m, op.layer);  // in the layout of the previous stage's last layer
     data = m.grad;
     m.grad = Tensor{};
     m.grad_producer = -1;
   }
-  issue(index, ps.world().isend(data.data, data.numel(), peer, pp_tag(op, true)), [data] {});
+  requests.issue(index, parallel.world().isend(data.data, data.numel(), peer, pp_tag(op, true)),
+                 [data] {});
   // A stage's first chunk sends the micro-batch's last gradient: its state is done.
-  if (op.phase == Phase::backward && op.chunk == stage) micro.erase(op.microbatch);
+  if (op.phase == Phase::backward && op.chunk == stage) current_step.micro.erase(op.microbatch);
 }
 
 void Executor::Impl::recv(const Op& op, int index) {
-  Micro& m = mb(op.microbatch);
-  const int peer = resolve_peer(ps.layout(), ps.rank(), op);
+  exec::Micro& m = mb(op.microbatch);
+  const int peer = resolve_peer(parallel.layout(), parallel.rank(), op);
   // The sender's layer: forward, the previous stage's last; backward, this chunk's last.
-  Tensor data = pool.scratch(stream_shape(op.layer));
-  issue(index, ps.world().irecv(data.data, data.numel(), peer, pp_tag(op, false)));
+  Tensor data = buffers.pool.scratch(stream_shape(op.layer));
+  requests.issue(index, parallel.world().irecv(data.data, data.numel(), peer, pp_tag(op, false)));
   if (op.phase == Phase::forward) {
-    m.fwd = Flow{data, {}, index};
+    m.fwd = exec::Flow{data, {}, index};
   } else {
     m.grad = data;
     m.grad_producer = index;

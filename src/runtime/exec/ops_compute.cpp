@@ -7,9 +7,9 @@
 
 namespace stratagem {
 
-Micro& Executor::Impl::mb(int m) {
-  auto [it, fresh] = micro.try_emplace(m);
-  Micro& s = it->second;
+exec::Micro& Executor::Impl::mb(int m) {
+  auto [it, fresh] = current_step.micro.try_emplace(m);
+  exec::Micro& s = it->second;
   if (fresh && (stage == 0 || stage == plan.pp - 1)) {
     // This rank's samples of micro-batch m, indexed globally so that any layout sees the same
     // global batch.
@@ -17,7 +17,7 @@ Micro& Executor::Impl::mb(int m) {
     s.targets.resize(size_t(N));
     for (int i = 0; i < B; ++i) {
       const int64_t index = int64_t(m) * B * dp + int64_t(dp_index) * B + i;
-      samples.sample(step_index, index, T, s.tokens.data() + size_t(i) * T,
+      samples.sample(current_step.index, index, T, s.tokens.data() + size_t(i) * T,
                      s.targets.data() + size_t(i) * T);
     }
     const int64_t begin = local.vocab_begin(tp_index), valid = local.vocab_valid(tp_index);
@@ -32,38 +32,31 @@ Micro& Executor::Impl::mb(int m) {
   return s;
 }
 
-int Executor::Impl::buffer(Block b, Phase ph, int layer, int m) const {
-  auto it = buffer_of.find({int(b), int(ph), layer, m});
-  if (it == buffer_of.end())
-    throw std::logic_error("executor: no live buffer for " + std::string(to_string(b)) + " " +
-                           to_string(ph) + " layer " + std::to_string(layer) + " mb " +
-                           std::to_string(m));
-  return it->second;
-}
-
-Tensor Executor::Impl::materialize(Flow& f, int buf, Shape shape) {
+Tensor Executor::Impl::materialize(exec::Flow& f, int buf, Shape shape) {
   if (!f.defined()) throw std::logic_error("executor: a block input is missing");
   if (f.producer >= 0) complete(f.producer);
-  Tensor x = pool.take(buf, shape);
+  Tensor x = buffers.pool.take(buf, shape);
   if (f.add.defined())
-    be.residual_forward(x, f.base.view(shape), f.add.view(shape));
+    backend.residual_forward(x, f.base.view(shape), f.add.view(shape));
   else
-    be.copy(x, f.base.view(shape));
-  f = Flow{};  // consumed: its scratch goes now
+    backend.copy(x, f.base.view(shape));
+  f = exec::Flow{};  // consumed: its scratch goes now
   return x;
 }
 
-bool Executor::Impl::attention_keeps_probs(int layer) const {
-  return !plan.flash_attention && plan.layers[layer].recompute == Recompute::none;
+// A forward keeps the attention probabilities for its backward unless the layer recomputes
+// them (or flash attention never forms them); a recompute rebuilds them.
+bool Executor::Impl::attention_keeps_probs(const Op& op) const {
+  return !plan.flash_attention && (op.phase == Phase::recompute || op.recompute == Recompute::none);
 }
 
 // The block's input and its normalization: on the whole stream, or on this rank's token shard
 // before the all-gather under sequence parallelism (called by that gather).
-void Executor::Impl::block_input(const Op& op, Micro& m, LayerState& ls) {
+void Executor::Impl::block_input(const Op& op, exec::Micro& m, exec::LayerState& ls) {
   const int l = op.layer;
   const bool rec = op.phase == Phase::recompute, attn = op.block == Block::attention;
-  const bool full = plan.layers[l].recompute == Recompute::full;
-  const LayerShare& sh = share(l);
+  const bool full = op.recompute == Recompute::full;
+  const exec::LayerShare& sh = share(l);
   const Shape s = stream_shape(l);
   Tensor x;
   int acts = -1;
@@ -73,68 +66,67 @@ void Executor::Impl::block_input(const Op& op, Micro& m, LayerState& ls) {
     } else {
       fit_flow(m.fwd, l);  // this rank's samples, where the previous layer's dp was smaller
       x = ls.x_in =
-          materialize(m.fwd, buffer(Block::attention, Phase::forward, l, op.microbatch), s);
+          materialize(m.fwd, buffers.of(Block::attention, Phase::forward, l, op.microbatch), s);
     }
-    acts = rec ? buffer(Block::attention, Phase::recompute, l, op.microbatch)
-               : (full ? -1 : buffer(Block::attention, Phase::forward, l, op.microbatch));
+    acts = rec ? buffers.of(Block::attention, Phase::recompute, l, op.microbatch)
+               : (full ? -1 : buffers.of(Block::attention, Phase::forward, l, op.microbatch));
   } else {
-    acts = rec ? buffer(Block::mlp, Phase::recompute, l, op.microbatch)
-               : (full ? -1 : buffer(Block::mlp, Phase::forward, l, op.microbatch));
+    acts = rec ? buffers.of(Block::mlp, Phase::recompute, l, op.microbatch)
+               : (full ? -1 : buffers.of(Block::mlp, Phase::forward, l, op.microbatch));
     x = ls.x_mid = materialize(rec ? m.rec : m.fwd, acts, s);
   }
-  Tensor out = pool.take(acts, s);
-  Tensor mean = whole.norm == Norm::layernorm ? pool.take(acts, Shape{sh.Ns}) : Tensor{};
-  Tensor rstd = pool.take(acts, Shape{sh.Ns});
-  const LayerWeights& w = model.weights.layer(l);
+  Tensor out = buffers.pool.take(acts, s);
+  Tensor mean = whole.norm == Norm::layernorm ? buffers.pool.take(acts, Shape{sh.Ns}) : Tensor{};
+  Tensor rstd = buffers.pool.take(acts, Shape{sh.Ns});
+  const LayerWeights& w = shards.model.weights.layer(l);
   if (attn) {
-    norm_forward(be, sh.local, x, w.attn_norm_w, w.attn_norm_b, out, mean, rstd);
+    norm_forward(backend, sh.local, x, w.attn_norm_w, w.attn_norm_b, out, mean, rstd);
     ls.attn.norm_out = out, ls.attn.norm_mean = mean, ls.attn.norm_rstd = rstd;
   } else {
-    norm_forward(be, sh.local, x, w.mlp_norm_w, w.mlp_norm_b, out, mean, rstd);
+    norm_forward(backend, sh.local, x, w.mlp_norm_w, w.mlp_norm_b, out, mean, rstd);
     ls.mlp.norm_out = out, ls.mlp.norm_mean = mean, ls.mlp.norm_rstd = rstd;
   }
 }
 
 void Executor::Impl::block_forward(const Op& op) {
-  Micro& m = mb(op.microbatch);
+  exec::Micro& m = mb(op.microbatch);
   const int l = op.layer;
-  LayerState& ls = m.layers[l];
-  const Recompute rc = plan.layers[l].recompute;
+  exec::LayerState& ls = m.layers[l];
+  const Recompute rc = op.recompute;
   const bool rec = op.phase == Phase::recompute, attn = op.block == Block::attention;
-  const LayerShare& sh = share(l);
+  const exec::LayerShare& sh = share(l);
   const TransformerConfig& lc = sh.local;
   const int b = sh.B;
   if (rec && attn && rc == Recompute::selective) {
     // Rebuild the attention probabilities from the saved q, k (selective recompute).
-    Tensor att = pool.take(buffer(Block::attention, Phase::recompute, l, op.microbatch),
-                           Shape{b, lc.heads, T, T});
-    attention_recompute(be, lc, ls.attn, att);
+    Tensor att = buffers.pool.take(buffers.of(Block::attention, Phase::recompute, l, op.microbatch),
+                                   Shape{b, lc.heads, T, T});
+    attention_recompute(backend, lc, ls.attn, att);
     return;
   }
   const bool full = rc == Recompute::full;
-  if (!sh.sp) block_input(op, m, ls);
-  const int acts = rec ? buffer(op.block, Phase::recompute, l, op.microbatch)
-                       : (full ? -1 : buffer(op.block, Phase::forward, l, op.microbatch));
+  if (!sh.sequence_parallel) block_input(op, m, ls);
+  const int acts = rec ? buffers.of(op.block, Phase::recompute, l, op.microbatch)
+                       : (full ? -1 : buffers.of(op.block, Phase::forward, l, op.microbatch));
   const Shape full_s = full_shape(l);
   const Tensor& norm_out = attn ? ls.attn.norm_out : ls.mlp.norm_out;
-  Tensor xn = sh.sp ? m.gathered.view(full_s) : norm_out.view(full_s);
-  Tensor y = pool.scratch(full_s);
+  Tensor xn = sh.sequence_parallel ? m.gathered.view(full_s) : norm_out.view(full_s);
+  Tensor y = buffers.pool.scratch(full_s);
   const bool bias = sh.tp_index == 0;  // the row-parallel bias counts once in the group's sum
-  const LayerWeights& w = model.weights.layer(l);
+  const LayerWeights& w = shards.model.weights.layer(l);
   if (attn) {
     AttentionActs& a = ls.attn;
-    a.qkv = pool.take(acts, Shape{b, T, lc.qkv_width()});
-    a.att = (rec || attention_keeps_probs(l)) && !plan.flash_attention
-                ? pool.take(acts, Shape{b, lc.heads, T, T})
-                : Tensor{};
-    a.lse = pool.take(acts, Shape{b, lc.heads, T});
-    a.out = pool.take(acts, Shape{b, T, lc.attn_width()});
-    attention_forward(be, lc, w, xn, y, a, bias);
+    a.qkv = buffers.pool.take(acts, Shape{b, T, lc.qkv_width()});
+    a.att =
+        attention_keeps_probs(op) ? buffers.pool.take(acts, Shape{b, lc.heads, T, T}) : Tensor{};
+    a.lse = buffers.pool.take(acts, Shape{b, lc.heads, T});
+    a.out = buffers.pool.take(acts, Shape{b, T, lc.attn_width()});
+    attention_forward(backend, lc, w, xn, y, a, bias);
   } else {
     MlpActs& a = ls.mlp;
-    a.fc1_out = pool.take(acts, Shape{b, T, lc.fc1_width()});
-    a.act_out = pool.take(acts, Shape{b, T, lc.ffn_hidden});
-    mlp_forward(be, lc, w, xn, y, a, bias);
+    a.fc1_out = buffers.pool.take(acts, Shape{b, T, lc.fc1_width()});
+    a.act_out = buffers.pool.take(acts, Shape{b, T, lc.ffn_hidden});
+    mlp_forward(backend, lc, w, xn, y, a, bias);
   }
   m.gathered = Tensor{};
   if (!rec && full) {  // under full recompute forward keeps only the layer input
@@ -143,43 +135,42 @@ void Executor::Impl::block_forward(const Op& op) {
     else
       ls.mlp = MlpActs{};
   }
-  Flow& flow = rec ? m.rec : m.fwd;
+  exec::Flow& flow = rec ? m.rec : m.fwd;
   const Tensor& base = attn ? ls.x_in : ls.x_mid;
   if (sh.tp == 1) {
-    flow = Flow{base, y, -1};
+    flow = exec::Flow{base, y, -1};
     drop_unsaved_block_input(op, ls);
   } else {
     m.partial = y;  // the tp reduction that follows completes the flow
   }
 }
 
-void Executor::Impl::drop_unsaved_block_input(const Op& op, LayerState& ls) {
+void Executor::Impl::drop_unsaved_block_input(const Op& op, exec::LayerState& ls) {
   // Under full recompute forward keeps only the layer input: the mlp's input lives on in the
   // residual flow until the next block takes it, and backward's recompute rebuilds it.
-  if (op.block == Block::mlp && op.phase == Phase::forward &&
-      plan.layers[op.layer].recompute == Recompute::full)
+  if (op.block == Block::mlp && op.phase == Phase::forward && op.recompute == Recompute::full)
     ls.x_mid = Tensor{};
 }
 
 void Executor::Impl::block_backward(const Op& op) {
-  Micro& m = mb(op.microbatch);
+  exec::Micro& m = mb(op.microbatch);
   const int l = op.layer;
   stage_gradients(l);
-  LayerState& ls = m.layers.at(l);
-  const LayerShare& sh = share(l);
+  exec::LayerState& ls = m.layers.at(l);
+  const exec::LayerShare& sh = share(l);
   fit_grad(m, l);  // this rank's samples, where the next layer's dp was smaller
   const Shape full_s = full_shape(l);
   const bool attn = op.block == Block::attention;
   const Tensor& norm_out = attn ? ls.attn.norm_out : ls.mlp.norm_out;
-  Tensor dy = sh.sp ? m.gathered_dy.view(full_s) : m.grad.view(full_s);
-  Tensor xn = sh.sp ? m.gathered.view(full_s) : norm_out.view(full_s);
-  Tensor d_xn = pool.scratch(full_s);
-  const LayerWeights& w = model.weights.layer(l);
-  LayerWeights& g = model.grad_weights.layer(l);
+  Tensor dy = sh.sequence_parallel ? m.gathered_dy.view(full_s) : m.grad.view(full_s);
+  Tensor xn = sh.sequence_parallel ? m.gathered.view(full_s) : norm_out.view(full_s);
+  Tensor d_xn = buffers.pool.scratch(full_s);
+  const LayerWeights& w = shards.model.weights.layer(l);
+  LayerWeights& g = shards.model.grad_weights.layer(l);
   if (attn)
-    attention_backward(be, sh.local, w, g, dy, xn, d_xn, ls.attn, *sh.ws);
+    attention_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.attn, *sh.ws);
   else
-    mlp_backward(be, sh.local, w, g, dy, xn, d_xn, ls.mlp, *sh.ws);
+    mlp_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.mlp, *sh.ws);
   m.gathered = m.gathered_dy = Tensor{};
   if (sh.tp == 1)
     finish_block_backward(l, op.block, m, d_xn);
@@ -189,99 +180,101 @@ void Executor::Impl::block_backward(const Op& op) {
 
 // The norm's backward on the reduced gradient of its output: accumulates into the stream's
 // gradient, which so also takes the residual branch.
-void Executor::Impl::finish_block_backward(int l, Block b, Micro& m, const Tensor& d_xn) {
-  LayerState& ls = m.layers.at(l);
-  const LayerWeights& w = model.weights.layer(l);
-  LayerWeights& g = model.grad_weights.layer(l);
+void Executor::Impl::finish_block_backward(int l, Block b, exec::Micro& m, const Tensor& d_xn) {
+  exec::LayerState& ls = m.layers.at(l);
+  const LayerWeights& w = shards.model.weights.layer(l);
+  LayerWeights& g = shards.model.grad_weights.layer(l);
   const TransformerConfig& lc = share(l).local;
   const Shape s = stream_shape(l);
   Tensor dx = m.grad.view(s);
   Tensor dn = d_xn.view(s);
   if (b == Block::attention) {
-    norm_backward(be, lc, dx, g.attn_norm_w, g.attn_norm_b, dn, ls.x_in, w.attn_norm_w,
+    norm_backward(backend, lc, dx, g.attn_norm_w, g.attn_norm_b, dn, ls.x_in, w.attn_norm_w,
                   ls.attn.norm_mean, ls.attn.norm_rstd);
     m.layers.erase(l);  // the layer's backward is done
   } else {
-    norm_backward(be, lc, dx, g.mlp_norm_w, g.mlp_norm_b, dn, ls.x_mid, w.mlp_norm_w,
+    norm_backward(backend, lc, dx, g.mlp_norm_w, g.mlp_norm_b, dn, ls.x_mid, w.mlp_norm_w,
                   ls.mlp.norm_mean, ls.mlp.norm_rstd);
   }
 }
 
 void Executor::Impl::embedding_forward(const Op& op) {
-  Micro& m = mb(op.microbatch);
+  exec::Micro& m = mb(op.microbatch);
   m.embedded = true;
-  Tensor x = pool.scratch(full_shape());
-  stratagem::embedding_forward(be, local, model.weights, m.ids, x, tp_index == 0);
+  Tensor x = buffers.pool.scratch(full_shape());
+  stratagem::embedding_forward(backend, local, shards.model.weights, m.ids, x, tp_index == 0);
   if (tp == 1)
-    m.fwd = Flow{x, {}, -1};
+    m.fwd = exec::Flow{x, {}, -1};
   else
     m.partial = x;  // vocabulary shards' partial rows: summed by the collective that follows
 }
 
 void Executor::Impl::embedding_backward(const Op& op) {
-  Micro& m = mb(op.microbatch);
+  exec::Micro& m = mb(op.microbatch);
   stage_gradients(-1);
   fit_grad(m, -1);
-  Tensor dx = sp_on ? m.gathered_dy.view(full_shape()) : m.grad.view(full_shape());
-  stratagem::embedding_backward(be, local, model.grad_weights, m.ids, dx);
-  micro.erase(op.microbatch);
+  Tensor dx = sequence_parallel ? m.gathered_dy.view(full_shape()) : m.grad.view(full_shape());
+  stratagem::embedding_backward(backend, local, shards.model.grad_weights, m.ids, dx);
+  current_step.micro.erase(op.microbatch);
 }
 
 // The final norm's input and output: whole, or this rank's token shard before the gather.
-void Executor::Impl::norm_head_input(Micro& m) {
+void Executor::Impl::norm_head_input(exec::Micro& m) {
   const Shape s = stream_shape();
   fit_flow(m.fwd, -1);
   m.x_final = materialize(m.fwd, -1, s);
-  m.xn = pool.scratch(s);
-  m.head_mean = whole.norm == Norm::layernorm ? pool.scratch(Shape{Ns}) : Tensor{};
-  m.head_rstd = pool.scratch(Shape{Ns});
-  const ModelWeights& w = model.weights;
-  norm_forward(be, local, m.x_final, w.norm_f_w, w.norm_f_b, m.xn, m.head_mean, m.head_rstd);
+  m.xn = buffers.pool.scratch(s);
+  m.head_mean = whole.norm == Norm::layernorm ? buffers.pool.scratch(Shape{Ns}) : Tensor{};
+  m.head_rstd = buffers.pool.scratch(Shape{Ns});
+  const ModelWeights& w = shards.model.weights;
+  norm_forward(backend, local, m.x_final, w.norm_f_w, w.norm_f_b, m.xn, m.head_mean, m.head_rstd);
 }
 
 void Executor::Impl::head_forward(const Op& op) {
-  Micro& m = mb(op.microbatch);
-  if (!sp_on) norm_head_input(m);
-  if (sp_on)  // the token shard went into the gather: only the whole is read from here on
+  exec::Micro& m = mb(op.microbatch);
+  if (!sequence_parallel) norm_head_input(m);
+  if (sequence_parallel)  // the token shard went into the gather: only the whole is read from here
+                          // on
     m.xn_whole = m.gathered, m.gathered = m.xn = Tensor{};
   else
     m.xn_whole = m.xn;
-  m.logits =
-      pool.take(buffer(Block::head, Phase::forward, -1, op.microbatch), Shape{N, local.vocab_rows});
-  lm_head_forward(be, model.weights, m.xn_whole.view(Shape{N, whole.hidden}), m.logits);
-  m.ce_max = pool.scratch(Shape{N});
-  be.crossentropy_row_max(m.ce_max, m.logits, local.vocab_valid(tp_index));
+  m.logits = buffers.pool.take(buffers.of(Block::head, Phase::forward, -1, op.microbatch),
+                               Shape{N, local.vocab_rows});
+  lm_head_forward(backend, shards.model.weights, m.xn_whole.view(Shape{N, whole.hidden}), m.logits);
+  m.ce_max = buffers.pool.scratch(Shape{N});
+  backend.crossentropy_row_max(m.ce_max, m.logits, local.vocab_valid(tp_index));
   if (tp == 1) {
     head_loss_sums(m);
     head_loss(m);
   }  // else: max all-reduce, then sums all-reduce (ops_comm.cpp)
 }
 
-void Executor::Impl::head_loss_sums(Micro& m) {
-  m.ce_sums = pool.scratch(Shape{N, 2});
-  be.crossentropy_sums(m.ce_sums, m.logits, m.ce_max, m.targets, local.vocab_begin(tp_index),
-                       local.vocab_valid(tp_index));
+void Executor::Impl::head_loss_sums(exec::Micro& m) {
+  m.ce_sums = buffers.pool.scratch(Shape{N, 2});
+  backend.crossentropy_sums(m.ce_sums, m.logits, m.ce_max, m.targets, local.vocab_begin(tp_index),
+                            local.vocab_valid(tp_index));
 }
 
-void Executor::Impl::head_loss(Micro& m) {
+void Executor::Impl::head_loss(exec::Micro& m) {
   if (tp_index != 0) return;  // every tp rank holds the same reduced statistics
   std::vector<float> mx(static_cast<size_t>(N)), sums(static_cast<size_t>(2 * N));
-  be.download(mx.data(), m.ce_max);
-  be.download(sums.data(), m.ce_sums);
+  backend.download(mx.data(), m.ce_max);
+  backend.download(sums.data(), m.ce_sums);
   double total = 0;
   for (int64_t i = 0; i < N; ++i) total += std::log(double(sums[2 * i])) + mx[i] - sums[2 * i + 1];
-  loss_sum += total;
+  current_step.loss_sum += total;
 }
 
 void Executor::Impl::head_backward(const Op& op) {
-  Micro& m = mb(op.microbatch);
+  exec::Micro& m = mb(op.microbatch);
   stage_gradients(-1);
   // Gradient of the mean loss over the global batch's tokens.
   const float scale = 1.0f / float(double(program.num_microbatches) * dp * N);
-  be.crossentropy_shard_backward(m.logits, m.logits, m.ce_max, m.ce_sums, m.targets,
-                                 local.vocab_begin(tp_index), local.vocab_valid(tp_index), scale);
-  Tensor d_xn = pool.scratch(Shape{N, whole.hidden});
-  lm_head_backward(be, model.weights, model.grad_weights, m.logits,
+  backend.crossentropy_shard_backward(m.logits, m.logits, m.ce_max, m.ce_sums, m.targets,
+                                      local.vocab_begin(tp_index), local.vocab_valid(tp_index),
+                                      scale);
+  Tensor d_xn = buffers.pool.scratch(Shape{N, whole.hidden});
+  lm_head_backward(backend, shards.model.weights, shards.model.grad_weights, m.logits,
                    m.xn_whole.view(Shape{N, whole.hidden}), d_xn);
   // The norm's backward reads its input and statistics, not its output: the output goes here.
   m.logits = m.ce_max = m.ce_sums = m.xn_whole = m.xn = Tensor{};
@@ -291,61 +284,43 @@ void Executor::Impl::head_backward(const Op& op) {
     m.partial = d_xn;
 }
 
-void Executor::Impl::finish_head_backward(Micro& m, const Tensor& d_xn) {
-  m.grad = pool.scratch(stream_shape());
+void Executor::Impl::finish_head_backward(exec::Micro& m, const Tensor& d_xn) {
+  m.grad = buffers.pool.scratch(stream_shape());
   m.grad_producer = -1;
-  be.fill(m.grad, 0.0f);
-  ModelWeights& g = model.grad_weights;
-  const ModelWeights& w = model.weights;
-  norm_backward(be, local, m.grad, g.norm_f_w, g.norm_f_b, d_xn.view(stream_shape()), m.x_final,
-                w.norm_f_w, m.head_mean, m.head_rstd);
+  backend.fill(m.grad, 0.0f);
+  ModelWeights& g = shards.model.grad_weights;
+  const ModelWeights& w = shards.model.weights;
+  norm_backward(backend, local, m.grad, g.norm_f_w, g.norm_f_b, d_xn.view(stream_shape()),
+                m.x_final, w.norm_f_w, m.head_mean, m.head_rstd);
   m.x_final = m.xn = m.head_mean = m.head_rstd = Tensor{};
 }
 
-std::vector<std::pair<Tensor, Tensor>> Executor::Impl::host_state_pairs(const Tensor& host_like,
-                                                                        bool grads) {
-  std::vector<std::pair<Tensor, Tensor>> out;
-  for (const FlatRun& r : shards.host_state.runs()) {
-    if (!grads && !shards.weights.holds(r.flat_begin)) continue;
-    const int64_t n = r.flat_end - r.flat_begin;
-    out.push_back({host_like.slice(r.local, Shape{n}),
-                   grads ? model.grads.slice(shards.grads.local(r.flat_begin), Shape{n})
-                         : param_slice(r.flat_begin, n)});
-  }
-  return out;
-}
-
-Tensor Executor::Impl::param_slice(int64_t flat, int64_t n) {
-  if (shards.weights.holds(flat)) return model.params.slice(shards.weights.local(flat), Shape{n});
-  return host_params.slice(shards.host_weights.local(flat), Shape{n});
-}
-
 void Executor::Impl::stage_gradients(int layer) {
-  if (!shards.of(layer).sharded_grads() || staging.count(layer)) return;
-  auto& bufs = staging[layer];
-  auto at = staging_buffer.find(layer);
-  if (at == staging_buffer.end())
+  if (!shards.sharding.of(layer).sharded_grads() || shards.staging.count(layer)) return;
+  auto& bufs = shards.staging[layer];
+  auto at = buffers.staging.find(layer);
+  if (at == buffers.staging.end())
     throw std::logic_error("executor: no staging buffer in the Program for layer " +
                            std::to_string(layer));
-  for (auto [a, b] : model.table.ranges_of_layer(layer)) {
-    Tensor t = pool.take(at->second, Shape{b - a});
-    be.fill(t, 0.0f);
+  for (auto [a, b] : shards.model.table.ranges_of_layer(layer)) {
+    Tensor t = buffers.pool.take(at->second, Shape{b - a});
+    backend.fill(t, 0.0f);
     bufs.push_back({a, t});
-    for (const ParamInfo& e : model.table.entries())
+    for (const ParamInfo& e : shards.model.table.entries())
       if (e.offset >= a && e.offset + e.numel() <= b)
         // Non-owning: the staging goes with its reduce-scatter, not with these views.
-        weight_field(model.grad_weights, e.name) =
+        weight_field(shards.model.grad_weights, e.name) =
             Tensor{t.data + (e.offset - a), e.shape, nullptr};
   }
 }
 
-std::vector<const ParamInfo*> Executor::Impl::fetch_set(const Op& op, Micro* m) const {
+std::vector<const ParamInfo*> Executor::Impl::fetch_set(const Op& op, exec::Micro* m) const {
   std::vector<const ParamInfo*> out;
   const std::string prefix = "layers." + std::to_string(op.layer) + ".";
   // Layer -1: the lookup's weights before the micro-batch's embedding has run on this stage,
   // the head's afterwards (the Program fetches them apart).
   const bool lookup = op.layer < 0 && stage == 0 && m && !m->embedded;
-  for (const ParamInfo& e : model.table.entries()) {
+  for (const ParamInfo& e : shards.model.table.entries()) {
     const bool in = op.layer >= 0 ? e.name.rfind(prefix, 0) == 0
                     : lookup      ? e.name == "wte" || e.name == "wpe"
                                   : e.name.rfind("norm_f.", 0) == 0 || e.name == "lm_head.weight" ||
@@ -357,32 +332,34 @@ std::vector<const ParamInfo*> Executor::Impl::fetch_set(const Op& op, Micro* m) 
 
 void Executor::Impl::optimizer_step() {
   complete_all();  // every gradient reduction of the step has landed
-  if (!opt.update) return;
+  if (!options.update) return;
   double sq = 0;
-  for (auto [a, b] : shards.norm_runs)
-    sq += be.sum_squares(model.grads.slice(shards.grads.local(a), Shape{b - a}));
-  ps.world().all_reduce_sum(&sq, 1);
+  for (auto [a, b] : shards.sharding.norm_runs)
+    sq +=
+        backend.sum_squares(shards.model.grads.slice(shards.sharding.grads.local(a), Shape{b - a}));
+  parallel.world().all_reduce_sum(&sq, 1);
   const double norm = std::sqrt(sq);
-  out->grad_norm = static_cast<float>(norm);
-  out->lr = opt.schedule.at(step_index);
+  current_step.result->grad_norm = static_cast<float>(norm);
+  current_step.result->lr = options.schedule.at(current_step.index);
   // A non-finite norm (the same on every rank: it is all-reduced) leaves the weights and the
   // optimizer state as they were; the trainer decides whether to stop or go on.
   if (!std::isfinite(norm)) return;
-  const float coef = clip_coefficient(norm, opt.grad_clip);
+  const float coef = clip_coefficient(norm, options.grad_clip);
   // The gradients of the elements whose state this rank holds (on the device, before any
   // copy down).
   if (coef != 1.0f)
-    for (const FlatRun& r : shards.all_state) {
-      Tensor g =
-          model.grads.slice(shards.grads.local(r.flat_begin), Shape{r.flat_end - r.flat_begin});
-      be.scale(g, coef);
+    for (const FlatRun& r : shards.sharding.all_state) {
+      Tensor g = shards.model.grads.slice(shards.sharding.grads.local(r.flat_begin),
+                                          Shape{r.flat_end - r.flat_begin});
+      backend.scale(g, coef);
     }
-  if (host_adamw) {  // the host_compute op updates, once the gradients are down
-    host_adamw->set_steps_taken(adamw->steps_taken());  // (checkpoints count the device's)
-    host_update_pending = true;
-    host_lr = out->lr;
+  if (offload.adamw) {  // the host_compute op updates, once the gradients are down
+    offload.adamw->set_steps_taken(
+        shards.adamw->steps_taken());  // (checkpoints count the device's)
+    offload.update_pending = true;
+    offload.lr = current_step.result->lr;
   }
-  adamw->step(be, adamw_runs, out->lr);
+  shards.adamw->step(backend, shards.adamw_runs, current_step.result->lr);
 }
 
 void Executor::Impl::compute(const Op& op) {

@@ -17,7 +17,7 @@ void copy_floats(const Tensor& dst, const Tensor& src) {
 }
 
 // The saved tensors of a layer, with the block whose buffer holds each on the device.
-std::vector<std::pair<Tensor*, Block>> saved_tensors(LayerState& ls) {
+std::vector<std::pair<Tensor*, Block>> saved_tensors(exec::LayerState& ls) {
   std::vector<std::pair<Tensor*, Block>> out;
   for (Tensor* t : {&ls.x_in, &ls.attn.norm_out, &ls.attn.norm_mean, &ls.attn.norm_rstd,
                     &ls.attn.qkv, &ls.attn.att, &ls.attn.lse, &ls.attn.out})
@@ -29,27 +29,21 @@ std::vector<std::pair<Tensor*, Block>> saved_tensors(LayerState& ls) {
 }
 }  // namespace
 
-Tensor Executor::Impl::host_tensor(MemCategory category, Shape shape) {
-  const int id = next_host_buffer++;
-  host_pool.alloc(id, category, shape.numel() * int64_t(sizeof(float)));
-  return host_pool.take(id, shape);
-}
-
 void Executor::Impl::copy(const Op& op, int index) {
   if (op.block == Block::optimizer) {
     if (op.kind == OpKind::copy_d2h) {
       // The (clipped) gradients of the state's elements go down to the host optimizer; after a
       // checkpoint load the host's master weights are refreshed from the device too.
-      auto moves = host_state_pairs(host_grads, true);  // (host, device)
-      if (master_stale)
-        for (auto& pair : host_state_pairs(host_master, false)) moves.push_back(pair);
-      master_stale = false;
-      issue(index, d2h.submit([moves] {
+      auto moves = shards.host_state_pairs(offload.grads, true);  // (host, device)
+      if (offload.master_stale)
+        for (auto& pair : shards.host_state_pairs(offload.master, false)) moves.push_back(pair);
+      offload.master_stale = false;
+      requests.issue(index, offload.d2h.submit([moves] {
         for (const auto& [host, dev] : moves) copy_floats(host, dev);
       }));
-    } else {                                              // the updated weights come back up
-      auto moves = host_state_pairs(host_master, false);  // (host, device)
-      issue(index, h2d.submit([moves] {
+    } else {  // the updated weights come back up
+      auto moves = shards.host_state_pairs(offload.master, false);  // (host, device)
+      requests.issue(index, offload.h2d.submit([moves] {
         for (const auto& [host, dev] : moves) copy_floats(dev, host);
       }));
     }
@@ -60,7 +54,7 @@ void Executor::Impl::copy(const Op& op, int index) {
     return;
   }
   if (op.kind == OpKind::copy_h2d && op.category == MemCategory::weights) {
-    place_fetch(op, &h2d, index);
+    place_fetch(op, &offload.h2d, index);
     return;
   }
   throw NotSupported("copy " + op_name(op) + " is not executed by the runtime yet");
@@ -70,65 +64,66 @@ void Executor::Impl::host_compute(const Op& op, int index) {
   if (op.block != Block::optimizer)
     throw NotSupported("host op " + op_name(op) + " is not executed by the runtime yet");
   // AdamW on the host's master shard, on the d2h stream after the gradients' copy.
-  if (!host_update_pending) return;
-  host_update_pending = false;
-  const float lr = host_lr;
-  Backend* hb = host_be.get();
-  AdamW* state = host_adamw.get();
-  const std::vector<AdamW::Run>* runs = &host_adamw_runs;
-  issue(index, d2h.submit([hb, state, runs, lr] { state->step(*hb, *runs, lr); }));
+  if (!offload.update_pending) return;
+  offload.update_pending = false;
+  const float lr = offload.lr;
+  Backend* hb = offload.backend.get();
+  AdamW* state = offload.adamw.get();
+  const std::vector<AdamW::Run>* runs = &offload.adamw_runs;
+  requests.issue(index, offload.d2h.submit([hb, state, runs, lr] { state->step(*hb, *runs, lr); }));
 }
 
 void Executor::Impl::offload_activations(const Op& op, int index) {
-  Micro& m = mb(op.microbatch);
+  exec::Micro& m = mb(op.microbatch);
   // The residual stream still reads the layer's last block input: it is summed now, before
   // that input leaves the device.
   if (m.fwd.defined()) {
     Tensor x = materialize(m.fwd, -1, stream_shape(op.layer));
-    m.fwd = Flow{x, {}, -1};
+    m.fwd = exec::Flow{x, {}, -1};
   }
-  LayerState& ls = m.layers.at(op.layer);
+  exec::LayerState& ls = m.layers.at(op.layer);
   // Under full recompute only the layer input is saved; the mlp's input is rebuilt.
-  if (plan.layers[op.layer].recompute == Recompute::full) ls.x_mid = Tensor{};
+  if (op.recompute == Recompute::full) ls.x_mid = Tensor{};
   std::vector<std::pair<Tensor, Tensor>> moves;  // (host, device)
   for (auto [t, block] : saved_tensors(ls)) {
     (void)block;
-    Tensor host = host_pool.scratch(t->shape, MemCategory::activations);
+    Tensor host = offload.pool.scratch(t->shape, MemCategory::activations);
     moves.push_back({host, *t});
     *t = host;
   }
-  issue(index, d2h.submit([moves] {
+  requests.issue(index, offload.d2h.submit([moves] {
     for (const auto& [host, dev] : moves) copy_floats(host, dev);
   }));
 }
 
 void Executor::Impl::reload_activations(const Op& op, int index) {
-  Micro& m = mb(op.microbatch);
-  LayerState& ls = m.layers.at(op.layer);
+  exec::Micro& m = mb(op.microbatch);
+  exec::LayerState& ls = m.layers.at(op.layer);
   std::vector<std::pair<Tensor, Tensor>> moves;  // (device, host)
   for (auto [t, block] : saved_tensors(ls)) {
-    Tensor dev = pool.take(buffer(block, Phase::backward, op.layer, op.microbatch), t->shape);
+    Tensor dev =
+        buffers.pool.take(buffers.of(block, Phase::backward, op.layer, op.microbatch), t->shape);
     moves.push_back({dev, *t});
     *t = dev;
   }
-  issue(index, h2d.submit([moves] {
+  requests.issue(index, offload.h2d.submit([moves] {
     for (const auto& [dev, host] : moves) copy_floats(dev, host);
   }));
 }
 
 void Executor::Impl::place_fetch(const Op& op, exec::CopyStream* stream, int index) {
-  Micro* m = op.microbatch >= 0 ? &mb(op.microbatch) : nullptr;
-  const int buf = buffer(Block::none, op.phase, op.layer, op.microbatch);
-  auto& bound = fetched[buf];
+  exec::Micro* m = op.microbatch >= 0 ? &mb(op.microbatch) : nullptr;
+  const int buf = buffers.of(Block::none, op.phase, op.layer, op.microbatch);
+  auto& bound = shards.fetched[buf];
   std::vector<std::pair<Tensor, Tensor>> moves;  // (fetch buffer part, home part)
   for (const ParamInfo* e : fetch_set(op, m)) {
-    Tensor dst = pool.take(buf, e->shape);
-    weight_field(model.weights, e->name) = dst;
+    Tensor dst = buffers.pool.take(buf, e->shape);
+    weight_field(shards.model.weights, e->name) = dst;
     bound.push_back(e);
-    const exec::Segment& seg = shards.of(op.layer);
+    const exec::Segment& seg = shards.sharding.of(op.layer);
     const int64_t a = e->offset, b = e->offset + e->numel();
     if (!seg.sharded_weights()) {  // offloaded whole: the tensor itself comes up
-      moves.push_back({dst.view(Shape{e->numel()}), param_slice(a, e->numel())});
+      moves.push_back({dst.view(Shape{e->numel()}), shards.param_slice(a, e->numel())});
       continue;
     }
     // ZeRO-3: this rank's piece goes to its displacement; the all-gather fills the rest.
@@ -137,17 +132,17 @@ void Executor::Impl::place_fetch(const Op& op, exec::CopyStream* stream, int ind
     const int me = seg.dp_index;
     for (int d = 0; d < me; ++d) at += counts[d];
     if (counts[me] > 0)
-      moves.push_back(
-          {dst.slice(at, Shape{counts[me]}), param_slice(seg.piece_begin(a, b, me), counts[me])});
+      moves.push_back({dst.slice(at, Shape{counts[me]}),
+                       shards.param_slice(seg.piece_begin(a, b, me), counts[me])});
   }
   if (stream) {
-    issue(index, stream->submit([moves] {
+    requests.issue(index, stream->submit([moves] {
       for (const auto& [dst, src] : moves) copy_floats(dst, src);
     }));
   } else {
     for (auto& [dst, src] : moves) {
       Tensor d = dst;
-      be.copy(d, src);
+      backend.copy(d, src);
     }
   }
 }

@@ -32,30 +32,30 @@ Tensor slice_samples(const Tensor& t, int64_t need, int local, int tp, const std
 }
 }  // namespace
 
-void Executor::Impl::fit_flow(Flow& f, int layer) {
+void Executor::Impl::fit_flow(exec::Flow& f, int layer) {
   if (!f.defined()) return;
   const int64_t need = stream_shape(layer).numel();
   if (f.base.numel() == need) return;
   if (f.producer >= 0) complete(f.producer);
   f.producer = -1;
   const std::string what = "the input of layer " + std::to_string(layer);
-  const int local = ps.coords().local, tp = stream_tp(layer);
+  const int local = parallel.coords().local, tp = stream_tp(layer);
   f.base = slice_samples(f.base.view(Shape{f.base.numel()}), need, local, tp, what);
   if (f.add.defined())
     f.add = slice_samples(f.add.view(Shape{f.add.numel()}), need, local, tp, what);
 }
 
-void Executor::Impl::fit_grad(Micro& m, int layer) {
+void Executor::Impl::fit_grad(exec::Micro& m, int layer) {
   if (m.grad_producer >= 0) complete(m.grad_producer);
   const int64_t need = stream_shape(layer).numel();
   if (!m.grad.defined() || m.grad.numel() == need) return;
-  m.grad = slice_samples(m.grad.view(Shape{m.grad.numel()}), need, ps.coords().local,
+  m.grad = slice_samples(m.grad.view(Shape{m.grad.numel()}), need, parallel.coords().local,
                          stream_tp(layer), "the gradient of layer " + std::to_string(layer));
 }
 
 void Executor::Impl::reshard(const Op& op, int index) {
-  Communicator& comm = ps.group(resolve_group(ps.layout(), ps.rank(), op));
-  Micro& m = mb(op.microbatch);
+  Communicator& comm = group_of(op);
+  exec::Micro& m = mb(op.microbatch);
   const int r = op.tp_big / op.tp;  // replicas gathered into one
   // op.layer: the layer the stream is gathered for (forward: the next; backward: the previous).
   const int64_t need = stream_shape(op.layer).numel();
@@ -70,13 +70,13 @@ void Executor::Impl::reshard(const Op& op, int index) {
     throw std::logic_error("executor: " + op_name(op) + " gathers " + std::to_string(r) + " x " +
                            std::to_string(src.numel()) + " values for layer " +
                            std::to_string(op.layer) + ", which takes " + std::to_string(need));
-  Tensor gathered = pool.scratch(stream_shape(op.layer));
-  issue(index, comm.iall_gather(src.data, gathered.data, src.numel()), [src] {});
+  Tensor gathered = buffers.pool.scratch(stream_shape(op.layer));
+  requests.issue(index, comm.iall_gather(src.data, gathered.data, src.numel()), [src] {});
   if (op.phase == Phase::backward) {
     m.grad = gathered;
     m.grad_producer = index;
   } else {
-    m.fwd = Flow{gathered, {}, index};
+    m.fwd = exec::Flow{gathered, {}, index};
   }
 }
 

@@ -32,67 +32,61 @@ bool prefetch_op(const Op& op) {
 }  // namespace
 
 void Executor::Impl::start_run_ahead() {
-  if (ahead.empty()) {
+  if (streams.ahead.empty()) {
     for (Stream s : {Stream::h2d, Stream::dp_comm}) {
-      AheadStream a;
-      for (uint32_t i = 0; i < sp->ops.size(); ++i)
-        if (sp->ops[i].stream == s) a.ops.push_back(i);
-      if (!a.ops.empty()) ahead.push_back(std::move(a));
+      exec::Streams::Ahead a;
+      for (uint32_t i = 0; i < stage_program->ops.size(); ++i)
+        if (stage_program->ops[i].stream == s) a.ops.push_back(i);
+      if (!a.ops.empty()) streams.ahead.push_back(std::move(a));
     }
   }
-  if (!shared_comms_known) {
+  if (!streams.shared_comms_known) {
     // Groups with the same members share one communicator (ParallelState), and each
     // communicator's collectives must start in one order on every member: a gather whose
     // communicator another stream uses keeps its place in the Program.
-    for (const Op& op : sp->ops)
+    for (const Op& op : stage_program->ops)
       if (op.kind == OpKind::collective && op.stream != Stream::dp_comm)
-        shared_comms.insert(&ps.group(resolve_group(ps.layout(), ps.rank(), op)));
-    shared_comms_known = true;
+        streams.shared_comms.insert(&group_of(op));
+    streams.shared_comms_known = true;
     // MPI progresses non-blocking collectives of different communicators in any order. NCCL
     // asks every rank to issue the operations of concurrently used communicators in one order
     // (a device backend's collectives keep the Program's order, which is the same on all
     // ranks), and its gathers run on the device's own streams anyway.
-    collectives_run_ahead = be.name() == "cpu";
-    allocs_follow_frees = be.name() == "cpu";
+    streams.collectives_run_ahead = backend.name() == "cpu";
+    streams.allocs_follow_frees = backend.name() == "cpu";
   }
-  for (AheadStream& a : ahead) a.next = 0;
-  reached = -1;
-  last_compute = -1;
-  ran_ahead.assign(sp->ops.size(), 0);
-}
-
-bool Executor::Impl::landed(int op) {
-  auto it = inflight.find(op);
-  return it == inflight.end() || it->second.request->test();
+  for (exec::Streams::Ahead& a : streams.ahead) a.next = 0;
+  streams.reached = -1;
+  streams.last_compute = -1;
+  streams.ran_ahead.assign(stage_program->ops.size(), 0);
 }
 
 bool Executor::Impl::waits_only_on_issued(uint32_t j) const {
-  const Op& op = sp->ops[j];
-  const uint32_t* deps = sp->deps_of(op);
+  const Op& op = stage_program->ops[j];
+  const uint32_t* deps = stage_program->deps_of(op);
   for (uint32_t d = 0; d < op.dep_count; ++d)
-    if (int64_t(deps[d]) > reached && !ran_ahead[deps[d]]) return false;
+    if (int64_t(deps[d]) > streams.reached && !streams.ran_ahead[deps[d]]) return false;
   return true;
 }
 
-bool Executor::Impl::may_run_ahead(const AheadStream& a, uint32_t j) {
-  const Op& op = sp->ops[j];
+bool Executor::Impl::may_run_ahead(const exec::Streams::Ahead& a, uint32_t j) {
+  const Op& op = stage_program->ops[j];
   if (!prefetch_op(op) || !waits_only_on_issued(j)) return false;
-  if (a.next > 0 && !landed(static_cast<int>(a.ops[a.next - 1]))) return false;
-  const uint32_t* deps = sp->deps_of(op);
+  if (a.next > 0 && !requests.landed(static_cast<int>(a.ops[a.next - 1]))) return false;
+  const uint32_t* deps = stage_program->deps_of(op);
   for (uint32_t d = 0; d < op.dep_count; ++d)
-    if (!landed(static_cast<int>(deps[d]))) return false;
+    if (!requests.landed(static_cast<int>(deps[d]))) return false;
   if (op.kind == OpKind::collective &&
-      (!collectives_run_ahead ||
-       shared_comms.count(&ps.group(resolve_group(ps.layout(), ps.rank(), op)))))
+      (!streams.collectives_run_ahead || streams.shared_comms.count(&group_of(op))))
     return false;
   if (op.kind != OpKind::alloc && op.category == MemCategory::weights) {
     // The weights are bound to one fetch buffer at a time: while an earlier buffer of the same
     // tensors is in use, this fetch waits for its place in the Program.
-    const int buf = buffer(Block::none, op.phase, op.layer, op.microbatch);
-    if (fetched.count(buf)) return true;  // placed by its h2d copy: the gather fills it
-    Micro* m = op.microbatch >= 0 ? &mb(op.microbatch) : nullptr;
+    const int buf = buffers.of(Block::none, op.phase, op.layer, op.microbatch);
+    if (shards.fetched.count(buf)) return true;  // placed by its h2d copy: the gather fills it
+    exec::Micro* m = op.microbatch >= 0 ? &mb(op.microbatch) : nullptr;
     for (const ParamInfo* e : fetch_set(op, m))
-      for (const auto& [other, bound] : fetched)
+      for (const auto& [other, bound] : shards.fetched)
         if (std::find(bound.begin(), bound.end(), e) != bound.end()) return false;
   }
   return true;
@@ -107,33 +101,34 @@ void Executor::Impl::free_landed_before(uint32_t j) {
   // not overtake): it goes first too (the next micro-batch's first fetches otherwise meet the
   // last layer's buffer, the layer below's backward prefetch the mlp's activations).
   bool at_rank = true;
-  for (uint32_t i = static_cast<uint32_t>(reached + 1); i < j; ++i) {
-    const Op& op = sp->ops[i];
-    if (op.kind == OpKind::compute || (op.kind == OpKind::alloc && !ran_ahead[i])) at_rank = false;
+  for (uint32_t i = static_cast<uint32_t>(streams.reached + 1); i < j; ++i) {
+    const Op& op = stage_program->ops[i];
+    if (op.kind == OpKind::compute || (op.kind == OpKind::alloc && !streams.ran_ahead[i]))
+      at_rank = false;
     const bool placed = op.stream == Stream::dp_comm || (at_rank && op.stream == Stream::compute);
-    if (op.kind != OpKind::free || !placed || ran_ahead[i] || !waits_only_on_issued(i) ||
-        !deps_landed(i) || pending(i))
+    if (op.kind != OpKind::free || !placed || streams.ran_ahead[i] || !waits_only_on_issued(i) ||
+        !deps_landed(i) || streams.pending(i))
       continue;
     complete_deps(i);
     run(i);
-    ran_ahead[i] = 1;
+    streams.ran_ahead[i] = 1;
   }
 }
 
 bool Executor::Impl::run_ahead() {
   bool ran = false;
-  for (AheadStream& a : ahead) {
+  for (exec::Streams::Ahead& a : streams.ahead) {
     while (a.next < a.ops.size()) {
       const uint32_t j = a.ops[a.next];
       // A free the rank passed that waits for its reduction (pending_frees) holds its stream.
-      if (pending(j)) break;
-      if (int64_t(j) > reached && !ran_ahead[j]) {
+      if (streams.pending(j)) break;
+      if (int64_t(j) > streams.reached && !streams.ran_ahead[j]) {
         if (!may_run_ahead(a, j)) break;
-        if (sp->ops[j].kind == OpKind::alloc) free_landed_before(j);
+        if (stage_program->ops[j].kind == OpKind::alloc) free_landed_before(j);
         // (A free: the reduction's completion reads the buffer.)
-        if (sp->ops[j].kind == OpKind::free) complete_deps(j);
+        if (stage_program->ops[j].kind == OpKind::free) complete_deps(j);
         run_timed(j);
-        ran_ahead[j] = 1;
+        streams.ran_ahead[j] = 1;
         ran = true;
       }
       ++a.next;
@@ -149,36 +144,38 @@ void Executor::Impl::land_reductions_before(int64_t compute) {
   // lands; the dp stream's frees that wait only for such reductions go first, so that the
   // memory the Program's order allows is the forecast's, not the host's (a layer's staged
   // gradients beside the next layer's after its recompute: +29% grads in half the runs).
-  for (AheadStream& a : ahead) {
+  for (exec::Streams::Ahead& a : streams.ahead) {
     while (a.next < a.ops.size()) {
       const uint32_t j = a.ops[a.next];
       // A free the rank passed that waits for its reduction (pending_frees) holds its stream.
-      if (pending(j)) break;
-      if (ran_ahead[j] || int64_t(j) <= reached) {  // run already
+      if (streams.pending(j)) break;
+      if (streams.ran_ahead[j] || int64_t(j) <= streams.reached) {  // run already
         ++a.next;
         continue;
       }
-      const Op& op = sp->ops[j];
+      const Op& op = stage_program->ops[j];
       if (op.kind != OpKind::free || op.stream != Stream::dp_comm || !prefetch_op(op)) break;
       // (An op before the rank's last computation has been issued: only frees are passed over.)
-      const uint32_t* deps = sp->deps_of(op);
+      const uint32_t* deps = stage_program->deps_of(op);
       if (!std::all_of(deps, deps + op.dep_count, [&](uint32_t d) { return int64_t(d) < compute; }))
         break;
       // (While it waits, the streams run ahead, and may run this free themselves.)
       complete_deps(j);
-      if (!ran_ahead[j]) {
+      if (!streams.ran_ahead[j]) {
         run_timed(j);
-        ran_ahead[j] = 1;
+        streams.ran_ahead[j] = 1;
       }
     }
   }
 }
 
 bool Executor::Impl::may_soon_run_ahead() const {
-  for (const AheadStream& a : ahead) {
+  for (const exec::Streams::Ahead& a : streams.ahead) {
     if (a.next >= a.ops.size()) continue;
     const uint32_t j = a.ops[a.next];
-    if (int64_t(j) > reached && prefetch_op(sp->ops[j]) && waits_only_on_issued(j)) return true;
+    if (int64_t(j) > streams.reached && prefetch_op(stage_program->ops[j]) &&
+        waits_only_on_issued(j))
+      return true;
   }
   return false;
 }

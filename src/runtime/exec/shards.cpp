@@ -87,21 +87,21 @@ const Segment& Sharding::of(int layer) const {
   return it->second;
 }
 
-Sharding make_sharding(const ParamTable& table, const Plan& plan, const std::vector<int>& layers,
+Sharding make_sharding(const ParamTable& table, const std::vector<SegmentPlacement>& placements,
                        int local) {
   Sharding sh;
-  std::vector<int> ids = layers;
-  if (!table.ranges_of_layer(-1).empty()) ids.insert(ids.begin(), -1);
   std::vector<FlatRun> w, hw, g, o, ho;
-  for (int l : ids) {
-    const LayerStrategy& st = l < 0 ? plan.embedding : plan.layers.at(l);
+  for (const SegmentPlacement& st : placements) {
+    const int l = st.layer;
+    // (The embedding and head's segment is held on the first and last stage only.)
+    if (l < 0 && table.ranges_of_layer(-1).empty()) continue;
     Segment s;
     s.layer = l;
     s.zero = st.zero;
     s.dp = st.dp;
     s.dp_index = Layout::dp_index(local, st.tp);
-    s.params_on_host = st.offload_params;
-    s.optimizer_on_host = st.offload_optimizer;
+    s.params_on_host = st.params_on_host;
+    s.optimizer_on_host = st.optimizer_on_host;
     s.runs = table.ranges_of_layer(l);
     int64_t n = 0;
     for (auto [a, b] : s.runs) s.starts.push_back(n), n += b - a;

@@ -11,12 +11,18 @@
 #include <vector>
 
 #include "stratagem/executor.hpp"
-#include "stratagem/plan.hpp"
 #include "stratagem/transformer.hpp"
 
 namespace stratagem::exec {
 
 using FlatRange = std::pair<int64_t, int64_t>;  // [begin, end) of the flat parameter buffer
+
+// What a layer's strategy decides about its parameters (layer -1: the embedding and head's).
+struct SegmentPlacement {
+  int layer = -1;
+  int zero = 0, tp = 1, dp = 1;
+  bool params_on_host = false, optimizer_on_host = false;
+};
 
 struct Segment {
   int layer = -1;  // -1: everything outside the layers (embedding, final norm, LM head)
@@ -67,9 +73,9 @@ struct Sharding {
   const Segment& of(int layer) const;  // layer < 0: the embedding and head's segment
 };
 
-// `layers`: the model layers the table holds; `local`: the rank's index in its stage, which
-// places it in each layer's tp and dp groups (Layout).
-Sharding make_sharding(const ParamTable& table, const Plan& plan, const std::vector<int>& layers,
+// `placements`: those of the layers the table holds (rank_plan.hpp); `local`: the rank's index
+// in its stage, which places it in each layer's tp and dp groups (Layout).
+Sharding make_sharding(const ParamTable& table, const std::vector<SegmentPlacement>& placements,
                        int local);
 
 }  // namespace stratagem::exec

@@ -1,0 +1,53 @@
+// The step in flight: each micro-batch's tensors between its ops, the loss summed so far and
+// the step's result (timings, memory samples).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "stratagem/executor.hpp"
+#include "stratagem/transformer.hpp"
+
+namespace stratagem::exec {
+
+// A residual-stream (or gradient) value that may still be in flight: value = base (+ add),
+// ready once op `producer` has completed. The residual add of a tensor-parallel block waits
+// for its reduction, so it happens where the value is next used.
+struct Flow {
+  Tensor base, add;
+  int producer = -1;
+  bool defined() const { return base.defined(); }
+};
+
+// What one layer of one micro-batch keeps between its forward and its backward.
+struct LayerState {
+  Tensor x_in, x_mid;  // inputs of the attention and the mlp block (token shard under sp)
+  AttentionActs attn;
+  MlpActs mlp;
+};
+
+struct Micro {
+  std::vector<int32_t> tokens, targets, ids;  // ids: this rank's vocabulary-shard ids or -1
+  bool embedded = false;                      // the lookup has run on this stage
+  Flow fwd;                                   // forward residual stream
+  Flow rec;                                   // full recompute's stream
+  Tensor grad;                                // dL/d(stream) in backward (token shard under sp)
+  int grad_producer = -1;
+  std::map<int, LayerState> layers;
+  Tensor partial;   // a block's partial output or input gradient, before its tp reduction
+  Tensor gathered;  // a gathered (whole-sequence) normalized input
+  Tensor gathered_dy;
+  // head: final norm input/statistics, normalized input, logits and loss statistics
+  Tensor x_final, xn, xn_whole, head_mean, head_rstd, logits, ce_max, ce_sums;
+};
+
+struct StepState {
+  std::map<int, Micro> micro;  // by micro-batch index
+  int64_t index = 0;           // the optimizer step, 0-based
+  double loss_sum = 0;
+  StepResult* result = nullptr;
+  std::chrono::steady_clock::time_point t0;
+};
+
+}  // namespace stratagem::exec
