@@ -48,7 +48,8 @@ struct Executor::Impl {
   // devices (its tp share, samples and token shard; rank_plan.hpp).
   std::map<int, exec::LayerShare> shares;
 
-  // ---- the parts (declared in the order they go: the copy streams, in offload, go first) --
+  // ---- the parts: destroyed in reverse order, so offload's copy streams are drained and
+  // joined before the tensors their work touches go -------------------------------------
   exec::Buffers buffers;
   exec::Shards shards;
   exec::StepState current_step;
