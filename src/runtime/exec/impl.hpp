@@ -41,16 +41,15 @@ struct Executor::Impl {
   ExecutorOptions options;
   Program program;  // built with the framework options.framework names
   const StageProgram* stage_program = nullptr;
-  // The embedding and head's share of the stage (shares.at(-1)), and the sequence length.
-  int stage = 0, tp = 1, tp_index = 0, dp = 1, dp_index = 0;
-  bool sequence_parallel = false;
-  int B = 1, T = 1;       // samples per rank per micro-batch, sequence length
-  int64_t N = 1, Ns = 1;  // tokens per micro-batch, and this rank's token shard
-  TransformerConfig whole, local;
-  // Per layer of the model (and -1): its share of the stage's devices (rank_plan.hpp).
+  int stage = 0;
+  int T = 1;                // sequence length
+  TransformerConfig whole;  // the model, unsharded
+  // Per layer of the model, and -1 for the embedding and head: its share of the stage's
+  // devices (its tp share, samples and token shard; rank_plan.hpp).
   std::map<int, exec::LayerShare> shares;
 
-  // ---- the parts (declared in the order they go: the copy streams, in offload, go first) --
+  // ---- the parts: destroyed in reverse order, so offload's copy streams are drained and
+  // joined before the tensors their work touches go -------------------------------------
   exec::Buffers buffers;
   exec::Shards shards;
   exec::StepState current_step;
@@ -97,13 +96,13 @@ struct Executor::Impl {
   void compute(const Op& op);
   exec::Micro& mb(int m);
   Tensor materialize(exec::Flow& f, int buffer, Shape shape);
-  Shape stream_shape() const { return Shape{Ns, int64_t(whole.hidden)}; }
-  Shape full_shape() const { return Shape{B, T, int64_t(whole.hidden)}; }
   const exec::LayerShare& share(int layer) const { return shares.at(layer < 0 ? -1 : layer); }
-  Shape stream_shape(int layer) const { return Shape{share(layer).Ns, int64_t(whole.hidden)}; }
+  // The residual stream (this rank's token shard) and the whole micro-batch entering `layer`
+  // (-1: the embedding's and head's).
+  Shape stream_shape(int layer = -1) const { return Shape{share(layer).Ns, int64_t(whole.hidden)}; }
   // LayerStrategy::stream_tp of the layer's share: 1 under sequence parallelism.
   int stream_tp(int layer) const { return share(layer).sequence_parallel ? 1 : share(layer).tp; }
-  Shape full_shape(int layer) const { return Shape{share(layer).B, T, int64_t(whole.hidden)}; }
+  Shape full_shape(int layer = -1) const { return Shape{share(layer).B, T, int64_t(whole.hidden)}; }
   // Between layers whose dp differs without a collective (the next layer's dp is larger): this
   // rank's slice of the samples, of the stream entering `layer` in forward or of the gradient
   // leaving it in backward (exec/reshard.cpp).

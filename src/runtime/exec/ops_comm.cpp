@@ -59,6 +59,7 @@ void Executor::Impl::tp_collective(const Op& op, int index) {
     // Vocabulary-parallel cross entropy: the row maximum, then sum-exp and target logit.
     exec::Micro& m = mb(op.microbatch);
     Communicator& comm = group_of(op);
+    const int64_t N = share(-1).N;  // the head's tokens
     if (!m.ce_sums.defined()) {
       requests.issue(index, comm.iall_reduce(m.ce_max.data, N, ReduceOp::max),
                      [this, &m] { head_loss_sums(m); });

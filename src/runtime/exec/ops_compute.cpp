@@ -8,19 +8,21 @@
 namespace stratagem {
 
 exec::Micro& Executor::Impl::mb(int m) {
+  const exec::LayerShare& sh = share(-1);  // the embedding and head's
   auto [it, fresh] = current_step.micro.try_emplace(m);
   exec::Micro& s = it->second;
   if (fresh && (stage == 0 || stage == plan.pp - 1)) {
     // This rank's samples of micro-batch m, indexed globally so that any layout sees the same
     // global batch.
-    s.tokens.resize(size_t(N));
-    s.targets.resize(size_t(N));
-    for (int i = 0; i < B; ++i) {
-      const int64_t index = int64_t(m) * B * dp + int64_t(dp_index) * B + i;
+    s.tokens.resize(size_t(sh.N));
+    s.targets.resize(size_t(sh.N));
+    for (int i = 0; i < sh.B; ++i) {
+      const int64_t index = int64_t(m) * sh.B * sh.dp + int64_t(sh.dp_index) * sh.B + i;
       samples.sample(current_step.index, index, T, s.tokens.data() + size_t(i) * T,
                      s.targets.data() + size_t(i) * T);
     }
-    const int64_t begin = local.vocab_begin(tp_index), valid = local.vocab_valid(tp_index);
+    const int64_t begin = sh.local.vocab_begin(sh.tp_index),
+                  valid = sh.local.vocab_valid(sh.tp_index);
     s.ids.resize(s.tokens.size());
     for (size_t i = 0; i < s.tokens.size(); ++i) {
       if (s.tokens[i] < 0 || s.tokens[i] >= whole.vocab)
@@ -199,98 +201,110 @@ void Executor::Impl::finish_block_backward(int l, Block b, exec::Micro& m, const
 }
 
 void Executor::Impl::embedding_forward(const Op& op) {
+  const exec::LayerShare& sh = share(-1);  // the embedding and head's
   exec::Micro& m = mb(op.microbatch);
   m.embedded = true;
   Tensor x = buffers.pool.scratch(full_shape());
-  stratagem::embedding_forward(backend, local, shards.model.weights, m.ids, x, tp_index == 0);
-  if (tp == 1)
+  stratagem::embedding_forward(backend, sh.local, shards.model.weights, m.ids, x, sh.tp_index == 0);
+  if (sh.tp == 1)
     m.fwd = exec::Flow{x, {}, -1};
   else
     m.partial = x;  // vocabulary shards' partial rows: summed by the collective that follows
 }
 
 void Executor::Impl::embedding_backward(const Op& op) {
+  const exec::LayerShare& sh = share(-1);  // the embedding and head's
   exec::Micro& m = mb(op.microbatch);
   stage_gradients(-1);
   fit_grad(m, -1);
-  Tensor dx = sequence_parallel ? m.gathered_dy.view(full_shape()) : m.grad.view(full_shape());
-  stratagem::embedding_backward(backend, local, shards.model.grad_weights, m.ids, dx);
+  Tensor dx = sh.sequence_parallel ? m.gathered_dy.view(full_shape()) : m.grad.view(full_shape());
+  stratagem::embedding_backward(backend, sh.local, shards.model.grad_weights, m.ids, dx);
   current_step.micro.erase(op.microbatch);
 }
 
 // The final norm's input and output: whole, or this rank's token shard before the gather.
 void Executor::Impl::norm_head_input(exec::Micro& m) {
+  const exec::LayerShare& sh = share(-1);  // the embedding and head's
   const Shape s = stream_shape();
   fit_flow(m.fwd, -1);
   m.x_final = materialize(m.fwd, -1, s);
   m.xn = buffers.pool.scratch(s);
-  m.head_mean = whole.norm == Norm::layernorm ? buffers.pool.scratch(Shape{Ns}) : Tensor{};
-  m.head_rstd = buffers.pool.scratch(Shape{Ns});
+  m.head_mean = whole.norm == Norm::layernorm ? buffers.pool.scratch(Shape{sh.Ns}) : Tensor{};
+  m.head_rstd = buffers.pool.scratch(Shape{sh.Ns});
   const ModelWeights& w = shards.model.weights;
-  norm_forward(backend, local, m.x_final, w.norm_f_w, w.norm_f_b, m.xn, m.head_mean, m.head_rstd);
+  norm_forward(backend, sh.local, m.x_final, w.norm_f_w, w.norm_f_b, m.xn, m.head_mean,
+               m.head_rstd);
 }
 
 void Executor::Impl::head_forward(const Op& op) {
+  const exec::LayerShare& sh = share(-1);  // the embedding and head's
   exec::Micro& m = mb(op.microbatch);
-  if (!sequence_parallel) norm_head_input(m);
-  if (sequence_parallel)  // the token shard went into the gather: only the whole is read from here
-                          // on
+  if (!sh.sequence_parallel) norm_head_input(m);
+  // Under sequence parallelism the token shard went into the gather: only the whole is read
+  // from here on.
+  if (sh.sequence_parallel)
     m.xn_whole = m.gathered, m.gathered = m.xn = Tensor{};
   else
     m.xn_whole = m.xn;
   m.logits = buffers.pool.take(buffers.of(Block::head, Phase::forward, -1, op.microbatch),
-                               Shape{N, local.vocab_rows});
-  lm_head_forward(backend, shards.model.weights, m.xn_whole.view(Shape{N, whole.hidden}), m.logits);
-  m.ce_max = buffers.pool.scratch(Shape{N});
-  backend.crossentropy_row_max(m.ce_max, m.logits, local.vocab_valid(tp_index));
-  if (tp == 1) {
+                               Shape{sh.N, sh.local.vocab_rows});
+  lm_head_forward(backend, shards.model.weights, m.xn_whole.view(Shape{sh.N, whole.hidden}),
+                  m.logits);
+  m.ce_max = buffers.pool.scratch(Shape{sh.N});
+  backend.crossentropy_row_max(m.ce_max, m.logits, sh.local.vocab_valid(sh.tp_index));
+  if (sh.tp == 1) {
     head_loss_sums(m);
     head_loss(m);
   }  // else: max all-reduce, then sums all-reduce (ops_comm.cpp)
 }
 
 void Executor::Impl::head_loss_sums(exec::Micro& m) {
-  m.ce_sums = buffers.pool.scratch(Shape{N, 2});
-  backend.crossentropy_sums(m.ce_sums, m.logits, m.ce_max, m.targets, local.vocab_begin(tp_index),
-                            local.vocab_valid(tp_index));
+  const exec::LayerShare& sh = share(-1);  // the embedding and head's
+  m.ce_sums = buffers.pool.scratch(Shape{sh.N, 2});
+  backend.crossentropy_sums(m.ce_sums, m.logits, m.ce_max, m.targets,
+                            sh.local.vocab_begin(sh.tp_index), sh.local.vocab_valid(sh.tp_index));
 }
 
 void Executor::Impl::head_loss(exec::Micro& m) {
-  if (tp_index != 0) return;  // every tp rank holds the same reduced statistics
-  std::vector<float> mx(static_cast<size_t>(N)), sums(static_cast<size_t>(2 * N));
+  const exec::LayerShare& sh = share(-1);  // the embedding and head's
+  if (sh.tp_index != 0) return;            // every tp rank holds the same reduced statistics
+  std::vector<float> mx(static_cast<size_t>(sh.N)), sums(static_cast<size_t>(2 * sh.N));
   backend.download(mx.data(), m.ce_max);
   backend.download(sums.data(), m.ce_sums);
   double total = 0;
-  for (int64_t i = 0; i < N; ++i) total += std::log(double(sums[2 * i])) + mx[i] - sums[2 * i + 1];
+  for (int64_t i = 0; i < sh.N; ++i)
+    total += std::log(double(sums[2 * i])) + mx[i] - sums[2 * i + 1];
   current_step.loss_sum += total;
 }
 
 void Executor::Impl::head_backward(const Op& op) {
+  const exec::LayerShare& sh = share(-1);  // the embedding and head's
   exec::Micro& m = mb(op.microbatch);
   stage_gradients(-1);
   // Gradient of the mean loss over the global batch's tokens.
-  const float scale = 1.0f / float(double(program.num_microbatches) * dp * N);
+  const float scale = 1.0f / float(double(program.num_microbatches) * sh.dp * sh.N);
   backend.crossentropy_shard_backward(m.logits, m.logits, m.ce_max, m.ce_sums, m.targets,
-                                      local.vocab_begin(tp_index), local.vocab_valid(tp_index),
-                                      scale);
-  Tensor d_xn = buffers.pool.scratch(Shape{N, whole.hidden});
+                                      sh.local.vocab_begin(sh.tp_index),
+                                      sh.local.vocab_valid(sh.tp_index), scale);
+  Tensor d_xn = buffers.pool.scratch(Shape{sh.N, whole.hidden});
   lm_head_backward(backend, shards.model.weights, shards.model.grad_weights, m.logits,
-                   m.xn_whole.view(Shape{N, whole.hidden}), d_xn);
+                   m.xn_whole.view(Shape{sh.N, whole.hidden}), d_xn);
   // The norm's backward reads its input and statistics, not its output: the output goes here.
   m.logits = m.ce_max = m.ce_sums = m.xn_whole = m.xn = Tensor{};
-  if (tp == 1)
+  if (sh.tp == 1)
     finish_head_backward(m, d_xn);
   else
     m.partial = d_xn;
 }
 
 void Executor::Impl::finish_head_backward(exec::Micro& m, const Tensor& d_xn) {
+  const exec::LayerShare& sh = share(-1);  // the embedding and head's
   m.grad = buffers.pool.scratch(stream_shape());
   m.grad_producer = -1;
   backend.fill(m.grad, 0.0f);
   ModelWeights& g = shards.model.grad_weights;
   const ModelWeights& w = shards.model.weights;
-  norm_backward(backend, local, m.grad, g.norm_f_w, g.norm_f_b, d_xn.view(stream_shape()),
+  norm_backward(backend, sh.local, m.grad, g.norm_f_w, g.norm_f_b, d_xn.view(stream_shape()),
                 m.x_final, w.norm_f_w, m.head_mean, m.head_rstd);
   m.x_final = m.xn = m.head_mean = m.head_rstd = Tensor{};
 }

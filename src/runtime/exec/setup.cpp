@@ -55,11 +55,7 @@ Executor::Impl::~Impl() {
 
 void Executor::Impl::make_shares(const std::vector<int>& held) {
   const int local_index = parallel.coords().local;
-  const exec::LayerShare& head = shares[-1] = exec::layer_share(plan, whole, T, -1, local_index);
-  tp = head.tp, tp_index = head.tp_index, dp = head.dp, dp_index = head.dp_index;
-  sequence_parallel = head.sequence_parallel;
-  B = head.B, N = head.N, Ns = head.Ns;
-  local = head.local;
+  shares[-1] = exec::layer_share(plan, whole, T, -1, local_index);
   for (int l = 0; l < whole.layers; ++l) {
     exec::LayerShare sh = exec::layer_share(plan, whole, T, l, local_index);
     if (std::binary_search(held.begin(), held.end(), l)) {
@@ -117,8 +113,8 @@ void Executor::Impl::make_scratch() {
 void Executor::Impl::make_model(const ModelPart& part, const std::vector<int>& held,
                                 int weights_buffer, int grads_buffer) {
   Model& model = shards.model;
-  model.config = local;
-  model.tp_rank = tp_index;
+  model.config = share(-1).local;  // the embedding and head's tp share
+  model.tp_rank = share(-1).tp_index;
   model.table = make_param_table(whole, part);
   // Each layer's ZeRO stage decides what of its partition this rank keeps: ZeRO-3 layers only
   // their weights' piece (gathered into the Program's fetch buffer for each use), ZeRO-2 their
