@@ -51,9 +51,25 @@ StageDp::StageDp(StageDpProblem p) : p_(std::move(p)) {
   if (p_.items.size() > 32767) throw std::logic_error("StageDp: too many items");
   M_ = std::max<int64_t>(0, p_.max_budget_bytes / std::max<int64_t>(1, p_.bucket_bytes));
   if (M_ >= int64_t(INT32_MAX)) throw std::logic_error("StageDp: memory axis too long");
+  set_cover_levels();
+  quantize_costs();
+  min_reshard_to_.assign(C_, kInf);
+  for (int b = 0; b < C_; ++b)
+    for (int c = 0; c < C_; ++c)
+      min_reshard_to_[c] = std::min(min_reshard_to_[c], p_.reshard[size_t(b) * C_ + c]);
+  auto floor_level = [&](int64_t x) {
+    return int(std::upper_bound(L_.begin(), L_.end(), x) - L_.begin()) - 1;
+  };
   const int S = int(p_.items.size());
-  // Cover levels: 0 and the items' kept activations (merged, rounding down, so the cover a
-  // level promises is always there).
+  after_.assign(S, std::vector<int>(Q_, 0));
+  for (int i = 0; i < S; ++i)
+    for (int q = 0; q < Q_; ++q) after_[i][q] = floor_level(L_[q] + p_.items[i].kept);
+  build_thresholds();
+}
+
+// Cover levels: 0 and the items' kept activations (merged, rounding down, so the cover a
+// level promises is always there).
+void StageDp::set_cover_levels() {
   std::vector<int64_t> kept;
   for (const auto& it : p_.items)
     if (it.kept > 0) kept.push_back(it.kept);
@@ -69,39 +85,33 @@ StageDp::StageDp(StageDpProblem p) : p_(std::move(p)) {
     }
   }
   Q_ = int(L_.size());
-  // The quantum (see stage_dp.hpp): 2^-50 of a bound on any stage's objective, a power of two.
-  {
-    double item = 0, ends = 0, reshard = 0;
-    for (const auto& it : p_.items) {
-      item = std::max(item, std::abs(it.cost));
-      ends = std::max(ends, std::abs(it.first) + std::abs(it.last));
-    }
-    for (double r : p_.reshard) reshard = std::max(reshard, std::abs(r));
-    // n layers, n - 1 reshards between them and one from the embedding, the pass ends.
-    const double bound = double(std::max(1, p_.n_max)) * (item + reshard) + ends;
-    if (bound > 0 && std::isfinite(bound)) {
-      int e = 0;
-      std::frexp(bound, &e);  // bound < 2^e
-      quantum_ = std::ldexp(1.0, e - 50);
-    }
-    for (auto& it : p_.items) {
-      it.cost = quantize(it.cost);
-      it.first = quantize(it.first);
-      it.last = quantize(it.last);
-    }
-    for (auto& r : p_.reshard) r = quantize(r);
+}
+
+// The quantum (see stage_dp.hpp): 2^-50 of a bound on any stage's objective, a power of two.
+void StageDp::quantize_costs() {
+  double item = 0, ends = 0, reshard = 0;
+  for (const auto& it : p_.items) {
+    item = std::max(item, std::abs(it.cost));
+    ends = std::max(ends, std::abs(it.first) + std::abs(it.last));
   }
-  min_reshard_to_.assign(C_, kInf);
-  for (int b = 0; b < C_; ++b)
-    for (int c = 0; c < C_; ++c)
-      min_reshard_to_[c] = std::min(min_reshard_to_[c], p_.reshard[size_t(b) * C_ + c]);
-  auto floor_level = [&](int64_t x) {
-    return int(std::upper_bound(L_.begin(), L_.end(), x) - L_.begin()) - 1;
-  };
-  after_.assign(S, std::vector<int>(Q_, 0));
-  for (int i = 0; i < S; ++i)
-    for (int q = 0; q < Q_; ++q) after_[i][q] = floor_level(L_[q] + p_.items[i].kept);
-  // Thresholds: what a layer may need beyond its cover, and the workspace.
+  for (double r : p_.reshard) reshard = std::max(reshard, std::abs(r));
+  // n layers, n - 1 reshards between them and one from the embedding, the pass ends.
+  const double bound = double(std::max(1, p_.n_max)) * (item + reshard) + ends;
+  if (bound > 0 && std::isfinite(bound)) {
+    int e = 0;
+    std::frexp(bound, &e);  // bound < 2^e
+    quantum_ = std::ldexp(1.0, e - 50);
+  }
+  for (auto& it : p_.items) {
+    it.cost = quantize(it.cost);
+    it.first = quantize(it.first);
+    it.last = quantize(it.last);
+  }
+  for (auto& r : p_.reshard) r = quantize(r);
+}
+
+// Thresholds: what a layer may need beyond its cover, and the workspace; a table each.
+void StageDp::build_thresholds() {
   std::vector<int64_t> trs, wss;
   for (const auto& it : p_.items) {
     wss.push_back(it.ws);
@@ -124,48 +134,52 @@ StageDp::StageDp(StageDpProblem p) : p_(std::move(p)) {
     for (int64_t tr : trs) {
       Threshold t;
       t.tr = tr, t.ws = ws;
-      // Under this threshold an item matters through (cost + the row's edges, w) and, where
-      // layers sit above it, through the levels it admits and leads to: keep the front.
-      auto usable = [&](const DpItem& it) {
-        return it.ws <= ws && it.w <= M_ && admits(t, it, Q_ - 1);
-      };
-      auto front = [&](bool with_first, bool with_last, bool level0_only, bool above) {
-        std::vector<int> out;
-        auto c_of = [&](const DpItem& it) {
-          return it.cost + (with_first ? it.first : 0.0) + (with_last ? it.last : 0.0);
-        };
-        for (int c = 0; c < C_; ++c)
-          for (int i = 0; i < S; ++i) {
-            const DpItem& it = p_.items[i];
-            if (it.cls != c || !usable(it) || (level0_only && !admits(t, it, 0))) continue;
-            bool dead = false;
-            for (int j = 0; j < S && !dead; ++j) {
-              const DpItem& o = p_.items[j];
-              if (j == i || o.cls != c || !usable(o) || (level0_only && !admits(t, o, 0))) continue;
-              bool beats = c_of(o) <= c_of(it) && o.w <= it.w;
-              bool equal = c_of(o) == c_of(it) && o.w == it.w;
-              for (int q = 0; q < (level0_only ? 1 : Q_) && beats; ++q) {
-                beats = beats && (admits(t, o, q) || !admits(t, it, q));
-                equal = equal && admits(t, o, q) == admits(t, it, q);
-                if (above) {
-                  beats = beats && after_[j][q] >= after_[i][q];
-                  equal = equal && after_[j][q] == after_[i][q];
-                }
-              }
-              dead = beats && (!equal || j < i);
-            }
-            if (!dead) out.push_back(i);
-          }
-        return out;
-      };
-      t.items = front(false, false, false, true);
-      t.tail = front(false, true, true, true);
-      t.head = front(true, false, false, false);
-      t.single = front(true, true, true, false);
+      t.items = front(t, false, false, false, true);
+      t.tail = front(t, false, true, true, true);
+      t.head = front(t, true, false, false, false);
+      t.single = front(t, true, true, true, false);
       if (t.single.empty() && t.head.empty()) continue;
       run(t);
       thr_.push_back(std::move(t));
     }
+}
+
+// Under threshold t an item matters through (cost + the row's edges, w) and, where layers sit
+// above it, through the levels it admits and leads to: the items no other of their class
+// beats in all of these.
+std::vector<int> StageDp::front(const Threshold& t, bool with_first, bool with_last,
+                                bool level0_only, bool above) const {
+  const int S = int(p_.items.size());
+  auto usable = [&](const DpItem& it) {
+    return it.ws <= t.ws && it.w <= M_ && admits(t, it, Q_ - 1);
+  };
+  auto c_of = [&](const DpItem& it) {
+    return it.cost + (with_first ? it.first : 0.0) + (with_last ? it.last : 0.0);
+  };
+  std::vector<int> out;
+  for (int c = 0; c < C_; ++c)
+    for (int i = 0; i < S; ++i) {
+      const DpItem& it = p_.items[i];
+      if (it.cls != c || !usable(it) || (level0_only && !admits(t, it, 0))) continue;
+      bool dead = false;
+      for (int j = 0; j < S && !dead; ++j) {
+        const DpItem& o = p_.items[j];
+        if (j == i || o.cls != c || !usable(o) || (level0_only && !admits(t, o, 0))) continue;
+        bool beats = c_of(o) <= c_of(it) && o.w <= it.w;
+        bool equal = c_of(o) == c_of(it) && o.w == it.w;
+        for (int q = 0; q < (level0_only ? 1 : Q_) && beats; ++q) {
+          beats = beats && (admits(t, o, q) || !admits(t, it, q));
+          equal = equal && admits(t, o, q) == admits(t, it, q);
+          if (above) {
+            beats = beats && after_[j][q] >= after_[i][q];
+            equal = equal && after_[j][q] == after_[i][q];
+          }
+        }
+        dead = beats && (!equal || j < i);
+      }
+      if (!dead) out.push_back(i);
+    }
+  return out;
 }
 
 double StageDp::quantize(double x) const {

@@ -174,6 +174,11 @@ class StageDp {
            size_t(m);
   }
   bool admits(const Threshold& t, const DpItem& it, int q) const { return it.tr - L_[q] <= t.tr; }
+  void set_cover_levels();
+  void quantize_costs();
+  void build_thresholds();
+  std::vector<int> front(const Threshold& t, bool with_first, bool with_last, bool level0_only,
+                         bool above) const;
   void run(Threshold& t);
   // g[b][q][m] of row n (the cheapest n-1 layers below, next to a class-b layer) at one m.
   double below(const Threshold& t, int n, int64_t m, int b, int q) const;
