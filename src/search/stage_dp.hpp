@@ -180,6 +180,12 @@ class StageDp {
   std::vector<int> front(const Threshold& t, bool with_first, bool with_last, bool level0_only,
                          bool above) const;
   void run(Threshold& t);
+  // Parts of best_costs (stage_dp_query.cpp).
+  void take_least(const CostQuery& qu, const double* lq, const double* ents, int n) const;
+  void least_single(const Threshold& t, int64_t m, double* lq) const;
+  void head_order(const Threshold& t, int64_t m, std::vector<std::pair<double, int>>* o) const;
+  void least_above(const Threshold& t, int n, int64_t m, double lb_below,
+                   const std::vector<std::pair<double, int>>* o, double* lq) const;
   // g[b][q][m] of row n (the cheapest n-1 layers below, next to a class-b layer) at one m.
   double below(const Threshold& t, int n, int64_t m, int b, int q) const;
 

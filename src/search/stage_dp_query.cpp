@@ -85,6 +85,74 @@ void StageDp::best_costs(const std::vector<int64_t>& caps, const std::vector<Cos
   best_costs({CostQuery{&caps, rows}}, n_lo, n_hi);
 }
 
+// Each row of query qu at layer count n takes the least total of each first-layer class
+// (lq, entry left out) plus the row's entry cost of that class (ents, C per row), where lower.
+void StageDp::take_least(const CostQuery& qu, const double* lq, const double* ents, int n) const {
+  const size_t C = size_t(C_);
+  for (size_t r = 0; r < qu.rows.size(); ++r) {
+    double& best = (*qu.rows[r].out)[size_t(n)];
+    const double* e = ents + r * C;
+    for (size_t c = 0; c < C; ++c) {
+      if (lq[c] == kInf) continue;
+      const double v = lq[c] + e[c];
+      if (v < best) best = v;
+    }
+  }
+}
+
+// n = 1 under threshold t and cap m: the least total per class (lq) of a one-layer stage.
+void StageDp::least_single(const Threshold& t, int64_t m, double* lq) const {
+  std::fill(lq, lq + C_, kInf);
+  for (int i : t.single) {
+    const DpItem& it = p_.items[i];
+    if (it.w > m) continue;
+    const double v = 0.0 + it.cost + it.first + it.last;
+    if (v < lq[size_t(it.cls)]) lq[size_t(it.cls)] = v;
+  }
+}
+
+// The first layer's items per class by the part of their total that does not depend on the
+// layers below (best_within's bound less lb_below and the entry), cheapest first.
+void StageDp::head_order(const Threshold& t, int64_t m,
+                         std::vector<std::pair<double, int>>* o) const {
+  for (int c = 0; c < C_; ++c) o[c].clear();
+  if (m < 0) return;
+  for (int i : t.head) {
+    const DpItem& it = p_.items[i];
+    if (it.w <= m) o[size_t(it.cls)].push_back({min_reshard_to_[it.cls] + it.cost + it.first, i});
+  }
+  for (int c = 0; c < C_; ++c) std::sort(o[c].begin(), o[c].end());
+}
+
+// n >= 2 under threshold t and cap m: the least total per first-layer class (lq), the items
+// of each class visited in `o`'s order (head_order) while their bound can still win.
+void StageDp::least_above(const Threshold& t, int n, int64_t m, double lb_below,
+                          const std::vector<std::pair<double, int>>* o, double* lq) const {
+  for (int c = 0; c < C_; ++c) {
+    double& best = lq[size_t(c)];
+    best = kInf;
+    for (const auto& [key, i] : o[size_t(c)]) {
+      const DpItem& it = p_.items[i];
+      // As in best_within; the items after one whose bound exceeds the best by more than
+      // rounding have bounds at least the best too.
+      const double bound = (lb_below + min_reshard_to_[c]) + it.cost + it.first;
+      if (bound >= best) {
+        if (bound > best * (1 + 1e-12)) break;
+        continue;
+      }
+      for (int q = 0; q < Q_; ++q) {
+        if (!admits(t, it, q)) continue;
+        double prev = kInf;
+        for (int b = 0; b < C_; ++b)
+          prev = std::min(prev, fv(t, n - 1, m - it.w, b, q) + p_.reshard[size_t(b) * C_ + c]);
+        if (prev == kInf) continue;
+        const double v = prev + it.cost + it.first;
+        if (v < best) best = v;
+      }
+    }
+  }
+}
+
 void StageDp::best_costs(const std::vector<CostQuery>& queries, int n_lo, int n_hi) const {
   const size_t nq = queries.size(), C = size_t(C_);
   for (const CostQuery& qu : queries)
@@ -107,57 +175,24 @@ void StageDp::best_costs(const std::vector<CostQuery>& queries, int n_lo, int n_
   // least[qi * C + cls]: the least total (entry left out) of a sequence whose first layer is of
   // class cls.
   std::vector<double> least(nq * C);
-  auto take = [&](size_t qi, int n) {
-    const double* lq = least.data() + qi * C;
-    const auto& rows = queries[qi].rows;
-    for (size_t r = 0; r < rows.size(); ++r) {
-      double& best = (*rows[r].out)[size_t(n)];
-      const double* e = ents.data() + ent_at[qi] + r * C;
-      for (size_t c = 0; c < C; ++c) {
-        if (lq[c] == kInf) continue;
-        const double v = lq[c] + e[c];
-        if (v < best) best = v;
-      }
-    }
-  };
   std::vector<std::vector<std::pair<double, int>>> order(nq * C);
   std::vector<double> lbs(nq);
   for (int k = 0; k < int(thr_.size()); ++k) {
     const Threshold& t = thr_[k];
+    auto cap = [&](size_t qi) { return (*queries[qi].caps)[size_t(k)]; };
     if (n_lo == 1) {
       for (size_t qi = 0; qi < nq; ++qi) {
-        const int64_t m = (*queries[qi].caps)[size_t(k)];
-        if (m < 0) continue;
-        double* lq = least.data() + qi * C;
-        std::fill(lq, lq + C, kInf);
-        for (int i : t.single) {
-          const DpItem& it = p_.items[i];
-          if (it.w > m) continue;
-          const double v = 0.0 + it.cost + it.first + it.last;
-          if (v < lq[size_t(it.cls)]) lq[size_t(it.cls)] = v;
-        }
-        take(qi, 1);
+        if (cap(qi) < 0) continue;
+        least_single(t, cap(qi), least.data() + qi * C);
+        take_least(queries[qi], least.data() + qi * C, ents.data() + ent_at[qi], 1);
       }
     }
     if (n_hi < 2) continue;
-    // The first layer's items per class by the part of their total that does not depend on
-    // the layers below (best_within's bound less lb_below and the entry), cheapest first.
-    for (size_t qi = 0; qi < nq; ++qi) {
-      auto* o = order.data() + qi * C;
-      for (size_t c = 0; c < C; ++c) o[c].clear();
-      const int64_t m = (*queries[qi].caps)[size_t(k)];
-      if (m < 0) continue;
-      for (int i : t.head) {
-        const DpItem& it = p_.items[i];
-        if (it.w <= m)
-          o[size_t(it.cls)].push_back({min_reshard_to_[it.cls] + it.cost + it.first, i});
-      }
-      for (size_t c = 0; c < C; ++c) std::sort(o[c].begin(), o[c].end());
-    }
+    for (size_t qi = 0; qi < nq; ++qi) head_order(t, cap(qi), order.data() + qi * C);
     for (int n = std::max(n_lo, 2); n <= n_hi; ++n) {
       // The lower bounds' lookups first, in one loop, so that their misses overlap.
       for (size_t qi = 0; qi < nq; ++qi) {
-        const int64_t m = (*queries[qi].caps)[size_t(k)];
+        const int64_t m = cap(qi);
         double lb_below = kInf;
         if (m >= 0)
           for (int b = 0; b < C_; ++b)
@@ -165,34 +200,9 @@ void StageDp::best_costs(const std::vector<CostQuery>& queries, int n_lo, int n_
         lbs[qi] = lb_below;
       }
       for (size_t qi = 0; qi < nq; ++qi) {
-        const double lb_below = lbs[qi];
-        if (lb_below == kInf) continue;
-        const int64_t m = (*queries[qi].caps)[size_t(k)];
-        for (int c = 0; c < C_; ++c) {
-          double& best = least[qi * C + size_t(c)];
-          best = kInf;
-          for (const auto& [key, i] : order[qi * C + size_t(c)]) {
-            const DpItem& it = p_.items[i];
-            // As in best_within; the items after one whose bound exceeds the best by more than
-            // rounding have bounds at least the best too.
-            const double bound = (lb_below + min_reshard_to_[c]) + it.cost + it.first;
-            if (bound >= best) {
-              if (bound > best * (1 + 1e-12)) break;
-              continue;
-            }
-            for (int q = 0; q < Q_; ++q) {
-              if (!admits(t, it, q)) continue;
-              double prev = kInf;
-              for (int b = 0; b < C_; ++b)
-                prev =
-                    std::min(prev, fv(t, n - 1, m - it.w, b, q) + p_.reshard[size_t(b) * C_ + c]);
-              if (prev == kInf) continue;
-              const double v = prev + it.cost + it.first;
-              if (v < best) best = v;
-            }
-          }
-        }
-        take(qi, n);
+        if (lbs[qi] == kInf) continue;
+        least_above(t, n, cap(qi), lbs[qi], order.data() + qi * C, least.data() + qi * C);
+        take_least(queries[qi], least.data() + qi * C, ents.data() + ent_at[qi], n);
       }
     }
   }
