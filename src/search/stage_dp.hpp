@@ -1,5 +1,7 @@
 // The dynamic program over the layers of one pipeline stage, under a discretized memory budget,
-// and the stage-partition solver on top of it.
+// and the stage-partition solver on top of it. Its tables are built in stage_dp.cpp, queried in
+// stage_dp_query.cpp; the partition solver is partition.cpp, the reference model and brute
+// force the tests compare with stage_dp_reference.cpp.
 //
 // Stage model. A stage runs layers c_0 (first) .. c_{n-1} (last); each c_l is an item (a layer
 // strategy with its costs). The stage costs
