@@ -76,74 +76,16 @@ SearchResult Searcher::run() {
     ~Joiner() { s->finish_early_simulations(); }
   } joiner{this};
   if (!cfs.empty()) {
-    // The bounds, a (pp, Bm) pair per task (each builds its pair's cost tables).
     workers_ = std::make_unique<Workers>(rerank_threads());
-    {
-      std::map<std::pair<int, int>, std::vector<Config*>> by_pair;
-      for (auto& cf : cfs) by_pair[{cf.pp, cf.Bm}].push_back(&cf);
-      std::vector<const std::vector<Config*>*> tasks;
-      for (const auto& [key, list] : by_pair) {
-        pairs_[key];  // the slot, filled by its task
-        tasks.push_back(&list);
-      }
-      workers_->run(int(tasks.size()), [&](int i) {
-        for (Config* cf : *tasks[size_t(i)]) cf->lb = lower_bound(*cf);
-      });
-      for (const auto& [key, pd] : pairs_) {
-        if (!pd) continue;
-        stats_.layer_strategies_costed += pd->raw_layers;
-        stats_.layer_strategies_kept += pd->kept_layers;
-      }
-    }
-    std::sort(cfs.begin(), cfs.end(), [](const Config& a, const Config& b) {
-      if (a.lb != b.lb) return a.lb < b.lb;
-      return a.order < b.order;
-    });
-    progress_done_ = 0;
-    progress_total_ = int64_t((cfs.size() + procs_ - 1) / procs_);
-    // Under MPI the processes share their K-th best time while they search (a chain of
-    // non-blocking all-reduces, MIN, that also tells whether anyone is still searching): any
-    // bound at or above the final K-th best is valid, so sharing it changes no answer, only how
-    // many configurations are skipped.
-    BoundExchange bound(o_.comm, std::max(1, o_.top_k));
-    for (const Config& cf : cfs) stats_.configs_unfit += cf.lb == kInf;
-    for (size_t i = rank_; i < cfs.size(); i += procs_) {
-      const Config& cf = cfs[i];
-      if (o_.prune_configurations) {
-        if (cf.lb == kInf) break;  // sorted: the rest cannot fit either
-        // (Ranks: a plan of equal rank may still enter, by lower memory or key.)
-        if (time_rank(cf.lb) > time_rank(std::min(full_.kth_time(), bound.shared()))) break;
-      }
-      ++local_searched_;
-      search_config(cf);
-      bound.poll(full_);
-      tick("configurations");
-    }
-    bound.finish(full_);
+    bound_configs(cfs);
+    search_configs(cfs);
     workers_.reset();  // and their threads' DP tables
   }
   stats_.estimate_phase_s = seconds_since(t0_);
   merge(allgather_strings(o_.comm, pack()));
   if (o_.prune_configurations)
     stats_.configs_pruned = stats_.configs - stats_.configs_searched - stats_.configs_unfit;
-  const TopK& own = own_pool();
-  if (own.empty()) {
-    // Nothing fits: find the least memory any plan of the space needs.
-    if (o_.space == SearchSpace::full) {
-      for (size_t i = rank_; i < cfs.size(); i += procs_) min_memory_config(cfs[i]);
-      merge(allgather_strings(o_.comm, pack()));
-    }
-    std::string msg = "no plan of the " + std::string(to_string(o_.space)) +
-                      " space fits the memory budget of " + fmt_gib(budget_) + " per GPU";
-    if (min_memory_.best) {
-      msg += "; the smallest peak memory reachable is " +
-             fmt_gib(min_memory_.best->est_peak_memory_bytes) +
-             " per GPU, with: " + min_memory_.best->plan.describe();
-    } else {
-      msg += " (no valid plan at all for this model, cluster and global batch)";
-    }
-    throw NoFeasiblePlan(msg, budget_, min_memory_.best);
-  }
+  if (own_pool().empty()) throw_no_plan_fits(cfs);
   // The cost tables and DP tables are not needed any more: the re-rank's simulations get their
   // memory.
   pairs_.clear();
@@ -157,6 +99,74 @@ SearchResult Searcher::run() {
   stats_.search_time_s = seconds_since(t0_);
   r.stats = stats_;
   return r;
+}
+
+// Every configuration's lower bound, a (pp, Bm) pair per task (each builds its pair's cost
+// tables).
+void Searcher::bound_configs(std::vector<Config>& cfs) {
+  std::map<std::pair<int, int>, std::vector<Config*>> by_pair;
+  for (auto& cf : cfs) by_pair[{cf.pp, cf.Bm}].push_back(&cf);
+  std::vector<const std::vector<Config*>*> tasks;
+  for (const auto& [key, list] : by_pair) {
+    pairs_[key];  // the slot, filled by its task
+    tasks.push_back(&list);
+  }
+  workers_->run(int(tasks.size()), [&](int i) {
+    for (Config* cf : *tasks[size_t(i)]) cf->lb = lower_bound(*cf);
+  });
+  for (const auto& [key, pd] : pairs_) {
+    if (!pd) continue;
+    stats_.layer_strategies_costed += pd->raw_layers;
+    stats_.layer_strategies_kept += pd->kept_layers;
+  }
+}
+
+// This process's configurations (round-robin) in increasing bound, until the bound exceeds the
+// K-th best plan found. Sorts cfs.
+void Searcher::search_configs(std::vector<Config>& cfs) {
+  std::sort(cfs.begin(), cfs.end(), [](const Config& a, const Config& b) {
+    if (a.lb != b.lb) return a.lb < b.lb;
+    return a.order < b.order;
+  });
+  progress_done_ = 0;
+  progress_total_ = int64_t((cfs.size() + procs_ - 1) / procs_);
+  // Under MPI the processes share their K-th best time while they search (a chain of
+  // non-blocking all-reduces, MIN, that also tells whether anyone is still searching): any
+  // bound at or above the final K-th best is valid, so sharing it changes no answer, only how
+  // many configurations are skipped.
+  BoundExchange bound(o_.comm, std::max(1, o_.top_k));
+  for (const Config& cf : cfs) stats_.configs_unfit += cf.lb == kInf;
+  for (size_t i = rank_; i < cfs.size(); i += procs_) {
+    const Config& cf = cfs[i];
+    if (o_.prune_configurations) {
+      if (cf.lb == kInf) break;  // sorted: the rest cannot fit either
+      // (Ranks: a plan of equal rank may still enter, by lower memory or key.)
+      if (time_rank(cf.lb) > time_rank(std::min(full_.kth_time(), bound.shared()))) break;
+    }
+    ++local_searched_;
+    search_config(cf);
+    bound.poll(full_);
+    tick("configurations");
+  }
+  bound.finish(full_);
+}
+
+// Nothing fits: finds the least memory any plan of the space needs and says so.
+void Searcher::throw_no_plan_fits(const std::vector<Config>& cfs) {
+  if (o_.space == SearchSpace::full) {
+    for (size_t i = rank_; i < cfs.size(); i += procs_) min_memory_config(cfs[i]);
+    merge(allgather_strings(o_.comm, pack()));
+  }
+  std::string msg = "no plan of the " + std::string(to_string(o_.space)) +
+                    " space fits the memory budget of " + fmt_gib(budget_) + " per GPU";
+  if (min_memory_.best) {
+    msg += "; the smallest peak memory reachable is " +
+           fmt_gib(min_memory_.best->est_peak_memory_bytes) +
+           " per GPU, with: " + min_memory_.best->plan.describe();
+  } else {
+    msg += " (no valid plan at all for this model, cluster and global batch)";
+  }
+  throw NoFeasiblePlan(msg, budget_, min_memory_.best);
 }
 
 // ---- exhaustive enumeration -------------------------------------------------------------------

@@ -243,6 +243,9 @@ class Searcher {
   double interleaved_least_in_flight(const Config& cf, int s) const;
   double lower_bound(const Config& cf);
   static StageRelaxation relax_stage(const GeoData& gd, double k);
+  void bound_configs(std::vector<Config>& cfs);
+  void search_configs(std::vector<Config>& cfs);
+  [[noreturn]] void throw_no_plan_fits(const std::vector<Config>& cfs);
   void search_config(const Config& cf);
   void min_memory_config(const Config& cf);
   void baselines();

@@ -1,5 +1,7 @@
 // The dynamic program over the layers of one pipeline stage, under a discretized memory budget,
-// and the stage-partition solver on top of it.
+// and the stage-partition solver on top of it. Its tables are built in stage_dp.cpp, queried in
+// stage_dp_query.cpp; the partition solver is partition.cpp, the reference model and brute
+// force the tests compare with stage_dp_reference.cpp.
 //
 // Stage model. A stage runs layers c_0 (first) .. c_{n-1} (last); each c_l is an item (a layer
 // strategy with its costs). The stage costs
@@ -174,7 +176,18 @@ class StageDp {
            size_t(m);
   }
   bool admits(const Threshold& t, const DpItem& it, int q) const { return it.tr - L_[q] <= t.tr; }
+  void set_cover_levels();
+  void quantize_costs();
+  void build_thresholds();
+  std::vector<int> front(const Threshold& t, bool with_first, bool with_last, bool level0_only,
+                         bool above) const;
   void run(Threshold& t);
+  // Parts of best_costs (stage_dp_query.cpp).
+  void take_least(const CostQuery& qu, const double* lq, const double* ents, int n) const;
+  void least_single(const Threshold& t, int64_t m, double* lq) const;
+  void head_order(const Threshold& t, int64_t m, std::vector<std::pair<double, int>>* o) const;
+  void least_above(const Threshold& t, int n, int64_t m, double lb_below,
+                   const std::vector<std::pair<double, int>>* o, double* lq) const;
   // g[b][q][m] of row n (the cheapest n-1 layers below, next to a class-b layer) at one m.
   double below(const Threshold& t, int n, int64_t m, int b, int q) const;
 
