@@ -1,4 +1,9 @@
-// The simulator's core: owns the layers and runs the event loop (see sim/README.md).
+// The simulator's core: owns the layers and runs the event loop (see sim/README.md). The parts
+// it holds each keep one thing: the event queue (EventQueue), each rank's progress (RankState;
+// the rules of its streams in rank_streams.hpp), the network and its shared links (Network),
+// the memory ledger (MemoryLedger), the trace's records (TraceRecorder), the open collectives
+// and transfers (CollectiveTable, TransferPool) and, under MPI, the partition, mailbox and
+// lookahead (pdes.hpp). The engine decides what starting and completing an op does to them.
 //
 // Layers, top to bottom: the workload (StageData: each stage's Program with its costs), the
 // per-rank progress through it (RankState: streams, compute kernel, memory, accounting), the

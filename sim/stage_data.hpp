@@ -30,11 +30,12 @@ struct Step {
   OpKind kind = OpKind::compute;
   uint8_t busy_cat = 0;  // Cat its kernel time counts as (compute, recompute, optimizer)
   uint8_t cat = 0;       // Cat of the op (for the breakdown)
-  uint8_t key = 0;       // collective: group key; send/recv: 0 = pp_next, 1 = pp_prev; free: 1
-                         // when an alloc on another stream precedes it since its stream's last op
+  // Collective: its group key; send/recv: 0 = pp_next, 1 = pp_prev; free: 1 when an alloc on
+  // another stream precedes it since its stream's last op.
+  uint8_t key = 0;
   MemCategory mem_category = MemCategory::buffers;  // alloc/free
-  int32_t comm_index = -1;                          // index into comm_costs[class] (-1: not costed)
-  uint32_t ordinal = 0;  // collective: ordinal among the stage's ops of its key
+  int32_t comm_index = -1;  // into StageData::comm_costs[class] (-1: not costed)
+  uint32_t ordinal = 0;     // collective: ordinal among the stage's ops of its key
   // alloc/free carry their buffer here so that the hot path does not read the Op.
   union {
     Time compute_ns = 0;  // compute / host_compute duration
