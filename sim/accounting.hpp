@@ -14,18 +14,18 @@ namespace stratagem::sim {
 
 using Breakdown = std::array<int64_t, 8>;  // ns by Cat (kCompute .. kOffload)
 
-inline void charge_busy(RankSt& r, const Step& step, Time busy) {
-  r.acc[step.busy] += busy;
+inline void charge_busy(RankState& r, const Step& step, Time busy) {
+  r.busy_and_waits[step.busy_cat] += busy;
 }
 
 // The compute stream idled until t, when kernel `op` starts.
-void charge_gap(RankSt& r, const StageData& sd, const Step& step, Time t);
+void charge_gap(RankState& r, const StageData& sd, const Step& step, Time t);
 
 // Charges `gap` to `acc` as waiting for the op that last completed on stream s (s < 0: none).
-void charge_wait(const RankSt& r, int s, Time gap, Breakdown& acc);
+void charge_wait(const RankState& r, int s, Time gap, Breakdown& acc);
 
 // The rank's breakdown over the whole run (into r.res): after its last kernel, its last
 // transfers and then waiting for the others until the makespan.
-void finish_accounting(RankSt& r, Time makespan);
+void finish_accounting(RankState& r, Time makespan);
 
 }  // namespace stratagem::sim

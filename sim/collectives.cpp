@@ -7,26 +7,26 @@
 
 namespace stratagem::sim {
 
-void Engine::arrive(RankSt& r, const StageData& sd, int s, const Step& step, Time t) {
+void Engine::arrive(RankState& r, const StageData& sd, int s, const Step& step, Time t) {
   const uint32_t op = step.op;
-  const int g = rank_groups_[r.gbase + step.key];
+  const int g = rank_groups_[r.group_row + step.key];
   if (g < 0) {  // no group (e.g. tied embedding with pp == 1): nothing to do
     queue_.push(t, kEvOpEnd, uint32_t(r.rank), uint32_t(s));
     return;
   }
   // A group's members run its collectives in the same order, so (iteration, ordinal among the
   // stage's ops on that group) names the instance on every member.
-  const uint64_t ordinal = uint64_t(r.it[s]) * sd.key_count[step.key] + step.ord;
-  const int id = colls_.open(g, ordinal, int(part_.group_procs[g].size()));
-  Coll& c = colls_[id];
-  const CommP& cp = comm_of(sd, r.cls, step);
+  const uint64_t ordinal = uint64_t(r.iteration[s]) * sd.ops_per_group_key[step.key] + step.ordinal;
+  const int id = collectives_.open(g, ordinal, int(partition_.group_procs[g].size()));
+  Coll& c = collectives_[id];
+  const CommSplit& cp = comm_of(sd, r.rank_class, step);
   c.members.push_back(
       {r.rank, uint8_t(s), op, cp.head, cp.tail, cp.work, share_of(r, cp), cp.link, kNever});
   ++c.arrived;
-  c.max_arr = std::max(c.max_arr, t);
+  c.last_arrival = std::max(c.last_arrival, t);
   if (c.cross)
-    for (int p : part_.group_procs[g])
-      if (p != me_) {
+    for (int p : partition_.group_procs[g])
+      if (p != my_proc_) {
         Msg m{};
         m.type = kMsgArrive;
         m.i0 = g;
@@ -40,16 +40,16 @@ void Engine::arrive(RankSt& r, const StageData& sd, int s, const Step& step, Tim
 }
 
 void Engine::coll_start(int id, Time now) {
-  Coll& c = colls_[id];
+  Coll& c = collectives_[id];
   c.started = true;
-  c.start = c.max_arr;
+  c.start = c.last_arrival;
   for (size_t i = 0; i < c.members.size(); ++i) {
     Member& m = c.members[i];
     const Time join = c.start + m.head;
-    const int res = m.work > 0 ? net_.resource_of(m.link, m.rank, OpKind::collective) : -1;
-    set_act(ranks_[m.rank], m.stream, join, now);
+    const int res = m.work > 0 ? network_.resource_of(m.link, m.rank, OpKind::collective) : -1;
+    set_moving_since(ranks_[m.rank], m.stream, join, now);
     if (res >= 0) {
-      join_flow(res, m.work * kS, m.w, join, kOwnColl, id, int(i));
+      join_flow(res, m.work * kS, m.share, join, kOwnColl, id, int(i));
     } else {
       m.fin = join;
     }
@@ -63,22 +63,22 @@ void Engine::coll_start(int id, Time now) {
 // collective with members elsewhere ends there (kEvColl; the tails follow when all processes
 // have reported); a local one completes at the latest finish plus tail.
 void Engine::coll_update(int id) {
-  Coll& c = colls_[id];
-  c.odirty = false;
+  Coll& c = collectives_[id];
+  c.owner_dirty = false;
   if (!c.live || !c.started || c.local_done) return;
   Time T = kMinTime;
   for (const Member& m : c.members) {
     if (m.fin == kNever) return;
     T = std::max(T, c.cross ? m.fin : m.fin + m.tail);
   }
-  if (T != c.evt) {
-    c.evt = T;
+  if (T != c.event_time) {
+    c.event_time = T;
     queue_.push(T, kEvColl, uint32_t(id), ++c.ver);
   }
 }
 
 void Engine::coll_data_done(int id, Time t) {
-  Coll& c = colls_[id];
+  Coll& c = collectives_[id];
   if (!c.cross) {
     coll_finish(id, t);
     return;
@@ -87,8 +87,8 @@ void Engine::coll_data_done(int id, Time t) {
   for (const Member& m : c.members) v = std::max(v, m.fin + m.tail);
   c.local_done = true;
   c.value = std::max(c.value, v);
-  for (int p : part_.group_procs[c.group])
-    if (p != me_) {
+  for (int p : partition_.group_procs[c.group])
+    if (p != my_proc_) {
       Msg m{};
       m.type = kMsgFinish;
       m.i0 = c.group;
@@ -101,13 +101,13 @@ void Engine::coll_data_done(int id, Time t) {
 }
 
 void Engine::coll_finish(int id, Time t) {
-  const Coll& c = colls_[id];
+  const Coll& c = collectives_[id];
   for (const Member& m : c.members) {
-    RankSt& r = ranks_[m.rank];
-    set_act(r, m.stream, kNever, t);
+    RankState& r = ranks_[m.rank];
+    set_moving_since(r, m.stream, kNever, t);
     complete_op(r, m.stream, t, false, t - c.start);
   }
-  colls_.close(id);
+  collectives_.close(id);
 }
 
 }  // namespace stratagem::sim

@@ -23,7 +23,7 @@ struct Member {
   uint8_t stream;
   uint32_t op;
   Time head, tail, work;
-  int64_t w;
+  int64_t share;
   LinkClass link;
   Time fin;  // predicted end of its data movement (kNever: unknown yet)
 };
@@ -33,12 +33,12 @@ struct Coll {
   uint64_t ordinal = 0;
   uint64_t serial = 0;  // tells this instance from a later one that reuses the slot
   int size = 0, arrived = 0;
-  Time max_arr = kMinTime, start = 0, evt = kNever;
+  Time last_arrival = kMinTime, start = 0, event_time = kNever;
   // cross: members on other processes. The collective completes at the max over processes of
   // each one's latest member finish plus tail (`value`), once every process reported its own.
   Time value = kMinTime;
   int finish_pending = 0;
-  bool cross = false, started = false, local_done = false, odirty = false, live = false;
+  bool cross = false, started = false, local_done = false, owner_dirty = false, live = false;
   uint32_t ver = 0;
   std::vector<Member> members;  // local members
 };
@@ -69,12 +69,12 @@ class CollectiveTable {
     c.serial = ++serial_;
     c.size = group_size_[g];
     c.arrived = 0;
-    c.max_arr = kMinTime;
-    c.evt = kNever;
+    c.last_arrival = kMinTime;
+    c.event_time = kNever;
     c.value = kMinTime;
     c.cross = procs > 1;
     c.finish_pending = c.cross ? procs - 1 : 0;
-    c.started = c.local_done = c.odirty = false;
+    c.started = c.local_done = c.owner_dirty = false;
     c.live = true;
     c.members.clear();
     group_inst_[g] = id;
@@ -105,11 +105,11 @@ enum XKind : uint8_t { kXSend, kXCopy };
 struct Xfer {
   XKind kind = kXSend;
   // remote: the receiver is on another process; sent: its arrival was sent there.
-  bool remote = false, odirty = false, live = false, sent = false;
+  bool remote = false, owner_dirty = false, live = false, sent = false;
   int32_t rank = 0, dst = -1, dst_ch = 0;
   uint8_t stream = 0;
   uint64_t seq = 0, serial = 0;
-  Time start = 0, head = 0, tail = 0, work = 0, fin = kNever, evt = kNever;
+  Time start = 0, head = 0, tail = 0, work = 0, fin = kNever, event_time = kNever;
   uint32_t ver = 0;
 };
 
@@ -119,9 +119,9 @@ class TransferPool {
     const int id = pool_.acquire();
     Xfer& x = pool_[id];
     x.live = true;
-    x.odirty = false;
+    x.owner_dirty = false;
     x.sent = false;
-    x.fin = x.evt = kNever;
+    x.fin = x.event_time = kNever;
     x.serial = ++serial_;
     return id;
   }
@@ -141,7 +141,7 @@ class TransferPool {
 struct Delivery {
   int32_t dst, ch;
   uint64_t seq;
-  Time a, xfer;
+  Time arrival, xfer;
 };
 
 }  // namespace stratagem::sim

@@ -8,34 +8,36 @@
 
 namespace stratagem::sim {
 
-std::string Engine::describe_stuck(const RankSt& r) const {
+std::string Engine::describe_stuck(const RankState& r) const {
   const StageData& sd = stages_[r.stage];
   std::ostringstream os;
   os << "rank " << r.rank << " (stage " << r.stage << ")";
   bool first = true;
   for (int s = 0; s < kStreams; ++s) {
-    if (sd.len[s] == 0 || r.it[s] >= uint32_t(K_)) continue;
-    const uint32_t op = sd.steps[s][r.pos[s]].op;
-    if (release_) {
+    if (stream_done(r, sd, s, iterations_)) continue;
+    const uint32_t op = sd.steps[s][r.position[s]].op;
+    if (consumed_program_) {
       // The ops were freed at setup (simulate_consuming): positions only.
       os << (first ? ": " : "; ") << to_string(Stream(s)) << " stream at op " << op;
       first = false;
       continue;
     }
-    const Op& o = sd.sp->ops[op];
+    const Op& o = sd.program->ops[op];
     os << (first ? ": " : "; ") << to_string(Stream(s)) << " stream at op " << op << " '"
        << op_name(o) << "'";
-    if (K_ > 1) os << " (iteration " << r.it[s] << ")";
+    if (iterations_ > 1) os << " (iteration " << r.iteration[s] << ")";
     first = false;
     if (!r.running[s]) {
       std::vector<std::string> waits;
-      if (r.pos[s] == 0 && r.it[s] > 0) waits.push_back("the end of the previous iteration");
-      const uint32_t* d = sd.sp->deps.data() + o.dep_begin;
+      if (r.position[s] == 0 && r.iteration[s] > 0)
+        waits.push_back("the end of the previous iteration");
+      const uint32_t* d = sd.program->deps.data() + o.dep_begin;
       for (uint32_t k = 0; k < o.dep_count; ++k) {
         const uint32_t dep = d[k];
-        const int sdp = sd.str[dep];
-        if (r.it[sdp] < r.it[s] || (r.it[sdp] == r.it[s] && r.pos[sdp] <= sd.pos[dep]))
-          waits.push_back("op " + std::to_string(dep) + " '" + op_name(sd.sp->ops[dep]) + "'");
+        const int sdp = sd.stream_of[dep];
+        if (r.iteration[sdp] < r.iteration[s] ||
+            (r.iteration[sdp] == r.iteration[s] && r.position[sdp] <= sd.position_of[dep]))
+          waits.push_back("op " + std::to_string(dep) + " '" + op_name(sd.program->ops[dep]) + "'");
       }
       os << " waits for ";
       for (size_t i = 0; i < waits.size(); ++i) os << (i ? ", " : "") << waits[i];
@@ -43,19 +45,19 @@ std::string Engine::describe_stuck(const RankSt& r) const {
     }
     switch (o.kind) {
       case OpKind::recv: {
-        const Channel& c = r.ch[r.chmap[step_of(sd, op).key]];
+        const Channel& c = r.channels[r.channel_of_key[step_of(sd, op).key]];
         os << " waits for message #" << c.wait_seq << " from rank " << c.peer
            << " (no matching send)";
         break;
       }
       case OpKind::collective: {
-        const int g = rank_groups_[r.gbase + step_of(sd, op).key];
-        const int id = g >= 0 ? colls_.instance(g) : -1;
-        if (id >= 0 && !colls_[id].started) {
-          const Coll& c = colls_[id];
-          os << " waits in " << to_string(o.collective) << " over " << to_string(L_.group(g).kind)
-             << " group [";
-          const auto& gr = L_.group(g).ranks;
+        const int g = rank_groups_[r.group_row + step_of(sd, op).key];
+        const int id = g >= 0 ? collectives_.instance(g) : -1;
+        if (id >= 0 && !collectives_[id].started) {
+          const Coll& c = collectives_[id];
+          os << " waits in " << to_string(o.collective) << " over "
+             << to_string(layout_.group(g).kind) << " group [";
+          const auto& gr = layout_.group(g).ranks;
           for (size_t i = 0; i < gr.size(); ++i) os << (i ? "," : "") << gr[i];
           os << "]: " << c.arrived << " of " << c.size << " arrived";
           // Only this process's members are known here; other processes name theirs.

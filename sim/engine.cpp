@@ -20,76 +20,76 @@ namespace sim {
 // ================================================================================ setup ====
 
 void Engine::partition(bool single) {
-  part_ = partition_ranks(L_, net_, G_, P_, me_, opt_.mirror, single, sym_.rep_of);
-  for (int r = 0; r < W_; ++r) ranks_[r].li = -1;
-  for (size_t i = 0; i < part_.local_ranks.size(); ++i) ranks_[part_.local_ranks[i]].li = int(i);
+  partition_ = partition_ranks(layout_, network_, gpus_per_node_, procs_, my_proc_, options_.mirror,
+                               single, symmetry_.rep_of);
+  for (int r = 0; r < world_size_; ++r) ranks_[r].local_index = -1;
+  for (size_t i = 0; i < partition_.local_ranks.size(); ++i)
+    ranks_[partition_.local_ranks[i]].local_index = int(i);
 }
 
 void Engine::setup() {
-  K_ = std::max(1, opt_.iterations);
-  trace_ = opt_.record_trace;
-  comm_ = opt_.comm;
+  iterations_ = std::max(1, options_.iterations);
+  comm_ = options_.comm;
   if (comm_ != MPI_COMM_NULL) {
-    MPI_Comm_size(comm_, &P_);
-    MPI_Comm_rank(comm_, &me_);
+    MPI_Comm_size(comm_, &procs_);
+    MPI_Comm_rank(comm_, &my_proc_);
   }
-  const double f = opt_.interference > 0 ? opt_.interference : C_.gpu.compute_comm_interference;
-  q_slow_ = std::clamp<int64_t>(std::llround(double(kS) / std::max(1.0, f)), 1, kS);
-  memory_.init(C_);
-  if (int(prog_.stages.size()) != L_.pp())
-    throw std::runtime_error("simulate: the program has " + std::to_string(prog_.stages.size()) +
-                             " stages but the layout " + std::to_string(L_.pp()));
-  if (opt_.mirror && P_ != L_.world_size())
-    throw InputError("simulate --mirror: the MPI world has " + std::to_string(P_) +
-                     " processes but the plan needs " + std::to_string(L_.world_size()) +
+  const double f =
+      options_.interference > 0 ? options_.interference : cluster_.gpu.compute_comm_interference;
+  slowed_rate_ = std::clamp<int64_t>(std::llround(double(kS) / std::max(1.0, f)), 1, kS);
+  memory_.init(cluster_);
+  if (int(program_.stages.size()) != layout_.pp())
+    throw std::runtime_error("simulate: the program has " + std::to_string(program_.stages.size()) +
+                             " stages but the layout " + std::to_string(layout_.pp()));
+  if (options_.mirror && procs_ != layout_.world_size())
+    throw InputError("simulate --mirror: the MPI world has " + std::to_string(procs_) +
+                     " processes but the plan needs " + std::to_string(layout_.world_size()) +
                      " (one process per simulated rank)");
-  const bool lookahead = P_ > 1;  // the PDES lower bounds
-  stages_ = build_stages(prog_, costs_, lookahead, release_);
-  W_ = L_.world_size();
-  G_ = std::max(1, C_.node.gpus_per_node);
-  init_ranks(ranks_, stages_, rank_groups_, L_, G_);
-  for (StageData& sd : stages_) cost_rank_classes(sd, L_, C_, costs_, lookahead);
-  sym_ = opt_.full || opt_.mirror ? no_symmetry(W_)
-                                  : find_symmetry(ranks_, stages_, rank_groups_, L_, G_);
-  for (int r : sym_.reps) ranks_[r].nic_mult = sym_.nic_mult[r];
-  stats_.symmetric = sym_.reduced;
-  stats_.simulated_ranks = int(sym_.reps.size());
+  const bool lookahead = procs_ > 1;  // the PDES lower bounds
+  stages_ = build_stages(program_, costs_, lookahead, consumed_program_);
+  world_size_ = layout_.world_size();
+  gpus_per_node_ = std::max(1, cluster_.node.gpus_per_node);
+  init_ranks(ranks_, stages_, rank_groups_, layout_, gpus_per_node_);
+  for (StageData& sd : stages_) cost_rank_classes(sd, layout_, cluster_, costs_, lookahead);
+  symmetry_ = options_.full || options_.mirror
+                  ? no_symmetry(world_size_)
+                  : find_symmetry(ranks_, stages_, rank_groups_, layout_, gpus_per_node_);
+  for (int r : symmetry_.reps) ranks_[r].nic_mult = symmetry_.nic_mult[r];
+  stats_.symmetric = symmetry_.reduced;
+  stats_.simulated_ranks = int(symmetry_.reps.size());
   // A collective waits for the members that are simulated.
   std::vector<int32_t> group_sizes;
-  for (const auto& g : L_.groups()) {
+  for (const auto& g : layout_.groups()) {
     int32_t n = 0;
-    for (int m : g.ranks) n += sym_.rep_of[m] == m;
+    for (int m : g.ranks) n += symmetry_.rep_of[m] == m;
     group_sizes.push_back(n);
   }
-  colls_.init(group_sizes);
-  net_.init(W_, G_, this);
+  collectives_.init(group_sizes);
+  network_.init(world_size_, gpus_per_node_, this);
 
   partition(false);
-  bool safe = lookahead_.init(P_, part_, ranks_, stages_, rank_groups_, net_);
-  if (P_ > 1) {
+  bool safe = lookahead_.init(procs_, partition_, ranks_, stages_, rank_groups_, network_);
+  if (procs_ > 1) {
     int u = !safe, any = 0;
     MPI_Allreduce(&u, &any, 1, MPI_INT, MPI_MAX, comm_);
     if (any) {
-      if (opt_.mirror)
+      if (options_.mirror)
         throw InputError(
             "simulate --mirror: a communication op without latency leaves the "
             "parallel simulation no lookahead");
       // Zero-latency communication: no lookahead; process 0 simulates every rank.
       partition(true);
-      lookahead_.clear(part_.local_ranks.size());
+      lookahead_.clear(partition_.local_ranks.size());
     }
   }
-  mail_.init(P_);
-  for (int r : part_.local_ranks) {
-    RankSt& rk = ranks_[r];
-    rk.res.rank = r;
-    rk.res.stage = rk.stage;
-    memory_.init_peak(rk.res, stages_[rk.stage].workspace);
+  mailbox_.init(procs_);
+  for (int r : partition_.local_ranks) {
+    RankState& rk = ranks_[r];
+    rk.result.rank = r;
+    rk.result.stage = rk.stage;
+    memory_.init_peak(rk.result, stages_[rk.stage].workspace_bytes);
   }
-  if (trace_) {
-    spans_.assign(part_.local_ranks.size(), {});
-    samples_.assign(part_.local_ranks.size(), {});
-  }
+  trace_.init(options_.record_trace, partition_.local_ranks.size());
 }
 
 // ========================================================================= event loop ====
@@ -99,11 +99,11 @@ SimResult Engine::run() {
   const auto t0 = clock::now();
   setup();
   const auto t1 = clock::now();
-  stats_.processes = P_;
+  stats_.processes = procs_;
   now_ = 0;
-  for (int r : part_.local_ranks) mark_dirty(ranks_[r]);
+  for (int r : partition_.local_ranks) mark_dirty(ranks_[r]);
   Time last = 0;
-  if (P_ == 1) {
+  if (procs_ == 1) {
     run_until(kNever);
     last = last_event_;
   } else {
@@ -116,7 +116,7 @@ SimResult Engine::run() {
 }
 
 void Engine::run_until(Time H) {
-  if (!dirty_.empty()) flush_dirty(now_);
+  if (!dirty_ranks_.empty()) flush_dirty(now_);
   while (!queue_.empty() && queue_.top().t < H) {
     const Time t = queue_.top().t;
     now_ = t;
@@ -137,13 +137,14 @@ Time Engine::run_windows() {
   auto tick = [] { return std::chrono::steady_clock::now(); };
   auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
   for (;;) {
-    const Time glb = !dirty_.empty() ? now_ : queue_.empty() ? kNever : queue_.top().t;
-    const bool out = mail_.any();
+    const Time glb = !dirty_ranks_.empty() ? now_ : queue_.empty() ? kNever : queue_.top().t;
+    const bool out = mailbox_.any();
     auto q0 = tick();
-    const Time eot = std::min(
-        mail_.earliest_effect(),
-        glb == kNever ? kNever
-                      : lookahead_.earliest_output(glb, ranks_, stages_, K_, colls_, xfers_));
+    const Time eot =
+        std::min(mailbox_.earliest_effect(),
+                 glb == kNever ? kNever
+                               : lookahead_.earliest_output(glb, ranks_, stages_, iterations_,
+                                                            collectives_, transfers_));
     int64_t loc[3] = {glb, eot, out ? -1 : 0}, glo[3];
     auto q1 = tick();
     MPI_Request req;
@@ -165,7 +166,7 @@ Time Engine::run_windows() {
     last = last_event_;
     // Received events take effect at or after H; apply them at H.
     if (H != kNever) now_ = std::max(now_, H);
-    for (const Msg& m : mail_.exchange(comm_)) apply(m);
+    for (const Msg& m : mailbox_.exchange(comm_)) apply(m);
     flush_owners();
     t_run += secs(q3, q4);
     t_x += secs(q4, tick());
@@ -174,32 +175,32 @@ Time Engine::run_windows() {
     std::fprintf(stderr,
                  "process %d: eot %.3f s, allreduce %.3f s, events %.3f s, exchange %.3f s, %zu "
                  "boundary ranks\n",
-                 me_, t_eot, t_red, t_run, t_x, lookahead_.boundary_ranks());
+                 my_proc_, t_eot, t_red, t_run, t_x, lookahead_.boundary_ranks());
   return last;
 }
 
 void Engine::flush_dirty(Time t) {
-  while (!dirty_.empty()) {
-    work_.swap(dirty_);
-    std::sort(work_.begin(), work_.end());
-    for (int r : work_) {
-      RankSt& rk = ranks_[r];
+  while (!dirty_ranks_.empty()) {
+    ranks_to_advance_.swap(dirty_ranks_);
+    std::sort(ranks_to_advance_.begin(), ranks_to_advance_.end());
+    for (int r : ranks_to_advance_) {
+      RankState& rk = ranks_[r];
       rk.dirty = false;
       advance(rk, t);
     }
-    work_.clear();
+    ranks_to_advance_.clear();
   }
 }
 
 void Engine::handle(const Ev& e) {
   switch (e.type()) {
     case kEvCompute: {
-      RankSt& r = ranks_[e.id];
+      RankState& r = ranks_[e.id];
       if (!r.kernel.running || e.ver != r.kernel.ver) return;
       r.kernel.running = false;
       const int s = int(Stream::compute);
       const StageData& sd = stages_[r.stage];
-      charge_busy(r, sd.steps[s][r.pos[s]], e.t - r.start[s]);
+      charge_busy(r, sd.steps[s][r.position[s]], e.t - r.op_start[s]);
       r.last_compute_end = e.t;
       complete_op(r, s, e.t, false);
       return;
@@ -209,7 +210,7 @@ void Engine::handle(const Ev& e) {
       return;
     case kEvColl:
     case kEvCollDone: {
-      const Coll& c = colls_[int(e.id)];
+      const Coll& c = collectives_[int(e.id)];
       if (!c.live || e.ver != c.ver) return;
       if (e.type() == kEvColl)
         coll_data_done(int(e.id), e.t);
@@ -219,7 +220,7 @@ void Engine::handle(const Ev& e) {
     }
     case kEvXfer:
     case kEvXferDone: {
-      const Xfer& x = xfers_[int(e.id)];
+      const Xfer& x = transfers_[int(e.id)];
       if (!x.live || e.ver != x.ver) return;
       if (e.type() == kEvXfer)
         xfer_data_done(int(e.id), e.t);
@@ -230,7 +231,7 @@ void Engine::handle(const Ev& e) {
     case kEvDeliver: {
       const Delivery d = deliveries_[int(e.id)];
       deliveries_.release(int(e.id));
-      deliver(d.dst, d.ch, d.seq, d.a, d.xfer, e.t);
+      deliver(d.dst, d.ch, d.seq, d.arrival, d.xfer, e.t);
       return;
     }
   }
@@ -243,18 +244,18 @@ void Engine::apply(const Msg& m) {
                            " arrived at t=" + std::to_string(now_) + " (lookahead violated)");
   switch (m.type) {
     case kMsgArrive: {
-      const int id = colls_.open(m.i0, m.u, int(part_.group_procs[m.i0].size()));
-      Coll& c = colls_[id];
+      const int id = collectives_.open(m.i0, m.u, int(partition_.group_procs[m.i0].size()));
+      Coll& c = collectives_[id];
       ++c.arrived;
-      c.max_arr = std::max(c.max_arr, m.t0);
+      c.last_arrival = std::max(c.last_arrival, m.t0);
       if (c.arrived == c.size) coll_start(id, now_);
       return;
     }
     case kMsgFinish: {
-      const int id = colls_.instance(m.i0);
-      if (id < 0 || colls_[id].ordinal != m.u)
+      const int id = collectives_.instance(m.i0);
+      if (id < 0 || collectives_[id].ordinal != m.u)
         throw std::logic_error("simulate: finish of an unknown collective");
-      Coll& c = colls_[id];
+      Coll& c = collectives_[id];
       --c.finish_pending;
       c.value = std::max(c.value, m.t0);
       if (c.local_done && c.finish_pending == 0)
@@ -275,36 +276,10 @@ void Engine::apply(const Msg& m) {
 
 // ============================================================== a rank's streams ====
 
-bool Engine::ready(const RankSt& r, const StageData& sd, int s, const Step& step) const {
-  const uint32_t it = r.it[s];
-  if (r.pos[s] == 0 && it > 0)
-    for (int s2 = 0; s2 < kStreams; ++s2)
-      if (sd.len[s2] && r.it[s2] < it) return false;  // iteration boundary: the rank drains first
-  const uint32_t* d = sd.dep_at.data() + step.dep_begin;
-  for (uint32_t k = 0; k < step.dep_count; ++k) {
-    const uint32_t sdp = dep_stream(d[k]);
-    if (r.it[sdp] < it || (r.it[sdp] == it && r.pos[sdp] <= dep_pos(d[k]))) return false;
-  }
-  return true;
-}
-
 // Starts every op that can start now, in stream order; an op that completes at once (alloc,
 // free, a recv whose data is there, a zero-cost op) lets its stream and the streams waiting for
 // it go on at the same time.
-// Whether another stream of r can allocate now, at an op the Program orders before `op` of
-// iteration `it`: a free that follows it in program order waits for it (see advance).
-bool Engine::earlier_alloc_ready(RankSt& r, const StageData& sd, int s, uint32_t it, uint32_t op) {
-  for (int s2 = 0; s2 < kStreams; ++s2) {
-    if (s2 == s || r.running[s2] || r.it[s2] >= uint32_t(K_) || sd.len[s2] == 0) continue;
-    const Step& head = sd.steps[s2][r.pos[s2]];
-    if (head.kind == OpKind::alloc && (r.it[s2] < it || (r.it[s2] == it && head.op < op)) &&
-        ready(r, sd, s2, head))
-      return true;
-  }
-  return false;
-}
-
-void Engine::advance(RankSt& r, Time t) {
+void Engine::advance(RankState& r, Time t) {
   const StageData& sd = stages_[r.stage];
   // Passes over the streams while one made progress. A stream's look at its head depends only
   // on the rank's state, which only a start changes: a pass that has started nothing yet skips
@@ -318,15 +293,15 @@ void Engine::advance(RankSt& r, Time t) {
     bool started = false;
     int next = 0;
     for (int s = 0; s < kStreams && (started || s < redo); ++s) {
-      while (!r.running[s] && r.it[s] < uint32_t(K_) && sd.len[s] > 0) {
-        const Step& step = sd.steps[s][r.pos[s]];
-        if (!ready(r, sd, s, step)) break;
+      while (!r.running[s] && !stream_done(r, sd, s, iterations_)) {
+        const Step& step = sd.steps[s][r.position[s]];
+        if (!head_ready(r, sd, s, step)) break;
         // Memory events at one instant follow program order, as the rank issues them: an
         // alloc on another stream that the Program puts before this free (a reload emitted
         // before the buffers it outlives go) happens first, and the peak holds both, as the
         // runtime and the estimator count it.
         if (step.kind == OpKind::free && step.key &&
-            earlier_alloc_ready(r, sd, s, r.it[s], step.op)) {
+            earlier_alloc_ready(r, sd, s, r.iteration[s], step.op, iterations_)) {
           progress = true;
           next = s + 1;
           break;
@@ -342,23 +317,23 @@ void Engine::advance(RankSt& r, Time t) {
 }
 
 // Returns whether the op completed at once.
-bool Engine::start_op(RankSt& r, const StageData& sd, int s, const Step& step, Time t) {
+bool Engine::start_op(RankState& r, const StageData& sd, int s, const Step& step, Time t) {
   const uint32_t op = step.op;
-  r.start[s] = t;
+  r.op_start[s] = t;
   switch (step.kind) {
     case OpKind::alloc:
     case OpKind::free: {
       // From the Step alone (s is the op's stream): the Op record is not read per event.
-      memory_.apply(r.memory, r.res, oom_, step.mem_category, step.mem_bytes, r.rank, op,
-                    int32_t(r.it[s]), sd.workspace, t, step.kind == OpKind::alloc ? 1 : -1,
-                    trace_ ? &samples_[r.li] : nullptr);
+      memory_.apply(r.memory, r.result, step.mem_category, step.mem_bytes, r.rank, op,
+                    int32_t(r.iteration[s]), sd.workspace_bytes, t,
+                    step.kind == OpKind::alloc ? 1 : -1, trace_.memory_of(r.local_index));
       complete_op(r, s, t, true);
       return true;
     }
     case OpKind::compute:
       if (s == int(Stream::compute)) {
         charge_gap(r, sd, step, t);
-        if (step.cdur == 0) {
+        if (step.compute_ns == 0) {
           r.last_compute_end = t;
           complete_op(r, s, t, true);
           return true;
@@ -368,12 +343,12 @@ bool Engine::start_op(RankSt& r, const StageData& sd, int s, const Step& step, T
       }
       [[fallthrough]];
     case OpKind::host_compute:
-      if (step.cdur == 0) {
+      if (step.compute_ns == 0) {
         complete_op(r, s, t, true);
         return true;
       }
       r.running[s] = 1;
-      queue_.push(t + step.cdur, kEvOpEnd, uint32_t(r.rank), uint32_t(s));
+      queue_.push(t + step.compute_ns, kEvOpEnd, uint32_t(r.rank), uint32_t(s));
       return false;
     case OpKind::collective:
       r.running[s] = 1;
@@ -394,12 +369,12 @@ bool Engine::start_op(RankSt& r, const StageData& sd, int s, const Step& step, T
   return false;
 }
 
-void Engine::start_compute(RankSt& r, const Step& step, Time t) {
+void Engine::start_compute(RankState& r, const Step& step, Time t) {
   r.running[int(Stream::compute)] = 1;
   r.kernel.running = true;
-  r.kernel.remaining = step.cdur * kS;
+  r.kernel.remaining = step.compute_ns * kS;
   r.kernel.ref = t;
-  r.kernel.end = kernel_end(r.kernel, r.act_b, q_slow_);
+  r.kernel.end = kernel_end(r.kernel, r.moving_since, slowed_rate_);
   queue_.push(r.kernel.end, kEvCompute, uint32_t(r.rank), ++r.kernel.ver);
 }
 

@@ -6,49 +6,49 @@
 
 namespace stratagem::sim {
 
-void Engine::join_flow(int res, int64_t work, int64_t w, Time join, OwnerKind kind, int owner,
+void Engine::join_flow(int res, int64_t work, int64_t share, Time join, OwnerKind kind, int owner,
                        int slot) {
   // Every process holding a GPU of a node keeps a replica of its NIC's fluid model.
   if (kind != kOwnForeign)
-    for (int p : part_.res_holders[res])
-      if (p != me_) {
+    for (int p : partition_.res_holders[res])
+      if (p != my_proc_) {
         Msg m{};
         m.type = kMsgJoin;
         m.i0 = res;
         m.t0 = join;
         m.x = work;
-        m.y = w;
+        m.y = share;
         m.effect = join;
         send_msg(p, m);
       }
-  net_.join(res, work, w, join, kind, owner, slot, now_);
+  network_.join(res, work, share, join, kind, owner, slot, now_);
 }
 
 void Engine::finish_changed(OwnerKind kind, int32_t owner, int32_t slot, Time fin) {
   if (kind == kOwnColl)
-    colls_[owner].members[slot].fin = fin;
+    collectives_[owner].members[slot].fin = fin;
   else
-    xfers_[owner].fin = fin;
+    transfers_[owner].fin = fin;
   mark_owner(kind, owner);
 }
 
 void Engine::mark_owner(OwnerKind kind, int id) {
-  bool& dirty = kind == kOwnColl ? colls_[id].odirty : xfers_[id].odirty;
+  bool& dirty = kind == kOwnColl ? collectives_[id].owner_dirty : transfers_[id].owner_dirty;
   if (!dirty) {
     dirty = true;
-    dirty_owners_.push_back({kind, id});
+    owners_to_update_.push_back({kind, id});
   }
 }
 
 void Engine::flush_owners() {
-  for (size_t i = 0; i < dirty_owners_.size(); ++i) {
-    const auto [k, id] = dirty_owners_[i];
+  for (size_t i = 0; i < owners_to_update_.size(); ++i) {
+    const auto [k, id] = owners_to_update_[i];
     if (k == kOwnColl)
       coll_update(id);
     else
       xfer_update(id);
   }
-  dirty_owners_.clear();
+  owners_to_update_.clear();
 }
 
 }  // namespace stratagem::sim

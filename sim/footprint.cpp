@@ -18,7 +18,8 @@ int64_t simulation_footprint_bytes(const Program& program, int world_size,
   // 1 KiB for its group row, network resources, partition entry and layout coordinates.
   // Measured on gpt2-124m plans with dp = world (RSS less the 200 MB of a 80,000-rank run):
   // 2.3 KiB per rank at 400,000 ranks; this formula gives 2.2 KiB.
-  const int64_t per_rank = int64_t(sizeof(sim::RankSt)) + 2 * int64_t(sizeof(SimRankResult)) + 1024;
+  const int64_t per_rank =
+      int64_t(sizeof(sim::RankState)) + 2 * int64_t(sizeof(SimRankResult)) + 1024;
   int64_t bytes = int64_t(world_size) * per_rank;
   if (options.record_trace) {
     size_t ops = 0;

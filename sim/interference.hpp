@@ -23,38 +23,38 @@ struct ComputeKernel {
 using Windows = std::array<Time, kStreams>;
 
 // When the kernel will finish if the windows stay as they are.
-inline Time kernel_end(const ComputeKernel& k, const Windows& act_b, int64_t slow) {
-  int64_t R = k.remaining;
+inline Time kernel_end(const ComputeKernel& k, const Windows& moving_since, int64_t slow) {
+  int64_t left = k.remaining;
   Time t = k.ref;
   for (;;) {
-    if (R <= 0) return t;
+    if (left <= 0) return t;
     bool active = false;
     Time next = kNever;
     for (int s = 1; s < kStreams; ++s) {
-      const Time b = act_b[s];
+      const Time b = moving_since[s];
       if (b == kNever) continue;
       if (b <= t)
         active = true;
       else
         next = std::min(next, b);
     }
-    if (active) return t + ceil_div(R, slow);
-    if (next == kNever || kS * (next - t) >= R) return t + ceil_div(R, kS);
-    R -= kS * (next - t);
+    if (active) return t + ceil_div(left, slow);
+    if (next == kNever || kS * (next - t) >= left) return t + ceil_div(left, kS);
+    left -= kS * (next - t);
     t = next;
   }
 }
 
 // Advances the kernel's remaining work to `now` under the current windows; done before a window
 // changes, so each stretch of time is charged at the rate that held during it.
-inline void kernel_consume(ComputeKernel& k, const Windows& act_b, int64_t slow, Time now) {
+inline void kernel_consume(ComputeKernel& k, const Windows& moving_since, int64_t slow, Time now) {
   Time t = k.ref;
-  int64_t R = k.remaining;
-  while (t < now && R > 0) {
+  int64_t left = k.remaining;
+  while (t < now && left > 0) {
     bool active = false;
     Time next = kNever;
     for (int s = 1; s < kStreams; ++s) {
-      const Time b = act_b[s];
+      const Time b = moving_since[s];
       if (b == kNever) continue;
       if (b <= t)
         active = true;
@@ -62,10 +62,10 @@ inline void kernel_consume(ComputeKernel& k, const Windows& act_b, int64_t slow,
         next = std::min(next, b);
     }
     const Time seg = active ? now : std::min(next, now);
-    R -= (active ? slow : kS) * (seg - t);
+    left -= (active ? slow : kS) * (seg - t);
     t = seg;
   }
-  k.remaining = R;
+  k.remaining = left;
   k.ref = now;
 }
 

@@ -3,22 +3,22 @@
 
 namespace stratagem::sim {
 
-void MemoryModel::init(const ClusterSpec& cluster) {
-  ctx_ = cluster.gpu.context_overhead_bytes;
-  hbm_ = cluster.gpu.hbm_bytes;
-  frag_ = cluster.gpu.allocator_fragmentation;
+void MemoryLedger::init(const ClusterSpec& cluster) {
+  context_bytes_ = cluster.gpu.context_overhead_bytes;
+  hbm_bytes_ = cluster.gpu.hbm_bytes;
+  fragmentation_ = cluster.gpu.allocator_fragmentation;
 }
 
-void MemoryModel::init_peak(SimRankResult& res, int64_t workspace) const {
+void MemoryLedger::init_peak(SimRankResult& res, int64_t workspace) const {
   res.peak_memory_bytes = device_bytes(0, workspace);
   res.peak_by_category[int(MemCategory::buffers)] = workspace;
-  res.peak_context_bytes = ctx_;
-  res.peak_fragmentation_bytes = res.peak_memory_bytes - ctx_ - workspace;
+  res.peak_context_bytes = context_bytes_;
+  res.peak_fragmentation_bytes = res.peak_memory_bytes - context_bytes_ - workspace;
 }
 
-void MemoryModel::apply(RankMemory& m, SimRankResult& res, SimOom& oom, MemCategory category,
-                        int64_t bytes, int rank, uint32_t op, int32_t iteration, int64_t workspace,
-                        Time t, int sign, std::vector<trace::MemorySample>* samples) const {
+void MemoryLedger::apply(RankMemory& m, SimRankResult& res, MemCategory category, int64_t bytes,
+                         int rank, uint32_t op, int32_t iteration, int64_t workspace, Time t,
+                         int sign, std::vector<trace::MemorySample>* samples) {
   const int c = int(category);
   m.bytes[c] += sign * bytes;
   m.allocated += sign * bytes;
@@ -28,14 +28,15 @@ void MemoryModel::apply(RankMemory& m, SimRankResult& res, SimOom& oom, MemCateg
     res.peak_allocated_bytes = m.allocated;
     for (int k = 0; k < kNumMemCategories; ++k) res.peak_by_category[k] = m.bytes[k];
     res.peak_by_category[int(MemCategory::buffers)] += workspace;
-    res.peak_context_bytes = ctx_;
-    res.peak_fragmentation_bytes = dev - ctx_ - m.allocated - workspace;
+    res.peak_context_bytes = context_bytes_;
+    res.peak_fragmentation_bytes = dev - context_bytes_ - m.allocated - workspace;
     res.peak_time_ns = t;
     res.peak_op = int32_t(op);
     res.peak_iteration = iteration;
   }
-  if (sign > 0 && dev > hbm_ && !m.oom) {
+  if (sign > 0 && dev > hbm_bytes_ && !m.oom) {
     m.oom = true;
+    SimOom& oom = first_oom_;
     if (oom_precedes(t, rank, oom)) {
       oom.oom = true;
       oom.rank = rank;
@@ -43,7 +44,7 @@ void MemoryModel::apply(RankMemory& m, SimRankResult& res, SimOom& oom, MemCateg
       oom.iteration = iteration;
       oom.time_ns = t;
       oom.bytes = dev;
-      oom.hbm_bytes = hbm_;
+      oom.hbm_bytes = hbm_bytes_;
     }
   }
   if (samples) {

@@ -25,25 +25,29 @@ inline bool oom_precedes(Time t, int rank, const SimOom& first) {
   return !first.oom || t < first.time_ns || (t == first.time_ns && rank < first.rank);
 }
 
-class MemoryModel {
+// The memory ledger: device bytes by the cost model's formula, each rank's peak, and the run's
+// first OOM among the ranks of this process.
+class MemoryLedger {
  public:
   void init(const ClusterSpec& cluster);
-  int64_t hbm_bytes() const { return hbm_; }
+  int64_t hbm_bytes() const { return hbm_bytes_; }
   int64_t device_bytes(int64_t alloc, int64_t ws) const {
     const int64_t a = alloc + ws;
-    return a + ctx_ + static_cast<int64_t>(frag_ * double(a));
+    return a + context_bytes_ + static_cast<int64_t>(fragmentation_ * double(a));
   }
   // A rank's peak before its first allocation: the workspace with context and fragmentation.
   void init_peak(SimRankResult& res, int64_t workspace) const;
   // Applies op `op` (an alloc when sign is 1, a free when -1) of `rank` at t: updates the
-  // rank's peak (res), the run's first OOM (oom) and, when `samples` is given, the trace.
-  void apply(RankMemory& m, SimRankResult& res, SimOom& oom, MemCategory category, int64_t bytes,
-             int rank, uint32_t op, int32_t iteration, int64_t workspace, Time t, int sign,
-             std::vector<trace::MemorySample>* samples) const;
+  // rank's peak (res), the first OOM and, when `samples` is given, the trace.
+  void apply(RankMemory& m, SimRankResult& res, MemCategory category, int64_t bytes, int rank,
+             uint32_t op, int32_t iteration, int64_t workspace, Time t, int sign,
+             std::vector<trace::MemorySample>* samples);
+  SimOom& first_oom() { return first_oom_; }
 
  private:
-  int64_t ctx_ = 0, hbm_ = 0;
-  double frag_ = 0;
+  int64_t context_bytes_ = 0, hbm_bytes_ = 0;
+  double fragmentation_ = 0;
+  SimOom first_oom_;
 };
 
 }  // namespace stratagem::sim

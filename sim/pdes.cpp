@@ -10,18 +10,18 @@ namespace {
 
 // Lower bound of the start of op x (iteration itx) of rank r: the latest of the chains of
 // ops on each stream that x depends on, each run at its uncontended duration.
-Time lb_start(const RankSt& r, const StageData& sd, uint32_t x, uint32_t itx, Time glb) {
+Time lb_start(const RankState& r, const StageData& sd, uint32_t x, uint32_t itx, Time glb) {
   Time lb = glb;
-  const auto& md = sd.mind[r.cls];
+  const auto& md = sd.least_duration_ns[r.rank_class];
   for (int s = 0; s < kStreams; ++s) {
-    const int32_t a = sd.anc[x][s];
+    const int32_t a = sd.anchors[x][s];
     if (a < 0) continue;
-    const uint32_t ih = r.it[s], ph = r.pos[s];
+    const uint32_t ih = r.iteration[s], ph = r.position[s];
     if (ih > itx || (ih == itx && ph > uint32_t(a))) continue;  // already done
     const uint32_t h = sd.steps[s][ph].op;
-    const Time head_end = r.running[s] ? std::max(glb, r.start[s] + md[h]) : glb + md[h];
-    const auto& pf = sd.prefix[r.cls][s];
-    const Time total = pf[sd.len[s]];
+    const Time head_end = r.running[s] ? std::max(glb, r.op_start[s] + md[h]) : glb + md[h];
+    const auto& pf = sd.least_duration_prefix_ns[r.rank_class][s];
+    const Time total = pf[sd.stream_length[s]];
     const Time sum = (Time(itx) * total + pf[a + 1]) - (Time(ih) * total + pf[ph + 1]);
     lb = std::max(lb, head_end + sum);
   }
@@ -134,39 +134,39 @@ std::vector<Msg> Mailbox::exchange(MPI_Comm comm) {
 
 // Ops whose execution sends events to other processes, with the least delay between the op's
 // start and the effect of those events.
-bool Lookahead::init(int procs, const Partition& part, const std::vector<RankSt>& ranks,
+bool Lookahead::init(int procs, const Partition& part, const std::vector<RankState>& ranks,
                      const std::vector<StageData>& stages, const std::vector<int32_t>& rank_groups,
                      const Network& net) {
   bool unsafe = false;
   clear(part.local_ranks.size());
   if (procs == 1) return !unsafe;
   for (int r : part.local_ranks) {
-    const RankSt& rk = ranks[r];
+    const RankState& rk = ranks[r];
     const StageData& sd = stages[rk.stage];
     bool any = !part.res_holders[net.nic_of_node(rk.node)].empty();
-    for (size_t k = 0; k < sd.keys.size(); ++k) {
-      const int g = rank_groups[rk.gbase + k];
+    for (size_t k = 0; k < sd.group_keys.size(); ++k) {
+      const int g = rank_groups[rk.group_row + k];
       if (g >= 0 && (part.group_procs[g].size() > 1 || part.group_nic_shared[g])) any = true;
     }
     for (int ch = 0; ch < 2; ++ch)
-      if (rk.ch[ch].peer >= 0 && !part.local(rk.ch[ch].peer)) any = true;
+      if (rk.channels[ch].peer >= 0 && !part.local(rk.channels[ch].peer)) any = true;
     if (!any) continue;
-    auto& lists = bnd_[rk.li];
-    for (uint32_t i = 0; i < sd.n; ++i) {
-      const Op& op = sd.sp->ops[i];
+    auto& lists = boundary_ops_[rk.local_index];
+    for (uint32_t i = 0; i < sd.op_count; ++i) {
+      const Op& op = sd.program->ops[i];
       Time delay = kNever;
       if (op.kind == OpKind::collective) {
-        const int g = rank_groups[rk.gbase + step_of(sd, i).key];
+        const int g = rank_groups[rk.group_row + step_of(sd, i).key];
         if (g < 0) continue;
-        const CommP& cp = comm_of(sd, rk.cls, step_of(sd, i));
+        const CommSplit& cp = comm_of(sd, rk.rank_class, step_of(sd, i));
         const bool cross = part.group_procs[g].size() > 1;
         const bool shared = cp.link == LinkClass::inter_node && part.group_nic_shared[g];
         if (!cross && !shared) continue;
         delay = cp.head;
         if (cp.head <= 0 || (cross && cp.tail <= 0)) unsafe = true;
       } else if (op.kind == OpKind::send) {
-        const int peer = rk.ch[rk.chmap[step_of(sd, i).key]].peer;
-        const CommP& cp = comm_of(sd, rk.cls, step_of(sd, i));
+        const int peer = rk.channels[rk.channel_of_key[step_of(sd, i).key]].peer;
+        const CommSplit& cp = comm_of(sd, rk.rank_class, step_of(sd, i));
         const bool remote = peer >= 0 && !part.local(peer);
         const int res = net.resource_of(cp.link, r, op.kind);
         const bool shared = res >= 0 && !part.res_holders[res].empty();
@@ -182,37 +182,37 @@ bool Lookahead::init(int procs, const Partition& part, const std::vector<RankSt>
       } else {
         continue;
       }
-      lists[sd.str[i]].push_back({sd.pos[i], i, delay});
+      lists[sd.stream_of[i]].push_back({sd.position_of[i], i, delay});
     }
-    bnd_ranks_.push_back(r);
+    ranks_with_boundary_ops_.push_back(r);
   }
   return !unsafe;
 }
 
 void Lookahead::clear(size_t local_ranks) {
-  bnd_.assign(local_ranks, {});
-  bcur_.assign(local_ranks, {});
-  bnd_ranks_.clear();
+  boundary_ops_.assign(local_ranks, {});
+  next_boundary_.assign(local_ranks, {});
+  ranks_with_boundary_ops_.clear();
 }
 
-Time Lookahead::earliest_output(Time glb, const std::vector<RankSt>& ranks,
+Time Lookahead::earliest_output(Time glb, const std::vector<RankState>& ranks,
                                 const std::vector<StageData>& stages, int iterations,
                                 const CollectiveTable& colls, const TransferPool& xfers) {
   Time eot = kNever;
   const uint32_t K = uint32_t(iterations);
-  for (int r : bnd_ranks_) {
-    const RankSt& rk = ranks[r];
+  for (int r : ranks_with_boundary_ops_) {
+    const RankState& rk = ranks[r];
     const StageData& sd = stages[rk.stage];
     for (int s = 0; s < kStreams; ++s) {
-      const auto& list = bnd_[rk.li][s];
+      const auto& list = boundary_ops_[rk.local_index][s];
       if (list.empty()) continue;
       // Skip the boundary ops the stream has started since the last window.
-      auto& [it, k] = bcur_[rk.li][s];
+      auto& [it, k] = next_boundary_[rk.local_index][s];
       while (it < K) {
-        const Bnd& b = list[k];
-        const bool passed =
-            it < rk.it[s] ||
-            (it == rk.it[s] && (b.pos < rk.pos[s] || (b.pos == rk.pos[s] && rk.running[s])));
+        const BoundaryOp& b = list[k];
+        const bool passed = it < rk.iteration[s] ||
+                            (it == rk.iteration[s] && (b.pos < rk.position[s] ||
+                                                       (b.pos == rk.position[s] && rk.running[s])));
         if (!passed) break;
         if (++k == list.size()) {
           k = 0;
@@ -220,7 +220,7 @@ Time Lookahead::earliest_output(Time glb, const std::vector<RankSt>& ranks,
         }
       }
       if (it >= K) continue;
-      const Bnd& b = list[k];
+      const BoundaryOp& b = list[k];
       const Time lb = lb_start(rk, sd, b.op, it, glb);
       eot = std::min(eot, lb + b.delay);
     }

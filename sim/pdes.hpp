@@ -77,7 +77,7 @@ class Lookahead {
  public:
   // Finds the boundary ops of the local ranks. Returns false when one has no latency, i.e. the
   // parallel simulation would have no lookahead.
-  bool init(int procs, const Partition& part, const std::vector<RankSt>& ranks,
+  bool init(int procs, const Partition& part, const std::vector<RankState>& ranks,
             const std::vector<StageData>& stages, const std::vector<int32_t>& rank_groups,
             const Network& net);
   // No boundary ops (every rank on process 0).
@@ -85,20 +85,20 @@ class Lookahead {
   void track_collective(int32_t id, uint64_t serial) { cross_colls_.push_back({id, serial}); }
   void track_transfer(int32_t id, uint64_t serial) { cross_xfers_.push_back({id, serial}); }
   // glb: the earliest pending event of this process (not kNever).
-  Time earliest_output(Time glb, const std::vector<RankSt>& ranks,
+  Time earliest_output(Time glb, const std::vector<RankState>& ranks,
                        const std::vector<StageData>& stages, int iterations,
                        const CollectiveTable& colls, const TransferPool& xfers);
-  size_t boundary_ranks() const { return bnd_ranks_.size(); }
+  size_t boundary_ranks() const { return ranks_with_boundary_ops_.size(); }
 
  private:
-  struct Bnd {
+  struct BoundaryOp {
     uint32_t pos, op;
     Time delay;
   };
-  std::vector<std::array<std::vector<Bnd>, kStreams>> bnd_;  // per local index
+  std::vector<std::array<std::vector<BoundaryOp>, kStreams>> boundary_ops_;  // per local index
   // Per local index and stream: the next boundary op not yet started (iteration, list index).
-  std::vector<std::array<std::pair<uint32_t, uint32_t>, kStreams>> bcur_;
-  std::vector<int> bnd_ranks_;
+  std::vector<std::array<std::pair<uint32_t, uint32_t>, kStreams>> next_boundary_;
+  std::vector<int> ranks_with_boundary_ops_;
   std::vector<std::pair<int32_t, uint64_t>> cross_colls_, cross_xfers_;  // (id, serial)
 };
 

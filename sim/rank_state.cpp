@@ -5,40 +5,40 @@
 
 namespace stratagem::sim {
 
-void init_ranks(std::vector<RankSt>& ranks, std::vector<StageData>& stages,
+void init_ranks(std::vector<RankState>& ranks, std::vector<StageData>& stages,
                 std::vector<int32_t>& rank_groups, const Layout& layout, int gpus_per_node) {
   const int W = layout.world_size();
   const int G = gpus_per_node;
   ranks.resize(W);
   int max_keys = 0;
-  for (auto& sd : stages) max_keys = std::max<int>(max_keys, int(sd.keys.size()));
+  for (auto& sd : stages) max_keys = std::max<int>(max_keys, int(sd.group_keys.size()));
   rank_groups.assign(size_t(W) * std::max(1, max_keys), -1);
   std::vector<std::vector<std::vector<int64_t>>> sigs(stages.size());
   // Per group: its size and node span (computed once, not once per member).
   std::vector<int64_t> geometry(layout.groups().size(), -1);
   std::vector<int64_t> sig;
   for (int r = 0; r < W; ++r) {
-    RankSt& rk = ranks[r];
+    RankState& rk = ranks[r];
     const RankCoords c = layout.coords(r);
     rk.rank = r;
     rk.stage = c.stage;
     rk.node = r / G;
-    rk.gbase = r * std::max(1, max_keys);
-    rk.act_b.fill(kNever);
-    rk.wake.fill(-1);
-    rk.wake_cat.fill(kNone);
+    rk.group_row = r * std::max(1, max_keys);
+    rk.moving_since.fill(kNever);
+    rk.last_done.fill(-1);
+    rk.last_done_cat.fill(kNone);
     StageData& sd = stages[rk.stage];
     // The class signature: what comm_cost depends on (group sizes and node spans, and whether
     // each pipeline peer is on this node).
     sig.clear();
-    for (size_t k = 0; k < sd.keys.size(); ++k) {
+    for (size_t k = 0; k < sd.group_keys.size(); ++k) {
       Op op;
       op.kind = OpKind::collective;
-      op.group = sd.keys[k].kind;
-      op.tp = sd.keys[k].tp;
-      op.tp_big = sd.keys[k].tp_big;
+      op.group = sd.group_keys[k].kind;
+      op.tp = sd.group_keys[k].tp;
+      op.tp_big = sd.group_keys[k].tp_big;
       const int g = resolve_group(layout, r, op);
-      rank_groups[rk.gbase + k] = g;
+      rank_groups[rk.group_row + k] = g;
       if (g < 0) {
         sig.push_back(-1);
         continue;
@@ -58,18 +58,18 @@ void init_ranks(std::vector<RankSt>& ranks, std::vector<StageData>& stages,
       op.kind = OpKind::send;
       op.group = ch == 0 ? GroupKind::pp_next : GroupKind::pp_prev;
       const int peer = resolve_peer(layout, r, op);
-      rk.ch[ch].peer = peer;
+      rk.channels[ch].peer = peer;
       sig.push_back(peer < 0 ? -1 : (peer / G == rk.node ? 1 : 0));
     }
-    if (rk.ch[1].peer == rk.ch[0].peer) rk.chmap[1] = 0;
+    if (rk.channels[1].peer == rk.channels[0].peer) rk.channel_of_key[1] = 0;
     auto& list = sigs[rk.stage];
     size_t cls = 0;
     while (cls < list.size() && list[cls] != sig) ++cls;
     if (cls == list.size()) {
       list.push_back(sig);
-      sd.rep.push_back(r);
+      sd.class_rep.push_back(r);
     }
-    rk.cls = int(cls);
+    rk.rank_class = int(cls);
   }
 }
 

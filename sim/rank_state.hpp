@@ -18,7 +18,7 @@ namespace stratagem::sim {
 // A pipeline message that arrived before its recv started.
 struct Arrival {
   uint64_t seq;
-  Time a;
+  Time arrival;
   Time xfer;  // arrival - send start
 };
 
@@ -34,34 +34,39 @@ struct Channel {
   size_t head = 0;
 };
 
-struct RankSt {
-  int rank = 0, stage = 0, cls = 0, node = 0, li = -1;  // li: index among this process's ranks
-  std::array<uint32_t, kStreams> it{}, pos{};           // each stream's cursor: iteration, position
+struct RankState {
+  int rank = 0, stage = 0, rank_class = 0, node = 0;
+  int local_index = -1;  // among this process's ranks
+  // Each stream's cursor: the iteration it is in and the position of its next op.
+  std::array<uint32_t, kStreams> iteration{}, position{};
   std::array<uint8_t, kStreams> running{};
-  std::array<Time, kStreams> start{};
-  Windows act_b{};                    // data movement of the stream's comm op began (kNever: none)
-  std::array<Time, kStreams> wake{};  // last completion on the stream
-  std::array<uint8_t, kStreams> wake_cat{};
-  std::array<Time, kStreams> wake_dur{};  // how long that op moved data (not waiting for peers)
+  std::array<Time, kStreams> op_start{};
+  Windows moving_since{};  // data movement of the stream's comm op began (kNever: none)
+  // The last op completed on each stream: when, its Cat, and how long it moved data (not
+  // counting the wait for peers); what an idle compute stream is charged to.
+  std::array<Time, kStreams> last_done{};
+  std::array<uint8_t, kStreams> last_done_cat{};
+  std::array<Time, kStreams> last_done_moving_ns{};
   bool dirty = false;
   ComputeKernel kernel;
   RankMemory memory;
-  Channel ch[2];
-  uint8_t chmap[2] = {0, 1};  // send/recv key -> channel (one channel when both peers coincide)
-  int gbase = 0;              // this rank's row of resolved groups
-  int64_t nic_mult = 1;       // ranks of this node whose NIC flows this rank's stand for
+  Channel channels[2];
+  // send/recv key -> channel (one channel when both peers coincide).
+  uint8_t channel_of_key[2] = {0, 1};
+  int group_row = 0;     // this rank's row of resolved groups
+  int64_t nic_mult = 1;  // ranks of this node whose NIC flows this rank's stand for
   Time last_compute_end = 0;
-  std::array<int64_t, 8> acc{};  // compute-stream time by Cat
-  Time end = 0;
-  uint64_t ops = 0;
-  SimRankResult res;
+  std::array<int64_t, 8> busy_and_waits{};  // compute-stream time by Cat
+  Time end_time = 0;
+  uint64_t ops_done = 0;
+  SimRankResult result;
 };
 
 // Resolves every rank's groups (into `rank_groups`, a row of `keys` entries per rank) and
 // pipeline peers, and sorts the ranks of each stage into classes (same group sizes and node
 // spans, same pipeline peers on the same/another node); the first rank of a class is its
-// representative (StageData::rep).
-void init_ranks(std::vector<RankSt>& ranks, std::vector<StageData>& stages,
+// representative (StageData::class_rep).
+void init_ranks(std::vector<RankState>& ranks, std::vector<StageData>& stages,
                 std::vector<int32_t>& rank_groups, const Layout& layout, int gpus_per_node);
 
 }  // namespace stratagem::sim

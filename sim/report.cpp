@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "stratagem/simulate.hpp"
+#include "stratagem/spec_json.hpp"
 #include "stratagem/trace.hpp"
 #include "stratagem/version.hpp"
 #include "stratagem/workload.hpp"

@@ -8,8 +8,8 @@ namespace {
 
 // Proportional share: every flow on a resource whose weights sum past kS slows by the same
 // factor, so n flows that each fill the link take n times as long.
-inline int64_t share_rate(int64_t sum_w) {
-  return sum_w <= kS ? kS : std::max<int64_t>(1, (kS * kS) / sum_w);
+inline int64_t share_rate(int64_t share_sum) {
+  return share_sum <= kS ? kS : std::max<int64_t>(1, (kS * kS) / share_sum);
 }
 
 }  // namespace
@@ -18,15 +18,15 @@ void Network::init(int world_size, int gpus_per_node, FlowOwners* owners) {
   owners_ = owners;
   world_ = world_size;
   gpus_per_node_ = gpus_per_node;
-  res_.resize(size_t(3) * world_ + (world_ + gpus_per_node_ - 1) / gpus_per_node_);
+  links_.resize(size_t(3) * world_ + (world_ + gpus_per_node_ - 1) / gpus_per_node_);
 }
 
-void Network::join(int res, int64_t work, int64_t w, Time join, OwnerKind kind, int32_t owner,
+void Network::join(int res, int64_t work, int64_t share, Time join, OwnerKind kind, int32_t owner,
                    int32_t slot, Time now) {
   const int fid = flows_.acquire();
   Flow& f = flows_[fid];
-  f.R = work;
-  f.w = w;
+  f.remaining = work;
+  f.share = share;
   f.join = join;
   f.fin = kNever;
   f.owner_kind = kind;
@@ -36,107 +36,107 @@ void Network::join(int res, int64_t work, int64_t w, Time join, OwnerKind kind, 
 }
 
 void Network::add(int rid, int fid, Time now) {
-  Res& R = res_[rid];
+  Link& link = links_[rid];
   Flow& f = flows_[fid];
   // Predictions are exact until a flow joins: flows predicted to be done by now are gone.
-  if (R.active.size() + R.pending.size() == 1) {
-    const int32_t old = R.active.empty() ? R.pending[0] : R.active[0];
+  if (link.active.size() + link.pending.size() == 1) {
+    const int32_t old = link.active.empty() ? link.pending[0] : link.active[0];
     if (flows_[old].fin <= now) {
       flows_.release(old);
-      R.active.clear();
-      R.pending.clear();
+      link.active.clear();
+      link.pending.clear();
     }
   }
-  if (R.active.empty() && R.pending.empty()) {
-    R.t = now;
-    R.sum_w = 0;
-    R.pending.push_back(fid);
-    set_fin(fid, f.join + ceil_div(f.R, share_rate(f.w)));
+  if (link.active.empty() && link.pending.empty()) {
+    link.t = now;
+    link.share_sum = 0;
+    link.pending.push_back(fid);
+    set_fin(fid, f.join + ceil_div(f.remaining, share_rate(f.share)));
     return;
   }
-  advance(R, now);
-  auto it = std::upper_bound(R.pending.begin(), R.pending.end(), f.join,
+  advance(link, now);
+  auto it = std::upper_bound(link.pending.begin(), link.pending.end(), f.join,
                              [&](Time j, int32_t other) { return j < flows_[other].join; });
-  R.pending.insert(it, fid);
-  predict(R);
+  link.pending.insert(it, fid);
+  predict(link);
 }
 
 // Moves the resource's state to T: the active flows progress at the shared rate, finished
 // ones leave and pending ones whose join time has come become active.
-void Network::advance(Res& R, Time T) {
+void Network::advance(Link& link, Time T) {
   for (;;) {
-    const int64_t rate = share_rate(R.sum_w);
-    const Time nj = R.pending.empty() ? kNever : flows_[R.pending.front()].join;
+    const int64_t rate = share_rate(link.share_sum);
+    const Time nj = link.pending.empty() ? kNever : flows_[link.pending.front()].join;
     Time nf = kNever;
-    for (int32_t a : R.active) nf = std::min(nf, R.t + ceil_div(flows_[a].R, rate));
+    for (int32_t a : link.active) nf = std::min(nf, link.t + ceil_div(flows_[a].remaining, rate));
     const Time tn = std::min(nj, nf);
     if (tn > T) {
-      if (T > R.t)
-        for (int32_t a : R.active) flows_[a].R -= rate * (T - R.t);
-      R.t = std::max(R.t, T);
+      if (T > link.t)
+        for (int32_t a : link.active) flows_[a].remaining -= rate * (T - link.t);
+      link.t = std::max(link.t, T);
       return;
     }
-    if (tn > R.t)
-      for (int32_t a : R.active) flows_[a].R -= rate * (tn - R.t);
-    R.t = tn;
-    for (size_t i = 0; i < R.active.size();) {
-      const int32_t a = R.active[i];
-      if (flows_[a].R <= 0) {
-        R.sum_w -= flows_[a].w;
+    if (tn > link.t)
+      for (int32_t a : link.active) flows_[a].remaining -= rate * (tn - link.t);
+    link.t = tn;
+    for (size_t i = 0; i < link.active.size();) {
+      const int32_t a = link.active[i];
+      if (flows_[a].remaining <= 0) {
+        link.share_sum -= flows_[a].share;
         flows_.release(a);
-        R.active[i] = R.active.back();
-        R.active.pop_back();
+        link.active[i] = link.active.back();
+        link.active.pop_back();
       } else {
         ++i;
       }
     }
     size_t k = 0;
-    while (k < R.pending.size() && flows_[R.pending[k]].join == tn) {
-      R.sum_w += flows_[R.pending[k]].w;
-      R.active.push_back(R.pending[k]);
+    while (k < link.pending.size() && flows_[link.pending[k]].join == tn) {
+      link.share_sum += flows_[link.pending[k]].share;
+      link.active.push_back(link.pending[k]);
       ++k;
     }
-    R.pending.erase(R.pending.begin(), R.pending.begin() + k);
+    link.pending.erase(link.pending.begin(), link.pending.begin() + k);
   }
 }
 
 // Runs the resource forward with the flows it knows, to predict when each will finish.
-void Network::predict(Res& R) {
-  if (R.active.size() + R.pending.size() == 1) {
-    const bool act = !R.active.empty();
-    const int32_t fid = act ? R.active[0] : R.pending[0];
-    set_fin(fid,
-            (act ? R.t : flows_[fid].join) + ceil_div(flows_[fid].R, share_rate(flows_[fid].w)));
+void Network::predict(Link& link) {
+  if (link.active.size() + link.pending.size() == 1) {
+    const bool act = !link.active.empty();
+    const int32_t fid = act ? link.active[0] : link.pending[0];
+    set_fin(fid, (act ? link.t : flows_[fid].join) +
+                     ceil_div(flows_[fid].remaining, share_rate(flows_[fid].share)));
     return;
   }
   scratch_.clear();
-  for (int32_t a : R.active) scratch_.push_back({a, flows_[a].R, flows_[a].w});
+  for (int32_t a : link.active) scratch_.push_back({a, flows_[a].remaining, flows_[a].share});
   size_t pi = 0;
-  Time t = R.t;
-  int64_t sum = R.sum_w;
-  while (!scratch_.empty() || pi < R.pending.size()) {
+  Time t = link.t;
+  int64_t sum = link.share_sum;
+  while (!scratch_.empty() || pi < link.pending.size()) {
     const int64_t rate = share_rate(sum);
-    const Time nj = pi < R.pending.size() ? flows_[R.pending[pi]].join : kNever;
+    const Time nj = pi < link.pending.size() ? flows_[link.pending[pi]].join : kNever;
     Time nf = kNever;
-    for (const Scratch& s : scratch_) nf = std::min(nf, t + ceil_div(s.R, rate));
+    for (const Scratch& s : scratch_) nf = std::min(nf, t + ceil_div(s.remaining, rate));
     const Time tn = std::min(nj, nf);
     if (tn > t)
-      for (Scratch& s : scratch_) s.R -= rate * (tn - t);
+      for (Scratch& s : scratch_) s.remaining -= rate * (tn - t);
     t = tn;
     for (size_t i = 0; i < scratch_.size();) {
-      if (scratch_[i].R <= 0) {
+      if (scratch_[i].remaining <= 0) {
         set_fin(scratch_[i].id, t);
-        sum -= scratch_[i].w;
+        sum -= scratch_[i].share;
         scratch_[i] = scratch_.back();
         scratch_.pop_back();
       } else {
         ++i;
       }
     }
-    while (pi < R.pending.size() && flows_[R.pending[pi]].join == t) {
-      const int32_t id = R.pending[pi++];
-      scratch_.push_back({id, flows_[id].R, flows_[id].w});
-      sum += flows_[id].w;
+    while (pi < link.pending.size() && flows_[link.pending[pi]].join == t) {
+      const int32_t id = link.pending[pi++];
+      scratch_.push_back({id, flows_[id].remaining, flows_[id].share});
+      sum += flows_[id].share;
     }
   }
 }

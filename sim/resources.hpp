@@ -34,7 +34,7 @@ class FlowOwners {
 class Network {
  public:
   void init(int world_size, int gpus_per_node, FlowOwners* owners);
-  int size() const { return int(res_.size()); }
+  int size() const { return int(links_.size()); }
   // The resource a transfer of `rank` over `link` loads (-1: none).
   int resource_of(LinkClass link, int rank, OpKind kind) const {
     switch (link) {
@@ -50,36 +50,36 @@ class Network {
   }
   int nic_of_node(int node) const { return 3 * world_ + node; }
 
-  // Adds a flow of `work` units (kS per ns at full speed) taking share `w` from `join` on,
+  // Adds a flow of `work` units (kS per ns at full speed) taking `share` from `join` on,
   // `now` being the present, and tells the owners of the resource's flows (this one included)
   // whose predicted finish changed.
-  void join(int res, int64_t work, int64_t w, Time join, OwnerKind kind, int32_t owner,
+  void join(int res, int64_t work, int64_t share, Time join, OwnerKind kind, int32_t owner,
             int32_t slot, Time now);
 
  private:
   struct Flow {
-    int64_t R = 0, w = 0;  // remaining work, share
+    int64_t remaining = 0, share = 0;  // work left (kS units), share of the resource
     Time join = 0, fin = kNever;
     OwnerKind owner_kind = kOwnForeign;
     int32_t owner = -1, slot = 0;
   };
-  struct Res {
+  struct Link {
     Time t = 0;  // the flows' remaining work is as of t
-    int64_t sum_w = 0;
+    int64_t share_sum = 0;
     std::vector<int32_t> active, pending;  // pending sorted by join
   };
   struct Scratch {
     int32_t id;
-    int64_t R, w;
+    int64_t remaining, share;
   };
 
   void add(int rid, int fid, Time now);
-  void advance(Res& R, Time T);
-  void predict(Res& R);
+  void advance(Link& link, Time T);
+  void predict(Link& link);
   void set_fin(int fid, Time fin);
 
   int world_ = 0, gpus_per_node_ = 1;
-  std::vector<Res> res_;
+  std::vector<Link> links_;
   Pool<Flow> flows_;
   std::vector<Scratch> scratch_;
   FlowOwners* owners_ = nullptr;

@@ -58,12 +58,12 @@ void merge_oom(MPI_Comm comm, int procs, int64_t hbm, SimOom& oom) {
 
 SimResult Engine::results(Time last) {
   SimResult out;
-  out.iterations = K_;
+  out.iterations = iterations_;
   Time end = 0;
-  for (int r : part_.local_ranks) end = std::max(end, ranks_[r].end);
+  for (int r : partition_.local_ranks) end = std::max(end, ranks_[r].end_time);
   bool stuck = false;
-  for (int r : part_.local_ranks) stuck |= unfinished(ranks_[r]);
-  if (P_ > 1) {
+  for (int r : partition_.local_ranks) stuck |= unfinished(ranks_[r]);
+  if (procs_ > 1) {
     int64_t loc[2] = {end, last}, glo[2];
     MPI_Allreduce(loc, glo, 2, MPI_INT64_T, MPI_MAX, comm_);
     end = glo[0];
@@ -74,34 +74,34 @@ SimResult Engine::results(Time last) {
   }
   out.makespan_ns = end;
   std::vector<SimRankResult> mine;
-  std::vector<int32_t> represented(sym_.reduced ? W_ : 0, 0);
-  for (int m = 0; m < int(represented.size()); ++m) ++represented[sym_.rep_of[m]];
-  for (int r : part_.local_ranks) {
-    RankSt& rk = ranks_[r];
-    rk.res.end_ns = rk.end;
-    rk.res.ops_executed = int64_t(rk.ops);
+  std::vector<int32_t> represented(symmetry_.reduced ? world_size_ : 0, 0);
+  for (int m = 0; m < int(represented.size()); ++m) ++represented[symmetry_.rep_of[m]];
+  for (int r : partition_.local_ranks) {
+    RankState& rk = ranks_[r];
+    rk.result.end_ns = rk.end_time;
+    rk.result.ops_executed = int64_t(rk.ops_done);
     finish_accounting(rk, end);
-    stats_.ops_simulated += rk.ops;
-    stats_.ops_executed += rk.ops * (sym_.reduced ? uint64_t(represented[r]) : 1);
-    mine.push_back(rk.res);
+    stats_.ops_simulated += rk.ops_done;
+    stats_.ops_executed += rk.ops_done * (symmetry_.reduced ? uint64_t(represented[r]) : 1);
+    mine.push_back(rk.result);
   }
   // Deadlock: every process describes up to 8 of its stuck ranks.
   std::string desc;
   std::vector<int> stuck_ranks;
   if (stuck) {
-    for (int r : part_.local_ranks) {
+    for (int r : partition_.local_ranks) {
       if (!unfinished(ranks_[r])) continue;
       stuck_ranks.push_back(r);
       if (stuck_ranks.size() <= 8) desc += "  " + describe_stuck(ranks_[r]) + "\n";
     }
   }
-  if (P_ > 1) {
-    gather_vector(comm_, P_, me_, mine);
-    gather_vector(comm_, P_, me_, stuck_ranks);
+  if (procs_ > 1) {
+    gather_vector(comm_, procs_, my_proc_, mine);
+    gather_vector(comm_, procs_, my_proc_, stuck_ranks);
     std::vector<char> all;
-    gather_bytes(comm_, P_, me_, desc.data(), int(desc.size()), all);
-    if (me_ == 0) desc.assign(all.begin(), all.end());
-    merge_oom(comm_, P_, memory_.hbm_bytes(), oom_);
+    gather_bytes(comm_, procs_, my_proc_, desc.data(), int(desc.size()), all);
+    if (my_proc_ == 0) desc.assign(all.begin(), all.end());
+    merge_oom(comm_, procs_, memory_.hbm_bytes(), memory_.first_oom());
     uint64_t sl[4] = {stats_.ops_executed, stats_.heap_events, stats_.messages,
                       stats_.ops_simulated},
              sg[4];
@@ -113,38 +113,36 @@ SimResult Engine::results(Time last) {
   }
   std::sort(mine.begin(), mine.end(),
             [](const SimRankResult& a, const SimRankResult& b) { return a.rank < b.rank; });
-  if (sym_.reduced && (P_ == 1 || me_ == 0)) {
+  if (symmetry_.reduced && (procs_ == 1 || my_proc_ == 0)) {
     // Every rank reports what its representative did.
-    std::vector<int32_t> at(W_, -1);
+    std::vector<int32_t> at(world_size_, -1);
     for (size_t i = 0; i < mine.size(); ++i) at[mine[i].rank] = int32_t(i);
-    std::vector<SimRankResult> all(W_);
-    for (int m = 0; m < W_; ++m) {
-      all[m] = mine[at[sym_.rep_of[m]]];
+    std::vector<SimRankResult> all(world_size_);
+    for (int m = 0; m < world_size_; ++m) {
+      all[m] = mine[at[symmetry_.rep_of[m]]];
       all[m].rank = m;
     }
     mine = std::move(all);
   }
   std::sort(stuck_ranks.begin(), stuck_ranks.end());
   out.ranks = std::move(mine);
-  if (oom_.oom) {
-    const int st = L_.coords(oom_.rank).stage;
-    oom_.op_name = release_ ? "op " + std::to_string(oom_.op) + " of stage " + std::to_string(st)
-                            : op_name(prog_.stages[st].ops[oom_.op]);
+  SimOom& oom = memory_.first_oom();
+  if (oom.oom) {
+    const int st = layout_.coords(oom.rank).stage;
+    oom.op_name = consumed_program_
+                      ? "op " + std::to_string(oom.op) + " of stage " + std::to_string(st)
+                      : op_name(program_.stages[st].ops[oom.op]);
   }
-  out.oom = oom_;
+  out.oom = oom;
   if (stuck) {
     out.deadlock.deadlocked = true;
     out.deadlock.time_ns = last;
     out.deadlock.ranks = stuck_ranks;
-    out.deadlock.message = deadlock_message(last, stuck_ranks, W_, desc);
+    out.deadlock.message = deadlock_message(last, stuck_ranks, world_size_, desc);
   }
   out.stats = stats_;
-  if (trace_) {
-    out.trace_ranks = part_.local_ranks;
-    if (sym_.reduced) out.trace_rep_of.assign(sym_.rep_of.begin(), sym_.rep_of.end());
-    out.trace_ops = std::move(spans_);
-    out.trace_memory = std::move(samples_);
-  }
+  trace_.move_into(out, partition_.local_ranks,
+                   symmetry_.reduced ? symmetry_.rep_of : std::vector<int32_t>{});
   return out;
 }
 

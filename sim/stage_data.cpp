@@ -118,8 +118,8 @@ Cat category_of(const Op& op) {
 
 // Splits a CommCost for the fluid model; the parts sum to the cost model's time, so a transfer
 // alone takes exactly that long.
-CommP split_comm_cost(const CommCost& cc, const Op& op, const ClusterSpec& C) {
-  CommP p;
+CommSplit split_comm_cost(const CommCost& cc, const Op& op, const ClusterSpec& C) {
+  CommSplit p;
   const Time lat = to_ns(cc.latency_s, "latency", op);
   const Time total = to_ns(cc.time_s(), "time", op);
   p.work = std::max<Time>(0, total - lat);
@@ -141,10 +141,142 @@ CommP split_comm_cost(const CommCost& cc, const Op& op, const ClusterSpec& C) {
     default:
       break;
   }
-  p.w = kS;
+  p.share = kS;
   if (cap > 0 && cc.bandwidth_gbps > 0)
-    p.w = std::clamp<int64_t>(std::llround(double(kS) * cc.bandwidth_gbps / cap), 1, kS);
+    p.share = std::clamp<int64_t>(std::llround(double(kS) * cc.bandwidth_gbps / cap), 1, kS);
   return p;
+}
+
+// Indexes one stage's ops into its streams' Steps, in program order.
+class StageIndexer {
+ public:
+  StageIndexer(StageData& sd, const StageProgram& sp, int stage, const OpCosts& costs,
+               OpKeyMap<Time>& compute_ns_memo)
+      : sd_(sd), sp_(sp), stage_(stage), costs_(costs), compute_ns_memo_(compute_ns_memo) {
+    sd.program = &sp;
+    sd.op_count = uint32_t(sp.ops.size());
+    sd.position_of.resize(sd.op_count);
+    sd.stream_of.resize(sd.op_count);
+    // Each stream's length first: its steps are then written in place (growing the vectors
+    // copied every step about once more, a fifth of the indexing time at pp 16).
+    std::array<uint32_t, kStreams> count{};
+    for (const Op& op : sp.ops)
+      if (size_t(op.stream) < size_t(kStreams)) ++count[size_t(op.stream)];
+    for (int st = 0; st < kStreams; ++st) sd.steps[st].reserve(count[st]);
+    sd.dep_at.reserve(sp.deps.size());
+    last_on_.fill(-1);
+  }
+
+  void add(uint32_t i) {
+    const Op& op = sp_.ops[i];
+    const int st = int(op.stream);
+    if (st < 0 || st >= kStreams) throw std::runtime_error("simulate: op with an invalid stream");
+    for (uint32_t k = 0; k < op.dep_count; ++k)
+      if (sp_.deps_of(op)[k] >= i)
+        throw std::runtime_error("simulate: stage " + std::to_string(stage_) + " op " +
+                                 std::to_string(i) + " depends on a later op");
+    sd_.stream_of[i] = uint8_t(st);
+    sd_.position_of[i] = uint32_t(sd_.steps[st].size());
+    Step step;
+    step.op = i;
+    step.dep_begin = uint32_t(sd_.dep_at.size());
+    if (op.dep_count > 0xffff) throw std::runtime_error("simulate: an op with too many deps");
+    step.dep_count = uint16_t(op.dep_count);
+    step.kind = op.kind;
+    step.busy_cat = uint8_t(op.phase == Phase::recompute   ? kRecompute
+                            : op.phase == Phase::optimizer ? kOptimizer
+                                                           : kCompute);
+    for (uint32_t k = 0; k < op.dep_count; ++k) {
+      const uint32_t d = sp_.deps_of(op)[k];
+      if (sd_.position_of[d] >= (1u << 29))
+        throw std::runtime_error("simulate: a stream is too long");
+      sd_.dep_at.push_back(sd_.position_of[d] << 3 | sd_.stream_of[d]);
+    }
+    step.cat = category_of(op);
+    set_kind_fields(step, op, i);
+    last_on_[st] = i;
+    sd_.steps[st].push_back(step);
+  }
+
+ private:
+  // What the step of each kind of op carries: a collective's group key and ordinal, a
+  // transfer's channel, a costed comm op's index, a kernel's duration, a buffer.
+  void set_kind_fields(Step& step, const Op& op, uint32_t i) {
+    switch (op.kind) {
+      case OpKind::collective: {
+        GroupKey k{op.group, op.tp, op.tp_big};
+        size_t j = 0;
+        while (j < sd_.group_keys.size() && !(sd_.group_keys[j] == k)) ++j;
+        if (j == sd_.group_keys.size()) {
+          sd_.group_keys.push_back(k);
+          sd_.ops_per_group_key.push_back(0);
+        }
+        step.key = uint8_t(j);
+        step.ordinal = sd_.ops_per_group_key[j]++;
+        step.comm_index = comm_index_of(i);
+        break;
+      }
+      case OpKind::send:
+      case OpKind::copy_d2h:
+      case OpKind::copy_h2d:
+        step.key = op.group == GroupKind::pp_prev ? 1 : 0;
+        step.comm_index = comm_index_of(i);
+        break;
+      case OpKind::recv:
+        step.key = op.group == GroupKind::pp_prev ? 1 : 0;
+        break;
+      case OpKind::compute:
+      case OpKind::host_compute:
+        step.compute_ns = compute_ns_memo_.get(
+            key_of(op), [&] { return to_ns(costs_.compute_time_s(op), "compute", op); });
+        break;
+      case OpKind::alloc:
+      case OpKind::free:
+        step.mem_category = op.category;
+        step.mem_bytes = op.bytes;
+        // A free that the Program orders after an alloc on another stream (one since this
+        // stream's previous op): the engine keeps their order when both are ready at once.
+        step.key = op.kind == OpKind::free && last_alloc_ > last_on_[size_t(op.stream)] ? 1 : 0;
+        if (op.kind == OpKind::alloc) last_alloc_ = i;
+        break;
+    }
+  }
+
+  // Costed comm ops are indexed by their distinct cost key: a Program repeats a few of them.
+  int32_t comm_index_of(uint32_t i) {
+    return comm_index_.get(key_of(sp_.ops[i]), [&] {
+      sd_.comm_op_index.push_back(i);
+      sd_.comm_ops.push_back(sp_.ops[i]);
+      return int32_t(sd_.comm_op_index.size() - 1);
+    });
+  }
+
+  StageData& sd_;
+  const StageProgram& sp_;
+  const int stage_;
+  const OpCosts& costs_;
+  OpKeyMap<Time>& compute_ns_memo_;  // shared by all stages
+  OpKeyMap<int32_t> comm_index_;
+  int64_t last_alloc_ = -1;                  // the latest alloc so far (-1: none)
+  std::array<int64_t, kStreams> last_on_{};  // each stream's latest op (-1: none)
+};
+
+// Anchors: the latest position on every stream that each op transitively waits for.
+void find_anchors(StageData& sd) {
+  const StageProgram& sp = *sd.program;
+  sd.anchors.resize(sd.op_count);
+  for (uint32_t i = 0; i < sd.op_count; ++i) {
+    std::array<int32_t, kStreams> a;
+    a.fill(-1);
+    auto merge = [&](uint32_t d) {
+      for (int st = 0; st < kStreams; ++st) a[st] = std::max(a[st], sd.anchors[d][st]);
+      a[sd.stream_of[d]] = std::max(a[sd.stream_of[d]], int32_t(sd.position_of[d]));
+    };
+    if (sd.position_of[i] > 0) merge(sd.steps[sd.stream_of[i]][sd.position_of[i] - 1].op);
+    const Op& op = sp.ops[i];
+    for (uint32_t k = 0; k < op.dep_count; ++k) merge(sp.deps_of(op)[k]);
+    sd.anchors[i] = a;
+  }
 }
 
 }  // namespace
@@ -153,126 +285,21 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
                                     Program* release) {
   const int pp = int(prog.stages.size());
   std::vector<StageData> stages(pp);
-  OpKeyMap<Time> cmemo;
+  OpKeyMap<Time> compute_ns_memo;
   for (int s = 0; s < pp; ++s) {
     StageData& sd = stages[s];
-    const StageProgram& sp = prog.stages[s];
-    // Costed comm ops are indexed by their distinct cost key: a Program repeats a few of them.
-    OpKeyMap<int32_t> comm_index;
-    auto comm_key = [&](uint32_t i) {
-      return comm_index.get(key_of(sp.ops[i]), [&] {
-        sd.comm_op.push_back(i);
-        sd.comm_ops.push_back(sp.ops[i]);
-        return int32_t(sd.comm_op.size() - 1);
-      });
-    };
-    sd.sp = &sp;
-    sd.n = uint32_t(sp.ops.size());
-    sd.pos.resize(sd.n);
-    sd.str.resize(sd.n);
-    // Each stream's length first: its steps are then written in place (growing the vectors
-    // copied every step about once more, a fifth of this function's time at pp 16).
-    {
-      std::array<uint32_t, kStreams> count{};
-      for (const Op& op : sp.ops)
-        if (size_t(op.stream) < size_t(kStreams)) ++count[size_t(op.stream)];
-      for (int st = 0; st < kStreams; ++st) sd.steps[st].reserve(count[st]);
-      sd.dep_at.reserve(sp.deps.size());
-    }
-    // The latest alloc so far, and each stream's latest op (-1: none).
-    int64_t last_alloc = -1;
-    int64_t last_on[kStreams];
-    std::fill(last_on, last_on + kStreams, -1);
-    for (uint32_t i = 0; i < sd.n; ++i) {
-      const Op& op = sp.ops[i];
-      const int st = int(op.stream);
-      if (st < 0 || st >= kStreams) throw std::runtime_error("simulate: op with an invalid stream");
-      for (uint32_t k = 0; k < op.dep_count; ++k)
-        if (sp.deps_of(op)[k] >= i)
-          throw std::runtime_error("simulate: stage " + std::to_string(s) + " op " +
-                                   std::to_string(i) + " depends on a later op");
-      sd.str[i] = uint8_t(st);
-      sd.pos[i] = uint32_t(sd.steps[st].size());
-      Step step;
-      step.op = i;
-      step.dep_begin = uint32_t(sd.dep_at.size());
-      if (op.dep_count > 0xffff) throw std::runtime_error("simulate: an op with too many deps");
-      step.dep_count = uint16_t(op.dep_count);
-      step.kind = op.kind;
-      step.busy = uint8_t(op.phase == Phase::recompute   ? kRecompute
-                          : op.phase == Phase::optimizer ? kOptimizer
-                                                         : kCompute);
-      for (uint32_t k = 0; k < op.dep_count; ++k) {
-        const uint32_t d = sp.deps_of(op)[k];
-        if (sd.pos[d] >= (1u << 29)) throw std::runtime_error("simulate: a stream is too long");
-        sd.dep_at.push_back(sd.pos[d] << 3 | sd.str[d]);
-      }
-      step.cat = category_of(op);
-      switch (op.kind) {
-        case OpKind::collective: {
-          GroupKey k{op.group, op.tp, op.tp_big};
-          size_t j = 0;
-          while (j < sd.keys.size() && !(sd.keys[j] == k)) ++j;
-          if (j == sd.keys.size()) {
-            sd.keys.push_back(k);
-            sd.key_count.push_back(0);
-          }
-          step.key = uint8_t(j);
-          step.ord = sd.key_count[j]++;
-          step.ci = comm_key(i);
-          break;
-        }
-        case OpKind::send:
-        case OpKind::copy_d2h:
-        case OpKind::copy_h2d:
-          step.key = op.group == GroupKind::pp_prev ? 1 : 0;
-          step.ci = comm_key(i);
-          break;
-        case OpKind::recv:
-          step.key = op.group == GroupKind::pp_prev ? 1 : 0;
-          break;
-        case OpKind::compute:
-        case OpKind::host_compute: {
-          step.cdur =
-              cmemo.get(key_of(op), [&] { return to_ns(costs.compute_time_s(op), "compute", op); });
-          break;
-        }
-        case OpKind::alloc:
-        case OpKind::free:
-          step.mem_category = op.category;
-          step.mem_bytes = op.bytes;
-          // A free that the Program orders after an alloc on another stream (one since this
-          // stream's previous op): the engine keeps their order when both are ready at once.
-          step.key = op.kind == OpKind::free && last_alloc > last_on[st] ? 1 : 0;
-          if (op.kind == OpKind::alloc) last_alloc = i;
-          break;
-      }
-      last_on[st] = i;
-      sd.steps[st].push_back(step);
-    }
+    StageIndexer indexer(sd, prog.stages[s], s, costs, compute_ns_memo);
+    for (uint32_t i = 0; i < sd.op_count; ++i) indexer.add(i);
     // Group keys are stored in a byte per op.
-    if (sd.keys.size() > 250)
+    if (sd.group_keys.size() > 250)
       throw std::runtime_error("simulate: too many distinct groups in a stage");
-    for (int st = 0; st < kStreams; ++st) sd.len[st] = uint32_t(sd.steps[st].size());
-    sd.workspace = costs.workspace_bytes(s);
-    if (release && !lookahead) {
+    for (int st = 0; st < kStreams; ++st) sd.stream_length[st] = uint32_t(sd.steps[st].size());
+    sd.workspace_bytes = costs.workspace_bytes(s);
+    if (lookahead) {
+      find_anchors(sd);
+    } else if (release) {
       std::vector<Op>().swap(release->stages[s].ops);
       std::vector<uint32_t>().swap(release->stages[s].deps);
-    }
-    if (!lookahead) continue;
-    // Anchors: the latest position on every stream that each op transitively waits for.
-    sd.anc.resize(sd.n);
-    for (uint32_t i = 0; i < sd.n; ++i) {
-      std::array<int32_t, kStreams> a;
-      a.fill(-1);
-      auto merge = [&](uint32_t d) {
-        for (int st = 0; st < kStreams; ++st) a[st] = std::max(a[st], sd.anc[d][st]);
-        a[sd.str[d]] = std::max(a[sd.str[d]], int32_t(sd.pos[d]));
-      };
-      if (sd.pos[i] > 0) merge(sd.steps[sd.str[i]][sd.pos[i] - 1].op);
-      const Op& op = sp.ops[i];
-      for (uint32_t k = 0; k < op.dep_count; ++k) merge(sp.deps_of(op)[k]);
-      sd.anc[i] = a;
     }
   }
   return stages;
@@ -280,36 +307,37 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
 
 void cost_rank_classes(StageData& sd, const Layout& layout, const ClusterSpec& cluster,
                        const OpCosts& costs, bool lookahead) {
-  const StageProgram& sp = *sd.sp;
-  const size_t ncls = sd.rep.size();
-  sd.comm.resize(ncls);
+  const StageProgram& sp = *sd.program;
+  const size_t ncls = sd.class_rep.size();
+  sd.comm_costs.resize(ncls);
   if (lookahead) {
-    sd.mind.resize(ncls);
-    sd.prefix.resize(ncls);
+    sd.least_duration_ns.resize(ncls);
+    sd.least_duration_prefix_ns.resize(ncls);
   }
   for (size_t cls = 0; cls < ncls; ++cls) {
-    const int rep = sd.rep[cls];
-    auto& cv = sd.comm[cls];
-    cv.resize(sd.comm_op.size());
-    for (size_t k = 0; k < sd.comm_op.size(); ++k) {
+    const int rep = sd.class_rep[cls];
+    auto& cv = sd.comm_costs[cls];
+    cv.resize(sd.comm_op_index.size());
+    for (size_t k = 0; k < sd.comm_op_index.size(); ++k) {
       const Op& op = sd.comm_ops[k];
       cv[k] = split_comm_cost(costs.comm_cost(op, layout, rep), op, cluster);
     }
     if (!lookahead) continue;
-    auto& md = sd.mind[cls];
-    md.assign(sd.n, 0);
-    for (uint32_t i = 0; i < sd.n; ++i) {
+    auto& md = sd.least_duration_ns[cls];
+    md.assign(sd.op_count, 0);
+    for (uint32_t i = 0; i < sd.op_count; ++i) {
       const Op& op = sp.ops[i];
       const Step& step = step_of(sd, i);
-      if (step.ci >= 0)
-        md[i] = cv[step.ci].total();
+      if (step.comm_index >= 0)
+        md[i] = cv[step.comm_index].total();
       else if (op.kind == OpKind::compute || op.kind == OpKind::host_compute)
-        md[i] = step.cdur;
+        md[i] = step.compute_ns;
     }
     for (int st = 0; st < kStreams; ++st) {
-      auto& pf = sd.prefix[cls][st];
-      pf.assign(sd.len[st] + 1, 0);
-      for (uint32_t k = 0; k < sd.len[st]; ++k) pf[k + 1] = pf[k] + md[sd.steps[st][k].op];
+      auto& pf = sd.least_duration_prefix_ns[cls][st];
+      pf.assign(sd.stream_length[st] + 1, 0);
+      for (uint32_t k = 0; k < sd.stream_length[st]; ++k)
+        pf[k + 1] = pf[k] + md[sd.steps[st][k].op];
     }
   }
 }

@@ -28,17 +28,18 @@ struct Step {
   uint32_t dep_begin = 0;  // into StageData::dep_at
   uint16_t dep_count = 0;
   OpKind kind = OpKind::compute;
-  uint8_t busy = 0;  // Cat its kernel time counts as (compute, recompute, optimizer)
-  uint8_t cat = 0;   // Cat of the op (for the breakdown)
-  uint8_t key = 0;   // collective: group key; send/recv: 0 = pp_next, 1 = pp_prev; free: 1
-                     // when an alloc on another stream precedes it since its stream's last op
+  uint8_t busy_cat = 0;  // Cat its kernel time counts as (compute, recompute, optimizer)
+  uint8_t cat = 0;       // Cat of the op (for the breakdown)
+  // Collective: its group key; send/recv: 0 = pp_next, 1 = pp_prev; free: 1 when an alloc on
+  // another stream precedes it since its stream's last op.
+  uint8_t key = 0;
   MemCategory mem_category = MemCategory::buffers;  // alloc/free
-  int32_t ci = -1;   // index into comm[class] (-1: not a costed comm op)
-  uint32_t ord = 0;  // collective: ordinal among the stage's ops of its key
+  int32_t comm_index = -1;  // into StageData::comm_costs[class] (-1: not costed)
+  uint32_t ordinal = 0;     // collective: ordinal among the stage's ops of its key
   // alloc/free carry their buffer here so that the hot path does not read the Op.
   union {
-    Time cdur = 0;      // compute / host_compute duration
-    int64_t mem_bytes;  // alloc/free: the buffer's bytes
+    Time compute_ns = 0;  // compute / host_compute duration
+    int64_t mem_bytes;    // alloc/free: the buffer's bytes
   };
 };
 
@@ -51,32 +52,33 @@ inline uint32_t dep_pos(uint32_t d) {
 }
 
 struct StageData {
-  const StageProgram* sp = nullptr;
-  uint32_t n = 0;
-  std::array<uint32_t, kStreams> len{};
+  const StageProgram* program = nullptr;
+  uint32_t op_count = 0;
+  std::array<uint32_t, kStreams> stream_length{};
   std::array<std::vector<Step>, kStreams> steps;  // each stream's ops, in order
   std::vector<uint32_t> dep_at;                   // every op's dependencies, packed
-  std::vector<uint32_t> pos;                      // position of op in its stream
-  std::vector<uint8_t> str;                       // stream of op
-  std::vector<GroupKey> keys;
-  std::vector<uint32_t> key_count;
-  std::vector<uint32_t> comm_op;         // [ci]: an op of each distinct costed comm op
-  std::vector<Op> comm_ops;              // [ci]: that op (its cost's inputs outlive the Program)
-  std::vector<std::vector<CommP>> comm;  // [class][ci]
+  std::vector<uint32_t> position_of;              // [op]: its position in its stream
+  std::vector<uint8_t> stream_of;                 // [op]: its stream
+  std::vector<GroupKey> group_keys;
+  std::vector<uint32_t> ops_per_group_key;
+  std::vector<uint32_t> comm_op_index;  // [comm index]: an op of each distinct costed comm op
+  std::vector<Op> comm_ops;  // [comm index]: that op (its cost's inputs outlive the Program)
+  std::vector<std::vector<CommSplit>> comm_costs;  // [class][comm index]
   // For the PDES lookahead only (empty on one process):
-  std::vector<std::vector<Time>> mind;  // [class][op] lower bound of the duration
-  std::vector<std::array<std::vector<Time>, kStreams>>
-      prefix;                                      // [class][stream][k]: sum of the first k
-  std::vector<std::array<int32_t, kStreams>> anc;  // latest position on each stream op depends on
-  std::vector<int> rep;  // representative rank of each class (filled by init_ranks)
-  int64_t workspace = 0;
+  std::vector<std::vector<Time>> least_duration_ns;  // [class][op]: a lower bound
+  // [class][stream][k]: the sum of the least durations of the stream's first k ops.
+  std::vector<std::array<std::vector<Time>, kStreams>> least_duration_prefix_ns;
+  // [op]: the latest position on each stream that the op transitively depends on (-1: none).
+  std::vector<std::array<int32_t, kStreams>> anchors;
+  std::vector<int> class_rep;  // representative rank of each class (filled by init_ranks)
+  int64_t workspace_bytes = 0;
 };
 
 inline const Step& step_of(const StageData& sd, uint32_t op) {
-  return sd.steps[sd.str[op]][sd.pos[op]];
+  return sd.steps[sd.stream_of[op]][sd.position_of[op]];
 }
-inline const CommP& comm_of(const StageData& sd, int cls, const Step& step) {
-  return sd.comm[cls][step.ci];
+inline const CommSplit& comm_of(const StageData& sd, int cls, const Step& step) {
+  return sd.comm_costs[cls][step.comm_index];
 }
 
 // Indexes every stage of `prog`, costs its compute ops (once per distinct op over all stages)
@@ -88,7 +90,7 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
 
 // Costs the distinct communication ops of each rank class of `sd` with the class's
 // representative rank and, with `lookahead`, the prefix sums of the ops' least durations per
-// stream. Needs `sd.rep`.
+// stream. Needs `sd.class_rep`.
 void cost_rank_classes(StageData& sd, const Layout& layout, const ClusterSpec& cluster,
                        const OpCosts& costs, bool lookahead);
 

@@ -10,16 +10,16 @@ namespace {
 
 // Checks the conditions of symmetry.hpp for `rep_of`; fills nic_mult when they hold.
 bool holds(const std::vector<int32_t>& rep_of, std::vector<int32_t>& nic_mult,
-           const std::vector<RankSt>& ranks, const std::vector<StageData>& stages,
+           const std::vector<RankState>& ranks, const std::vector<StageData>& stages,
            const std::vector<int32_t>& rank_groups, const Layout& layout, int G) {
   const int W = int(ranks.size());
   auto is_rep = [&](int r) { return rep_of[r] == r; };
   for (int m = 0; m < W; ++m) {
-    const RankSt& a = ranks[m];
-    const RankSt& b = ranks[rep_of[m]];
-    if (a.stage != b.stage || a.cls != b.cls) return false;
+    const RankState& a = ranks[m];
+    const RankState& b = ranks[rep_of[m]];
+    if (a.stage != b.stage || a.rank_class != b.rank_class) return false;
     for (int ch = 0; ch < 2; ++ch) {
-      const int pa = a.ch[ch].peer, pb = b.ch[ch].peer;
+      const int pa = a.channels[ch].peer, pb = b.channels[ch].peer;
       if ((pa < 0) != (pb < 0) || (pa >= 0 && rep_of[pa] != pb)) return false;
     }
   }
@@ -29,11 +29,11 @@ bool holds(const std::vector<int32_t>& rep_of, std::vector<int32_t>& nic_mult,
   std::vector<uint8_t> have_image(groups.size(), 0), have_reps(groups.size(), 0);
   std::vector<int32_t> partner(groups.size(), -1);
   for (int m = 0; m < W; ++m) {
-    const RankSt& a = ranks[m];
-    const RankSt& b = ranks[rep_of[m]];
-    const size_t keys = stages[a.stage].keys.size();
+    const RankState& a = ranks[m];
+    const RankState& b = ranks[rep_of[m]];
+    const size_t keys = stages[a.stage].group_keys.size();
     for (size_t k = 0; k < keys; ++k) {
-      const int g = rank_groups[a.gbase + k], h = rank_groups[b.gbase + k];
+      const int g = rank_groups[a.group_row + k], h = rank_groups[b.group_row + k];
       if ((g < 0) != (h < 0)) return false;
       if (g < 0 || partner[g] == h) continue;
       if (!have_image[g]) {
@@ -90,7 +90,7 @@ Symmetry no_symmetry(int world_size) {
   return s;
 }
 
-Symmetry find_symmetry(const std::vector<RankSt>& ranks, const std::vector<StageData>& stages,
+Symmetry find_symmetry(const std::vector<RankState>& ranks, const std::vector<StageData>& stages,
                        const std::vector<int32_t>& rank_groups, const Layout& layout,
                        int gpus_per_node) {
   const int W = layout.world_size();

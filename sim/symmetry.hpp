@@ -38,7 +38,7 @@ struct Symmetry {
 // Every rank simulated (the full simulation).
 Symmetry no_symmetry(int world_size);
 
-Symmetry find_symmetry(const std::vector<RankSt>& ranks, const std::vector<StageData>& stages,
+Symmetry find_symmetry(const std::vector<RankState>& ranks, const std::vector<StageData>& stages,
                        const std::vector<int32_t>& rank_groups, const Layout& layout,
                        int gpus_per_node);
 

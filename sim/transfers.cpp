@@ -10,9 +10,9 @@
 namespace stratagem::sim {
 
 // A transfer record with the cost split of its op; the caller fills in what its kind needs.
-int Engine::open_xfer(XKind kind, const RankSt& r, int s, Time t, const CommP& cp) {
-  const int id = xfers_.open();
-  Xfer& x = xfers_[id];
+int Engine::open_xfer(XKind kind, const RankState& r, int s, Time t, const CommSplit& cp) {
+  const int id = transfers_.open();
+  Xfer& x = transfers_[id];
   x.kind = kind;
   x.rank = r.rank;
   x.stream = uint8_t(s);
@@ -23,23 +23,23 @@ int Engine::open_xfer(XKind kind, const RankSt& r, int s, Time t, const CommP& c
   return id;
 }
 
-void Engine::start_send(RankSt& r, const StageData& sd, int s, const Step& step, Time t) {
+void Engine::start_send(RankState& r, const StageData& sd, int s, const Step& step, Time t) {
   const uint32_t op = step.op;
-  const int ch = r.chmap[step.key];
-  const int peer = r.ch[ch].peer;
+  const int ch = r.channel_of_key[step.key];
+  const int peer = r.channels[ch].peer;
   if (peer < 0 || peer == r.rank)
     throw std::runtime_error("simulate: rank " + std::to_string(r.rank) + " op " +
                              std::to_string(op) + " sends to no pipeline peer");
-  const CommP& cp = comm_of(sd, r.cls, step);
+  const CommSplit& cp = comm_of(sd, r.rank_class, step);
   const int id = open_xfer(kXSend, r, s, t, cp);
-  Xfer& x = xfers_[id];
+  Xfer& x = transfers_[id];
   x.dst = peer;
-  const RankSt& q = ranks_[peer];
-  x.dst_ch = q.ch[0].peer == r.rank ? 0 : 1;
-  x.seq = r.ch[ch].sent++;
+  const RankState& q = ranks_[peer];
+  x.dst_ch = q.channels[0].peer == r.rank ? 0 : 1;
+  x.seq = r.channels[ch].sent++;
   x.remote = !local(peer);
-  set_act(r, s, t + cp.head, t);
-  const int res = cp.work > 0 ? net_.resource_of(cp.link, r.rank, OpKind::send) : -1;
+  set_moving_since(r, s, t + cp.head, t);
+  const int res = cp.work > 0 ? network_.resource_of(cp.link, r.rank, OpKind::send) : -1;
   if (res >= 0) {
     join_flow(res, cp.work * kS, share_of(r, cp), t + cp.head, kOwnXfer, id, 0);
   } else {
@@ -50,14 +50,14 @@ void Engine::start_send(RankSt& r, const StageData& sd, int s, const Step& step,
   flush_owners();
 }
 
-void Engine::start_copy(RankSt& r, const StageData& sd, int s, const Step& step, Time t) {
-  const CommP& cp = comm_of(sd, r.cls, step);
+void Engine::start_copy(RankState& r, const StageData& sd, int s, const Step& step, Time t) {
+  const CommSplit& cp = comm_of(sd, r.rank_class, step);
   const int id = open_xfer(kXCopy, r, s, t, cp);
-  Xfer& x = xfers_[id];
+  Xfer& x = transfers_[id];
   x.remote = false;
-  const int res = cp.work > 0 ? net_.resource_of(cp.link, r.rank, step.kind) : -1;
+  const int res = cp.work > 0 ? network_.resource_of(cp.link, r.rank, step.kind) : -1;
   if (res >= 0) {
-    join_flow(res, cp.work * kS, cp.w, t + cp.head, kOwnXfer, id, 0);
+    join_flow(res, cp.work * kS, cp.share, t + cp.head, kOwnXfer, id, 0);
   } else {
     x.fin = t + cp.head;
     mark_owner(kOwnXfer, id);
@@ -68,29 +68,29 @@ void Engine::start_copy(RankSt& r, const StageData& sd, int s, const Step& step,
 // A local transfer completes at its data's finish plus tail; for a remote receiver the event
 // comes at the finish, when the arrival time becomes known and is sent to its process.
 void Engine::xfer_update(int id) {
-  Xfer& x = xfers_[id];
-  x.odirty = false;
+  Xfer& x = transfers_[id];
+  x.owner_dirty = false;
   if (!x.live || x.sent || x.fin == kNever) return;
   const Time T = x.remote ? x.fin : x.fin + x.tail;
-  if (T != x.evt) {
-    x.evt = T;
+  if (T != x.event_time) {
+    x.event_time = T;
     queue_.push(T, kEvXfer, uint32_t(id), ++x.ver);
   }
 }
 
 void Engine::xfer_data_done(int id, Time t) {
-  Xfer& x = xfers_[id];
-  RankSt& r = ranks_[x.rank];
+  Xfer& x = transfers_[id];
+  RankState& r = ranks_[x.rank];
   if (x.kind == kXCopy) {
     complete_op(r, x.stream, t, false);
-    xfers_.close(id);
+    transfers_.close(id);
     return;
   }
   if (!x.remote) {
-    set_act(r, x.stream, kNever, t);
+    set_moving_since(r, x.stream, kNever, t);
     deliver(x.dst, x.dst_ch, x.seq, t, t - x.start, t);
     complete_op(r, x.stream, t, false);
-    xfers_.close(id);
+    transfers_.close(id);
     return;
   }
   // Remote receiver: the bytes are through; the arrival is known now.
@@ -103,23 +103,23 @@ void Engine::xfer_data_done(int id, Time t) {
   m.t0 = a;
   m.t1 = a - x.start;
   m.effect = a;
-  send_msg(part_.owner[x.dst], m);
+  send_msg(partition_.owner[x.dst], m);
   x.sent = true;
   queue_.push(a, kEvXferDone, uint32_t(id), ++x.ver);
 }
 
 void Engine::xfer_done(int id, Time t) {
-  const Xfer& x = xfers_[id];
-  RankSt& r = ranks_[x.rank];
-  set_act(r, x.stream, kNever, t);
+  const Xfer& x = transfers_[id];
+  RankState& r = ranks_[x.rank];
+  set_moving_since(r, x.stream, kNever, t);
   complete_op(r, x.stream, t, false);
-  xfers_.close(id);
+  transfers_.close(id);
 }
 
 // Returns whether the recv completed at once (its data had arrived).
-bool Engine::start_recv(RankSt& r, const StageData& sd, int s, const Step& step, Time t) {
+bool Engine::start_recv(RankState& r, const StageData& sd, int s, const Step& step, Time t) {
   (void)sd;
-  Channel& c = r.ch[r.chmap[step.key]];
+  Channel& c = r.channels[r.channel_of_key[step.key]];
   const uint64_t seq = c.recvd++;
   if (c.head < c.fifo.size()) {
     const Arrival a = c.fifo[c.head++];
@@ -139,8 +139,8 @@ bool Engine::start_recv(RankSt& r, const StageData& sd, int s, const Step& step,
 }
 
 void Engine::deliver(int dst, int ch, uint64_t seq, Time a, Time xfer, Time now) {
-  RankSt& r = ranks_[dst];
-  Channel& c = r.ch[r.chmap[ch]];
+  RankState& r = ranks_[dst];
+  Channel& c = r.channels[r.channel_of_key[ch]];
   if (c.waiting && c.wait_seq == seq) {
     c.waiting = false;
     complete_op(r, c.wait_stream, now, false, xfer);

@@ -37,9 +37,9 @@ enum Cat : uint8_t {
 
 // Cost of a communication op on one rank, split for the fluid model: `head` latency before the
 // bytes move, `work` ns of data movement at full speed on the link, `tail` latency after.
-struct CommP {
+struct CommSplit {
   Time head = 0, tail = 0, work = 0;
-  int64_t w = kS;  // share of the resource a full-speed flow takes, in kS units
+  int64_t share = kS;  // share of the resource a full-speed flow takes, in kS units
   LinkClass link = LinkClass::none;
   Time total() const { return head + work + tail; }
 };

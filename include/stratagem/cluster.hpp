@@ -2,7 +2,6 @@
 // Every figure carries its unit in its name; the JSON files cite the datasheet for each.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 namespace stratagem {
@@ -87,8 +86,9 @@ struct ClusterSpec {
   double internode_gbps_per_gpu() const;
 };
 
+// Loads a built-in cluster by name (data/clusters/<name>.json) or a JSON file path; throws
+// InputError naming the file and the field (src/io/cluster_json.cpp; the JSON form is in
+// stratagem/spec_json.hpp).
 ClusterSpec load_cluster(const std::string& name_or_path);
-ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source);
-nlohmann::json to_json(const ClusterSpec& c);
 
 }  // namespace stratagem

@@ -1,7 +1,6 @@
 // FrameworkSpec: the training software that runs a plan, stated as physical facts the cost
 // model reads beside the cluster's hardware figures (data/frameworks/<name>.json).
 #pragma once
-#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 namespace stratagem {
@@ -48,9 +47,8 @@ struct FrameworkSpec {
 };
 
 // Loads a built-in framework by name (data/frameworks/<name>.json) or a JSON file path.
-// Throws InputError naming the file and the field on any problem.
+// Throws InputError naming the file and the field on any problem (src/io/framework_json.cpp;
+// the JSON form is in stratagem/spec_json.hpp).
 FrameworkSpec load_framework(const std::string& name_or_path);
-FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& source);
-nlohmann::json to_json(const FrameworkSpec& f);
 
 }  // namespace stratagem

@@ -1,7 +1,6 @@
 // ModelSpec: the shapes of a Transformer, loaded from data/models/<name>.json or a path.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 namespace stratagem {
@@ -42,10 +41,9 @@ struct ModelSpec {
 };
 
 // Loads a built-in model by name (data/models/<name>.json) or a JSON file path.
-// Throws InputError naming the file and the field on any problem.
+// Throws InputError naming the file and the field on any problem. Reading files is io's part
+// (src/io/model_json.cpp); the JSON form is in stratagem/spec_json.hpp.
 ModelSpec load_model(const std::string& name_or_path);
-ModelSpec model_from_json(const nlohmann::json& j, const std::string& source);
-nlohmann::json to_json(const ModelSpec& m);
 // Checks internal consistency (divisibility etc.); `source` names where it came from.
 void validate(const ModelSpec& m, const std::string& source);
 

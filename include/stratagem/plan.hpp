@@ -1,7 +1,6 @@
 // Plan: a training strategy. Global choices (pipeline, schedule, batch) plus one LayerStrategy
 // per Transformer layer, so consecutive layers may differ in every per-layer field (Galvatron).
 #pragma once
-#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -88,9 +87,11 @@ Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterS
 // Even split of `layers` into `chunks` contiguous ranges (earlier chunks take the remainder).
 std::vector<LayerRange> even_chunks(int layers, int chunks);
 
+// Reads a plan file (src/io/plan_json.cpp; the JSON form is in stratagem/spec_json.hpp).
 Plan load_plan(const std::string& path, const ModelSpec& m);
-Plan plan_from_json(const nlohmann::json& j, const ModelSpec& m, const std::string& source);
-nlohmann::json to_json(const Plan& p);
+// A schedule or recompute name (as in plan files and flags); `where` names it in errors.
+Schedule schedule_from(const std::string& s, const std::string& where);
+Recompute recompute_from(const std::string& s, const std::string& where);
 
 // Checks the plan against the model and cluster; throws InputError naming `source` and field.
 void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std::string& source);

@@ -54,6 +54,7 @@
 #include "stratagem/framework.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/plan.hpp"
+#include "stratagem/spec_json.hpp"
 
 namespace stratagem {
 

@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "src/cli/command.hpp"
+#include "stratagem/spec_json.hpp"
 #include "stratagem/workload.hpp"
 
 namespace stratagem::cli {

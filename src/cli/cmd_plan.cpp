@@ -4,6 +4,7 @@
 #include "src/cli/command.hpp"
 #include "src/io/atomic_file.hpp"
 #include "stratagem/layout.hpp"
+#include "stratagem/spec_json.hpp"
 
 namespace stratagem::cli {
 namespace {

@@ -19,7 +19,7 @@
 #include "src/io/file_digest.hpp"
 #include "src/io/hdf5_util.hpp"
 #include "stratagem/error.hpp"
-#include "stratagem/watchdog.hpp"
+#include "stratagem/blocking_section.hpp"
 
 namespace stratagem {
 
@@ -100,7 +100,7 @@ CkptFile classify(const std::string& f) {
 }
 
 void barrier(MPI_Comm comm, const std::string& what) {
-  WatchdogScope guard(what + " (world)", not_arrived(comm));
+  BlockingSection guard(what + " (world)", not_arrived(comm));
   MPI_Barrier(comm);
 }
 
@@ -137,7 +137,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
       hash_box(p, shape.size() == 2 ? shape[1] : 1, &sums[it->second], &bad[it->second]);
   }
   {
-    WatchdogScope guard("all-reduce of checkpoint checksums (world)", not_arrived(comm));
+    BlockingSection guard("all-reduce of checkpoint checksums (world)", not_arrived(comm));
     MPI_Allreduce(MPI_IN_PLACE, sums.data(), int(sums.size()), MPI_UINT64_T, MPI_SUM, comm);
     MPI_Allreduce(MPI_IN_PLACE, bad.data(), int(bad.size()), MPI_INT64_T, MPI_SUM, comm);
   }
@@ -162,7 +162,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
     STRATAGEM_H5_CHECK(H5Pset_userblock(fcpl, hsize_t(digest_bytes)));
     H5Handle file;
     {
-      WatchdogScope guard("creating " + tmp_path + " (collective over world)");
+      BlockingSection guard("creating " + tmp_path + " (collective over world)");
       io::H5Quiet quiet;
       file = H5Handle(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose);
     }
@@ -207,7 +207,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
     io::write_string_attr(file, "extra", meta.extra.dump());
     // Written last: a file without it was cut short.
     io::write_int64_attr(file, "complete", 1);
-    WatchdogScope guard("closing " + tmp_path + " (collective over world)");
+    BlockingSection guard("closing " + tmp_path + " (collective over world)");
     file.reset();
   }
   barrier(comm, "barrier after writing checkpoint step " + std::to_string(meta.step));
@@ -338,7 +338,7 @@ int64_t verify_checkpoint(MPI_Comm comm, const std::string& path,
       if (flaw != kFine) first = int64_t(i) * 8 + flaw;
     }
   }
-  WatchdogScope guard("all-reduce of checkpoint verification (world)", not_arrived(comm));
+  BlockingSection guard("all-reduce of checkpoint verification (world)", not_arrived(comm));
   MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT64_T, MPI_MIN, comm);
   return first == INT64_MAX ? -1 : first;
 }

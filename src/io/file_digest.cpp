@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "stratagem/watchdog.hpp"
+#include "stratagem/blocking_section.hpp"
 
 namespace stratagem::io {
 
@@ -205,7 +205,7 @@ void seal_file_digest(MPI_Comm comm_in, const std::string& path, uint64_t block_
     if (fd >= 0) ::close(fd);
   }
   if (c.parallel()) {
-    WatchdogScope guard("broadcast of the size of " + path + " (digest)", not_arrived(c.comm));
+    BlockingSection guard("broadcast of the size of " + path + " (digest)", not_arrived(c.comm));
     MPI_Bcast(&file_bytes, 1, MPI_INT64_T, 0, c.comm);
   }
   if (file_bytes < 0 || uint64_t(file_bytes) < block_bytes || block_bytes < 512 ||
@@ -230,7 +230,7 @@ void seal_file_digest(MPI_Comm comm_in, const std::string& path, uint64_t block_
     if (fd >= 0) ::close(fd);
   }
   if (c.parallel()) {
-    WatchdogScope guard("reduction of the chunk hashes of " + path + " (digest)",
+    BlockingSection guard("reduction of the chunk hashes of " + path + " (digest)",
                         not_arrived(c.comm));
     // Each chunk's hash is set by one rank, zero elsewhere.
     MPI_Reduce(c.rank == 0 ? MPI_IN_PLACE : hashes.data(), hashes.data(), int(k.count),
@@ -264,7 +264,7 @@ void seal_file_digest(MPI_Comm comm_in, const std::string& path, uint64_t block_
     if (fd >= 0) ::close(fd);
   }
   if (c.parallel()) {
-    WatchdogScope guard("broadcast of the digest status of " + path, not_arrived(c.comm));
+    BlockingSection guard("broadcast of the digest status of " + path, not_arrived(c.comm));
     MPI_Bcast(&failed, 1, MPI_INT, 0, c.comm);
   }
   if (failed)
@@ -312,7 +312,7 @@ DigestVerdict verify_file_digest(MPI_Comm comm_in, const std::string& path) {
     if (fd >= 0) ::close(fd);
   }
   if (c.parallel()) {
-    WatchdogScope guard("broadcast of the digest of " + path, not_arrived(c.comm));
+    BlockingSection guard("broadcast of the digest of " + path, not_arrived(c.comm));
     int64_t n = int64_t(head.size());
     int64_t msg[4] = {info[0], info[1], info[2], n};
     MPI_Bcast(msg, 4, MPI_INT64_T, 0, c.comm);
@@ -385,7 +385,7 @@ DigestVerdict verify_file_digest(MPI_Comm comm_in, const std::string& path) {
     if (fd >= 0) ::close(fd);
   }
   if (c.parallel()) {
-    WatchdogScope guard("all-reduce of the digest check of " + path, not_arrived(c.comm));
+    BlockingSection guard("all-reduce of the digest check of " + path, not_arrived(c.comm));
     MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT64_T, MPI_MIN, c.comm);
     MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT64_T, MPI_SUM, c.comm);
   }

@@ -19,7 +19,7 @@
 #include <filesystem>
 
 #include "stratagem/error.hpp"
-#include "stratagem/watchdog.hpp"
+#include "stratagem/blocking_section.hpp"
 
 namespace stratagem::io {
 
@@ -55,7 +55,7 @@ Hdf5Guard::Hdf5Guard(const std::string& path, bool armed, double bound_s) {
   if (bound_s <= 0) return;
   char within[32];
   std::snprintf(within, sizeof within, "%g", bound_s);
-  scope_ = std::make_unique<WatchdogScope>(WatchdogBound{
+  scope_ = std::make_unique<BlockingSection>(SectionBound{
       bound_s,
       path + ": libhdf5 did not finish reading it within " + within + " s; the file is damaged",
       kExitBadInput});

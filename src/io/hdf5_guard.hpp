@@ -3,8 +3,8 @@
 // 1.10.8 loops forever on some damaged files (test/fuzz/known-hdf5/: a global heap whose free
 // space claims 0 bytes), where no error can be raised. Every libhdf5 call on such a file runs
 // inside a guard; one that does not return within the bound ends the process with one line
-// naming the file and exit code 2 (the watchdog of stratagem/watchdog.hpp, which in an MPI job
-// ends the other ranks too: the launcher sees a rank exit without MPI_Finalize).
+// naming the file and exit code 2 (a bounded section of stratagem/blocking_section.hpp, which in
+// an MPI job ends the other ranks too: the launcher sees a rank exit without MPI_Finalize).
 //
 // The bound: STRATAGEM_HDF5_TIMEOUT_S seconds (default 300; 0 turns the guard off), plus one
 // second per 10 MB of the file beyond its first GB (a slow file system reading a large file).
@@ -26,7 +26,7 @@
 #include <string>
 
 namespace stratagem {
-class WatchdogScope;
+class BlockingSection;
 }
 
 namespace stratagem::io {
@@ -43,7 +43,7 @@ class Hdf5Guard {
   Hdf5Guard& operator=(const Hdf5Guard&) = delete;
 
  private:
-  std::unique_ptr<WatchdogScope> scope_;
+  std::unique_ptr<BlockingSection> scope_;
 };
 
 // Runs `read` in a forked child and returns the bytes it returned. An InputError thrown there is

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stratagem/profile.hpp"
+#include "stratagem/spec_json.hpp"
 #include "stratagem/version.hpp"
 
 namespace stratagem {

@@ -9,6 +9,7 @@
 #include "src/report/sections.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/report.hpp"
+#include "stratagem/spec_json.hpp"
 #include "stratagem/version.hpp"
 #include "stratagem/workload.hpp"
 

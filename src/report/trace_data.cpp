@@ -12,6 +12,7 @@
 
 #include "stratagem/error.hpp"
 #include "stratagem/program.hpp"
+#include "stratagem/spec_json.hpp"
 
 namespace stratagem::report {
 

@@ -5,6 +5,7 @@
 
 #include "src/io/atomic_file.hpp"
 #include "stratagem/executor.hpp"
+#include "stratagem/spec_json.hpp"
 #include "stratagem/trace.hpp"
 #include "stratagem/version.hpp"
 

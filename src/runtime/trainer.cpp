@@ -10,6 +10,7 @@
 #include "src/io/atomic_file.hpp"
 #include "stratagem/comm.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/spec_json.hpp"
 #include "stratagem/watchdog.hpp"
 #include "stratagem/workload.hpp"
 

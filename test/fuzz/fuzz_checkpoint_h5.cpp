@@ -27,6 +27,7 @@
 #include "src/cli/args.hpp"
 #include "src/io/file_digest.hpp"
 #include "stratagem/checkpoint.hpp"
+#include "stratagem/spec_json.hpp"
 #include "stratagem/trainer.hpp"
 #include "test/fuzz/harness.hpp"
 

@@ -3,6 +3,7 @@
 
 #include "src/io/json_reader.hpp"
 #include "stratagem/cluster.hpp"
+#include "stratagem/spec_json.hpp"
 #include "test/fuzz/harness.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

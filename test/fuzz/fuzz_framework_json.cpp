@@ -8,6 +8,7 @@
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/framework.hpp"
+#include "stratagem/spec_json.hpp"
 #include "test/fuzz/harness.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -8,6 +8,7 @@
 #include "stratagem/cost.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/program.hpp"
+#include "stratagem/spec_json.hpp"
 
 using namespace stratagem;
 namespace tt = boost::test_tools;

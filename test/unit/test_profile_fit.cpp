@@ -9,6 +9,7 @@
 
 #include "stratagem/error.hpp"
 #include "stratagem/profile.hpp"
+#include "stratagem/spec_json.hpp"
 
 using namespace stratagem;
 namespace tt = boost::test_tools;

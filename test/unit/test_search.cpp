@@ -16,6 +16,7 @@
 #include "stratagem/error.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/search.hpp"
+#include "stratagem/spec_json.hpp"
 #include "test/support/run.hpp"
 #include "test/support/small_models.hpp"
 

@@ -9,6 +9,7 @@
 #include "stratagem/error.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/plan.hpp"
+#include "stratagem/spec_json.hpp"
 #include "test/support/run.hpp"
 
 using namespace stratagem;

@@ -1,4 +1,5 @@
-#include "stratagem/watchdog.hpp"
+// The monitor thread of stratagem/blocking_section.hpp.
+#include "stratagem/blocking_section.hpp"
 
 #include <unistd.h>
 
@@ -19,7 +20,7 @@ struct State {
   std::string what;  // empty: no section open
   std::string detail;
   double start_s = 0;
-  WatchdogBound bound;  // timeout_s > 0: the open section is bounded on its own
+  SectionBound bound;  // timeout_s > 0: the open section is bounded on its own
   bool thread_started = false;
 };
 State& state() {
@@ -60,7 +61,7 @@ void start_thread(State& s) {  // s.mutex held
 }
 }  // namespace
 
-void set_watchdog(double timeout_s, std::string message_prefix) {
+void set_blocking_timeout(double timeout_s, std::string message_prefix) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.timeout_s = timeout_s;
@@ -79,7 +80,7 @@ std::string not_arrived(MPI_Comm comm) {
   return out + " (stopped or died)";
 }
 
-WatchdogScope::WatchdogScope(std::string what, std::string detail) {
+BlockingSection::BlockingSection(std::string what, std::string detail) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.timeout_s <= 0) return;
@@ -91,10 +92,10 @@ WatchdogScope::WatchdogScope(std::string what, std::string detail) {
   s.what = std::move(what);
   s.detail = std::move(detail);
   s.start_s = now_s();
-  s.bound = WatchdogBound{};
+  s.bound = SectionBound{};
 }
 
-WatchdogScope::WatchdogScope(WatchdogBound bound) {
+BlockingSection::BlockingSection(SectionBound bound) {
   if (bound.timeout_s <= 0) return;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -110,7 +111,7 @@ WatchdogScope::WatchdogScope(WatchdogBound bound) {
   s.bound = std::move(bound);
 }
 
-WatchdogScope::~WatchdogScope() {
+BlockingSection::~BlockingSection() {
   if (!active_) return;
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
