@@ -30,6 +30,7 @@ int run_export(Args& a) {
   const interop::Target target = interop::target_from_string(a.required("--to"), "--to");
   const bool nearest = a.flag("--nearest");
   auto out = a.value("-o");
+  auto plan_out = a.value("--plan-out");
   ModelSpec m = model_from_args(a);
   ClusterSpec c = cluster_from_args(a);
   Plan p = plan_from_args(a, m, c);
@@ -57,6 +58,7 @@ int run_export(Args& a) {
   }
   const std::string text = interop::export_plan(exported, m, c, target);
   if (!rank0) return 0;
+  if (plan_out) io::write_file_atomic(*plan_out, to_json(exported).dump(2) + "\n");
   if (out)
     io::write_file_atomic(*out, text);
   else
@@ -73,12 +75,12 @@ Register reg{
     {"export", "write a plan as a Megatron-LM, torchtitan or DeepSpeed job description",
      std::string("usage: stratagem export --to megatron|torchtitan|deepspeed --model M "
                  "--cluster C --nodes N (--plan FILE | shorthand flags) [--nearest] "
-                 "[-o FILE]\n"
+                 "[-o FILE] [--plan-out plan.json]\n"
                  "  megatron: pretrain_gpt.py arguments; torchtitan: a TOML job config;\n"
                  "  deepspeed: ds_config.json (and the Megatron-DeepSpeed flags, printed)\n"
                  "  A plan feature the target cannot express exits 2 naming it and the\n"
                  "  layers; --nearest exports the nearest plan it can, and prints both\n"
-                 "  forecasts side by side.\n") +
+                 "  forecasts side by side; --plan-out writes the plan exported (plan JSON).\n") +
          kModelHelp + kClusterHelp + kFrameworkHelp + kPlanHelp,
      run_export}};
 
