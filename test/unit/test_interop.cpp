@@ -9,6 +9,7 @@
 #include "stratagem/error.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
+#include "stratagem/search.hpp"
 #include "test/support/run.hpp"
 
 using namespace stratagem;
@@ -231,14 +232,45 @@ BOOST_AUTO_TEST_CASE(cross_node_tp_is_priced_by_the_cost_model) {
   m.layers = 8;  // 96 heads: tp 16 divides them
   ClusterSpec c = load_cluster("dgx-a100-80g");
   c.nodes = 4;
-  auto iteration_s = [&](int tp) {
+  auto iteration_s = [&](const ClusterSpec& on, int tp) {
     PlanShorthand s;
     s.tp = tp, s.pp = 1, s.global_batch = 64, s.micro_batch = 1, s.sequence_parallel = true;
-    const Plan p = expand_shorthand(s, m, c);
-    validate(p, m, c, "test");
-    const CostModel cost(m, c, p);
+    const Plan p = expand_shorthand(s, m, on);
+    validate(p, m, on, "test");
+    const CostModel cost(m, on, p);
     return estimate(cost).iteration_time_s;
   };
   // tp 16 spans two nodes: its collectives cross the NICs and cost more than tp 8's NVSwitch.
-  BOOST_TEST(iteration_s(16) > iteration_s(8));
+  BOOST_TEST(iteration_s(c, 16) > iteration_s(c, 8));
+  // The same 32 GPUs as two nodes of 16 keep tp 16 on NVSwitch: the gap is the link, priced by
+  // the cost model's cross-node collectives.
+  ClusterSpec wide = c;
+  wide.node.gpus_per_node = 16, wide.node.nic_count = 16, wide.nodes = 2;
+  BOOST_TEST(iteration_s(wide, 16) < iteration_s(c, 16));
+}
+
+BOOST_AUTO_TEST_CASE(search_considers_cross_node_tp_only_when_asked) {
+  ModelSpec m;
+  m.name = "tiny", m.layers = 2, m.hidden = 256, m.heads = 16, m.kv_heads = 16;
+  m.ffn_hidden = 1024, m.vocab = 512, m.seq_len = 64;
+  ClusterSpec c = load_cluster("dgx-a100-80g");
+  c.nodes = 2;
+  SearchOptions o;
+  o.global_batch = 16;
+  o.pp_degrees = {1};
+  o.zero_stages = {0};
+  o.recompute = {Recompute::none};
+  o.offload = false;
+  o.sequence_parallel_on = false;
+  o.schedules = {Schedule::one_f_one_b};
+  auto widest_tp = [&] {
+    int widest = 0;
+    for_each_plan(m, c, o, [&](const Plan& p) {
+      for (const auto& l : p.layers) widest = std::max(widest, l.tp);
+    });
+    return widest;
+  };
+  BOOST_TEST(widest_tp() == 8);  // the GPUs of a node
+  o.allow_cross_node_tp = true;
+  BOOST_TEST(widest_tp() == 16);  // both nodes
 }
