@@ -154,6 +154,11 @@ int run_plan_import(Args& a) {
   }
   if (out) std::printf("wrote %s\n", out->c_str());
   if (model_out) std::printf("wrote %s\n", model_out->c_str());
+  std::printf(
+      "what stratagem would run instead: stratagem search --model %s --cluster %s "
+      "--nodes %d --gpus-per-node %d --global-batch %d\n",
+      model_out ? model_out->c_str() : "MODEL.json (see --model-out)", c.name.c_str(), c.nodes,
+      c.node.gpus_per_node, job.plan.global_batch);
   return 0;
 }
 

@@ -147,7 +147,12 @@ ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& sou
   // Named as the config names itself, else after its file (test/data/hf/llama3-8b.json).
   if (j.contains("_name_or_path") && j["_name_or_path"].is_string())
     m.name = j["_name_or_path"].get<std::string>();
-  if (m.name.empty()) m.name = std::filesystem::path(source).stem().string();
+  // A Hub download is <model>/config.json: the folder names the model.
+  const std::filesystem::path file(source);
+  if (m.name.empty())
+    m.name = file.stem() == "config" && file.has_parent_path()
+                 ? file.parent_path().filename().string()
+                 : file.stem().string();
   m.arch = Arch::decoder;
   if (arch.family == Family::llama) read_llama(r, m);
   if (arch.family == Family::gpt2) read_gelu_decoder(r, m, kGpt2);
