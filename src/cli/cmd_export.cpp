@@ -29,6 +29,7 @@ void print_side_by_side(FILE* to, const ModelSpec& m, const ClusterSpec& c, cons
 int run_export(Args& a) {
   const interop::Target target = interop::target_from_string(a.required("--to"), "--to");
   const bool nearest = a.flag("--nearest");
+  const bool json = a.flag("--json");
   auto out = a.value("-o");
   auto plan_out = a.value("--plan-out");
   ModelSpec m = model_from_args(a);
@@ -36,37 +37,47 @@ int run_export(Args& a) {
   Plan p = plan_from_args(a, m, c);
   const FrameworkSpec fw = framework_from_args(a);
   a.finish();
+  Plan exported = p;
+  const auto missing =
+      nearest ? interop::unexpressible(p, m, target) : std::vector<interop::Unexpressible>{};
+  if (!missing.empty()) exported = interop::nearest_expressible(p, m, c, target);
+  const std::string text = interop::export_plan(exported, m, c, target);
+  if (world_rank() != 0) return 0;
+  if (plan_out) io::write_file_atomic(*plan_out, to_json(exported).dump(2) + "\n");
+  if (out) io::write_file_atomic(*out, text);
+  const std::string ds_flags =
+      target == interop::Target::deepspeed
+          ? interop::megatron_deepspeed_flags(exported, out ? *out : "ds_config.json")
+          : "";
+  if (json) {
+    nlohmann::json j;
+    j["target"] = interop::to_string(target);
+    j["file"] = out ? nlohmann::json(*out) : nlohmann::json(nullptr);
+    if (!out) j["content"] = text;
+    j["plan"] = to_json(exported);
+    j["nearest"] = !missing.empty();
+    j["unexpressible"] = nlohmann::json::array();
+    for (const auto& u : missing)
+      j["unexpressible"].push_back({{"feature", u.feature}, {"where", u.where}});
+    if (!ds_flags.empty()) j["megatron_deepspeed_flags"] = ds_flags;
+    if (!missing.empty()) {
+      j["forecast"]["plan"] = to_json(estimate(CostModel(m, c, p, fw)));
+      j["forecast"]["exported"] = to_json(estimate(CostModel(m, c, exported, fw)));
+    }
+    print_json(j);
+    return 0;
+  }
   // Notes go to stdout when the export goes to a file, else to stderr beside it.
   FILE* notes = out ? stdout : stderr;
-  const bool rank0 = world_rank() == 0;
-  Plan exported = p;
-  if (nearest) {
-    const auto missing = interop::unexpressible(p, m, target);
-    if (!missing.empty()) {
-      exported = interop::nearest_expressible(p, m, c, target);
-      if (rank0) {
-        std::fprintf(
-            notes, "--nearest: %s cannot express %s (%s)%s; exporting the nearest plan\n",
-            interop::to_string(target), missing.front().feature.c_str(),
-            missing.front().where.c_str(),
-            missing.size() > 1
-                ? (" and " + std::to_string(missing.size() - 1) + " more feature(s)").c_str()
-                : "");
-        print_side_by_side(notes, m, c, fw, p, exported);
-      }
-    }
+  if (!out) std::fputs(text.c_str(), stdout);
+  if (!missing.empty()) {
+    std::fprintf(notes, "--nearest: %s cannot express %s (%s)", interop::to_string(target),
+                 missing.front().feature.c_str(), missing.front().where.c_str());
+    if (missing.size() > 1) std::fprintf(notes, " and %zu more feature(s)", missing.size() - 1);
+    std::fprintf(notes, "; exported the nearest plan\n");
+    print_side_by_side(notes, m, c, fw, p, exported);
   }
-  const std::string text = interop::export_plan(exported, m, c, target);
-  if (!rank0) return 0;
-  if (plan_out) io::write_file_atomic(*plan_out, to_json(exported).dump(2) + "\n");
-  if (out)
-    io::write_file_atomic(*out, text);
-  else
-    std::fputs(text.c_str(), stdout);
-  if (target == interop::Target::deepspeed)
-    std::fprintf(
-        notes, "Megatron-DeepSpeed flags: %s\n",
-        interop::megatron_deepspeed_flags(exported, out ? *out : "ds_config.json").c_str());
+  if (!ds_flags.empty()) std::fprintf(notes, "Megatron-DeepSpeed flags: %s\n", ds_flags.c_str());
   if (out) std::printf("wrote %s (%s)\n", out->c_str(), interop::to_string(target));
   return 0;
 }
@@ -75,7 +86,7 @@ Register reg{
     {"export", "write a plan as a Megatron-LM, torchtitan or DeepSpeed job description",
      std::string("usage: stratagem export --to megatron|torchtitan|deepspeed --model M "
                  "--cluster C --nodes N (--plan FILE | shorthand flags) [--nearest] "
-                 "[-o FILE] [--plan-out plan.json]\n"
+                 "[-o FILE] [--plan-out plan.json] [--json]\n"
                  "  megatron: pretrain_gpt.py arguments; torchtitan: a TOML job config;\n"
                  "  deepspeed: ds_config.json (and the Megatron-DeepSpeed flags, printed)\n"
                  "  A plan feature the target cannot express exits 2 naming it and the\n"
