@@ -178,6 +178,7 @@ ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& sou
 
 std::vector<std::string> hf_import_notes(const nlohmann::json& raw) {
   std::vector<std::string> notes;
+  if (!raw.is_object()) return notes;  // not a config: model_from_hf_config says why
   const nlohmann::json j = without_nulls(raw);
   const auto& a = j.value("architectures", nlohmann::json::array());
   const std::string arch =
