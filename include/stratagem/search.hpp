@@ -98,6 +98,9 @@ struct SearchOptions {
   int max_kept_levels = 1;         // activation-cover levels of the DP above 0
   bool exact_dp = false;           // every memory class (slower; tests)
   bool baselines = true;           // also search the megatron and zero spaces (space full)
+  // Tensor-parallel degrees beyond the GPUs of a node (priced at the cross-node cost); the
+  // megatron baseline keeps tp inside a node, as Megatron's practice does.
+  bool allow_cross_node_tp = false;
   // Skip the configurations whose lower bound shows they cannot enter the top K (exact: the
   // answer is the same; false searches every configuration, for tests).
   bool prune_configurations = true;

@@ -1,21 +1,25 @@
 #include "src/cli/args.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
 #include "stratagem/error.hpp"
+#include "stratagem/interop.hpp"
 #include "stratagem/limits.hpp"
 
 namespace stratagem::cli {
 
 const char* kModelHelp =
-    "  --model NAME|FILE.json   built-in (data/models) or a JSON file\n"
+    "  --model NAME|FILE.json   built-in (data/models), a JSON file, or a Hugging Face "
+    "config.json\n"
     "  --layers N --hidden N --heads N --kv-heads N --ffn-hidden N --vocab N --seq-len N\n"
     "                           override the model's fields (alone: a GPT-2-style decoder)\n";
 const char* kClusterHelp =
     "  --cluster NAME|FILE.json built-in (data/clusters) or a JSON file [dgx-a100-80g]\n"
-    "  --nodes N                number of nodes [the cluster file's]\n";
+    "  --nodes N                number of nodes [the cluster file's]\n"
+    "  --gpus-per-node N        a job on N of each node's GPUs (shared links and host divided)\n";
 const char* kFrameworkHelp =
     "  --framework NAME|FILE.json  training software (data/frameworks) [stratagem]\n";
 const char* kPlanHelp =
@@ -26,7 +30,16 @@ const char* kPlanHelp =
     "  --no-overlap-grad-reduce --no-backward-prefetch\n";
 
 Args::Args(std::string command, std::vector<std::string> tokens)
-    : command_(std::move(command)), tokens_(std::move(tokens)), used_(tokens_.size(), false) {}
+    : command_(std::move(command)), tokens_(std::move(tokens)) {
+  // Everything after a lone "--" belongs to another program (plan import's Megatron flags):
+  // kept apart so that no flag of ours matches it.
+  if (auto sep = std::find(tokens_.begin(), tokens_.end(), "--"); sep != tokens_.end()) {
+    passthrough_.assign(sep + 1, tokens_.end());
+    tokens_.erase(sep, tokens_.end());
+    has_separator_ = true;
+  }
+  used_.assign(tokens_.size(), false);
+}
 
 std::optional<std::string> Args::value(const std::string& flag) {
   std::optional<std::string> out;
@@ -111,6 +124,9 @@ void Args::finish() {
     if (!used_[i])
       throw InputError(command_ + ": unknown or misplaced argument '" + shorten(tokens_[i]) +
                        "' (see " + command_ + " --help)");
+  if (has_separator_ && !passthrough_taken_)
+    throw InputError(command_ + ": unknown or misplaced argument '--' (see " + command_ +
+                     " --help)");
 }
 
 ModelSpec model_from_args(Args& a) {
@@ -131,7 +147,9 @@ ModelSpec model_from_args(Args& a) {
   ModelSpec m;
   bool any = false;
   if (name) {
-    m = load_model(*name);
+    // A Hugging Face config.json is read with the sequence length asked for, which a sliding
+    // attention window must cover.
+    m = interop::load_model_or_hf(*name, a.int_value("--seq-len", 1, limits::kMaxDim));
   } else {
     // Inline flags alone describe a GPT-2-style decoder.
     m.name = "inline-gpt";
@@ -170,6 +188,8 @@ ModelSpec model_from_args(Args& a) {
 ClusterSpec cluster_from_args(Args& a, const char* default_cluster) {
   ClusterSpec c = load_cluster(a.value("--cluster").value_or(default_cluster));
   if (auto n = a.int_value("--nodes", 1, limits::kMaxNodes)) c.nodes = *n;
+  if (auto g = a.int_value("--gpus-per-node", 1, limits::kMaxNodes))
+    interop::restrict_to_gpus(c, *g, "--gpus-per-node");
   return c;
 }
 

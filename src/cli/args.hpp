@@ -28,10 +28,18 @@ class Args {
   std::vector<std::string> positionals();
   // Fails on any flag that no one asked for (a typo must not be silently ignored).
   void finish();
+  // The tokens after a lone "--", for a command that reads them as another program would;
+  // finish() refuses them where no command took them.
+  std::vector<std::string> take_passthrough() {
+    passthrough_taken_ = true;
+    return passthrough_;
+  }
 
  private:
   std::string command_;
   std::vector<std::string> tokens_;
+  std::vector<std::string> passthrough_;
+  bool has_separator_ = false, passthrough_taken_ = false;
   std::vector<bool> used_;
 };
 

@@ -1,11 +1,29 @@
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "src/cli/command.hpp"
+#include "src/io/atomic_file.hpp"
+#include "src/io/json_reader.hpp"
+#include "stratagem/interop.hpp"
+#include "stratagem/limits.hpp"
 #include "stratagem/spec_json.hpp"
 #include "stratagem/workload.hpp"
 
 namespace stratagem::cli {
 namespace {
+
+nlohmann::json model_summary(const ModelSpec& m) {
+  nlohmann::json j = to_json(m);
+  j["parameters"] = m.parameters();
+  j["layer_parameters"] = m.layer_parameters();
+  j["embedding_parameters"] = m.embedding_parameters();
+  j["head_parameters"] = m.head_parameters();
+  j["flops_per_token"] = m.flops_per_token();
+  j["flops_formula"] = "3 x (2 x GEMM weights + 4 s h) per layer + 6 V h, per token (Megatron)";
+  return j;
+}
+
+void print_model(const ModelSpec& m);
 
 int run_model_show(Args& a) {
   const bool json = a.flag("--json");
@@ -25,17 +43,52 @@ int run_model_show(Args& a) {
   }
   a.finish();
   if (json) {
-    nlohmann::json j = to_json(m);
-    j["parameters"] = m.parameters();
-    j["layer_parameters"] = m.layer_parameters();
-    j["embedding_parameters"] = m.embedding_parameters();
-    j["head_parameters"] = m.head_parameters();
-    j["flops_per_token"] = m.flops_per_token();
-    j["flops_formula"] = "3 x (2 x GEMM weights + 4 s h) per layer + 6 V h, per token (Megatron)";
+    print_json(model_summary(m));
+    return 0;
+  }
+  print_model(m);
+  return 0;
+}
+
+int run_model_import(Args& a) {
+  const bool json = a.flag("--json");
+  auto out = a.value("-o");
+  auto seq_len = a.int_value("--seq-len", 1, limits::kMaxDim);
+  auto pos = a.positionals();
+  a.finish();
+  if (pos.size() != 1) throw InputError(a.command() + ": expected one Hugging Face config.json");
+  const nlohmann::json config = io::read_json_file(pos[0]);
+  if (!interop::is_hf_config(config))
+    throw InputError(pos[0] + ": not a Hugging Face config (no 'architectures' or 'model_type')");
+  const ModelSpec m = interop::model_from_hf_config(config, pos[0], seq_len);
+  const auto notes = interop::hf_import_notes(config);
+  nlohmann::json model = to_json(m);
+  model["source"] = "imported from " + pos[0] + " (" +
+                    config["architectures"][0].get<std::string>() + ") by stratagem model import";
+  if (out && world_rank() == 0) io::write_file_atomic(*out, model.dump(2) + "\n");
+  if (json) {
+    nlohmann::json j = model_summary(m);
+    j["notes"] = notes;
     print_json(j);
     return 0;
   }
   if (world_rank() != 0) return 0;
+  print_model(m);
+  for (const auto& n : notes) std::printf("  note: %s\n", n.c_str());
+  if (out) std::printf("wrote %s\n", out->c_str());
+  return 0;
+}
+
+Register reg_import{
+    {"model import", "read a Hugging Face config.json into a stratagem model",
+     "usage: stratagem model import CONFIG.json [-o model.json] [--seq-len N] [--json]\n"
+     "  architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel,\n"
+     "  GPTNeoXForCausalLM (--model CONFIG.json reads the same file wherever a model is taken)\n"
+     "  --seq-len N   the training sequence length [the config's max_position_embeddings]\n",
+     run_model_import}};
+
+void print_model(const ModelSpec& m) {
+  if (world_rank() != 0) return;
   std::printf("%s: %s, %d layers, hidden %d, %d heads (%d kv), ffn %d, vocab %d, seq %d\n",
               m.name.c_str(), to_string(m.arch), m.layers, m.hidden, m.heads, m.kv_heads,
               m.ffn_hidden, m.vocab, m.seq_len);
@@ -47,7 +100,6 @@ int run_model_show(Args& a) {
   std::printf("    head           %lld\n", (long long)m.head_parameters());
   std::printf("  flops_per_token  %.4g (model FLOPs, forward+backward, Megatron count)\n",
               m.flops_per_token());
-  return 0;
 }
 
 Register reg{{"model show", "parameters and FLOPs per token of a model",

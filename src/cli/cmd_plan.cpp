@@ -3,6 +3,8 @@
 
 #include "src/cli/command.hpp"
 #include "src/io/atomic_file.hpp"
+#include "stratagem/estimate.hpp"
+#include "stratagem/interop.hpp"
 #include "stratagem/layout.hpp"
 #include "stratagem/spec_json.hpp"
 
@@ -84,6 +86,94 @@ Register reg{{"plan check", "validate a plan, print its layout, write the expand
                           "(--plan FILE | shorthand flags) [-o plan.json] [--json]\n") +
                   kModelHelp + kClusterHelp + kPlanHelp,
               run_plan_check}};
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open file");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.size() > (size_t(1) << 20))
+    throw InputError(path + ": larger than 1 MiB, not an arguments file");
+  return text;
+}
+
+int run_plan_import(Args& a) {
+  const bool json = a.flag("--json");
+  const std::string from = a.required("--from");
+  auto args_file = a.value("--args-file");
+  auto out = a.value("-o");
+  auto model_out = a.value("--model-out");
+  ClusterSpec c = cluster_from_args(a);
+  const FrameworkSpec fw = framework_from_args(a);
+  std::vector<std::string> tokens = a.take_passthrough();
+  a.finish();
+  if (from != "megatron")
+    throw InputError(a.command() + ": --from: unknown source '" + shorten(from) +
+                     "' (expected megatron)");
+  if (args_file && !tokens.empty())
+    throw InputError(a.command() + ": give --args-file FILE or the arguments after --, not both");
+  if (!args_file && tokens.empty())
+    throw InputError(a.command() + ": give --args-file FILE or the Megatron-LM arguments after --");
+  const std::string source = args_file ? *args_file : std::string("the arguments after --");
+  if (args_file) tokens = interop::split_command_line(read_text_file(*args_file), *args_file);
+  const interop::MegatronJob job = interop::megatron_job_from_args(tokens, c, source);
+  if (world_rank() == 0) {
+    if (out) io::write_file_atomic(*out, to_json(job.plan).dump(2) + "\n");
+    if (model_out) io::write_file_atomic(*model_out, to_json(job.model).dump(2) + "\n");
+  }
+  const CostModel cost(job.model, c, job.plan, fw);
+  const Estimate e = estimate(cost);
+  if (json) {
+    nlohmann::json j;
+    j["model"] = to_json(job.model);
+    j["plan"] = to_json(job.plan);
+    j["cluster"] = c.name;
+    j["nodes"] = c.nodes;
+    j["gpus_per_node"] = c.node.gpus_per_node;
+    j["ignored_flags"] = job.ignored_flags;
+    j["notes"] = job.notes;
+    j["estimate"] = to_json(e);
+    print_json(j);
+    return 0;
+  }
+  if (world_rank() != 0) return 0;
+  std::printf(
+      "Megatron-LM job: %s (%d layers, hidden %d, %d heads, %d kv, ffn %d, vocab %d, "
+      "seq %d) on %s x %d nodes x %d GPUs\n  %s\n",
+      job.model.name.c_str(), job.model.layers, job.model.hidden, job.model.heads,
+      job.model.kv_heads, job.model.ffn_hidden, job.model.vocab, job.model.seq_len, c.name.c_str(),
+      c.nodes, c.node.gpus_per_node, job.plan.describe().c_str());
+  std::printf(
+      "forecast (estimate, framework %s): iteration %.4g s, %.4g tokens/s, MFU %.1f%%, "
+      "peak memory %.2f GiB per GPU\n",
+      fw.name.c_str(), e.iteration_time_s, e.tokens_per_s, 100 * e.mfu,
+      double(e.peak_memory_bytes) / double(1LL << 30));
+  for (const auto& n : job.notes) std::printf("  note: %s\n", n.c_str());
+  if (!job.ignored_flags.empty()) {
+    std::string list;
+    for (const auto& f : job.ignored_flags) list += " " + f;
+    std::printf("  not about the model or the plan (not read):%s\n", list.c_str());
+  }
+  if (out) std::printf("wrote %s\n", out->c_str());
+  if (model_out) std::printf("wrote %s\n", model_out->c_str());
+  std::printf(
+      "what stratagem would run instead: stratagem search --model %s --cluster %s "
+      "--nodes %d --gpus-per-node %d --global-batch %d\n",
+      model_out ? model_out->c_str() : "MODEL.json (see --model-out)", c.name.c_str(), c.nodes,
+      c.node.gpus_per_node, job.plan.global_batch);
+  return 0;
+}
+
+Register reg_import{
+    {"plan import", "read a Megatron-LM job's model and parallel flags into a model and a plan",
+     std::string("usage: stratagem plan import --from megatron (--args-file FILE | -- ARGS...)\n"
+                 "           [--cluster C] [--nodes N] [--gpus-per-node N] [-o plan.json]\n"
+                 "           [--model-out model.json] [--framework F] [--json]\n"
+                 "  FILE holds a pretrain_gpt.py command line (shell quoting, # comments and\n"
+                 "  backslash continuations allowed); torchrun's --nnodes and --nproc-per-node\n"
+                 "  before the script set the job's size, else --cluster/--nodes do.\n"
+                 "  Prints the forecast of the job as it runs today.\n") +
+         kClusterHelp + kFrameworkHelp,
+     run_plan_import}};
 
 }  // namespace
 }  // namespace stratagem::cli

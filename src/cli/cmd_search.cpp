@@ -67,6 +67,7 @@ int run_search(Args& a) {
   if (auto d = a.value("--dtype")) o.dtype = dtype_from_string(*d, "--dtype");
   o.flash_attention = a.flag("--flash-attention");
   o.overlap_grad_reduce = !a.flag("--no-overlap-grad-reduce");
+  o.allow_cross_node_tp = a.flag("--allow-cross-node-tp");
   const bool quiet = a.flag("--quiet");
   auto gb = a.int_value("--global-batch");
   ModelSpec m = model_from_args(a);
@@ -171,7 +172,8 @@ Register reg{
                  "       [--memory-budget-gib X] [--space full|megatron|zero] [--top K]\n"
                  "       [--threads N]\n"
                  "       [-o plan.json] [--json] [--rerank simulator|estimator] [--dtype D]\n"
-                 "       [--flash-attention] [--no-overlap-grad-reduce] [--quiet]\n"
+                 "       [--flash-attention] [--no-overlap-grad-reduce] [--allow-cross-node-tp]\n"
+                 "       [--quiet]\n"
                  "  under mpirun -np P the candidate space is split over the P processes; the\n"
                  "  answer is the same for any P\n") +
          kModelHelp + kClusterHelp + kFrameworkHelp +
@@ -187,6 +189,8 @@ Register reg{
          "  --json                   machine-readable output\n"
          "  --rerank R               simulator (default) or estimator\n"
          "  --dtype D                bf16|fp16|fp32 [bf16]; --flash-attention: flash kernels\n"
+         "  --allow-cross-node-tp    also consider tp beyond the GPUs of a node (priced at\n"
+         "                           the cross-node cost)\n"
          "  --quiet                  no progress lines on stderr\n"
          "exit codes: 0 ok, 2 bad input, 3 no plan fits the memory budget\n",
      run_search}};

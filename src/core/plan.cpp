@@ -219,9 +219,6 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
                           std::to_string(m.ffn_hidden) + ")");
     if (l.sequence_parallel && m.seq_len % l.tp)
       bad(at + ".sequence_parallel", "tp " + std::to_string(l.tp) + " does not divide seq_len");
-    if (l.tp > c.node.gpus_per_node)
-      bad(at + ".tp", "tp " + std::to_string(l.tp) + " exceeds the " +
-                          std::to_string(c.node.gpus_per_node) + " GPUs of a node");
     if (stage_mb % l.dp)
       bad(at + ".dp", "dp " + std::to_string(l.dp) + " does not divide the stage micro-batch of " +
                           std::to_string(stage_mb) + " samples");

@@ -35,9 +35,9 @@ double LayerCost::step_s() const {
 // ---- cost tables ------------------------------------------------------------------------------
 
 CostTables::CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bool flash,
-                       bool overlap_grad_reduce, const FrameworkSpec& framework)
+                       bool overlap_grad_reduce, const FrameworkSpec& framework, int max_tp)
     : m_(m), c_(c), dtype_(dtype), flash_(flash), overlap_(overlap_grad_reduce) {
-  const int g = std::max(1, c.node.gpus_per_node);
+  const int g = max_tp > 0 ? max_tp : std::max(1, c.node.gpus_per_node);
   for (int tp = 1; tp <= std::max(1, g); tp *= 2) {
     auto p = std::make_unique<Plan>();
     p->dtype = dtype;
@@ -166,7 +166,7 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b,
 std::vector<int> tp_degrees_for(const ModelSpec& m, const ClusterSpec& c, int D, int Bm,
                                 const SpaceFilter& f) {
   std::vector<int> out;
-  const int g = std::max(1, c.node.gpus_per_node);
+  const int g = f.max_tp > 0 ? f.max_tp : std::max(1, c.node.gpus_per_node);
   for (int tp = 1; tp <= g && tp <= D; tp *= 2) {
     if (!f.tp_degrees.empty() &&
         std::find(f.tp_degrees.begin(), f.tp_degrees.end(), tp) == f.tp_degrees.end())

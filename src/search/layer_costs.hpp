@@ -84,8 +84,10 @@ struct EmbeddingCost {
 // micro-batch carries through the pipeline (Plan::micro_batch x max dp).
 class CostTables {
  public:
+  // max_tp: the largest tp priced (0: the GPUs of a node).
   CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bool flash,
-             bool overlap_grad_reduce, const FrameworkSpec& framework = FrameworkSpec{});
+             bool overlap_grad_reduce, const FrameworkSpec& framework = FrameworkSpec{},
+             int max_tp = 0);
   const ModelSpec& model() const { return m_; }
   const ClusterSpec& cluster() const { return c_; }
   Dtype dtype() const { return dtype_; }
@@ -132,6 +134,7 @@ struct SpaceFilter {
   bool sequence_parallel_on = true;   // candidates with sp (tp > 1)
   bool offload = true;
   int max_samples_per_rank = 64;
+  int max_tp = 0;  // 0: the GPUs of a node (SearchOptions::allow_cross_node_tp raises it)
 };
 std::vector<int> tp_degrees_for(const ModelSpec& m, const ClusterSpec& c, int D, int Bm,
                                 const SpaceFilter& f);

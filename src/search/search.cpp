@@ -72,7 +72,8 @@ SearchResult search(const ModelSpec& model, const ClusterSpec& cluster,
       if (pp > model.layers) continue;
       if (!options.pp_degrees.empty() && !contains(options.pp_degrees, pp)) continue;
       const int D = world / pp;
-      for (int tp = 1; tp <= std::max(1, cluster.node.gpus_per_node) && tp <= D; tp *= 2)
+      const int max_tp = options.allow_cross_node_tp ? D : std::max(1, cluster.node.gpus_per_node);
+      for (int tp = 1; tp <= max_tp && tp <= D; tp *= 2)
         if (D % tp == 0) {
           dps.insert(D / tp);
           any |= options.global_batch % (D / tp) == 0;

@@ -200,7 +200,8 @@ class Searcher {
         c_(c),
         o_(o),
         budget_(budget),
-        tables_(m, c, o.dtype, o.flash_attention, o.overlap_grad_reduce, o.framework),
+        tables_(m, c, o.dtype, o.flash_attention, o.overlap_grad_reduce, o.framework,
+                o.allow_cross_node_tp ? c.world_size() : 0),
         full_(o.top_k),
         megatron_(o.top_k),
         zero_(o.top_k) {
@@ -211,6 +212,7 @@ class Searcher {
     filter_.sequence_parallel_on = o.sequence_parallel_on;
     filter_.offload = o.offload;
     filter_.max_samples_per_rank = o.max_samples_per_rank;
+    filter_.max_tp = o.allow_cross_node_tp ? c.world_size() : 0;
     const GpuSpec& g = c.gpu;
     net_budget_ =
         int64_t(double(budget_ - g.context_overhead_bytes) / (1.0 + g.allocator_fragmentation));

@@ -28,7 +28,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 FUZZ_BUILD=${FUZZ_BUILD:-$ROOT/build-fuzz}
 JOBS=${JOBS:-$(nproc)}
 # FUZZ_TARGETS="a b" runs only those.
-read -r -a TARGETS <<<"${FUZZ_TARGETS:-model_json cluster_json plan_json framework_json cli_args data_bin data_hdf5 trace_h5 checkpoint_h5}"
+read -r -a TARGETS <<<"${FUZZ_TARGETS:-model_json cluster_json plan_json framework_json cli_args data_bin data_hdf5 trace_h5 checkpoint_h5 hf_config megatron_args}"
 CXX14=$(command -v clang++-14 || true)
 if [ -z "$CXX14" ]; then
   echo "fuzz: skipped: clang++-14 not found (Debian: apt-get install clang-14)"

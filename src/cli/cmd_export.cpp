@@ -1,0 +1,99 @@
+#include <cstdio>
+
+#include "src/cli/command.hpp"
+#include "src/io/atomic_file.hpp"
+#include "stratagem/estimate.hpp"
+#include "stratagem/interop.hpp"
+
+namespace stratagem::cli {
+namespace {
+
+// The plan asked for beside the one exported, so that the user sees what --nearest costs.
+void print_side_by_side(FILE* to, const ModelSpec& m, const ClusterSpec& c, const FrameworkSpec& fw,
+                        const Plan& asked, const Plan& exported) {
+  const CostModel cost_a(m, c, asked, fw), cost_e(m, c, exported, fw);
+  const Estimate a = estimate(cost_a), e = estimate(cost_e);
+  const double gib = double(1LL << 30);
+  std::fprintf(to, "  plan:     %s\n  exported: %s\n", asked.describe().c_str(),
+               exported.describe().c_str());
+  std::fprintf(to, "  %-28s %14s %14s\n", "forecast (estimate)", "plan", "exported");
+  std::fprintf(to, "  %-28s %14.4g %14.4g\n", "iteration (s)", a.iteration_time_s,
+               e.iteration_time_s);
+  std::fprintf(to, "  %-28s %14.4g %14.4g\n", "tokens/s", a.tokens_per_s, e.tokens_per_s);
+  std::fprintf(to, "  %-28s %13.1f%% %13.1f%%\n", "MFU", 100 * a.mfu, 100 * e.mfu);
+  std::fprintf(to, "  %-28s %14.2f %14.2f%s\n", "peak memory per GPU (GiB)",
+               double(a.peak_memory_bytes) / gib, double(e.peak_memory_bytes) / gib,
+               e.peak_memory_bytes > c.gpu.hbm_bytes ? "  (exported DOES NOT FIT)" : "");
+}
+
+int run_export(Args& a) {
+  const interop::Target target = interop::target_from_string(a.required("--to"), "--to");
+  const bool nearest = a.flag("--nearest");
+  const bool json = a.flag("--json");
+  auto out = a.value("-o");
+  auto plan_out = a.value("--plan-out");
+  ModelSpec m = model_from_args(a);
+  ClusterSpec c = cluster_from_args(a);
+  Plan p = plan_from_args(a, m, c);
+  const FrameworkSpec fw = framework_from_args(a);
+  a.finish();
+  Plan exported = p;
+  const auto missing =
+      nearest ? interop::unexpressible(p, m, target) : std::vector<interop::Unexpressible>{};
+  if (!missing.empty()) exported = interop::nearest_expressible(p, m, c, target);
+  const std::string text = interop::export_plan(exported, m, c, target);
+  if (world_rank() != 0) return 0;
+  if (plan_out) io::write_file_atomic(*plan_out, to_json(exported).dump(2) + "\n");
+  if (out) io::write_file_atomic(*out, text);
+  const std::string ds_flags =
+      target == interop::Target::deepspeed
+          ? interop::megatron_deepspeed_flags(exported, out ? *out : "ds_config.json")
+          : "";
+  if (json) {
+    nlohmann::json j;
+    j["target"] = interop::to_string(target);
+    j["file"] = out ? nlohmann::json(*out) : nlohmann::json(nullptr);
+    if (!out) j["content"] = text;
+    j["plan"] = to_json(exported);
+    j["nearest"] = !missing.empty();
+    j["unexpressible"] = nlohmann::json::array();
+    for (const auto& u : missing)
+      j["unexpressible"].push_back({{"feature", u.feature}, {"where", u.where}});
+    if (!ds_flags.empty()) j["megatron_deepspeed_flags"] = ds_flags;
+    if (!missing.empty()) {
+      j["forecast"]["plan"] = to_json(estimate(CostModel(m, c, p, fw)));
+      j["forecast"]["exported"] = to_json(estimate(CostModel(m, c, exported, fw)));
+    }
+    print_json(j);
+    return 0;
+  }
+  // Notes go to stdout when the export goes to a file, else to stderr beside it.
+  FILE* notes = out ? stdout : stderr;
+  if (!out) std::fputs(text.c_str(), stdout);
+  if (!missing.empty()) {
+    std::fprintf(notes, "--nearest: %s cannot express %s (%s)", interop::to_string(target),
+                 missing.front().feature.c_str(), missing.front().where.c_str());
+    if (missing.size() > 1) std::fprintf(notes, " and %zu more feature(s)", missing.size() - 1);
+    std::fprintf(notes, "; exported the nearest plan\n");
+    print_side_by_side(notes, m, c, fw, p, exported);
+  }
+  if (!ds_flags.empty()) std::fprintf(notes, "Megatron-DeepSpeed flags: %s\n", ds_flags.c_str());
+  if (out) std::printf("wrote %s (%s)\n", out->c_str(), interop::to_string(target));
+  return 0;
+}
+
+Register reg{
+    {"export", "write a plan as a Megatron-LM, torchtitan or DeepSpeed job description",
+     std::string("usage: stratagem export --to megatron|torchtitan|deepspeed --model M "
+                 "--cluster C --nodes N (--plan FILE | shorthand flags) [--nearest] "
+                 "[-o FILE] [--plan-out plan.json] [--json]\n"
+                 "  megatron: pretrain_gpt.py arguments; torchtitan: a TOML job config;\n"
+                 "  deepspeed: ds_config.json (and the Megatron-DeepSpeed flags, printed)\n"
+                 "  A plan feature the target cannot express exits 2 naming it and the\n"
+                 "  layers; --nearest exports the nearest plan it can, and prints both\n"
+                 "  forecasts side by side; --plan-out writes the plan exported (plan JSON).\n") +
+         kModelHelp + kClusterHelp + kFrameworkHelp + kPlanHelp,
+     run_export}};
+
+}  // namespace
+}  // namespace stratagem::cli

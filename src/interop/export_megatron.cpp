@@ -1,0 +1,98 @@
+// Plan -> Megatron-LM pretrain_gpt.py arguments, one flag per line (names checked against
+// test/data/frameworks/megatron-lm.txt). megatron_args.cpp reads them back into the same plan.
+#include <sstream>
+
+#include "src/interop/plan_shape.hpp"
+#include "stratagem/interop.hpp"
+
+namespace stratagem::interop {
+
+namespace {
+
+class ArgsWriter {
+ public:
+  void flag(const std::string& name) { os_ << name << "\n"; }
+  template <class T>
+  void value(const std::string& name, const T& v) {
+    os_ << name << " " << v << "\n";
+  }
+  void comment(const std::string& text) { os_ << "# " << text << "\n"; }
+  std::string str() const { return os_.str(); }
+
+ private:
+  std::ostringstream os_;
+};
+
+void write_model(ArgsWriter& w, const ModelSpec& m) {
+  w.value("--num-layers", m.layers);
+  w.value("--hidden-size", m.hidden);
+  w.value("--ffn-hidden-size", m.ffn_hidden);
+  w.value("--num-attention-heads", m.heads);
+  if (m.kv_heads != m.heads) {
+    w.flag("--group-query-attention");
+    w.value("--num-query-groups", m.kv_heads);
+  }
+  w.value("--seq-length", m.seq_len);
+  w.value("--max-position-embeddings", m.seq_len);
+  w.value("--vocab-size", m.vocab);
+  w.value("--normalization", m.norm == Norm::rmsnorm ? "RMSNorm" : "LayerNorm");
+  if (m.activation == Activation::swiglu) w.flag("--swiglu");
+  w.value("--position-embedding-type", m.position == Position::rope ? "rope" : "learned_absolute");
+  if (!m.tied_embeddings) w.flag("--untie-embeddings-and-output-weights");
+  if (!m.bias) w.flag("--disable-bias-linear");
+  if (!m.dropout) {
+    w.value("--attention-dropout", "0.0");
+    w.value("--hidden-dropout", "0.0");
+  }
+}
+
+void write_parallel(ArgsWriter& w, const Plan& p) {
+  const LayerStrategy& l = p.layers.front();
+  w.value("--tensor-model-parallel-size", l.tp);
+  w.value("--pipeline-model-parallel-size", p.pp);
+  if (p.vpp > 1) w.value("--num-layers-per-virtual-pipeline-stage", p.chunks.front().size());
+  if (auto split = detail::first_last_split(p); split && split->first > 0) {
+    w.value("--decoder-first-pipeline-num-layers", split->first);
+    w.value("--decoder-last-pipeline-num-layers", split->last);
+  }
+  w.value("--context-parallel-size", 1);
+  w.value("--expert-model-parallel-size", 1);
+  if (l.sequence_parallel && l.tp > 1) w.flag("--sequence-parallel");
+  const auto rc = detail::recompute_shape(p);
+  if (rc->mode == Recompute::selective) w.value("--recompute-granularity", "selective");
+  if (rc->mode == Recompute::full) {
+    w.value("--recompute-granularity", "full");
+    w.value("--recompute-method", rc->block_layers > 0 ? "block" : "uniform");
+    w.value("--recompute-num-layers", rc->block_layers > 0 ? rc->block_layers : 1);
+  }
+  if (l.zero == 1) w.flag("--use-distributed-optimizer");
+  w.value("--micro-batch-size", p.micro_batch);
+  w.value("--global-batch-size", p.global_batch);
+  if (p.overlap_grad_reduce) w.flag("--overlap-grad-reduce");
+  if (p.overlap_grad_reduce && l.zero == 1) w.flag("--overlap-param-gather");
+  if (p.dtype == Dtype::bf16) w.flag("--bf16");
+  if (p.dtype == Dtype::fp16) w.flag("--fp16");
+  if (p.flash_attention) w.flag("--use-flash-attn");
+}
+
+}  // namespace
+
+std::string export_megatron(const Plan& p, const ModelSpec& m, const ClusterSpec& c) {
+  ArgsWriter w;
+  w.comment("Megatron-LM pretrain_gpt.py arguments, written by stratagem export for " + m.name +
+            " on " + c.name);
+  w.comment("plan: " + p.describe());
+  w.comment("launch on " + std::to_string(c.nodes) + " node(s) x " +
+            std::to_string(c.node.gpus_per_node) + " GPUs: torchrun --nnodes " +
+            std::to_string(c.nodes) + " --nproc-per-node " + std::to_string(c.node.gpus_per_node) +
+            " pretrain_gpt.py $(grep -v '^#' THIS_FILE) plus your data, tokenizer, learning-rate "
+            "and checkpoint flags");
+  w.comment(
+      "--vocab-size is the model's vocabulary (Megatron pads it to "
+      "--make-vocab-size-divisible-by x tp; a tokenizer of your own sets it instead)");
+  write_model(w, m);
+  write_parallel(w, p);
+  return w.str();
+}
+
+}  // namespace stratagem::interop

@@ -1,0 +1,74 @@
+// Plan -> torchtitan job config (TOML; keys checked against test/data/frameworks/torchtitan.txt).
+#include <sstream>
+
+#include "src/interop/plan_shape.hpp"
+#include "stratagem/interop.hpp"
+
+namespace stratagem::interop {
+
+namespace {
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) out += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+  return out + "\"";
+}
+
+const char* schedule_name(Schedule s) {
+  return s == Schedule::gpipe ? "GPipe" : s == Schedule::one_f_one_b ? "1F1B" : "Interleaved1F1B";
+}
+
+// torchtitan's Llama modules by fully qualified name: tok_embeddings, layers.<i>, norm, output.
+std::string model_parts(const Plan& p) {
+  std::string out = "[";
+  for (size_t c = 0; c < p.chunks.size(); ++c) {
+    out += c ? ", [" : "[";
+    bool first = true;
+    auto add = [&](const std::string& fqn) {
+      out += (first ? "" : ", ") + quoted(fqn);
+      first = false;
+    };
+    if (c == 0) add("tok_embeddings");
+    for (int k = p.chunks[c].begin; k < p.chunks[c].end; ++k) add("layers." + std::to_string(k));
+    if (c + 1 == p.chunks.size()) add("norm"), add("output");
+    out += "]";
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+std::string export_torchtitan(const Plan& p, const ModelSpec& m, const ClusterSpec& c) {
+  const LayerStrategy& l = p.layers.front();
+  const bool llama =
+      m.norm == Norm::rmsnorm && m.activation == Activation::swiglu && m.position == Position::rope;
+  std::ostringstream os;
+  os << "# torchtitan job config, written by stratagem export for " << m.name << " on " << c.name
+     << "\n# plan: " << p.describe() << "\n# launch on " << c.nodes << " node(s) x "
+     << c.node.gpus_per_node << " GPUs (NGPU=" << c.node.gpus_per_node << ")\n";
+  os << "\n[job]\ndescription = " << quoted("stratagem plan for " + m.name) << "\n";
+  os << "\n# the model: " << m.layers << " layers, hidden " << m.hidden << ", " << m.heads
+     << " heads (" << m.kv_heads << " kv), ffn " << m.ffn_hidden << ", vocab " << m.vocab
+     << "; register a flavor of that shape under this name";
+  if (!llama) os << " (torchtitan's built-in models are Llama-style; this one is not)";
+  os << "\n[model]\nname = " << quoted(llama ? "llama3" : m.name) << "\nflavor = " << quoted(m.name)
+     << "\n";
+  os << "\n[training]\nlocal_batch_size = " << detail::local_batch(p)
+     << "\nglobal_batch_size = " << p.global_batch << "\nseq_len = " << m.seq_len
+     << "\nmixed_precision_param = " << quoted(p.dtype == Dtype::bf16 ? "bfloat16" : "float32")
+     << "\nenable_cpu_offload = " << (l.offload_params ? "true" : "false") << "\n";
+  os << "\n[parallelism]\ndata_parallel_replicate_degree = " << (l.zero == 3 ? 1 : l.dp)
+     << "\ndata_parallel_shard_degree = " << (l.zero == 3 ? l.dp : 1)
+     << "\ntensor_parallel_degree = " << l.tp << "\npipeline_parallel_degree = " << p.pp
+     << "\npipeline_parallel_schedule = " << quoted(schedule_name(p.schedule))
+     << "\npipeline_parallel_microbatch_size = " << p.micro_batch
+     << "\ncontext_parallel_degree = 1\nexpert_parallel_degree = 1\n";
+  if (p.pp > 1) os << "module_fqns_per_model_part = " << model_parts(p) << "\n";
+  os << "\n[activation_checkpoint]\nmode = " << quoted(to_string(l.recompute)) << "\n";
+  // Stratagem's selective recompute rebuilds the attention core; torchtitan's op-level
+  // selective checkpointing is the nearest policy.
+  if (l.recompute == Recompute::selective) os << "selective_ac_option = \"op\"\n";
+  return os.str();
+}
+
+}  // namespace stratagem::interop

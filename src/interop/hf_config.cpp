@@ -1,0 +1,210 @@
+// Hugging Face config.json -> ModelSpec. Field names and defaults are those of the transformers
+// configuration classes of each architecture (LlamaConfig, MistralConfig, Qwen2Config,
+// GPT2Config, GPTNeoXConfig): a field a config leaves out takes that class's default.
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "src/io/json_reader.hpp"
+#include "stratagem/error.hpp"
+#include "stratagem/interop.hpp"
+#include "stratagem/limits.hpp"
+
+namespace stratagem::interop {
+namespace {
+
+enum class Family { llama, gpt2, neox };
+
+struct Architecture {
+  const char* name;
+  Family family;
+  bool tied_default;  // tie_word_embeddings when the config leaves it out
+};
+
+// Architectures whose shape stratagem models; Mistral and Qwen2 are Llama-shaped decoders.
+constexpr Architecture kArchitectures[] = {
+    {"LlamaForCausalLM", Family::llama, false},  {"MistralForCausalLM", Family::llama, false},
+    {"Qwen2ForCausalLM", Family::llama, false},  {"GPT2LMHeadModel", Family::gpt2, true},
+    {"GPTNeoXForCausalLM", Family::neox, false},
+};
+constexpr const char* kMoeArchitectures[] = {"MixtralForCausalLM", "DeepseekV3ForCausalLM",
+                                             "Qwen2MoeForCausalLM"};
+
+// A config's null fields mean "the class default", as if absent.
+nlohmann::json without_nulls(const nlohmann::json& j) {
+  nlohmann::json out = nlohmann::json::object();
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!it.value().is_null()) out[it.key()] = it.value();
+  return out;
+}
+
+std::string architecture_name(const nlohmann::json& j, const std::string& source) {
+  if (!j.contains("architectures"))
+    throw InputError(source +
+                     ": field 'architectures': missing (a Hugging Face config names its "
+                     "model class there, e.g. [\"LlamaForCausalLM\"])");
+  const auto& a = j.at("architectures");
+  if (!a.is_array() || a.size() != 1 || !a[0].is_string())
+    throw InputError(source + ": field 'architectures': expected a list of one class name");
+  return a[0].get<std::string>();
+}
+
+const Architecture& find_architecture(const std::string& name, const std::string& source) {
+  for (const char* moe : kMoeArchitectures)
+    if (name == moe)
+      throw InputError(source + ": architecture " + name +
+                       ": Mixture-of-Experts is not supported yet (issue #26)");
+  for (const auto& a : kArchitectures)
+    if (name == a.name) return a;
+  std::string known;
+  for (const auto& a : kArchitectures) known += std::string(known.empty() ? "" : ", ") + a.name;
+  throw InputError(source + ": field 'architectures': unknown architecture '" + shorten(name) +
+                   "' (known: " + known + ")");
+}
+
+constexpr int kBig = limits::kMaxDim;
+
+// The shape fields: GPT-2 has names of its own, the others share Llama's.
+struct ShapeKeys {
+  const char *layers, *hidden, *heads, *ffn, *positions;
+};
+constexpr ShapeKeys kLlamaKeys{"num_hidden_layers", "hidden_size", "num_attention_heads",
+                               "intermediate_size", "max_position_embeddings"};
+constexpr ShapeKeys kGpt2Keys{"n_layer", "n_embd", "n_head", "n_inner", "n_positions"};
+
+void read_shape(io::JsonReader& r, ModelSpec& m, const ShapeKeys& k) {
+  m.layers = r.get_int(k.layers, 1, limits::kMaxLayers);
+  m.hidden = r.get_int(k.hidden, 1, kBig);
+  m.heads = r.get_int(k.heads, 1, kBig);
+  m.kv_heads = m.heads;
+  // GPT2Config's n_inner defaults to 4 x n_embd; the others require their FFN width.
+  m.ffn_hidden = &k == &kGpt2Keys
+                     ? r.get_int(k.ffn, 1, kBig, int(std::min<int64_t>(4LL * m.hidden, kBig)))
+                     : r.get_int(k.ffn, 1, kBig);
+  m.vocab = r.get_int("vocab_size", 2, kBig);
+  m.seq_len = r.get_int(k.positions, 1, kBig);
+}
+
+void read_llama(io::JsonReader& r, ModelSpec& m) {
+  read_shape(r, m, kLlamaKeys);
+  m.kv_heads = r.get_int("num_key_value_heads", 1, kBig, m.heads);
+  if (r.get_string("hidden_act", "silu") != "silu")
+    r.fail("hidden_act", "\"silu\" (the gated SiLU MLP these architectures define)");
+  m.norm = Norm::rmsnorm;
+  m.activation = Activation::swiglu;
+  m.position = Position::rope;
+  // Llama and Mistral: attention_bias and mlp_bias (default false). Qwen2 has a bias on the
+  // query, key and value projections only, which ModelSpec cannot hold apart: it is left out
+  // (28 x 4608 of Qwen2-7B's 7.6e9 parameters) and said in hf_import_notes.
+  m.bias = r.get_bool("attention_bias", false) || r.get_bool("mlp_bias", false);
+  m.dropout = r.get_double("attention_dropout", 0, 1, 0.0) > 0;
+  if (r.has("head_dim") && r.get_int("head_dim", 1, kBig) * int64_t(m.heads) != m.hidden)
+    r.fail("head_dim", "hidden_size / num_attention_heads (" +
+                           std::to_string(m.hidden / std::max(1, m.heads)) +
+                           "): a head width of its own is not modelled");
+}
+
+// GPT-2 and GPT-NeoX: LayerNorm, GELU MLP, biases; they differ in field names and defaults.
+struct GeluDecoder {
+  const ShapeKeys& shape;
+  const char* act_key;
+  const char* act_default;
+  Position position;
+  const char* bias_key;  // nullptr: always biased
+  const char *dropout_key_a, *dropout_key_b;
+  double dropout_default;
+};
+constexpr GeluDecoder kGpt2{kGpt2Keys, "activation_function", "gelu_new",   Position::learned,
+                            nullptr,   "resid_pdrop",         "attn_pdrop", 0.1};
+constexpr GeluDecoder kNeox{kLlamaKeys,       "hidden_act",        "gelu",           Position::rope,
+                            "attention_bias", "attention_dropout", "hidden_dropout", 0.0};
+
+void read_gelu_decoder(io::JsonReader& r, ModelSpec& m, const GeluDecoder& d) {
+  read_shape(r, m, d.shape);
+  if (r.get_string(d.act_key, d.act_default).rfind("gelu", 0) != 0)
+    r.fail(d.act_key, "a GELU (gelu, gelu_new, gelu_fast)");
+  m.norm = Norm::layernorm;
+  m.activation = Activation::gelu;
+  m.position = d.position;
+  m.bias = d.bias_key ? r.get_bool(d.bias_key, true) : true;
+  m.dropout = r.get_double(d.dropout_key_a, 0, 1, d.dropout_default) > 0 ||
+              r.get_double(d.dropout_key_b, 0, 1, d.dropout_default) > 0;
+}
+
+}  // namespace
+
+bool is_hf_config(const nlohmann::json& j) {
+  return j.is_object() && (j.contains("architectures") || j.contains("model_type"));
+}
+
+ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& source,
+                               std::optional<int> seq_len) {
+  if (!raw.is_object()) throw InputError(source + ": expected a JSON object");
+  const nlohmann::json j = without_nulls(raw);
+  const Architecture& arch = find_architecture(architecture_name(j, source), source);
+  io::JsonReader r(j, source);
+  ModelSpec m;
+  // Named as the config names itself, else after its file (test/data/hf/llama3-8b.json).
+  if (j.contains("_name_or_path") && j["_name_or_path"].is_string())
+    m.name = j["_name_or_path"].get<std::string>();
+  // A Hub download is <model>/config.json: the folder names the model.
+  const std::filesystem::path file(source);
+  if (m.name.empty())
+    m.name = file.stem() == "config" && file.has_parent_path()
+                 ? file.parent_path().filename().string()
+                 : file.stem().string();
+  m.arch = Arch::decoder;
+  if (arch.family == Family::llama) read_llama(r, m);
+  if (arch.family == Family::gpt2) read_gelu_decoder(r, m, kGpt2);
+  if (arch.family == Family::neox) read_gelu_decoder(r, m, kNeox);
+  m.tied_embeddings = r.get_bool("tie_word_embeddings", arch.tied_default);
+  if (seq_len) m.seq_len = *seq_len;
+  // Sliding-window attention (Mistral v0.1; Qwen2 when use_sliding_window) attends to a window
+  // shorter than the sequence: a cost this model does not have. Equal to full causal attention
+  // while the sequence fits in the window.
+  const bool window_on = arch.family == Family::llama && r.has("sliding_window") &&
+                         (!r.has("use_sliding_window") || r.get_bool("use_sliding_window"));
+  if (window_on) {
+    const int window = r.get_int("sliding_window", 1, INT32_MAX);
+    if (window < m.seq_len)
+      r.fail("sliding_window", "a window at least the sequence length (" +
+                                   std::to_string(m.seq_len) +
+                                   "): sliding-window attention is not modelled; give --seq-len " +
+                                   std::to_string(window) + " or less");
+  }
+  validate(m, source);
+  return m;
+}
+
+std::vector<std::string> hf_import_notes(const nlohmann::json& raw) {
+  std::vector<std::string> notes;
+  if (!raw.is_object()) return notes;  // not a config: model_from_hf_config says why
+  const nlohmann::json j = without_nulls(raw);
+  const auto& a = j.value("architectures", nlohmann::json::array());
+  const std::string arch =
+      a.is_array() && !a.empty() && a[0].is_string() ? a[0].get<std::string>() : "";
+  if (arch == "Qwen2ForCausalLM")
+    notes.push_back("Qwen2's query/key/value biases are left out (under 0.01% of the parameters)");
+  const auto flag = [&](const char* key, bool fallback) {
+    return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback;
+  };
+  if (arch == "GPTNeoXForCausalLM" && flag("use_parallel_residual", true))
+    notes.push_back(
+        "GPT-NeoX's parallel residual (attention and MLP side by side) is costed as the "
+        "sequential block: the same FLOPs, bytes and parameters");
+  const double rotary = j.contains("rotary_pct") && j["rotary_pct"].is_number()
+                            ? j["rotary_pct"].get<double>()
+                            : 0.25;
+  if (arch == "GPTNeoXForCausalLM" && rotary < 1.0)
+    notes.push_back("partial rotary embedding (rotary_pct) is costed as full RoPE (elementwise)");
+  return notes;
+}
+
+ModelSpec load_model_or_hf(const std::string& name_or_path, std::optional<int> seq_len) {
+  const std::string path = resolve_data_file(name_or_path, "models", "--model");
+  const nlohmann::json j = io::read_json_file(path);
+  if (is_hf_config(j)) return model_from_hf_config(j, path, seq_len);
+  return model_from_json(j, path);
+}
+
+}  // namespace stratagem::interop

@@ -1,0 +1,350 @@
+// A Megatron-LM pretrain_gpt.py command line -> ModelSpec + Plan. Flag names, defaults and
+// semantics are those of megatron/training/arguments.py (test/data/frameworks/megatron-lm.txt
+// cites the version read); flags that shape neither the model nor the plan are listed, not read.
+#include <map>
+#include <set>
+
+#include "stratagem/error.hpp"
+#include "stratagem/interop.hpp"
+#include "stratagem/limits.hpp"
+
+namespace stratagem::interop {
+namespace {
+
+// Flags read here, by whether they take a value.
+const std::set<std::string> kValued = {"--num-layers",
+                                       "--hidden-size",
+                                       "--ffn-hidden-size",
+                                       "--num-attention-heads",
+                                       "--num-query-groups",
+                                       "--kv-channels",
+                                       "--seq-length",
+                                       "--max-position-embeddings",
+                                       "--vocab-size",
+                                       "--tokenizer-type",
+                                       "--normalization",
+                                       "--position-embedding-type",
+                                       "--attention-dropout",
+                                       "--hidden-dropout",
+                                       "--tensor-model-parallel-size",
+                                       "--pipeline-model-parallel-size",
+                                       "--num-layers-per-virtual-pipeline-stage",
+                                       "--num-virtual-stages-per-pipeline-rank",
+                                       "--context-parallel-size",
+                                       "--expert-model-parallel-size",
+                                       "--num-experts",
+                                       "--micro-batch-size",
+                                       "--global-batch-size",
+                                       "--recompute-granularity",
+                                       "--recompute-method",
+                                       "--recompute-num-layers",
+                                       "--decoder-first-pipeline-num-layers",
+                                       "--decoder-last-pipeline-num-layers"};
+const std::set<std::string> kSwitches = {"--group-query-attention",
+                                         "--swiglu",
+                                         "--squared-relu",
+                                         "--untie-embeddings-and-output-weights",
+                                         "--disable-bias-linear",
+                                         "--add-qkv-bias",
+                                         "--use-rotary-position-embeddings",
+                                         "--sequence-parallel",
+                                         "--use-distributed-optimizer",
+                                         "--overlap-grad-reduce",
+                                         "--bf16",
+                                         "--fp16",
+                                         "--use-flash-attn",
+                                         "--recompute-activations"};
+
+struct Flags {
+  std::string source;
+  std::map<std::string, std::string> values;
+  std::set<std::string> switches;
+  std::vector<std::string> ignored;
+
+  bool has(const std::string& f) const { return values.count(f) || switches.count(f); }
+  bool on(const std::string& f) const { return switches.count(f) > 0; }
+  std::optional<std::string> text(const std::string& f) const {
+    auto it = values.find(f);
+    return it == values.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+  [[noreturn]] void fail(const std::string& f, const std::string& what) const {
+    throw InputError(source + ": flag " + f + ": " + what);
+  }
+  std::optional<int> integer(const std::string& f, int lo, int hi) const {
+    auto v = text(f);
+    if (!v) return std::nullopt;
+    size_t used = 0;
+    long long x = 0;
+    try {
+      x = std::stoll(*v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != v->size() || x < lo || x > hi)
+      fail(f, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                  "], got '" + shorten(*v) + "'");
+    return int(x);
+  }
+  int required(const std::string& f, int lo, int hi) const {
+    if (auto x = integer(f, lo, hi)) return *x;
+    fail(f, "missing (Megatron-LM requires it)");
+  }
+  double number(const std::string& f, double fallback) const {
+    auto v = text(f);
+    if (!v) return fallback;
+    try {
+      size_t used = 0;
+      const double x = std::stod(*v, &used);
+      if (used == v->size()) return x;
+    } catch (const std::exception&) {
+    }
+    fail(f, "expected a number, got '" + shorten(*v) + "'");
+  }
+  std::string choice(const std::string& f, std::initializer_list<const char*> choices,
+                     const std::string& fallback) const {
+    auto v = text(f);
+    if (!v) return fallback;
+    std::string list;
+    for (const char* c : choices) {
+      if (*v == c) return *v;
+      list += std::string(list.empty() ? "" : "|") + c;
+    }
+    fail(f, "expected " + list + ", got '" + shorten(*v) + "'");
+  }
+};
+
+bool is_flag(const std::string& t) {
+  return t.size() > 2 && t.compare(0, 2, "--") == 0;
+}
+
+Flags parse_flags(const std::vector<std::string>& args, size_t from, const std::string& source) {
+  Flags f;
+  f.source = source;
+  for (size_t i = from; i < args.size(); ++i) {
+    std::string name = args[i];
+    if (!is_flag(name))
+      throw InputError(source + ": unexpected argument '" + shorten(name) + "' (expected a flag)");
+    std::optional<std::string> inline_value;
+    if (auto eq = name.find('='); eq != std::string::npos)
+      inline_value = name.substr(eq + 1), name = name.substr(0, eq);
+    if (f.has(name)) f.fail(name, "given twice");
+    if (kSwitches.count(name)) {
+      if (inline_value) f.fail(name, "is a switch and takes no value");
+      f.switches.insert(name);
+    } else if (kValued.count(name)) {
+      if (!inline_value && (i + 1 >= args.size() || is_flag(args[i + 1])))
+        f.fail(name, "needs a value");
+      f.values[name] = inline_value ? *inline_value : args[++i];
+    } else {
+      // Not about the model or the plan: skip its values (some flags take several).
+      f.ignored.push_back(name);
+      while (!inline_value && i + 1 < args.size() && !is_flag(args[i + 1])) ++i;
+    }
+  }
+  return f;
+}
+
+constexpr int kBig = limits::kMaxDim;
+
+ModelSpec model_from_flags(const Flags& f, std::vector<std::string>& notes) {
+  if (f.has("--num-experts") ||
+      f.integer("--expert-model-parallel-size", 1, 1 << 16).value_or(1) > 1)
+    f.fail(f.has("--num-experts") ? "--num-experts" : "--expert-model-parallel-size",
+           "Mixture-of-Experts is not supported yet (issue #26)");
+  if (f.on("--squared-relu")) f.fail("--squared-relu", "the squared-ReLU MLP is not modelled");
+  ModelSpec m;
+  m.name = "megatron-job";
+  m.arch = Arch::decoder;
+  m.layers = f.required("--num-layers", 1, limits::kMaxLayers);
+  m.hidden = f.required("--hidden-size", 1, kBig);
+  m.heads = f.required("--num-attention-heads", 1, kBig);
+  // Megatron's --num-query-groups defaults to 1 and counts only under --group-query-attention.
+  m.kv_heads = f.on("--group-query-attention")
+                   ? f.integer("--num-query-groups", 1, kBig).value_or(1)
+                   : m.heads;
+  if (auto kv = f.integer("--kv-channels", 1, kBig); kv && int64_t(*kv) * m.heads != m.hidden)
+    f.fail("--kv-channels",
+           "a head width other than hidden-size / num-attention-heads is not "
+           "modelled");
+  m.activation = f.on("--swiglu") ? Activation::swiglu : Activation::gelu;
+  // Megatron's default FFN width (validate_args): 4h, or for SwiGLU 8h/3 rounded down to 64.
+  const int ffn_default = f.on("--swiglu") ? int((4LL * m.hidden * 2 / 3) / 64 * 64)
+                                           : int(std::min<int64_t>(4LL * m.hidden, kBig));
+  m.ffn_hidden = f.integer("--ffn-hidden-size", 1, kBig).value_or(ffn_default);
+  m.seq_len = f.required("--seq-length", 1, kBig);
+  if (auto v = f.integer("--vocab-size", 2, kBig))
+    m.vocab = *v;
+  else if (f.text("--tokenizer-type") == "GPT2BPETokenizer")
+    m.vocab = 50257;
+  else
+    f.fail("--vocab-size",
+           "missing: Megatron takes the vocabulary from the tokenizer, which "
+           "stratagem cannot read; give --vocab-size");
+  notes.push_back("vocabulary " + std::to_string(m.vocab) +
+                  " unpadded (Megatron pads it to --make-vocab-size-divisible-by x tp)");
+  m.norm = f.choice("--normalization", {"LayerNorm", "RMSNorm"}, "LayerNorm") == "RMSNorm"
+               ? Norm::rmsnorm
+               : Norm::layernorm;
+  const std::string pos =
+      f.choice("--position-embedding-type", {"learned_absolute", "rope"}, "learned_absolute");
+  m.position = pos == "rope" || f.on("--use-rotary-position-embeddings") ? Position::rope
+                                                                         : Position::learned;
+  m.tied_embeddings = !f.on("--untie-embeddings-and-output-weights");
+  m.bias = !f.on("--disable-bias-linear");
+  if (!m.bias && f.on("--add-qkv-bias"))
+    notes.push_back("--add-qkv-bias: the QKV biases are left out");
+  m.dropout = f.number("--attention-dropout", 0.1) > 0 || f.number("--hidden-dropout", 0.1) > 0;
+  validate(m, f.source);
+  return m;
+}
+
+// Megatron's stage split: the first and last stage may hold their own layer counts; the other
+// stages share the rest evenly (it must divide).
+std::vector<LayerRange> stage_split(const Flags& f, int layers, int pp, int vpp) {
+  const auto first = f.integer("--decoder-first-pipeline-num-layers", 1, layers);
+  const auto last = f.integer("--decoder-last-pipeline-num-layers", 1, layers);
+  if (!first && !last) {
+    if (layers % (pp * vpp))
+      f.fail("--num-layers", std::to_string(layers) + " layers do not split evenly over " +
+                                 std::to_string(pp * vpp) + " pipeline chunks (pp x vpp)");
+    return even_chunks(layers, pp * vpp);
+  }
+  if (vpp > 1)
+    f.fail(first ? "--decoder-first-pipeline-num-layers" : "--decoder-last-pipeline-num-layers",
+           "uneven first/last stages with virtual pipeline stages are not read yet");
+  if (pp < 2) f.fail("--decoder-first-pipeline-num-layers", "needs pipeline parallelism");
+  const int middle_stages = pp - (first ? 1 : 0) - (last ? 1 : 0);
+  const int rest = layers - first.value_or(0) - last.value_or(0);
+  if (rest < middle_stages || (middle_stages == 0 ? rest != 0 : rest % middle_stages))
+    f.fail(first ? "--decoder-first-pipeline-num-layers" : "--decoder-last-pipeline-num-layers",
+           "the other " + std::to_string(middle_stages) + " stages cannot share the remaining " +
+               std::to_string(rest) + " layers evenly");
+  std::vector<LayerRange> out;
+  int at = 0;
+  for (int s = 0; s < pp; ++s) {
+    int n = middle_stages ? rest / middle_stages : 0;
+    if (s == 0 && first) n = *first;
+    if (s == pp - 1 && last) n = *last;
+    out.push_back({at, at + n});
+    at += n;
+  }
+  return out;
+}
+
+// --recompute-granularity full --recompute-method block --recompute-num-layers N: the first N
+// layers of every model chunk are recomputed, the others keep their activations.
+void apply_recompute(const Flags& f, Plan& p, std::vector<std::string>& notes) {
+  const std::string granularity =
+      f.on("--recompute-activations")
+          ? "selective"
+          : f.choice("--recompute-granularity", {"full", "selective"}, "none");
+  if (granularity != "full") return;
+  const std::string method = f.choice("--recompute-method", {"uniform", "block"}, "");
+  if (method.empty())
+    f.fail("--recompute-method", "missing: full recompute needs uniform or block");
+  const int n = f.integer("--recompute-num-layers", 1, limits::kMaxLayers).value_or(1);
+  if (method == "uniform") {
+    if (n > 1)
+      notes.push_back(
+          "--recompute-method uniform --recompute-num-layers " + std::to_string(n) +
+          " read as full recompute of every layer (one saved input per layer, not per " +
+          std::to_string(n) + ")");
+    return;
+  }
+  for (const auto& chunk : p.chunks)
+    for (int k = chunk.begin; k < chunk.end; ++k)
+      p.layers[k].recompute = k - chunk.begin < n ? Recompute::full : Recompute::none;
+}
+
+struct Launcher {
+  std::optional<int> nodes, gpus_per_node;
+};
+
+// torchrun (or python -m torch.distributed.run) flags before the script.
+Launcher read_launcher(const std::vector<std::string>& args, size_t script,
+                       const std::string& source) {
+  Launcher l;
+  for (size_t i = 0; i < script; ++i) {
+    std::string name = args[i], value;
+    if (auto eq = name.find('='); eq != std::string::npos)
+      value = name.substr(eq + 1), name = name.substr(0, eq);
+    std::optional<int>* slot = name == "--nnodes" ? &l.nodes
+                               : name == "--nproc-per-node" || name == "--nproc_per_node"
+                                   ? &l.gpus_per_node
+                                   : nullptr;
+    if (!slot) continue;
+    if (value.empty() && i + 1 < script) value = args[++i];
+    Flags f;
+    f.source = source;
+    f.values[name] = value;
+    *slot = f.required(name, 1, limits::kMaxNodes);
+  }
+  return l;
+}
+
+}  // namespace
+
+MegatronJob megatron_job_from_args(const std::vector<std::string>& args, ClusterSpec& cluster,
+                                   const std::string& source) {
+  size_t script = 0;
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].size() > 3 && args[i].compare(args[i].size() - 3, 3, ".py") == 0) {
+      script = i + 1;
+      break;
+    }
+  const Launcher launcher = read_launcher(args, script ? script - 1 : 0, source);
+  const Flags f = parse_flags(args, script, source);
+  MegatronJob job;
+  job.ignored_flags = f.ignored;
+  job.model = model_from_flags(f, job.notes);
+  if (launcher.gpus_per_node && *launcher.gpus_per_node != cluster.node.gpus_per_node)
+    restrict_to_gpus(cluster, *launcher.gpus_per_node, source + ": --nproc-per-node");
+  if (launcher.nodes) cluster.nodes = *launcher.nodes;
+
+  if (f.integer("--context-parallel-size", 1, 1 << 16).value_or(1) > 1)
+    f.fail("--context-parallel-size", "context parallelism is not supported yet");
+  PlanShorthand s;
+  const int tp = f.integer("--tensor-model-parallel-size", 1, limits::kMaxTp).value_or(1);
+  const int pp = f.integer("--pipeline-model-parallel-size", 1, limits::kMaxPp).value_or(1);
+  const int64_t world = cluster.world_size();
+  if (world % (int64_t(tp) * pp))
+    f.fail("--tensor-model-parallel-size", "tp " + std::to_string(tp) + " x pp " +
+                                               std::to_string(pp) + " does not divide the " +
+                                               std::to_string(world) + " GPUs of the job");
+  const int dp = int(world / (int64_t(tp) * pp));
+  int vpp = f.integer("--num-virtual-stages-per-pipeline-rank", 1, limits::kMaxVpp).value_or(1);
+  if (auto per = f.integer("--num-layers-per-virtual-pipeline-stage", 1, limits::kMaxLayers)) {
+    if (job.model.layers % pp || (job.model.layers / pp) % *per)
+      f.fail("--num-layers-per-virtual-pipeline-stage",
+             std::to_string(*per) + " does not divide the " + std::to_string(job.model.layers) +
+                 " layers per pipeline stage evenly");
+    vpp = job.model.layers / pp / *per;
+  }
+  s.tp = tp, s.pp = pp, s.dp = dp, s.vpp = vpp;
+  s.micro_batch = f.required("--micro-batch-size", 1, limits::kMaxMicroBatch);
+  s.global_batch = f.integer("--global-batch-size", 1, limits::kMaxGlobalBatch)
+                       .value_or(int(std::min<int64_t>(int64_t(*s.micro_batch) * dp, INT32_MAX)));
+  s.schedule = vpp > 1 ? "interleaved" : "1f1b";
+  s.zero = f.on("--use-distributed-optimizer") ? 1 : 0;
+  const std::string granularity =
+      f.on("--recompute-activations")
+          ? "selective"
+          : f.choice("--recompute-granularity", {"full", "selective"}, "none");
+  s.recompute = granularity;
+  s.dtype = f.on("--bf16") ? "bf16" : f.on("--fp16") ? "fp16" : "fp32";
+  // Megatron turns sequence parallelism off at tp 1 (validate_args).
+  s.sequence_parallel = f.on("--sequence-parallel") && tp > 1;
+  s.flash_attention = f.on("--use-flash-attn");
+  s.no_overlap_grad_reduce = !f.on("--overlap-grad-reduce");
+  try {
+    job.plan = expand_shorthand(s, job.model, cluster);
+  } catch (const InputError& e) {
+    throw InputError(source + ": " + e.what());
+  }
+  job.plan.chunks = stage_split(f, job.model.layers, pp, vpp);
+  apply_recompute(f, job.plan, job.notes);
+  validate(job.plan, job.model, cluster, source);
+  return job;
+}
+
+}  // namespace stratagem::interop

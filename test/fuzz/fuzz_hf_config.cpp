@@ -1,0 +1,20 @@
+// Hugging Face config.json: parse, import (every architecture's fields and defaults), the notes
+// on what the import approximates, and the sizes the tools print.
+#include <string>
+
+#include "src/io/json_reader.hpp"
+#include "stratagem/interop.hpp"
+#include "test/fuzz/harness.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace stratagem;
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  fuzz::expect_input_errors([&] {
+    const auto j = io::parse_json(text, "config.json");
+    (void)interop::hf_import_notes(j);
+    const ModelSpec m = interop::model_from_hf_config(j, "config.json");
+    volatile double sink = double(m.parameters()) + m.flops_per_token();
+    (void)sink;
+  });
+  return 0;
+}

@@ -1,0 +1,276 @@
+// Interop: Hugging Face configs against published parameter totals, Megatron-LM command lines
+// into plans and back, what each export target cannot express, and jobs on part of a node.
+#define BOOST_TEST_MODULE interop
+#include <boost/test/unit_test.hpp>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "src/io/json_reader.hpp"
+#include "stratagem/error.hpp"
+#include "stratagem/estimate.hpp"
+#include "stratagem/interop.hpp"
+#include "stratagem/search.hpp"
+#include "test/support/run.hpp"
+
+using namespace stratagem;
+using namespace stratagem::interop;
+
+namespace {
+
+std::string hf(const std::string& name) {
+  return test::source_dir() + "/test/data/hf/" + name + ".json";
+}
+
+ModelSpec import(const std::string& name, std::optional<int> seq_len = std::nullopt) {
+  return model_from_hf_config(io::read_json_file(hf(name)), hf(name), seq_len);
+}
+
+// The input error of `f`, or "" when it succeeds.
+template <class F>
+std::string input_error(F f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+Plan megatron_round_trip(const Plan& p, const ModelSpec& m, ClusterSpec c) {
+  const auto tokens = split_command_line(export_megatron(p, m, c), "exported");
+  return megatron_job_from_args(tokens, c, "exported").plan;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(hf_imports_match_published_parameter_counts) {
+  const std::pair<const char*, double> published[] = {
+      {"llama3-8b", 8.03e9}, {"qwen2-7b", 7.62e9}, {"gpt2", 124e6}, {"gpt-neox-20b", 20.6e9}};
+  for (const auto& [name, total] : published) {
+    const ModelSpec m = import(name);
+    const double rel = std::abs(double(m.parameters()) - total) / total;
+    BOOST_TEST(rel < 0.005, name << ": " << m.parameters() << " vs " << total);
+  }
+  // Mistral-7B-v0.1 (7,241,732,096) with a sequence its sliding window covers.
+  BOOST_TEST(import("mistral-7b", 4096).parameters() == 7241732096LL);
+}
+
+BOOST_AUTO_TEST_CASE(hf_llama3_import_is_the_builtin_model) {
+  ModelSpec imported = import("llama3-8b");
+  const ModelSpec builtin = load_model("llama3-8b");
+  imported.name = builtin.name;
+  BOOST_TEST(to_json(imported) == to_json(builtin));
+}
+
+BOOST_AUTO_TEST_CASE(hf_fields_are_read_per_architecture) {
+  const ModelSpec gpt2 = import("gpt2");
+  BOOST_TEST(gpt2.tied_embeddings);  // GPT2Config's default, not written in the file
+  BOOST_TEST((gpt2.position == Position::learned && gpt2.activation == Activation::gelu));
+  BOOST_TEST(gpt2.ffn_hidden == 4 * 768);  // n_inner null: 4 x n_embd
+  const ModelSpec qwen = import("qwen2-7b");
+  BOOST_TEST(qwen.kv_heads == 4);
+  BOOST_TEST(!qwen.tied_embeddings);
+  BOOST_TEST((qwen.norm == Norm::rmsnorm && qwen.activation == Activation::swiglu));
+  const ModelSpec neox = import("gpt-neox-20b");
+  BOOST_TEST((neox.position == Position::rope && neox.norm == Norm::layernorm));
+  BOOST_TEST(neox.vocab == 50432);
+  BOOST_TEST(import("qwen2-7b", 4096).seq_len == 4096);
+}
+
+BOOST_AUTO_TEST_CASE(hf_bad_configs_name_the_field) {
+  nlohmann::json j = io::read_json_file(hf("llama3-8b"));
+  j["architectures"] = {"FalconForCausalLM"};
+  BOOST_TEST(input_error([&] { model_from_hf_config(j, "c.json"); }).find("FalconForCausalLM") !=
+             std::string::npos);
+  j = io::read_json_file(hf("llama3-8b"));
+  j.erase("num_hidden_layers");
+  BOOST_TEST(input_error([&] { model_from_hf_config(j, "c.json"); }).find("num_hidden_layers") !=
+             std::string::npos);
+  BOOST_TEST(input_error([&] {
+               import("mixtral-8x7b");
+             }).find("Mixture-of-Experts is not supported yet (issue #26)") != std::string::npos);
+  // Mistral's 4096-token window does not cover its 32768 positions.
+  BOOST_TEST(input_error([&] { import("mistral-7b"); }).find("sliding_window") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(command_lines_split_as_a_shell_would) {
+  const auto t = split_command_line(
+      "# comment\ntorchrun --nnodes 2 pretrain_gpt.py \\\n  --num-layers 4 --data-path 'a b' "
+      "\"c\\\"d\"  # tail\n",
+      "f");
+  const std::vector<std::string> expected = {"torchrun",        "--nnodes",     "2",
+                                             "pretrain_gpt.py", "--num-layers", "4",
+                                             "--data-path",     "a b",          "c\"d"};
+  BOOST_TEST(t == expected, boost::test_tools::per_element());
+  BOOST_TEST(input_error([] { split_command_line("--x 'open", "f"); }).find("quote") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(megatron_command_line_reads_model_and_plan) {
+  ClusterSpec c = load_cluster("dgx-a100-80g");
+  const auto tokens = split_command_line(
+      "torchrun --nnodes 4 --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+      "--num-attention-heads 32 --group-query-attention --num-query-groups 8 --ffn-hidden-size "
+      "14336 --swiglu --normalization RMSNorm --position-embedding-type rope "
+      "--untie-embeddings-and-output-weights --disable-bias-linear --attention-dropout 0.0 "
+      "--hidden-dropout 0.0 --seq-length 8192 --max-position-embeddings 8192 --vocab-size 128256 "
+      "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 4 --sequence-parallel "
+      "--recompute-granularity full --recompute-method block --recompute-num-layers 2 "
+      "--use-distributed-optimizer --micro-batch-size 1 --global-batch-size 64 --bf16 "
+      "--decoder-first-pipeline-num-layers 6 --decoder-last-pipeline-num-layers 6 --lr 3e-4 "
+      "--data-path 1.0 /data/a 2.0 /data/b",
+      "job.sh");
+  const MegatronJob job = megatron_job_from_args(tokens, c, "job.sh");
+  ModelSpec builtin = load_model("llama3-8b");
+  builtin.name = job.model.name;
+  BOOST_TEST(to_json(job.model) == to_json(builtin));
+  BOOST_TEST(c.world_size() == 32);
+  const Plan& p = job.plan;
+  BOOST_TEST((p.pp == 4 && p.layers[0].tp == 4 && p.layers[0].dp == 2));
+  BOOST_TEST((p.layers[0].sequence_parallel && p.layers[0].zero == 1));
+  BOOST_TEST((p.chunks[0].size() == 6 && p.chunks[1].size() == 10 && p.chunks[3].size() == 6));
+  // The block method: the first two layers of every stage.
+  BOOST_TEST(
+      (p.layers[0].recompute == Recompute::full && p.layers[2].recompute == Recompute::none));
+  BOOST_TEST(
+      (p.layers[6].recompute == Recompute::full && p.layers[8].recompute == Recompute::none));
+  BOOST_TEST(p.num_microbatches() == 32);
+  const std::vector<std::string> ignored = {"--lr", "--data-path"};
+  BOOST_TEST(job.ignored_flags == ignored, boost::test_tools::per_element());
+  // And back: the export reads in as the same plan.
+  BOOST_TEST(to_json(megatron_round_trip(p, job.model, c)) == to_json(p));
+}
+
+BOOST_AUTO_TEST_CASE(megatron_bad_flags_name_the_flag) {
+  ClusterSpec c = load_cluster("dgx-a100-80g");
+  const std::string base =
+      "--num-layers 4 --hidden-size 256 --num-attention-heads 4 "
+      "--seq-length 128 --vocab-size 1000 --micro-batch-size 1 ";
+  auto err = [&](const std::string& extra) {
+    return input_error([&] {
+      ClusterSpec cc = c;
+      megatron_job_from_args(split_command_line(base + extra, "f"), cc, "f");
+    });
+  };
+  BOOST_TEST(
+      err("--tensor-model-parallel-size").find("--tensor-model-parallel-size: needs a value") !=
+      std::string::npos);
+  BOOST_TEST(err("--tensor-model-parallel-size --bf16").find("needs a value") != std::string::npos);
+  BOOST_TEST(err("--tensor-model-parallel-size x").find("expected an integer") !=
+             std::string::npos);
+  BOOST_TEST(err("--num-experts 8").find("Mixture-of-Experts is not supported yet (issue #26)") !=
+             std::string::npos);
+  BOOST_TEST(err("--context-parallel-size 2").find("context parallelism") != std::string::npos);
+  BOOST_TEST(err("--recompute-granularity full").find("--recompute-method") != std::string::npos);
+  BOOST_TEST(err("").empty());
+}
+
+BOOST_AUTO_TEST_CASE(heterogeneous_plans_name_layers_and_nearest_exports) {
+  const ModelSpec m = load_model("gpt3-1.3b");
+  ClusterSpec c = load_cluster("dgx-a100-80g");
+  PlanShorthand s;
+  s.tp = 2, s.pp = 2, s.global_batch = 64;
+  Plan p = expand_shorthand(s, m, c);
+  for (int k = 12; k < 24; ++k) p.layers[k].tp = 4, p.layers[k].dp = 1;
+  validate(p, m, c, "test");
+  for (Target t : {Target::megatron, Target::torchtitan, Target::deepspeed}) {
+    const std::string e = input_error([&] { export_plan(p, m, c, t); });
+    BOOST_TEST(e.find("per-layer tensor/data-parallel degrees") != std::string::npos, e);
+    BOOST_TEST(e.find("layers 12-23 tp4 dp1") != std::string::npos, e);
+    const Plan q = nearest_expressible(p, m, c, t);
+    BOOST_TEST(unexpressible(q, m, t).empty());
+    BOOST_TEST(!export_plan(q, m, c, t).empty());
+  }
+  // ZeRO-3 is not Megatron's; the nearest is its distributed optimizer.
+  s.zero = 3;
+  const Plan z3 = expand_shorthand(s, m, c);
+  BOOST_TEST(!unexpressible(z3, m, Target::megatron).empty());
+  BOOST_TEST(nearest_expressible(z3, m, c, Target::megatron).layers[0].zero == 1);
+  BOOST_TEST(unexpressible(z3, m, Target::deepspeed).size() == 1);  // ZeRO-3 with pp 2
+  s.pp = 1;
+  BOOST_TEST(unexpressible(expand_shorthand(s, m, c), m, Target::deepspeed).empty());
+}
+
+BOOST_AUTO_TEST_CASE(megatron_round_trips_interleaved_and_uneven_plans) {
+  const ModelSpec m = load_model("gpt3-1.3b");  // 24 layers
+  ClusterSpec c = load_cluster("dgx-a100-80g");
+  c.nodes = 2;
+  PlanShorthand s;
+  s.tp = 2, s.pp = 4, s.vpp = 3, s.global_batch = 64, s.micro_batch = 2;
+  s.recompute = "selective", s.sequence_parallel = true, s.zero = 1;
+  const Plan interleaved = expand_shorthand(s, m, c);
+  BOOST_TEST(to_json(megatron_round_trip(interleaved, m, c)) == to_json(interleaved));
+  s.vpp.reset(), s.recompute = "full";
+  Plan uneven = expand_shorthand(s, m, c);
+  uneven.chunks = {{0, 3}, {3, 10}, {10, 17}, {17, 24}};
+  BOOST_TEST(unexpressible(uneven, m, Target::megatron).empty());
+  BOOST_TEST(to_json(megatron_round_trip(uneven, m, c)) == to_json(uneven));
+  uneven.chunks = {{0, 3}, {3, 12}, {12, 17}, {17, 24}};
+  BOOST_TEST(unexpressible(uneven, m, Target::megatron).size() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(partial_node_divides_shared_links_and_host) {
+  ClusterSpec c = load_cluster("dgx-a100-80g");
+  const double gpu_share = c.internode_gbps_per_gpu();
+  restrict_to_gpus(c, 2, "--gpus-per-node");
+  BOOST_TEST(c.node.gpus_per_node == 2);
+  BOOST_TEST(c.node.nic_count == 2);
+  BOOST_TEST(c.internode_gbps_per_gpu() == gpu_share);
+  BOOST_TEST(c.node.gpus_per_pcie_switch == 2);  // GPUs 0 and 1 share DGX A100's first switch
+  BOOST_TEST(c.node.host_memory_bytes == 2199023255552LL / 4);
+  ClusterSpec one = load_cluster("dgx-a100-80g");
+  restrict_to_gpus(one, 1, "--gpus-per-node");
+  BOOST_TEST(one.node.gpus_per_pcie_switch == 1);
+  BOOST_TEST(input_error([&] {
+               restrict_to_gpus(one, 9, "--gpus-per-node");
+             }).find("--gpus-per-node: expected 1 to 1") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(cross_node_tp_is_priced_by_the_cost_model) {
+  ModelSpec m = load_model("gpt3-175b");
+  m.layers = 8;  // 96 heads: tp 16 divides them
+  ClusterSpec c = load_cluster("dgx-a100-80g");
+  c.nodes = 4;
+  auto iteration_s = [&](const ClusterSpec& on, int tp) {
+    PlanShorthand s;
+    s.tp = tp, s.pp = 1, s.global_batch = 64, s.micro_batch = 1, s.sequence_parallel = true;
+    const Plan p = expand_shorthand(s, m, on);
+    validate(p, m, on, "test");
+    const CostModel cost(m, on, p);
+    return estimate(cost).iteration_time_s;
+  };
+  // tp 16 spans two nodes: its collectives cross the NICs and cost more than tp 8's NVSwitch.
+  BOOST_TEST(iteration_s(c, 16) > iteration_s(c, 8));
+  // The same 32 GPUs as two nodes of 16 keep tp 16 on NVSwitch: the gap is the link, priced by
+  // the cost model's cross-node collectives.
+  ClusterSpec wide = c;
+  wide.node.gpus_per_node = 16, wide.node.nic_count = 16, wide.nodes = 2;
+  BOOST_TEST(iteration_s(wide, 16) < iteration_s(c, 16));
+}
+
+BOOST_AUTO_TEST_CASE(search_considers_cross_node_tp_only_when_asked) {
+  ModelSpec m;
+  m.name = "tiny", m.layers = 2, m.hidden = 256, m.heads = 16, m.kv_heads = 16;
+  m.ffn_hidden = 1024, m.vocab = 512, m.seq_len = 64;
+  ClusterSpec c = load_cluster("dgx-a100-80g");
+  c.nodes = 2;
+  SearchOptions o;
+  o.global_batch = 16;
+  o.pp_degrees = {1};
+  o.zero_stages = {0};
+  o.recompute = {Recompute::none};
+  o.offload = false;
+  o.sequence_parallel_on = false;
+  o.schedules = {Schedule::one_f_one_b};
+  auto widest_tp = [&] {
+    int widest = 0;
+    for_each_plan(m, c, o, [&](const Plan& p) {
+      for (const auto& l : p.layers) widest = std::max(widest, l.tp);
+    });
+    return widest;
+  };
+  BOOST_TEST(widest_tp() == 8);  // the GPUs of a node
+  o.allow_cross_node_tp = true;
+  BOOST_TEST(widest_tp() == 16);  // both nodes
+}
