@@ -9,6 +9,7 @@
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
 #include "test/calibration/h100_rows.hpp"
+#include "test/calibration/small_jobs.hpp"
 
 using namespace stratagem;
 
@@ -126,4 +127,32 @@ BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds) {
   BOOST_TEST(fsdp.first / fsdp.second <= 0.06);
   BOOST_TEST_INFO("H100 file estimator MAPE " << 100 * sum / n << "%");
   BOOST_TEST(sum / n <= 0.08);
+}
+
+BOOST_AUTO_TEST_CASE(small_jobs_on_one_node_mape_within_12_percent) {
+  // Issue 29: published runs of 125M-1.3B models on the 8 GPUs of one node
+  // (data/calibration/small-jobs.json), every row forecast under the framework it names. The
+  // file's MAPE is held to the issue's 12%, and the errors must not all have one sign (a model
+  // that is fast, or slow, on every small job has a missing term, whatever its mean).
+  const auto rows = calibration::load_small_job_rows();
+  BOOST_TEST(rows.size() >= 20u);
+  calibration::ErrorTally tally;
+  for (const auto& h : rows) {
+    BOOST_TEST_INFO(h.row.id << " (" << h.row.framework << "): " << h.reason);
+    BOOST_TEST(h.reason.empty());
+    if (!h.reason.empty()) continue;
+    BOOST_TEST(h.row.cluster.nodes == 1);
+    BOOST_TEST(h.row.plan.world_size() <= h.row.cluster.node.gpus_per_node);
+    CostModel cost(h.row.model, h.row.cluster, h.row.plan, h.row.software);
+    const double t = estimate(cost).iteration_time_s;
+    const double err = (t - h.row.published_s) / h.row.published_s;
+    BOOST_TEST_MESSAGE(h.row.id << " " << h.row.plan.describe() << ": " << t << " s vs "
+                                << h.row.published_s << " s (" << 100 * err << "%)");
+    tally.add(err);
+  }
+  BOOST_TEST(tally.n >= 20);
+  BOOST_TEST_INFO("small jobs estimator MAPE " << 100 * tally.mape() << "%");
+  BOOST_TEST(tally.mape() <= 0.12);
+  BOOST_TEST(tally.fast > 0);
+  BOOST_TEST(tally.slow > 0);
 }
