@@ -9,6 +9,7 @@
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
 #include "test/calibration/h100_rows.hpp"
+#include "test/calibration/ranking.hpp"
 #include "test/calibration/small_jobs.hpp"
 
 using namespace stratagem;
@@ -155,4 +156,22 @@ BOOST_AUTO_TEST_CASE(small_jobs_on_one_node_mape_within_12_percent) {
   BOOST_TEST(tally.mape() <= 0.12);
   BOOST_TEST(tally.fast > 0);
   BOOST_TEST(tally.slow > 0);
+}
+
+BOOST_AUTO_TEST_CASE(ranking_figures_of_bench_calibration) {
+  // The figures bench_calibration prints per group of rows (test/calibration/ranking.hpp).
+  using calibration::ranks_of;
+  using calibration::regret;
+  using calibration::spearman;
+  BOOST_TEST(spearman({1, 2, 3}, {10, 20, 30}) == 1.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(spearman({3, 2, 1}, {10, 20, 30}) == -1.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(spearman({1, 3, 2}, {10, 20, 30}) == 0.5, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(spearman({1, 1, 1}, {10, 20, 30}) == 0.0);  // no spread: no ranking
+  const std::vector<double> tied = ranks_of({5, 5, 7});
+  BOOST_TEST(tied[0] == 1.5);
+  BOOST_TEST(tied[1] == 1.5);
+  BOOST_TEST(tied[2] == 3.0);
+  // The forecast-fastest row measured 3 s where the fastest measured 1.5 s: 100% regret.
+  BOOST_TEST(regret({1, 2, 3}, {3, 1.5, 2}) == 1.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(regret({2, 1, 3}, {3, 1.5, 2}) == 0.0);
 }
