@@ -2,7 +2,8 @@
 // calibration file (data/calibration/), row by row, side by side, with the mean absolute
 // percentage error (MAPE) per file and per framework. Rows the model cannot express are listed
 // with the reason; the DeepSpeed-2021 ZeRO-3 rows are reported apart (a bound, see
-// test/calibration/test_calibration.cpp).
+// test/calibration/test_calibration.cpp). Per file, the ranking figures of each group of rows
+// that share model, cluster, GPUs and batch (test/calibration/ranking.hpp).
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -11,6 +12,8 @@
 #include "stratagem/estimate.hpp"
 #include "stratagem/simulate.hpp"
 #include "test/calibration/h100_rows.hpp"
+#include "test/calibration/ranking.hpp"
+#include "test/calibration/small_jobs.hpp"
 
 using namespace stratagem;
 
@@ -28,6 +31,7 @@ void print_file(const char* path, const std::vector<calibration::Row>& rows,
               "estimate", "error", "simulate", "error");
   std::map<std::string, Mape> per_framework;
   Mape file;
+  std::vector<calibration::RankedRow> ranked;
   for (size_t i = 0; i < rows.size(); ++i) {
     const calibration::Row& r = rows[i];
     if (!reasons[i].empty()) {
@@ -48,6 +52,7 @@ void print_file(const char* path, const std::vector<calibration::Row>& rows,
                 e.iteration_time_s, 100 * err, sim_s, 100 * sim_err);
     std::fflush(stdout);
     per_framework[r.framework].add(err, sim_err);
+    ranked.push_back({calibration::group_key(r), r.id, r.published_s, e.iteration_time_s, sim_s});
     // The DeepSpeed-2021 ZeRO-3 rows are a bound, not a forecast: reported apart.
     if (r.framework.find("DeepSpeed") == std::string::npos) file.add(err, sim_err);
   }
@@ -57,6 +62,17 @@ void print_file(const char* path, const std::vector<calibration::Row>& rows,
   if (file.n > 0)
     std::printf("  MAPE file, forecast rows (%2d): estimate %5.1f%%  simulate %5.1f%%\n", file.n,
                 100 * file.est / file.n, 100 * file.sim / file.n);
+  calibration::print_ranking(ranked);
+}
+// A file in the H100 schema: rows the model cannot express carry their reason.
+void print_h100_schema(const std::string& path, const std::vector<calibration::H100Row>& h100) {
+  std::vector<calibration::Row> rows;
+  std::vector<std::string> reasons;
+  for (const auto& h : h100) {
+    rows.push_back(h.row);
+    reasons.push_back(h.reason);
+  }
+  print_file(path.c_str(), rows, reasons);
 }
 }  // namespace
 
@@ -69,15 +85,8 @@ int main(int argc, char** argv) {
         "  (DeepSpeed ZeRO-3 rows: bound by DeepSpeed 2021's parameter gathers, not a forecast; "
         "see test/calibration/test_calibration.cpp)\n");
   }
-  {
-    std::vector<calibration::Row> rows;
-    std::vector<std::string> reasons;
-    for (auto& h : calibration::load_h100_rows()) {
-      rows.push_back(h.row);
-      reasons.push_back(h.reason);
-    }
-    print_file(calibration::h100_file().c_str(), rows, reasons);
-  }
+  print_h100_schema(calibration::h100_file(), calibration::load_h100_rows());
+  print_h100_schema(calibration::small_jobs_file(), calibration::load_small_job_rows());
   MPI_Finalize();
   return 0;
 }

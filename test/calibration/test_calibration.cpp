@@ -9,6 +9,8 @@
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
 #include "test/calibration/h100_rows.hpp"
+#include "test/calibration/ranking.hpp"
+#include "test/calibration/small_jobs.hpp"
 
 using namespace stratagem;
 
@@ -126,4 +128,50 @@ BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds) {
   BOOST_TEST(fsdp.first / fsdp.second <= 0.06);
   BOOST_TEST_INFO("H100 file estimator MAPE " << 100 * sum / n << "%");
   BOOST_TEST(sum / n <= 0.08);
+}
+
+BOOST_AUTO_TEST_CASE(small_jobs_on_one_node_mape_within_12_percent) {
+  // Issue 29: published runs of 125M-1.3B models on the 8 GPUs of one node
+  // (data/calibration/small-jobs.json), every row forecast under the framework it names. The
+  // file's MAPE is held to the issue's 12%, and the errors must not all have one sign (a model
+  // that is fast, or slow, on every small job has a missing term, whatever its mean).
+  const auto rows = calibration::load_small_job_rows();
+  BOOST_TEST(rows.size() >= 20u);
+  calibration::ErrorTally tally;
+  for (const auto& h : rows) {
+    BOOST_TEST_INFO(h.row.id << " (" << h.row.framework << "): " << h.reason);
+    BOOST_TEST(h.reason.empty());
+    if (!h.reason.empty()) continue;
+    BOOST_TEST(h.row.cluster.nodes == 1);
+    BOOST_TEST(h.row.plan.world_size() <= h.row.cluster.node.gpus_per_node);
+    CostModel cost(h.row.model, h.row.cluster, h.row.plan, h.row.software);
+    const double t = estimate(cost).iteration_time_s;
+    const double err = (t - h.row.published_s) / h.row.published_s;
+    BOOST_TEST_MESSAGE(h.row.id << " " << h.row.plan.describe() << ": " << t << " s vs "
+                                << h.row.published_s << " s (" << 100 * err << "%)");
+    tally.add(err);
+  }
+  BOOST_TEST(tally.n >= 20);
+  BOOST_TEST_INFO("small jobs estimator MAPE " << 100 * tally.mape() << "%");
+  BOOST_TEST(tally.mape() <= 0.12);
+  BOOST_TEST(tally.fast > 0);
+  BOOST_TEST(tally.slow > 0);
+}
+
+BOOST_AUTO_TEST_CASE(ranking_figures_of_bench_calibration) {
+  // The figures bench_calibration prints per group of rows (test/calibration/ranking.hpp).
+  using calibration::ranks_of;
+  using calibration::regret;
+  using calibration::spearman;
+  BOOST_TEST(spearman({1, 2, 3}, {10, 20, 30}) == 1.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(spearman({3, 2, 1}, {10, 20, 30}) == -1.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(spearman({1, 3, 2}, {10, 20, 30}) == 0.5, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(spearman({1, 1, 1}, {10, 20, 30}) == 0.0);  // no spread: no ranking
+  const std::vector<double> tied = ranks_of({5, 5, 7});
+  BOOST_TEST(tied[0] == 1.5);
+  BOOST_TEST(tied[1] == 1.5);
+  BOOST_TEST(tied[2] == 3.0);
+  // The forecast-fastest row measured 3 s where the fastest measured 1.5 s: 100% regret.
+  BOOST_TEST(regret({1, 2, 3}, {3, 1.5, 2}) == 1.0, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(regret({2, 1, 3}, {3, 1.5, 2}) == 0.0);
 }

@@ -10,6 +10,7 @@
 #include "stratagem/cost.hpp"
 #include "stratagem/simulate.hpp"
 #include "test/calibration/h100_rows.hpp"
+#include "test/calibration/small_jobs.hpp"
 
 using namespace stratagem;
 
@@ -89,4 +90,23 @@ BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds_simulated) {
   BOOST_TEST(fsdp_sum / fsdp_n <= 0.08);
   BOOST_TEST_INFO("H100 file simulator MAPE " << 100 * sum / n << "%");
   BOOST_TEST(sum / n <= 0.08);
+}
+
+BOOST_AUTO_TEST_CASE(small_jobs_on_one_node_mape_within_12_percent_simulated) {
+  // As test_calibration.cpp's small_jobs_on_one_node_mape_within_12_percent, for the simulator:
+  // the 12% over data/calibration/small-jobs.json, errors of both signs.
+  calibration::ErrorTally tally;
+  for (const auto& h : calibration::load_small_job_rows()) {
+    if (!h.reason.empty()) continue;
+    const double t = simulated_s(h.row);
+    const double err = (t - h.row.published_s) / h.row.published_s;
+    BOOST_TEST_MESSAGE(h.row.id << ": simulated " << t << " s, published " << h.row.published_s
+                                << " (" << 100 * err << "%)");
+    tally.add(err);
+  }
+  BOOST_TEST(tally.n >= 20);
+  BOOST_TEST_INFO("small jobs simulator MAPE " << 100 * tally.mape() << "%");
+  BOOST_TEST(tally.mape() <= 0.12);
+  BOOST_TEST(tally.fast > 0);
+  BOOST_TEST(tally.slow > 0);
 }
