@@ -4,6 +4,7 @@
 #include "src/io/atomic_file.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
+#include "stratagem/spec_json.hpp"
 
 namespace stratagem::cli {
 namespace {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/io/json_reader.hpp"
+#include "stratagem/spec_json.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/interop.hpp"
 #include "stratagem/limits.hpp"
