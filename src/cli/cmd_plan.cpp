@@ -2,7 +2,7 @@
 #include <fstream>
 
 #include "src/cli/command.hpp"
-#include "src/io/atomic_file.hpp"
+#include "src/io/output_file.hpp"
 #include "stratagem/layout.hpp"
 
 namespace stratagem::cli {
@@ -43,14 +43,14 @@ nlohmann::json layout_summary(const Plan& p, const ClusterSpec& c, const Layout&
 
 int run_plan_check(Args& a) {
   const bool json = a.flag("--json");
-  auto out = a.value("-o");
+  auto out = a.output("-o");
   ModelSpec m = model_from_args(a);
   ClusterSpec c = cluster_from_args(a);
   Plan p = plan_from_args(a, m, c);
   a.finish();
   Layout L(p, c);
   auto summary = layout_summary(p, c, L);
-  if (out && world_rank() == 0) io::write_file_atomic(*out, to_json(p).dump(2) + "\n");
+  if (out && world_rank() == 0) io::write_output("-o", *out, to_json(p).dump(2) + "\n");
   if (json) {
     nlohmann::json j;
     j["valid"] = true;

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "src/cli/command.hpp"
-#include "src/io/atomic_file.hpp"
+#include "src/io/output_file.hpp"
 #include "stratagem/search.hpp"
 
 namespace stratagem::cli {
@@ -42,7 +42,7 @@ void print_row(const char* rank, const SearchCandidate& c) {
 
 int run_search(Args& a) {
   const bool json = a.flag("--json");
-  const auto out = a.value("-o");
+  const auto out = a.output("-o");
   SearchOptions o;
   if (auto s = a.value("--space")) o.space = search_space_from_string(*s, "--space");
   if (auto k = a.int_value("--top")) o.top_k = *k;
@@ -102,7 +102,7 @@ int run_search(Args& a) {
     }
     return kExitNoFeasiblePlan;
   }
-  if (world_rank() == 0 && out) io::write_file_atomic(*out, to_json(r.best.plan).dump(2) + "\n");
+  if (world_rank() == 0 && out) io::write_output("-o", *out, to_json(r.best.plan).dump(2) + "\n");
   if (json) {
     nlohmann::json j = to_json(r);
     j["feasible"] = true;

@@ -1,9 +1,9 @@
 #include <cstdio>
-#include <filesystem>
 #include <string>
 
 #include "src/cli/command.hpp"
 #include "src/cli/launch.hpp"
+#include "src/cli/memory_check.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/layout.hpp"
 #include "stratagem/program.hpp"
@@ -26,7 +26,7 @@ int run_simulate(Args& a) {
   const bool json = a.flag("--json");
   const bool mirror = a.flag("--mirror");
   const bool full = a.flag("--full");
-  const auto trace = a.value("--trace");
+  const auto trace = a.output("--trace");
   const int iterations = a.int_value("--iterations").value_or(1);
   const auto interference = a.double_value("--interference");
   ModelSpec m = model_from_args(a);
@@ -40,17 +40,9 @@ int run_simulate(Args& a) {
   if (interference && (*interference < 1.0 || *interference > 10.0))
     throw InputError(a.command() + ": --interference: expected a slowdown factor in [1, 10], got " +
                      std::to_string(*interference));
-  if (trace) {
-    std::error_code ec;  // a name the file system rejects is treated as missing
-    if (std::filesystem::is_directory(*trace, ec))
-      throw InputError(a.command() + ": --trace " + *trace +
-                       ": is a directory, expected a file name (FILE.h5)");
-    const auto dir = std::filesystem::path(*trace).parent_path();
-    if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
-      throw InputError(a.command() + ": --trace " + *trace + ": directory " + dir.string() +
-                       " does not exist");
-  }
   check_launch(a.command());
+  // Before the Program exists: it alone grows with the micro-batch count.
+  check_simulate_memory(m, p, local_size(), bool(trace), iterations, a.command());
   Program prog = build_program(m, p, fw);
   {
     SimOptions o;
