@@ -1,10 +1,13 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "src/cli/command.hpp"
+#include "src/cli/memory_check.hpp"
 #include "src/io/output_file.hpp"
 #include "stratagem/search.hpp"
 
@@ -51,11 +54,10 @@ int run_search(Args& a) {
       throw InputError(a.command() + ": --threads: expected 1..1024, got " + std::to_string(*t));
     o.threads = *t;
   }
-  if (auto b = a.double_value("--memory-budget-gib")) {
-    if (!(*b > 0) || !std::isfinite(*b))
-      throw InputError(a.command() + ": --memory-budget-gib: expected a positive number of GiB");
+  // Below 1 MiB a budget would round to "not set" (0 bytes) in the search's buckets.
+  if (auto b = a.double_in("--memory-budget-gib", 1.0 / 1024, double(1 << 20),
+                           "GiB in [0.0009765625 (1 MiB), 1048576]"))
     o.memory_budget_bytes = static_cast<int64_t>(*b * double(int64_t(1) << 30));
-  }
   if (auto r = a.value("--rerank")) {
     if (*r == "simulator")
       o.rerank_with_simulator = true;
@@ -78,6 +80,13 @@ int run_search(Args& a) {
   if (o.top_k < 1 || o.top_k > 1000)
     throw InputError(a.command() + ": --top: expected 1..1000, got " + std::to_string(o.top_k));
   if (world_size() > 1) o.comm = MPI_COMM_WORLD;
+  if (o.rerank_with_simulator) {
+    // As many simulations at once as the re-rank runs threads (rerank.cpp), at most its set.
+    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads =
+        std::min(o.threads > 0 ? o.threads : std::max(1, cores / local_size()), 3 * o.top_k);
+    check_search_memory(m, c, o.global_batch, threads, local_size(), a.command());
+  }
   if (!quiet && world_rank() == 0)
     o.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
 

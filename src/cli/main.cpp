@@ -306,11 +306,12 @@ int main(int argc, char** argv) {
     // The pre-checks (src/cli/memory_check.hpp) refuse what they can foresee; this is what
     // they missed, said in words.
     std::string by;
-    const double have_gib = double(stratagem::memory_limit_bytes(&by)) / double(1LL << 30);
-    const std::string what = "out of memory: an allocation failed (this process may use " +
-                             std::to_string(int(have_gib * 10) / 10.0).substr(0, 6) +
-                             " GiB: " + by + "); try a smaller job";
-    code = fail(who, "error", what.c_str(), stratagem::kExitFailure, /*always_abort=*/true);
+    char what[256];
+    std::snprintf(what, sizeof what,
+                  "out of memory: an allocation failed (this process may use %.1f GiB: %s); "
+                  "try a smaller job",
+                  double(stratagem::memory_limit_bytes(&by)) / double(1LL << 30), by.c_str());
+    code = fail(who, "error", what, stratagem::kExitFailure, /*always_abort=*/true);
   } catch (const std::exception& e) {
     code = fail(who, "error", e.what(), stratagem::kExitFailure, /*always_abort=*/true);
   }

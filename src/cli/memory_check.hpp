@@ -21,9 +21,14 @@ void refuse_beyond_memory(const std::string& cmd, double need_bytes, const std::
 void check_train_memory(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
                         int ranks_on_node, const std::string& cmd);
 
-// `simulate` before it builds the Program: its ops (one per block, collective and transfer
-// per micro-batch and stage) and the simulator's state per simulated rank.
+// `simulate` before it builds the Program, which alone grows with the micro-batch count (the
+// simulator's state per rank is checked once the Program exists: simulation_footprint_bytes).
 void check_simulate_memory(const ModelSpec& model, const Plan& plan, int processes_on_node,
-                           bool trace, int iterations, const std::string& cmd);
+                           const std::string& cmd);
+
+// `search` with the simulator re-rank: `threads` simulations at once, each of the whole
+// cluster, the worst candidate's Program one micro-batch per sample of `global_batch`.
+void check_search_memory(const ModelSpec& model, const ClusterSpec& cluster, int global_batch,
+                         int threads, int processes_on_node, const std::string& cmd);
 
 }  // namespace stratagem::cli

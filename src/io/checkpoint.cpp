@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -144,6 +145,13 @@ std::vector<uint64_t> checksums(MPI_Comm comm, int64_t step,
   return sums;
 }
 
+// The bytes of a checkpoint's datasets (its user block and metadata aside).
+uint64_t file_bytes_for(const std::vector<CheckpointTensor>& tensors) {
+  uint64_t bytes = 0;
+  for (const auto& t : tensors) bytes += uint64_t(t.numel()) * 4;
+  return bytes;
+}
+
 // The user block that will hold the file's digest (src/io/file_digest.hpp), sized for the
 // tensors and the metadata.
 uint64_t digest_bytes_for(const CheckpointMeta& meta,
@@ -219,10 +227,16 @@ void write_checkpoint_file(MPI_Comm comm, const std::string& dir, const std::str
 
 // A failed write of a checkpoint on a full disk says so, naming the file (exit 1); the
 // previous checkpoints are untouched (the new one was never renamed into place).
-// Called in a catch block: anything else is rethrown as it was.
-[[noreturn]] void checkpoint_write_failed(const std::string& dir, const std::string& tmp_path) {
+// Called in a catch block: anything else is rethrown as it was. `file_bytes`: the size the
+// whole file would have had.
+[[noreturn]] void checkpoint_write_failed(const std::string& dir, const std::string& tmp_path,
+                                          uint64_t file_bytes) {
   io::note_failed_hdf5_write();
-  if (io::no_space_left(dir)) {
+  // What is on disk counts, not the file's length: HDF5 extends a file before it fills it.
+  struct stat st {};
+  const uint64_t written = ::stat(tmp_path.c_str(), &st) == 0 ? uint64_t(st.st_blocks) * 512 : 0;
+  const uint64_t left = written >= file_bytes ? 1 : file_bytes - written;
+  if (io::no_space_left(dir, left)) {
     std::error_code ec;
     fs::remove(tmp_path, ec);
     throw std::runtime_error("--ckpt-dir " + dir + ": writing " + tmp_path +
@@ -251,7 +265,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
   try {
     write_checkpoint_file(comm, dir, tmp_path, meta, tensors, pieces, sums, digest_bytes);
   } catch (const std::exception&) {
-    checkpoint_write_failed(dir, tmp_path);
+    checkpoint_write_failed(dir, tmp_path, file_bytes_for(tensors) + digest_bytes);
   }
   barrier(comm, "barrier after writing checkpoint step " + std::to_string(meta.step));
   // The digest of the closed file, its chunks hashed by all ranks, goes into its user block:
@@ -262,7 +276,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
   try {
     io::seal_file_digest(comm, tmp_path, digest_bytes, chunk_bytes);
   } catch (const std::runtime_error& e) {
-    if (io::no_space_left(dir)) checkpoint_write_failed(dir, tmp_path);
+    if (io::no_space_left(dir)) checkpoint_write_failed(dir, tmp_path, 1);
     // (on every rank) The file was there a moment ago: like a failed rename below, the folder
     // was replaced or removed under the job.
     throw InputError("--ckpt-dir " + dir + ": " + e.what());

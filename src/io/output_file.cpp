@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -62,13 +63,13 @@ void check_output_path(const std::string& flag, const std::string& path) {
     throw InputError(named(flag, path) + ": directory " + dir + " does not exist");
 }
 
-bool no_space_left(const std::string& path) {
+bool no_space_left(const std::string& path, uint64_t bytes_needed) {
   struct statvfs vfs {};
   std::error_code ec;
   const std::string probe = fs::is_directory(path, ec) ? path : folder_of(path);
   if (::statvfs(probe.c_str(), &vfs) != 0) return false;
-  // Less than one block free for this user: the next write of any size fails.
-  return vfs.f_bavail == 0 || (vfs.f_favail == 0 && vfs.f_files > 0);
+  if (vfs.f_favail == 0 && vfs.f_files > 0) return true;  // no inode for a new file
+  return uint64_t(vfs.f_bavail) * uint64_t(vfs.f_frsize) < std::max<uint64_t>(1, bytes_needed);
 }
 
 void throw_write_error(const std::string& flag, const std::string& path, int err) {

@@ -6,6 +6,7 @@
 //   "no space left", never a success or a bare library message.
 // The CLI refuses an output that is also one of the command's inputs (Args::output).
 #pragma once
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -16,9 +17,10 @@ namespace stratagem::io {
 // a regular file, or a folder that does not exist. Throws InputError naming both.
 void check_output_path(const std::string& flag, const std::string& path);
 
-// Whether the file system holding `path` (or its folder) has no room left: what a failed write
-// whose library does not pass errno on (HDF5, MPI-IO) is told apart by.
-bool no_space_left(const std::string& path);
+// Whether the file system holding `path` (or its folder) has less room than `bytes_needed`
+// (what is left to write): what a failed write whose library does not pass errno on (HDF5,
+// MPI-IO, which may leave a partial write's worth free) is told apart by.
+bool no_space_left(const std::string& path, uint64_t bytes_needed = 1);
 
 // Throws the error of a failed write of `path`: std::runtime_error (exit 1) saying "no space
 // left on device" for ENOSPC and EDQUOT (or when the file system is full), else naming errno.
