@@ -452,22 +452,27 @@ std::string printable_name(const nlohmann::json& model) {
   return name;
 }
 
-// The first field in which a checkpoint's model differs from the run's, as a message says it:
-// "hidden: 64 in the checkpoint, 128 in --model".
+// The fields in which a checkpoint's model differs from the run's (the first four), as a
+// message says them: "hidden: 64 in the checkpoint, 128 in --model".
 std::string model_difference(const nlohmann::json& saved, const nlohmann::json& given) {
   auto text = [](const nlohmann::json* j) { return j ? shorten(j->dump(), 40) : "absent"; };
-  if (saved.is_object() && given.is_object()) {
-    for (const auto& [key, value] : given.items()) {
-      const auto it = saved.find(key);
-      if (it == saved.end() || *it != value)
-        return shorten(key, 40) + ": " + text(it == saved.end() ? nullptr : &*it) +
-               " in the checkpoint, " + text(&value) + " in --model";
-    }
-    for (const auto& [key, value] : saved.items())
-      if (!given.contains(key))
-        return shorten(key, 40) + ": " + text(&value) + " in the checkpoint, absent in --model";
+  if (!saved.is_object() || !given.is_object()) return "the checkpoint's model is " + text(&saved);
+  std::vector<std::string> differ;
+  auto add = [&](const std::string& key, const nlohmann::json* in_saved,
+                 const nlohmann::json* in_given) {
+    if (differ.size() < 4)
+      differ.push_back(shorten(key, 40) + ": " + text(in_saved) + " in the checkpoint, " +
+                       text(in_given) + " in --model");
+  };
+  for (const auto& [key, value] : given.items()) {
+    const auto it = saved.find(key);
+    if (it == saved.end() || *it != value) add(key, it == saved.end() ? nullptr : &*it, &value);
   }
-  return "the checkpoint's model is " + text(&saved);
+  for (const auto& [key, value] : saved.items())
+    if (!given.contains(key)) add(key, &value, nullptr);
+  std::string out;
+  for (const auto& d : differ) out += (out.empty() ? "" : "; ") + d;
+  return out;
 }
 
 // N of ".../step-<N>.h5" (list_checkpoints gives only such names).

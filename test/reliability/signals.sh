@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Signals (issue 30, item 5): a first SIGTERM in the loop checkpoints at the step boundary; a
+# process not yet in the loop, one still short of the boundary after --signal-grace-s, or one
+# given a second SIGTERM exits at once; a rank stopped during MPI start-up ends the job after
+# --comm-timeout-s. Runs wait for markers (a log line, a process blocked in open, a step held by
+# STRATAGEM_TEST_HOLD_STEP), never for time to pass; the bounds below only catch a hang.
+source "$(dirname "$0")/common.sh"
+D=(--data "$WORK/data.bin")
+# wait_for_line FILE TEXT PID: until FILE holds TEXT (while PID runs).
+wait_for_line() {
+  until grep -qF -- "$2" "$1" 2>/dev/null; do
+    running "$3" || fail "ended before '$2': $(cat "$1")"
+    sleep 0.05
+  done
+}
+# finish PID LOG: waits (bounded) for PID and sets $rc and $out.
+finish() {
+  ends_within 60 "$1" "$2"
+  set +e; wait "$1"; rc=$?; set -e
+  out=$(cat "$2")
+}
+
+# 1. Before the loop: blocked in the open of a FIFO given as --model.
+mkfifo "$WORK/model.json"
+"${TRAIN[@]:0:2}" --model "$WORK/model.json" "${D[@]}" --steps 1 >"$WORK/1.log" 2>&1 &
+pid=$!
+until [ "$(cat /proc/$pid/wchan 2>/dev/null)" = wait_for_partner ]; do
+  running "$pid" || fail "ended before blocking in open: $(cat "$WORK/1.log")"
+  sleep 0.05
+done
+kill -TERM "$pid"
+finish "$pid" "$WORK/1.log"
+[ "$rc" = 143 ] || fail "before the loop: exit $rc, not 143: $out"
+grep -qF "stratagem train: SIGTERM before the training loop (nothing to checkpoint yet): exiting without a checkpoint" <<<"$out" || fail "$out"
+echo "ok: SIGTERM before the loop exits at once (143)"
+
+# 2. In the loop: held after step 2 until the signal; checkpoint and exit 0.
+STRATAGEM_TEST_HOLD_STEP=2 "${TRAIN[@]}" "${D[@]}" --steps 10 --ckpt-dir "$WORK/ck2" \
+  --log-json "$WORK/2.jsonl" >"$WORK/2.log" 2>&1 &
+pid=$!
+wait_for_line "$WORK/2.jsonl" '"step": 2,' "$pid"
+kill -TERM "$pid"
+finish "$pid" "$WORK/2.log"
+[ "$rc" = 0 ] || fail "SIGTERM in the loop: exit $rc: $out"
+grep -qF "signal 15: checkpointed at step 2, exiting to be resumed" <<<"$out" || fail "$out"
+[ -f "$WORK/ck2/step-00000002.h5" ] || fail "no checkpoint at step 2: $(ls "$WORK/ck2")"
+echo "ok: SIGTERM in the loop checkpoints at the step boundary (exit 0)"
+
+# 3. Two ranks, rank 1 held past step 1 with no signal of its own: rank 0, signalled, never
+# reaches the boundary and leaves after the grace; the job ends.
+STRATAGEM_TEST_HOLD_STEP=1:1 "${MPIRUN[@]}" -np 2 "${TRAIN[@]}" "${D[@]}" --dp 2 --steps 10 \
+  --log-json "$WORK/3.jsonl" --signal-grace-s 2 >"$WORK/3.log" 2>&1 &
+job=$!
+wait_for_line "$WORK/3.jsonl" '"step": 1,' "$job"
+kill -TERM "$(rank_pid "$job" 0)"
+finish "$job" "$WORK/3.log"
+[ "$rc" != 0 ] || fail "past the grace: exit 0"
+grep -qF "stratagem train: on rank 0: no step boundary within --signal-grace-s 2 s of SIGTERM: exiting without a checkpoint" <<<"$out" || fail "$out"
+echo "ok: no step boundary within the grace: the rank exits, the job ends (exit $rc)"
+
+# 4. The same, with the default grace (120 s) and a second SIGTERM once the first has arrived.
+STRATAGEM_TEST_HOLD_STEP=1:1 "${MPIRUN[@]}" -np 2 "${TRAIN[@]}" "${D[@]}" --dp 2 --steps 10 \
+  --log-json "$WORK/4.jsonl" >"$WORK/4.log" 2>&1 &
+job=$!
+wait_for_line "$WORK/4.jsonl" '"step": 1,' "$job"
+r0=$(rank_pid "$job" 0)
+kill -TERM "$r0"
+wait_for_line "$WORK/4.log" "on rank 0: SIGTERM: checkpoint at the next step boundary" "$job"
+kill -TERM "$r0"
+finish "$job" "$WORK/4.log"
+[ "$rc" != 0 ] || fail "a second SIGTERM: exit 0"
+grep -qF "stratagem train: on rank 0: a second SIGTERM: exiting without a checkpoint" <<<"$out" || fail "$out"
+echo "ok: a second SIGTERM exits at once (exit $rc)"
+
+# 5. SIGUSR1 twice is one request (the job scripts forward Slurm's TERM as USR1).
+STRATAGEM_TEST_HOLD_STEP=1 STRATAGEM_TEST_HOLD_RELEASE="$WORK/release" "${TRAIN[@]}" "${D[@]}" \
+  --steps 10 --ckpt-dir "$WORK/ck5" --log-json "$WORK/5.jsonl" >"$WORK/5.log" 2>&1 &
+pid=$!
+wait_for_line "$WORK/5.jsonl" '"step": 1,' "$pid"
+kill -USR1 "$pid"
+wait_for_line "$WORK/5.log" "SIGUSR1: checkpoint at the next step boundary" "$pid"
+kill -USR1 "$pid" 2>/dev/null || true  # it may have finished already
+finish "$pid" "$WORK/5.log"
+[ "$rc" = 0 ] && [ -f "$WORK/ck5/step-00000001.h5" ] || fail "SIGUSR1 twice: exit $rc: $out"
+echo "ok: SIGUSR1 twice: one checkpoint, exit 0"
+
+# 6. A rank stopped before it enters MPI: the other leaves MPI's start-up after
+# --comm-timeout-s, naming it.
+"${MPIRUN[@]}" -np 2 bash -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && kill -STOP $$; exec "$@"' rank \
+  "${TRAIN[@]}" "${D[@]}" --dp 2 --steps 1 --comm-timeout-s 3 >"$WORK/6.log" 2>&1 &
+job=$!
+finish "$job" "$WORK/6.log"
+[ "$rc" != 0 ] || fail "a rank stopped in start-up: exit 0"
+grep -qF "stratagem train: error on rank 0: MPI start-up (MPI_Init and the first collective) waited 3 s (--comm-timeout-s)" <<<"$out" || fail "$out"
+echo "ok: a rank stopped during MPI start-up ends the job after --comm-timeout-s"
+echo ok
