@@ -12,6 +12,7 @@ namespace stratagem {
 namespace {
 // Read and written in handlers: lock-free atomics and fixed buffers only.
 volatile std::sig_atomic_t g_pending = 0;
+volatile std::sig_atomic_t g_terms = 0;  // SIGTERMs received in the loop
 std::atomic<bool> g_deferring{false};
 unsigned g_grace_s = 0;
 char g_prefix[256] = {};
@@ -36,10 +37,13 @@ const char* signal_name(int sig) {
 void on_stop(int sig) {
   if (!g_deferring.load())
     leave(sig, signal_name(sig), " before the training loop (nothing to checkpoint yet)");
-  if (g_pending != 0) {
-    if (sig == SIGTERM) leave(sig, "a second SIGTERM", "");
-    return;  // a repeated request
+  // Only a SIGTERM after a SIGTERM insists: Slurm's TERM and the job script's USR1 for the
+  // same scancel may come in either order.
+  if (sig == SIGTERM) {
+    if (g_terms > 0) leave(sig, "a second SIGTERM", "");
+    g_terms = 1;
   }
+  if (g_pending != 0) return;  // a repeated request
   g_pending = sig;
   if (g_grace_s > 0) ::alarm(g_grace_s);
   // Said at once, so that whoever sent it knows it arrived (a second one sent before would

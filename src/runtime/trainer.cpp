@@ -12,6 +12,7 @@
 
 #include "src/io/atomic_file.hpp"
 #include "src/io/output_file.hpp"
+#include "src/runtime/arrival_allreduce.hpp"
 #include "stratagem/comm.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/stop_signal.hpp"
@@ -254,14 +255,13 @@ void print_step(int64_t s, int64_t start, double elapsed, const StepResult& r, d
   std::fflush(stdout);
 }
 
-// All ranks agree at the step boundary: > 0 a stop signal, -1 --stop-after, 0 go on.
-int agree_on_stop(MPI_Comm world, int64_t steps_this_run, const TrainerOptions& o) {
-  int stop = pending_stop_signal(), any = 0;
+// All ranks agree at the step boundary: > 0 a stop signal, -1 --stop-after, 0 go on. `comm`:
+// the world's duplicate for this agreement.
+int agree_on_stop(MPI_Comm comm, int64_t steps_this_run, const TrainerOptions& o) {
+  int stop = pending_stop_signal();
   if (o.stop_after > 0 && steps_this_run >= o.stop_after) stop = -1;  // a time-boxed run
-  {
-    WatchdogScope guard("all-reduce of stop signals (world)", not_arrived(world));
-    MPI_Allreduce(&stop, &any, 1, MPI_INT, MPI_MAX, world);
-  }
+  int any =
+      allreduce_max_naming_late(comm, stop, "all-reduce of stop signals (world)", o.comm_timeout_s);
   if (stop < 0 && any == 0) any = -1;
   if (any > 0) stop_signal_reached_boundary();
   return any;
@@ -282,6 +282,16 @@ TrainSummary run_steps(MPI_Comm world, const ModelSpec& model, const ClusterSpec
   const double peak = cluster.gpu.peak_flops(plan.dtype) * world_size;
   TrainSummary summary;
   double elapsed = 0;
+  // The stop agreement's own communicator: its arrival messages never meet the job's.
+  struct OwnComm {
+    explicit OwnComm(MPI_Comm of) {
+      WatchdogScope guard("duplicating the world communicator (world)", not_arrived(of));
+      MPI_Comm_dup(of, &comm);
+    }
+    ~OwnComm() { MPI_Comm_free(&comm); }
+    MPI_Comm comm = MPI_COMM_NULL;
+  } own(world);
+  const MPI_Comm stop_comm = own.comm;
   defer_stop_signals(true);
   for (int64_t s = start; s < o.steps; ++s) {
     summary.last = ex.step(s);
@@ -298,7 +308,7 @@ TrainSummary run_steps(MPI_Comm world, const ModelSpec& model, const ClusterSpec
     }
     summary.steps_completed = s + 1;
     hold_for_test(s + 1, rank);
-    const int any = agree_on_stop(world, s + 1 - start, o);
+    const int any = agree_on_stop(stop_comm, s + 1 - start, o);
     const bool last_step = s + 1 == o.steps;
     if (o.ckpt_dir && (any || last_step || (o.ckpt_every > 0 && (s + 1) % o.ckpt_every == 0))) {
       summary.checkpoint = writer.save(s + 1, skipped_steps);

@@ -2,7 +2,7 @@
 # Signals (issue 30, item 5): a first SIGTERM in the loop checkpoints at the step boundary; a
 # process not yet in the loop, one still short of the boundary after --signal-grace-s, or one
 # given a second SIGTERM exits at once; a rank stopped during MPI start-up ends the job after
-# --comm-timeout-s. Runs wait for markers (a log line, a process blocked in open, a step held by
+# --comm-timeout-s, and a rank missing the step boundary's agreement is named. Runs wait for markers (a log line, a process blocked in open, a step held by
 # STRATAGEM_TEST_HOLD_STEP), never for time to pass; the bounds below only catch a hang.
 source "$(dirname "$0")/common.sh"
 D=(--data "$WORK/data.bin")
@@ -72,17 +72,26 @@ finish "$job" "$WORK/4.log"
 grep -qF "stratagem train: on rank 0: a second SIGTERM: exiting without a checkpoint" <<<"$out" || fail "$out"
 echo "ok: a second SIGTERM exits at once (exit $rc)"
 
-# 5. SIGUSR1 twice is one request (the job scripts forward Slurm's TERM as USR1).
-STRATAGEM_TEST_HOLD_STEP=1 STRATAGEM_TEST_HOLD_RELEASE="$WORK/release" "${TRAIN[@]}" "${D[@]}" \
-  --steps 10 --ckpt-dir "$WORK/ck5" --log-json "$WORK/5.jsonl" >"$WORK/5.log" 2>&1 &
-pid=$!
-wait_for_line "$WORK/5.jsonl" '"step": 1,' "$pid"
-kill -USR1 "$pid"
-wait_for_line "$WORK/5.log" "SIGUSR1: checkpoint at the next step boundary" "$pid"
-kill -USR1 "$pid" 2>/dev/null || true  # it may have finished already
-finish "$pid" "$WORK/5.log"
-[ "$rc" = 0 ] && [ -f "$WORK/ck5/step-00000001.h5" ] || fail "SIGUSR1 twice: exit $rc: $out"
-echo "ok: SIGUSR1 twice: one checkpoint, exit 0"
+# 5. SIGUSR1, SIGUSR1 again and then SIGTERM are one request (Slurm's TERM and the job script's
+# USR1 for one scancel come in either order): rank 1 is held until the test releases it, then
+# both checkpoint at the boundary and exit 0.
+STRATAGEM_TEST_HOLD_STEP=1:1 STRATAGEM_TEST_HOLD_RELEASE="$WORK/release" "${MPIRUN[@]}" -np 2 \
+  "${TRAIN[@]}" "${D[@]}" --dp 2 --steps 10 --ckpt-dir "$WORK/ck5" --log-json "$WORK/5.jsonl" \
+  >"$WORK/5.log" 2>&1 &
+job=$!
+wait_for_line "$WORK/5.jsonl" '"step": 1,' "$job"
+r0=$(rank_pid "$job" 0)
+kill -USR1 "$r0"
+wait_for_line "$WORK/5.log" "on rank 0: SIGUSR1: checkpoint at the next step boundary" "$job"
+kill -USR1 "$r0"
+kill -TERM "$r0"
+touch "$WORK/release"
+finish "$job" "$WORK/5.log"
+# Rank 0 may have entered step 1's agreement before the signal: the stop is at step 1 or 2.
+[ "$rc" = 0 ] && grep -q "signal 10: checkpointed at step [12]," <<<"$out" &&
+  compgen -G "$WORK/ck5/step-0000000[12].h5" >/dev/null || fail "USR1, USR1, TERM: exit $rc: $out"
+! grep -q "exiting without a checkpoint" <<<"$out" || fail "$out"
+echo "ok: SIGUSR1 twice then SIGTERM: one checkpoint, exit 0"
 
 # 6. A rank stopped before it enters MPI: the other leaves MPI's start-up after
 # --comm-timeout-s, naming it.
@@ -93,4 +102,14 @@ finish "$job" "$WORK/6.log"
 [ "$rc" != 0 ] || fail "a rank stopped in start-up: exit 0"
 grep -qF "stratagem train: error on rank 0: MPI start-up (MPI_Init and the first collective) waited 3 s (--comm-timeout-s)" <<<"$out" || fail "$out"
 echo "ok: a rank stopped during MPI start-up ends the job after --comm-timeout-s"
+
+# 7. A rank that never reaches the step boundary's agreement (held, no signal): rank 0 names it,
+# not "one or more of" every other rank.
+STRATAGEM_TEST_HOLD_STEP=1:2 "${MPIRUN[@]}" -np 4 "${TRAIN[@]}" "${D[@]}" --dp 4 --steps 3 \
+  --comm-timeout-s 3 >"$WORK/7.log" 2>&1 &
+job=$!
+finish "$job" "$WORK/7.log"
+[ "$rc" != 0 ] || fail "a rank missing the agreement: exit 0"
+grep -qF "stratagem train: error on rank 0: all-reduce of stop signals (world) waited 3 s (--comm-timeout-s): not arrived: rank 2 (stopped or died)" <<<"$out" || fail "$out"
+echo "ok: the agreement's timeout names the late rank"
 echo ok
