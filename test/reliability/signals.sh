@@ -13,6 +13,17 @@ wait_for_line() {
     sleep 0.05
   done
 }
+# start_held N ARGS...: two ranks, rank 1 held after step 1 (until $WORK/release, if it is
+# made), logging to $WORK/N.log and $WORK/N.jsonl; once step 1 is logged, sets $job and $r0
+# (mpirun's and rank 0's pids).
+start_held() {
+  local n=$1; shift
+  STRATAGEM_TEST_HOLD_STEP=1:1 STRATAGEM_TEST_HOLD_RELEASE="$WORK/release" "${MPIRUN[@]}" -np 2 \
+    "${TRAIN[@]}" "${D[@]}" --dp 2 --steps 10 --log-json "$WORK/$n.jsonl" "$@" >"$WORK/$n.log" 2>&1 &
+  job=$!
+  wait_for_line "$WORK/$n.jsonl" '"step": 1,' "$job"
+  r0=$(rank_pid "$job" 0)
+}
 # finish PID LOG: waits (bounded) for PID and sets $rc and $out.
 finish() {
   ends_within 60 "$1" "$2"
@@ -48,22 +59,15 @@ echo "ok: SIGTERM in the loop checkpoints at the step boundary (exit 0)"
 
 # 3. Two ranks, rank 1 held past step 1 with no signal of its own: rank 0, signalled, never
 # reaches the boundary and leaves after the grace; the job ends.
-STRATAGEM_TEST_HOLD_STEP=1:1 "${MPIRUN[@]}" -np 2 "${TRAIN[@]}" "${D[@]}" --dp 2 --steps 10 \
-  --log-json "$WORK/3.jsonl" --signal-grace-s 2 >"$WORK/3.log" 2>&1 &
-job=$!
-wait_for_line "$WORK/3.jsonl" '"step": 1,' "$job"
-kill -TERM "$(rank_pid "$job" 0)"
+start_held 3 --signal-grace-s 2
+kill -TERM "$r0"
 finish "$job" "$WORK/3.log"
 [ "$rc" != 0 ] || fail "past the grace: exit 0"
 grep -qF "stratagem train: on rank 0: no step boundary within --signal-grace-s 2 s of SIGTERM: exiting without a checkpoint" <<<"$out" || fail "$out"
 echo "ok: no step boundary within the grace: the rank exits, the job ends (exit $rc)"
 
 # 4. The same, with the default grace (120 s) and a second SIGTERM once the first has arrived.
-STRATAGEM_TEST_HOLD_STEP=1:1 "${MPIRUN[@]}" -np 2 "${TRAIN[@]}" "${D[@]}" --dp 2 --steps 10 \
-  --log-json "$WORK/4.jsonl" >"$WORK/4.log" 2>&1 &
-job=$!
-wait_for_line "$WORK/4.jsonl" '"step": 1,' "$job"
-r0=$(rank_pid "$job" 0)
+start_held 4
 kill -TERM "$r0"
 wait_for_line "$WORK/4.log" "on rank 0: SIGTERM: checkpoint at the next step boundary" "$job"
 kill -TERM "$r0"
@@ -75,12 +79,7 @@ echo "ok: a second SIGTERM exits at once (exit $rc)"
 # 5. SIGUSR1, SIGUSR1 again and then SIGTERM are one request (Slurm's TERM and the job script's
 # USR1 for one scancel come in either order): rank 1 is held until the test releases it, then
 # both checkpoint at the boundary and exit 0.
-STRATAGEM_TEST_HOLD_STEP=1:1 STRATAGEM_TEST_HOLD_RELEASE="$WORK/release" "${MPIRUN[@]}" -np 2 \
-  "${TRAIN[@]}" "${D[@]}" --dp 2 --steps 10 --ckpt-dir "$WORK/ck5" --log-json "$WORK/5.jsonl" \
-  >"$WORK/5.log" 2>&1 &
-job=$!
-wait_for_line "$WORK/5.jsonl" '"step": 1,' "$job"
-r0=$(rank_pid "$job" 0)
+start_held 5 --ckpt-dir "$WORK/ck5"
 kill -USR1 "$r0"
 wait_for_line "$WORK/5.log" "on rank 0: SIGUSR1: checkpoint at the next step boundary" "$job"
 kill -USR1 "$r0"
