@@ -12,9 +12,11 @@
 
 namespace stratagem {
 
-// Installs the handlers; `message_prefix` starts the exit lines ("stratagem train: error on
-// rank 3: "). grace_s <= 0: no bound on the way to the step boundary.
-void install_stop_signals(double grace_s, const std::string& message_prefix);
+// Installs the handlers; `message_prefix` starts the exit lines ("stratagem train: on rank 3:
+// "). grace_s <= 0: no bound on the way to the step boundary. quiet_before_loop: exit before
+// the loop without a line (ranks of a job: a launcher ending the job signals every rank).
+void install_stop_signals(double grace_s, const std::string& message_prefix,
+                          bool quiet_before_loop);
 // While true, a first signal is kept for the step boundary; while false, it ends the process.
 void defer_stop_signals(bool in_loop);
 // The signal received in the loop (SIGTERM or SIGUSR1), or 0.

@@ -222,9 +222,11 @@ int run_train(Args& a) {
   // blocks forever) ends it at once; in the loop it asks for a checkpoint.
   const double grace_s =
       a.double_in("--signal-grace-s", 0, 1e6, "seconds in [0, 1e6] (0: no bound)").value_or(120);
-  install_stop_signals(grace_s, world_size() == 1 ? "stratagem train: "
-                                                  : "stratagem train: on rank " +
-                                                        std::to_string(world_rank()) + ": ");
+  const bool alone = world_size() == 1;
+  install_stop_signals(grace_s,
+                       alone ? "stratagem train: "
+                             : "stratagem train: on rank " + std::to_string(world_rank()) + ": ",
+                       /*quiet_before_loop=*/!alone);
   const auto data_path = a.required("--data");
   TrainerOptions o = trainer_options(a);
   BackendChoice b;

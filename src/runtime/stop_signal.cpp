@@ -16,6 +16,7 @@ volatile std::sig_atomic_t g_terms = 0;  // SIGTERMs received in the loop
 std::atomic<bool> g_deferring{false};
 unsigned g_grace_s = 0;
 char g_prefix[256] = {};
+bool g_quiet_before_loop = false;
 char g_grace_text[128] = {};  // "no step boundary within ... s of "
 
 void put(const char* s) {
@@ -35,8 +36,10 @@ const char* signal_name(int sig) {
 }
 
 void on_stop(int sig) {
-  if (!g_deferring.load())
+  if (!g_deferring.load()) {
+    if (g_quiet_before_loop) ::_exit(128 + sig);
     leave(sig, signal_name(sig), " before the training loop (nothing to checkpoint yet)");
+  }
   // Only a SIGTERM after a SIGTERM insists: Slurm's TERM and the job script's USR1 for the
   // same scancel may come in either order.
   if (sig == SIGTERM) {
@@ -58,7 +61,9 @@ void on_grace_over(int sig) {
 }
 }  // namespace
 
-void install_stop_signals(double grace_s, const std::string& message_prefix) {
+void install_stop_signals(double grace_s, const std::string& message_prefix,
+                          bool quiet_before_loop) {
+  g_quiet_before_loop = quiet_before_loop;
   std::strncpy(g_prefix, message_prefix.c_str(), sizeof(g_prefix) - 1);
   g_grace_s = grace_s <= 0 ? 0 : grace_s < 1 ? 1 : unsigned(grace_s);
   std::snprintf(g_grace_text, sizeof(g_grace_text),
