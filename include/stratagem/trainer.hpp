@@ -5,7 +5,6 @@
 #pragma once
 #include <mpi.h>
 
-#include <csignal>
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -1,7 +1,6 @@
 #include <unistd.h>
 
 #include <climits>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,7 +11,6 @@
 #include "src/cli/command.hpp"
 #include "src/cli/launch.hpp"
 #include "src/cli/memory_check.hpp"
-#include "src/io/atomic_file.hpp"
 #include "stratagem/backend.hpp"
 #include "stratagem/checkpoint.hpp"
 #include "stratagem/cuda_device.hpp"

@@ -4,13 +4,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "src/io/atomic_file.hpp"
 #include "src/io/output_file.hpp"
 #include "src/runtime/arrival_allreduce.hpp"
 #include "stratagem/comm.hpp"
