@@ -61,6 +61,13 @@ class CheckpointLock {
   std::string path_;
 };
 
+// The complete checkpoints (step-<N>.h5, regular files) in `dir`, oldest first; empty when
+// there is no such folder.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+// Removes every complete checkpoint of `dir` (--overwrite), with a note on stderr. Call only
+// while holding the folder's lock.
+void remove_checkpoints(const std::string& dir);
+
 // Removes half-written checkpoints (step-<N>.h5.tmp) left by a killed job, with a warning.
 // Call only while holding the folder's lock (no other job writes there).
 void clean_partial_checkpoints(const std::string& dir);

@@ -5,7 +5,6 @@
 #pragma once
 #include <mpi.h>
 
-#include <csignal>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -22,7 +21,8 @@ struct TrainerOptions {
   int ckpt_every = 0;  // 0: only at the end and on a stop signal
   int keep = 3;
   bool resume = false;
-  int stop_after = -1;  // stop (with a checkpoint) after this many steps of this run
+  bool overwrite = false;  // remove the checkpoints of another run from ckpt_dir first
+  int stop_after = -1;     // stop (with a checkpoint) after this many steps of this run
   std::optional<std::string> trace_path;
   std::optional<std::string> log_json;
   int log_every = 1;
@@ -47,11 +47,11 @@ struct TrainSummary {
 
 // Collective over `world`. With a checkpoint folder, rank 0 holds its lock for the run and
 // removes half-written files of a killed job; --resume takes the newest verified checkpoint.
-// `stop_signal` is read at every step boundary (a signal handler sets
-// it): all ranks agree, checkpoint, and return.
+// A stop signal (stratagem/stop_signal.hpp) is read at every step boundary: all ranks agree,
+// checkpoint, and return.
 TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cluster,
                    const Plan& plan, Backend& backend, const TokenDataset& data,
-                   const TrainerOptions& options, const volatile std::sig_atomic_t* stop_signal);
+                   const TrainerOptions& options);
 
 // The checkpoint's view of an executor's state: every logical dataset of the model, and the
 // boxes of them this rank writes (one owner per element) or reads (all it holds).

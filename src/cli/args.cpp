@@ -93,6 +93,15 @@ std::optional<double> Args::double_value(const std::string& flag) {
   return x;
 }
 
+std::optional<double> Args::double_in(const std::string& flag, double lo, double hi,
+                                      const std::string& what) {
+  auto x = double_value(flag);
+  if (x && !(*x >= lo && *x <= hi))
+    throw InputError(command_ + ": flag " + flag + ": expected " + what + ", got " +
+                     shorten(*value(flag)));
+  return x;
+}
+
 std::string Args::required(const std::string& flag) {
   auto v = value(flag);
   if (!v) throw InputError(command_ + ": missing required flag " + flag);
@@ -127,6 +136,7 @@ void Args::finish() {
   if (has_separator_ && !passthrough_taken_)
     throw InputError(command_ + ": unknown or misplaced argument '--' (see " + command_ +
                      " --help)");
+  check_outputs();
 }
 
 ModelSpec model_from_args(Args& a) {

@@ -23,6 +23,13 @@ class Args {
   // reported with the text as written.
   std::optional<int> int_value(const std::string& flag, int lo = INT_MIN, int hi = INT_MAX);
   std::optional<double> double_value(const std::string& flag);
+  // A number in [lo, hi] (`what` says what is expected, for the message).
+  std::optional<double> double_in(const std::string& flag, double lo, double hi,
+                                  const std::string& what);
+  // A file this command writes. finish() checks it (io::check_output_path: a regular file or a
+  // new one, in a folder that exists) and refuses it when it names the same file as any other
+  // argument: an output that is also an input would destroy the input.
+  std::optional<std::string> output(const std::string& flag);
   std::string required(const std::string& flag);
   bool flag(const std::string& name);  // a switch without a value
   std::vector<std::string> positionals();
@@ -41,6 +48,8 @@ class Args {
   std::vector<std::string> passthrough_;
   bool has_separator_ = false, passthrough_taken_ = false;
   std::vector<bool> used_;
+  std::vector<std::pair<std::string, std::string>> outputs_;  // flag, path
+  void check_outputs() const;
 };
 
 // --model NAME|FILE.json plus inline overrides --layers --hidden --heads --kv-heads

@@ -10,10 +10,12 @@ namespace {
 
 int run_tokenize(Args& a) {
   const bool json = a.flag("--json");
-  std::string out = a.required("-o");
+  const auto out_flag = a.output("-o");
   auto pos = a.positionals();
   a.finish();
   if (pos.size() != 1) throw InputError(a.command() + ": expected one input text file");
+  if (!out_flag) throw InputError(a.command() + ": missing required flag -o");
+  const std::string out = *out_flag;
   std::ifstream in(pos[0], std::ios::binary);
   if (!in) throw InputError(a.command() + ": " + pos[0] + ": cannot open file");
   std::stringstream ss;

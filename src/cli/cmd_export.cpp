@@ -1,7 +1,7 @@
 #include <cstdio>
 
 #include "src/cli/command.hpp"
-#include "src/io/atomic_file.hpp"
+#include "src/io/output_file.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
 #include "stratagem/spec_json.hpp"
@@ -31,8 +31,8 @@ int run_export(Args& a) {
   const interop::Target target = interop::target_from_string(a.required("--to"), "--to");
   const bool nearest = a.flag("--nearest");
   const bool json = a.flag("--json");
-  auto out = a.value("-o");
-  auto plan_out = a.value("--plan-out");
+  auto out = a.output("-o");
+  auto plan_out = a.output("--plan-out");
   ModelSpec m = model_from_args(a);
   ClusterSpec c = cluster_from_args(a);
   Plan p = plan_from_args(a, m, c);
@@ -44,8 +44,8 @@ int run_export(Args& a) {
   if (!missing.empty()) exported = interop::nearest_expressible(p, m, c, target);
   const std::string text = interop::export_plan(exported, m, c, target);
   if (world_rank() != 0) return 0;
-  if (plan_out) io::write_file_atomic(*plan_out, to_json(exported).dump(2) + "\n");
-  if (out) io::write_file_atomic(*out, text);
+  if (plan_out) io::write_output("--plan-out", *plan_out, to_json(exported).dump(2) + "\n");
+  if (out) io::write_output("-o", *out, text);
   const std::string ds_flags =
       target == interop::Target::deepspeed
           ? interop::megatron_deepspeed_flags(exported, out ? *out : "ds_config.json")

@@ -2,7 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/cli/command.hpp"
-#include "src/io/atomic_file.hpp"
+#include "src/io/output_file.hpp"
 #include "src/io/json_reader.hpp"
 #include "stratagem/interop.hpp"
 #include "stratagem/limits.hpp"
@@ -52,7 +52,7 @@ int run_model_show(Args& a) {
 
 int run_model_import(Args& a) {
   const bool json = a.flag("--json");
-  auto out = a.value("-o");
+  auto out = a.output("-o");
   auto seq_len = a.int_value("--seq-len", 1, limits::kMaxDim);
   auto pos = a.positionals();
   a.finish();
@@ -65,7 +65,7 @@ int run_model_import(Args& a) {
   nlohmann::json model = to_json(m);
   model["source"] = "imported from " + pos[0] + " (" +
                     config["architectures"][0].get<std::string>() + ") by stratagem model import";
-  if (out && world_rank() == 0) io::write_file_atomic(*out, model.dump(2) + "\n");
+  if (out && world_rank() == 0) io::write_output("-o", *out, model.dump(2) + "\n");
   if (json) {
     nlohmann::json j = model_summary(m);
     j["notes"] = notes;

@@ -2,7 +2,7 @@
 #include <fstream>
 
 #include "src/cli/command.hpp"
-#include "src/io/atomic_file.hpp"
+#include "src/io/output_file.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
 #include "stratagem/layout.hpp"
@@ -46,14 +46,14 @@ nlohmann::json layout_summary(const Plan& p, const ClusterSpec& c, const Layout&
 
 int run_plan_check(Args& a) {
   const bool json = a.flag("--json");
-  auto out = a.value("-o");
+  auto out = a.output("-o");
   ModelSpec m = model_from_args(a);
   ClusterSpec c = cluster_from_args(a);
   Plan p = plan_from_args(a, m, c);
   a.finish();
   Layout L(p, c);
   auto summary = layout_summary(p, c, L);
-  if (out && world_rank() == 0) io::write_file_atomic(*out, to_json(p).dump(2) + "\n");
+  if (out && world_rank() == 0) io::write_output("-o", *out, to_json(p).dump(2) + "\n");
   if (json) {
     nlohmann::json j;
     j["valid"] = true;
@@ -100,8 +100,8 @@ int run_plan_import(Args& a) {
   const bool json = a.flag("--json");
   const std::string from = a.required("--from");
   auto args_file = a.value("--args-file");
-  auto out = a.value("-o");
-  auto model_out = a.value("--model-out");
+  auto out = a.output("-o");
+  auto model_out = a.output("--model-out");
   ClusterSpec c = cluster_from_args(a);
   const FrameworkSpec fw = framework_from_args(a);
   std::vector<std::string> tokens = a.take_passthrough();
@@ -117,8 +117,8 @@ int run_plan_import(Args& a) {
   if (args_file) tokens = interop::split_command_line(read_text_file(*args_file), *args_file);
   const interop::MegatronJob job = interop::megatron_job_from_args(tokens, c, source);
   if (world_rank() == 0) {
-    if (out) io::write_file_atomic(*out, to_json(job.plan).dump(2) + "\n");
-    if (model_out) io::write_file_atomic(*model_out, to_json(job.model).dump(2) + "\n");
+    if (out) io::write_output("-o", *out, to_json(job.plan).dump(2) + "\n");
+    if (model_out) io::write_output("--model-out", *model_out, to_json(job.model).dump(2) + "\n");
   }
   const CostModel cost(job.model, c, job.plan, fw);
   const Estimate e = estimate(cost);

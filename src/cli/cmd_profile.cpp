@@ -1,12 +1,11 @@
 #include <mpi.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "src/cli/command.hpp"
 #include "src/cli/launch.hpp"
-#include "src/io/atomic_file.hpp"
+#include "src/io/output_file.hpp"
 #include "stratagem/profile.hpp"
 
 namespace stratagem::cli {
@@ -52,7 +51,7 @@ void print_summary(const ProfileFit& f, const ProfileMeasurements& m) {
 
 int run_profile(Args& a) {
   const bool json = a.flag("--json");
-  const auto out = a.value("-o");
+  const auto out = a.output("-o");
   const std::string backend_name = a.value("--backend").value_or("cpu");
   ProfileOptions opt;
   opt.quick = a.flag("--quick");
@@ -86,13 +85,6 @@ int run_profile(Args& a) {
     throw InputError(a.command() + ": " + std::to_string(world_size()) + " ranks but --cluster " +
                      cluster_arg + " has " + std::to_string(base.node.gpus_per_node) +
                      " devices per node: run at most one rank per device");
-  if (out) {
-    std::error_code ec;  // a name the file system rejects is treated as missing
-    const auto dir = std::filesystem::path(*out).parent_path();
-    if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
-      throw InputError(a.command() + ": -o " + *out + ": directory " + dir.string() +
-                       " does not exist");
-  }
   check_launch(a.command());
 
   opt.progress = !json;
@@ -101,7 +93,7 @@ int run_profile(Args& a) {
   const ProfileMeasurements m = measure_profile(*backend, *comm, opt);
   const ProfileFit fit = fit_profile(base, m);
   const nlohmann::json file = profile_cluster_json(fit, m, cluster_arg);
-  if (world_rank() == 0 && out) io::write_file_atomic(*out, file.dump(2) + "\n");
+  if (world_rank() == 0 && out) io::write_output("-o", *out, file.dump(2) + "\n");
   if (json) {
     nlohmann::json j = file["profile"];
     for (const char* k : {"gemm", "attention", "stream", "all_reduce", "copy"}) j.erase(k);

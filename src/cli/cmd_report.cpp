@@ -3,11 +3,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <filesystem>
 #include <sstream>
 
 #include "src/cli/command.hpp"
-#include "src/io/atomic_file.hpp"
+#include "src/io/output_file.hpp"
 #include "stratagem/report.hpp"
 
 namespace stratagem::cli {
@@ -44,18 +43,14 @@ int run_report(Args& a) {
   in.trace = a.value("--trace").value_or("");
   in.measured = a.value("--measured").value_or("");
   in.search = a.value("--search").value_or("");
-  const auto out = a.value("-o");
+  const auto out = a.output("-o");
   if (auto r = a.value("--ranks")) in.ranks = rank_list("--ranks", *r);
   a.finish();
   if (!out) throw InputError(a.command() + ": missing required flag -o report.html");
-  const auto dir = std::filesystem::path(*out).parent_path();
-  if (!dir.empty() && !std::filesystem::is_directory(dir))
-    throw InputError(a.command() + ": -o " + *out + ": directory " + dir.string() +
-                     " does not exist");
   in.date = utc_date();
   if (world_rank() != 0) return 0;
   const std::string page = report::render_html(in);
-  io::write_file_atomic(*out, page);
+  io::write_output("-o", *out, page);
   if (json)
     print_json({{"output", *out},
                 {"bytes", page.size()},

@@ -1,11 +1,14 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "src/cli/command.hpp"
-#include "src/io/atomic_file.hpp"
+#include "src/cli/memory_check.hpp"
+#include "src/io/output_file.hpp"
 #include "stratagem/search.hpp"
 
 namespace stratagem::cli {
@@ -40,9 +43,8 @@ void print_row(const char* rank, const SearchCandidate& c) {
                   : "");
 }
 
-int run_search(Args& a) {
-  const bool json = a.flag("--json");
-  const auto out = a.value("-o");
+// The search's own flags (the space, the budget, the scorer).
+SearchOptions search_options(Args& a) {
   SearchOptions o;
   if (auto s = a.value("--space")) o.space = search_space_from_string(*s, "--space");
   if (auto k = a.int_value("--top")) o.top_k = *k;
@@ -51,11 +53,10 @@ int run_search(Args& a) {
       throw InputError(a.command() + ": --threads: expected 1..1024, got " + std::to_string(*t));
     o.threads = *t;
   }
-  if (auto b = a.double_value("--memory-budget-gib")) {
-    if (!(*b > 0) || !std::isfinite(*b))
-      throw InputError(a.command() + ": --memory-budget-gib: expected a positive number of GiB");
+  // Below 1 MiB a budget would round to "not set" (0 bytes) in the search's buckets.
+  if (auto b = a.double_in("--memory-budget-gib", 1.0 / 1024, double(1 << 20),
+                           "GiB in [0.0009765625 (1 MiB), 1048576]"))
     o.memory_budget_bytes = static_cast<int64_t>(*b * double(int64_t(1) << 30));
-  }
   if (auto r = a.value("--rerank")) {
     if (*r == "simulator")
       o.rerank_with_simulator = true;
@@ -68,54 +69,32 @@ int run_search(Args& a) {
   o.flash_attention = a.flag("--flash-attention");
   o.overlap_grad_reduce = !a.flag("--no-overlap-grad-reduce");
   o.allow_cross_node_tp = a.flag("--allow-cross-node-tp");
-  const bool quiet = a.flag("--quiet");
-  auto gb = a.int_value("--global-batch");
-  ModelSpec m = model_from_args(a);
-  ClusterSpec c = cluster_from_args(a);
-  o.framework = framework_from_args(a);
-  a.finish();
-  if (!gb) throw InputError(a.command() + ": missing required flag --global-batch");
-  o.global_batch = *gb;
-  if (o.top_k < 1 || o.top_k > 1000)
-    throw InputError(a.command() + ": --top: expected 1..1000, got " + std::to_string(o.top_k));
-  if (world_size() > 1) o.comm = MPI_COMM_WORLD;
-  if (!quiet && world_rank() == 0)
-    o.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  return o;
+}
 
-  SearchResult r;
-  try {
-    r = search(m, c, o);
-  } catch (const NoFeasiblePlan& e) {
-    if (world_rank() == 0) {
-      std::fprintf(stderr, "%s: error: %s\n", a.command().c_str(), e.what());
-      if (json) {
-        nlohmann::json j = {{"feasible", false},
-                            {"error", e.what()},
-                            {"memory_budget_bytes", e.budget_bytes},
-                            {"smallest_peak_memory_bytes", nullptr},
-                            {"smallest_peak_plan", nullptr}};
-        if (e.smallest) {
-          j["smallest_peak_memory_bytes"] = e.smallest->est_peak_memory_bytes;
-          j["smallest_peak_plan"] = to_json(e.smallest->plan);
-        }
-        print_json(j);
+// No plan fits the budget: the line, and with --json the smallest plan's peak.
+int report_no_plan(const NoFeasiblePlan& e, const std::string& cmd, bool json) {
+  if (world_rank() == 0) {
+    std::fprintf(stderr, "%s: error: %s\n", cmd.c_str(), e.what());
+    if (json) {
+      nlohmann::json j = {{"feasible", false},
+                          {"error", e.what()},
+                          {"memory_budget_bytes", e.budget_bytes},
+                          {"smallest_peak_memory_bytes", nullptr},
+                          {"smallest_peak_plan", nullptr}};
+      if (e.smallest) {
+        j["smallest_peak_memory_bytes"] = e.smallest->est_peak_memory_bytes;
+        j["smallest_peak_plan"] = to_json(e.smallest->plan);
       }
+      print_json(j);
     }
-    return kExitNoFeasiblePlan;
   }
-  if (world_rank() == 0 && out) io::write_file_atomic(*out, to_json(r.best.plan).dump(2) + "\n");
-  if (json) {
-    nlohmann::json j = to_json(r);
-    j["feasible"] = true;
-    j["model"] = m.name;
-    j["cluster"] = c.name;
-    j["framework"] = o.framework.name;
-    j["nodes"] = c.nodes;
-    j["global_batch"] = o.global_batch;
-    print_json(j);
-    return 0;
-  }
-  if (world_rank() != 0) return 0;
+  return kExitNoFeasiblePlan;
+}
+
+// The ranked table, the best plan and the baselines (rank 0, without --json).
+void print_result(const SearchResult& r, const ModelSpec& m, const ClusterSpec& c,
+                  const SearchOptions& o) {
   std::printf(
       "search: %s on %s x %d nodes (%d GPUs), framework %s, global batch %d, budget %.2f GiB per "
       "GPU, space %s\n",
@@ -162,6 +141,53 @@ int run_search(Args& a) {
       (long long)s.configs_searched, (long long)s.configs, (long long)s.configs_pruned,
       (long long)s.configs_unfit, s.search_time_s, s.estimate_phase_s, s.rerank_phase_s,
       s.processes, s.processes > 1 ? "es" : "");
+}
+
+int run_search(Args& a) {
+  const bool json = a.flag("--json");
+  const auto out = a.output("-o");
+  SearchOptions o = search_options(a);
+  const bool quiet = a.flag("--quiet");
+  auto gb = a.int_value("--global-batch");
+  ModelSpec m = model_from_args(a);
+  ClusterSpec c = cluster_from_args(a);
+  o.framework = framework_from_args(a);
+  a.finish();
+  if (!gb) throw InputError(a.command() + ": missing required flag --global-batch");
+  o.global_batch = *gb;
+  if (o.top_k < 1 || o.top_k > 1000)
+    throw InputError(a.command() + ": --top: expected 1..1000, got " + std::to_string(o.top_k));
+  if (world_size() > 1) o.comm = MPI_COMM_WORLD;
+  if (o.rerank_with_simulator) {
+    // As many simulations at once as the re-rank runs threads (rerank.cpp), at most its set.
+    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads =
+        std::min(o.threads > 0 ? o.threads : std::max(1, cores / local_size()), 3 * o.top_k);
+    check_search_memory(m, c, o.global_batch, threads, local_size(), a.command());
+  }
+  if (!quiet && world_rank() == 0)
+    o.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+
+  SearchResult r;
+  try {
+    r = search(m, c, o);
+  } catch (const NoFeasiblePlan& e) {
+    return report_no_plan(e, a.command(), json);
+  }
+  if (world_rank() == 0 && out) io::write_output("-o", *out, to_json(r.best.plan).dump(2) + "\n");
+  if (json) {
+    nlohmann::json j = to_json(r);
+    j["feasible"] = true;
+    j["model"] = m.name;
+    j["cluster"] = c.name;
+    j["framework"] = o.framework.name;
+    j["nodes"] = c.nodes;
+    j["global_batch"] = o.global_batch;
+    print_json(j);
+    return 0;
+  }
+  if (world_rank() != 0) return 0;
+  print_result(r, m, c, o);
   if (out) std::printf("wrote %s\n", out->c_str());
   return 0;
 }

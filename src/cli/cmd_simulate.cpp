@@ -1,9 +1,9 @@
 #include <cstdio>
-#include <filesystem>
 #include <string>
 
 #include "src/cli/command.hpp"
 #include "src/cli/launch.hpp"
+#include "src/cli/memory_check.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/layout.hpp"
 #include "stratagem/program.hpp"
@@ -22,11 +22,48 @@ std::string gib_text(double bytes) {
   return buf;
 }
 
+// The figures, their breakdowns and the run's statistics (rank 0, without --json).
+void print_result(const nlohmann::json& j, const SimResult& r, const ModelSpec& m,
+                  const ClusterSpec& c, const Plan& p, const FrameworkSpec& fw, int iterations) {
+  std::printf("simulate: %s on %s x %d nodes (%d GPUs), framework %s, %d iteration%s\n  %s\n",
+              m.name.c_str(), c.name.c_str(), c.nodes, c.world_size(), fw.name.c_str(), iterations,
+              iterations > 1 ? "s" : "", p.describe().c_str());
+  std::printf(
+      "iteration %.4f s | %.0f tokens/s | %.1f TFLOP/s per GPU | MFU %.1f%% | bubble %.1f%%\n",
+      j["iteration_time_s"].get<double>(), j["tokens_per_s"].get<double>(),
+      j["tflops_per_gpu"].get<double>(), 100 * j["mfu"].get<double>(),
+      100 * j["bubble_fraction"].get<double>());
+  std::printf("time per iteration (s, mean over ranks):\n");
+  const double it = j["iteration_time_s"].get<double>();
+  for (const char* k : {"compute", "recompute", "tp_comm", "dp_comm", "pp_comm", "bubble",
+                        "offload", "optimizer"}) {
+    const double s = j["time_breakdown_s"][k].get<double>();
+    std::printf("  %-12s %10.4f  %5.1f%%\n", k, s, it > 0 ? 100 * s / it : 0.0);
+  }
+  std::printf("peak memory per GPU: %.2f GiB of %.2f GiB (rank %d, stage %d)%s\n",
+              gib(j["peak_memory_bytes"].get<int64_t>()), gib(c.gpu.hbm_bytes),
+              j["peak_rank"].get<int>(), j["peak_stage"].get<int>(),
+              r.oom.oom ? "  OUT OF MEMORY" : "");
+  for (const char* k :
+       {"weights", "grads", "optimizer", "activations", "buffers", "context", "fragmentation"})
+    if (j["memory_breakdown_bytes"].contains(k))
+      std::printf("  %-14s %10.2f GiB\n", k, gib(j["memory_breakdown_bytes"][k].get<int64_t>()));
+  std::printf("simulated %llu op events in %.3f s (%d process%s, %llu windows)\n",
+              (unsigned long long)r.stats.ops_executed, r.stats.setup_s + r.stats.run_s,
+              r.stats.processes, r.stats.processes > 1 ? "es" : "",
+              (unsigned long long)r.stats.windows);
+  if (r.stats.symmetric)
+    std::printf("mode: symmetric (%d of %d ranks simulated, %llu op events; --full runs all)\n",
+                r.stats.simulated_ranks, p.world_size(), (unsigned long long)r.stats.ops_simulated);
+  else
+    std::printf("mode: full (every rank simulated)\n");
+}
+
 int run_simulate(Args& a) {
   const bool json = a.flag("--json");
   const bool mirror = a.flag("--mirror");
   const bool full = a.flag("--full");
-  const auto trace = a.value("--trace");
+  const auto trace = a.output("--trace");
   const int iterations = a.int_value("--iterations").value_or(1);
   const auto interference = a.double_value("--interference");
   ModelSpec m = model_from_args(a);
@@ -40,17 +77,9 @@ int run_simulate(Args& a) {
   if (interference && (*interference < 1.0 || *interference > 10.0))
     throw InputError(a.command() + ": --interference: expected a slowdown factor in [1, 10], got " +
                      std::to_string(*interference));
-  if (trace) {
-    std::error_code ec;  // a name the file system rejects is treated as missing
-    if (std::filesystem::is_directory(*trace, ec))
-      throw InputError(a.command() + ": --trace " + *trace +
-                       ": is a directory, expected a file name (FILE.h5)");
-    const auto dir = std::filesystem::path(*trace).parent_path();
-    if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
-      throw InputError(a.command() + ": --trace " + *trace + ": directory " + dir.string() +
-                       " does not exist");
-  }
   check_launch(a.command());
+  // Before the Program exists: it alone grows with the micro-batch count.
+  check_simulate_memory(m, p, local_size(), a.command());
   Program prog = build_program(m, p, fw);
   {
     SimOptions o;
@@ -108,38 +137,7 @@ int run_simulate(Args& a) {
     return 0;
   }
   if (world_rank() != 0) return 0;
-  std::printf("simulate: %s on %s x %d nodes (%d GPUs), framework %s, %d iteration%s\n  %s\n",
-              m.name.c_str(), c.name.c_str(), c.nodes, c.world_size(), fw.name.c_str(), iterations,
-              iterations > 1 ? "s" : "", p.describe().c_str());
-  std::printf(
-      "iteration %.4f s | %.0f tokens/s | %.1f TFLOP/s per GPU | MFU %.1f%% | bubble %.1f%%\n",
-      j["iteration_time_s"].get<double>(), j["tokens_per_s"].get<double>(),
-      j["tflops_per_gpu"].get<double>(), 100 * j["mfu"].get<double>(),
-      100 * j["bubble_fraction"].get<double>());
-  std::printf("time per iteration (s, mean over ranks):\n");
-  const double it = j["iteration_time_s"].get<double>();
-  for (const char* k : {"compute", "recompute", "tp_comm", "dp_comm", "pp_comm", "bubble",
-                        "offload", "optimizer"}) {
-    const double s = j["time_breakdown_s"][k].get<double>();
-    std::printf("  %-12s %10.4f  %5.1f%%\n", k, s, it > 0 ? 100 * s / it : 0.0);
-  }
-  std::printf("peak memory per GPU: %.2f GiB of %.2f GiB (rank %d, stage %d)%s\n",
-              gib(j["peak_memory_bytes"].get<int64_t>()), gib(c.gpu.hbm_bytes),
-              j["peak_rank"].get<int>(), j["peak_stage"].get<int>(),
-              r.oom.oom ? "  OUT OF MEMORY" : "");
-  for (const char* k :
-       {"weights", "grads", "optimizer", "activations", "buffers", "context", "fragmentation"})
-    if (j["memory_breakdown_bytes"].contains(k))
-      std::printf("  %-14s %10.2f GiB\n", k, gib(j["memory_breakdown_bytes"][k].get<int64_t>()));
-  std::printf("simulated %llu op events in %.3f s (%d process%s, %llu windows)\n",
-              (unsigned long long)r.stats.ops_executed, r.stats.setup_s + r.stats.run_s,
-              r.stats.processes, r.stats.processes > 1 ? "es" : "",
-              (unsigned long long)r.stats.windows);
-  if (r.stats.symmetric)
-    std::printf("mode: symmetric (%d of %d ranks simulated, %llu op events; --full runs all)\n",
-                r.stats.simulated_ranks, p.world_size(), (unsigned long long)r.stats.ops_simulated);
-  else
-    std::printf("mode: full (every rank simulated)\n");
+  print_result(j, r, m, c, p, fw, iterations);
   return 0;
 }
 

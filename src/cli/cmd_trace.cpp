@@ -14,7 +14,7 @@ std::string one_file(Args& a) {
 }
 
 int run_export(Args& a) {
-  const auto chrome = a.value("--chrome");
+  const auto chrome = a.output("--chrome");
   const bool json = a.flag("--json");
   const std::string file = one_file(a);
   a.finish();

@@ -1,28 +1,24 @@
 #include <unistd.h>
 
 #include <climits>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "src/cli/command.hpp"
 #include "src/cli/launch.hpp"
-#include "src/io/atomic_file.hpp"
+#include "src/cli/memory_check.hpp"
 #include "stratagem/backend.hpp"
 #include "stratagem/checkpoint.hpp"
 #include "stratagem/cuda_device.hpp"
+#include "stratagem/stop_signal.hpp"
 #include "stratagem/trainer.hpp"
 
 namespace stratagem::cli {
 namespace {
-
-volatile std::sig_atomic_t g_stop_signal = 0;
-void on_signal(int sig) {
-  g_stop_signal = sig;
-}
 
 // cuda when the NVIDIA driver shows a GPU and the CUDA plugin is beside the binary, else cpu
 // (asking the driver loads no CUDA library). STRATAGEM_BACKEND overrides it (the CPU backend's
@@ -61,161 +57,148 @@ std::string cluster_for_gpu() {
   return best;
 }
 
-int run_train(Args& a) {
-  // Installed first: a time-limit signal during start-up (data, checkpoint loading) must still
-  // end in a checkpoint-and-exit, not in a killed rank.
-  std::signal(SIGUSR1, on_signal);
-  std::signal(SIGTERM, on_signal);
-  const auto data_path = a.required("--data");
-  // Count flags take bounds, so a negative or absurd value is one clear line (exit 2).
-  const int steps = a.int_value("--steps", 1, 1000000000).value_or(-1);
-  const auto ckpt_dir = a.value("--ckpt-dir");
-  const int ckpt_every = a.int_value("--ckpt-every", 0, 1000000000).value_or(0);
-  const int keep = a.int_value("--keep", 1, 1000000).value_or(3);
-  const bool resume = a.flag("--resume");
-  const int stop_after = a.int_value("--stop-after").value_or(-1);
-  const auto trace_path = a.value("--trace");
-  const auto log_json = a.value("--log-json");
-  const int log_every = a.int_value("--log-every", 1, 1000000000).value_or(1);
-  const std::string backend_name = a.value("--backend").value_or(default_backend());
-  // Without --comm: mpi on the cpu backend; on cuda, nccl when every rank of the node has a
-  // GPU of its own, else mpi staged through host memory (decided once the ranks agree below).
-  const auto comm_arg = a.value("--comm");
-  std::string comm_name = comm_arg.value_or(backend_name == "cuda" ? "nccl" : "mpi");
-  const bool json = a.flag("--json");
-  const bool dtype_given = a.value("--dtype").has_value();
+// The training loop's flags (steps, checkpoints, logs, schedule), each refused alone when out
+// of range (one line, exit 2).
+TrainerOptions trainer_options(Args& a) {
   TrainerOptions o;
-  o.steps = steps;
-  o.ckpt_dir = ckpt_dir;
-  o.ckpt_every = ckpt_every;
-  o.keep = keep;
-  o.resume = resume;
-  o.stop_after = stop_after;
-  o.trace_path = trace_path;
-  o.log_json = log_json;
-  o.log_every = log_every;
-  o.quiet = json;
-  o.comm_timeout_s = a.double_value("--comm-timeout-s").value_or(600);
-  o.skip_nonfinite = a.int_value("--skip-nonfinite").value_or(0);
+  // Count flags take bounds, so a negative or absurd value is one clear line (exit 2).
+  o.steps = a.int_value("--steps", 1, 1000000000).value_or(-1);
+  o.ckpt_dir = a.value("--ckpt-dir");
+  o.ckpt_every = a.int_value("--ckpt-every", 0, 1000000000).value_or(0);
+  o.keep = a.int_value("--keep", 1, 1000000).value_or(3);
+  o.resume = a.flag("--resume");
+  o.overwrite = a.flag("--overwrite");
+  o.stop_after = a.int_value("--stop-after", 1, 1000000000).value_or(-1);
+  o.trace_path = a.output("--trace");
+  o.log_json = a.output("--log-json");
+  o.log_every = a.int_value("--log-every", 1, 1000000000).value_or(1);
+  o.comm_timeout_s =
+      a.double_in("--comm-timeout-s", 1e-3, 1e7, "seconds in (0, 1e7]").value_or(600);
+  o.skip_nonfinite = a.int_value("--skip-nonfinite", 0, INT_MAX).value_or(0);
   ExecutorOptions& opt = o.exec;
   opt.seed = static_cast<uint64_t>(a.int_value("--seed", 0, INT_MAX).value_or(1234));
-  opt.schedule.max_lr = static_cast<float>(a.double_value("--lr").value_or(1e-3));
-  opt.schedule.min_lr =
-      static_cast<float>(a.double_value("--min-lr").value_or(opt.schedule.max_lr / 10));
+  // Rates are fp32 in the optimizer: a value it cannot hold (--lr 1e39) would fail at step 2.
+  const double fp32_max = std::numeric_limits<float>::max();
+  const double lr =
+      a.double_in("--lr", 0, fp32_max, "a learning rate >= 0 that fp32 holds").value_or(1e-3);
+  opt.schedule.max_lr = static_cast<float>(lr);
+  opt.schedule.min_lr = static_cast<float>(
+      a.double_in("--min-lr", 0, lr, "a learning rate in [0, --lr]").value_or(lr / 10));
   opt.schedule.warmup_steps = a.int_value("--warmup", 0, 1000000000).value_or(0);
-  opt.adamw.weight_decay = static_cast<float>(a.double_value("--weight-decay").value_or(0.1));
-  opt.grad_clip = static_cast<float>(a.double_value("--grad-clip").value_or(1.0));
-  ModelSpec model = model_from_args(a);
+  opt.adamw.weight_decay = static_cast<float>(
+      a.double_in("--weight-decay", 0, fp32_max, "a weight decay >= 0 that fp32 holds")
+          .value_or(0.1));
+  opt.grad_clip = static_cast<float>(
+      a.double_in("--grad-clip", 0, fp32_max, "a gradient norm bound >= 0 that fp32 holds")
+          .value_or(1.0));
+  return o;
+}
+
+// Rules between the loop's flags.
+void check_trainer_options(const TrainerOptions& o, const std::string& cmd) {
+  if (o.steps < 1) throw InputError(cmd + ": --steps: expected >= 1");
+  if (o.ckpt_every > 0 && !o.ckpt_dir) throw InputError(cmd + ": --ckpt-every needs --ckpt-dir");
+  if (o.resume && !o.ckpt_dir) throw InputError(cmd + ": --resume needs --ckpt-dir");
+  if (o.overwrite && !o.ckpt_dir) throw InputError(cmd + ": --overwrite needs --ckpt-dir");
+  if (o.overwrite && o.resume)
+    throw InputError(cmd +
+                     ": --overwrite and --resume: give one (continue the run in --ckpt-dir, "
+                     "or replace its checkpoints)");
+  // A fresh run beside another run's checkpoints would prune them with --keep, and a later
+  // --resume would continue the other run without a word.
+  if (o.ckpt_dir && !o.resume && !o.overwrite) {
+    const std::vector<std::string> found = list_checkpoints(*o.ckpt_dir);
+    if (!found.empty())
+      throw InputError(cmd + ": --ckpt-dir " + *o.ckpt_dir + " holds " +
+                       std::to_string(found.size()) + " checkpoint(s) of another run (newest " +
+                       std::filesystem::path(found.back()).filename().string() +
+                       "): pass --resume to continue it, or --overwrite to replace them");
+  }
+}
+
+// What the flags say about the backend and the communicator, checked before any work.
+struct BackendChoice {
+  std::string backend, comm;
+  bool comm_given = false;
+};
+void check_backend(BackendChoice& b, Plan& plan, bool dtype_given, const TrainerOptions& o,
+                   const std::string& cmd) {
+  if (b.backend != "cpu" && b.backend != "cuda")
+    throw InputError(cmd + ": --backend: expected cpu|cuda, got '" + b.backend + "'");
+  if (b.comm != "mpi" && b.comm != "nccl")
+    throw InputError(cmd + ": --comm: expected mpi|nccl, got '" + b.comm + "'");
+  if (b.backend == "cpu" && b.comm != "mpi")
+    throw InputError(cmd + ": --comm nccl needs --backend cuda");
+  if (b.backend == "cpu") {
+    // The CPU backend computes in fp32: its plan says so, so the forecast it is compared with
+    // counts the same bytes.
+    if (!dtype_given) plan.dtype = Dtype::fp32;
+    return;
+  }
+  if (plan.dtype != Dtype::fp32 && plan.dtype != Dtype::bf16)
+    throw InputError(cmd + ": --dtype " + to_string(plan.dtype) +
+                     ": the cuda backend computes in bf16 or fp32");
+  check_cuda_available(cmd);
+  // Without --comm, NCCL when the plugin has it; --comm nccl without it is refused here,
+  // before any rank starts work.
+  if (!b.comm_given && !cuda::have_nccl()) b.comm = "mpi";
+  if (b.comm == "nccl" && !cuda::have_nccl())
+    throw InputError(cmd + ": --comm nccl: the CUDA plugin " + cuda::plugin_path() +
+                     " was built without NCCL; use --comm mpi");
+  // Checkpoints and the measured memory read host memory today.
+  if (o.ckpt_dir)
+    throw NotSupported(
+        "--ckpt-dir with --backend cuda: checkpoints read the weights from "
+        "host memory; device-memory checkpoints are not implemented yet");
+}
+
+// --cluster, or the node we run on: on a GPU the one holding this GPU's peak
+// (data/gpus.json), so the log's MFU is measured against it.
+ClusterSpec train_cluster(Args& a, const std::string& backend) {
   const bool nodes_given = a.value("--nodes").has_value();
-  // On a GPU the modeled node is the one holding this GPU's peak (data/gpus.json), so the
-  // log's MFU is measured against it.
   const std::string default_cluster =
-      backend_name == "cuda" && !a.value("--cluster") ? cluster_for_gpu() : "cpu-local";
+      backend == "cuda" && !a.value("--cluster") ? cluster_for_gpu() : "cpu-local";
   ClusterSpec cluster = cluster_from_args(a, default_cluster.c_str());
   if (!nodes_given) {
     // Without --nodes the modeled cluster is the one we were launched on: a partly used node
     // counts as a smaller node.
     const int g = cluster.node.gpus_per_node;
     if (world_size() < g)
-      cluster.node.gpus_per_node = world_size(), cluster.nodes = 1;
+      cluster.nodes = 1, cluster.node.gpus_per_node = world_size();
     else if (world_size() % g == 0)
       cluster.nodes = world_size() / g;
   }
-  Plan plan = plan_from_args(a, model, cluster);
-  a.finish();
-  if (steps < 1) throw InputError(a.command() + ": --steps: expected >= 1");
-  for (const auto& [flag, path] : {std::pair{"--trace", trace_path}, {"--log-json", log_json}})
-    if (path) {
-      std::error_code ec;  // a name the file system rejects is treated as missing
-      if (std::filesystem::is_directory(*path, ec))
-        throw InputError(a.command() + ": " + flag + " " + *path +
-                         ": is a directory, expected a file name");
-      const auto dir = std::filesystem::path(*path).parent_path();
-      if (!dir.empty() && !std::filesystem::is_directory(dir, ec))
-        throw InputError(a.command() + ": " + flag + " " + *path + ": directory " + dir.string() +
-                         " does not exist");
-    }
-  if (ckpt_every < 0) throw InputError(a.command() + ": --ckpt-every: expected >= 0");
-  if (ckpt_every > 0 && !ckpt_dir)
-    throw InputError(a.command() + ": --ckpt-every needs --ckpt-dir");
-  if (resume && !ckpt_dir) throw InputError(a.command() + ": --resume needs --ckpt-dir");
-  if (o.skip_nonfinite < 0)
-    throw InputError(a.command() + ": --skip-nonfinite: expected a count >= 0");
-  if (!(o.comm_timeout_s > 0))
-    throw InputError(a.command() + ": --comm-timeout-s: expected a number > 0");
-  if (backend_name != "cpu" && backend_name != "cuda")
-    throw InputError(a.command() + ": --backend: expected cpu|cuda, got '" + backend_name + "'");
-  if (comm_name != "mpi" && comm_name != "nccl")
-    throw InputError(a.command() + ": --comm: expected mpi|nccl, got '" + comm_name + "'");
-  if (backend_name == "cpu" && comm_name != "mpi")
-    throw InputError(a.command() + ": --comm nccl needs --backend cuda");
-  if (backend_name == "cpu") {
-    // The CPU backend computes in fp32: its plan says so, so the forecast it is compared with
-    // counts the same bytes.
-    if (!dtype_given) plan.dtype = Dtype::fp32;
-  } else {
-    if (plan.dtype != Dtype::fp32 && plan.dtype != Dtype::bf16)
-      throw InputError(a.command() + ": --dtype " + to_string(plan.dtype) +
-                       ": the cuda backend computes in bf16 or fp32");
-    check_cuda_available(a.command());
-    // Without --comm, NCCL when the plugin has it; --comm nccl without it is refused here,
-    // before any rank starts work.
-    if (!comm_arg && !cuda::have_nccl()) comm_name = "mpi";
-    if (comm_name == "nccl" && !cuda::have_nccl())
-      throw InputError(a.command() + ": --comm nccl: the CUDA plugin " + cuda::plugin_path() +
-                       " was built without NCCL; use --comm mpi");
-    // Checkpoints and the measured memory read host memory today.
-    if (ckpt_dir)
-      throw NotSupported(
-          "--ckpt-dir with --backend cuda: checkpoints read the weights from "
-          "host memory; device-memory checkpoints are not implemented yet");
-  }
-  // The world must match the plan before any work starts.
-  if (world_size() != plan.world_size())
-    throw InputError(a.command() + ": the plan needs " + std::to_string(plan.world_size()) +
-                     " ranks (pp x tp x dp) but MPI started " + std::to_string(world_size()) +
-                     "; use mpirun -np " + std::to_string(plan.world_size()));
-  check_launch(a.command());
-  check_runnable(model, plan, cluster, backend_name);
-  opt.schedule.total_steps = steps;
+  return cluster;
+}
 
-  TokenDataset data = TokenDataset::load(data_path);
-  data.check_fits(model.seq_len, model.vocab);
-  // From here on ranks work together: an error on one rank must end all of them. Entering is
-  // an agreement: a rank whose own input failed above ends the job with its message.
-  begin_collective_phase(o.comm_timeout_s);
-  const int local = local_rank();  // every rank must take part: it is a collective
-  if (backend_name == "cuda" && !comm_arg && local_size() > cuda::device_count()) comm_name = "mpi";
-  if (world_rank() == 0 && !json)
-    std::printf(
-        "train: %s, %d ranks (%s), backend %s (%s, comm %s), local rank of rank 0: %d, data %s "
-        "(%lld tokens)\n",
-        model.name.c_str(), world_size(), plan.describe().c_str(), backend_name.c_str(),
-        to_string(plan.dtype), comm_name.c_str(), local, data_path.c_str(), (long long)data.size());
-  std::unique_ptr<Backend> backend;
-  if (backend_name == "cpu") {
-    backend = make_cpu_backend();
-  } else {
-    const int device =
-        choose_local_device(local, local_size(), cuda::device_count(), comm_name == "nccl");
-    backend =
-        cuda::make_backend(device, plan.dtype == Dtype::bf16 ? ScalarType::bf16 : ScalarType::fp32);
-    o.make_comm = comm_name == "nccl" ? cuda::nccl_comm_factory(*backend)
-                                      : cuda::host_staging_comm_factory(*backend);
-    if (world_rank() == 0 && !json)
-      std::printf("train: rank 0 drives CUDA device %d (%s), CUDA runtime %s\n", device,
-                  cuda::device_name(device).c_str(), cuda::runtime_version().c_str());
-  }
-  TrainSummary r = train(MPI_COMM_WORLD, model, cluster, plan, *backend, data, o, &g_stop_signal);
+// The backend this rank computes on (collective: the ranks of a node share out the GPUs).
+std::unique_ptr<Backend> make_train_backend(BackendChoice& b, const Plan& plan, TrainerOptions& o,
+                                            bool quiet) {
+  if (b.backend == "cpu") return make_cpu_backend();
+  const int local = local_rank();
+  const int device =
+      choose_local_device(local, local_size(), cuda::device_count(), b.comm == "nccl");
+  auto backend =
+      cuda::make_backend(device, plan.dtype == Dtype::bf16 ? ScalarType::bf16 : ScalarType::fp32);
+  o.make_comm = b.comm == "nccl" ? cuda::nccl_comm_factory(*backend)
+                                 : cuda::host_staging_comm_factory(*backend);
+  if (world_rank() == 0 && !quiet)
+    std::printf("train: rank 0 drives CUDA device %d (%s), CUDA runtime %s\n", device,
+                cuda::device_name(device).c_str(), cuda::runtime_version().c_str());
+  return backend;
+}
+
+// The run's figures (--json), and on cuda what the caching allocator held.
+void print_result(const TrainSummary& r, const ModelSpec& model, const Plan& plan,
+                  const BackendChoice& b, Backend& backend, bool json) {
   int64_t high[2] = {r.high_water_bytes, r.host_high_water_bytes};
   MPI_Allreduce(MPI_IN_PLACE, high, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
   // What the device allocator held at most, beside the executor's ledger (which counts the
   // Program's buffers): the difference is cached blocks and rounding.
   int64_t device_reserved = 0;
-  if (backend_name == "cuda")
-    device_reserved = cuda::device_memory(*backend).reserved_high_water_bytes;
+  if (b.backend == "cuda") device_reserved = cuda::device_memory(backend).reserved_high_water_bytes;
   MPI_Allreduce(MPI_IN_PLACE, &device_reserved, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
-  if (backend_name == "cuda" && world_rank() == 0 && !json)
+  if (b.backend == "cuda" && world_rank() == 0 && !json)
     std::printf(
         "train: peak memory per rank %.2f GiB in the executor's ledger, %.2f GiB reserved "
         "by the CUDA caching allocator\n",
@@ -230,6 +213,62 @@ int run_train(Args& a) {
                 {"host_high_water_bytes", high[1]},
                 {"device_reserved_high_water_bytes", device_reserved},
                 {"checkpoint", r.checkpoint}});
+}
+
+int run_train(Args& a) {
+  // Installed first: a signal while the job starts (an `open` of a FIFO given as an input
+  // blocks forever) ends it at once; in the loop it asks for a checkpoint.
+  const double grace_s =
+      a.double_in("--signal-grace-s", 0, 1e6, "seconds in [0, 1e6] (0: no bound)").value_or(120);
+  const bool alone = world_size() == 1;
+  install_stop_signals(grace_s,
+                       alone ? "stratagem train: "
+                             : "stratagem train: on rank " + std::to_string(world_rank()) + ": ",
+                       /*quiet_before_loop=*/!alone);
+  const auto data_path = a.required("--data");
+  TrainerOptions o = trainer_options(a);
+  BackendChoice b;
+  b.backend = a.value("--backend").value_or(default_backend());
+  // Without --comm: mpi on the cpu backend; on cuda, nccl when every rank of the node has a
+  // GPU of its own, else mpi staged through host memory (decided once the ranks agree below).
+  const auto comm_arg = a.value("--comm");
+  b.comm_given = comm_arg.has_value();
+  b.comm = comm_arg.value_or(b.backend == "cuda" ? "nccl" : "mpi");
+  const bool json = a.flag("--json");
+  o.quiet = json;
+  const bool dtype_given = a.value("--dtype").has_value();
+  ModelSpec model = model_from_args(a);
+  ClusterSpec cluster = train_cluster(a, b.backend);
+  Plan plan = plan_from_args(a, model, cluster);
+  a.finish();
+  check_trainer_options(o, a.command());
+  check_backend(b, plan, dtype_given, o, a.command());
+  // The world must match the plan before any work starts.
+  if (world_size() != plan.world_size())
+    throw InputError(a.command() + ": the plan needs " + std::to_string(plan.world_size()) +
+                     " ranks (pp x tp x dp) but MPI started " + std::to_string(world_size()) +
+                     "; use mpirun -np " + std::to_string(plan.world_size()));
+  check_launch(a.command());
+  check_runnable(model, plan, cluster, b.backend);
+  if (b.backend == "cpu") check_train_memory(model, cluster, plan, local_size(), a.command());
+  o.exec.schedule.total_steps = o.steps;
+
+  TokenDataset data = TokenDataset::load(data_path);
+  data.check_fits(model.seq_len, model.vocab);
+  // From here on ranks work together: an error on one rank must end all of them. Entering is
+  // an agreement: a rank whose own input failed above ends the job with its message.
+  begin_collective_phase(o.comm_timeout_s);
+  const int local = local_rank();  // every rank must take part: it is a collective
+  if (b.backend == "cuda" && !b.comm_given && local_size() > cuda::device_count()) b.comm = "mpi";
+  if (world_rank() == 0 && !json)
+    std::printf(
+        "train: %s, %d ranks (%s), backend %s (%s, comm %s), local rank of rank 0: %d, data %s "
+        "(%lld tokens)\n",
+        model.name.c_str(), world_size(), plan.describe().c_str(), b.backend.c_str(),
+        to_string(plan.dtype), b.comm.c_str(), local, data_path.c_str(), (long long)data.size());
+  std::unique_ptr<Backend> backend = make_train_backend(b, plan, o, json);
+  TrainSummary r = train(MPI_COMM_WORLD, model, cluster, plan, *backend, data, o);
+  print_result(r, model, plan, b, *backend, json);
   return 0;
 }
 
@@ -238,14 +277,18 @@ Register reg{
      std::string(
          "usage: mpirun -np N stratagem train --model M --cluster cpu-local "
          "(--plan FILE | shorthand flags) --data FILE --steps S\n"
-         "       [--ckpt-dir D --ckpt-every K --keep 3] [--resume] [--stop-after N] [--trace "
-         "FILE.h5]\n"
+         "       [--ckpt-dir D --ckpt-every K --keep 3] [--resume | --overwrite] [--stop-after N]\n"
+         "       [--trace FILE.h5] [--signal-grace-s 120]\n"
          "       [--seed X] [--log-json FILE] [--log-every N] [--lr 1e-3 --min-lr --warmup N\n"
          "       --weight-decay 0.1 --grad-clip 1.0] [--backend cpu|cuda] [--comm mpi|nccl]\n"
          "       [--comm-timeout-s 600] "
          "[--json]\n"
          "       [--skip-nonfinite 0]\n"
-         "  SIGUSR1/SIGTERM: checkpoint at the next step boundary on all ranks, exit 0.\n"
+         "  SIGUSR1/SIGTERM: checkpoint at the next step boundary on all ranks, exit 0. Before\n"
+         "  the training loop, a second SIGTERM, or no step boundary within --signal-grace-s:\n"
+         "  exit 128+signal at once, without a checkpoint.\n"
+         "  A fresh run refuses a --ckpt-dir holding checkpoints (--resume continues that run,\n"
+         "  --overwrite removes them).\n"
          "  The cpu backend computes in fp32 (the plan's dtype unless --dtype is given).\n"
          "  --backend defaults to cuda when a GPU is visible, else cpu. The cuda backend keeps\n"
          "  fp32 weights and computes its GEMMs in --dtype (bf16 with fp32 accumulation by\n"

@@ -10,13 +10,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "src/cli/command.hpp"
 #include "src/io/hdf5_util.hpp"
+#include "src/io/output_file.hpp"
 #include "stratagem/cuda_device.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/simulate.hpp"
 #include "stratagem/version.hpp"
 #include "stratagem/watchdog.hpp"
 
@@ -197,12 +202,36 @@ int fail(const std::string& who, const char* kind, const char* what, int code,
   return code;
 }
 
+bool launched_by_mpirun_or_srun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") ||
+         std::getenv("PMI_RANK") || std::getenv("SLURM_STEP_ID");
+}
+
+// Arms the watchdog over MPI_Init and the first collective, before any flag is parsed: the
+// bound is --comm-timeout-s as written (a bad value is refused later, with its message).
+// Returns whether it is armed.
+bool start_up_watchdog(const std::string& who, const std::vector<std::string>& args) {
+  if (!launched_by_mpirun_or_srun()) return false;
+  double timeout_s = 600;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string v;
+    if (args[i] == "--comm-timeout-s" && i + 1 < args.size()) v = args[i + 1];
+    if (args[i].rfind("--comm-timeout-s=", 0) == 0) v = args[i].substr(17);
+    char* end = nullptr;
+    const double x = v.empty() ? 0 : std::strtod(v.c_str(), &end);
+    if (!v.empty() && *end == '\0' && x > 0 && x < 1e7) timeout_s = x;
+  }
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (!rank) rank = std::getenv("PMIX_RANK");
+  stratagem::set_watchdog(timeout_s,
+                          who + ": error" + (rank ? std::string(" on rank ") + rank : "") + ": ");
+  return true;
+}
+
 // Ranks launched by mpirun or srun die with their launcher: orphans must not go on writing
 // checkpoints (or hold the checkpoint lock) after the job is gone.
 void die_with_launcher() {
-  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") ||
-                        std::getenv("PMI_RANK") || std::getenv("SLURM_STEP_ID");
-  if (!launched) return;
+  if (!launched_by_mpirun_or_srun()) return;
   const pid_t parent = ::getppid();
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) std::_Exit(1);  // the launcher died before prctl
@@ -234,6 +263,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   die_with_launcher();
+  const std::string who = "stratagem " + cmd->name;
   // Started without mpirun or srun, Open MPI's singleton forks a support daemon (orted) that
   // only MPI_Comm_spawn needs, which stratagem never calls: ~0.2 s of every command's start.
   // A user's own setting wins.
@@ -242,13 +272,19 @@ int main(int argc, char** argv) {
   // computes (train starts and stops it, src/runtime/trainer.cpp); without MULTIPLE it moves on
   // only in MPI calls.
   int thread_level = MPI_THREAD_SINGLE;
+  // A rank stopped or dead while the job starts would hold the others in MPI's start-up
+  // forever: the watchdog bounds it by --comm-timeout-s (600 s) when a launcher started us.
+  std::optional<stratagem::WatchdogScope> start_up;
+  if (start_up_watchdog(who, rest))
+    start_up.emplace("MPI start-up (MPI_Init and the first collective)",
+                     "not arrived: one or more ranks (stopped or died while starting)");
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);
   // HDF5's own error stack would print a page for a damaged file: stratagem's errors say it in
   // one line (the readers check every call).
   stratagem::io::silence_hdf5_errors();
   MPI_Comm_dup(MPI_COMM_WORLD, &stratagem::cli::g_agree_comm);
+  start_up.reset();
   int code = stratagem::kExitOk;
-  const std::string who = "stratagem " + cmd->name;
   // The prefix of the watchdog's lines, for its bounded sections (a damaged HDF5 file that
   // libhdf5 never finishes reading: src/io/hdf5_guard.hpp); `train` sets its own, with its
   // communication timeout.
@@ -266,8 +302,23 @@ int main(int argc, char** argv) {
     code = fail(who, "error", e.what(), stratagem::kExitBadInput);
   } catch (const stratagem::NotSupported& e) {
     code = fail(who, "not supported yet", e.what(), stratagem::kExitBadInput);
+  } catch (const std::bad_alloc&) {
+    // The pre-checks (src/cli/memory_check.hpp) refuse what they can foresee; this is what
+    // they missed, said in words.
+    std::string by;
+    char what[256];
+    std::snprintf(what, sizeof what,
+                  "out of memory: an allocation failed (this process may use %.1f GiB: %s); "
+                  "try a smaller job",
+                  double(stratagem::memory_limit_bytes(&by)) / double(1LL << 30), by.c_str());
+    code = fail(who, "error", what, stratagem::kExitFailure, /*always_abort=*/true);
   } catch (const std::exception& e) {
     code = fail(who, "error", e.what(), stratagem::kExitFailure, /*always_abort=*/true);
+  }
+  if (stratagem::io::failed_hdf5_write()) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(code);
   }
   MPI_Comm_free(&stratagem::cli::g_agree_comm);
   // What is still buffered reaches the launcher before MPI_Finalize ends its forwarding (at

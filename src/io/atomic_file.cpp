@@ -2,12 +2,9 @@
 
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 
-#include "stratagem/error.hpp"
+#include "src/io/output_file.hpp"
 
 namespace stratagem::io {
 
@@ -19,17 +16,7 @@ std::string temporary_path_for(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& contents) {
-  std::string tmp = temporary_path_for(path);
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw InputError(path + ": cannot write (" + std::strerror(errno) + ")");
-  bool ok = std::fwrite(contents.data(), 1, contents.size(), f) == contents.size();
-  ok = (std::fflush(f) == 0) && ok;
-  ok = (::fsync(::fileno(f)) == 0) && ok;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw InputError(path + ": write failed (" + std::strerror(errno) + ")");
-  }
+  write_output("", path, contents);
 }
 
 }  // namespace stratagem::io

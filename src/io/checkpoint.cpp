@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,8 +17,10 @@
 #include <fstream>
 #include <map>
 
+#include "src/io/checkpoint_files.hpp"
 #include "src/io/file_digest.hpp"
 #include "src/io/hdf5_util.hpp"
+#include "src/io/output_file.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/blocking_section.hpp"
 
@@ -86,45 +89,19 @@ H5Handle memory_space(const CheckpointPiece& p, int ndims) {
   return space;
 }
 
-// "step-<digits>.h5" (complete) or "step-<digits>.h5.tmp" (half-written).
-enum class CkptFile { other, complete, partial };
-CkptFile classify(const std::string& f) {
-  if (f.rfind("step-", 0) != 0) return CkptFile::other;
-  size_t i = 5;
-  while (i < f.size() && std::isdigit(static_cast<unsigned char>(f[i]))) ++i;
-  if (i == 5) return CkptFile::other;
-  const std::string rest = f.substr(i);
-  if (rest == ".h5") return CkptFile::complete;
-  if (rest == ".h5.tmp") return CkptFile::partial;
-  return CkptFile::other;
-}
-
 void barrier(MPI_Comm comm, const std::string& what) {
   BlockingSection guard(what + " (world)", not_arrived(comm));
   MPI_Barrier(comm);
 }
 
-void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
 }  // namespace
 
-void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta& meta,
-                     const std::vector<CheckpointTensor>& tensors,
-                     const std::vector<CheckpointPiece>& pieces, int keep) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  if (rank == 0) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw InputError("--ckpt-dir " + dir + ": cannot create (" + ec.message() + ")");
-  }
-  barrier(comm, "barrier before writing checkpoint step " + std::to_string(meta.step));
-  // Checksums first (from memory): attributes are written collectively with one value.
+namespace {
+// The dataset checksums of a checkpoint, hashed from memory by every rank and summed; a tensor
+// with non-finite values is refused.
+std::vector<uint64_t> checksums(MPI_Comm comm, int64_t step,
+                                const std::vector<CheckpointTensor>& tensors,
+                                const std::vector<CheckpointPiece>& pieces) {
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < tensors.size(); ++i) index[tensors[i].dataset] = i;
   std::vector<uint64_t> sums(tensors.size(), 0);
@@ -143,72 +120,133 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
   }
   for (size_t i = 0; i < tensors.size(); ++i)
     if (bad[i] > 0)
-      throw std::runtime_error("checkpoint step " + std::to_string(meta.step) + ": dataset '" +
+      throw std::runtime_error("checkpoint step " + std::to_string(step) + ": dataset '" +
                                tensors[i].dataset + "' holds " + std::to_string(bad[i]) +
                                " non-finite values: not written");
-  const std::string final_path = (fs::path(dir) / checkpoint_name(meta.step)).string();
-  const std::string tmp_path = final_path + ".tmp";
-  // The user block that will hold the file's digest (src/io/file_digest.hpp), sized for the
-  // tensors and the metadata.
+  return sums;
+}
+
+// The bytes of a checkpoint's datasets (its user block and metadata aside).
+uint64_t file_bytes_for(const std::vector<CheckpointTensor>& tensors) {
+  uint64_t bytes = 0;
+  for (const auto& t : tensors) bytes += uint64_t(t.numel()) * 4;
+  return bytes;
+}
+
+// The user block that will hold the file's digest (src/io/file_digest.hpp), sized for the
+// tensors and the metadata.
+uint64_t digest_bytes_for(const CheckpointMeta& meta,
+                          const std::vector<CheckpointTensor>& tensors) {
   uint64_t expected_bytes = uint64_t(1) << 20;
   for (const auto& t : tensors) expected_bytes += uint64_t(t.numel()) * 4 + 4096;
   for (const auto* j : {&meta.model, &meta.plan, &meta.layout, &meta.extra})
     expected_bytes += j->dump().size();
-  const uint64_t digest_bytes = io::digest_block_bytes(expected_bytes);
+  return io::digest_block_bytes(expected_bytes);
+}
+
+// Collective: creates `tmp_path`, writes every rank's pieces and the metadata, and closes it.
+void write_checkpoint_file(MPI_Comm comm, const std::string& dir, const std::string& tmp_path,
+                           const CheckpointMeta& meta, const std::vector<CheckpointTensor>& tensors,
+                           const std::vector<CheckpointPiece>& pieces,
+                           const std::vector<uint64_t>& sums, uint64_t digest_bytes) {
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < tensors.size(); ++i) index[tensors[i].dataset] = i;
+  H5Handle fapl(STRATAGEM_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+  STRATAGEM_H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
+  H5Handle fcpl(STRATAGEM_H5_CHECK(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
+  STRATAGEM_H5_CHECK(H5Pset_userblock(fcpl, hsize_t(digest_bytes)));
+  H5Handle file;
   {
-    H5Handle fapl(STRATAGEM_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
-    STRATAGEM_H5_CHECK(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL));
-    H5Handle fcpl(STRATAGEM_H5_CHECK(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
-    STRATAGEM_H5_CHECK(H5Pset_userblock(fcpl, hsize_t(digest_bytes)));
-    H5Handle file;
-    {
-      BlockingSection guard("creating " + tmp_path + " (collective over world)");
-      io::H5Quiet quiet;
-      file = H5Handle(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose);
-    }
-    if (!file.valid()) throw InputError("--ckpt-dir " + dir + ": cannot create " + tmp_path);
-    H5Handle dxpl(STRATAGEM_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
-    STRATAGEM_H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_INDEPENDENT));
-    // Test hook: hold the half-written file open so a test can kill a rank mid-write.
-    if (const char* d = std::getenv("STRATAGEM_TEST_CKPT_DELAY_S")) ::sleep(std::atoi(d));
-    // Datasets are created collectively (same list on every rank), then each rank writes its
-    // own boxes independently.
-    std::map<std::string, std::pair<H5Handle, int>> open;
-    for (const auto& t : tensors) {
-      const auto slash = t.dataset.rfind('/');
-      if (slash != std::string::npos) io::ensure_groups(file, t.dataset.substr(0, slash));
-      std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
-      H5Handle fspace(STRATAGEM_H5_CHECK(H5Screate_simple((int)dims.size(), dims.data(), nullptr)),
-                      H5Sclose);
-      H5Handle ds(STRATAGEM_H5_CHECK(H5Dcreate2(file, t.dataset.c_str(), H5T_IEEE_F32LE, fspace,
-                                                H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
-                  H5Dclose);
-      io::write_int64_attr(ds, "checksum", static_cast<int64_t>(sums[index[t.dataset]]));
-      open.emplace(t.dataset, std::make_pair(std::move(ds), (int)dims.size()));
-    }
-    for (const auto& p : pieces) {
-      auto it = open.find(p.dataset);
-      if (p.rows <= 0 || p.cols <= 0) continue;
-      const int nd = it->second.second;
-      H5Handle fspace(STRATAGEM_H5_CHECK(H5Dget_space(it->second.first)), H5Sclose);
-      select_box(fspace, nd, p);
-      H5Handle mspace = memory_space(p, nd);
-      STRATAGEM_H5_CHECK(
-          H5Dwrite(it->second.first, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, p.data));
-    }
-    open.clear();
-    io::write_int64_attr(file, "format_version", kFormatVersion);
-    io::write_int64_attr(file, "step", meta.step);
-    io::write_int64_attr(file, "seed", static_cast<int64_t>(meta.seed));
-    io::write_int64_attr(file, "data_position", meta.data_position);
-    io::write_string_attr(file, "model", meta.model.dump());
-    io::write_string_attr(file, "plan", meta.plan.dump());
-    io::write_string_attr(file, "layout", meta.layout.dump());
-    io::write_string_attr(file, "extra", meta.extra.dump());
-    // Written last: a file without it was cut short.
-    io::write_int64_attr(file, "complete", 1);
-    BlockingSection guard("closing " + tmp_path + " (collective over world)");
-    file.reset();
+    BlockingSection guard("creating " + tmp_path + " (collective over world)");
+    io::H5Quiet quiet;
+    file = H5Handle(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose);
+  }
+  if (!file.valid()) throw InputError("--ckpt-dir " + dir + ": cannot create " + tmp_path);
+  H5Handle dxpl(STRATAGEM_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
+  STRATAGEM_H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_INDEPENDENT));
+  // Test hook: hold the half-written file open so a test can kill a rank mid-write.
+  if (const char* d = std::getenv("STRATAGEM_TEST_CKPT_DELAY_S")) ::sleep(std::atoi(d));
+  // Datasets are created collectively (same list on every rank), then each rank writes its
+  // own boxes independently.
+  std::map<std::string, std::pair<H5Handle, int>> open;
+  for (const auto& t : tensors) {
+    const auto slash = t.dataset.rfind('/');
+    if (slash != std::string::npos) io::ensure_groups(file, t.dataset.substr(0, slash));
+    std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+    H5Handle fspace(STRATAGEM_H5_CHECK(H5Screate_simple((int)dims.size(), dims.data(), nullptr)),
+                    H5Sclose);
+    H5Handle ds(STRATAGEM_H5_CHECK(H5Dcreate2(file, t.dataset.c_str(), H5T_IEEE_F32LE, fspace,
+                                              H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                H5Dclose);
+    io::write_int64_attr(ds, "checksum", static_cast<int64_t>(sums[index[t.dataset]]));
+    open.emplace(t.dataset, std::make_pair(std::move(ds), (int)dims.size()));
+  }
+  for (const auto& p : pieces) {
+    auto it = open.find(p.dataset);
+    if (p.rows <= 0 || p.cols <= 0) continue;
+    const int nd = it->second.second;
+    H5Handle fspace(STRATAGEM_H5_CHECK(H5Dget_space(it->second.first)), H5Sclose);
+    select_box(fspace, nd, p);
+    H5Handle mspace = memory_space(p, nd);
+    STRATAGEM_H5_CHECK(H5Dwrite(it->second.first, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, p.data));
+  }
+  open.clear();
+  io::write_int64_attr(file, "format_version", kFormatVersion);
+  io::write_int64_attr(file, "step", meta.step);
+  io::write_int64_attr(file, "seed", static_cast<int64_t>(meta.seed));
+  io::write_int64_attr(file, "data_position", meta.data_position);
+  io::write_string_attr(file, "model", meta.model.dump());
+  io::write_string_attr(file, "plan", meta.plan.dump());
+  io::write_string_attr(file, "layout", meta.layout.dump());
+  io::write_string_attr(file, "extra", meta.extra.dump());
+  // Written last: a file without it was cut short.
+  io::write_int64_attr(file, "complete", 1);
+  BlockingSection guard("closing " + tmp_path + " (collective over world)");
+  if (H5Fclose(file.release()) < 0)
+    throw std::runtime_error(tmp_path + ": HDF5 failed to close the checkpoint");
+}
+
+// A failed write of a checkpoint on a full disk says so, naming the file (exit 1); the
+// previous checkpoints are untouched (the new one was never renamed into place).
+// Called in a catch block: anything else is rethrown as it was. `file_bytes`: the size the
+// whole file would have had.
+[[noreturn]] void checkpoint_write_failed(const std::string& dir, const std::string& tmp_path,
+                                          uint64_t file_bytes) {
+  io::note_failed_hdf5_write();
+  // What is on disk counts, not the file's length: HDF5 extends a file before it fills it.
+  struct stat st {};
+  const uint64_t written = ::stat(tmp_path.c_str(), &st) == 0 ? uint64_t(st.st_blocks) * 512 : 0;
+  const uint64_t left = written >= file_bytes ? 1 : file_bytes - written;
+  if (io::no_space_left(dir, left)) {
+    std::error_code ec;
+    fs::remove(tmp_path, ec);
+    throw std::runtime_error("--ckpt-dir " + dir + ": writing " + tmp_path +
+                             ": no space left on device (the earlier checkpoints are kept)");
+  }
+  throw;
+}
+}  // namespace
+
+void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta& meta,
+                     const std::vector<CheckpointTensor>& tensors,
+                     const std::vector<CheckpointPiece>& pieces, int keep) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw InputError("--ckpt-dir " + dir + ": cannot create (" + ec.message() + ")");
+  }
+  barrier(comm, "barrier before writing checkpoint step " + std::to_string(meta.step));
+  // Checksums first (from memory): attributes are written collectively with one value.
+  const std::vector<uint64_t> sums = checksums(comm, meta.step, tensors, pieces);
+  const std::string final_path = (fs::path(dir) / checkpoint_name(meta.step)).string();
+  const std::string tmp_path = final_path + ".tmp";
+  const uint64_t digest_bytes = digest_bytes_for(meta, tensors);
+  try {
+    write_checkpoint_file(comm, dir, tmp_path, meta, tensors, pieces, sums, digest_bytes);
+  } catch (const std::exception&) {
+    checkpoint_write_failed(dir, tmp_path, file_bytes_for(tensors) + digest_bytes);
   }
   barrier(comm, "barrier after writing checkpoint step " + std::to_string(meta.step));
   // The digest of the closed file, its chunks hashed by all ranks, goes into its user block:
@@ -219,6 +257,7 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
   try {
     io::seal_file_digest(comm, tmp_path, digest_bytes, chunk_bytes);
   } catch (const std::runtime_error& e) {
+    if (io::no_space_left(dir)) checkpoint_write_failed(dir, tmp_path, 1);
     // (on every rank) The file was there a moment ago: like a failed rename below, the folder
     // was replaced or removed under the job.
     throw InputError("--ckpt-dir " + dir + ": " + e.what());
@@ -230,15 +269,10 @@ void save_checkpoint(MPI_Comm comm, const std::string& dir, const CheckpointMeta
     if (std::rename(tmp_path.c_str(), final_path.c_str()) != 0)
       throw InputError("--ckpt-dir " + dir + ": rename " + tmp_path + " -> " + final_path +
                        " failed (" + std::strerror(errno) + ")");
-    fsync_dir(dir);
+    io::fsync_dir(dir);
     // Keep the newest `keep` complete checkpoints.
-    std::vector<std::string> all;
+    const std::vector<std::string> all = list_checkpoints(dir);
     std::error_code ec;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-      if (classify(it->path().filename().string()) == CkptFile::complete)
-        all.push_back(it->path().string());
-    if (ec) throw InputError("--ckpt-dir " + dir + ": cannot list (" + ec.message() + ")");
-    std::sort(all.begin(), all.end());
     for (size_t i = 0; keep > 0 && i + keep < all.size(); ++i) fs::remove(all[i], ec);
   }
   barrier(comm, "barrier after renaming checkpoint step " + std::to_string(meta.step));
@@ -344,17 +378,6 @@ int64_t verify_checkpoint(MPI_Comm comm, const std::string& path,
 }
 }  // namespace
 
-void clean_partial_checkpoints(const std::string& dir) {
-  if (!fs::is_directory(dir)) return;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (classify(e.path().filename().string()) == CkptFile::partial) {
-      std::fprintf(stderr, "stratagem: warning: ignoring half-written checkpoint %s (removed)\n",
-                   e.path().c_str());
-      std::error_code ec;
-      fs::remove(e.path(), ec);
-    }
-}
-
 namespace {
 // The "name" of a model's JSON as a message may quote it: a damaged file's may be anything.
 std::string printable_name(const nlohmann::json& model) {
@@ -365,77 +388,36 @@ std::string printable_name(const nlohmann::json& model) {
   return name;
 }
 
-std::string host_name() {
-  char buf[256] = {};
-  ::gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
-std::string job_id() {
-  for (const char* v : {"SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"})
-    if (const char* x = std::getenv(v)) return x;
-  return "pid " + std::to_string(::getpid());
-}
-// Whether the lock's owner (a process on this host) is gone: no such process, or one that is
-// not stratagem (its pid was reused).
-// A zombie (killed, not yet reaped) is gone too.
-bool owner_gone(long pid) {
-  if (pid <= 0) return false;
-  if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) return true;
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line, name, state;
-  while (std::getline(status, line)) {
-    if (line.rfind("Name:", 0) == 0) name = line;
-    if (line.rfind("State:", 0) == 0) state = line;
+// The fields in which a checkpoint's model differs from the run's (the first four), as a
+// message says them: "hidden: 64 in the checkpoint, 128 in --model".
+std::string model_difference(const nlohmann::json& saved, const nlohmann::json& given) {
+  auto text = [](const nlohmann::json* j) { return j ? shorten(j->dump(), 40) : "absent"; };
+  if (!saved.is_object() || !given.is_object()) return "the checkpoint's model is " + text(&saved);
+  std::vector<std::string> differ;
+  auto add = [&](const std::string& key, const nlohmann::json* in_saved,
+                 const nlohmann::json* in_given) {
+    if (differ.size() < 4)
+      differ.push_back(shorten(key, 40) + ": " + text(in_saved) + " in the checkpoint, " +
+                       text(in_given) + " in --model");
+  };
+  for (const auto& [key, value] : given.items()) {
+    const auto it = saved.find(key);
+    if (it == saved.end() || *it != value) add(key, it == saved.end() ? nullptr : &*it, &value);
   }
-  if (name.empty()) return false;  // no /proc: assume alive
-  return name.find("stratagem") == std::string::npos || state.find('Z') != std::string::npos;
+  for (const auto& [key, value] : saved.items())
+    if (!given.contains(key)) add(key, &value, nullptr);
+  std::string out;
+  for (const auto& d : differ) out += (out.empty() ? "" : "; ") + d;
+  return out;
 }
+
+// N of ".../step-<N>.h5" (list_checkpoints gives only such names).
+int64_t step_of_name(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
+  return std::strtoll(name.c_str() + 5, nullptr, 10);
+}
+
 }  // namespace
-
-CheckpointLock::CheckpointLock(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw InputError("--ckpt-dir " + dir + ": cannot create (" + ec.message() + ")");
-  const std::string path = (fs::path(dir) / "LOCK").string();
-  const std::string host = host_name();
-  const std::string mine =
-      "job " + job_id() + " host " + host + " pid " + std::to_string(::getpid()) + "\n";
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
-    if (fd >= 0) {
-      const bool ok = ::write(fd, mine.data(), mine.size()) == ssize_t(mine.size());
-      ::fsync(fd);
-      ::close(fd);
-      if (!ok) throw InputError("--ckpt-dir " + dir + ": cannot write " + path);
-      path_ = path;
-      return;
-    }
-    if (errno != EEXIST) throw InputError("--ckpt-dir " + dir + ": cannot create " + path);
-    std::ifstream in(path);
-    std::string owner;
-    std::getline(in, owner);
-    // "job J host H pid P"
-    const auto h = owner.find(" host "), p = owner.find(" pid ");
-    const bool here =
-        h != std::string::npos && p != std::string::npos && owner.substr(h + 6, p - h - 6) == host;
-    const long pid = p != std::string::npos ? std::atol(owner.c_str() + p + 5) : 0;
-    if (attempt == 0 && here && owner_gone(pid)) {
-      std::fprintf(stderr,
-                   "stratagem: warning: --ckpt-dir %s: removing the lock of a job that is gone "
-                   "(%s)\n",
-                   dir.c_str(), owner.c_str());
-      ::unlink(path.c_str());
-      continue;
-    }
-    throw InputError("--ckpt-dir " + dir + ": locked by another job (" + owner + ", file " + path +
-                     "); if that job is gone, remove the file");
-  }
-  throw InputError("--ckpt-dir " + dir + ": cannot take the lock " + path);
-}
-
-CheckpointLock::~CheckpointLock() {
-  if (!path_.empty()) ::unlink(path_.c_str());
-}
 
 std::optional<ResumePoint> find_resumable_checkpoint(MPI_Comm comm, const std::string& dir,
                                                      const std::vector<CheckpointTensor>& tensors,
@@ -443,12 +425,8 @@ std::optional<ResumePoint> find_resumable_checkpoint(MPI_Comm comm, const std::s
                                                      std::string* skipped) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
-  std::vector<std::string> done;
-  if (fs::is_directory(dir))
-    for (const auto& e : fs::directory_iterator(dir))
-      if (classify(e.path().filename().string()) == CkptFile::complete)
-        done.push_back(e.path().string());
-  std::sort(done.rbegin(), done.rend());
+  std::vector<std::string> done = list_checkpoints(dir);
+  std::reverse(done.begin(), done.end());
   auto skip = [&](const std::string& path, const std::string& why) {
     if (rank == 0)
       std::fprintf(stderr, "stratagem: warning: skipping checkpoint %s: %s\n", path.c_str(),
@@ -473,9 +451,14 @@ std::optional<ResumePoint> find_resumable_checkpoint(MPI_Comm comm, const std::s
       skip(path, why);
       continue;
     }
+    if (const int64_t named = step_of_name(path); r.meta.step != named) {
+      skip(path, "its step attribute (" + std::to_string(r.meta.step) +
+                     ") does not match its name (step " + std::to_string(named) + ")");
+      continue;
+    }
     if (r.meta.model != model)
-      throw InputError(path + ": checkpoint is of a different model (" +
-                       printable_name(r.meta.model) + ") than --model " + printable_name(model));
+      throw InputError(path + ": checkpoint is of a different model than --model " +
+                       printable_name(model) + " (" + model_difference(r.meta.model, model) + ")");
     int64_t version = 0;
     try {
       io::H5Quiet quiet;

@@ -36,7 +36,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
     pf.reject_unknown();
     c.gpu.hbm_bytes = g.get_int64("hbm_bytes", 1 << 20);
     c.gpu.hbm_bandwidth_gbps = g.get_double("hbm_bandwidth_gbps", 1e-3, 1e6);
-    c.gpu.sm_count = g.get_int("sm_count", 0, 1 << 20, 0);
+    c.gpu.sm_count = g.get_int("sm_count", 1, 1 << 20, 0);  // absent: waves not modeled
     if (g.has("gemm")) {
       auto ge = g.object("gemm");
       c.gpu.gemm_max_efficiency = ge.get_double("max_efficiency", 0.01, 1.0);
@@ -85,7 +85,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
     c.node.host_memory_bandwidth_gbps = n.get_double("host_memory_bandwidth_gbps", 1e-3, 1e6);
     {
       auto nic = n.object("nics");
-      c.node.nic_count = nic.get_int("count", 0, 1024);
+      c.node.nic_count = nic.get_int("count", 1, 1024);
       c.node.nic.kind = nic.get_string("kind", "nic");
       c.node.nic.bandwidth_gbps = nic.get_double("bandwidth_gbps", 1e-6, 1e6);
       c.node.nic.latency_s = nic.get_double("latency_s", 0, 1);

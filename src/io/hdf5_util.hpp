@@ -35,6 +35,12 @@ class H5Handle {
     id_ = -1;
   }
   hid_t get() const { return id_; }
+  // Gives the id up without closing it (a caller that must check the close itself).
+  hid_t release() {
+    const hid_t id = id_;
+    id_ = -1;
+    return id;
+  }
   operator hid_t() const { return id_; }
   bool valid() const { return id_ >= 0; }
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "src/io/atomic_file.hpp"
+#include "src/io/output_file.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/trace.hpp"
 
@@ -53,10 +53,10 @@ const char* stream_name(uint8_t s) {
 
 void export_chrome(const std::string& h5_path, const std::string& json_path) {
   Reader in(h5_path);
-  const std::string tmp = io::temporary_path_for(json_path);
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) throw InputError("trace export: cannot write " + json_path + ": " + std::strerror(errno));
-  try {
+  // Written through one checked stream: a full disk or a device at the path is an error.
+  io::OutputFile out("--chrome", json_path);
+  std::FILE* f = out.stream();
+  {
     std::fputs("{\"displayTimeUnit\":\"ns\",\"otherData\":{", f);
     bool first = true;
     for (const char* a : {"source", "tool_version", "clock"}) {
@@ -130,23 +130,8 @@ void export_chrome(const std::string& h5_path, const std::string& json_path) {
       }
     }
     std::fputs("\n]}\n", f);
-    if (std::fflush(f) != 0 || std::ferror(f))
-      throw std::runtime_error("trace export: write error on " + json_path);
-  } catch (...) {
-    std::fclose(f);
-    std::remove(tmp.c_str());
-    throw;
   }
-  if (std::fclose(f) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error("trace export: write error on " + json_path);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, json_path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw InputError("trace export: cannot write " + json_path + ": " + ec.message());
-  }
+  out.commit();
 }
 
 }  // namespace stratagem::trace

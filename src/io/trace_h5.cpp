@@ -14,6 +14,7 @@
 #include "src/io/file_digest.hpp"
 #include "src/io/hdf5_guard.hpp"
 #include "src/io/hdf5_util.hpp"
+#include "src/io/output_file.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/trace.hpp"
 
@@ -49,12 +50,19 @@ struct Handle {
   operator hid_t() const { return id; }
 };
 
+// A trace being written: libhdf5 does not pass errno on, so a full disk is told by the file
+// system's free space (the one message for it: src/io/output_file.hpp).
+[[noreturn]] void write_failed(const std::string& what, const std::string& path) {
+  io::note_failed_hdf5_write();
+  if (io::no_space_left(path)) io::throw_write_error("trace", path, ENOSPC);
+  throw std::runtime_error("trace " + path + ": HDF5 failed to " + what);
+}
 hid_t check(hid_t id, const std::string& what, const std::string& path) {
-  if (id < 0) throw std::runtime_error("trace " + path + ": HDF5 failed to " + what);
+  if (id < 0) write_failed(what, path);
   return id;
 }
 void check(herr_t e, const char* what, const std::string& path) {
-  if (e < 0) throw std::runtime_error("trace " + path + ": HDF5 failed to " + std::string(what));
+  if (e < 0) write_failed(what, path);
 }
 // A trace being read is input: a part that cannot be read is a damaged file (exit 2).
 [[noreturn]] void damaged(const std::string& path, const std::string& what) {
@@ -256,7 +264,9 @@ Writer::Writer(const std::string& path) : path_(path) {
   Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
   if (fcpl.id < 0 || H5Pset_userblock(fcpl.id, kDigestBlockBytes) < 0)
     throw std::runtime_error("trace: cannot set up the file creation of " + path);
+  io::check_output_path("trace", path);
   file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.id, H5P_DEFAULT);
+  if (file_ < 0 && io::no_space_left(path)) io::throw_write_error("trace", path, ENOSPC);
   if (file_ < 0) throw InputError("trace: cannot create HDF5 file " + path);
   set_attribute("schema_version", int64_t(kSchemaVersion));
 }
@@ -270,7 +280,12 @@ void Writer::close() {
   const herr_t e = H5Fclose(file_);
   file_ = -1;
   check(e, "close the file", path_);
-  io::seal_file_digest(MPI_COMM_NULL, path_, kDigestBlockBytes);
+  try {
+    io::seal_file_digest(MPI_COMM_NULL, path_, kDigestBlockBytes);
+  } catch (const std::runtime_error&) {
+    if (io::no_space_left(path_)) io::throw_write_error("trace", path_, ENOSPC);
+    throw;
+  }
 }
 
 void Writer::set_attribute(const std::string& name, const std::string& value) {

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "src/io/atomic_file.hpp"
 #include "src/io/hdf5_guard.hpp"
 #include "src/io/hdf5_util.hpp"
+#include "src/io/output_file.hpp"
 #include "stratagem/error.hpp"
 
 namespace stratagem {
@@ -51,7 +51,16 @@ std::vector<uint16_t> read_hdf5_tokens(const std::string& path) {
     // The count comes from the file: a damaged header may claim far more than it stores.
     const hsize_t stored = H5Dget_storage_size(d);
     const std::string layout = n > 0 ? io::check_1d_layout(d, hsize_t(n)) : "";
-    if (!layout.empty()) {
+    hid_t type = H5Dget_type(d);
+    const H5T_class_t type_class = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
+    if (type >= 0) H5Tclose(type);
+    if (type_class != H5T_INTEGER) {
+      // libhdf5 would convert 3.7 to 3 without a word: token ids are integers.
+      err = "dataset '/tokens' does not hold integers (" +
+            std::string(type_class == H5T_FLOAT ? "floating-point values" : "another type") +
+            "): expected integer token ids";
+      n = 0;
+    } else if (!layout.empty()) {
       err = "dataset '/tokens' is damaged: " + layout;
       n = 0;
     } else if (n > 0 &&
@@ -111,6 +120,11 @@ TokenDataset TokenDataset::load(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw InputError("--data " + path + ": is a directory, expected a .bin or HDF5 token file");
+  // A FIFO or device would block the open or never end: token files are regular files.
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw InputError("--data " + path +
+                     ": is not a regular file (a FIFO, device or socket), expected a .bin or "
+                     "HDF5 token file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("--data " + path + ": cannot open file");
   if (is_hdf5(path)) return from_tokens(load_hdf5_tokens(path), path);
@@ -187,7 +201,7 @@ void write_token_bin(const std::string& path, const std::vector<uint16_t>& token
   header[2] = static_cast<int32_t>(tokens.size());
   std::string bytes(reinterpret_cast<const char*>(header), sizeof(header));
   bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(uint16_t));
-  io::write_file_atomic(path, bytes);
+  io::write_output("-o", path, bytes);
 }
 
 }  // namespace stratagem

@@ -38,7 +38,7 @@ HEADER_PART = {
     "backend": "runtime", "comm": "runtime", "cuda_device": "runtime", "data": "runtime",
     "executor": "runtime", "kernel_math": "runtime", "optimizer": "runtime",
     "parallel_state": "runtime", "tensor": "runtime", "trainer": "runtime",
-    "transformer": "runtime", "watchdog": "runtime",
+    "transformer": "runtime", "watchdog": "runtime", "stop_signal": "runtime",
     "search": "search", "profile": "profile", "report": "report", "interop": "interop",
 }
 

@@ -165,7 +165,7 @@ with h5py.File(sys.argv[1], "r+") as f:
 PY
 reseal "$(ck badname 4)"
 resume badname
-[ $rc -eq 2 ] && grep -q "step-00000004.h5: checkpoint is of a different model (?) than --model" <<<"$out" ||
+[ $rc -eq 2 ] && grep -q "step-00000004.h5: checkpoint is of a different model than --model inline-gpt (" <<<"$out" ||
   fail "model name not a string: exit $rc: $out"
 echo "ok: a model attribute whose name is a number: exit 2"
 

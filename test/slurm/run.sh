@@ -267,13 +267,16 @@ if [ "$train_ok" = 1 ]; then
   signal_case mpirun mpirun "--full"
 
   # A plain scancel: TERM to the ranks and the batch shell. They checkpoint, but the job must end
-  # CANCELLED, not come back.
+  # CANCELLED, not come back. The ranks hold after step 3 until a signal arrives
+  # (STRATAGEM_TEST_HOLD_STEP), so the cancel always finds them training, however fast the
+  # machine: the wait is for the third logged step, never for time to pass.
   R=$WORK/run-cancel
-  jid=$(env "${TRAIN_ENV[@]}" DATA="$WORK/data.bin" RUN_DIR="$R" \
+  jid=$(env "${TRAIN_ENV[@]}" DATA="$WORK/data.bin" RUN_DIR="$R" STRATAGEM_TEST_HOLD_STEP=3 \
         sbatch --parsable "${CPU_GEOMETRY[@]}" -o "$WORK/train-cancel.out" "$REPO/jobs/train.sbatch")
   t0=$SECONDS
-  while [ $((SECONDS - t0)) -lt 60 ]; do
+  while [ $((SECONDS - t0)) -lt 90 ]; do
     [ "$( (cat "$R/log.jsonl" 2>/dev/null || true) | grep -c '"step"')" -ge 3 ] && break
+    case $(jfield "$jid" JobState) in COMPLETED|FAILED|CANCELLED|TIMEOUT) break ;; esac
     sleep 0.2
   done
   scancel "$jid"

@@ -1,0 +1,87 @@
+#include "src/cli/memory_check.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "stratagem/cost.hpp"
+#include "stratagem/error.hpp"
+#include "stratagem/simulate.hpp"
+
+namespace stratagem::cli {
+
+namespace {
+std::string gib_text(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1LL << 30));
+  return buf;
+}
+}  // namespace
+
+void refuse_beyond_memory(const std::string& cmd, double need_bytes, const std::string& product,
+                          const std::string& remedy) {
+  std::string by;
+  const double have = double(memory_limit_bytes(&by));
+  if (need_bytes <= have) return;
+  throw InputError(cmd + ": " + product + " needs about " + gib_text(need_bytes) +
+                   " of memory, more than the " + gib_text(have) + " this process may use (" + by +
+                   "); " + remedy);
+}
+
+void check_train_memory(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
+                        int ranks_on_node, const std::string& cmd) {
+  // The cost model's peak is the Program's accounting, which the executor's ledger follows
+  // within 10% (test/runtime/memory_forecast.sh).
+  const CostModel cost(model, cluster, plan);
+  int64_t peak = 0;
+  for (const MemoryBreakdown& m : stage_memory(cost)) peak = std::max(peak, m.total_bytes());
+  refuse_beyond_memory(cmd, double(peak) * std::max(1, ranks_on_node),
+                       "the training state (--layers " + std::to_string(model.layers) +
+                           " x --hidden " + std::to_string(model.hidden) + ", --vocab " +
+                           std::to_string(model.vocab) + ", micro-batch " +
+                           std::to_string(plan.micro_batch) + " x --seq-len " +
+                           std::to_string(model.seq_len) + ", " + std::to_string(ranks_on_node) +
+                           " rank(s) on this node)",
+                       "train a smaller model, a smaller micro-batch, or over more ranks");
+}
+
+namespace {
+// The Program of `microbatches` micro-batches while the simulator runs it: per micro-batch
+// about 14 ops per layer (compute, collectives, allocations and their dependencies) and 10 per
+// stage (transfers, embedding, head), each held by the Program and indexed by the simulator.
+// Measured: gpt2-124m, tp 2 x pp 4, 1,024 to 8,192 micro-batches grow RSS 16 KiB per
+// micro-batch, 1.34 KiB per layer; this gives 1.5 KiB per layer and 1 KiB per stage.
+double program_bytes(const ModelSpec& model, const Plan& plan, double microbatches) {
+  return microbatches * (1536.0 * model.layers + 1024.0 * plan.pp);
+}
+}  // namespace
+
+void check_simulate_memory(const ModelSpec& model, const Plan& plan, int processes_on_node,
+                           const std::string& cmd) {
+  const double bytes = program_bytes(model, plan, plan.num_microbatches());
+  refuse_beyond_memory(cmd, bytes * std::max(1, processes_on_node),
+                       "the Program of " + std::to_string(plan.num_microbatches()) +
+                           " micro-batches (--global-batch " + std::to_string(plan.global_batch) +
+                           " / (--micro-batch " + std::to_string(plan.micro_batch) + " x dp)) x " +
+                           std::to_string(model.layers) + " layers",
+                       "simulate a smaller --global-batch or a larger --micro-batch");
+}
+
+void check_search_memory(const ModelSpec& model, const ClusterSpec& cluster, int global_batch,
+                         int threads, int processes_on_node, const std::string& cmd) {
+  // The re-rank simulates `threads` candidates at once, each every rank of the cluster; the
+  // worst candidate (dp 1, micro-batch 1) runs a Program of one micro-batch per sample.
+  Plan worst;
+  worst.pp = 1;
+  const double per_simulation =
+      double(simulation_footprint_bytes(Program{}, cluster.world_size(), SimOptions{})) +
+      program_bytes(model, worst, double(global_batch));
+  refuse_beyond_memory(
+      cmd, per_simulation * std::max(1, threads) * std::max(1, processes_on_node),
+      "the simulator re-rank (" + std::to_string(threads) + " thread(s), each simulating " +
+          std::to_string(cluster.world_size()) + " ranks (--nodes " +
+          std::to_string(cluster.nodes) + ") and up to " + std::to_string(global_batch) +
+          " micro-batches (--global-batch))",
+      "use --rerank estimator, fewer --nodes, a smaller --global-batch or fewer --threads");
+}
+
+}  // namespace stratagem::cli

@@ -1,0 +1,34 @@
+// Memory pre-checks: every command estimates what it will hold before it allocates, and
+// refuses (InputError, exit 2) what does not fit, naming the product that makes it large; one
+// place words the refusal.
+#pragma once
+#include <string>
+
+#include "stratagem/cluster.hpp"
+#include "stratagem/model.hpp"
+#include "stratagem/plan.hpp"
+
+namespace stratagem::cli {
+
+// Refuses when `need_bytes` (all processes of this node together) is above what this process
+// may use (physical memory, ulimit -v, the cgroup's limit): "<cmd>: <product> needs about X
+// GiB of memory, more than the Y GiB this process may use (<limit>); <remedy>".
+void refuse_beyond_memory(const std::string& cmd, double need_bytes, const std::string& product,
+                          const std::string& remedy);
+
+// `train` on the CPU backend: its tensors (weights, gradients, optimizer states, activations:
+// the cost model's peak per rank) times the ranks on this node.
+void check_train_memory(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
+                        int ranks_on_node, const std::string& cmd);
+
+// `simulate` before it builds the Program, which alone grows with the micro-batch count (the
+// simulator's state per rank is checked once the Program exists: simulation_footprint_bytes).
+void check_simulate_memory(const ModelSpec& model, const Plan& plan, int processes_on_node,
+                           const std::string& cmd);
+
+// `search` with the simulator re-rank: `threads` simulations at once, each of the whole
+// cluster, the worst candidate's Program one micro-batch per sample of `global_batch`.
+void check_search_memory(const ModelSpec& model, const ClusterSpec& cluster, int global_batch,
+                         int threads, int processes_on_node, const std::string& cmd);
+
+}  // namespace stratagem::cli
