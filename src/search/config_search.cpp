@@ -20,12 +20,12 @@ class ConfigSearch {
         cf_(cf),
         pd_(searcher.pair(cf.pp, cf.Bm)),
         pp_(cf.pp),
-        L_(searcher.m_.layers),
+        layer_count_(searcher.m_.layers),
         v_(cf.v),
-        M_(cf.M),
-        n_max_(n_max_of(L_, pp_, v_)),
-        n_lo_(pp_ == 1 ? L_ : v_),
-        bubble_weight_(1.0 / (double(M_) * v_)),
+        microbatch_count_(cf.M),
+        n_max_(n_max_of(layer_count_, pp_, v_)),
+        n_lo_(pp_ == 1 ? layer_count_ : v_),
+        bubble_weight_(1.0 / (double(microbatch_count_) * v_)),
         ends_(pp_ == 1 ? std::vector<int>{0} : std::vector<int>{0, pp_ - 1}) {}
 
   void run() {
@@ -38,7 +38,7 @@ class ConfigSearch {
     build(best_part, best_e);
     // The even partition (Megatron's), when it differs and fits the DP's model.
     std::vector<int> even(pp_, 0);
-    const auto ch = even_chunks(L_, pp_ * v_);
+    const auto ch = even_chunks(layer_count_, pp_ * v_);
     for (int c = 0; c < pp_ * v_; ++c) even[c % pp_] += ch[c].size();
     if (even == best_part) return;
     for (int s = 0; s < pp_; ++s)
@@ -76,7 +76,7 @@ class ConfigSearch {
       const auto [k, gi] = types[size_t(i)];
       // The memory axis reaches a quarter beyond the budget: room for build()'s widening.
       dps_[size_t(i)] = std::make_unique<StageDp>(
-          stage_problem(s_.tables_, pd_.geos[gi].items, M_, k, n_max_, s_.bucket_,
+          stage_problem(s_.tables_, pd_.geos[gi].items, microbatch_count_, k, n_max_, s_.bucket_,
                         s_.net_budget_ + s_.net_budget_ / 4, s_.o_.max_tr_classes,
                         s_.o_.max_kept_levels, s_.o_.exact_dp));
     });
@@ -91,9 +91,9 @@ class ConfigSearch {
     return 0;
   }
   double emb_cost(int s, const EmbeddingCost& e) const {
-    if (pp_ == 1) return M_ * (e.first_busy_s + e.last_busy_s) + e.only_tail_s;
-    if (s == 0) return M_ * e.first_busy_s + e.first_tail_s;
-    if (s == pp_ - 1) return M_ * e.last_busy_s + e.last_tail_s;
+    if (pp_ == 1) return microbatch_count_ * (e.first_busy_s + e.last_busy_s) + e.only_tail_s;
+    if (s == 0) return microbatch_count_ * e.first_busy_s + e.first_tail_s;
+    if (s == pp_ - 1) return microbatch_count_ * e.last_busy_s + e.last_tail_s;
     return 0;
   }
   int64_t emb_workspace(int s, const EmbeddingCost& e) const {
@@ -106,7 +106,7 @@ class ConfigSearch {
     if (it != entry_cache_.end()) return it->second;
     const EmbeddingCost& e = pd_.emb[ei];
     return entry_cache_[ei] = entry_costs(s_.tables_, pd_.geos[pd_.stage_geo[0]].items,
-                                          dp_of(0).problem(), e.st, e.samples, M_);
+                                          dp_of(0).problem(), e.st, e.samples, microbatch_count_);
   }
   // A stage's DP answers for every layer count depend on the embedding strategy only through
   // the memory caps it leaves each DP threshold (whole buckets) and, on stage 0, the entry
@@ -222,7 +222,7 @@ class ConfigSearch {
     {
       auto T0 = T_;
       for (int s : ends_) T0[s] = least_row(s);
-      s0 = min_sum_partition(T0, L_, v_);
+      s0 = min_sum_partition(T0, layer_count_, v_);
     }
     end_rows_.assign(pd_.emb.size(), {});
     std::vector<std::pair<double, int>> order;
@@ -258,7 +258,7 @@ class ConfigSearch {
       if (lb == kInf || lb > best_obj * (1 + 1e-9)) break;
       for (size_t k = 0; k < ends_.size(); ++k) T_[ends_[k]] = end_rows_[ei][k];
       double obj = kInf;
-      std::vector<int> part = solve_partition(T_, L_, v_, bubble_weight_, &obj);
+      std::vector<int> part = solve_partition(T_, layer_count_, v_, bubble_weight_, &obj);
       if (!part.empty() && (obj < best_obj || (obj == best_obj && ei < *best_e)))
         best_obj = obj, *best_e = ei, *best_part = part;
     }
@@ -356,7 +356,7 @@ class ConfigSearch {
   Searcher& s_;
   const Config& cf_;
   const PairData& pd_;
-  const int pp_, L_, v_, M_, n_max_;
+  const int pp_, layer_count_, v_, microbatch_count_, n_max_;
   const int n_lo_;  // layer counts a stage can hold start here (pp == 1: all of them)
   const double bubble_weight_;
   const std::vector<int> ends_;  // the stages holding the embedding and the head

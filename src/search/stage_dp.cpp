@@ -46,24 +46,28 @@ std::vector<int64_t> merged_classes(const std::vector<int64_t>& v, int k) {
 }  // namespace
 
 StageDp::StageDp(StageDpProblem p) : p_(std::move(p)) {
-  C_ = std::max(1, p_.num_classes);
-  if (int(p_.reshard.size()) != C_ * C_) p_.reshard.assign(size_t(C_) * C_, 0.0);
+  class_count_ = std::max(1, p_.num_classes);
+  if (int(p_.reshard.size()) != class_count_ * class_count_)
+    p_.reshard.assign(size_t(class_count_) * class_count_, 0.0);
   if (p_.items.size() > 32767) throw std::logic_error("StageDp: too many items");
-  M_ = std::max<int64_t>(0, p_.max_budget_bytes / std::max<int64_t>(1, p_.bucket_bytes));
-  if (M_ >= int64_t(INT32_MAX)) throw std::logic_error("StageDp: memory axis too long");
+  budget_buckets_ =
+      std::max<int64_t>(0, p_.max_budget_bytes / std::max<int64_t>(1, p_.bucket_bytes));
+  if (budget_buckets_ >= int64_t(INT32_MAX))
+    throw std::logic_error("StageDp: memory axis too long");
   set_cover_levels();
   quantize_costs();
-  min_reshard_to_.assign(C_, kInf);
-  for (int b = 0; b < C_; ++b)
-    for (int c = 0; c < C_; ++c)
-      min_reshard_to_[c] = std::min(min_reshard_to_[c], p_.reshard[size_t(b) * C_ + c]);
+  min_reshard_to_.assign(class_count_, kInf);
+  for (int b = 0; b < class_count_; ++b)
+    for (int c = 0; c < class_count_; ++c)
+      min_reshard_to_[c] = std::min(min_reshard_to_[c], p_.reshard[size_t(b) * class_count_ + c]);
   auto floor_level = [&](int64_t x) {
-    return int(std::upper_bound(L_.begin(), L_.end(), x) - L_.begin()) - 1;
+    return int(std::upper_bound(levels_.begin(), levels_.end(), x) - levels_.begin()) - 1;
   };
   const int S = int(p_.items.size());
-  after_.assign(S, std::vector<int>(Q_, 0));
+  after_.assign(S, std::vector<int>(level_count_, 0));
   for (int i = 0; i < S; ++i)
-    for (int q = 0; q < Q_; ++q) after_[i][q] = floor_level(L_[q] + p_.items[i].kept);
+    for (int q = 0; q < level_count_; ++q)
+      after_[i][q] = floor_level(levels_[q] + p_.items[i].kept);
   build_thresholds();
 }
 
@@ -74,17 +78,17 @@ void StageDp::set_cover_levels() {
   for (const auto& it : p_.items)
     if (it.kept > 0) kept.push_back(it.kept);
   kept = distinct_sorted(kept);
-  L_ = {0};
+  levels_ = {0};
   if (p_.exact) {
-    L_.insert(L_.end(), kept.begin(), kept.end());
+    levels_.insert(levels_.end(), kept.begin(), kept.end());
   } else if (!kept.empty() && p_.max_kept_levels > 0) {
     const int q = p_.max_kept_levels;
     for (int i = 1; i <= q; ++i) {
       const int64_t v = kept[(kept.size() * size_t(i)) / size_t(q + 1)];
-      if (v > L_.back()) L_.push_back(v);
+      if (v > levels_.back()) levels_.push_back(v);
     }
   }
-  Q_ = int(L_.size());
+  level_count_ = int(levels_.size());
 }
 
 // The quantum (see stage_dp.hpp): 2^-50 of a bound on any stage's objective, a power of two.
@@ -115,7 +119,7 @@ void StageDp::build_thresholds() {
   std::vector<int64_t> trs, wss;
   for (const auto& it : p_.items) {
     wss.push_back(it.ws);
-    for (int q = 0; q < Q_; ++q) trs.push_back(std::max<int64_t>(0, it.tr - L_[q]));
+    for (int q = 0; q < level_count_; ++q) trs.push_back(std::max<int64_t>(0, it.tr - levels_[q]));
   }
   trs = distinct_sorted(trs);
   wss = distinct_sorted(wss);
@@ -151,13 +155,13 @@ std::vector<int> StageDp::front(const Threshold& t, bool with_first, bool with_l
                                 bool level0_only, bool above) const {
   const int S = int(p_.items.size());
   auto usable = [&](const DpItem& it) {
-    return it.ws <= t.ws && it.w <= M_ && admits(t, it, Q_ - 1);
+    return it.ws <= t.ws && it.w <= budget_buckets_ && admits(t, it, level_count_ - 1);
   };
   auto c_of = [&](const DpItem& it) {
     return it.cost + (with_first ? it.first : 0.0) + (with_last ? it.last : 0.0);
   };
   std::vector<int> out;
-  for (int c = 0; c < C_; ++c)
+  for (int c = 0; c < class_count_; ++c)
     for (int i = 0; i < S; ++i) {
       const DpItem& it = p_.items[i];
       if (it.cls != c || !usable(it) || (level0_only && !admits(t, it, 0))) continue;
@@ -167,7 +171,7 @@ std::vector<int> StageDp::front(const Threshold& t, bool with_first, bool with_l
         if (j == i || o.cls != c || !usable(o) || (level0_only && !admits(t, o, 0))) continue;
         bool beats = c_of(o) <= c_of(it) && o.w <= it.w;
         bool equal = c_of(o) == c_of(it) && o.w == it.w;
-        for (int q = 0; q < (level0_only ? 1 : Q_) && beats; ++q) {
+        for (int q = 0; q < (level0_only ? 1 : level_count_) && beats; ++q) {
           beats = beats && (admits(t, o, q) || !admits(t, it, q));
           equal = equal && admits(t, o, q) == admits(t, it, q);
           if (above) {
@@ -191,8 +195,8 @@ StageDp::~StageDp() = default;
 
 void StageDp::run(Threshold& t) {
   const int N = std::max(1, p_.n_max);
-  const size_t row = size_t(M_ + 1);
-  const size_t CQ = size_t(C_) * size_t(Q_);
+  const size_t row = size_t(budget_buckets_ + 1);
+  const size_t CQ = size_t(class_count_) * size_t(level_count_);
   // Rows 1 .. N-1 (row N, the first layer, is resolved by best()).
   const size_t size = size_t(N - 1) * CQ * row;
   // Each row is set to infinity from its start (the least entry an item writes; below it the
@@ -202,7 +206,7 @@ void StageDp::run(Threshold& t) {
   t.f.resize(size);
   t.start.assign(size_t(N - 1) * CQ, uint32_t(row));
   DpTable g(CQ * row);  // filled from gfirst before it is read, as the rows
-  auto grow = [&](int b, int q) { return g.data() + (size_t(b) * Q_ + size_t(q)) * row; };
+  auto grow = [&](int b, int q) { return g.data() + (size_t(b) * level_count_ + size_t(q)) * row; };
   std::vector<size_t> ffirst(CQ), gfirst(CQ);
   for (int n = 1; n <= N - 1; ++n) {
     const std::vector<int>& items = n == 1 ? t.tail : t.items;
@@ -210,41 +214,42 @@ void StageDp::run(Threshold& t) {
     // class-b layer; infinite below gfirst[b][q] (entries there are not read).
     if (n == 1) {
       std::fill(g.begin(), g.end(), kInf);
-      for (int b = 0; b < C_; ++b) std::fill(grow(b, 0), grow(b, 0) + row, 0.0);
+      for (int b = 0; b < class_count_; ++b) std::fill(grow(b, 0), grow(b, 0) + row, 0.0);
       std::fill(gfirst.begin(), gfirst.end(), row);
-      for (int b = 0; b < C_; ++b) gfirst[size_t(b) * Q_] = 0;
+      for (int b = 0; b < class_count_; ++b) gfirst[size_t(b) * level_count_] = 0;
     } else {
       // Rows are infinite below their first finite entry (f does not grow with memory): the
       // relaxations start there.
-      for (int a = 0; a < C_; ++a)
-        for (int q = 0; q < Q_; ++q) {
-          const size_t r = size_t(n - 2) * CQ + size_t(a) * Q_ + size_t(q);
+      for (int a = 0; a < class_count_; ++a)
+        for (int q = 0; q < level_count_; ++q) {
+          const size_t r = size_t(n - 2) * CQ + size_t(a) * level_count_ + size_t(q);
           const double* fa = t.f.data() + r * row;
-          ffirst[size_t(a) * Q_ + q] = size_t(
+          ffirst[size_t(a) * level_count_ + q] = size_t(
               std::find_if(fa + t.start[r], fa + row, [](double x) { return x != kInf; }) - fa);
         }
-      for (int b = 0; b < C_; ++b)
-        for (int q = 0; q < Q_; ++q) {
+      for (int b = 0; b < class_count_; ++b)
+        for (int q = 0; q < level_count_; ++q) {
           double* gb = grow(b, q);
           size_t first = row;
-          for (int a = 0; a < C_; ++a) first = std::min(first, ffirst[size_t(a) * Q_ + q]);
+          for (int a = 0; a < class_count_; ++a)
+            first = std::min(first, ffirst[size_t(a) * level_count_ + q]);
           std::fill(gb + first, gb + row, kInf);
-          for (int a = 0; a < C_; ++a) {
-            const size_t o = ffirst[size_t(a) * Q_ + q];
+          for (int a = 0; a < class_count_; ++a) {
+            const size_t o = ffirst[size_t(a) * level_count_ + q];
             relax(t.f.data() + at(n - 1, 0, a, q) + o, gb + o, row - o,
-                  p_.reshard[size_t(a) * C_ + b]);
+                  p_.reshard[size_t(a) * class_count_ + b]);
           }
-          gfirst[size_t(b) * Q_ + q] = first;
+          gfirst[size_t(b) * level_count_ + q] = first;
         }
     }
     // Where each row of f starts: the least entry an item writes.
     uint32_t* st = t.start.data() + size_t(n - 1) * CQ;
     for (int i : items) {
       const DpItem& it = p_.items[i];
-      for (int q = 0; q < (n == 1 ? 1 : Q_); ++q) {
+      for (int q = 0; q < (n == 1 ? 1 : level_count_); ++q) {
         if (!admits(t, it, q)) continue;
-        const size_t o = gfirst[size_t(it.cls) * Q_ + q] + size_t(it.w);
-        uint32_t& s0 = st[size_t(it.cls) * Q_ + size_t(after_[i][q])];
+        const size_t o = gfirst[size_t(it.cls) * level_count_ + q] + size_t(it.w);
+        uint32_t& s0 = st[size_t(it.cls) * level_count_ + size_t(after_[i][q])];
         if (o < row) s0 = std::min(s0, uint32_t(o));
       }
     }
@@ -258,16 +263,17 @@ void StageDp::run(Threshold& t) {
       const DpItem& it = p_.items[i];
       const double cost = it.cost + (n == 1 ? it.last : 0.0);
       const size_t w = size_t(it.w);
-      for (int q = 0; q < (n == 1 ? 1 : Q_); ++q) {
+      for (int q = 0; q < (n == 1 ? 1 : level_count_); ++q) {
         if (!admits(t, it, q)) continue;
         // f[m] = min(f[m], g[m - w] + cost) for m >= w (g is infinite below gfirst).
-        const size_t o = gfirst[size_t(it.cls) * Q_ + q];
+        const size_t o = gfirst[size_t(it.cls) * level_count_ + q];
         if (o + w >= row) continue;
         relax(grow(it.cls, q) + o, t.f.data() + at(n, 0, it.cls, after_[i][q]) + w + o, row - w - o,
               cost);
       }
     }
-    cells_ += uint64_t(row) * (items.size() * Q_ + size_t(C_) * C_ * Q_);
+    cells_ += uint64_t(row) *
+              (items.size() * level_count_ + size_t(class_count_) * class_count_ * level_count_);
   }
 }
 

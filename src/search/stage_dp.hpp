@@ -150,7 +150,7 @@ class StageDp {
   // x rounded to a multiple of the quantum (kInf stays kInf): what a caller adds to the DP's
   // costs, so that those sums stay exact too.
   double quantize(double x) const;
-  const std::vector<int64_t>& levels() const { return L_; }
+  const std::vector<int64_t>& levels() const { return levels_; }
   uint64_t cells() const { return cells_; }
   int thresholds() const { return int(thr_.size()); }
 
@@ -168,14 +168,19 @@ class StageDp {
   };
   // f[n][m][cls][q], infinite below the row's start.
   double fv(const Threshold& t, int n, int64_t m, int cls, int q) const {
-    const size_t r = (size_t(n - 1) * size_t(C_) + size_t(cls)) * size_t(Q_) + size_t(q);
-    return m < int64_t(t.start[r]) ? kInf : t.f[r * size_t(M_ + 1) + size_t(m)];
+    const size_t r =
+        (size_t(n - 1) * size_t(class_count_) + size_t(cls)) * size_t(level_count_) + size_t(q);
+    return m < int64_t(t.start[r]) ? kInf : t.f[r * size_t(budget_buckets_ + 1) + size_t(m)];
   }
   size_t at(int n, int64_t m, int cls, int q) const {
-    return ((size_t(n - 1) * size_t(C_) + size_t(cls)) * size_t(Q_) + size_t(q)) * size_t(M_ + 1) +
+    return ((size_t(n - 1) * size_t(class_count_) + size_t(cls)) * size_t(level_count_) +
+            size_t(q)) *
+               size_t(budget_buckets_ + 1) +
            size_t(m);
   }
-  bool admits(const Threshold& t, const DpItem& it, int q) const { return it.tr - L_[q] <= t.tr; }
+  bool admits(const Threshold& t, const DpItem& it, int q) const {
+    return it.tr - levels_[q] <= t.tr;
+  }
   void set_cover_levels();
   void quantize_costs();
   void build_thresholds();
@@ -192,9 +197,9 @@ class StageDp {
   double below(const Threshold& t, int n, int64_t m, int b, int q) const;
 
   StageDpProblem p_;
-  int C_ = 1, Q_ = 1;
-  int64_t M_ = 0;
-  std::vector<int64_t> L_;               // levels, L_[0] = 0
+  int class_count_ = 1, level_count_ = 1;
+  int64_t budget_buckets_ = 0;
+  std::vector<int64_t> levels_;          // memory levels, levels_[0] = 0
   std::vector<std::vector<int>> after_;  // [item][level] -> level after adding the item below
   std::vector<double> min_reshard_to_;   // [class]: the cheapest reshard into it
   double quantum_ = 0;                   // 0: every cost is 0, nothing to round

@@ -14,7 +14,7 @@ std::vector<int64_t> StageDp::caps(int64_t budget, int64_t extra_tr, int64_t ext
   for (size_t k = 0; k < thr_.size(); ++k) {
     const Threshold& t = thr_[k];
     const int64_t room = budget - (std::max(t.tr, extra_tr) + std::max(t.ws, extra_ws));
-    if (room >= 0) out[k] = std::min(M_, room / p_.bucket_bytes);
+    if (room >= 0) out[k] = std::min(budget_buckets_, room / p_.bucket_bytes);
   }
   return out;
 }
@@ -44,8 +44,8 @@ StageDp::Answer StageDp::best_within(int n, const std::vector<int64_t>& caps,
     double lb_below = 0;
     if (n > 1) {
       lb_below = kInf;
-      for (int b = 0; b < C_; ++b)
-        for (int q = 0; q < Q_; ++q) lb_below = std::min(lb_below, fv(t, n - 1, m, b, q));
+      for (int b = 0; b < class_count_; ++b)
+        for (int q = 0; q < level_count_; ++q) lb_below = std::min(lb_below, fv(t, n - 1, m, b, q));
       if (lb_below == kInf) continue;
     }
     // Row n: the first layer on top of the best n-1 layers below it.
@@ -57,14 +57,14 @@ StageDp::Answer StageDp::best_within(int n, const std::vector<int64_t>& caps,
             (lb_below + min_reshard_to_[it.cls]) + it.cost + it.first + ent(it.cls);
         if (bound >= a.cost) continue;
       }
-      for (int q = 0; q < (n == 1 ? 1 : Q_); ++q) {
+      for (int q = 0; q < (n == 1 ? 1 : level_count_); ++q) {
         if (!admits(t, it, q)) continue;
         double prev = 0;
         if (n > 1) {
           prev = kInf;
-          for (int b = 0; b < C_; ++b)
-            prev =
-                std::min(prev, fv(t, n - 1, m - it.w, b, q) + p_.reshard[size_t(b) * C_ + it.cls]);
+          for (int b = 0; b < class_count_; ++b)
+            prev = std::min(
+                prev, fv(t, n - 1, m - it.w, b, q) + p_.reshard[size_t(b) * class_count_ + it.cls]);
           if (prev == kInf) continue;
         }
         const double v = prev + it.cost + it.first + (n == 1 ? it.last : 0.0) + ent(it.cls);
@@ -88,7 +88,7 @@ void StageDp::best_costs(const std::vector<int64_t>& caps, const std::vector<Cos
 // Each row of query qu at layer count n takes the least total of each first-layer class
 // (lq, entry left out) plus the row's entry cost of that class (ents, C per row), where lower.
 void StageDp::take_least(const CostQuery& qu, const double* lq, const double* ents, int n) const {
-  const size_t C = size_t(C_);
+  const size_t C = size_t(class_count_);
   for (size_t r = 0; r < qu.rows.size(); ++r) {
     double& best = (*qu.rows[r].out)[size_t(n)];
     const double* e = ents + r * C;
@@ -102,7 +102,7 @@ void StageDp::take_least(const CostQuery& qu, const double* lq, const double* en
 
 // n = 1 under threshold t and cap m: the least total per class (lq) of a one-layer stage.
 void StageDp::least_single(const Threshold& t, int64_t m, double* lq) const {
-  std::fill(lq, lq + C_, kInf);
+  std::fill(lq, lq + class_count_, kInf);
   for (int i : t.single) {
     const DpItem& it = p_.items[i];
     if (it.w > m) continue;
@@ -115,20 +115,20 @@ void StageDp::least_single(const Threshold& t, int64_t m, double* lq) const {
 // layers below (best_within's bound less lb_below and the entry), cheapest first.
 void StageDp::head_order(const Threshold& t, int64_t m,
                          std::vector<std::pair<double, int>>* o) const {
-  for (int c = 0; c < C_; ++c) o[c].clear();
+  for (int c = 0; c < class_count_; ++c) o[c].clear();
   if (m < 0) return;
   for (int i : t.head) {
     const DpItem& it = p_.items[i];
     if (it.w <= m) o[size_t(it.cls)].push_back({min_reshard_to_[it.cls] + it.cost + it.first, i});
   }
-  for (int c = 0; c < C_; ++c) std::sort(o[c].begin(), o[c].end());
+  for (int c = 0; c < class_count_; ++c) std::sort(o[c].begin(), o[c].end());
 }
 
 // n >= 2 under threshold t and cap m: the least total per first-layer class (lq), the items
 // of each class visited in `o`'s order (head_order) while their bound can still win.
 void StageDp::least_above(const Threshold& t, int n, int64_t m, double lb_below,
                           const std::vector<std::pair<double, int>>* o, double* lq) const {
-  for (int c = 0; c < C_; ++c) {
+  for (int c = 0; c < class_count_; ++c) {
     double& best = lq[size_t(c)];
     best = kInf;
     for (const auto& [key, i] : o[size_t(c)]) {
@@ -140,11 +140,12 @@ void StageDp::least_above(const Threshold& t, int n, int64_t m, double lb_below,
         if (bound > best * (1 + 1e-12)) break;
         continue;
       }
-      for (int q = 0; q < Q_; ++q) {
+      for (int q = 0; q < level_count_; ++q) {
         if (!admits(t, it, q)) continue;
         double prev = kInf;
-        for (int b = 0; b < C_; ++b)
-          prev = std::min(prev, fv(t, n - 1, m - it.w, b, q) + p_.reshard[size_t(b) * C_ + c]);
+        for (int b = 0; b < class_count_; ++b)
+          prev = std::min(prev,
+                          fv(t, n - 1, m - it.w, b, q) + p_.reshard[size_t(b) * class_count_ + c]);
         if (prev == kInf) continue;
         const double v = prev + it.cost + it.first;
         if (v < best) best = v;
@@ -154,7 +155,7 @@ void StageDp::least_above(const Threshold& t, int n, int64_t m, double lb_below,
 }
 
 void StageDp::best_costs(const std::vector<CostQuery>& queries, int n_lo, int n_hi) const {
-  const size_t nq = queries.size(), C = size_t(C_);
+  const size_t nq = queries.size(), C = size_t(class_count_);
   for (const CostQuery& qu : queries)
     for (const CostRow& r : qu.rows)
       if (int(r.out->size()) < n_hi + 1) r.out->resize(size_t(n_hi) + 1, kInf);
@@ -169,7 +170,8 @@ void StageDp::best_costs(const std::vector<CostQuery>& queries, int n_lo, int n_
     ent_at[qi] = ents.size();
     for (const CostRow& r : queries[qi].rows) {
       for (int n = n_lo; n <= n_hi; ++n) (*r.out)[size_t(n)] = kInf;
-      for (int c = 0; c < C_; ++c) ents.push_back(r.entry ? quantize((*r.entry)[size_t(c)]) : 0.0);
+      for (int c = 0; c < class_count_; ++c)
+        ents.push_back(r.entry ? quantize((*r.entry)[size_t(c)]) : 0.0);
     }
   }
   // least[qi * C + cls]: the least total (entry left out) of a sequence whose first layer is of
@@ -195,8 +197,9 @@ void StageDp::best_costs(const std::vector<CostQuery>& queries, int n_lo, int n_
         const int64_t m = cap(qi);
         double lb_below = kInf;
         if (m >= 0)
-          for (int b = 0; b < C_; ++b)
-            for (int q = 0; q < Q_; ++q) lb_below = std::min(lb_below, fv(t, n - 1, m, b, q));
+          for (int b = 0; b < class_count_; ++b)
+            for (int q = 0; q < level_count_; ++q)
+              lb_below = std::min(lb_below, fv(t, n - 1, m, b, q));
         lbs[qi] = lb_below;
       }
       for (size_t qi = 0; qi < nq; ++qi) {
@@ -211,8 +214,8 @@ void StageDp::best_costs(const std::vector<CostQuery>& queries, int n_lo, int n_
 double StageDp::below(const Threshold& t, int n, int64_t m, int b, int q) const {
   if (n == 1) return q == 0 ? 0.0 : kInf;
   double v = kInf;
-  for (int a = 0; a < C_; ++a)
-    v = std::min(v, fv(t, n - 1, m, a, q) + p_.reshard[size_t(a) * C_ + b]);
+  for (int a = 0; a < class_count_; ++a)
+    v = std::min(v, fv(t, n - 1, m, a, q) + p_.reshard[size_t(a) * class_count_ + b]);
   return v;
 }
 
@@ -228,10 +231,10 @@ std::vector<int> StageDp::reconstruct(int n, const Answer& a, int64_t* footprint
     // The class below that gives the minimum (first minimum, as in run()'s g).
     double best = kInf;
     int arg = -1;
-    for (int b = 0; b < C_; ++b) {
+    for (int b = 0; b < class_count_; ++b) {
       const double v = fv(t, k, m, b, q);
       if (v == kInf) continue;
-      const double x = v + p_.reshard[size_t(b) * C_ + cls];
+      const double x = v + p_.reshard[size_t(b) * class_count_ + cls];
       if (x < best) best = x, arg = b;
     }
     if (arg < 0) throw std::logic_error("StageDp: broken chain");
@@ -242,7 +245,7 @@ std::vector<int> StageDp::reconstruct(int n, const Answer& a, int64_t* footprint
       const DpItem& it = p_.items[i];
       if (it.cls != arg || it.w > m) continue;
       const double cost = it.cost + (k == 1 ? it.last : 0.0);
-      for (int pq = 0; pq < (k == 1 ? 1 : Q_) && found < 0; ++pq) {
+      for (int pq = 0; pq < (k == 1 ? 1 : level_count_) && found < 0; ++pq) {
         if (!admits(t, it, pq) || after_[i][pq] != q) continue;
         if (below(t, k, m - it.w, arg, pq) + cost == target) found = i, prev_q = pq;
       }
