@@ -10,6 +10,7 @@
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
 #include "stratagem/search.hpp"
+#include "test/support/input_error.hpp"
 #include "test/support/run.hpp"
 
 using namespace stratagem;
@@ -25,16 +26,7 @@ ModelSpec import(const std::string& name, std::optional<int> seq_len = std::null
   return model_from_hf_config(io::read_json_file(hf(name)), hf(name), seq_len);
 }
 
-// The input error of `f`, or "" when it succeeds.
-template <class F>
-std::string input_error(F f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using stratagem::test::input_error;
 
 Plan megatron_round_trip(const Plan& p, const ModelSpec& m, ClusterSpec c) {
   const auto tokens = split_command_line(export_megatron(p, m, c), "exported");

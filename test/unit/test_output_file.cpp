@@ -13,6 +13,7 @@
 
 #include "src/io/output_file.hpp"
 #include "stratagem/error.hpp"
+#include "test/support/input_error.hpp"
 
 using namespace stratagem;
 namespace fs = std::filesystem;
@@ -31,17 +32,7 @@ std::string read(const std::string& path) {
   ss << in.rdbuf();
   return ss.str();
 }
-// The message of the InputError `f` throws ("" when it throws none or another kind).
-template <class F>
-std::string input_error(F f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (...) {
-  }
-  return "";
-}
+using stratagem::test::input_error;
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(refuses_what_is_not_a_regular_file) {
