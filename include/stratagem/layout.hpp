@@ -20,6 +20,9 @@ enum class GroupKind : uint8_t {
   tied_embedding,  // first and last stage, same local index: ties wte and the LM head
   pp_next,         // peer: same local index on the next stage
   pp_prev,         // peer: same local index on the previous stage
+  cp,              // context-parallel group of a layer (ranks sharing a sequence)
+  ep,              // expert-parallel group of an MoE layer (the all-to-all's ranks)
+  expert_dp,       // expert data-parallel group: ranks holding the same experts
 };
 const char* to_string(GroupKind k);
 

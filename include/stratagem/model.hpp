@@ -9,6 +9,33 @@ enum class Arch { decoder, encoder };  // GPT/LLaMA are decoders, BERT is an enc
 enum class Norm { layernorm, rmsnorm };
 enum class Activation { gelu, swiglu };
 enum class Position { learned, rope };
+// mha covers multi-head, grouped-query and multi-query attention (kv_heads); mla is
+// DeepSeek-V2/V3's Multi-head Latent Attention (compressed query and KV, decoupled RoPE).
+enum class AttentionKind { mha, mla };
+enum class RouterScore { softmax, sigmoid };
+
+// Multi-head Latent Attention's shapes (DeepSeek-V3's config.json names in comments).
+struct MlaSpec {
+  int q_lora_rank = 0;       // q_lora_rank: the compressed query's width (0 = no compression)
+  int kv_lora_rank = 0;      // kv_lora_rank: the compressed KV's width
+  int qk_nope_head_dim = 0;  // qk_nope_head_dim: per-head query/key width without RoPE
+  int qk_rope_head_dim = 0;  // qk_rope_head_dim: the decoupled RoPE width (key shared by heads)
+  int v_head_dim = 0;        // v_head_dim: per-head value width
+  bool operator==(const MlaSpec&) const = default;
+};
+
+// Mixture-of-Experts: which layers route their tokens to experts, and how.
+struct MoeSpec {
+  int experts = 0;            // routed experts per MoE layer (0: a dense model)
+  int top_k = 0;              // experts chosen per token
+  int expert_ffn_hidden = 0;  // each expert's FFN width (per gate/up projection under SwiGLU)
+  int shared_experts = 0;     // experts every token passes through, of expert_ffn_hidden each
+  int dense_layers = 0;       // the first layers keep a dense FFN of ffn_hidden (DeepSeek-V3: 3)
+  RouterScore router_score = RouterScore::softmax;
+  double aux_loss_coeff = 0.0;  // the load-balancing loss's weight (0: none)
+  bool enabled() const { return experts > 0; }
+  bool operator==(const MoeSpec&) const = default;
+};
 
 struct ModelSpec {
   std::string name;
@@ -27,6 +54,12 @@ struct ModelSpec {
   bool bias = true;     // linear and norm biases (GPT/BERT yes, LLaMA no)
   bool dropout = true;  // dropout masks are saved for backward (Megatron's activation formula)
   int type_vocab = 0;   // BERT token-type embeddings (0 = none)
+  AttentionKind attention = AttentionKind::mha;
+  MlaSpec mla;  // when attention == mla
+  MoeSpec moe;  // when moe.enabled()
+
+  // Whether Transformer layer `layer` (0-based) has routed experts in place of a dense FFN.
+  bool is_moe_layer(int layer) const { return moe.enabled() && layer >= moe.dense_layers; }
 
   int head_dim() const { return hidden / heads; }
   int kv_hidden() const { return kv_heads * head_dim(); }
@@ -57,5 +90,7 @@ const char* to_string(Arch a);
 const char* to_string(Norm n);
 const char* to_string(Activation a);
 const char* to_string(Position p);
+const char* to_string(AttentionKind a);
+const char* to_string(RouterScore r);
 
 }  // namespace stratagem

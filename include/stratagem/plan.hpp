@@ -14,6 +14,11 @@ enum class Schedule { gpipe, one_f_one_b, interleaved };
 enum class Recompute { none, selective, full };
 const char* to_string(Schedule s);
 const char* to_string(Recompute r);
+// How a context-parallel layer's attention sees the whole sequence: K and V blocks passed
+// around the cp group (Megatron-Core's ring), gathered before attention (Llama 3), or traded
+// for a head split by two all-to-alls (DeepSpeed-Ulysses).
+enum class CpKind { ring, allgather, a2a };
+const char* to_string(CpKind k);
 
 struct LayerStrategy {
   int tp = 1;
@@ -24,6 +29,13 @@ struct LayerStrategy {
   bool offload_optimizer = false;
   bool offload_params = false;
   bool offload_activations = false;
+  // Context parallelism: the sequence split over cp ranks (between tp and dp in the Layout).
+  int cp = 1;
+  CpKind cp_kind = CpKind::ring;
+  // Expert parallelism of an MoE layer's experts: ep ranks hold experts / ep experts each, and
+  // each expert's FFN is split over etp ranks (Megatron-Core's expert tensor parallelism).
+  int ep = 1;
+  int etp = 1;
 
   // How the stage's ranks hold the residual stream between layers: split over replicas of tp
   // ranks that each hold their replica's whole stream, or, under sequence parallelism, one

@@ -22,6 +22,12 @@ const char* to_string(GroupKind k) {
       return "pp_next";
     case GroupKind::pp_prev:
       return "pp_prev";
+    case GroupKind::cp:
+      return "cp";
+    case GroupKind::ep:
+      return "ep";
+    case GroupKind::expert_dp:
+      return "expert_dp";
   }
   return "?";
 }

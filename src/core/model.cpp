@@ -22,6 +22,13 @@ const char* to_string(Position p) {
   return p == Position::learned ? "learned" : "rope";
 }
 
+const char* to_string(AttentionKind a) {
+  return a == AttentionKind::mha ? "mha" : "mla";
+}
+const char* to_string(RouterScore r) {
+  return r == RouterScore::softmax ? "softmax" : "sigmoid";
+}
+
 std::string data_dir() {
   if (const char* env = std::getenv("STRATAGEM_DATA")) return env;
   return STRATAGEM_DATA_DIR;

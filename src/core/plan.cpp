@@ -45,6 +45,18 @@ Recompute recompute_from(const std::string& s, const std::string& where) {
   throw InputError(where + ": expected none|selective|full, got '" + s + "'");
 }
 
+const char* to_string(CpKind k) {
+  switch (k) {
+    case CpKind::ring:
+      return "ring";
+    case CpKind::allgather:
+      return "allgather";
+    case CpKind::a2a:
+      return "a2a";
+  }
+  return "?";
+}
+
 std::string LayerStrategy::describe() const {
   std::ostringstream os;
   os << "tp" << tp << " dp" << dp;
