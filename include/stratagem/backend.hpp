@@ -19,7 +19,10 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "stratagem/model.hpp"  // RouterScore
+#include "stratagem/moe_math.hpp"
 #include "stratagem/tensor.hpp"
 
 namespace stratagem {
@@ -147,6 +150,34 @@ class Backend {
                                            const Tensor& sums, std::span<const int32_t> targets,
                                            int64_t vocab_begin, int64_t valid, float scale) = 0;
 
+  // ---- mixture of experts (moe_math.hpp has the formulas and their sources) -------------
+  // The experts' own GEMMs are matmul_forward/backward on each expert's rows. These kernels
+  // have host bodies here that stage their operands through host memory, so every backend
+  // runs them; the CPU backend overrides them to skip the copies.
+  // logits (N,E) -> scores (N,E), combine weights (N,K) and the chosen experts, host (N*K),
+  // each token's in decreasing score order.
+  virtual void moe_router_forward(Tensor& scores, Tensor& weights, std::span<int32_t> experts,
+                                  const Tensor& logits, RouterScore score);
+  // The load-balancing loss of one micro-batch's tokens (coeff included).
+  virtual double moe_aux_loss(const Tensor& scores, std::span<const int32_t> experts, int top_k,
+                              RouterScore score, double coeff);
+  // dlogits (N,E) overwritten: through the combine weights' gradient dweights (N,K), plus
+  // aux_scale times the gradient of the load-balancing loss with coeff 1.
+  virtual void moe_router_backward(Tensor& dlogits, const Tensor& dweights, const Tensor& scores,
+                                   const Tensor& weights, std::span<const int32_t> experts,
+                                   RouterScore score, double aux_scale);
+  // out (M,C): out[i] = inp[rows[i]] (the permutation: tokens into expert order).
+  virtual void gather_rows(Tensor& out, const Tensor& inp, std::span<const int32_t> rows);
+  // out (N,C) = sum over k of weights[n,k] * inp[slots[n*K+k]], overwritten; weights (N,K)
+  // undefined = ones (the dispatch's backward: the K copies of a token's gradient summed).
+  virtual void moe_combine_forward(Tensor& out, const Tensor& inp, const Tensor& weights,
+                                   std::span<const int32_t> slots);
+  // dinp (M,C): row slots[n*K+k] = weights[n,k] * dout[n]; dweights (N,K) = dout[n] . that
+  // row of inp; both overwritten.
+  virtual void moe_combine_backward(Tensor& dinp, Tensor& dweights, const Tensor& dout,
+                                    const Tensor& inp, const Tensor& weights,
+                                    std::span<const int32_t> slots);
+
   // ---- optimizer --------------------------------------------------------------------------
   virtual double sum_squares(const Tensor& t) = 0;  // in fp64, for the global grad norm
   virtual void scale(Tensor& t, float factor) = 0;
@@ -162,6 +193,114 @@ class Backend {
  private:
   std::function<void()> progress_;
 };
+
+// ---- the host bodies of the MoE kernels (any backend: operands staged through host) --------
+namespace backend_detail {
+inline std::vector<float> host_copy(Backend& be, const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  if (t.numel()) be.download(v.data(), t);
+  return v;
+}
+inline void require_rows(const char* kernel, const char* what, const Tensor& t, int64_t cols) {
+  if (!t.defined() || t.ndim() < 1 || t.dim(-1) != cols || t.dtype != ScalarType::fp32)
+    throw std::invalid_argument(std::string(kernel) + ": " + what + " must be fp32 (...," +
+                                std::to_string(cols) + "), got " + t.shape.str());
+}
+}  // namespace backend_detail
+
+inline void Backend::moe_router_forward(Tensor& scores, Tensor& weights, std::span<int32_t> experts,
+                                        const Tensor& logits, RouterScore score) {
+  using namespace backend_detail;
+  const int64_t E = logits.defined() ? logits.dim(-1) : 0, N = E ? logits.numel() / E : 0;
+  const int64_t K = N ? int64_t(experts.size()) / N : 0;
+  require_rows("moe_router_forward", "logits", logits, E);
+  expect_shape(scores, logits.shape, "moe_router_forward", "scores");
+  if (K < 1 || K > E || int64_t(experts.size()) != N * K || weights.numel() != N * K)
+    throw std::invalid_argument("moe_router_forward: experts (" + std::to_string(experts.size()) +
+                                ") and weights " + weights.shape.str() + " must hold N*K with " +
+                                "1 <= K <= E for N = " + std::to_string(N));
+  const std::vector<float> l = host_copy(*this, logits);
+  std::vector<float> s(l.size()), w(static_cast<size_t>(N * K));
+  moe_math::router_forward(l.data(), N, E, int(K), score, s.data(), w.data(), experts.data());
+  upload(scores, s.data());
+  upload(weights, w.data());
+}
+
+inline double Backend::moe_aux_loss(const Tensor& scores, std::span<const int32_t> experts,
+                                    int top_k, RouterScore score, double coeff) {
+  const int64_t E = scores.dim(-1), N = scores.numel() / E;
+  const std::vector<float> s = backend_detail::host_copy(*this, scores);
+  return moe_math::aux_loss(s.data(), N, E, experts, top_k, score, coeff);
+}
+
+inline void Backend::moe_router_backward(Tensor& dlogits, const Tensor& dweights,
+                                         const Tensor& scores, const Tensor& weights,
+                                         std::span<const int32_t> experts, RouterScore score,
+                                         double aux_scale) {
+  using namespace backend_detail;
+  const int64_t E = scores.dim(-1), N = scores.numel() / E, K = weights.dim(-1);
+  expect_shape(dlogits, scores.shape, "moe_router_backward", "dlogits");
+  expect_shape(dweights, weights.shape, "moe_router_backward", "dweights");
+  if (weights.numel() != N * K || int64_t(experts.size()) != N * K)
+    throw std::invalid_argument("moe_router_backward: weights " + weights.shape.str() +
+                                " and experts must hold N*K for N = " + std::to_string(N));
+  const std::vector<float> dw = host_copy(*this, dweights), s = host_copy(*this, scores),
+                           w = host_copy(*this, weights);
+  std::vector<float> dl(s.size());
+  moe_math::router_backward(dl.data(), dw.data(), s.data(), w.data(), experts, N, E, int(K), score,
+                            aux_scale);
+  upload(dlogits, dl.data());
+}
+
+inline void Backend::gather_rows(Tensor& out, const Tensor& inp, std::span<const int32_t> rows) {
+  using namespace backend_detail;
+  const int64_t C = inp.defined() ? inp.dim(-1) : 0;
+  require_rows("gather_rows", "inp", inp, C);
+  if (out.numel() != int64_t(rows.size()) * C)
+    throw std::invalid_argument("gather_rows: out " + out.shape.str() + " must hold " +
+                                std::to_string(rows.size()) + " rows of " + std::to_string(C));
+  if (rows.empty()) return;
+  const std::vector<float> x = host_copy(*this, inp);
+  std::vector<float> o(static_cast<size_t>(out.numel()));
+  moe_math::gather_rows(o.data(), x.data(), C ? inp.numel() / C : 0, C, rows);
+  upload(out, o.data());
+}
+
+inline void Backend::moe_combine_forward(Tensor& out, const Tensor& inp, const Tensor& weights,
+                                         std::span<const int32_t> slots) {
+  using namespace backend_detail;
+  const int64_t C = out.defined() ? out.dim(-1) : 0, N = C ? out.numel() / C : 0;
+  const int64_t K = N ? int64_t(slots.size()) / N : 0;
+  require_rows("moe_combine_forward", "inp", inp, C);
+  if (int64_t(slots.size()) != N * K || (weights.defined() && weights.numel() != N * K))
+    throw std::invalid_argument("moe_combine_forward: slots and weights must hold N*K");
+  const std::vector<float> x = host_copy(*this, inp);
+  const std::vector<float> w = weights.defined() ? host_copy(*this, weights) : std::vector<float>{};
+  std::vector<float> o(static_cast<size_t>(out.numel()));
+  moe_math::combine_forward(o.data(), x.data(), inp.numel() / C, w.empty() ? nullptr : w.data(),
+                            slots, N, int(K), C);
+  if (!o.empty()) upload(out, o.data());
+}
+
+inline void Backend::moe_combine_backward(Tensor& dinp, Tensor& dweights, const Tensor& dout,
+                                          const Tensor& inp, const Tensor& weights,
+                                          std::span<const int32_t> slots) {
+  using namespace backend_detail;
+  const int64_t C = dout.defined() ? dout.dim(-1) : 0, N = C ? dout.numel() / C : 0;
+  const int64_t K = weights.defined() ? weights.dim(-1) : 0;
+  require_rows("moe_combine_backward", "inp", inp, C);
+  expect_shape(dinp, inp.shape, "moe_combine_backward", "dinp");
+  expect_shape(dweights, weights.shape, "moe_combine_backward", "dweights");
+  if (int64_t(slots.size()) != N * K || weights.numel() != N * K)
+    throw std::invalid_argument("moe_combine_backward: slots and weights must hold N*K");
+  const std::vector<float> g = host_copy(*this, dout), x = host_copy(*this, inp),
+                           w = host_copy(*this, weights);
+  std::vector<float> dx(x.size(), 0.0f), dw(w.size());
+  moe_math::combine_backward(dx.data(), dw.data(), g.data(), x.data(), inp.numel() / C, w.data(),
+                             slots, N, int(K), C);
+  if (!dx.empty()) upload(dinp, dx.data());
+  if (!dw.empty()) upload(dweights, dw.data());
+}
 
 // The Eigen + OpenMP backend; threads = omp_get_max_threads() at each kernel call.
 std::unique_ptr<Backend> make_cpu_backend();

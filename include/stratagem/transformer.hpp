@@ -29,6 +29,14 @@
 //   layers.<i>.mlp.fc1.bias        (F | 2F)
 //   layers.<i>.mlp.fc2.weight      (C,F)
 //   layers.<i>.mlp.fc2.bias        (C)
+// An MoE layer (ModelSpec::is_moe_layer) holds, in place of mlp.fc1 and mlp.fc2 (moe_block.hpp):
+//   layers.<i>.mlp.router.weight        (E,C)
+//   layers.<i>.mlp.experts.<e>.fc1.weight  (2Fe,C) swiglu | (Fe,C) gelu, for each held expert e
+//   layers.<i>.mlp.experts.<e>.fc2.weight  (C,Fe)
+//   layers.<i>.mlp.shared.fc1.weight    (2S*Fe,C) | (S*Fe,C)   shared experts only (S of them)
+//   layers.<i>.mlp.shared.fc2.weight    (C,S*Fe)
+// without biases (Mixtral and DeepSeek-V3 have none). Expert parallelism holds experts
+// [ep_rank*E/ep, (ep_rank+1)*E/ep); etp shards each held expert as tp shards the dense MLP.
 //   norm_f.weight, norm_f.bias     (C)               final norm
 //   lm_head.weight                 (V,C)             untied only; tied heads read wte
 // Linear weights are (out, in) like torch.nn.Linear. The gradient buffer has the same layout.
@@ -59,12 +67,16 @@ struct TransformerConfig {
   bool bias = true;
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
+  MoeSpec moe;         // routed experts (moe.enabled()); expert shapes are never tp shares
   int tp = 1;          // tensor-parallel degree these shapes are shares of
   int vocab_rows = 0;  // rows of this rank's wte shard: ceil(vocab / tp) (vocab when tp = 1)
 
   int qkv_width() const { return (heads + 2 * kv_heads) * head_dim; }
   int attn_width() const { return heads * head_dim; }
   int fc1_width() const { return activation == Activation::swiglu ? 2 * ffn_hidden : ffn_hidden; }
+  bool moe_layer(int layer) const { return moe.enabled() && layer >= moe.dense_layers; }
+  // The fc1 rows of an FFN of width f (gate | up under SwiGLU).
+  int fc1_rows(int f) const { return activation == Activation::swiglu ? 2 * f : f; }
   // The share of one rank of a tp group; throws NotSupported when heads, kv heads or the ffn
   // width do not divide by tp.
   TransformerConfig sharded(int tp) const;
@@ -89,6 +101,9 @@ struct ModelPart {
   // Heterogeneous plans: per model layer, the tp degree and this rank's index in its tp group
   // (empty: every layer's share is (tp, tp_rank), as the embedding's).
   std::vector<int> layer_tp, layer_tp_rank;
+  // MoE layers: the expert-parallel group (which experts are held) and the expert tensor
+  // parallel share of each held expert.
+  int ep = 1, ep_rank = 0, etp = 1, etp_rank = 0;
   std::vector<int> layer_list(int num_layers) const;
 };
 
@@ -137,6 +152,12 @@ ParamTable make_param_table(const TransformerConfig& cfg, const ModelPart& part 
 struct LayerWeights {
   Tensor attn_norm_w, attn_norm_b, qkv_w, qkv_b, proj_w, proj_b;
   Tensor mlp_norm_w, mlp_norm_b, fc1_w, fc1_b, fc2_w, fc2_b;
+  // MoE layers only: the router, the held experts (first_expert, first_expert + 1, ...) and
+  // the shared experts (undefined when there are none).
+  Tensor router_w;
+  int first_expert = 0;
+  std::vector<Tensor> expert_fc1_w, expert_fc2_w;
+  Tensor shared_fc1_w, shared_fc2_w;
 };
 struct ModelWeights {
   Tensor wte, wpe;

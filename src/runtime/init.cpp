@@ -60,7 +60,7 @@ void init_parameters(Backend& be, const TransformerConfig& cfg, const ParamTable
     } else if (ends_with(name, "norm.weight") || name == "norm_f.weight") {
       std::fill(out, out + n, 1.0f);
     } else {
-      const float sd = (ends_with(name, "attn.proj.weight") || ends_with(name, "mlp.fc2.weight"))
+      const float sd = (ends_with(name, "attn.proj.weight") || ends_with(name, ".fc2.weight"))
                            ? std_resid
                            : std_base;
       const uint64_t key = mix64(seed) ^ fnv1a(name);

@@ -69,6 +69,12 @@ TransformerConfig transformer_config(const ModelSpec& s) {
   c.position = s.position;
   c.tied_embeddings = s.tied_embeddings;
   c.bias = s.bias;
+  c.moe = s.moe;
+  if (c.moe.enabled()) {
+    require(c.moe.top_k >= 1 && c.moe.top_k <= c.moe.experts && c.moe.expert_ffn_hidden > 0 &&
+                c.moe.shared_experts >= 0 && c.moe.dense_layers >= 0,
+            m + "moe needs 1 <= top_k <= experts, expert_ffn_hidden > 0 and shared_experts >= 0");
+  }
   require(c.position != Position::rope || c.head_dim % 2 == 0, m + "RoPE needs an even head_dim");
   c.vocab_rows = c.vocab;
   return c;
@@ -232,6 +238,40 @@ struct ShardBuilder {
 };
 }  // namespace
 
+namespace {
+// An MoE layer's router, held experts and shared experts (the layout in transformer.hpp).
+void add_moe_params(const TransformerConfig& c, const ModelPart& part, ShardBuilder& lb,
+                    const std::string& p) {
+  const MoeSpec& moe = c.moe;
+  const int64_t C = c.hidden, Fe = moe.expert_ffn_hidden;
+  require(part.ep >= 1 && moe.experts % part.ep == 0 && part.ep_rank >= 0 && part.ep_rank < part.ep,
+          "ModelPart: ep " + std::to_string(part.ep) + " must divide the " +
+              std::to_string(moe.experts) + " experts");
+  require(part.etp >= 1 && Fe % part.etp == 0 && part.etp_rank >= 0 && part.etp_rank < part.etp,
+          "ModelPart: etp " + std::to_string(part.etp) + " must divide expert_ffn_hidden " +
+              std::to_string(Fe));
+  const bool swiglu = c.activation == Activation::swiglu;
+  const std::vector<int64_t> groups =
+      swiglu ? std::vector<int64_t>{Fe, Fe} : std::vector<int64_t>{Fe};
+  lb.whole(p + "mlp.router.weight", Shape{moe.experts, C});
+  ShardBuilder eb{c, part.etp, part.etp_rank, lb.t};
+  const int local = moe.experts / part.ep;
+  for (int e = part.ep_rank * local; e < (part.ep_rank + 1) * local; ++e) {
+    const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+    eb.rows(x + "fc1.weight", groups, C);
+    eb.cols(x + "fc2.weight", C, Fe);
+  }
+  if (moe.shared_experts > 0) {
+    const int64_t Fs = int64_t(moe.shared_experts) * Fe;
+    require(Fs % lb.tp == 0, "ModelPart: tp " + std::to_string(lb.tp) +
+                                 " must divide the shared experts' width " + std::to_string(Fs));
+    lb.rows(p + "mlp.shared.fc1.weight",
+            swiglu ? std::vector<int64_t>{Fs, Fs} : std::vector<int64_t>{Fs}, C);
+    lb.cols(p + "mlp.shared.fc2.weight", C, Fs);
+  }
+}
+}  // namespace
+
 ParamTable make_param_table(const TransformerConfig& c, const ModelPart& part) {
   const std::vector<int> layers = part.layer_list(c.layers);
   for (size_t i = 0; i < layers.size(); ++i)
@@ -272,6 +312,10 @@ ParamTable make_param_table(const TransformerConfig& c, const ModelPart& part) {
     if (c.bias) lb.whole(p + "attn.proj.bias", Shape{C});
     lb.whole(p + "mlp.norm.weight", Shape{C});
     if (ln_bias) lb.whole(p + "mlp.norm.bias", Shape{C});
+    if (c.moe_layer(layer)) {
+      add_moe_params(c, part, lb, p);
+      continue;
+    }
     lb.rows(p + "mlp.fc1.weight", fc1_groups, C);
     if (c.bias) lb.rows(p + "mlp.fc1.bias", fc1_groups, 0);
     lb.cols(p + "mlp.fc2.weight", C, F);
@@ -318,6 +362,19 @@ ModelWeights bind_weights(const TransformerConfig& c, const ParamTable& table, c
     lw.fc1_b = get(p + "mlp.fc1.bias");
     lw.fc2_w = get(p + "mlp.fc2.weight");
     lw.fc2_b = get(p + "mlp.fc2.bias");
+    lw.router_w = get(p + "mlp.router.weight");
+    for (int e = 0; e < c.moe.experts; ++e) {
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      Tensor fc1 = get(x + "fc1.weight");
+      if (!fc1.defined()) continue;
+      if (lw.expert_fc1_w.empty()) lw.first_expert = e;
+      require(e == lw.first_expert + int(lw.expert_fc1_w.size()),
+              "bind_weights: the experts held by a rank must be consecutive");
+      lw.expert_fc1_w.push_back(fc1);
+      lw.expert_fc2_w.push_back(get(x + "fc2.weight"));
+    }
+    lw.shared_fc1_w = get(p + "mlp.shared.fc1.weight");
+    lw.shared_fc2_w = get(p + "mlp.shared.fc2.weight");
     w.layers.push_back(std::move(lw));
   }
   return w;
@@ -349,6 +406,18 @@ Tensor& weight_field(ModelWeights& w, std::string_view name) {
         {"mlp.fc2.bias", &LayerWeights::fc2_b}};
     for (const auto& [n, f] : fields)
       if (n == rest) return lw.*f;
+    if (rest == "mlp.router.weight") return lw.router_w;
+    if (rest == "mlp.shared.fc1.weight") return lw.shared_fc1_w;
+    if (rest == "mlp.shared.fc2.weight") return lw.shared_fc2_w;
+    if (rest.rfind("mlp.experts.", 0) == 0) {
+      const std::string_view tail = rest.substr(12);
+      const size_t d = tail.find('.');
+      const int e = std::stoi(std::string(tail.substr(0, d))) - lw.first_expert;
+      if (e >= 0 && e < int(lw.expert_fc1_w.size())) {
+        if (tail.substr(d + 1) == "fc1.weight") return lw.expert_fc1_w[size_t(e)];
+        if (tail.substr(d + 1) == "fc2.weight") return lw.expert_fc2_w[size_t(e)];
+      }
+    }
   }
   throw std::logic_error("weight_field: no tensor named " + std::string(name));
 }

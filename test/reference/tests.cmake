@@ -13,3 +13,10 @@ add_test(NAME reference.transformer_tp2_pp2
          COMMAND ${STRATAGEM_MPIEXEC} -np 4 $<TARGET_FILE:reference_test>)
 set_tests_properties(reference.transformer_tp2_pp2 PROPERTIES LABELS "reference;mpi" TIMEOUT 600
                      ENVIRONMENT "OMP_NUM_THREADS=1")
+# One MoE FFN (router, top-k, experts, combine, shared experts, aux loss) against PyTorch.
+stratagem_boost_test(moe_reference_test ${CMAKE_CURRENT_LIST_DIR}/test_moe_reference.cpp)
+target_compile_definitions(moe_reference_test PRIVATE
+                           STRATAGEM_PYTHON="${STRATAGEM_REFERENCE_PYTHON}")
+add_test(NAME reference.moe_block COMMAND moe_reference_test)
+set_tests_properties(reference.moe_block PROPERTIES LABELS reference TIMEOUT 300
+                     ENVIRONMENT "OMP_NUM_THREADS=1")
