@@ -13,6 +13,7 @@
 // (MoeRouting): the dispatch's counts are built from them.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -48,6 +49,12 @@ struct MoeActs {
   Tensor combined_in;  // (N*K,C)
   // Shared experts.
   Tensor shared_fc1_out, shared_act_out;
+  // Where the pieces take the tensors they save (above) and their transient scratch; unset:
+  // Backend::allocate. The executor points them at its Program's buffers and scratch, so the
+  // memory it measures holds them.
+  std::function<Tensor(Shape)> saved, scratch;
+  Tensor save(Backend& be, Shape s) const { return saved ? saved(s) : be.allocate(s); }
+  Tensor temp(Backend& be, Shape s) const { return scratch ? scratch(s) : be.allocate(s); }
 };
 
 // ---- pieces --------------------------------------------------------------------------------

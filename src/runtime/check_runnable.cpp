@@ -78,6 +78,14 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
                        prev.describe() + ") nor is divided by it: no reshard group");
     transformer_config(m).sharded(s.tp);
   }
+  // Mixture-of-Experts: the runtime runs an MoE layer on ranks that hold all of its experts.
+  for (size_t l = 0; l < n; ++l) {
+    const LayerStrategy& s = p.layers[l];
+    if (!m.is_moe_layer(int(l)) || (s.ep == 1 && s.etp == 1 && s.tp == 1)) continue;
+    throw NotSupported("layer " + std::to_string(l) + " (" + s.describe() +
+                       "): the runtime runs MoE layers with tp = ep = etp = 1 so far; expert "
+                       "parallelism (the all-to-all dispatch) is not finished (issue #26)");
+  }
   bool offloads = false;
   for (const LayerStrategy& s : p.layers)
     offloads = offloads || s.offload_optimizer || s.offload_params || s.offload_activations;

@@ -23,9 +23,9 @@ Tensor flat2(const Tensor& t) {
   return t.view(Shape{t.numel() / t.dim(-1), t.dim(-1)});
 }
 
-// A tensor of `shape` reusing `t` when it already has that shape (recompute, the next layer).
-void ensure(Backend& be, Tensor& t, Shape shape) {
-  if (!t.defined() || !(t.shape == shape)) t = be.allocate(shape);
+// A saved tensor of `shape`, reusing `t` when it already has that shape (a recompute).
+void ensure(Backend& be, const MoeActs& a, Tensor& t, Shape shape) {
+  if (!t.defined() || !(t.shape == shape)) t = a.save(be, shape);
 }
 
 int64_t sum(std::span<const int64_t> v) {
@@ -68,9 +68,9 @@ void moe_router_forward(Backend& be, const TransformerConfig& cfg, const LayerWe
   const MoeSpec& moe = cfg.moe;
   if (!w.router_w.defined())
     throw std::logic_error("moe_router_forward: the layer holds no router (not an MoE layer)");
-  ensure(be, a.logits, Shape{N, moe.experts});
-  ensure(be, a.scores, Shape{N, moe.experts});
-  ensure(be, a.weights, Shape{N, moe.top_k});
+  ensure(be, a, a.logits, Shape{N, moe.experts});
+  ensure(be, a, a.scores, Shape{N, moe.experts});
+  ensure(be, a, a.weights, Shape{N, moe.top_k});
   const Tensor none;
   be.matmul_forward(a.logits, flat2(xn), w.router_w, none);
   std::vector<int32_t> chosen(size_t(N * moe.top_k));
@@ -87,10 +87,10 @@ void moe_router_backward(Backend& be, const TransformerConfig& cfg, const LayerW
                          const MoeActs& a, double aux_scale, Tensor& d_xn) {
   const auto [N, C] = rows_of(xn, "moe_router_backward");
   const MoeSpec& moe = cfg.moe;
-  Tensor d_logits = be.allocate(a.logits.shape);
+  Tensor d_logits = a.temp(be, a.logits.shape);
   be.moe_router_backward(d_logits, d_weights, a.scores, a.weights, a.routing.chosen,
                          moe.router_score, aux_scale * moe.aux_loss_coeff);
-  Tensor d_router_in = be.allocate(Shape{N, C});
+  Tensor d_router_in = a.temp(be, Shape{N, C});
   Tensor no_bias;
   be.matmul_backward(d_router_in, g.router_w, no_bias, d_logits, flat2(xn), w.router_w);
   Tensor dx = flat2(d_xn);
@@ -117,8 +117,8 @@ void moe_experts_forward(Backend& be, const TransformerConfig& cfg, const LayerW
                                 std::to_string(w.expert_fc1_w.size()) +
                                 " held experts whose counts sum to " + std::to_string(sum(counts)));
   const int64_t F = expert_width(w), F1 = cfg.fc1_rows(int(F));
-  ensure(be, a.fc1_out, Shape{M, F1});
-  ensure(be, a.act_out, Shape{M, F});
+  ensure(be, a, a.fc1_out, Shape{M, F1});
+  ensure(be, a, a.act_out, Shape{M, F});
   a.local_counts.assign(counts.begin(), counts.end());
   const Tensor x = flat2(in), none;
   Tensor y = flat2(out);
@@ -146,7 +146,7 @@ void moe_experts_backward(Backend& be, const TransformerConfig& cfg, const Layer
   if (counts.size() != w.expert_fc1_w.size() || sum(counts) != M)
     throw std::invalid_argument("moe_experts_backward: counts do not match the rows");
   const int64_t F = expert_width(w), F1 = cfg.fc1_rows(int(F));
-  Tensor d_act = be.allocate(Shape{M, F}), d_fc1 = be.allocate(Shape{M, F1});
+  Tensor d_act = a.temp(be, Shape{M, F}), d_fc1 = a.temp(be, Shape{M, F1});
   const Tensor x = flat2(in), g_out = flat2(dout);
   Tensor dx = flat2(d_in), no_bias;
   int64_t row = 0;
@@ -184,15 +184,15 @@ void moe_shared_forward(Backend& be, const TransformerConfig& cfg, const LayerWe
   if (!w.shared_fc1_w.defined()) return;
   const auto [N, C] = rows_of(xn, "moe_shared_forward");
   const int64_t F = w.shared_fc2_w.dim(1);
-  ensure(be, a.shared_fc1_out, Shape{N, cfg.fc1_rows(int(F))});
-  ensure(be, a.shared_act_out, Shape{N, F});
+  ensure(be, a, a.shared_fc1_out, Shape{N, cfg.fc1_rows(int(F))});
+  ensure(be, a, a.shared_act_out, Shape{N, F});
   const Tensor none;
   be.matmul_forward(a.shared_fc1_out, flat2(xn), w.shared_fc1_w, none);
   if (cfg.activation == Activation::swiglu)
     be.swiglu_forward(a.shared_act_out, a.shared_fc1_out);
   else
     be.gelu_forward(a.shared_act_out, a.shared_fc1_out);
-  Tensor out = be.allocate(Shape{N, C}), yy = flat2(y);
+  Tensor out = a.temp(be, Shape{N, C}), yy = flat2(y);
   be.matmul_forward(out, a.shared_act_out, w.shared_fc2_w, none);
   be.residual_forward(yy, yy, out);
 }
@@ -203,8 +203,8 @@ void moe_shared_backward(Backend& be, const TransformerConfig& cfg, const LayerW
   if (!w.shared_fc1_w.defined()) return;
   const auto [N, C] = rows_of(xn, "moe_shared_backward");
   const int64_t F = w.shared_fc2_w.dim(1);
-  Tensor d_act = be.allocate(Shape{N, F}), d_fc1 = be.allocate(Shape{N, cfg.fc1_rows(int(F))});
-  Tensor d_in = be.allocate(Shape{N, C}), no_bias;
+  Tensor d_act = a.temp(be, Shape{N, F}), d_fc1 = a.temp(be, Shape{N, cfg.fc1_rows(int(F))});
+  Tensor d_in = a.temp(be, Shape{N, C}), no_bias;
   be.matmul_backward(d_act, g.shared_fc2_w, no_bias, flat2(dy), a.shared_act_out, w.shared_fc2_w);
   if (cfg.activation == Activation::swiglu)
     be.swiglu_backward(d_fc1, d_act, a.shared_fc1_out);
@@ -225,8 +225,8 @@ void moe_forward(Backend& be, const TransformerConfig& cfg, const LayerWeights& 
         std::to_string(w.expert_fc1_w.size()) + " of " + std::to_string(cfg.moe.experts));
   moe_router_forward(be, cfg, w, xn, a);
   const int64_t M = N * cfg.moe.top_k;
-  ensure(be, a.expert_in, Shape{M, C});
-  ensure(be, a.expert_out, Shape{M, C});
+  ensure(be, a, a.expert_in, Shape{M, C});
+  ensure(be, a, a.expert_out, Shape{M, C});
   moe_permute_forward(be, xn, a.routing, a.expert_in);
   moe_experts_forward(be, cfg, w, a.expert_in, a.routing.counts, a, a.expert_out);
   a.combined_in = a.expert_out;
@@ -239,8 +239,8 @@ void moe_backward(Backend& be, const TransformerConfig& cfg, const LayerWeights&
                   Tensor& d_xn) {
   const auto [N, C] = rows_of(xn, "moe_backward");
   const int64_t M = N * cfg.moe.top_k;
-  Tensor d_rows = be.allocate(Shape{M, C}), d_in = be.allocate(Shape{M, C});
-  Tensor d_weights = be.allocate(a.weights.shape);
+  Tensor d_rows = a.temp(be, Shape{M, C}), d_in = a.temp(be, Shape{M, C});
+  Tensor d_weights = a.temp(be, a.weights.shape);
   moe_combine_backward(be, dy, a, d_rows, d_weights);
   moe_experts_backward(be, cfg, w, g, d_rows, a.expert_in, a.routing.counts, a, d_in);
   moe_permute_backward(be, d_in, a.routing, d_xn);

@@ -5,7 +5,10 @@
 
 IN.h5 (written by the C++ test):
   attrs  config  JSON: layers, hidden, heads, kv_heads, ffn_hidden, vocab, seq_len, norm,
-                 activation, position, tied_embeddings, bias, norm_eps, rope_theta
+                 activation, position, tied_embeddings, bias, norm_eps, rope_theta,
+                 micro_batches (optional, default 1), moe (optional: experts, top_k,
+                 expert_ffn_hidden, shared_experts, dense_layers, router_score,
+                 aux_loss_coeff)
   attrs  hyper   JSON: max_lr, min_lr, warmup_steps, total_steps, steps, weight_decay,
                  beta1, beta2, eps, grad_clip
   /params/<name> every parameter, named as in include/stratagem/transformer.hpp
@@ -106,11 +109,67 @@ class Mlp(nn.Module):
         return x + self.fc2(a)
 
 
-class Layer(nn.Module):
+class Ffn(nn.Module):
+    """One expert (or the shared experts): fc1 (gate|up) -> silu*up | gelu -> fc2, no bias."""
+
+    def __init__(self, c, f, swiglu):
+        super().__init__()
+        self.swiglu = swiglu
+        self.fc1 = nn.Linear(c, 2 * f if swiglu else f, bias=False)
+        self.fc2 = nn.Linear(f, c, bias=False)
+
+    def forward(self, x):
+        u = self.fc1(x)
+        if self.swiglu:
+            gate, up = u.chunk(2, dim=-1)
+            return self.fc2(F.silu(gate) * up)
+        return self.fc2(F.gelu(u, approximate="tanh"))
+
+
+class MoeMlp(nn.Module):
+    """Top-k routed experts (Mixtral / DeepSeek-V3 normalisation) plus shared experts, with
+    Megatron-Core's switch load-balancing loss kept in self.aux after each forward."""
+
     def __init__(self, cfg):
         super().__init__()
+        c, m = cfg["hidden"], cfg["moe"]
+        self.m = m
+        swiglu = cfg["activation"] == "swiglu"
+        self.norm = Norm(cfg)
+        self.router = nn.Linear(c, m["experts"], bias=False)
+        self.experts = nn.ModuleList(Ffn(c, m["expert_ffn_hidden"], swiglu)
+                                     for _ in range(m["experts"]))
+        s = m["shared_experts"]
+        self.shared = Ffn(c, s * m["expert_ffn_hidden"], swiglu) if s else None
+        self.aux = None
+
+    def forward(self, x):
+        h = self.norm(x)
+        flat = h.reshape(-1, h.shape[-1])
+        E, K, N = self.m["experts"], self.m["top_k"], flat.shape[0]
+        logits = self.router(flat)
+        scores = logits.softmax(-1) if self.m["router_score"] == "softmax" else torch.sigmoid(logits)
+        top, chosen = torch.topk(scores, K, dim=-1)
+        weights = top / top.sum(-1, keepdim=True) if K > 1 else top
+        y = torch.zeros_like(flat)
+        for e in range(E):
+            token, slot = torch.where(chosen == e)
+            if token.numel():
+                y = y.index_add(0, token, self.experts[e](flat[token]) * weights[token, slot, None])
+        if self.shared is not None:
+            y = y + self.shared(flat)
+        probs = scores if self.m["router_score"] == "softmax" else scores / scores.sum(-1, keepdim=True)
+        counts = torch.bincount(chosen.flatten(), minlength=E).to(scores.dtype)
+        self.aux = (probs.sum(0) * counts).sum() * (E * self.m["aux_loss_coeff"] / (N * N * K))
+        return x + y.view_as(x)
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg, index):
+        super().__init__()
         self.attn = Attention(cfg)
-        self.mlp = Mlp(cfg)
+        moe = cfg.get("moe")
+        self.mlp = MoeMlp(cfg) if moe and index >= moe["dense_layers"] else Mlp(cfg)
 
     def forward(self, x):
         return self.mlp(self.attn(x))
@@ -122,7 +181,7 @@ class Transformer(nn.Module):
         c, v = cfg["hidden"], cfg["vocab"]
         self.wte = nn.Parameter(torch.zeros(v, c))
         self.wpe = nn.Parameter(torch.zeros(cfg["seq_len"], c)) if cfg["position"] == "learned" else None
-        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg["layers"]))
+        self.layers = nn.ModuleList(Layer(cfg, i) for i in range(cfg["layers"]))
         self.norm_f = Norm(cfg)
         self.lm_head = None if cfg["tied_embeddings"] else nn.Linear(c, v, bias=False)
 
@@ -135,7 +194,9 @@ class Transformer(nn.Module):
             x = layer(x)
         x = self.norm_f(x)
         logits = self.lm_head(x) if self.lm_head is not None else F.linear(x, self.wte)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        # MoE layers' load-balancing losses, over this (micro-)batch's tokens.
+        return loss + sum(l.mlp.aux for l in self.layers if isinstance(l.mlp, MoeMlp))
 
 
 def lr_at(step, h):
@@ -187,8 +248,13 @@ def main(inp, out):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, hyper)
         opt.zero_grad(set_to_none=False)
-        loss = model(tokens, targets)
-        loss.backward()
+        # Micro-batches as the runtime runs them (the MoE aux loss is per micro-batch).
+        micro = cfg.get("micro_batches", 1)
+        loss = 0.0
+        for tk, tg in zip(tokens.chunk(micro), targets.chunk(micro)):
+            part = model(tk, tg) / micro
+            part.backward()
+            loss = loss + part.detach()
         if step == 0:
             first_loss = loss.item()
             first_grads = {n: p.grad.detach().clone().numpy() for n, p in model.named_parameters()}

@@ -130,6 +130,12 @@ struct Executor::Impl {
   void fetch(const Op& op, int index);  // ZeRO-3: gather a layer's (or embedding's) weights
   bool attention_keeps_probs(const Op& op) const;
 
+  // ---- ops_moe.cpp -----------------------------------------------------------------------
+  // An MoE layer's FFN in its mlp op (every expert on this rank: ep = etp = tp = 1).
+  void moe_block_forward(const Op& op, exec::LayerState& ls, const Tensor& xn, Tensor& y);
+  void moe_block_backward(const Op& op, exec::LayerState& ls, const Tensor& dy, const Tensor& xn,
+                          Tensor& d_xn);
+
   // ---- ops_offload.cpp -------------------------------------------------------------------
   void copy(const Op& op, int index);  // copy_h2d / copy_d2h on their streams
   void host_compute(const Op& op, int index);

@@ -124,6 +124,8 @@ void Executor::Impl::block_forward(const Op& op) {
     a.lse = buffers.pool.take(acts, Shape{b, lc.heads, T});
     a.out = buffers.pool.take(acts, Shape{b, T, lc.attn_width()});
     attention_forward(backend, lc, w, xn, y, a, bias);
+  } else if (lc.moe_layer(l)) {
+    moe_block_forward(op, ls, xn, y);
   } else {
     MlpActs& a = ls.mlp;
     a.fc1_out = buffers.pool.take(acts, Shape{b, T, lc.fc1_width()});
@@ -135,7 +137,7 @@ void Executor::Impl::block_forward(const Op& op) {
     if (attn)
       ls.attn = AttentionActs{};
     else
-      ls.mlp = MlpActs{};
+      ls.mlp = MlpActs{}, ls.moe = MoeActs{};
   }
   exec::Flow& flow = rec ? m.rec : m.fwd;
   const Tensor& base = attn ? ls.x_in : ls.x_mid;
@@ -171,6 +173,8 @@ void Executor::Impl::block_backward(const Op& op) {
   LayerWeights& g = shards.model.grad_weights.layer(l);
   if (attn)
     attention_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.attn, *sh.ws);
+  else if (sh.local.moe_layer(l))
+    moe_block_backward(op, ls, dy, xn, d_xn);
   else
     mlp_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.mlp, *sh.ws);
   m.gathered = m.gathered_dy = Tensor{};

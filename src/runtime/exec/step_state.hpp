@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "stratagem/executor.hpp"
+#include "stratagem/moe_block.hpp"
 #include "stratagem/transformer.hpp"
 
 namespace stratagem::exec {
@@ -25,6 +26,7 @@ struct LayerState {
   Tensor x_in, x_mid;  // inputs of the attention and the mlp block (token shard under sp)
   AttentionActs attn;
   MlpActs mlp;
+  MoeActs moe;  // an MoE layer's FFN, in place of mlp (its norm statistics stay in mlp)
 };
 
 struct Micro {
