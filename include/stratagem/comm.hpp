@@ -60,7 +60,28 @@ class Communicator {
   // transfers between the same pair (an interleaved pipeline of two stages sends both ways).
   virtual RequestPtr isend(const float* data, int64_t count, int peer, int tag) = 0;
   virtual RequestPtr irecv(float* data, int64_t count, int peer, int tag) = 0;
+  // ---- all-to-all (expert parallelism's dispatch and combine) -----------------------------
+  // Blocking: member j's recv[i*per_member ...] = member i's send[j*per_member ...] (the
+  // counts of the uneven exchange that follows).
+  virtual void all_to_all_counts(const int64_t* send, int64_t* recv, int64_t per_member);
+  // Member i's block of send_counts[j] elements goes to member j, whose recv holds the blocks
+  // of every member in member order (recv_counts[i] from member i). Nonblocking.
+  virtual RequestPtr iall_to_all_v(const float* send, const std::vector<int64_t>& send_counts,
+                                   float* recv, const std::vector<int64_t>& recv_counts);
 };
+
+// The defaults: a communicator without all-to-all names itself (the MPI one has it).
+inline void Communicator::all_to_all_counts(const int64_t*, int64_t*, int64_t) {
+  throw std::runtime_error(
+      "this communicator has no all-to-all yet (expert parallelism runs "
+      "over MPI communicators: --comm mpi)");
+}
+inline RequestPtr Communicator::iall_to_all_v(const float*, const std::vector<int64_t>&, float*,
+                                              const std::vector<int64_t>&) {
+  throw std::runtime_error(
+      "this communicator has no all-to-all yet (expert parallelism runs "
+      "over MPI communicators: --comm mpi)");
+}
 
 // Thrown by Request::wait when a transfer waits longer than the timeout: names the operation,
 // the group and the members that did not arrive (when known).

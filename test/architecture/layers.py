@@ -39,7 +39,7 @@ HEADER_PART = {
     "executor": "runtime", "kernel_math": "runtime", "optimizer": "runtime",
     "parallel_state": "runtime", "tensor": "runtime", "trainer": "runtime",
     "transformer": "runtime", "watchdog": "runtime", "stop_signal": "runtime",
-    "moe_math": "runtime", "moe_block": "runtime",
+    "moe_math": "runtime", "moe_block": "runtime", "moe_dispatch": "runtime",
     "search": "search", "profile": "profile", "report": "report", "interop": "interop",
 }
 

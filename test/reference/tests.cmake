@@ -20,3 +20,10 @@ target_compile_definitions(moe_reference_test PRIVATE
 add_test(NAME reference.moe_block COMMAND moe_reference_test)
 set_tests_properties(reference.moe_block PROPERTIES LABELS reference TIMEOUT 300
                      ENVIRONMENT "OMP_NUM_THREADS=1")
+# Expert parallelism's all-to-all dispatch and combine against the FFN that holds every expert,
+# with the world as one ep group of 2 and of 4.
+stratagem_boost_test(moe_ep_test ${CMAKE_CURRENT_LIST_DIR}/test_moe_ep.cpp)
+add_test(NAME reference.moe_ep2 COMMAND ${STRATAGEM_MPIEXEC} -np 2 $<TARGET_FILE:moe_ep_test>)
+add_test(NAME reference.moe_ep4 COMMAND ${STRATAGEM_MPIEXEC} -np 4 $<TARGET_FILE:moe_ep_test>)
+set_tests_properties(reference.moe_ep2 reference.moe_ep4 PROPERTIES LABELS "reference;mpi"
+                     TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")

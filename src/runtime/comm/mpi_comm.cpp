@@ -47,6 +47,7 @@ class MpiRequest final : public Request {
         progress_ticket_(comm_detail::progress_begin()) {}
   std::vector<MPI_Request> requests;
   std::vector<int> counts, displs;  // count arrays of v-collectives, alive until completion
+  std::vector<int> recv_counts, recv_displs;  // an all-to-all's receiving side
   void wait() override {
     if (requests.empty()) return landed();
     if (timeout_s_ <= 0) {
@@ -201,6 +202,30 @@ class MpiCommunicator final : public Communicator {
     WatchdogScope watch = guard("all-gather");
     STRATAGEM_MPI_CHECK(
         MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, buf, c.data(), displs.data(), MPI_FLOAT, comm_));
+  }
+  void all_to_all_counts(const int64_t* send, int64_t* recv, int64_t per_member) override {
+    WatchdogScope watch = guard("all-to-all");
+    STRATAGEM_MPI_CHECK(MPI_Alltoall(send, int(per_member), MPI_INT64_T, recv, int(per_member),
+                                     MPI_INT64_T, comm_));
+  }
+  RequestPtr iall_to_all_v(const float* send, const std::vector<int64_t>& send_counts, float* recv,
+                           const std::vector<int64_t>& recv_counts) override {
+    auto r = request("all-to-all");
+    // MPI reads the count arrays until the operation completes: the request keeps them.
+    auto displs = [](const std::vector<int>& c) {
+      std::vector<int> d(c.size(), 0);
+      for (size_t i = 1; i < c.size(); ++i) d[i] = d[i - 1] + c[i - 1];
+      return d;
+    };
+    r->counts = to_int(send_counts);
+    r->displs = displs(r->counts);
+    r->recv_counts = to_int(recv_counts);
+    r->recv_displs = displs(r->recv_counts);
+    r->requests.emplace_back();
+    STRATAGEM_MPI_CHECK(MPI_Ialltoallv(send, r->counts.data(), r->displs.data(), MPI_FLOAT, recv,
+                                       r->recv_counts.data(), r->recv_displs.data(), MPI_FLOAT,
+                                       comm_, &r->requests.back()));
+    return r;
   }
   void barrier() override {
     WatchdogScope watch = guard("barrier");
