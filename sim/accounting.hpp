@@ -1,7 +1,7 @@
 // Time accounting of a rank's compute stream: busy time by phase, and each idle gap before a
 // kernel charged to what the kernel waited for. The part of a gap during which the awaited op
-// moved data is exposed tp/dp/pp/offload communication; the rest (waiting for another rank to
-// reach a collective or to send) is bubble. The eight parts sum to the makespan.
+// moved data is exposed tp/dp/pp/offload/ep communication; the rest (waiting for another rank
+// to reach a collective or to send) is bubble. The nine parts sum to the makespan.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -12,7 +12,7 @@
 
 namespace stratagem::sim {
 
-using Breakdown = std::array<int64_t, 8>;  // ns by Cat (kCompute .. kOffload)
+using Breakdown = std::array<int64_t, 9>;  // ns by Cat (kCompute .. kEp)
 
 inline void charge_busy(RankState& r, const Step& step, Time busy) {
   r.busy_and_waits[step.busy_cat] += busy;

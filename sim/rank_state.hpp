@@ -56,7 +56,7 @@ struct RankState {
   int group_row = 0;     // this rank's row of resolved groups
   int64_t nic_mult = 1;  // ranks of this node whose NIC flows this rank's stand for
   Time last_compute_end = 0;
-  std::array<int64_t, 8> busy_and_waits{};  // compute-stream time by Cat
+  std::array<int64_t, 9> busy_and_waits{};  // compute-stream time by Cat (kCompute .. kEp)
   Time end_time = 0;
   uint64_t ops_done = 0;
   SimRankResult result;

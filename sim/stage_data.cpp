@@ -27,7 +27,8 @@ struct OpKey {
   Phase phase;
   Collective collective;
   GroupKind group;
-  uint8_t tp, tp_big;
+  uint8_t tp;
+  uint16_t tp_big;
   int16_t chunk;
   int32_t layer, samples;
   int64_t bytes;
@@ -45,7 +46,8 @@ struct OpKeyHash {
     auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
     mix(uint64_t(k.kind) | uint64_t(k.stream) << 8 | uint64_t(k.block) << 16 |
         uint64_t(k.phase) << 24 | uint64_t(k.collective) << 32 | uint64_t(k.group) << 40 |
-        uint64_t(k.tp) << 48 | uint64_t(k.tp_big) << 56);
+        uint64_t(k.tp) << 48 | uint64_t(k.tp_big & 0xff) << 56);
+    if (k.tp_big > 0xff) mix(uint64_t(k.tp_big));
     mix(uint64_t(uint16_t(k.chunk)) | uint64_t(uint32_t(k.layer)) << 16);
     mix(uint64_t(uint32_t(k.samples)));
     mix(uint64_t(k.bytes));
@@ -102,7 +104,11 @@ OpKey key_of(const Op& op) {
 Cat category_of(const Op& op) {
   switch (op.kind) {
     case OpKind::collective:
-      return op.group == GroupKind::dp || op.group == GroupKind::tied_embedding ? kDp : kTp;
+      if (op.stream == Stream::ep_comm) return kEp;
+      return op.group == GroupKind::dp || op.group == GroupKind::tied_embedding ||
+                     op.group == GroupKind::expert_dp
+                 ? kDp
+                 : kTp;
     case OpKind::send:
       return kPp;
     case OpKind::recv:

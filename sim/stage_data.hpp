@@ -15,7 +15,8 @@ namespace stratagem::sim {
 // A collective's group as a stage's ops name it; resolved per rank at setup.
 struct GroupKey {
   GroupKind kind;
-  uint8_t tp, tp_big;
+  uint8_t tp;
+  uint16_t tp_big;  // reshard: the larger tp; expert groups: ep
   bool operator==(const GroupKey& o) const {
     return kind == o.kind && tp == o.tp && tp_big == o.tp_big;
   }

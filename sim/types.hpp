@@ -31,6 +31,7 @@ enum Cat : uint8_t {
   kPp,
   kBubble,
   kOffload,
+  kEp,  // MoE all-to-alls and their expert-tensor collectives
   kNone,
   kRecv
 };

@@ -101,6 +101,16 @@ class CostModel {
   // algorithm that does not apply costs infinity).
   CommCost collective_cost(Collective c, int64_t bytes, int size, int nodes,
                            CollectiveAlgo algo) const;
+  // An MoE layer's collectives on the ep_comm stream (src/cost/moe_cost.cpp): `bytes` as the
+  // Program's op carries them (the balanced mean) over a group of `size` ranks on `nodes`
+  // nodes, paced by the busiest rank (Plan::expert_load_factor). The all-to-all is priced on
+  // the fabric: copies to ranks of the same node over NVLink, the others over the NIC, at most
+  // moe_node_limit nodes per token (DeepSeek-V3's node-limited routing: one copy per node
+  // crosses the network, NVLink forwards it).
+  CommCost moe_comm_cost(Collective c, int64_t bytes, int size, int nodes) const;
+  // One compute part (Block::router, experts, combine) of an MoE layer of strategy s in a
+  // phase, `samples` per rank: the experts at the busiest rank's load.
+  double moe_part_time_s(const LayerStrategy& s, Block part, Phase ph, int samples) const;
   CommCost p2p_cost(int64_t bytes, int src_rank, int dst_rank) const;
   CommCost p2p_cost(int64_t bytes, bool same_node) const;
   CommCost copy_cost(int64_t bytes) const;  // host <-> device over PCIe
@@ -131,6 +141,8 @@ class CostModel {
   CommCost tree(double bytes, int size, int nodes, int per_node) const;
   CommCost hierarchical(double bytes, int size, int nodes, int per_node) const;
   CommCost direct(double bytes, int size, int nodes, int per_node) const;
+  int distinct_nodes(const std::vector<int>& ranks) const;
+  double moe_compute_time_s(const Op& op) const;  // Block::router, experts, combine
   double intra_fraction(double bytes) const;  // S / (S + half): message-size ramp
   double inter_fraction(double bytes) const;
 

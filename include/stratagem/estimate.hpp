@@ -18,6 +18,7 @@ struct TimeBreakdown {
   double bubble_s = 0;   // pipeline fill and drain
   double offload_s = 0;  // exposed PCIe copies and host optimizer
   double optimizer_s = 0;
+  double ep_comm_s = 0;  // exposed MoE all-to-alls (written for MoE models only)
 };
 
 struct StageEstimate {
@@ -36,6 +37,7 @@ struct Estimate {
   MemoryBreakdown memory;  // of the most-loaded rank
   TimeBreakdown time;
   std::vector<StageEstimate> stages;
+  bool moe = false;  // an MoE model: the JSON carries ep_comm
 };
 
 Estimate estimate(const CostModel& cost);

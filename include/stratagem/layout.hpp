@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stratagem/cluster.hpp"
@@ -23,6 +24,7 @@ enum class GroupKind : uint8_t {
   cp,              // context-parallel group of a layer (ranks sharing a sequence)
   ep,              // expert-parallel group of an MoE layer (the all-to-all's ranks)
   expert_dp,       // expert data-parallel group: ranks holding the same experts
+  expert_tp,       // expert tensor-parallel group: ranks holding shards of the same experts
 };
 const char* to_string(GroupKind k);
 
@@ -59,6 +61,13 @@ class Layout {
   // Group of ranks that all-gather samples when going from tp_small to tp_big (dp shrinks).
   int reshard_group(int rank, int tp_small, int tp_big) const;
   int tied_embedding_group(int rank) const;  // -1 when pp == 1
+  // Expert groups of MoE layers with expert tensor degree etp and expert degree ep (etp x ep
+  // > 1), as Megatron-Core's expert RankGenerator ("tp-cp-ep-dp-pp" with tp = etp, cp = 1):
+  // a stage's local index is et + etp * (e + ep * ed). The all-to-all's group (same et, ed),
+  // the ranks holding the same experts (same et, e) and those sharding them (same e, ed).
+  int ep_group(int rank, int etp, int ep) const;
+  int expert_dp_group(int rank, int etp, int ep) const;
+  int expert_tp_group(int rank, int etp, int ep) const;
   int next_stage_rank(int rank) const;       // -1 on the last stage
   int prev_stage_rank(int rank) const;       // -1 on the first stage
 
@@ -76,6 +85,10 @@ class Layout {
   // reshard base ids, indexed [stage][small][big]
   std::vector<std::vector<std::vector<int>>> reshard_base_;
   int tied_base_ = -1;
+  // (etp, ep) pairs with expert groups, and their base ids [stage][pair index]
+  std::vector<std::pair<int, int>> expert_pairs_;
+  std::vector<std::vector<int>> ep_base_, edp_base_, etp_base_;
+  int index_of_expert_pair(int etp, int ep) const;
   std::vector<Group> groups_;
 };
 

@@ -71,6 +71,16 @@ struct Plan {
   bool backward_prefetch = true;
   std::vector<LayerStrategy> layers;  // one per Transformer layer
   LayerStrategy embedding;            // embedding and LM head (tp/dp/zero apply)
+  // Mixture-of-Experts routing as the plan expects it (src/core/plan_moe.cpp): how many times
+  // the mean load the busiest expert rank receives (1.0 = balanced), the capacity factor that
+  // caps it (0: dropless), and the node-limited routing of DeepSeek-V3 (each token sent to at
+  // most this many nodes; 0: no limit).
+  double routing_imbalance = 1.0;
+  double capacity_factor = 0.0;
+  int moe_node_limit = 0;
+  // The load the busiest expert rank carries, in units of the mean (routing_imbalance capped
+  // by the capacity factor).
+  double expert_load_factor() const;
 
   int devices_per_stage() const;  // tp*dp of every layer (validated equal)
   int world_size() const { return pp * devices_per_stage(); }
@@ -87,6 +97,8 @@ struct Plan {
 struct PlanShorthand {
   std::optional<int> tp, pp, dp, micro_batch, global_batch, vpp, zero;
   std::optional<std::string> recompute, schedule, dtype, offload;
+  std::optional<int> ep, etp, moe_node_limit;  // MoE layers only (dense layers keep 1)
+  std::optional<double> routing_imbalance, capacity_factor;
   bool sequence_parallel = false;
   bool flash_attention = false;
   bool no_overlap_grad_reduce = false;
@@ -107,5 +119,16 @@ Recompute recompute_from(const std::string& s, const std::string& where);
 
 // Checks the plan against the model and cluster; throws InputError naming `source` and field.
 void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std::string& source);
+
+// Mixture-of-Experts parts of a plan (src/core/plan_moe.cpp): the shorthand's --ep, --etp and
+// routing flags applied to the MoE layers of `m` (dense layers keep ep = etp = 1), and the
+// checks validate() runs: ep divides the experts, etp x ep divides the stage's ranks, no ep or
+// etp on a dense layer, the routing factors in range. Throws InputError naming the field.
+void apply_moe_shorthand(const PlanShorthand& s, const ModelSpec& m, Plan& p);
+void validate_moe(const Plan& p, const ModelSpec& m, const std::string& source);
+// Expert data-parallel degree of an MoE layer: the stage's ranks over etp x ep.
+inline int expert_dp(const LayerStrategy& s) {
+  return s.tp * s.cp * s.dp / (s.ep * s.etp);
+}
 
 }  // namespace stratagem

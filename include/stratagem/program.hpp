@@ -26,8 +26,10 @@ enum class OpKind : uint8_t {
   alloc,         // device memory becomes in use
   free,          // device memory is released
 };
-enum class Stream : uint8_t { compute, tp_comm, dp_comm, pp_comm, h2d, d2h };
-inline constexpr int kNumStreams = 6;
+// ep_comm: the all-to-alls of MoE layers (and their expert-tensor collectives), beside tp_comm
+// so that neither waits behind the other.
+enum class Stream : uint8_t { compute, tp_comm, dp_comm, pp_comm, h2d, d2h, ep_comm };
+inline constexpr int kNumStreams = 7;
 enum class Phase : uint8_t { forward, backward, recompute, optimizer, setup };
 enum class Collective : uint8_t { none, all_reduce, all_gather, reduce_scatter, all_to_all };
 enum class MemCategory : uint8_t { weights, grads, optimizer, activations, buffers };
@@ -48,8 +50,8 @@ struct Op {
   Collective collective = Collective::none;
   GroupKind group = GroupKind::none;  // collectives: group kind; send/recv: pp_next/pp_prev
   MemCategory category = MemCategory::buffers;  // alloc/free
-  uint8_t tp = 1;           // tp degree selecting the group (reshard: small one)
-  uint8_t tp_big = 1;       // reshard only: the larger tp degree
+  uint8_t tp = 1;           // tp degree selecting the group (reshard: small one; expert: etp)
+  uint16_t tp_big = 1;      // reshard: the larger tp degree; expert groups: ep
   int16_t chunk = -1;       // model chunk (virtual stage), -1 when not applicable
   int32_t layer = -1;       // Transformer layer, -1 for embedding/head/optimizer
   int32_t microbatch = -1;  // -1 when not per micro-batch

@@ -10,8 +10,22 @@
 
 namespace stratagem {
 
-// The unit of work of the Program: a Transformer layer is an attention and an mlp block.
-enum class Block : uint8_t { none, embedding, attention, mlp, head, optimizer, reshard };
+// The unit of work of the Program: a Transformer layer is an attention and an mlp block. An
+// MoE layer's mlp runs as three compute parts around its all-to-alls (src/core/program_moe.cpp):
+// router (norm, router, top-k, permutation, shared experts), experts (the routed experts'
+// grouped GEMMs) and combine (un-permutation, weighted sum, residual).
+enum class Block : uint8_t {
+  none,
+  embedding,
+  attention,
+  mlp,
+  head,
+  optimizer,
+  reshard,
+  router,
+  experts,
+  combine
+};
 
 struct Gemm {
   int64_t m = 0, n = 0, k = 0;  // (m,k) x (k,n)

@@ -27,7 +27,11 @@ const char* kPlanHelp =
     "  --tp N --pp N --dp N --micro-batch N --global-batch N --vpp N --zero 0-3\n"
     "  --recompute none|selective|full --schedule gpipe|1f1b|interleaved --sequence-parallel\n"
     "  --offload optimizer,params,activations --dtype bf16|fp16|fp32 --flash-attention\n"
-    "  --no-overlap-grad-reduce --no-backward-prefetch\n";
+    "  --no-overlap-grad-reduce --no-backward-prefetch\n"
+    "  --ep N --etp N           expert (tensor) parallelism of the MoE layers [1]\n"
+    "  --routing-imbalance X    busiest expert rank's load over the mean, 1 = balanced [1]\n"
+    "  --capacity-factor X      cap on an expert's tokens over the mean (0: dropless) [0]\n"
+    "  --moe-node-limit N       node-limited routing: each token to at most N nodes [0: none]\n";
 
 Args::Args(std::string command, std::vector<std::string> tokens)
     : command_(std::move(command)), tokens_(std::move(tokens)) {
@@ -225,6 +229,11 @@ PlanShorthand shorthand_from_args(Args& a) {
   s.flash_attention = a.flag("--flash-attention");
   s.no_overlap_grad_reduce = a.flag("--no-overlap-grad-reduce");
   s.no_backward_prefetch = a.flag("--no-backward-prefetch");
+  s.ep = a.int_value("--ep", 1, limits::kMaxTp);
+  s.etp = a.int_value("--etp", 1, limits::kMaxTp);
+  s.moe_node_limit = a.int_value("--moe-node-limit", 0, limits::kMaxNodes);
+  s.routing_imbalance = a.double_in("--routing-imbalance", 1.0, 64.0, "1 (balanced) to 64");
+  s.capacity_factor = a.double_in("--capacity-factor", 0.0, 64.0, "0 (dropless) or 1 to 64");
   return s;
 }
 

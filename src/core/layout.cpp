@@ -1,6 +1,7 @@
 #include "stratagem/layout.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "stratagem/error.hpp"
 
@@ -28,6 +29,8 @@ const char* to_string(GroupKind k) {
       return "ep";
     case GroupKind::expert_dp:
       return "expert_dp";
+    case GroupKind::expert_tp:
+      return "expert_tp";
   }
   return "?";
 }
@@ -103,6 +106,74 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
     for (int i = 0; i < D; ++i)
       add(GroupKind::tied_embedding, 0, 1, {rank_of(0, i), rank_of(pp_ - 1, i)});
   }
+  // Expert groups last, so that a dense plan's group ids are as they were.
+  for (const auto& l : plan.layers)
+    if (l.ep * l.etp > 1) expert_pairs_.emplace_back(l.etp, l.ep);
+  std::sort(expert_pairs_.begin(), expert_pairs_.end());
+  expert_pairs_.erase(std::unique(expert_pairs_.begin(), expert_pairs_.end()),
+                      expert_pairs_.end());
+  const int P = static_cast<int>(expert_pairs_.size());
+  ep_base_.assign(pp_, std::vector<int>(P, -1));
+  edp_base_.assign(pp_, std::vector<int>(P, -1));
+  etp_base_.assign(pp_, std::vector<int>(P, -1));
+  for (int s = 0; s < pp_; ++s)
+    for (int pi = 0; pi < P; ++pi) {
+      const auto [etp, ep] = expert_pairs_[pi];
+      if (D % (etp * ep))
+        throw InputError("layout: etp " + std::to_string(etp) + " x ep " + std::to_string(ep) +
+                         " does not divide the stage's " + std::to_string(D) + " ranks");
+      const int edp = D / (etp * ep);
+      auto local = [&](int et, int e, int ed) { return et + etp * (e + ep * ed); };
+      ep_base_[s][pi] = static_cast<int>(groups_.size());
+      for (int ed = 0; ed < edp; ++ed)
+        for (int et = 0; et < etp; ++et) {
+          std::vector<int> r;
+          for (int e = 0; e < ep; ++e) r.push_back(rank_of(s, local(et, e, ed)));
+          add(GroupKind::ep, s, etp, std::move(r));
+        }
+      edp_base_[s][pi] = static_cast<int>(groups_.size());
+      for (int e = 0; e < ep; ++e)
+        for (int et = 0; et < etp; ++et) {
+          std::vector<int> r;
+          for (int ed = 0; ed < edp; ++ed) r.push_back(rank_of(s, local(et, e, ed)));
+          add(GroupKind::expert_dp, s, etp, std::move(r));
+        }
+      etp_base_[s][pi] = static_cast<int>(groups_.size());
+      for (int ed = 0; ed < edp; ++ed)
+        for (int e = 0; e < ep; ++e) {
+          std::vector<int> r;
+          for (int et = 0; et < etp; ++et) r.push_back(rank_of(s, local(et, e, ed)));
+          add(GroupKind::expert_tp, s, etp, std::move(r));
+        }
+    }
+}
+
+int Layout::index_of_expert_pair(int etp, int ep) const {
+  auto it = std::lower_bound(expert_pairs_.begin(), expert_pairs_.end(), std::pair(etp, ep));
+  if (it == expert_pairs_.end() || *it != std::pair(etp, ep))
+    throw std::logic_error("layout: no expert groups for etp " + std::to_string(etp) + " ep " +
+                           std::to_string(ep));
+  return static_cast<int>(it - expert_pairs_.begin());
+}
+
+// Group ids are laid out as the constructor adds them: ep groups by (ed, et), expert_dp by
+// (e, et), expert_tp by (ed, e).
+int Layout::ep_group(int rank, int etp, int ep) const {
+  const auto c = coords(rank);
+  const int et = c.local % etp, ed = c.local / (etp * ep);
+  return ep_base_[c.stage][index_of_expert_pair(etp, ep)] + ed * etp + et;
+}
+
+int Layout::expert_dp_group(int rank, int etp, int ep) const {
+  const auto c = coords(rank);
+  const int et = c.local % etp, e = c.local / etp % ep;
+  return edp_base_[c.stage][index_of_expert_pair(etp, ep)] + e * etp + et;
+}
+
+int Layout::expert_tp_group(int rank, int etp, int ep) const {
+  const auto c = coords(rank);
+  const int e = c.local / etp % ep, ed = c.local / (etp * ep);
+  return etp_base_[c.stage][index_of_expert_pair(etp, ep)] + ed * ep + e;
 }
 
 RankCoords Layout::coords(int rank) const {

@@ -61,6 +61,8 @@ std::string LayerStrategy::describe() const {
   std::ostringstream os;
   os << "tp" << tp << " dp" << dp;
   if (sequence_parallel) os << " sp";
+  if (ep > 1) os << " ep" << ep;
+  if (etp > 1) os << " etp" << etp;
   if (zero) os << " z" << zero;
   if (recompute != Recompute::none) os << " rc=" << to_string(recompute);
   if (offload_optimizer || offload_params || offload_activations) {
@@ -128,7 +130,8 @@ std::vector<LayerRange> even_chunks(int layers, int chunks) {
 bool PlanShorthand::any() const {
   return tp || pp || dp || micro_batch || global_batch || vpp || zero || recompute || schedule ||
          dtype || offload || sequence_parallel || flash_attention || no_overlap_grad_reduce ||
-         no_backward_prefetch;
+         no_backward_prefetch || ep || etp || moe_node_limit || routing_imbalance ||
+         capacity_factor;
 }
 
 Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterSpec& c) {
@@ -195,6 +198,7 @@ Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterS
                      " makes more pipeline chunks than the model's " + std::to_string(m.layers) +
                      " layers");
   p.chunks = even_chunks(m.layers, int(nchunks));
+  apply_moe_shorthand(s, m, p);
   return p;
 }
 
@@ -308,6 +312,7 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
                    {"34 (hidden + ffn_hidden)", 34 * (int64_t(m.hidden) + m.ffn_hidden)}});
   checked_product(src, "tokens of one iteration",
                   {{"global_batch", p.global_batch}, {"seq_len", s}});
+  validate_moe(p, m, src);
 }
 
 }  // namespace stratagem

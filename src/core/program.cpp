@@ -18,12 +18,12 @@ const char* to_string(OpKind k) {
   return n[static_cast<int>(k)];
 }
 const char* to_string(Stream s) {
-  static const char* n[] = {"compute", "tp_comm", "dp_comm", "pp_comm", "h2d", "d2h"};
+  static const char* n[] = {"compute", "tp_comm", "dp_comm", "pp_comm", "h2d", "d2h", "ep_comm"};
   return n[static_cast<int>(s)];
 }
 const char* to_string(Block b) {
-  static const char* n[] = {"none", "embedding", "attention", "mlp",
-                            "head", "optimizer", "reshard"};
+  static const char* n[] = {"none",      "embedding", "attention", "mlp",    "head",
+                            "optimizer", "reshard",   "router",    "experts", "combine"};
   return n[static_cast<int>(b)];
 }
 const char* to_string(Phase p) {
@@ -77,6 +77,12 @@ int resolve_group(const Layout& layout, int rank, const Op& op) {
       return layout.reshard_group(rank, op.tp, op.tp_big);
     case GroupKind::tied_embedding:
       return layout.tied_embedding_group(rank);
+    case GroupKind::ep:
+      return layout.ep_group(rank, op.tp, op.tp_big);
+    case GroupKind::expert_dp:
+      return layout.expert_dp_group(rank, op.tp, op.tp_big);
+    case GroupKind::expert_tp:
+      return layout.expert_tp_group(rank, op.tp, op.tp_big);
     default:
       return -1;
   }

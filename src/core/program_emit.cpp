@@ -63,7 +63,7 @@ int StageBuilder::collective(Stream s, Collective c, GroupKind g, int tp, int64_
   op.collective = c;
   op.group = g;
   op.tp = static_cast<uint8_t>(tp);
-  op.tp_big = static_cast<uint8_t>(tp_big);
+  op.tp_big = static_cast<uint16_t>(tp_big);
   op.bytes = bytes;
   op.chunk = static_cast<int16_t>(chunk_);
   return emit(op, deps);
@@ -82,6 +82,17 @@ const StageBuilder::LayerWork& StageBuilder::work(int layer) {
     w.forward[i] = {f.flops(), f.elementwise_bytes};
     const BlockWork g = backward_work(m_, s, blocks[i], b, p_.flash_attention);
     w.backward[i] = {g.flops(), g.elementwise_bytes};
+  }
+  if (m_.is_moe_layer(layer)) {
+    w.saved_bytes[1] = moe_kept_activation_bytes(m_, s, b, s.recompute, p_.dtype);
+    const MoeWork f = moe_forward_work(m_, s, b), g = moe_backward_work(m_, s, b);
+    const Block parts[3] = {Block::router, Block::experts, Block::combine};
+    for (int i = 0; i < 3; ++i) {
+      w.moe_forward[i] = {f.part(parts[i]).flops(), f.part(parts[i]).elementwise_bytes};
+      w.moe_backward[i] = {g.part(parts[i]).flops(), g.part(parts[i]).elementwise_bytes};
+    }
+    w.forward[1] = {f.flops(), f.elementwise_bytes()};
+    w.backward[1] = {g.flops(), g.elementwise_bytes()};
   }
   w.ready = true;
   return w;

@@ -27,6 +27,7 @@ void StageBuilder::flush_staging_free() {
 
 // Data-parallel gradient reduction of a layer (layer -1: embedding, -2: untied head).
 void StageBuilder::reduce_grads(int layer, int mb, int after) {
+  if (layer >= 0) reduce_expert_grads(layer, mb, after);
   const auto& s = strat(layer < 0 ? -1 : layer);
   if (s.dp == 1) return;
   const bool per_mb = per_microbatch(layer < 0 ? -1 : layer);
@@ -58,10 +59,13 @@ void StageBuilder::reduce_grads(int layer, int mb, int after) {
 // backward), as the two are live together.
 int StageBuilder::emit_reduction(Op op, const std::vector<int>& deps) {
   flush_piece();
+  // The experts' reduce-scatter receives its piece of the expert data-parallel group's sum.
+  const LayerStrategy s = op.group == GroupKind::expert_dp ? expert_strategy(strat(op.layer))
+                                                           : strat(op.layer);
   if (op.collective == Collective::reduce_scatter)
     op.buffer = alloc(Stream::dp_comm, MemCategory::buffers,
-                      receive_piece_bytes(strat(op.layer), op.bytes / e_, p_.dtype), op.layer,
-                      op.microbatch, op.phase, Block::none, deps);
+                      receive_piece_bytes(s, op.bytes / e_, p_.dtype), op.layer, op.microbatch,
+                      op.phase, Block::none, deps);
   const int rs = emit(op, deps);
   if (op.buffer >= 0) pending_piece_ = {op.buffer, rs};
   return rs;

@@ -66,7 +66,7 @@ void StageBuilder::forward(int chunk, int mb) {
     int act_m = alloc(Stream::compute, MemCategory::activations, w.saved_bytes[1], l, mb,
                       Phase::forward, Block::mlp);
     tp_before(Block::mlp, Phase::forward, l, mb);
-    int c = compute(Block::mlp, Phase::forward, l, mb, b, w.forward[1].flops, w.forward[1].bytes);
+    int c = ffn(Phase::forward, l, mb, b, w.forward[1]);
     tp_after(Block::mlp, Phase::forward, l, mb);
     release(fetched, Stream::compute);
     if (s.offload_activations) {
@@ -154,13 +154,12 @@ void StageBuilder::backward(int chunk, int mb) {
       re_m = alloc(Stream::compute, MemCategory::activations, rebuilt(l, Block::mlp), l, mb,
                    Phase::recompute, Block::mlp);
       tp_before(Block::mlp, Phase::recompute, l, mb);
-      compute(Block::mlp, Phase::recompute, l, mb, b, w.forward[1].flops, w.forward[1].bytes);
+      ffn(Phase::recompute, l, mb, b, w.forward[1]);
       tp_after(Block::mlp, Phase::recompute, l, mb);
     }
     stage_grads(l, mb);
     tp_before(Block::mlp, Phase::backward, l, mb);
-    prev_mlp =
-        compute(Block::mlp, Phase::backward, l, mb, b, w.backward[1].flops, w.backward[1].bytes);
+    prev_mlp = ffn(Phase::backward, l, mb, b, w.backward[1]);
     tp_after(Block::mlp, Phase::backward, l, mb);
     // Emitted before the mlp's buffers go, as the h2d stream runs it: it waits only for the
     // mlp's backward.

@@ -31,7 +31,10 @@ StageBuilder::StageBuilder(const ModelSpec& m, const Plan& p, int stage, int M, 
 
 // Resident model states: weights, gradients and optimizer states, after ZeRO and offload.
 void StageBuilder::setup() {
-  for (int l : stage_layers()) states_.add(strat(l), layer_params(l), p_.dtype);
+  for (int l : stage_layers()) {
+    states_.add(strat(l), layer_params(l), p_.dtype);
+    if (expert_params(l) > 0) states_.add(expert_strategy(strat(l)), expert_params(l), p_.dtype);
+  }
   if (embed_params() > 0) states_.add(p_.embedding, embed_params(), p_.dtype);
   static_bufs_[0] = alloc(Stream::compute, MemCategory::weights, states_.weights, -1, -1,
                           Phase::setup, Block::none);
@@ -79,6 +82,7 @@ void StageBuilder::optimizer() {
       compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp,
                                           s.tp, layer_params(l) * e_, Block::optimizer,
                                           Phase::optimizer, l, -1, {opt, updated}));
+    gather_expert_weights(l, opt, updated);
   }
   const auto& s = p_.embedding;
   if (embed_params() > 0 && grad_sync(s).gather_after_step)

@@ -10,6 +10,7 @@
 #include "stratagem/iteration.hpp"
 #include "stratagem/program.hpp"
 #include "stratagem/workload.hpp"
+#include "stratagem/workload_moe.hpp"
 
 namespace stratagem::program_detail {
 
@@ -88,11 +89,21 @@ class StageBuilder {
     bool ready = false;
     int64_t saved_bytes[2] = {0, 0};  // attention, mlp under the layer's recompute
     BlockCost forward[2], backward[2];
+    // An MoE layer's FFN parts (router, experts, combine; program_moe.cpp), at the mean load.
+    BlockCost moe_forward[3], moe_backward[3];
   };
   const LayerWork& work(int layer);
-  int64_t layer_params(int layer) const { return layer_parameters_per_rank(m_, strat(layer).tp); }
+  // A layer's parameters reduced over dp (all of a dense layer's) and, of an MoE layer with
+  // etp x ep > 1, its experts', reduced and sharded over the expert data-parallel group.
+  int64_t layer_params(int layer) const { return dp_parameters_per_rank(m_, strat(layer), layer); }
+  int64_t expert_params(int layer) const {
+    return layer < 0 ? 0 : expert_dp_parameters_per_rank(m_, strat(layer), layer);
+  }
   // Bytes of block b's activations layer l's recompute rebuilds.
   int64_t rebuilt(int l, Block b) const {
+    if (b == Block::mlp && m_.is_moe_layer(l))
+      return moe_kept_activation_bytes(m_, strat(l), samples(l), Recompute::none, p_.dtype) -
+             moe_kept_activation_bytes(m_, strat(l), samples(l), strat(l).recompute, p_.dtype);
     return recomputed_activation_bytes(m_, strat(l), b, samples(l), p_.flash_attention, p_.dtype);
   }
   bool has_embedding() const { return out_.stage == 0; }
@@ -120,6 +131,16 @@ class StageBuilder {
   }
   int fetch(const LayerStrategy& s, int64_t params, int layer, Phase ph, int mb, int after,
             int* wait_out = nullptr);
+
+  // ---- MoE (program_moe.cpp) -------------------------------------------------------------
+  // A layer's FFN compute in a phase: the dense mlp block's one op, or an MoE layer's parts
+  // around their all-to-alls. Returns the last compute op.
+  int ffn(Phase ph, int layer, int mb, int samples, const BlockCost& dense);
+  int moe_ffn(Phase ph, int layer, int mb, int samples);
+  // An MoE layer's expert gradient reduction over the expert data-parallel group (and, with
+  // etp x ep = 1 under tp > 1, the sum of the experts' gradients over the tp group first).
+  void reduce_expert_grads(int layer, int mb, int after);
+  void gather_expert_weights(int layer, int opt, int updated);
 
   // ---- passes --------------------------------------------------------------------------
   void forward(int chunk, int mb);

@@ -267,6 +267,12 @@ double CostModel::compute_time_s(const Op& op) const {
       w.elementwise_bytes = double(op.bytes);
       return block_time_s(w);
     }
+    case Block::router:
+    case Block::experts:
+    case Block::combine:
+      if (op.layer < 0 || op.layer >= int(plan_.layers.size()) || op.samples <= 0)
+        return roofline(gemm_peak_flops_);
+      return moe_compute_time_s(op);
     case Block::head:
       if (op.samples <= 0) return roofline(gemm_peak_flops_);
       return block_time_s(head_work(op.phase, op.samples, double(op.bytes)));
@@ -399,10 +405,8 @@ CommCost CostModel::collective_cost(Collective c, int64_t bytes, int size, int n
   return best;
 }
 
-CommCost CostModel::collective_cost(Collective c, int64_t bytes,
-                                    const std::vector<int>& ranks) const {
+int CostModel::distinct_nodes(const std::vector<int>& ranks) const {
   const int p = int(ranks.size());
-  if (p <= 1) return collective_cost(c, bytes, p, 1);
   // Distinct nodes of the group (the Layout's groups spread their ranks evenly over them).
   // Layout groups list ranks in ascending order: count node changes without allocating.
   int distinct = 1;
@@ -418,7 +422,14 @@ CommCost CostModel::collective_cost(Collective c, int64_t bytes,
     std::sort(nodes.begin(), nodes.end());
     distinct = int(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
   }
-  return collective_cost(c, bytes, p, distinct);
+  return distinct;
+}
+
+CommCost CostModel::collective_cost(Collective c, int64_t bytes,
+                                    const std::vector<int>& ranks) const {
+  const int p = int(ranks.size());
+  if (p <= 1) return collective_cost(c, bytes, p, 1);
+  return collective_cost(c, bytes, p, distinct_nodes(ranks));
 }
 
 CommCost CostModel::p2p_cost(int64_t bytes, bool same_node) const {
@@ -461,6 +472,10 @@ CommCost CostModel::comm_cost(const Op& op, const Layout& layout, int rank) cons
     case OpKind::collective: {
       const int g = resolve_group(layout, rank, op);
       if (g < 0) return {};
+      if (op.stream == Stream::ep_comm) {
+        const std::vector<int>& ranks = layout.group(g).ranks;
+        return moe_comm_cost(op.collective, op.bytes, int(ranks.size()), distinct_nodes(ranks));
+      }
       int64_t bytes = op.bytes;
       // Gradient reductions over dp carry the framework's reduce dtype (the Program counts
       // them in the plan's dtype).

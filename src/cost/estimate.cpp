@@ -25,7 +25,8 @@ Estimate estimate(const CostModel& cost) {
   int crit = 0;
   for (int s = 0; s < pp; ++s) {
     const auto& x = sc[s];
-    const double u = cost.overlapped_time_s(x.fwd_s + x.bwd_s + x.rec_s, x.tp_s, x.dp_stream_s,
+    const double u = cost.overlapped_time_s(x.fwd_s + x.bwd_s + x.rec_s, x.tp_s + x.ep_s,
+                                            x.dp_stream_s,
                                             std::max(x.h2d_stream_s, x.d2h_stream_s)) +
                      x.first_fetch_s;
     // In the steady state every micro-batch waits once for a pipeline transfer: the round trip
@@ -50,7 +51,8 @@ Estimate estimate(const CostModel& cost) {
     const auto& x = sc[s];
     const double tail = x.reduce_exposed_s + std::max(x.optimizer_s + x.gather_s, x.host_s);
     if (tail - slack > worst) worst = tail - slack, ts = s, worst_slack = slack;
-    if (s + 1 < pp) slack += (x.bwd_s + x.rec_s + x.tp_bwd_s + sc[s + 1].p2p_bwd_s) / v;
+    if (s + 1 < pp)
+      slack += (x.bwd_s + x.rec_s + x.tp_bwd_s + x.ep_bwd_s + sc[s + 1].p2p_bwd_s) / v;
   }
   const double tail = std::max(0.0, worst);
   est.iteration_time_s = pipeline + tail;
@@ -59,11 +61,12 @@ Estimate estimate(const CostModel& cost) {
   TimeBreakdown& tb = est.time;
   {
     const auto& x = sc[crit];
-    const double busy = x.fwd_s + x.bwd_s + x.rec_s + x.tp_s;
+    const double busy = x.fwd_s + x.bwd_s + x.rec_s + x.tp_s + x.ep_s;
     const double hidden = u_crit - busy;
     tb.compute_s = M * (x.fwd_s + x.bwd_s);
     tb.recompute_s = M * x.rec_s;
     tb.tp_comm_s = M * x.tp_s;
+    tb.ep_comm_s = M * x.ep_s;
     (x.dp_stream_s >= std::max(x.h2d_stream_s, x.d2h_stream_s) ? tb.dp_comm_s : tb.offload_s) +=
         M * hidden;
     tb.pp_comm_s = M * (crit_cycle - u_crit) + fill_p2p;
@@ -87,6 +90,7 @@ Estimate estimate(const CostModel& cost) {
   }
 
   const ModelSpec& m = cost.model();
+  est.moe = m.moe.enabled();
   est.tokens_per_s = double(p.global_batch) * m.seq_len / est.iteration_time_s;
   est.tflops_per_gpu =
       model_flops_per_iteration(m, p.global_batch) / est.iteration_time_s / p.world_size() / 1e12;
@@ -125,7 +129,7 @@ nlohmann::json to_json(const Estimate& e) {
                       {"time_per_microbatch_s", e.stages[s].time_per_microbatch_s},
                       {"peak_memory_bytes", e.stages[s].peak_memory_bytes},
                       {"memory_breakdown_bytes", memory_json(e.stages[s].memory)}});
-  return {{"iteration_time_s", e.iteration_time_s},
+  nlohmann::json j = {{"iteration_time_s", e.iteration_time_s},
           {"tokens_per_s", e.tokens_per_s},
           {"tflops_per_gpu", e.tflops_per_gpu},
           {"mfu", e.mfu},
@@ -142,6 +146,12 @@ nlohmann::json to_json(const Estimate& e) {
             {"offload", t.offload_s},
             {"optimizer", t.optimizer_s}}},
           {"per_stage", stages}};
+  // MoE models only, so that a dense plan's output is as before.
+  if (e.moe) {
+    j["time_breakdown_s"]["ep_comm"] = t.ep_comm_s;
+    j["exposed_comm_s"] = {{"ep", t.ep_comm_s}};
+  }
+  return j;
 }
 
 }  // namespace stratagem

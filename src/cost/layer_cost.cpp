@@ -95,7 +95,12 @@ FetchCost fetch_cost(const CostModel& c, const LayerStrategy& s, int64_t params,
 }
 
 LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_nodes, int dp_nodes,
-                     bool with_time) {
+                     bool with_time, const MoeNodes& moe) {
+  if (moe.moe) {
+    LayerCost lc = layer_cost(c, s, b, tp_nodes, dp_nodes, with_time);
+    add_moe_costs(c, s, b, tp_nodes, dp_nodes, moe, with_time, lc);
+    return lc;
+  }
   const ModelSpec& m = c.model();
   const Plan& p = c.plan();
   const bool flash = p.flash_attention;

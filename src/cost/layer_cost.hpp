@@ -54,9 +54,22 @@ struct ReshardCost {
 ReshardCost reshard_cost(const CostModel& cost, const LayerStrategy& from, int from_samples,
                          const LayerStrategy& to, int to_samples);
 
+// Nodes spanned by an MoE layer's expert groups on a stage (src/cost/moe_layer_cost.cpp): the
+// all-to-all's ep group, the expert data-parallel group, the expert-tensor group. A layer with
+// `moe` false is a dense layer.
+struct MoeNodes {
+  bool moe = false;
+  int ep = 1, expert_dp = 1, expert_tp = 1;
+  bool operator==(const MoeNodes&) const = default;
+};
+MoeNodes moe_nodes(const Geometry& geo, int stage, const LayerStrategy& s, bool moe);
+
 struct LayerCost {
   // Kernels per micro-batch (seconds on one rank).
   double fwd_s = 0, bwd_s = 0, rec_s = 0;
+  // An MoE layer's all-to-alls and expert-tensor collectives (stream ep_comm), which compute
+  // waits for, in the forward, backward and recompute.
+  double ep_fwd_s = 0, ep_bwd_s = 0, ep_rec_s = 0;
   // Tensor-parallel collectives compute waits for, in the forward, backward and recompute.
   double tp_fwd_s = 0, tp_bwd_s = 0, tp_rec_s = 0;
   double fetch_s = 0;  // one fetch of the weights: ZeRO-3 all-gather (dp) or h2d copy
@@ -124,6 +137,11 @@ double tied_embedding_reduce_s(const CostModel& cost, int embedding_tp, int pp,
 // `samples` per rank per micro-batch; tp_nodes and dp_nodes: nodes its groups span. Without
 // `with_time` only the bytes are filled in.
 LayerCost layer_cost(const CostModel& cost, const LayerStrategy& s, int samples, int tp_nodes,
-                     int dp_nodes, bool with_time);
+                     int dp_nodes, bool with_time, const MoeNodes& moe = MoeNodes{});
+// What an MoE layer's FFN changes in its LayerCost (moe_layer_cost.cpp): the FFN's kernels,
+// states, activations and workspace in place of the dense mlp's, the ep_comm collectives, and
+// the experts' gradient synchronisation over the expert data-parallel group.
+void add_moe_costs(const CostModel& cost, const LayerStrategy& s, int samples, int tp_nodes,
+                   int dp_nodes, const MoeNodes& nodes, bool with_time, LayerCost& lc);
 
 }  // namespace stratagem::cost_detail

@@ -95,16 +95,20 @@ class Analyzer {
     return params_;
   }
 
-  const LayerCost& layer_cost(const LayerStrategy& s, int tp_nodes, int dp_nodes) {
+  const LayerCost& layer_cost(const LayerStrategy& s, int tp_nodes, int dp_nodes,
+                              const MoeNodes& moe) {
     // One-entry cache: consecutive layers, and stages with the same placement, usually share
     // a strategy, so a uniform plan costs one layer.
-    if (have_ && tp_nodes == cached_tp_nodes_ && dp_nodes == cached_dp_nodes_ && s == cached_st_)
+    if (have_ && tp_nodes == cached_tp_nodes_ && dp_nodes == cached_dp_nodes_ &&
+        moe == cached_moe_ && s == cached_st_)
       return cached_;
-    cached_ = cost_detail::layer_cost(c_, s, samples_for(s.dp), tp_nodes, dp_nodes, with_time_);
+    cached_ =
+        cost_detail::layer_cost(c_, s, samples_for(s.dp), tp_nodes, dp_nodes, with_time_, moe);
     have_ = true;
     cached_st_ = s;
     cached_tp_nodes_ = tp_nodes;
     cached_dp_nodes_ = dp_nodes;
+    cached_moe_ = moe;
     return cached_;
   }
 
@@ -193,7 +197,8 @@ class Analyzer {
         tp_nodes_ = geo_.tp_nodes(s, st.tp);
         dp_nodes_ = geo_.dp_nodes(s, st.tp);
       }
-      const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_);
+      const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_,
+                                       moe_nodes(geo_, s, st, m_.is_moe_layer(l)));
       layer_memory(l, lc, w, c);
       if (with_time_) layer_time(l, lc, w, c, sc);
     }
@@ -276,6 +281,9 @@ class Analyzer {
     }
     sc.tp_s += tp;
     sc.tp_bwd_s += tp_bwd;
+    const double ep_bwd = lc.ep_bwd_s + lc.ep_rec_s;
+    sc.ep_s += lc.ep_fwd_s + ep_bwd;
+    sc.ep_bwd_s += ep_bwd;
     (lc.fetch_on_h2d ? sc.h2d_stream_s : sc.dp_stream_s) += 2 * lc.fetch_s;
     sc.dp_stream_s += lc.grad_rs_mb_s;
     sc.h2d_stream_s += lc.act_h2d_s;
@@ -295,7 +303,7 @@ class Analyzer {
         w.deferred += lc.grad_reduce_s;
     }
     sc.gather_s += lc.gather_s;
-    c.bwd_below += lc.bwd_s + lc.rec_s + tp_bwd;
+    c.bwd_below += lc.bwd_s + lc.rec_s + tp_bwd + ep_bwd;
   }
 
   // The stage's memory breakdown: its model states and its schedule's peak.
@@ -447,6 +455,7 @@ class Analyzer {
   int64_t params_ = 0;
   LayerStrategy cached_st_;
   int cached_tp_nodes_ = 0, cached_dp_nodes_ = 0;
+  MoeNodes cached_moe_;
   LayerCost cached_;
 };
 

@@ -21,6 +21,9 @@ LayerStrategy strategy_from(io::JsonReader r, bool allow_range) {
   l.zero = r.get_int("zero", 0, 3, 0);
   l.recompute = recompute_from(r.get_enum("recompute", {"none", "selective", "full"}, "none"),
                                r.where("recompute"));
+  // Expert parallelism of MoE layers (validate_moe checks them against the model).
+  l.ep = r.get_int("ep", 1, limits::kMaxTp, 1);
+  l.etp = r.get_int("etp", 1, limits::kMaxTp, 1);
   if (r.has("offload")) {
     auto o = r.object("offload");
     l.offload_optimizer = o.get_bool("optimizer", false);
@@ -33,7 +36,7 @@ LayerStrategy strategy_from(io::JsonReader r, bool allow_range) {
 }
 
 nlohmann::json strategy_json(const LayerStrategy& l) {
-  return {{"tp", l.tp},
+  nlohmann::json j = {{"tp", l.tp},
           {"dp", l.dp},
           {"sequence_parallel", l.sequence_parallel},
           {"zero", l.zero},
@@ -42,6 +45,10 @@ nlohmann::json strategy_json(const LayerStrategy& l) {
            {{"optimizer", l.offload_optimizer},
             {"params", l.offload_params},
             {"activations", l.offload_activations}}}};
+  // Written only where they are not 1, so that a dense plan's file is as before.
+  if (l.ep != 1) j["ep"] = l.ep;
+  if (l.etp != 1) j["etp"] = l.etp;
+  return j;
 }
 }  // namespace
 
@@ -59,6 +66,9 @@ Plan plan_from_json(const nlohmann::json& j, const ModelSpec& m, const std::stri
   p.overlap_grad_reduce = r.get_bool("overlap_grad_reduce", true);
   p.backward_prefetch = r.get_bool("backward_prefetch", true);
   r.get_string("description", "");
+  p.routing_imbalance = r.get_double("routing_imbalance", 1.0, 64.0, 1.0);
+  p.capacity_factor = r.get_double("capacity_factor", 0.0, 64.0, 0.0);
+  p.moe_node_limit = r.get_int("moe_node_limit", 0, limits::kMaxNodes, 0);
   p.embedding = strategy_from(r.object("embedding"), false);
   // "layers": a list of {"layers": [begin, end], <strategy>} runs covering every layer once.
   p.layers.assign(m.layers, LayerStrategy{});
@@ -121,7 +131,7 @@ nlohmann::json to_json(const Plan& p) {
   }
   nlohmann::json chunks = nlohmann::json::array();
   for (const auto& c : p.chunks) chunks.push_back({c.begin, c.end});
-  return {{"description", p.describe()},
+  nlohmann::json j = {{"description", p.describe()},
           {"pp", p.pp},
           {"schedule", to_string(p.schedule)},
           {"vpp", p.vpp},
@@ -134,6 +144,10 @@ nlohmann::json to_json(const Plan& p) {
           {"chunks", chunks},
           {"embedding", strategy_json(p.embedding)},
           {"layers", runs}};
+  if (p.routing_imbalance != 1.0) j["routing_imbalance"] = p.routing_imbalance;
+  if (p.capacity_factor != 0.0) j["capacity_factor"] = p.capacity_factor;
+  if (p.moe_node_limit != 0) j["moe_node_limit"] = p.moe_node_limit;
+  return j;
 }
 
 Plan load_plan(const std::string& path, const ModelSpec& m) {

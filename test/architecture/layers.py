@@ -31,7 +31,7 @@ HEADER_PART = {
     "blocking_section": "base",
     "cluster": "core", "error": "core", "framework": "core", "iteration": "core", "layout": "core",
     "limits": "core", "model": "core", "plan": "core", "program": "core", "version": "core",
-    "workload": "core", "schedule": "core",
+    "workload": "core", "workload_moe": "core", "schedule": "core",
     "cost": "cost", "estimate": "cost",
     "checkpoint": "io", "trace": "io", "spec_json": "io",
     "simulate": "sim",

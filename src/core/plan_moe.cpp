@@ -1,0 +1,90 @@
+// The Mixture-of-Experts parts of a plan: expert parallelism (ep), expert tensor parallelism
+// (etp) and the routing figures the cost model paces the experts by.
+//
+// Where the expert groups sit follows Megatron-Core's expert RankGenerator
+// (megatron/core/parallel_state.py: RankGenerator(tp=expert_tensor_parallel_size,
+// ep=expert_model_parallel_size, dp=expert_data_parallel_size, cp=1, order "tp-cp-ep-dp-pp")):
+// a stage's local index decomposes as et + etp * (e + ep * ed), so etp x ep must divide the
+// stage's tp x cp x dp ranks (the Layout builds the groups).
+#include <algorithm>
+#include <string>
+
+#include "stratagem/error.hpp"
+#include "stratagem/plan.hpp"
+
+namespace stratagem {
+
+double Plan::expert_load_factor() const {
+  const double f = std::max(1.0, routing_imbalance);
+  return capacity_factor > 0 ? std::min(f, std::max(1.0, capacity_factor)) : f;
+}
+
+void apply_moe_shorthand(const PlanShorthand& s, const ModelSpec& m, Plan& p) {
+  const int ep = s.ep.value_or(1), etp = s.etp.value_or(1);
+  if ((ep > 1 || etp > 1) && !m.moe.enabled())
+    throw InputError(std::string(ep > 1 ? "--ep" : "--etp") + ": the model " + m.name +
+                     " has no experts (give --experts, or an MoE model)");
+  for (int l = 0; l < int(p.layers.size()); ++l)
+    if (m.is_moe_layer(l)) p.layers[l].ep = ep, p.layers[l].etp = etp;
+  if (s.routing_imbalance) p.routing_imbalance = *s.routing_imbalance;
+  if (s.capacity_factor) p.capacity_factor = *s.capacity_factor;
+  if (s.moe_node_limit) p.moe_node_limit = *s.moe_node_limit;
+}
+
+void validate_moe(const Plan& p, const ModelSpec& m, const std::string& src) {
+  auto bad = [&](const std::string& field, const std::string& what) {
+    throw InputError(src + ": " + field + ": " + what);
+  };
+  if (!(p.routing_imbalance >= 1.0 && p.routing_imbalance <= 64.0))
+    bad("routing_imbalance", "expected 1.0 (balanced) to 64, got " +
+                                 std::to_string(p.routing_imbalance));
+  if (!(p.capacity_factor == 0.0 || (p.capacity_factor >= 1.0 && p.capacity_factor <= 64.0)))
+    bad("capacity_factor", "expected 0 (dropless) or 1 to 64, got " +
+                               std::to_string(p.capacity_factor));
+  if (p.moe_node_limit < 0) bad("moe_node_limit", "expected >= 0 (0: no limit)");
+  if (m.moe.enabled() && m.moe.top_k > m.moe.experts)
+    bad("model.moe.top_k", "top_k " + std::to_string(m.moe.top_k) + " is more than the " +
+                               std::to_string(m.moe.experts) + " experts");
+  for (int l = 0; l < int(p.layers.size()); ++l) {
+    const LayerStrategy& s = p.layers[l];
+    const std::string at = "layers[" + std::to_string(l) + "]";
+    if (s.ep < 1) bad(at + ".ep", "expected >= 1");
+    if (s.etp < 1) bad(at + ".etp", "expected >= 1");
+    if (!m.is_moe_layer(l)) {
+      if (s.ep > 1 || s.etp > 1)
+        bad(at + (s.ep > 1 ? ".ep" : ".etp"),
+            m.moe.enabled() ? "layer " + std::to_string(l) + " is one of the model's " +
+                                  std::to_string(m.moe.dense_layers) + " dense layers (ep 1)"
+                            : "the model has no experts (ep and etp apply to MoE layers)");
+      continue;
+    }
+    // The Program's ops carry etp in a byte and ep in 16 bits.
+    if (s.etp > 255) bad(at + ".etp", "expected <= 255");
+    if (s.ep > 65535) bad(at + ".ep", "expected <= 65535");
+    if (m.moe.experts % s.ep)
+      bad(at + ".ep", "ep " + std::to_string(s.ep) + " does not divide the " +
+                          std::to_string(m.moe.experts) + " experts");
+    if (m.moe.expert_ffn_hidden % s.etp)
+      bad(at + ".etp", "etp " + std::to_string(s.etp) + " does not divide expert_ffn_hidden (" +
+                           std::to_string(m.moe.expert_ffn_hidden) + ")");
+    const int64_t ranks = int64_t(s.tp) * s.cp * s.dp;
+    const int64_t expert_ranks = int64_t(s.ep) * s.etp;
+    if (ranks % expert_ranks)
+      bad(at + ".ep", "etp " + std::to_string(s.etp) + " x ep " + std::to_string(s.ep) + " = " +
+                          std::to_string(expert_ranks) +
+                          " does not divide the stage's tp x cp x dp = " + std::to_string(ranks) +
+                          " ranks (Megatron-Core's expert groups tile the stage)");
+    // Not finished: fetching sharded or offloaded experts before use (their gather over the
+    // expert data-parallel group) is not in the Program yet.
+    if (expert_ranks > 1 && (s.zero == 3 || s.offload_params))
+      bad(at + (s.zero == 3 ? ".zero" : ".offload.params"),
+          "ZeRO-3 and offloaded parameters of expert-parallel MoE layers are not supported yet "
+          "(use ZeRO 0-2, or etp = ep = 1)");
+    // The routed tokens of a rank are its 1/tp slice of the micro-batch's tokens.
+    if (m.seq_len % s.tp)
+      bad(at + ".tp", "tp " + std::to_string(s.tp) + " does not divide seq_len (" +
+                          std::to_string(m.seq_len) + "): an MoE layer routes a 1/tp slice");
+  }
+}
+
+}  // namespace stratagem

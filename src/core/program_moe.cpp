@@ -1,0 +1,134 @@
+// The Program's ops of a Mixture-of-Experts layer's FFN and of its experts' gradients.
+//
+// Contract of the MoE ops (what the simulator prices and the executor runs). An MoE layer
+// (ModelSpec::is_moe_layer) keeps the dense mlp block's frame: its saved activations are one
+// alloc of Block::mlp (moe_kept_activation_bytes), and the tensor-parallel collectives around
+// the block are the dense mlp's (tp_comm, token_stream_bytes over GroupKind::tp). Inside that
+// frame, in place of the one Block::mlp compute op, forward and recompute emit:
+//   1. compute  Block::router   norm, router logits (R x experts x hidden), scores and top-k,
+//                               the permutation of the rank's R routed tokens into C = R x top_k
+//                               copies grouped by expert, and the shared experts (a dense FFN
+//                               of shared_experts x expert_ffn_hidden / tp over the stream).
+//                               R is the rank's 1/tp slice of the micro-batch's tokens, slice
+//                               index = the rank's tp index (its sequence shard under sp).
+//   2. collective all_to_all, Block::router, Stream::ep_comm, GroupKind::ep: the dispatch;
+//                               bytes = C x hidden x dtype, what the rank sends in all (at the
+//                               balanced mean; the real counts vary: MPI_Alltoallv). Absent at
+//                               ep 1.
+//   3. collective all_gather, Block::experts, Stream::ep_comm, GroupKind::expert_tp: only at
+//                               etp > 1; bytes = etp x C x hidden x dtype (the output).
+//   4. compute  Block::experts  the rank's experts / ep experts as grouped GEMMs (fc1, the
+//                               activation, fc2), each expert_ffn_hidden / etp wide.
+//   5. collective reduce_scatter, Block::experts, ep_comm, expert_tp: only at etp > 1; bytes as 3
+//                               (the input).
+//   6. collective all_to_all, Block::combine, ep_comm, GroupKind::ep: the combine, bytes as 2.
+//   7. compute  Block::combine  un-permutation, each token's top_k outputs summed weighted by
+//                               its scores, the residual. Off the token slice the rank's output
+//                               is the shared experts' and the residual's only: under tp > 1
+//                               the dense mlp's tp reduction after the block sums the slices.
+// Backward runs the same seven in reverse order of dependency: combine's backward (7), the
+// all-to-all of Block::combine (6), at etp > 1 the all-gather (5's backward) and the
+// reduce-scatter (3's backward) around the experts' backward (4), the all-to-all of
+// Block::router (2), the router's backward (1, with the top_k copies' gradients summed).
+// Every collective op carries op.tp = etp and op.tp_big = ep, which select its Layout group
+// (Layout::ep_group, expert_tp_group, expert_dp_group). A compute op's flops and bytes are the
+// balanced mean; the CostModel paces the experts and the all-to-alls by the plan's
+// expert_load_factor (the busiest rank).
+// Gradients: the experts' (moe_expert_parameters_per_rank) are reduced over
+// GroupKind::expert_dp on Stream::dp_comm, Block::experts, by grad_sync of expert_strategy
+// (ZeRO over the expert data-parallel group: reduce-scatter at ZeRO >= 1, all-gather of the
+// updated shard after the step at ZeRO 1-2); the rest of the layer over GroupKind::dp as a
+// dense layer's. With etp x ep = 1 every rank holds the experts whole, and they go with the
+// rest over dp after, under tp > 1, an all_reduce over GroupKind::tp (Block::experts) of the
+// experts' gradients (each tp rank routed its own slice).
+#include <utility>
+
+#include "src/core/stage_builder.hpp"
+
+namespace stratagem::program_detail {
+
+int StageBuilder::ffn(Phase ph, int layer, int mb, int samples, const BlockCost& dense) {
+  if (!m_.is_moe_layer(layer))
+    return compute(Block::mlp, ph, layer, mb, samples, dense.flops, dense.bytes);
+  return moe_ffn(ph, layer, mb, samples);
+}
+
+int StageBuilder::moe_ffn(Phase ph, int l, int mb, int b) {
+  const LayerStrategy& s = strat(l);
+  const LayerWork& w = work(l);
+  const BlockCost* parts = ph == Phase::backward ? w.moe_backward : w.moe_forward;
+  const int64_t a2a = moe_dispatch_bytes(m_, s, b, p_.dtype);
+  const int64_t gathered = moe_expert_tp_bytes(m_, s, b, p_.dtype);
+  // A collective of the expert path on its own stream; the next compute op waits for it.
+  auto exchange = [&](Collective c, GroupKind g, int64_t bytes, Block blk) {
+    const int op = collective(Stream::ep_comm, c, g, s.etp, bytes, blk, ph, l, mb,
+                              {last_compute_}, s.ep);
+    compute_waits_.push_back(op);
+  };
+  auto part = [&](Block blk, int i) {
+    return compute(blk, ph, l, mb, b, parts[i].flops, parts[i].bytes);
+  };
+  const bool bwd = ph == Phase::backward;
+  // Forward: router, dispatch, experts, combine. Backward: the same path walked back.
+  part(bwd ? Block::combine : Block::router, bwd ? 2 : 0);
+  if (s.ep > 1)
+    exchange(Collective::all_to_all, GroupKind::ep, a2a, bwd ? Block::combine : Block::router);
+  if (s.etp > 1) exchange(Collective::all_gather, GroupKind::expert_tp, gathered, Block::experts);
+  part(Block::experts, 1);
+  if (s.etp > 1)
+    exchange(Collective::reduce_scatter, GroupKind::expert_tp, gathered, Block::experts);
+  if (s.ep > 1)
+    exchange(Collective::all_to_all, GroupKind::ep, a2a, bwd ? Block::router : Block::combine);
+  return part(bwd ? Block::router : Block::combine, bwd ? 0 : 2);
+}
+
+void StageBuilder::reduce_expert_grads(int layer, int mb, int after) {
+  if (!m_.is_moe_layer(layer)) return;
+  const LayerStrategy& s = strat(layer);
+  auto reduction = [&](Collective c, GroupKind g, int tp, int tp_big, int64_t bytes) {
+    Op op = make(OpKind::collective, Stream::dp_comm, Block::experts, Phase::backward, layer, mb);
+    op.collective = c;
+    op.group = g;
+    op.tp = static_cast<uint8_t>(tp);
+    op.tp_big = static_cast<uint16_t>(tp_big);
+    op.bytes = bytes;
+    op.chunk = static_cast<int16_t>(chunk_);
+    return op;
+  };
+  if (s.ep * s.etp == 1) {
+    // Whole experts on every rank, each tp rank's gradients from its own token slice: summed
+    // over tp before they join the layer's dp reduction.
+    if (s.tp == 1 || (mb != last_bwd_mb_[chunk_] && !per_microbatch(layer))) return;
+    const Op op = reduction(Collective::all_reduce, GroupKind::tp, s.tp, 1,
+                            moe_expert_parameters_per_rank(m_, s) * e_);
+    if (p_.overlap_grad_reduce || per_microbatch(layer))
+      grad_reductions_.push_back(emit_reduction(op, {after}));
+    else
+      deferred_.push_back(op);
+    return;
+  }
+  const LayerStrategy es = expert_strategy(s);
+  const GradSync g = grad_sync(es);
+  if (g.reduce == Collective::none) return;
+  if (!g.per_microbatch && mb != last_bwd_mb_[chunk_]) return;
+  const Op op = reduction(g.reduce, GroupKind::expert_dp, s.etp, s.ep, expert_params(layer) * e_);
+  if (p_.overlap_grad_reduce || g.per_microbatch) {
+    flush_staging_free();
+    grad_reductions_.push_back(emit_reduction(op, {after}));
+  } else {
+    deferred_.push_back(op);
+  }
+}
+
+// ZeRO-1/2 over the expert data-parallel group: each rank updated its shard of the experts.
+void StageBuilder::gather_expert_weights(int layer, int opt, int updated) {
+  if (expert_params(layer) == 0) return;
+  const LayerStrategy& s = strat(layer);
+  if (!grad_sync(expert_strategy(s)).gather_after_step) return;
+  compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather,
+                                      GroupKind::expert_dp, s.etp, expert_params(layer) * e_,
+                                      Block::optimizer, Phase::optimizer, layer, -1,
+                                      {opt, updated}, s.ep));
+}
+
+}  // namespace stratagem::program_detail

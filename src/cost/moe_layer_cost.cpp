@@ -1,0 +1,110 @@
+// An MoE layer's share of the estimator's and the search's closed form (layer_cost.hpp): the
+// same rules the Program emits (program_moe.cpp), priced by the same CostModel.
+#include <algorithm>
+
+#include "src/cost/layer_cost.hpp"
+#include "stratagem/workload_moe.hpp"
+
+namespace stratagem::cost_detail {
+namespace {
+// Nodes holding `count` ranks first, first + stride, ... (ascending: count the node changes).
+int strided_nodes(const Geometry& geo, int64_t first, int count, int64_t stride) {
+  int nodes = 1;
+  for (int i = 1; i < count; ++i)
+    nodes += geo.node_of(first + i * stride) != geo.node_of(first + (i - 1) * stride);
+  return nodes;
+}
+}  // namespace
+
+MoeNodes moe_nodes(const Geometry& geo, int stage, const LayerStrategy& s, bool moe) {
+  MoeNodes n;
+  n.moe = moe;
+  if (!moe) return n;
+  const int64_t first = int64_t(stage) * geo.D;
+  n.ep = strided_nodes(geo, first, s.ep, s.etp);
+  n.expert_dp = strided_nodes(geo, first, expert_dp(s), int64_t(s.etp) * s.ep);
+  n.expert_tp = strided_nodes(geo, first, s.etp, 1);
+  return n;
+}
+
+void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int tp_nodes, int dp_nodes,
+                   const MoeNodes& nodes, bool with_time, LayerCost& lc) {
+  const ModelSpec& m = c.model();
+  const Plan& p = c.plan();
+  const bool flash = p.flash_attention;
+  const Dtype dt = p.dtype;
+  // Parameters: reduced over dp (the attention, the FFN's dense part, and the experts when
+  // every rank holds them whole), and the experts' over the expert data-parallel group.
+  const bool sharded = s.ep * s.etp > 1;
+  const int64_t experts = moe_expert_parameters_per_rank(m, s);
+  const int64_t dense = block_parameters_per_rank(m, s.tp, Block::attention) +
+                        moe_dense_parameters_per_rank(m, s) + (sharded ? 0 : experts);
+  const int64_t expert_params = sharded ? experts : 0;
+  lc.states = ModelStates{};
+  lc.states.add(s, dense, dt);
+  if (expert_params > 0) lc.states.add(expert_strategy(s), expert_params, dt);
+  // Activations: the attention block's as before, the MoE FFN's in place of the mlp's.
+  const int64_t sa = kept_activation_bytes(m, s, Block::attention, b, s.recompute, flash, dt);
+  const int64_t sm = moe_kept_activation_bytes(m, s, b, s.recompute, dt);
+  const FetchCost fetch = fetch_cost(c, s, dense, dp_nodes, with_time);
+  lc.kept = s.offload_activations ? 0 : sa + sm;
+  lc.staged_bytes = staged_gradient_bytes(s, dense, dt, c.framework().layer_gradient_staging);
+  lc.piece_bytes = receive_piece_bytes(s, dense, dt);
+  lc.workspace = moe_layer_workspace_bytes(m, s, b, dt);
+  lc.pipelined_workspace = moe_layer_workspace_bytes(m, s, b, dt, /*pipelined=*/true);
+  lc.fwd_act = sa + sm;
+  lc.fwd_buf = fetch.bytes;
+  lc.bwd_buf = fetch.bytes;
+  int64_t during_mlp = sa + sm;
+  if (s.recompute == Recompute::full)
+    during_mlp += recomputed_activation_bytes(m, s, Block::attention, b, flash, dt) +
+                  moe_kept_activation_bytes(m, s, b, Recompute::none, dt);
+  lc.bwd_mlp_act = during_mlp;
+  if (!with_time) return;
+
+  // Kernels: the mlp block's out, the three MoE parts in.
+  double fwd = 0, bwd = 0;
+  for (Block part : {Block::router, Block::experts, Block::combine}) {
+    fwd += c.moe_part_time_s(s, part, Phase::forward, b);
+    bwd += c.moe_part_time_s(s, part, Phase::backward, b);
+  }
+  lc.fwd_s += fwd - c.block_time_s(forward_work(m, s, Block::mlp, b, flash));
+  lc.bwd_s += bwd - c.backward_block_time_s(s, Block::mlp, b);
+  if (s.recompute == Recompute::full) lc.rec_s = lc.fwd_s;
+  // The all-to-alls (dispatch and combine) and, at etp > 1, the expert-tensor all-gather and
+  // reduce-scatter, in each phase.
+  double per_pass = 0;
+  if (s.ep > 1)
+    per_pass += 2 * c.moe_comm_cost(Collective::all_to_all, moe_dispatch_bytes(m, s, b, dt), s.ep,
+                                    nodes.ep)
+                        .time_s();
+  if (s.etp > 1) {
+    const int64_t g = moe_expert_tp_bytes(m, s, b, dt);
+    per_pass += c.moe_comm_cost(Collective::all_gather, g, s.etp, nodes.expert_tp).time_s() +
+                c.moe_comm_cost(Collective::reduce_scatter, g, s.etp, nodes.expert_tp).time_s();
+  }
+  lc.ep_fwd_s = lc.ep_bwd_s = per_pass;
+  lc.ep_rec_s = s.recompute == Recompute::full ? per_pass : 0;
+  // Gradient synchronisation: the dense part over dp, the experts over expert_dp.
+  lc.fetch_s = fetch.time_s;
+  lc.fetch_on_h2d = fetch.on_h2d;
+  lc.grad_rs_mb_s = lc.grad_reduce_s = lc.gather_s = 0;
+  auto add_sync = [&](const GradSyncCost& x) {
+    (x.per_microbatch ? lc.grad_rs_mb_s : lc.grad_reduce_s) += x.reduce_s;
+    lc.gather_s += x.gather_s;
+  };
+  add_sync(grad_sync_cost(c, s, dense, dp_nodes));
+  if (expert_params > 0)
+    add_sync(grad_sync_cost(c, expert_strategy(s), expert_params, nodes.expert_dp));
+  else if (s.tp > 1)
+    // Whole experts under tp: each tp rank's gradients from its own token slice, summed.
+    lc.grad_reduce_s +=
+        c.collective_cost(Collective::all_reduce, experts * c.grad_reduce_bytes(), s.tp, tp_nodes)
+            .time_s();
+  if (s.offload_activations) {
+    lc.act_d2h_s = c.copy_cost(sa + sm).time_s();
+    lc.act_h2d_s = lc.act_d2h_s;
+  }
+}
+
+}  // namespace stratagem::cost_detail
