@@ -138,8 +138,11 @@ class ParamTable {
   const ParamInfo& at(std::string_view name) const;  // throws std::out_of_range
   // AdamW spans covering flat range [begin, end), offsets relative to begin (ZeRO-1 shards).
   std::vector<ParamSpan> spans(int64_t begin, int64_t end) const;
-  // Flat runs of the parameters of `layer` (-1: everything outside the layers).
-  std::vector<std::pair<int64_t, int64_t>> ranges_of_layer(int layer) const;
+  // Flat runs of the parameters of `layer` (-1: everything outside the layers); of an MoE
+  // layer, all of them, those outside its routed experts, or its routed experts only.
+  enum class Subset { all, without_experts, experts };
+  std::vector<std::pair<int64_t, int64_t>> ranges_of_layer(int layer,
+                                                           Subset subset = Subset::all) const;
 
  private:
   std::vector<ParamInfo> entries_;
@@ -147,6 +150,8 @@ class ParamTable {
 };
 // `cfg` is the whole model's config; the part's tp shares it.
 ParamTable make_param_table(const TransformerConfig& cfg, const ModelPart& part = {});
+// A routed expert's tensor (layers.<i>.mlp.experts.<e>.*), held by expert parallelism.
+bool is_expert_param(std::string_view name);
 
 // Views into a flat buffer (parameters or gradients); absent tensors are undefined.
 struct LayerWeights {

@@ -78,13 +78,24 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
                        prev.describe() + ") nor is divided by it: no reshard group");
     transformer_config(m).sharded(s.tp);
   }
-  // Mixture-of-Experts: the runtime runs an MoE layer on ranks that hold all of its experts.
+  // Mixture-of-Experts: the runtime runs MoE layers with tp = etp = 1 (each rank routes its own
+  // tokens), one ep for all of them, and the experts' ZeRO-2/3 only where expert_dp is 1.
+  int moe_ep = 0;
   for (size_t l = 0; l < n; ++l) {
     const LayerStrategy& s = p.layers[l];
-    if (!m.is_moe_layer(int(l)) || (s.ep == 1 && s.etp == 1 && s.tp == 1)) continue;
-    throw NotSupported("layer " + std::to_string(l) + " (" + s.describe() +
-                       "): the runtime runs MoE layers with tp = ep = etp = 1 so far; expert "
-                       "parallelism (the all-to-all dispatch) is not finished (issue #26)");
+    if (!m.is_moe_layer(int(l))) continue;
+    const std::string where = "layer " + std::to_string(l) + " (" + s.describe() + "): ";
+    if (s.tp != 1 || s.etp != 1 || s.cp != 1)
+      throw NotSupported(where +
+                         "the runtime runs MoE layers with tp = etp = 1 so far (issue #26)");
+    if (moe_ep && s.ep != moe_ep)
+      throw NotSupported(where + "the runtime runs one ep for every MoE layer so far");
+    moe_ep = s.ep;
+    if (s.ep > 1 && s.zero >= 2 && expert_dp(s) > 1)
+      throw NotSupported(where + "ZeRO-2/3 of experts over an expert data-parallel group of " +
+                         std::to_string(expert_dp(s)) + " is not run by the runtime yet");
+    if (s.offload_params || s.offload_optimizer || s.offload_activations)
+      throw NotSupported(where + "offloading an MoE layer is not run by the runtime yet");
   }
   bool offloads = false;
   for (const LayerStrategy& s : p.layers)

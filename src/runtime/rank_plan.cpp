@@ -26,6 +26,13 @@ ModelPart stage_part(const Plan& plan, int stage, int local) {
   for (const LayerStrategy& s : plan.layers) {
     part.layer_tp.push_back(s.tp);
     part.layer_tp_rank.push_back(Layout::tp_index(local, s.tp));
+    // The experts this rank holds (Megatron-Core's expert ranks: local = et + etp*(e + ep*ed));
+    // check_runnable asks the MoE layers for one (ep, etp).
+    if (s.ep * s.etp > 1) {
+      part.ep = s.ep, part.etp = s.etp;
+      part.etp_rank = local % s.etp;
+      part.ep_rank = (local / s.etp) % s.ep;
+    }
   }
   return part;
 }
@@ -53,7 +60,11 @@ std::vector<SegmentPlacement> segment_placements(const Plan& plan, const std::ve
   std::vector<SegmentPlacement> out;
   auto add = [&](int l) {
     const LayerStrategy& s = strategy(plan, l);
-    out.push_back({l, s.zero, s.tp, s.dp, s.offload_params, s.offload_optimizer});
+    const bool apart = s.ep * s.etp > 1;
+    out.push_back({l, s.zero, s.tp, s.dp, s.offload_params, s.offload_optimizer, apart});
+    if (apart)  // the routed experts over the expert data-parallel group (ZeRO there too)
+      out.push_back({expert_segment(l), s.zero, s.ep * s.etp, expert_dp(s), s.offload_params,
+                     s.offload_optimizer, false});
   };
   add(-1);
   for (int l : layers) add(l);

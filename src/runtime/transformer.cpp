@@ -138,13 +138,19 @@ void ParamTable::add(std::string name, Shape shape) {
   add(std::move(info));
 }
 
-std::vector<std::pair<int64_t, int64_t>> ParamTable::ranges_of_layer(int layer) const {
+bool is_expert_param(std::string_view name) {
+  return name.find(".mlp.experts.") != std::string_view::npos;
+}
+
+std::vector<std::pair<int64_t, int64_t>> ParamTable::ranges_of_layer(int layer,
+                                                                     Subset subset) const {
   std::vector<std::pair<int64_t, int64_t>> out;
   const std::string prefix = "layers." + std::to_string(layer) + ".";
   for (const auto& e : entries_) {
     const bool in_layer = e.name.rfind("layers.", 0) == 0;
     const bool mine = layer >= 0 ? e.name.rfind(prefix, 0) == 0 : !in_layer;
     if (!mine) continue;
+    if (subset != Subset::all && is_expert_param(e.name) != (subset == Subset::experts)) continue;
     if (!out.empty() && out.back().second == e.offset)
       out.back().second += e.numel();
     else

@@ -131,10 +131,17 @@ struct Executor::Impl {
   bool attention_keeps_probs(const Op& op) const;
 
   // ---- ops_moe.cpp -----------------------------------------------------------------------
-  // An MoE layer's FFN in its mlp op (every expert on this rank: ep = etp = tp = 1).
-  void moe_block_forward(const Op& op, exec::LayerState& ls, const Tensor& xn, Tensor& y);
-  void moe_block_backward(const Op& op, exec::LayerState& ls, const Tensor& dy, const Tensor& xn,
-                          Tensor& d_xn);
+  // An MoE layer's FFN: its router, experts and combine compute ops, and its all-to-alls.
+  void moe_compute(const Op& op);
+  void moe_router(const Op& op, exec::Micro& m, exec::LayerState& ls);
+  void moe_experts(const Op& op, exec::LayerState& ls);
+  void moe_combine(const Op& op, exec::Micro& m, exec::LayerState& ls);
+  void moe_router_back(const Op& op, exec::Micro& m, exec::LayerState& ls);
+  void moe_experts_back(const Op& op, exec::LayerState& ls);
+  void moe_combine_back(const Op& op, exec::Micro& m, exec::LayerState& ls);
+  void ep_collective(const Op& op, int index);
+  // The segment a dp-stream collective reduces or gathers: the layer's, or its experts'.
+  int segment_key(const Op& op) const;
 
   // ---- ops_offload.cpp -------------------------------------------------------------------
   void copy(const Op& op, int index);  // copy_h2d / copy_d2h on their streams

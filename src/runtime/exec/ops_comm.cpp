@@ -36,6 +36,12 @@ void Executor::Impl::collective(const Op& op, int index) {
     case GroupKind::reshard:
       reshard(op, index);
       return;
+    case GroupKind::expert_dp:
+      dp_collective(op, index);
+      return;
+    case GroupKind::ep:
+      ep_collective(op, index);
+      return;
     default:
       throw NotSupported("collective " + op_name(op) + " over the " + to_string(op.group) +
                          " group is not executed by the runtime yet (heterogeneous plans)");
@@ -200,8 +206,9 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
     requests.issue(index, std::move(group));
     return;
   }
-  // The layer's own partition over the group (layer -1: the embedding and head's).
-  const exec::Segment& seg = shards.sharding.of(op.layer);
+  // The layer's own partition over the group (layer -1: the embedding and head's; an MoE
+  // layer's experts over the expert data-parallel group).
+  const exec::Segment& seg = shards.sharding.of(segment_key(op));
   auto grads_at = [this](int64_t flat) {
     return shards.model.grads.data + shards.sharding.grads.local(flat);
   };

@@ -124,8 +124,6 @@ void Executor::Impl::block_forward(const Op& op) {
     a.lse = buffers.pool.take(acts, Shape{b, lc.heads, T});
     a.out = buffers.pool.take(acts, Shape{b, T, lc.attn_width()});
     attention_forward(backend, lc, w, xn, y, a, bias);
-  } else if (lc.moe_layer(l)) {
-    moe_block_forward(op, ls, xn, y);
   } else {
     MlpActs& a = ls.mlp;
     a.fc1_out = buffers.pool.take(acts, Shape{b, T, lc.fc1_width()});
@@ -137,7 +135,7 @@ void Executor::Impl::block_forward(const Op& op) {
     if (attn)
       ls.attn = AttentionActs{};
     else
-      ls.mlp = MlpActs{}, ls.moe = MoeActs{};
+      ls.mlp = MlpActs{};
   }
   exec::Flow& flow = rec ? m.rec : m.fwd;
   const Tensor& base = attn ? ls.x_in : ls.x_mid;
@@ -173,8 +171,6 @@ void Executor::Impl::block_backward(const Op& op) {
   LayerWeights& g = shards.model.grad_weights.layer(l);
   if (attn)
     attention_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.attn, *sh.ws);
-  else if (sh.local.moe_layer(l))
-    moe_block_backward(op, ls, dy, xn, d_xn);
   else
     mlp_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.mlp, *sh.ws);
   m.gathered = m.gathered_dy = Tensor{};
@@ -320,7 +316,7 @@ void Executor::Impl::stage_gradients(int layer) {
   if (at == buffers.staging.end())
     throw std::logic_error("executor: no staging buffer in the Program for layer " +
                            std::to_string(layer));
-  for (auto [a, b] : shards.model.table.ranges_of_layer(layer)) {
+  for (auto [a, b] : shards.sharding.of(layer).runs) {
     Tensor t = buffers.pool.take(at->second, Shape{b - a});
     backend.fill(t, 0.0f);
     bufs.push_back({a, t});
@@ -339,6 +335,10 @@ std::vector<const ParamInfo*> Executor::Impl::fetch_set(const Op& op, exec::Micr
   // the head's afterwards (the Program fetches them apart).
   const bool lookup = op.layer < 0 && stage == 0 && m && !m->embedded;
   for (const ParamInfo& e : shards.model.table.entries()) {
+    // (An MoE layer's experts apart from it are not in its fetch: their segment holds them.)
+    if (op.layer >= 0 && is_expert_param(e.name) &&
+        shards.sharding.segments.count(exec::expert_segment(op.layer)))
+      continue;
     const bool in = op.layer >= 0 ? e.name.rfind(prefix, 0) == 0
                     : lookup      ? e.name == "wte" || e.name == "wpe"
                                   : e.name.rfind("norm_f.", 0) == 0 || e.name == "lm_head.weight" ||
@@ -394,6 +394,11 @@ void Executor::Impl::compute(const Op& op) {
       return;
     case Block::head:
       op.phase == Phase::forward ? head_forward(op) : head_backward(op);
+      return;
+    case Block::router:
+    case Block::experts:
+    case Block::combine:
+      moe_compute(op);
       return;
     default:
       throw NotSupported("compute op " + op_name(op) + " is not executed by the runtime yet");

@@ -141,7 +141,7 @@ void Executor::Impl::make_model(const ModelPart& part, const std::vector<int>& h
     model.grad_weights = model.weights;
   }
   for (const ParamInfo& e : model.table.entries()) {
-    const exec::Segment& seg = sharding.of(layer_of(e.name));
+    const exec::Segment& seg = sharding.of_param(e.name, layer_of(e.name));
     // Weights stay bound where they are resident on the device; the others only while a
     // fetch buffer holds them.
     weight_field(model.weights, e.name) =

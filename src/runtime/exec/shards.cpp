@@ -80,11 +80,19 @@ int64_t FlatMap::local(int64_t flat) const {
 }
 
 const Segment& Sharding::of(int layer) const {
-  auto it = segments.find(layer < 0 ? -1 : layer);
+  auto it = segments.find(layer < 0 && !is_expert_segment(layer) ? -1 : layer);
   if (it == segments.end())
     throw std::logic_error("executor: no parameters of layer " + std::to_string(layer) +
                            " on this rank");
   return it->second;
+}
+
+const Segment& Sharding::of_param(std::string_view name, int layer) const {
+  if (layer >= 0 && is_expert_param(name)) {
+    auto it = segments.find(expert_segment(layer));
+    if (it != segments.end()) return it->second;
+  }
+  return of(layer);
 }
 
 Sharding make_sharding(const ParamTable& table, const std::vector<SegmentPlacement>& placements,
@@ -94,7 +102,12 @@ Sharding make_sharding(const ParamTable& table, const std::vector<SegmentPlaceme
   for (const SegmentPlacement& st : placements) {
     const int l = st.layer;
     // (The embedding and head's segment is held on the first and last stage only.)
-    if (l < 0 && table.ranges_of_layer(-1).empty()) continue;
+    using Subset = ParamTable::Subset;
+    const std::vector<FlatRange> runs =
+        is_expert_segment(l)
+            ? table.ranges_of_layer(layer_of_segment(l), Subset::experts)
+            : table.ranges_of_layer(l, st.experts_apart ? Subset::without_experts : Subset::all);
+    if (l < 0 && runs.empty()) continue;
     Segment s;
     s.layer = l;
     s.zero = st.zero;
@@ -102,7 +115,7 @@ Sharding make_sharding(const ParamTable& table, const std::vector<SegmentPlaceme
     s.dp_index = Layout::dp_index(local, st.tp);
     s.params_on_host = st.params_on_host;
     s.optimizer_on_host = st.optimizer_on_host;
-    s.runs = table.ranges_of_layer(l);
+    s.runs = runs;
     int64_t n = 0;
     for (auto [a, b] : s.runs) s.starts.push_back(n), n += b - a;
     for (int d = 0; d <= s.dp; ++d) s.bounds.push_back(n * d / s.dp);

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -17,11 +18,27 @@ namespace stratagem::exec {
 
 using FlatRange = std::pair<int64_t, int64_t>;  // [begin, end) of the flat parameter buffer
 
-// What a layer's strategy decides about its parameters (layer -1: the embedding and head's).
+// An MoE layer whose experts are spread over ranks (ep x etp > 1) is two segments: the layer's
+// other parameters over its dp group, and its routed experts, keyed expert_segment(layer),
+// over the expert data-parallel group (the ranks holding the same experts).
+inline int expert_segment(int layer) {
+  return -2 - layer;
+}
+inline bool is_expert_segment(int key) {
+  return key <= -2;
+}
+inline int layer_of_segment(int key) {
+  return is_expert_segment(key) ? -2 - key : key;
+}
+
+// What a layer's strategy decides about its parameters (layer -1: the embedding and head's;
+// an expert_segment: an MoE layer's routed experts, tp = etp x ep and dp = expert_dp, which
+// place a rank in its expert data-parallel group as tp and dp do in the dense one).
 struct SegmentPlacement {
   int layer = -1;
   int zero = 0, tp = 1, dp = 1;
   bool params_on_host = false, optimizer_on_host = false;
+  bool experts_apart = false;  // a layer whose routed experts are a segment of their own
 };
 
 struct Segment {
@@ -71,6 +88,8 @@ struct Sharding {
   std::vector<FlatRun> all_state;      // state's runs, then host_state's (on_host)
   std::vector<FlatRange> norm_runs;    // flat elements this rank counts in the gradient norm
   const Segment& of(int layer) const;  // layer < 0: the embedding and head's segment
+  // The segment of tensor `name` of `layer`: its layer's, or its experts' when apart.
+  const Segment& of_param(std::string_view name, int layer) const;
 };
 
 // `placements`: those of the layers the table holds (rank_plan.hpp); `local`: the rank's index

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "stratagem/executor.hpp"
-#include "stratagem/moe_block.hpp"
+#include "stratagem/moe_dispatch.hpp"
 #include "stratagem/transformer.hpp"
 
 namespace stratagem::exec {
@@ -21,12 +21,20 @@ struct Flow {
   bool defined() const { return base.defined(); }
 };
 
+// An MoE layer's FFN between its ops (router, all-to-all, experts, all-to-all, combine).
+struct MoeState {
+  MoeActs acts;
+  ExpertExchange exchange;  // ep > 1: who sends what to whom
+  Tensor rows;              // the rows between two ops: permuted, or on their way back
+  Tensor dy, d_weights;     // backward: the block output's gradient, the combine weights'
+};
+
 // What one layer of one micro-batch keeps between its forward and its backward.
 struct LayerState {
   Tensor x_in, x_mid;  // inputs of the attention and the mlp block (token shard under sp)
   AttentionActs attn;
   MlpActs mlp;
-  MoeActs moe;  // an MoE layer's FFN, in place of mlp (its norm statistics stay in mlp)
+  MoeState moe;  // an MoE layer's FFN, in place of mlp's (its norm stays in mlp)
 };
 
 struct Micro {
