@@ -16,6 +16,8 @@ class CpuBackend final : public Backend {
   void copy(Tensor& dst, const Tensor& src) override;
   void upload(Tensor& dst, const float* host) override;
   void download(float* host, const Tensor& src) override;
+  void copy_block(Tensor& dst, int64_t dst_row0, int64_t dst_col0, const Tensor& src,
+                  int64_t src_row0, int64_t src_col0, int64_t rows, int64_t cols) override;
 
   void embedding_forward(Tensor& out, std::span<const int32_t> tokens, const Tensor& wte,
                          const Tensor& wpe) override;
@@ -44,6 +46,14 @@ class CpuBackend final : public Backend {
                          int kv_heads) override;
   void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv,
                           const Tensor& att, const Tensor& lse, int heads, int kv_heads) override;
+
+  void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& q, TokenSpan qs,
+                               const Tensor& kv, TokenSpan ks, int heads, int kv_heads) override;
+  void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out, const Tensor& part_lse,
+                       TokenSpan span) override;
+  void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const Tensor& out,
+                                const Tensor& lse, const Tensor& q, TokenSpan qs, const Tensor& kv,
+                                TokenSpan ks, int heads, int kv_heads) override;
 
   void gelu_forward(Tensor& out, const Tensor& inp) override;
   void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
