@@ -114,6 +114,17 @@ class Backend {
   virtual void rope_forward(Tensor& qkv, int heads, int kv_heads, float theta) = 0;
   // In place on dqkv: applies the inverse rotation to the q and k gradients.
   virtual void rope_backward(Tensor& dqkv, int heads, int kv_heads, float theta) = 0;
+  // The same on rows that hold positions pos0, pos0 + 1, ... (position = pos0 + t): one chunk
+  // of the sequence under context parallelism.
+  virtual void rope_forward_from(Tensor& qkv, int heads, int kv_heads, float theta, int64_t pos0) {
+    (void)qkv, (void)heads, (void)kv_heads, (void)theta, (void)pos0;
+    unsupported("rope_forward_from");
+  }
+  virtual void rope_backward_from(Tensor& dqkv, int heads, int kv_heads, float theta,
+                                  int64_t pos0) {
+    (void)dqkv, (void)heads, (void)kv_heads, (void)theta, (void)pos0;
+    unsupported("rope_backward_from");
+  }
 
   // ---- causal self-attention with grouped key/value heads ---------------------------------
   // qkv (B,T,(NH+2KV)*hd) holds [q heads | k heads | v heads] per token; query head h reads

@@ -3,6 +3,7 @@
 // and block copies, and the Communicator's point-to-point transfers and collectives.
 #include "src/runtime/context_parallel.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -355,6 +356,67 @@ void cp_attention_backward(Backend& be, Communicator& comm, const CpAttention& a
     case CpKind::a2a:
       return a2a_backward(be, comm, d, dqkv, dout, out, lse, qkv);
   }
+}
+
+CpAttention cp_attention(const TransformerConfig& c, const SequenceShare& seq) {
+  if (!seq.comm || seq.comm->size() != seq.cp || seq.comm->rank() != seq.cp_rank)
+    throw std::logic_error("context parallelism: the cp communicator does not match cp " +
+                           std::to_string(seq.cp) + " rank " + std::to_string(seq.cp_rank));
+  return CpAttention{seq.kind, c.heads, c.kv_heads, seq.seq_len};
+}
+
+namespace {
+// Calls fn(b, chunk, first local row) for every sample and chunk of the rank's rows.
+template <class Fn>
+void for_each_chunk(const SequenceShare& seq, int64_t B, Fn fn) {
+  const CpChunks ch = cp_chunks(seq.cp_rank, seq.cp, seq.seq_len);
+  const int64_t Tl = seq.seq_len / seq.cp;
+  for (int64_t b = 0; b < B; ++b)
+    for (const TokenSpan& s : {ch.first, ch.second}) fn(s, b * Tl + s.row0);
+}
+int64_t local_rows(const SequenceShare& seq, const Tensor& t, const char* where) {
+  if (!t.defined() || t.ndim() != 3 || t.dim(1) * seq.cp != seq.seq_len)
+    throw std::invalid_argument(std::string(where) + ": expected (B," +
+                                std::to_string(seq.seq_len / std::max(seq.cp, 1)) +
+                                ",...) rows, got " + t.shape.str());
+  return t.dim(0);
+}
+}  // namespace
+
+void cp_rope(Backend& be, const SequenceShare& seq, Tensor& qkv, const TransformerConfig& c,
+             bool backward) {
+  const int64_t B = local_rows(seq, qkv, "cp_rope");
+  const int64_t W = qkv.dim(2);
+  for_each_chunk(seq, B, [&](const TokenSpan& s, int64_t row) {
+    Tensor chunk = qkv.slice(row * W, Shape{1, s.rows, W});
+    if (backward)
+      be.rope_backward_from(chunk, c.heads, c.kv_heads, c.rope_theta, s.pos0);
+    else
+      be.rope_forward_from(chunk, c.heads, c.kv_heads, c.rope_theta, s.pos0);
+  });
+}
+
+void cp_embedding_forward(Backend& be, const SequenceShare& seq, Tensor& x_out,
+                          std::span<const int32_t> ids, const Tensor& wte, const Tensor& wpe) {
+  const int64_t B = local_rows(seq, x_out, "cp_embedding_forward");
+  const int64_t C = x_out.dim(2);
+  for_each_chunk(seq, B, [&](const TokenSpan& s, int64_t row) {
+    Tensor x = x_out.slice(row * C, Shape{1, s.rows, C});
+    be.embedding_forward(x, ids.subspan(static_cast<size_t>(row), static_cast<size_t>(s.rows)), wte,
+                         wpe.rows(s.pos0, s.pos0 + s.rows));
+  });
+}
+
+void cp_embedding_backward(Backend& be, const SequenceShare& seq, Tensor& dwte, Tensor& dwpe,
+                           std::span<const int32_t> ids, const Tensor& dx) {
+  const int64_t B = local_rows(seq, dx, "cp_embedding_backward");
+  const int64_t C = dx.dim(2);
+  for_each_chunk(seq, B, [&](const TokenSpan& s, int64_t row) {
+    Tensor dpos = dwpe.rows(s.pos0, s.pos0 + s.rows);
+    be.embedding_backward(dwte, dpos,
+                          ids.subspan(static_cast<size_t>(row), static_cast<size_t>(s.rows)),
+                          dx.slice(row * C, Shape{1, s.rows, C}));
+  });
 }
 
 }  // namespace stratagem

@@ -15,12 +15,14 @@
 // learned or rotary positions, the attention mask) follows cp_chunks.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "stratagem/backend.hpp"
 #include "stratagem/comm.hpp"
 #include "stratagem/plan.hpp"
 #include "stratagem/tensor.hpp"
+#include "stratagem/transformer.hpp"
 
 namespace stratagem {
 
@@ -51,5 +53,18 @@ void cp_attention_forward(Backend& be, Communicator& comm, const CpAttention& a,
 void cp_attention_backward(Backend& be, Communicator& comm, const CpAttention& a, Tensor& dqkv,
                            const Tensor& dout, const Tensor& out, const Tensor& lse,
                            const Tensor& qkv);
+
+// The attention of a layer of shape `c` on the share `seq` (seq.split()).
+CpAttention cp_attention(const TransformerConfig& c, const SequenceShare& seq);
+
+// RoPE on the rank's rows (B, T/cp, (NH+2KV)*hd) at their chunks' positions (backward: the
+// inverse rotation of a gradient).
+void cp_rope(Backend& be, const SequenceShare& seq, Tensor& qkv, const TransformerConfig& c,
+             bool backward);
+// The embedding of the rank's rows with the learned positions of their chunks; ids (B*T/cp).
+void cp_embedding_forward(Backend& be, const SequenceShare& seq, Tensor& x_out,
+                          std::span<const int32_t> ids, const Tensor& wte, const Tensor& wpe);
+void cp_embedding_backward(Backend& be, const SequenceShare& seq, Tensor& dwte, Tensor& dwpe,
+                           std::span<const int32_t> ids, const Tensor& dx);
 
 }  // namespace stratagem

@@ -176,6 +176,18 @@ BOOST_AUTO_TEST_CASE(rope_rotates_q_and_k_only) {
   Tensor dx = e.clone(r);
   e.be->rope_backward(dx, NH, KV, 10000.0f);
   check_grad("rope", x, dx, loss);
+
+  // A chunk of rows [2, 6) rotated from position 2 equals those rows of the whole rotation,
+  // forward and backward (context parallelism's chunks).
+  loss();  // y again from the unperturbed x
+  Tensor chunk = e.clone(x.slice(2 * W, Shape{1, 4, W}));
+  e.be->rope_forward_from(chunk, NH, KV, 10000.0f, 2);
+  Tensor dchunk = e.clone(r.slice(2 * W, Shape{1, 4, W}));
+  e.be->rope_backward_from(dchunk, NH, KV, 10000.0f, 2);
+  for (int64_t i = 0; i < chunk.numel(); ++i) {
+    BOOST_TEST(chunk.data[i] == y.data[2 * W + i]);
+    BOOST_TEST(dchunk.data[i] == dx.data[2 * W + i]);
+  }
 }
 
 namespace {

@@ -41,6 +41,9 @@ class CpuBackend final : public Backend {
 
   void rope_forward(Tensor& qkv, int heads, int kv_heads, float theta) override;
   void rope_backward(Tensor& dqkv, int heads, int kv_heads, float theta) override;
+  void rope_forward_from(Tensor& qkv, int heads, int kv_heads, float theta, int64_t pos0) override;
+  void rope_backward_from(Tensor& dqkv, int heads, int kv_heads, float theta,
+                          int64_t pos0) override;
 
   void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads,
                          int kv_heads) override;
@@ -85,7 +88,8 @@ class CpuBackend final : public Backend {
   // after the first step no kernel allocates.
   float* thread_scratch(int thread, size_t floats_per_thread);
   void reserve_scratch(size_t floats_per_thread);
-  // cos/sin table (T, hd/2) for RoPE, rebuilt only when T, hd or theta change.
+  // cos/sin table (>= T, hd/2) for RoPE (row t: position t), rebuilt only when more rows are
+  // needed or hd or theta change.
   const float* rope_table(int64_t T, int64_t hd, float theta);
 
   std::vector<float> scratch_;
