@@ -30,17 +30,20 @@ ModelPart stage_part(const Plan& plan, int stage, int local) {
   return part;
 }
 
-LayerShare layer_share(const Plan& plan, const TransformerConfig& whole, int seq_len, int layer,
+LayerShare layer_share(const Plan& plan, const TransformerConfig& whole, int rows, int layer,
                        int local) {
   const LayerStrategy& s = strategy(plan, layer);
   LayerShare sh;
   sh.tp = s.tp;
   sh.tp_index = Layout::tp_index(local, s.tp);
   sh.dp = s.dp;
-  sh.dp_index = Layout::dp_index(local, s.tp);
+  // Inside a stage local = t + tp (c + cp d) (Megatron-Core's tp-cp-dp order).
+  sh.cp = s.cp;
+  sh.cp_index = Layout::dp_index(local, s.tp) % s.cp;
+  sh.dp_index = Layout::dp_index(local, s.tp) / s.cp;
   sh.sequence_parallel = s.sequence_parallel && s.tp > 1;
   sh.B = plan.samples_per_rank(s.dp);
-  sh.N = int64_t(sh.B) * seq_len;
+  sh.N = int64_t(sh.B) * rows;
   if (sh.sequence_parallel && sh.N % sh.tp)
     throw InputError("sequence parallel: " + std::to_string(sh.N) +
                      " tokens per micro-batch do not split over tp " + std::to_string(sh.tp));
@@ -53,7 +56,10 @@ std::vector<SegmentPlacement> segment_placements(const Plan& plan, const std::ve
   std::vector<SegmentPlacement> out;
   auto add = [&](int l) {
     const LayerStrategy& s = strategy(plan, l);
-    out.push_back({l, s.zero, s.tp, s.dp, s.offload_params, s.offload_optimizer});
+    // The ranks of a cp group hold the same weights: gradients reduce, and ZeRO partitions,
+    // over dp x cp (Megatron-Core's data-parallel group with context parallelism), whose
+    // index is local / tp.
+    out.push_back({l, s.zero, s.tp, s.dp * s.cp, s.offload_params, s.offload_optimizer});
   };
   add(-1);
   for (int l : layers) add(l);

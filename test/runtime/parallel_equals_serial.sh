@@ -17,36 +17,7 @@
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/tiny_models.sh"
 ODD=(--layers 4 --hidden 64 --heads 4 --vocab 250 --seq-len 32)  # 250 = 4 x 62 + 2: padded
-run() {  # name np model-and-plan flags...
-  local name=$1 np=$2; shift 2
-  timeout 120 "${MPIRUN[@]}" -np "$np" "$BIN" train --data "$WORK/data.bin" --steps 5 \
-    --log-json "$WORK/$name.jsonl" --ckpt-dir "$WORK/$name" --trace "$WORK/$name.h5" "$@" \
-    >"$WORK/$name.log" 2>&1 || fail "$name: exit $?: $(tail -5 "$WORK/$name.log")"
-}
-check() {  # kind a b tol
-  $PY "$(dirname "$0")/check_run.py" "$@" || fail "$2 vs $3"
-}
-# case name np model-flags plan-flags (serial twin: same model, batch and recompute, dp 1)
-case_() {
-  local name=$1 np=$2 model=$3 batch=$4 serial_flags=$5 plan=$6
-  local -n m=$model
-  local plan_batch=$batch dtype="--dtype fp32"  # a plan file holds its batch and dtype
-  [[ $plan == --plan* ]] && plan_batch="" dtype=""
-  # shellcheck disable=SC2086
-  run "$name.serial" 1 "${m[@]}" $batch --dp 1 $serial_flags
-  # shellcheck disable=SC2086
-  run "$name" "$np" "${m[@]}" $plan_batch $plan
-  check losses "$WORK/$name.serial.jsonl" "$WORK/$name.jsonl" 1e-5
-  check weights "$WORK/$name.serial/step-00000005.h5" "$WORK/$name/step-00000005.h5" 1e-5
-  # The forecast models the cluster the run was launched on (train writes it into its trace).
-  $PY -c 'import h5py,sys; print(h5py.File(sys.argv[1],"r").attrs["cluster"])' "$WORK/$name.h5" \
-    >"$WORK/$name.cluster.json"
-  # shellcheck disable=SC2086
-  "$BIN" simulate "${m[@]}" $plan_batch $plan $dtype --cluster "$WORK/$name.cluster.json" \
-    --trace "$WORK/$name.forecast.h5" >/dev/null || fail "$name: simulate failed"
-  check categories "$WORK/$name.h5" "$WORK/$name.forecast.h5" 0.10 "${PRINT_ONLY:-}"
-  echo "ok: $name ($plan)"
-}
+source "$(dirname "$0")/serial_twin.sh"
 source "$(dirname "$0")/layer_plan.sh"
 # layer_plan_ NAME MODEL "SHORTHAND" 'EDIT': $WORK/NAME.json (layer_plan.sh).
 layer_plan_() {
