@@ -11,11 +11,11 @@ void charge_gap(RankState& r, const StageData& sd, const Step& step, Time t) {
   // Several ops may have completed just now; the kernel is taken to have waited for the first
   // in this order, looking at its dependencies' streams, or at every comm stream if none of
   // those completed now.
-  static constexpr Cat prio[] = {kRecv, kTp, kDp, kPp, kOffload};
+  static constexpr Cat prio[] = {kRecv, kCp, kTp, kDp, kPp, kOffload};
   int best = 99, best_s = -1;
   auto consider = [&](int s) {
     if (r.last_done[s] != t) return;
-    for (int p = 0; p < 5; ++p)
+    for (int p = 0; p < 6; ++p)
       if (r.last_done_cat[s] == prio[p] && p < best) best = p, best_s = s;
   };
   const uint32_t* d = sd.dep_at.data() + step.dep_begin;
@@ -55,6 +55,7 @@ void finish_accounting(RankState& r, Time makespan) {
   res.pp_ns = acc[kPp];
   res.bubble_ns = acc[kBubble];
   res.offload_ns = acc[kOffload];
+  res.cp_ns = acc[kCp];
 }
 
 }  // namespace stratagem::sim

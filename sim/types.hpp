@@ -31,6 +31,7 @@ enum Cat : uint8_t {
   kPp,
   kBubble,
   kOffload,
+  kCp,  // context parallelism's transfers and collectives (the cp_comm stream)
   kNone,
   kRecv
 };

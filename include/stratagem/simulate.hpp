@@ -88,6 +88,7 @@ struct SimRankResult {
   // charged to what the next kernel waited for.
   int64_t compute_ns = 0, recompute_ns = 0, optimizer_ns = 0;
   int64_t tp_ns = 0, dp_ns = 0, pp_ns = 0, bubble_ns = 0, offload_ns = 0;
+  int64_t cp_ns = 0;  // context parallelism's exposed transfers and collectives
   int64_t ops_executed = 0;
 };
 

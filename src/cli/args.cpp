@@ -27,7 +27,9 @@ const char* kPlanHelp =
     "  --tp N --pp N --dp N --micro-batch N --global-batch N --vpp N --zero 0-3\n"
     "  --recompute none|selective|full --schedule gpipe|1f1b|interleaved --sequence-parallel\n"
     "  --offload optimizer,params,activations --dtype bf16|fp16|fp32 --flash-attention\n"
-    "  --no-overlap-grad-reduce --no-backward-prefetch\n";
+    "  --no-overlap-grad-reduce --no-backward-prefetch\n"
+    "  --cp N --cp-kind ring|allgather|a2a  context parallelism: the sequence split over N\n"
+    "                           ranks between tp and dp [1, ring]\n";
 
 Args::Args(std::string command, std::vector<std::string> tokens)
     : command_(std::move(command)), tokens_(std::move(tokens)) {
@@ -213,6 +215,8 @@ PlanShorthand shorthand_from_args(Args& a) {
   s.tp = a.int_value("--tp", 1, limits::kMaxTp);
   s.pp = a.int_value("--pp", 1, limits::kMaxPp);
   s.dp = a.int_value("--dp", 1, limits::kMaxDp);
+  s.cp = a.int_value("--cp", 1, limits::kMaxTp);
+  s.cp_kind = a.value("--cp-kind");
   s.micro_batch = a.int_value("--micro-batch", 1, limits::kMaxMicroBatch);
   s.global_batch = a.int_value("--global-batch", 1, limits::kMaxGlobalBatch);
   s.vpp = a.int_value("--vpp", 1, limits::kMaxVpp);

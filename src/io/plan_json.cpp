@@ -17,6 +17,9 @@ LayerStrategy strategy_from(io::JsonReader r, bool allow_range) {
   // mismatch blamed on some other layer.
   l.tp = r.get_int("tp", 1, limits::kMaxTp);
   l.dp = r.get_int("dp", 1, limits::kMaxDp);
+  l.cp = r.get_int("cp", 1, limits::kMaxTp, 1);
+  l.cp_kind =
+      cp_kind_from(r.get_enum("cp_kind", {"ring", "allgather", "a2a"}, "ring"), r.where("cp_kind"));
   l.sequence_parallel = r.get_bool("sequence_parallel", false);
   l.zero = r.get_int("zero", 0, 3, 0);
   l.recompute = recompute_from(r.get_enum("recompute", {"none", "selective", "full"}, "none"),
@@ -33,15 +36,18 @@ LayerStrategy strategy_from(io::JsonReader r, bool allow_range) {
 }
 
 nlohmann::json strategy_json(const LayerStrategy& l) {
-  return {{"tp", l.tp},
-          {"dp", l.dp},
-          {"sequence_parallel", l.sequence_parallel},
-          {"zero", l.zero},
-          {"recompute", to_string(l.recompute)},
-          {"offload",
-           {{"optimizer", l.offload_optimizer},
-            {"params", l.offload_params},
-            {"activations", l.offload_activations}}}};
+  nlohmann::json j = {{"tp", l.tp},
+                      {"dp", l.dp},
+                      {"sequence_parallel", l.sequence_parallel},
+                      {"zero", l.zero},
+                      {"recompute", to_string(l.recompute)},
+                      {"offload",
+                       {{"optimizer", l.offload_optimizer},
+                        {"params", l.offload_params},
+                        {"activations", l.offload_activations}}}};
+  // Written only when the sequence is split, so that a plan without cp reads as before.
+  if (l.cp > 1) j["cp"] = l.cp, j["cp_kind"] = to_string(l.cp_kind);
+  return j;
 }
 }  // namespace
 
