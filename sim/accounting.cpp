@@ -11,7 +11,7 @@ void charge_gap(RankState& r, const StageData& sd, const Step& step, Time t) {
   // Several ops may have completed just now; the kernel is taken to have waited for the first
   // in this order, looking at its dependencies' streams, or at every comm stream if none of
   // those completed now.
-  static constexpr Cat prio[] = {kRecv, kTp, kDp, kPp, kOffload, kEp};
+  static constexpr Cat prio[] = {kRecv, kCp, kTp, kDp, kPp, kOffload, kEp};
   int best = 99, best_s = -1;
   auto consider = [&](int s) {
     if (r.last_done[s] != t) return;
@@ -56,6 +56,7 @@ void finish_accounting(RankState& r, Time makespan) {
   res.bubble_ns = acc[kBubble];
   res.offload_ns = acc[kOffload];
   res.ep_ns = acc[kEp];
+  res.cp_ns = acc[kCp];
 }
 
 }  // namespace stratagem::sim

@@ -148,7 +148,7 @@ bool Lookahead::init(int procs, const Partition& part, const std::vector<RankSta
       const int g = rank_groups[rk.group_row + k];
       if (g >= 0 && (part.group_procs[g].size() > 1 || part.group_nic_shared[g])) any = true;
     }
-    for (int ch = 0; ch < 2; ++ch)
+    for (int ch = 0; ch < 4; ++ch)
       if (rk.channels[ch].peer >= 0 && !part.local(rk.channels[ch].peer)) any = true;
     if (!any) continue;
     auto& lists = boundary_ops_[rk.local_index];

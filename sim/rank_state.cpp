@@ -53,15 +53,18 @@ void init_ranks(std::vector<RankState>& ranks, std::vector<StageData>& stages,
       }
       sig.push_back(geometry[g]);
     }
-    for (int ch = 0; ch < 2; ++ch) {
+    for (int ch = 0; ch < 4; ++ch) {
       Op op;
-      op.kind = OpKind::send;
-      op.group = ch == 0 ? GroupKind::pp_next : GroupKind::pp_prev;
+      op.kind = ch == 3 ? OpKind::recv : OpKind::send;
+      op.group = ch == 0 ? GroupKind::pp_next : ch == 1 ? GroupKind::pp_prev : GroupKind::cp;
+      // A plan with cp > 1 has one tp (validate): its cp ring is the only one.
+      op.tp = uint8_t(layout.tp_degrees().front());
       const int peer = resolve_peer(layout, r, op);
       rk.channels[ch].peer = peer;
-      sig.push_back(peer < 0 ? -1 : (peer / G == rk.node ? 1 : 0));
+      if (ch < 2 || layout.cp() > 1) sig.push_back(peer < 0 ? -1 : (peer / G == rk.node ? 1 : 0));
     }
     if (rk.channels[1].peer == rk.channels[0].peer) rk.channel_of_key[1] = 0;
+    if (rk.channels[3].peer == rk.channels[2].peer) rk.channel_of_key[3] = 2;
     auto& list = sigs[rk.stage];
     size_t cls = 0;
     while (cls < list.size() && list[cls] != sig) ++cls;

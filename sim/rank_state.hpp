@@ -50,13 +50,15 @@ struct RankState {
   bool dirty = false;
   ComputeKernel kernel;
   RankMemory memory;
-  Channel channels[2];
-  // send/recv key -> channel (one channel when both peers coincide).
-  uint8_t channel_of_key[2] = {0, 1};
+  // Pipeline (0: pp_next, 1: pp_prev) and cp ring channels (2: the next cp rank, which cp
+  // sends go to, 3: the previous one, which cp receives come from).
+  Channel channels[4];
+  // send/recv key -> channel (one channel when both peers of a pair coincide).
+  uint8_t channel_of_key[4] = {0, 1, 2, 3};
   int group_row = 0;     // this rank's row of resolved groups
   int64_t nic_mult = 1;  // ranks of this node whose NIC flows this rank's stand for
   Time last_compute_end = 0;
-  std::array<int64_t, 9> busy_and_waits{};  // compute-stream time by Cat (kCompute .. kEp)
+  std::array<int64_t, 10> busy_and_waits{};  // compute-stream time by Cat (kCompute .. kCp)
   Time end_time = 0;
   uint64_t ops_done = 0;
   SimRankResult result;

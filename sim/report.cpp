@@ -49,11 +49,11 @@ nlohmann::json to_json(const SimResult& r, const ModelSpec& model, const Cluster
   }
   j["memory_breakdown_bytes"] = mem;
   // Mean over ranks of each rank's accounting, per iteration.
-  double acc[9] = {};
+  double acc[10] = {};
   for (const auto& x : r.ranks) {
-    const int64_t v[9] = {x.compute_ns, x.recompute_ns, x.tp_ns,        x.dp_ns, x.pp_ns,
-                          x.bubble_ns,  x.offload_ns,   x.optimizer_ns, x.ep_ns};
-    for (int k = 0; k < 9; ++k) acc[k] += double(v[k]);
+    const int64_t v[10] = {x.compute_ns, x.recompute_ns, x.tp_ns,        x.dp_ns, x.pp_ns,
+                           x.bubble_ns,  x.offload_ns,   x.optimizer_ns, x.ep_ns, x.cp_ns};
+    for (int k = 0; k < 10; ++k) acc[k] += double(v[k]);
   }
   const double n = std::max<size_t>(1, r.ranks.size());
   for (double& a : acc) a = a / n * 1e-9 / K;
@@ -68,6 +68,10 @@ nlohmann::json to_json(const SimResult& r, const ModelSpec& model, const Cluster
     j["time_breakdown_s"]["ep_comm"] = acc[8];
     j["exposed_comm_s"]["ep"] = acc[8];
   }
+  // Context parallelism's part, only where the plan splits the sequence (a plan without it
+  // reports as before).
+  const bool cp = plan.embedding.cp > 1;
+  if (cp) j["time_breakdown_s"]["cp_comm"] = acc[9], j["exposed_comm_s"]["cp"] = acc[9];
   nlohmann::json per = nlohmann::json::array();
   for (const auto& x : r.ranks) {
     const double busy = double(x.compute_ns + x.recompute_ns + x.optimizer_ns) * 1e-9 / K;
@@ -91,6 +95,7 @@ nlohmann::json to_json(const SimResult& r, const ModelSpec& model, const Cluster
         {"bubble_s", double(x.bubble_ns) * 1e-9 / K},
         {"ops", x.ops_executed}};
     if (moe) o["exposed_comm_s"]["ep"] = double(x.ep_ns) * 1e-9 / K;
+    if (cp) o["exposed_comm_s"]["cp"] = double(x.cp_ns) * 1e-9 / K;
     per.push_back(std::move(o));
   }
   j["per_rank"] = std::move(per);

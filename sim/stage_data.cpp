@@ -102,6 +102,7 @@ OpKey key_of(const Op& op) {
 }
 
 Cat category_of(const Op& op) {
+  if (op.group == GroupKind::cp) return kCp;
   switch (op.kind) {
     case OpKind::collective:
       if (op.stream == Stream::ep_comm) return kEp;
@@ -225,11 +226,11 @@ class StageIndexer {
       case OpKind::send:
       case OpKind::copy_d2h:
       case OpKind::copy_h2d:
-        step.key = op.group == GroupKind::pp_prev ? 1 : 0;
+        step.key = op.group == GroupKind::cp ? 2 : op.group == GroupKind::pp_prev ? 1 : 0;
         step.comm_index = comm_index_of(i);
         break;
       case OpKind::recv:
-        step.key = op.group == GroupKind::pp_prev ? 1 : 0;
+        step.key = op.group == GroupKind::cp ? 3 : op.group == GroupKind::pp_prev ? 1 : 0;
         break;
       case OpKind::compute:
       case OpKind::host_compute:

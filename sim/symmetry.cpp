@@ -18,7 +18,7 @@ bool holds(const std::vector<int32_t>& rep_of, std::vector<int32_t>& nic_mult,
     const RankState& a = ranks[m];
     const RankState& b = ranks[rep_of[m]];
     if (a.stage != b.stage || a.rank_class != b.rank_class) return false;
-    for (int ch = 0; ch < 2; ++ch) {
+    for (int ch = 0; ch < 4; ++ch) {
       const int pa = a.channels[ch].peer, pb = b.channels[ch].peer;
       if ((pa < 0) != (pb < 0) || (pa >= 0 && rep_of[pa] != pb)) return false;
     }

@@ -29,13 +29,14 @@ void Engine::start_send(RankState& r, const StageData& sd, int s, const Step& st
   const int peer = r.channels[ch].peer;
   if (peer < 0 || peer == r.rank)
     throw std::runtime_error("simulate: rank " + std::to_string(r.rank) + " op " +
-                             std::to_string(op) + " sends to no pipeline peer");
+                             std::to_string(op) + " sends to no peer");
   const CommSplit& cp = comm_of(sd, r.rank_class, step);
   const int id = open_xfer(kXSend, r, s, t, cp);
   Xfer& x = transfers_[id];
   x.dst = peer;
   const RankState& q = ranks_[peer];
-  x.dst_ch = q.channels[0].peer == r.rank ? 0 : 1;
+  // The receiver's key for messages from this rank: a cp send arrives from its previous cp rank.
+  x.dst_ch = step.key >= 2 ? 3 : q.channels[0].peer == r.rank ? 0 : 1;
   x.seq = r.channels[ch].sent++;
   x.remote = !local(peer);
   set_moving_since(r, s, t + cp.head, t);

@@ -32,6 +32,7 @@ enum Cat : uint8_t {
   kBubble,
   kOffload,
   kEp,  // MoE all-to-alls and their expert-tensor collectives
+  kCp,  // context parallelism's transfers and collectives (the cp_comm stream)
   kNone,
   kRecv
 };

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,13 @@
 #include "stratagem/tensor.hpp"
 
 namespace stratagem {
+
+// Rows [row0, row0 + rows) of a (B,T,...) tensor, holding sequence positions pos0, pos0 + 1, ...
+struct TokenSpan {
+  int64_t row0 = 0;
+  int64_t rows = 0;
+  int64_t pos0 = 0;
+};
 
 // One AdamW step's hyperparameters (PyTorch's torch.optim.AdamW semantics).
 struct AdamWStep {
@@ -60,6 +68,15 @@ class Backend {
   virtual void upload(Tensor& dst, const float* host) = 0;    // dst.numel() floats
   virtual void download(float* host, const Tensor& src) = 0;  // src.numel() floats
   virtual void synchronize() {}
+  // A rectangle of rows and columns, each tensor viewed as (numel / last dim, last dim):
+  // dst[dst_row0 + i][dst_col0 + j] = src[src_row0 + i][src_col0 + j]. Moves sequence chunks
+  // and head groups between the layouts of context parallelism; the two must not overlap.
+  virtual void copy_block(Tensor& dst, int64_t dst_row0, int64_t dst_col0, const Tensor& src,
+                          int64_t src_row0, int64_t src_col0, int64_t rows, int64_t cols) {
+    (void)dst, (void)dst_row0, (void)dst_col0, (void)src, (void)src_row0, (void)src_col0,
+        (void)rows, (void)cols;
+    unsupported("copy_block");
+  }
 
   // ---- embedding --------------------------------------------------------------------------
   // out (B,T,C) = wte[tokens] (+ wpe[t] when wpe is defined: learned positions; undefined for
@@ -100,6 +117,17 @@ class Backend {
   virtual void rope_forward(Tensor& qkv, int heads, int kv_heads, float theta) = 0;
   // In place on dqkv: applies the inverse rotation to the q and k gradients.
   virtual void rope_backward(Tensor& dqkv, int heads, int kv_heads, float theta) = 0;
+  // The same on rows that hold positions pos0, pos0 + 1, ... (position = pos0 + t): one chunk
+  // of the sequence under context parallelism.
+  virtual void rope_forward_from(Tensor& qkv, int heads, int kv_heads, float theta, int64_t pos0) {
+    (void)qkv, (void)heads, (void)kv_heads, (void)theta, (void)pos0;
+    unsupported("rope_forward_from");
+  }
+  virtual void rope_backward_from(Tensor& dqkv, int heads, int kv_heads, float theta,
+                                  int64_t pos0) {
+    (void)dqkv, (void)heads, (void)kv_heads, (void)theta, (void)pos0;
+    unsupported("rope_backward_from");
+  }
 
   // ---- causal self-attention with grouped key/value heads ---------------------------------
   // qkv (B,T,(NH+2KV)*hd) holds [q heads | k heads | v heads] per token; query head h reads
@@ -113,6 +141,44 @@ class Backend {
   virtual void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& out,
                                   const Tensor& qkv, const Tensor& att, const Tensor& lse,
                                   int heads, int kv_heads) = 0;
+
+  // ---- attention in blocks (context parallelism) -------------------------------------------
+  // When the sequence is split over ranks, attention runs as blocks of queries against blocks
+  // of keys and values (some from other ranks), merged with FlashAttention's online softmax.
+  // A TokenSpan names rows [row0, row0 + rows) of a (B,T,...) tensor and the sequence position
+  // of row0 (rows hold consecutive positions); the causal mask compares positions: a query at
+  // p sees a key at p' iff p' <= p. q is a qkv tensor (B,Tq,(NH+2KV)*hd) of which the q heads
+  // are read; kv is (B,Tk,X) whose last 2*KV*hd columns are [k heads | v heads] (a qkv tensor,
+  // or a packed (B,Tk,2*KV*hd) block received from another rank).
+  //
+  // On the q span's rows: out (B,Tq,NH*hd) = the attention of the queries over the visible
+  // keys of the kv span alone, lse (B,NH,Tq) = the log-sum-exp of their scores; a row that
+  // sees no key gets out 0 and lse -inf. Other rows are left alone.
+  virtual void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& q, TokenSpan qs,
+                                       const Tensor& kv, TokenSpan ks, int heads, int kv_heads) {
+    (void)out, (void)lse, (void)q, (void)qs, (void)kv, (void)ks, (void)heads, (void)kv_heads;
+    unsupported("attention_block_forward");
+  }
+  // The online-softmax merge on the span's rows (its pos0 is unused): (out, lse) and the
+  // partial result (part_out, part_lse) over disjoint key sets become the attention over their
+  // union, in out and lse. Shapes as attention_block_forward's out and lse.
+  virtual void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out,
+                               const Tensor& part_lse, TokenSpan span) {
+    (void)out, (void)lse, (void)part_out, (void)part_lse, (void)span;
+    unsupported("attention_merge");
+  }
+  // The backward of one block pair. out, lse: the FINAL (merged) output and log-sum-exp of
+  // the q span's rows; dout its gradient. dq's q columns ACCUMULATE on the q span's rows,
+  // dkv's last 2*KV*hd columns ACCUMULATE on the kv span's rows (dq and dkv may be one tensor
+  // when q and kv are: the columns are disjoint).
+  virtual void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout,
+                                        const Tensor& out, const Tensor& lse, const Tensor& q,
+                                        TokenSpan qs, const Tensor& kv, TokenSpan ks, int heads,
+                                        int kv_heads) {
+    (void)dq, (void)dkv, (void)dout, (void)out, (void)lse, (void)q, (void)qs, (void)kv, (void)ks,
+        (void)heads, (void)kv_heads;
+    unsupported("attention_block_backward");
+  }
 
   // ---- pointwise --------------------------------------------------------------------------
   // GELU, tanh approximation (GPT-2). Same shapes in and out.
@@ -186,6 +252,11 @@ class Backend {
                             const AdamWStep& step) = 0;
 
  protected:
+  // The kernels a backend does not have yet (context parallelism's block attention on CUDA).
+  [[noreturn]] void unsupported(const char* kernel) const {
+    throw std::logic_error(kernel + std::string(" is not implemented on the ") + name() +
+                           " backend yet");
+  }
   void progress() const {
     if (progress_) progress_();
   }

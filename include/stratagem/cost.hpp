@@ -63,6 +63,13 @@ class CostModel {
   // under ZeRO-2/3 the framework's per-micro-batch passes over the whole gradients before their
   // reduce-scatter (FrameworkSpec::pre_reduce_bytes_per_param).
   double backward_block_time_s(const LayerStrategy& s, Block b, int samples) const;
+  // A part of a context-parallel attention block (op.part, workload.hpp's attention_part_work)
+  // in the op's phase; the block's gradient passes go with pre's backward, its last part.
+  double attention_part_time_s(const LayerStrategy& s, const Op& op) const;
+  // `kernels_s` and the passes of backward_block_time_s beyond the kernels (`num_gemms`: of the
+  // block's backward).
+  double with_gradient_passes_s(double kernels_s, const LayerStrategy& s, Block b,
+                                int num_gemms) const;
   // Achieved fraction of peak of one GEMM: max_efficiency x size (latency-bound small GEMMs) x
   // tile and wave quantization of (m, n).
   double gemm_efficiency(const Gemm& g) const;
@@ -143,7 +150,7 @@ class CostModel {
   CommCost direct(double bytes, int size, int nodes, int per_node) const;
   int distinct_nodes(const std::vector<int>& ranks) const;
   double moe_compute_time_s(const Op& op) const;  // Block::router, experts, combine
-  double intra_fraction(double bytes) const;  // S / (S + half): message-size ramp
+  double intra_fraction(double bytes) const;      // S / (S + half): message-size ramp
   double inter_fraction(double bytes) const;
 
   const ModelSpec& model_;

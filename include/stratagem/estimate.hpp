@@ -13,6 +13,7 @@ struct TimeBreakdown {
   double compute_s = 0;  // forward + backward kernels on the critical path
   double recompute_s = 0;
   double tp_comm_s = 0;  // exposed tensor-parallel communication
+  double cp_comm_s = 0;  // exposed context-parallel communication (JSON only under cp)
   double dp_comm_s = 0;  // exposed data-parallel / ZeRO communication
   double pp_comm_s = 0;  // exposed pipeline send/recv
   double bubble_s = 0;   // pipeline fill and drain
@@ -42,6 +43,7 @@ struct Estimate {
 
 Estimate estimate(const CostModel& cost);
 // JSON with the keys promised by `stratagem estimate --json`.
-nlohmann::json to_json(const Estimate& e);
+// `context_parallel`: the plan splits the sequence (adds time_breakdown_s.cp_comm).
+nlohmann::json to_json(const Estimate& e, bool context_parallel = false);
 
 }  // namespace stratagem

@@ -78,6 +78,30 @@ inline int reshard_gather_ranks(const LayerStrategy& from, const LayerStrategy& 
   return a < b && b % a == 0 ? b / a : 0;
 }
 
+// ---- context parallelism ------------------------------------------------------------------
+
+// What a cp layer's attention moves over its cp group in one phase (forward and recompute alike;
+// see program_cp.cpp for the ops), on one rank of `samples` samples (seq_len / cp tokens each):
+//  - ring (Megatron-Core's AttnFuncWithCPAndKVP2P): K and V pass to the next rank cp - 1 times,
+//    `kv_bytes` each, beside the core step of the block at hand; backward also passes the dK and
+//    dV accumulators cp times (the last hop brings each home).
+//  - allgather (Llama 3, Megatron-Core's all_gather): an all-gather of K and V before the core
+//    (`before`, the gathered cp x kv_bytes); backward gathers again and reduce-scatters dK, dV
+//    after the core backward (`after`).
+//  - a2a (DeepSpeed-Ulysses): an all-to-all of Q, K, V before the core and one of the output
+//    after it (backward: of the output gradient before, of dQ, dK, dV after); bytes are what a
+//    rank sends, its whole local tensor.
+// `buffer_bytes` is what the kind holds beside the saved activations while the core runs (the
+// ring's double buffers, the gathered K and V, the head-split copies).
+struct CpComm {
+  int kv_steps = 0, dkv_steps = 0;  // ring transfers to the next rank
+  int64_t kv_bytes = 0;             // one rank's K and V (also the dK, dV block)
+  Collective before = Collective::none, after = Collective::none;
+  int64_t before_bytes = 0, after_bytes = 0;
+  int64_t buffer_bytes = 0;
+};
+CpComm cp_comm(const ModelSpec& m, const LayerStrategy& s, int samples, Phase ph, Dtype dt);
+
 // ---- data parallelism ---------------------------------------------------------------------
 
 // A strategy's data-parallel gradient synchronisation: the reduction (none without data
@@ -92,7 +116,7 @@ struct GradSync {
 };
 inline GradSync grad_sync(const LayerStrategy& s) {
   GradSync g;
-  if (s.dp == 1) return g;
+  if (s.dp_cp() == 1) return g;
   g.reduce = s.zero == 0 ? Collective::all_reduce : Collective::reduce_scatter;
   g.per_microbatch = s.zero >= 2;
   g.gather_after_step = s.zero == 1 || s.zero == 2;
@@ -104,7 +128,7 @@ inline GradSync grad_sync(const LayerStrategy& s) {
 // reduction's issue until it lands.
 inline int64_t receive_piece_bytes(const LayerStrategy& s, int64_t params, Dtype dt) {
   return grad_sync(s).reduce == Collective::reduce_scatter
-             ? (params + s.dp - 1) / s.dp * dtype_bytes(dt)
+             ? (params + s.dp_cp() - 1) / s.dp_cp() * dtype_bytes(dt)
              : 0;
 }
 
@@ -131,7 +155,7 @@ int64_t tied_embedding_reduce_bytes(const ModelSpec& m, int tp, Dtype dt);
 
 // The lookup (forward) or its zero + scatter-add (backward) of `samples` samples: a compute op
 // of block embedding moving the stream's bytes twice.
-Op embedding_op(const ModelSpec& m, int samples, Phase ph, Dtype dt);
+Op embedding_op(const ModelSpec& m, int samples, Phase ph, Dtype dt, int cp = 1);
 
 // The LM head and loss of `samples` samples on a rank of tensor degree tp: the logits GEMM and
 // the loss (forward), their gradients (backward), over the vocabulary shard.
@@ -142,6 +166,6 @@ struct HeadOps {
   // per micro-batch, of the row maximum, then of the sum of exponentials and the target logit.
   int64_t loss_max_bytes = 0, loss_sum_bytes = 0;
 };
-HeadOps head_ops(const ModelSpec& m, int tp, int samples, Dtype dt);
+HeadOps head_ops(const ModelSpec& m, int tp, int samples, Dtype dt, int cp = 1);
 
 }  // namespace stratagem

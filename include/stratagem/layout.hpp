@@ -2,6 +2,12 @@
 // gives the communicator groups of every layer. tp is innermost (tensor groups stay inside a
 // node), pp outermost. Groups depend only on (stage, tp), so layers with the same (tp, dp)
 // share them. The simulator and the runtime both take their groups from here.
+// Context parallelism (one cp per plan, validated) sits between tp and dp, as Megatron-Core's
+// "tp-cp-ep-dp-pp" order: local = t + tp * (c + cp * d). The cp group of a rank is its cp
+// ranks of equal (t, d); its dp group is every rank of equal t, cp x dp of them, which is
+// Megatron-Core's data-parallel group with context parallel: every weight's gradient is
+// reduced, and its ZeRO shards spread, over it (LayerStrategy::dp_cp). No new group kind is
+// needed for that: at cp 1 it is the plain dp group.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -54,12 +60,20 @@ class Layout {
   int rank_of(int stage, int local) const { return stage * devices_per_stage_ + local; }
   static int tp_index(int local, int tp) { return local % tp; }
   static int dp_index(int local, int tp) { return local / tp; }
+  // Context parallelism (cp 1: no cp groups, every cp index 0).
+  int cp() const { return cp_; }
+  int cp_index(int local, int tp) const { return (local / tp) % cp_; }
 
   // Group ids for `rank` under tensor degree `tp` (dp = devices_per_stage / tp).
   int tp_group(int rank, int tp) const;
   int dp_group(int rank, int tp) const;
   // Group of ranks that all-gather samples when going from tp_small to tp_big (dp shrinks).
   int reshard_group(int rank, int tp_small, int tp_big) const;
+  // The ranks of equal (t, d) that split a sequence, in cp index order; -1 when cp == 1.
+  int cp_group(int rank, int tp) const;
+  // Ring neighbours inside that group: cp index + 1 and - 1 (mod cp); -1 when cp == 1.
+  int cp_next_rank(int rank, int tp) const;
+  int cp_prev_rank(int rank, int tp) const;
   int tied_embedding_group(int rank) const;  // -1 when pp == 1
   // Expert groups of MoE layers with expert tensor degree etp and expert degree ep (etp x ep
   // > 1), as Megatron-Core's expert RankGenerator ("tp-cp-ep-dp-pp" with tp = etp, cp = 1):
@@ -68,8 +82,8 @@ class Layout {
   int ep_group(int rank, int etp, int ep) const;
   int expert_dp_group(int rank, int etp, int ep) const;
   int expert_tp_group(int rank, int etp, int ep) const;
-  int next_stage_rank(int rank) const;       // -1 on the last stage
-  int prev_stage_rank(int rank) const;       // -1 on the first stage
+  int next_stage_rank(int rank) const;  // -1 on the last stage
+  int prev_stage_rank(int rank) const;  // -1 on the first stage
 
   const Group& group(int id) const { return groups_.at(id); }
   const std::vector<Group>& groups() const { return groups_; }
@@ -78,10 +92,10 @@ class Layout {
 
  private:
   int index_of_tp(int tp) const;
-  int world_size_ = 0, pp_ = 0, devices_per_stage_ = 0, gpus_per_node_ = 1;
+  int world_size_ = 0, pp_ = 0, devices_per_stage_ = 0, gpus_per_node_ = 1, cp_ = 1;
   std::vector<int> tp_degrees_;
   // base ids, indexed [stage][tp index]
-  std::vector<std::vector<int>> tp_base_, dp_base_;
+  std::vector<std::vector<int>> tp_base_, dp_base_, cp_base_;
   // reshard base ids, indexed [stage][small][big]
   std::vector<std::vector<std::vector<int>>> reshard_base_;
   int tied_base_ = -1;

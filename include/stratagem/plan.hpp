@@ -1,6 +1,7 @@
 // Plan: a training strategy. Global choices (pipeline, schedule, batch) plus one LayerStrategy
 // per Transformer layer, so consecutive layers may differ in every per-layer field (Galvatron).
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,7 +12,7 @@
 namespace stratagem {
 
 enum class Schedule { gpipe, one_f_one_b, interleaved };
-enum class Recompute { none, selective, full };
+enum class Recompute : uint8_t { none, selective, full };
 const char* to_string(Schedule s);
 const char* to_string(Recompute r);
 // How a context-parallel layer's attention sees the whole sequence: K and V blocks passed
@@ -19,6 +20,8 @@ const char* to_string(Recompute r);
 // for a head split by two all-to-alls (DeepSpeed-Ulysses).
 enum class CpKind { ring, allgather, a2a };
 const char* to_string(CpKind k);
+// A cp kind's name (as in plan files and flags); `where` names it in errors.
+CpKind cp_kind_from(const std::string& s, const std::string& where);
 
 struct LayerStrategy {
   int tp = 1;
@@ -42,6 +45,10 @@ struct LayerStrategy {
   // token shard per rank, which is how a tp 1 layer over the same ranks holds it (rank i of a
   // stage holds piece i of the stage's micro-batch either way). Reshards go where this differs.
   int stream_tp() const { return sequence_parallel && tp > 1 ? 1 : tp; }
+  // Ranks holding the same weights: the dp replicas and, inside each, the cp ranks that split
+  // its sequence. Gradients are reduced, and ZeRO shards spread, over all of them (Megatron-
+  // Core's data-parallel group "with context parallel"); the Layout's dp group is these ranks.
+  int dp_cp() const { return dp * cp; }
 
   bool operator==(const LayerStrategy&) const = default;
   std::string describe() const;  // e.g. "tp8 dp8 sp z1 rc=full"
@@ -82,7 +89,7 @@ struct Plan {
   // by the capacity factor).
   double expert_load_factor() const;
 
-  int devices_per_stage() const;  // tp*dp of every layer (validated equal)
+  int devices_per_stage() const;  // tp*cp*dp of every layer (validated equal)
   int world_size() const { return pp * devices_per_stage(); }
   int max_dp() const;
   int num_microbatches() const;  // global_batch / (micro_batch * max_dp)
@@ -95,8 +102,8 @@ struct Plan {
 
 // Megatron-style shorthand: uniform strategy over all layers, even stage split.
 struct PlanShorthand {
-  std::optional<int> tp, pp, dp, micro_batch, global_batch, vpp, zero;
-  std::optional<std::string> recompute, schedule, dtype, offload;
+  std::optional<int> tp, pp, dp, cp, micro_batch, global_batch, vpp, zero;
+  std::optional<std::string> recompute, schedule, dtype, offload, cp_kind;
   std::optional<int> ep, etp, moe_node_limit;  // MoE layers only (dense layers keep 1)
   std::optional<double> routing_imbalance, capacity_factor;
   bool sequence_parallel = false;
@@ -106,7 +113,7 @@ struct PlanShorthand {
   bool any() const;
 };
 
-// Expands a shorthand; dp defaults to world/(tp*pp). `where` names the flags for errors.
+// Expands a shorthand; dp defaults to world/(tp*cp*pp). `where` names the flags for errors.
 Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterSpec& c);
 // Even split of `layers` into `chunks` contiguous ranges (earlier chunks take the remainder).
 std::vector<LayerRange> even_chunks(int layers, int chunks);
@@ -119,6 +126,9 @@ Recompute recompute_from(const std::string& s, const std::string& where);
 
 // Checks the plan against the model and cluster; throws InputError naming `source` and field.
 void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std::string& source);
+// The context-parallel part of validate (plan_cp.cpp): one cp through the stage, a sequence the
+// kind can cut, heads an all-to-all can split, an attention the kinds can split.
+void validate_context_parallel(const Plan& p, const ModelSpec& m, const std::string& source);
 
 // Mixture-of-Experts parts of a plan (src/core/plan_moe.cpp): the shorthand's --ep, --etp and
 // routing flags applied to the MoE layers of `m` (dense layers keep ep = etp = 1), and the

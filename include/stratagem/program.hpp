@@ -18,8 +18,8 @@ namespace stratagem {
 enum class OpKind : uint8_t {
   compute,       // device kernels of one block (FLOPs and HBM bytes given)
   collective,    // over a group
-  send,          // to a pipeline peer (eager: completes without waiting for the receiver)
-  recv,          // from a pipeline peer
+  send,          // to a peer: pipeline (pp_next/pp_prev) or cp ring (eager: does not wait)
+  recv,          // from a peer: pipeline or cp ring
   copy_d2h,      // offload to host memory
   copy_h2d,      // fetch from host memory
   host_compute,  // CPU work (offloaded optimizer step)
@@ -27,9 +27,10 @@ enum class OpKind : uint8_t {
   free,          // device memory is released
 };
 // ep_comm: the all-to-alls of MoE layers (and their expert-tensor collectives), beside tp_comm
-// so that neither waits behind the other.
-enum class Stream : uint8_t { compute, tp_comm, dp_comm, pp_comm, h2d, d2h, ep_comm };
-inline constexpr int kNumStreams = 7;
+// so that neither waits behind the other. cp_comm: a context-parallel attention's transfers and
+// collectives (program_cp.cpp).
+enum class Stream : uint8_t { compute, tp_comm, dp_comm, pp_comm, h2d, d2h, ep_comm, cp_comm };
+inline constexpr int kNumStreams = 8;
 enum class Phase : uint8_t { forward, backward, recompute, optimizer, setup };
 enum class Collective : uint8_t { none, all_reduce, all_gather, reduce_scatter, all_to_all };
 enum class MemCategory : uint8_t { weights, grads, optimizer, activations, buffers };
@@ -48,16 +49,20 @@ struct Op {
   Block block = Block::none;
   Phase phase = Phase::forward;
   Collective collective = Collective::none;
-  GroupKind group = GroupKind::none;  // collectives: group kind; send/recv: pp_next/pp_prev
+  GroupKind group = GroupKind::none;  // collectives: group kind; send/recv: pp_next/pp_prev/cp
   MemCategory category = MemCategory::buffers;  // alloc/free
-  uint8_t tp = 1;           // tp degree selecting the group (reshard: small one; expert: etp)
-  uint16_t tp_big = 1;      // reshard: the larger tp degree; expert groups: ep
+  uint8_t tp = 1;       // tp degree selecting the group (reshard: small one; expert: etp)
+  uint16_t tp_big = 1;  // reshard: the larger tp degree; expert groups: ep
+  // A context-parallel attention's ops (program_cp.cpp): the part of the block a compute op
+  // runs, or what a cp transfer carries (pre: K and V, core: dK and dV).
+  AttentionPart part = AttentionPart::whole;
   int16_t chunk = -1;       // model chunk (virtual stage), -1 when not applicable
   int32_t layer = -1;       // Transformer layer, -1 for embedding/head/optimizer
   int32_t microbatch = -1;  // -1 when not per micro-batch
   int32_t samples = 0;      // samples per rank in this op (shape for the cost model)
   int32_t buffer = -1;      // alloc/free: buffer id; a reduce-scatter: its received piece
   Recompute recompute = Recompute::none;  // a layer's ops: its recompute (what forward saves)
+  int16_t cp_step = -1;                   // the ring step of a core op or cp transfer, else -1
   int64_t bytes = 0;                      // message, copy, alloc, or compute HBM-traffic bytes
   double flops = 0;                       // compute ops: FLOPs on this rank
   uint32_t dep_begin = 0;                 // indices into StageProgram::deps

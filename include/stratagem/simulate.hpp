@@ -89,6 +89,7 @@ struct SimRankResult {
   int64_t compute_ns = 0, recompute_ns = 0, optimizer_ns = 0;
   int64_t tp_ns = 0, dp_ns = 0, pp_ns = 0, bubble_ns = 0, offload_ns = 0;
   int64_t ep_ns = 0;  // exposed MoE all-to-alls (stream ep_comm)
+  int64_t cp_ns = 0;  // context parallelism's exposed transfers and collectives
   int64_t ops_executed = 0;
 };
 

@@ -219,6 +219,20 @@ struct Workspace {
 };
 Workspace allocate_workspace(Backend& backend, const TransformerConfig& cfg, int B, int T);
 
+// ---- the rank's share of the sequence (context parallelism) ----------------------------------
+class Communicator;
+// Under context parallelism a rank's rows (B, T/cp, ...) are the chunks cp_rank and
+// 2 cp - 1 - cp_rank of the sequence cut into 2 cp (Megatron-Core's load-balanced order,
+// src/runtime/context_parallel.hpp): positions (learned or rotary) are those chunks', and
+// attention runs over the cp group by `kind`. The default, cp = 1, is the whole sequence.
+struct SequenceShare {
+  int cp = 1, cp_rank = 0;
+  int64_t seq_len = 0;  // the whole sequence
+  CpKind kind = CpKind::ring;
+  Communicator* comm = nullptr;  // the cp group, when cp > 1
+  bool split() const { return cp > 1; }
+};
+
 // ---- pieces ----------------------------------------------------------------------------------
 // Norm over the last dim of x (N rows of C): mean is undefined for RMSNorm.
 void norm_forward(Backend& be, const TransformerConfig& cfg, const Tensor& x, const Tensor& w,
@@ -232,21 +246,25 @@ void norm_backward(Backend& be, const TransformerConfig& cfg, Tensor& dx, Tensor
 // x_out (B,T,C) = wte rows (+ wpe when add_positions: one rank of a tp group adds them, so the
 // group's sum holds them once).
 void embedding_forward(Backend& be, const TransformerConfig& cfg, const ModelWeights& w,
-                       std::span<const int32_t> local_ids, Tensor& x_out, bool add_positions);
+                       std::span<const int32_t> local_ids, Tensor& x_out, bool add_positions,
+                       const SequenceShare& seq = {});
 void embedding_backward(Backend& be, const TransformerConfig& cfg, ModelWeights& grads,
-                        std::span<const int32_t> local_ids, const Tensor& dx);
+                        std::span<const int32_t> local_ids, const Tensor& dx,
+                        const SequenceShare& seq = {});
 
 // Attention core: xn (B,T,C) normalized input -> qkv -> RoPE -> causal attention -> out proj.
 // y (B,T,C) is this rank's partial sum of the block output (add_bias: the rank that adds the
 // row-parallel bias). Saves qkv, att (when defined), lse and out in acts.
 void attention_forward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w,
-                       const Tensor& xn, Tensor& y, AttentionActs& acts, bool add_bias);
+                       const Tensor& xn, Tensor& y, AttentionActs& acts, bool add_bias,
+                       const SequenceShare& seq = {});
 // dy (B,T,C) gradient of the block output (whole); d_xn (B,T,C) = this rank's partial gradient
 // of the normalized input (overwritten). Weight gradients accumulate.
 void attention_backward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w,
                         LayerWeights& grads, const Tensor& dy, const Tensor& xn, Tensor& d_xn,
-                        const AttentionActs& acts, Workspace& ws);
+                        const AttentionActs& acts, Workspace& ws, const SequenceShare& seq = {});
 // Rebuilds the attention probabilities from the saved q, k (selective recompute) into att.
+// Not under context parallelism, which never keeps them.
 void attention_recompute(Backend& be, const TransformerConfig& cfg, AttentionActs& acts,
                          Tensor& att);
 

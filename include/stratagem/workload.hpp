@@ -55,6 +55,19 @@ BlockWork backward_work(const ModelSpec& m, const LayerStrategy& s, Block b, int
 // The backward of any forward work, by the rule above (the profile applies it to the attention
 // core alone).
 BlockWork backward_of(const BlockWork& forward);
+// Context parallelism runs a layer's attention block in parts so that its cp communication can
+// sit between them (program_cp.cpp): `pre` (the norm, the QKV projection, RoPE), the attention
+// core, and `post` (the output projection, dropout, residual). `whole` is the block unsplit.
+enum class AttentionPart : uint8_t { whole, pre, core, post };
+const char* to_string(AttentionPart p);
+// Steps the attention core of a layer runs in: cp under the ring (one per K/V block), else 1.
+inline int cp_core_steps(const LayerStrategy& s) {
+  return s.cp > 1 && s.cp_kind == CpKind::ring ? s.cp : 1;
+}
+// Forward work of one part of an attention block (the core: one of its cp_core_steps equal
+// steps); pre + steps x core + post is forward_work's attention. Backward: backward_of it.
+BlockWork attention_part_work(const ModelSpec& m, const LayerStrategy& s, AttentionPart part,
+                              int samples, bool flash_attention);
 // Work of just the attention core (QK^T, softmax, AV).
 BlockWork attention_core_work(const ModelSpec& m, const LayerStrategy& s, int samples,
                               bool flash_attention);
@@ -79,8 +92,8 @@ int64_t kept_activation_bytes(const ModelSpec& m, const LayerStrategy& s, Block 
 int64_t recomputed_activation_bytes(const ModelSpec& m, const LayerStrategy& s, Block b,
                                     int samples, bool flash_attention, Dtype dt);
 // Bytes of the whole token stream (b,s,h) of `samples` samples: the message of a block's
-// tensor-parallel collectives and the embedding's output.
-int64_t token_stream_bytes(const ModelSpec& m, int samples, Dtype dt);
+// tensor-parallel collectives and the embedding's output. A cp rank holds s / cp of each sample.
+int64_t token_stream_bytes(const ModelSpec& m, int samples, Dtype dt, int cp = 1);
 // Bytes of the layer output passed between layers/stages on one rank (b,s,h), sequence-sharded
 // when sequence parallel.
 int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,

@@ -31,7 +31,9 @@ const char* kPlanHelp =
     "  --ep N --etp N           expert (tensor) parallelism of the MoE layers [1]\n"
     "  --routing-imbalance X    busiest expert rank's load over the mean, 1 = balanced [1]\n"
     "  --capacity-factor X      cap on an expert's tokens over the mean (0: dropless) [0]\n"
-    "  --moe-node-limit N       node-limited routing: each token to at most N nodes [0: none]\n";
+    "  --moe-node-limit N       node-limited routing: each token to at most N nodes [0: none]\n"
+    "  --cp N --cp-kind ring|allgather|a2a  context parallelism: the sequence split over N\n"
+    "                           ranks between tp and dp [1, ring]\n";
 
 Args::Args(std::string command, std::vector<std::string> tokens)
     : command_(std::move(command)), tokens_(std::move(tokens)) {
@@ -217,6 +219,8 @@ PlanShorthand shorthand_from_args(Args& a) {
   s.tp = a.int_value("--tp", 1, limits::kMaxTp);
   s.pp = a.int_value("--pp", 1, limits::kMaxPp);
   s.dp = a.int_value("--dp", 1, limits::kMaxDp);
+  s.cp = a.int_value("--cp", 1, limits::kMaxTp);
+  s.cp_kind = a.value("--cp-kind");
   s.micro_batch = a.int_value("--micro-batch", 1, limits::kMaxMicroBatch);
   s.global_batch = a.int_value("--global-batch", 1, limits::kMaxGlobalBatch);
   s.vpp = a.int_value("--vpp", 1, limits::kMaxVpp);

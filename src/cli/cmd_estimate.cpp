@@ -33,7 +33,7 @@ int run_estimate(Args& a) {
   CostModel cost(m, c, p, fw);
   Estimate e = estimate(cost);
   if (json) {
-    nlohmann::json j = to_json(e);
+    nlohmann::json j = to_json(e, p.embedding.cp > 1);
     j["model"] = m.name;
     j["cluster"] = c.name;
     j["framework"] = fw.name;
@@ -60,6 +60,9 @@ int run_estimate(Args& a) {
       {"offload (exposed)", t.offload_s},      {"optimizer step", t.optimizer_s}};
   for (const auto& [name, s] : rows)
     std::printf("  %-24s %10.4f  %5.1f%%\n", name, s, 100 * s / e.iteration_time_s);
+  if (p.embedding.cp > 1)
+    std::printf("  %-24s %10.4f  %5.1f%%\n", "cp comm (exposed)", t.cp_comm_s,
+                100 * t.cp_comm_s / e.iteration_time_s);
   const MemoryBreakdown& mb = e.memory;
   std::printf("peak memory per GPU: %.2f GiB of %.2f GiB (stage %d)%s\n", gib(e.peak_memory_bytes),
               gib(c.gpu.hbm_bytes), e.peak_stage,

@@ -4,7 +4,7 @@ namespace stratagem {
 
 void ModelStates::add(const LayerStrategy& s, int64_t params, Dtype dt) {
   const int64_t e = dtype_bytes(dt);
-  const int64_t shard = (params + s.dp - 1) / s.dp;
+  const int64_t shard = (params + s.dp_cp() - 1) / s.dp_cp();
   weights += s.offload_params ? 0 : (s.zero == 3 ? shard : params) * e;
   grads += (s.zero >= 2 ? shard : params) * e;
   const int64_t n = s.zero >= 1 ? shard : params;
@@ -56,11 +56,11 @@ TpComm tp_comm(const LayerStrategy& s, Block b, Phase ph) {
 
 WeightFetch weight_fetch(const LayerStrategy& s, int64_t params, Dtype dt) {
   WeightFetch f;
-  f.gathers = s.zero == 3 && s.dp > 1;
+  f.gathers = s.zero == 3 && s.dp_cp() > 1;
   if (!f.gathers && !s.offload_params) return f;
   f.bytes = params * dtype_bytes(dt);
   // ZeRO-Infinity: the rank's shard crosses PCIe into its place in the gather buffer.
-  if (s.offload_params) f.h2d_bytes = f.gathers ? (f.bytes + s.dp - 1) / s.dp : f.bytes;
+  if (s.offload_params) f.h2d_bytes = f.gathers ? (f.bytes + s.dp_cp() - 1) / s.dp_cp() : f.bytes;
   return f;
 }
 
@@ -76,20 +76,20 @@ int64_t tied_embedding_reduce_bytes(const ModelSpec& m, int tp, Dtype dt) {
   return vocab_rows_per_rank(m, tp) * m.hidden * dtype_bytes(dt);
 }
 
-Op embedding_op(const ModelSpec& m, int samples, Phase ph, Dtype dt) {
+Op embedding_op(const ModelSpec& m, int samples, Phase ph, Dtype dt, int cp) {
   Op op;
   op.kind = OpKind::compute;
   op.block = Block::embedding;
   op.phase = ph;
   op.samples = samples;
   // The lookup reads the rows and writes the stream; the backward zeroes and scatter-adds.
-  op.bytes = static_cast<int64_t>(2.0 * double(token_stream_bytes(m, samples, dt)));
+  op.bytes = static_cast<int64_t>(2.0 * double(token_stream_bytes(m, samples, dt, cp)));
   return op;
 }
 
-HeadOps head_ops(const ModelSpec& m, int tp, int samples, Dtype dt) {
+HeadOps head_ops(const ModelSpec& m, int tp, int samples, Dtype dt, int cp) {
   HeadOps h;
-  const double T = double(samples) * m.seq_len;
+  const double T = double(samples) * (m.seq_len / cp);
   const int64_t v = vocab_rows_per_rank(m, tp);
   const double logits_flops = 2.0 * T * m.hidden * v;
   h.logits_bytes = static_cast<int64_t>(4.0 * T * v);

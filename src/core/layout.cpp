@@ -39,7 +39,8 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
     : world_size_(plan.world_size()),
       pp_(plan.pp),
       devices_per_stage_(plan.devices_per_stage()),
-      gpus_per_node_(cluster.node.gpus_per_node) {
+      gpus_per_node_(cluster.node.gpus_per_node),
+      cp_(plan.embedding.cp) {
   if (world_size_ != cluster.world_size())
     throw InputError("layout: plan needs " + std::to_string(world_size_) +
                      " ranks but the cluster has " + std::to_string(cluster.world_size()) +
@@ -71,6 +72,7 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
   };
   tp_base_.assign(pp_, std::vector<int>(T, -1));
   dp_base_.assign(pp_, std::vector<int>(T, -1));
+  cp_base_.assign(pp_, std::vector<int>(T, -1));
   reshard_base_.assign(pp_, std::vector<std::vector<int>>(T, std::vector<int>(T, -1)));
   for (int s = 0; s < pp_; ++s) {
     for (int ti = 0; ti < T; ++ti) {
@@ -86,6 +88,17 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
         std::vector<int> r;
         for (int k = 0; k < dp; ++k) r.push_back(rank_of(s, k * tp + j));
         add(GroupKind::dp, s, tp, std::move(r));
+      }
+      // After every group a plan without cp has, so that their ids stay as they were.
+      if (cp_ > 1) {
+        cp_base_[s][ti] = static_cast<int>(groups_.size());
+        const int outer = dp / cp_;
+        for (int d = 0; d < outer; ++d)
+          for (int j = 0; j < tp; ++j) {
+            std::vector<int> r;
+            for (int c = 0; c < cp_; ++c) r.push_back(rank_of(s, j + tp * (c + cp_ * d)));
+            add(GroupKind::cp, s, tp, std::move(r));
+          }
       }
     }
     for (int a = 0; a < T; ++a)
@@ -110,8 +123,7 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
   for (const auto& l : plan.layers)
     if (l.ep * l.etp > 1) expert_pairs_.emplace_back(l.etp, l.ep);
   std::sort(expert_pairs_.begin(), expert_pairs_.end());
-  expert_pairs_.erase(std::unique(expert_pairs_.begin(), expert_pairs_.end()),
-                      expert_pairs_.end());
+  expert_pairs_.erase(std::unique(expert_pairs_.begin(), expert_pairs_.end()), expert_pairs_.end());
   const int P = static_cast<int>(expert_pairs_.size());
   ep_base_.assign(pp_, std::vector<int>(P, -1));
   edp_base_.assign(pp_, std::vector<int>(P, -1));
@@ -207,6 +219,28 @@ int Layout::reshard_group(int rank, int tp_small, int tp_big) const {
   int base = reshard_base_[c.stage][index_of_tp(tp_small)][index_of_tp(tp_big)];
   if (base < 0) throw std::logic_error("layout: tp degrees do not divide one another");
   return base + (c.local / tp_big) * tp_small + c.local % tp_small;
+}
+
+int Layout::cp_group(int rank, int tp) const {
+  if (cp_ == 1) return -1;
+  auto c = coords(rank);
+  // Groups are laid out [d][t]: d = dp_index / cp.
+  return cp_base_[c.stage][index_of_tp(tp)] + (dp_index(c.local, tp) / cp_) * tp +
+         tp_index(c.local, tp);
+}
+
+int Layout::cp_next_rank(int rank, int tp) const {
+  if (cp_ == 1) return -1;
+  auto c = coords(rank);
+  const int i = cp_index(c.local, tp);
+  return rank_of(c.stage, c.local + tp * ((i + 1) % cp_ - i));
+}
+
+int Layout::cp_prev_rank(int rank, int tp) const {
+  if (cp_ == 1) return -1;
+  auto c = coords(rank);
+  const int i = cp_index(c.local, tp);
+  return rank_of(c.stage, c.local + tp * ((i + cp_ - 1) % cp_ - i));
 }
 
 int Layout::tied_embedding_group(int rank) const {

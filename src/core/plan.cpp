@@ -57,9 +57,18 @@ const char* to_string(CpKind k) {
   return "?";
 }
 
+CpKind cp_kind_from(const std::string& s, const std::string& where) {
+  if (s == "ring") return CpKind::ring;
+  if (s == "allgather") return CpKind::allgather;
+  if (s == "a2a") return CpKind::a2a;
+  throw InputError(where + ": expected ring|allgather|a2a, got '" + s + "'");
+}
+
 std::string LayerStrategy::describe() const {
   std::ostringstream os;
-  os << "tp" << tp << " dp" << dp;
+  os << "tp" << tp;
+  if (cp > 1) os << " cp" << cp << "-" << to_string(cp_kind);
+  os << " dp" << dp;
   if (sequence_parallel) os << " sp";
   if (ep > 1) os << " ep" << ep;
   if (etp > 1) os << " etp" << etp;
@@ -75,7 +84,8 @@ std::string LayerStrategy::describe() const {
 }
 
 int Plan::devices_per_stage() const {
-  return layers.empty() ? embedding.tp * embedding.dp : layers.front().tp * layers.front().dp;
+  const LayerStrategy& l = layers.empty() ? embedding : layers.front();
+  return l.tp * l.cp * l.dp;
 }
 
 int Plan::max_dp() const {
@@ -128,10 +138,10 @@ std::vector<LayerRange> even_chunks(int layers, int chunks) {
 }
 
 bool PlanShorthand::any() const {
-  return tp || pp || dp || micro_batch || global_batch || vpp || zero || recompute || schedule ||
-         dtype || offload || sequence_parallel || flash_attention || no_overlap_grad_reduce ||
-         no_backward_prefetch || ep || etp || moe_node_limit || routing_imbalance ||
-         capacity_factor;
+  return tp || pp || dp || cp || cp_kind || micro_batch || global_batch || vpp || zero ||
+         recompute || schedule || dtype || offload || sequence_parallel || flash_attention ||
+         no_overlap_grad_reduce || no_backward_prefetch || ep || etp || moe_node_limit ||
+         routing_imbalance || capacity_factor;
 }
 
 Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterSpec& c) {
@@ -139,18 +149,23 @@ Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterS
   LayerStrategy l;
   l.tp = s.tp.value_or(1);
   p.pp = s.pp.value_or(1);
+  l.cp = s.cp.value_or(1);
   if (l.tp < 1) throw InputError("--tp: expected >= 1");
   if (p.pp < 1) throw InputError("--pp: expected >= 1");
+  if (l.cp < 1) throw InputError("--cp: expected >= 1");
+  if (s.cp_kind) l.cp_kind = cp_kind_from(*s.cp_kind, "--cp-kind");
   const int64_t world = c.world_size();
   if (s.dp) {
     l.dp = *s.dp;
     if (l.dp < 1) throw InputError("--dp: expected >= 1");
   } else {
-    if (world % (int64_t(l.tp) * p.pp))
-      throw InputError("--tp " + std::to_string(l.tp) + " x --pp " + std::to_string(p.pp) +
-                       " does not divide the " + std::to_string(world) +
+    const int64_t fixed = int64_t(l.tp) * l.cp * p.pp;
+    if (world % fixed)
+      throw InputError("--tp " + std::to_string(l.tp) +
+                       (l.cp > 1 ? " x --cp " + std::to_string(l.cp) : std::string()) + " x --pp " +
+                       std::to_string(p.pp) + " does not divide the " + std::to_string(world) +
                        " GPUs of --cluster/--nodes; give --dp or change --nodes");
-    l.dp = int(world / (int64_t(l.tp) * p.pp));
+    l.dp = int(world / fixed);
   }
   l.sequence_parallel = s.sequence_parallel;
   l.zero = s.zero.value_or(0);
@@ -210,8 +225,8 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
     bad("layers", "has " + std::to_string(p.layers.size()) + " entries for a model with " +
                       std::to_string(m.layers) + " layers");
   // Degrees multiply in int64: tp 2^16 x dp 2^24 must be refused, not wrapped around.
-  const int64_t D = int64_t(p.layers.empty() ? p.embedding.tp : p.layers.front().tp) *
-                    (p.layers.empty() ? p.embedding.dp : p.layers.front().dp);
+  const LayerStrategy& first = p.layers.empty() ? p.embedding : p.layers.front();
+  const int64_t D = int64_t(first.tp) * first.cp * first.dp;
   int64_t max_dp = p.embedding.dp;
   for (const auto& l : p.layers) max_dp = std::max<int64_t>(max_dp, l.dp);
   const int64_t stage_mb = int64_t(p.micro_batch) * max_dp;
@@ -221,9 +236,10 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
                            " samples is more than the global batch " +
                            std::to_string(p.global_batch));
   auto check_strategy = [&](const LayerStrategy& l, const std::string& at) {
-    if (int64_t(l.tp) * l.dp != D)
-      bad(at, "tp x dp = " + std::to_string(int64_t(l.tp) * l.dp) + " but the stage has " +
-                  std::to_string(D) + " devices (every layer must use all of its stage)");
+    if (int64_t(l.tp) * l.cp * l.dp != D)
+      bad(at, "tp x cp x dp = " + std::to_string(int64_t(l.tp) * l.cp * l.dp) +
+                  " but the stage has " + std::to_string(D) +
+                  " devices (every layer must use all of its stage)");
     if (m.heads % l.tp)
       bad(at + ".tp", "tp " + std::to_string(l.tp) + " does not divide heads (" +
                           std::to_string(m.heads) + ")");
@@ -242,6 +258,7 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
   for (int k = 0; k < m.layers; ++k)
     check_strategy(p.layers[k], "layers[" + std::to_string(k) + "]");
   check_strategy(p.embedding, "embedding");
+  validate_context_parallel(p, m, src);
   for (int k = 1; k < m.layers; ++k) {
     int a = p.layers[k - 1].tp, b = p.layers[k].tp;
     if (std::max(a, b) % std::min(a, b))

@@ -18,11 +18,12 @@ const char* to_string(OpKind k) {
   return n[static_cast<int>(k)];
 }
 const char* to_string(Stream s) {
-  static const char* n[] = {"compute", "tp_comm", "dp_comm", "pp_comm", "h2d", "d2h", "ep_comm"};
+  static const char* n[] = {"compute", "tp_comm", "dp_comm", "pp_comm",
+                            "h2d",     "d2h",     "ep_comm", "cp_comm"};
   return n[static_cast<int>(s)];
 }
 const char* to_string(Block b) {
-  static const char* n[] = {"none",      "embedding", "attention", "mlp",    "head",
+  static const char* n[] = {"none",      "embedding", "attention", "mlp",     "head",
                             "optimizer", "reshard",   "router",    "experts", "combine"};
   return n[static_cast<int>(b)];
 }
@@ -58,6 +59,13 @@ std::string op_name(const Op& op) {
       s += to_string(op.kind);
       break;
   }
+  if (op.part != AttentionPart::whole && op.kind != OpKind::alloc && op.kind != OpKind::free) {
+    // A cp attention's part, or what its transfer carries: "L3.attention.fwd.compute.core2".
+    const bool transfer = op.kind == OpKind::send || op.kind == OpKind::recv;
+    s += transfer ? (op.part == AttentionPart::pre ? ".kv" : ".dkv")
+                  : "." + std::string(to_string(op.part));
+    if (op.cp_step >= 0) s += std::to_string(op.cp_step);
+  }
   if (op.kind == OpKind::alloc || op.kind == OpKind::free) {
     s += ".";
     s += to_string(op.category);
@@ -83,6 +91,8 @@ int resolve_group(const Layout& layout, int rank, const Op& op) {
       return layout.expert_dp_group(rank, op.tp, op.tp_big);
     case GroupKind::expert_tp:
       return layout.expert_tp_group(rank, op.tp, op.tp_big);
+    case GroupKind::cp:
+      return layout.cp_group(rank, op.tp);
     default:
       return -1;
   }
@@ -95,6 +105,10 @@ int resolve_peer(const Layout& layout, int rank, const Op& op) {
   const int pp = layout.pp();
   if (op.group == GroupKind::pp_next) return layout.rank_of((c.stage + 1) % pp, c.local);
   if (op.group == GroupKind::pp_prev) return layout.rank_of((c.stage + pp - 1) % pp, c.local);
+  // The cp ring runs one way: a rank sends to the next cp index and receives from the previous.
+  if (op.group == GroupKind::cp)
+    return op.kind == OpKind::send ? layout.cp_next_rank(rank, op.tp)
+                                   : layout.cp_prev_rank(rank, op.tp);
   return -1;
 }
 

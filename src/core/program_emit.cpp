@@ -104,7 +104,7 @@ int StageBuilder::tp_before(Block b, Phase ph, int layer, int mb) {
   const auto& s = strat(layer);
   const TpComm t = tp_comm(s, b, ph);
   if (t.gathers == 0) return -1;
-  const int64_t bytes = token_stream_bytes(m_, samples(layer), p_.dtype);
+  const int64_t bytes = token_stream_bytes(m_, samples(layer), p_.dtype, s.cp);
   int c = -1;
   for (int i = 0; i < t.gathers; ++i) {
     c = collective(Stream::tp_comm, Collective::all_gather, GroupKind::tp, s.tp, bytes, b, ph,
@@ -120,7 +120,7 @@ int StageBuilder::tp_after(Block b, Phase ph, int layer, int mb) {
   const auto& s = strat(layer);
   const TpComm t = tp_comm(s, b, ph);
   if (t.after == Collective::none) return -1;
-  const int64_t bytes = token_stream_bytes(m_, samples(layer), p_.dtype);
+  const int64_t bytes = token_stream_bytes(m_, samples(layer), p_.dtype, s.cp);
   int c = collective(Stream::tp_comm, t.after, GroupKind::tp, s.tp, bytes, b, ph, layer, mb,
                      {last_compute_});
   compute_waits_.push_back(c);

@@ -16,7 +16,7 @@ void StageBuilder::embedding_forward(int mb, int after) {
   // The lookup reads the word (and position) embeddings; their backward, a scatter-add of
   // the output gradient, does not, so only the forward fetches them.
   int fetched = fetch(s, embedding_parameters_per_rank(m_, s.tp), -1, Phase::forward, mb, after);
-  compute(embedding_op(m_, samples(-1), Phase::forward, p_.dtype), -1, mb);
+  compute(embedding_op(m_, samples(-1), Phase::forward, p_.dtype, p_.embedding.cp), -1, mb);
   release(fetched, Stream::compute);
   // Vocabulary-parallel lookup: partial rows are summed across the tp group.
   tp_after(Block::embedding, Phase::forward, -1, mb);
@@ -26,7 +26,8 @@ void StageBuilder::embedding_backward(int mb) {
   stage_grads(-1, mb);
   // Under sequence parallelism the scatter-add needs the whole sequence's gradient.
   tp_before(Block::embedding, Phase::backward, -1, mb);
-  int c = compute(embedding_op(m_, samples(-1), Phase::backward, p_.dtype), -1, mb);
+  int c =
+      compute(embedding_op(m_, samples(-1), Phase::backward, p_.dtype, p_.embedding.cp), -1, mb);
   flush_staging_free();
   if (mb == last_bwd_mb_[chunk_]) c = tied_reduce(c);
   if (mb == last_bwd_mb_[chunk_] || per_microbatch(-1)) c = sp_replicated_reduce(-1, c);
@@ -70,7 +71,7 @@ int StageBuilder::fetch_head(int mb, int after) {
 // `fetched`: the buffer of the head's fetched weights (-1 when resident).
 void StageBuilder::head(int mb, int fetched) {
   const auto& s = p_.embedding;
-  const HeadOps h = head_ops(m_, s.tp, samples(-1), p_.dtype);
+  const HeadOps h = head_ops(m_, s.tp, samples(-1), p_.dtype, s.cp);
   // fp32 logits live from the forward to the backward of the loss.
   int buf = alloc(Stream::compute, MemCategory::activations, h.logits_bytes, -1, mb, Phase::forward,
                   Block::head);

@@ -59,8 +59,7 @@ void StageBuilder::forward(int chunk, int mb) {
     int act_a = alloc(Stream::compute, MemCategory::activations, w.saved_bytes[0], l, mb,
                       Phase::forward, Block::attention);
     tp_before(Block::attention, Phase::forward, l, mb);
-    prev_attn =
-        compute(Block::attention, Phase::forward, l, mb, b, w.forward[0].flops, w.forward[0].bytes);
+    prev_attn = attention(Phase::forward, l, mb);
     tp_after(Block::attention, Phase::forward, l, mb);
 
     int act_m = alloc(Stream::compute, MemCategory::activations, w.saved_bytes[1], l, mb,
@@ -149,7 +148,7 @@ void StageBuilder::backward(int chunk, int mb) {
       re_a = alloc(Stream::compute, MemCategory::activations, rebuilt(l, Block::attention), l, mb,
                    Phase::recompute, Block::attention);
       tp_before(Block::attention, Phase::recompute, l, mb);
-      compute(Block::attention, Phase::recompute, l, mb, b, w.forward[0].flops, w.forward[0].bytes);
+      attention(Phase::recompute, l, mb);
       tp_after(Block::attention, Phase::recompute, l, mb);
       re_m = alloc(Stream::compute, MemCategory::activations, rebuilt(l, Block::mlp), l, mb,
                    Phase::recompute, Block::mlp);
@@ -179,8 +178,7 @@ void StageBuilder::backward(int chunk, int mb) {
               core.elementwise_bytes);
     }
     tp_before(Block::attention, Phase::backward, l, mb);
-    int c = compute(Block::attention, Phase::backward, l, mb, b, w.backward[0].flops,
-                    w.backward[0].bytes);
+    int c = attention(Phase::backward, l, mb);
     // The layer's gradients are final once the attention's tp reduction has landed (its
     // norm's gradient is computed from the reduced input gradient).
     const int reduced = tp_after(Block::attention, Phase::backward, l, mb);

@@ -142,6 +142,22 @@ class StageBuilder {
   void reduce_expert_grads(int layer, int mb, int after);
   void gather_expert_weights(int layer, int opt, int updated);
 
+  // ---- context parallelism (program_cp.cpp) ----------------------------------------------
+  // The attention block of a layer with cp > 1 in phase ph, in parts with its cp
+  // communication; returns its last compute op (as compute() would the block's).
+  int cp_attention(Phase ph, int layer, int mb);
+  int cp_compute(AttentionPart part, Phase ph, int layer, int mb, int step = -1);
+  int cp_transfer(OpKind kind, AttentionPart carries, Phase ph, int layer, int mb, int step,
+                  int64_t bytes, std::initializer_list<int> deps);
+  int cp_collective(Collective c, int64_t bytes, Phase ph, int layer, int mb, int after);
+  // The attention block in phase ph (forward or recompute: w.forward[0], backward:
+  // w.backward[0]), whole or, under cp, in parts.
+  int attention(Phase ph, int layer, int mb) {
+    if (strat(layer).cp > 1) return cp_attention(ph, layer, mb);
+    const BlockCost& c = ph == Phase::backward ? work(layer).backward[0] : work(layer).forward[0];
+    return compute(Block::attention, ph, layer, mb, samples(layer), c.flops, c.bytes);
+  }
+
   // ---- passes --------------------------------------------------------------------------
   void forward(int chunk, int mb);
 

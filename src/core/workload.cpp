@@ -21,17 +21,20 @@ void BlockWork::add(Gemm g) {
 
 namespace {
 // Shapes of one rank's share of a layer: T tokens, Tn tokens seen by replicated parts (norms,
-// dropout, residual), which sequence parallelism splits across the tp group.
+// dropout, residual), which sequence parallelism splits across the tp group. Under context
+// parallelism a rank holds s = seq_len / cp tokens of each sample, whose queries attend to the
+// whole sequence (s_kv keys): the rank's share of the full-length attention.
 struct Shape {
-  int64_t T, Tn, h, s, a, kvh, f, t, b;
+  int64_t T, Tn, h, s, s_kv, a, kvh, f, t, b;
   int ffn_gemm_width;  // 1 for GELU (fc1 is f wide), 2 for SwiGLU (gate and up)
 };
 
 Shape shape_of(const ModelSpec& m, const LayerStrategy& st, int samples) {
   Shape sh;
   sh.b = samples;
-  sh.s = m.seq_len;
-  sh.T = int64_t(samples) * m.seq_len;
+  sh.s = m.seq_len / st.cp;
+  sh.s_kv = m.seq_len;
+  sh.T = int64_t(samples) * sh.s;
   sh.t = st.tp;
   sh.Tn = st.sequence_parallel ? sh.T / st.tp : sh.T;
   sh.h = m.hidden;
@@ -48,14 +51,16 @@ BlockWork attention_core_work(const ModelSpec& m, const LayerStrategy& st, int s
   Shape x = shape_of(m, st, samples);
   BlockWork w;
   const int e = 2;
-  // QK^T and AV over all (s x s) positions, as Megatron counts them: 4 b s^2 h / t.
-  w.attention_flops = 4.0 * x.b * x.s * x.s * x.h / x.t;
+  // QK^T and AV over all (s x s) positions, as Megatron counts them: 4 b s^2 h / t; a cp rank
+  // takes its s / cp queries against all s keys, 1 / cp of it (the ring's and the all-gather's
+  // chunk order balance the causal triangle; an all-to-all rank takes heads / cp whole).
+  w.attention_flops = 4.0 * x.b * x.s * x.s_kv * x.h / x.t;
   if (flash) {
     w.kernels += 1;
     w.elementwise_bytes += double(e) * x.T * (x.h + 2 * x.kvh) / x.t + double(e) * x.T * x.h / x.t;
   } else {
     w.kernels += 4;  // QK^T, scale+mask+softmax, dropout, AV
-    const double scores = double(x.b) * (x.a / x.t) * x.s * x.s;
+    const double scores = double(x.b) * (x.a / x.t) * x.s * x.s_kv;
     w.elementwise_bytes += scores * e * 4;  // softmax read/write, dropout read/write
   }
   return w;
@@ -133,8 +138,8 @@ int64_t recomputed_activation_bytes(const ModelSpec& m, const LayerStrategy& st,
          kept_activation_bytes(m, st, b, samples, st.recompute, flash, dt);
 }
 
-int64_t token_stream_bytes(const ModelSpec& m, int samples, Dtype dt) {
-  return int64_t(dtype_bytes(dt)) * samples * m.seq_len * m.hidden;
+int64_t token_stream_bytes(const ModelSpec& m, int samples, Dtype dt, int cp) {
+  return int64_t(dtype_bytes(dt)) * samples * (m.seq_len / cp) * m.hidden;
 }
 
 int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Block b, int samples,
@@ -157,7 +162,7 @@ int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Bloc
     if (flash) {
       bytes += 4 * x.b * (x.a / x.t) * x.s;  // softmax log-sum-exp, fp32
     } else if (rc == Recompute::none) {
-      const int64_t scores = x.b * (x.a / x.t) * x.s * x.s;
+      const int64_t scores = x.b * (x.a / x.t) * x.s * x.s_kv;
       bytes += e * scores;                 // softmax output
       bytes += mask * scores;              // attention dropout mask
       if (m.dropout) bytes += e * scores;  // dropout output, input of AV
@@ -210,7 +215,7 @@ int64_t embedding_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, i
 }
 
 int64_t staged_gradient_bytes(const LayerStrategy& s, int64_t params, Dtype dt, bool staging) {
-  return staging && s.zero >= 2 && s.dp > 1 ? params * dtype_bytes(dt) : 0;
+  return staging && s.zero >= 2 && s.dp_cp() > 1 ? params * dtype_bytes(dt) : 0;
 }
 
 int64_t boundary_activation_bytes(const ModelSpec& m, const LayerStrategy& st, int samples,

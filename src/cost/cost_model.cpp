@@ -168,8 +168,22 @@ double CostModel::block_time_s(const BlockWork& w) const {
 
 double CostModel::backward_block_time_s(const LayerStrategy& s, Block b, int samples) const {
   const BlockWork w = backward_work(model_, s, b, samples, plan_.flash_attention);
-  double t = block_time_s(w);
-  const bool per_mb_reduce = s.zero >= 2 && s.dp > 1;
+  return with_gradient_passes_s(block_time_s(w), s, b, w.num_gemms);
+}
+
+double CostModel::attention_part_time_s(const LayerStrategy& s, const Op& op) const {
+  const BlockWork f = attention_part_work(model_, s, op.part, op.samples, plan_.flash_attention);
+  if (op.phase != Phase::backward) return block_time_s(f);
+  const double t = block_time_s(backward_of(f));
+  if (op.part != AttentionPart::pre) return t;
+  // The block's gradient passes go with its last part, pre's backward (the block's backward
+  // has 4 GEMMs: the data and weight gradients of QKV and of the output projection).
+  return with_gradient_passes_s(t, s, Block::attention, 4);
+}
+
+double CostModel::with_gradient_passes_s(double t, const LayerStrategy& s, Block b,
+                                         int num_gemms) const {
+  const bool per_mb_reduce = s.zero >= 2 && s.dp_cp() > 1;
   const bool pre_reduce = per_mb_reduce && framework_.pre_reduce_bytes_per_param > 0;
   if (framework_.wgrad_accumulation_fused && !pre_reduce) return t;
   const int64_t whole = block_parameters_per_rank(model_, s.tp, b);
@@ -178,12 +192,12 @@ double CostModel::backward_block_time_s(const LayerStrategy& s, Block b, int sam
   if (framework_.wgrad_accumulation_fused) return t;
   // Under ZeRO-2/3 each micro-batch's gradients are reduce-scattered first and only the shard
   // is accumulated.
-  const int64_t params = s.zero >= 2 ? (whole + s.dp - 1) / s.dp : whole;
+  const int64_t params = s.zero >= 2 ? (whole + s.dp_cp() - 1) / s.dp_cp() : whole;
   // Read the fresh gradient and the buffer, write the buffer: one kernel per parameter tensor
   // (each weight GEMM's weight and bias, and the norm's).
   const double bytes = double(params) * (elem_bytes_ + 2.0 * framework_.grad_accumulation_bytes);
   const int per_weight = model_.bias ? 2 : 1;
-  const int tensors = (w.num_gemms / 2) * per_weight + per_weight;
+  const int tensors = (num_gemms / 2) * per_weight + per_weight;
   return t + elementwise_time_s(bytes) + tensors * launch_s_;
 }
 
@@ -221,7 +235,7 @@ double CostModel::tp_exposed_s(double comm_s, Collective c, const LayerStrategy&
 }
 
 BlockWork CostModel::head_work(Phase phase, int samples, double elementwise_bytes) const {
-  const int64_t T = int64_t(samples) * model_.seq_len;
+  const int64_t T = int64_t(samples) * (model_.seq_len / std::max(1, plan_.embedding.cp));
   const int64_t h = model_.hidden;
   const int tp = std::max(1, plan_.embedding.tp);
   const int64_t v = vocab_rows_per_rank(model_, tp);  // vocabulary-parallel logits
@@ -256,6 +270,7 @@ double CostModel::compute_time_s(const Op& op) const {
         return roofline(gemm_peak_flops_);
       const LayerStrategy& s = plan_.layers[op.layer];
       const bool flash = plan_.flash_attention;
+      if (op.part != AttentionPart::whole) return attention_part_time_s(s, op);
       if (op.phase == Phase::forward)
         return block_time_s(forward_work(model_, s, op.block, op.samples, flash));
       if (op.phase == Phase::backward) return backward_block_time_s(s, op.block, op.samples);
@@ -490,7 +505,7 @@ CommCost CostModel::comm_cost(const Op& op, const Layout& layout, int rank) cons
         // What the GEMM beside it does not hide (tp_exposed_s); the op's samples follow from
         // its bytes, e x samples x s x h.
         const LayerStrategy& s = plan_.layers[op.layer];
-        const int64_t per_sample = int64_t(elem_bytes_) * model_.seq_len * model_.hidden;
+        const int64_t per_sample = int64_t(elem_bytes_) * (model_.seq_len / s.cp) * model_.hidden;
         const int samples = int(op.bytes / per_sample);
         const double t = cc.time_s();
         const double x = tp_exposed_s(t, op.collective, s, op.block, op.phase, samples);

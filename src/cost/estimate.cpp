@@ -25,10 +25,10 @@ Estimate estimate(const CostModel& cost) {
   int crit = 0;
   for (int s = 0; s < pp; ++s) {
     const auto& x = sc[s];
-    const double u = cost.overlapped_time_s(x.fwd_s + x.bwd_s + x.rec_s, x.tp_s + x.ep_s,
-                                            x.dp_stream_s,
-                                            std::max(x.h2d_stream_s, x.d2h_stream_s)) +
-                     x.first_fetch_s;
+    const double u =
+        cost.overlapped_time_s(x.fwd_s + x.bwd_s + x.rec_s, x.tp_s + x.ep_s + x.cp_s, x.dp_stream_s,
+                               std::max(x.h2d_stream_s, x.d2h_stream_s)) +
+        x.first_fetch_s;
     // In the steady state every micro-batch waits once for a pipeline transfer: the round trip
     // of an activation and its gradient spans two micro-batch cycles.
     const double cycle = u + 0.5 * (x.p2p_fwd_s + x.p2p_bwd_s);
@@ -52,7 +52,7 @@ Estimate estimate(const CostModel& cost) {
     const double tail = x.reduce_exposed_s + std::max(x.optimizer_s + x.gather_s, x.host_s);
     if (tail - slack > worst) worst = tail - slack, ts = s, worst_slack = slack;
     if (s + 1 < pp)
-      slack += (x.bwd_s + x.rec_s + x.tp_bwd_s + x.ep_bwd_s + sc[s + 1].p2p_bwd_s) / v;
+      slack += (x.bwd_s + x.rec_s + x.tp_bwd_s + x.ep_bwd_s + x.cp_bwd_s + sc[s + 1].p2p_bwd_s) / v;
   }
   const double tail = std::max(0.0, worst);
   est.iteration_time_s = pipeline + tail;
@@ -61,12 +61,13 @@ Estimate estimate(const CostModel& cost) {
   TimeBreakdown& tb = est.time;
   {
     const auto& x = sc[crit];
-    const double busy = x.fwd_s + x.bwd_s + x.rec_s + x.tp_s + x.ep_s;
+    const double busy = x.fwd_s + x.bwd_s + x.rec_s + x.tp_s + x.ep_s + x.cp_s;
     const double hidden = u_crit - busy;
     tb.compute_s = M * (x.fwd_s + x.bwd_s);
     tb.recompute_s = M * x.rec_s;
     tb.tp_comm_s = M * x.tp_s;
     tb.ep_comm_s = M * x.ep_s;
+    tb.cp_comm_s = M * x.cp_s;
     (x.dp_stream_s >= std::max(x.h2d_stream_s, x.d2h_stream_s) ? tb.dp_comm_s : tb.offload_s) +=
         M * hidden;
     tb.pp_comm_s = M * (crit_cycle - u_crit) + fill_p2p;
@@ -121,7 +122,7 @@ nlohmann::json memory_json(const MemoryBreakdown& m) {
 }
 }  // namespace
 
-nlohmann::json to_json(const Estimate& e) {
+nlohmann::json to_json(const Estimate& e, bool context_parallel) {
   const TimeBreakdown& t = e.time;
   nlohmann::json stages = nlohmann::json::array();
   for (size_t s = 0; s < e.stages.size(); ++s)
@@ -130,27 +131,30 @@ nlohmann::json to_json(const Estimate& e) {
                       {"peak_memory_bytes", e.stages[s].peak_memory_bytes},
                       {"memory_breakdown_bytes", memory_json(e.stages[s].memory)}});
   nlohmann::json j = {{"iteration_time_s", e.iteration_time_s},
-          {"tokens_per_s", e.tokens_per_s},
-          {"tflops_per_gpu", e.tflops_per_gpu},
-          {"mfu", e.mfu},
-          {"peak_memory_bytes", e.peak_memory_bytes},
-          {"peak_stage", e.peak_stage},
-          {"memory_breakdown_bytes", memory_json(e.memory)},
-          {"time_breakdown_s",
-           {{"compute", t.compute_s},
-            {"recompute", t.recompute_s},
-            {"tp_comm", t.tp_comm_s},
-            {"dp_comm", t.dp_comm_s},
-            {"pp_comm", t.pp_comm_s},
-            {"bubble", t.bubble_s},
-            {"offload", t.offload_s},
-            {"optimizer", t.optimizer_s}}},
-          {"per_stage", stages}};
+                      {"tokens_per_s", e.tokens_per_s},
+                      {"tflops_per_gpu", e.tflops_per_gpu},
+                      {"mfu", e.mfu},
+                      {"peak_memory_bytes", e.peak_memory_bytes},
+                      {"peak_stage", e.peak_stage},
+                      {"memory_breakdown_bytes", memory_json(e.memory)},
+                      {"time_breakdown_s",
+                       {{"compute", t.compute_s},
+                        {"recompute", t.recompute_s},
+                        {"tp_comm", t.tp_comm_s},
+                        {"dp_comm", t.dp_comm_s},
+                        {"pp_comm", t.pp_comm_s},
+                        {"bubble", t.bubble_s},
+                        {"offload", t.offload_s},
+                        {"optimizer", t.optimizer_s}}},
+                      {"per_stage", stages}};
   // MoE models only, so that a dense plan's output is as before.
   if (e.moe) {
     j["time_breakdown_s"]["ep_comm"] = t.ep_comm_s;
     j["exposed_comm_s"] = {{"ep", t.ep_comm_s}};
   }
+  // Context parallelism's part, only where the plan splits the sequence (a plan without it
+  // reports as before).
+  if (context_parallel) j["time_breakdown_s"]["cp_comm"] = t.cp_comm_s;
   return j;
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "src/cost/cp_cost.hpp"
 #include "stratagem/workload.hpp"
 
 namespace stratagem::cost_detail {
@@ -33,6 +34,14 @@ int Geometry::dp_nodes(int s, int tp) const {
   return worst;
 }
 
+int Geometry::cp_nodes(int s, int tp, int cp) const {
+  if (cp <= 1) return 1;
+  int worst = 1;
+  for (int64_t d = 0; d < std::min<int64_t>(D / (tp * cp), g); ++d)
+    worst = std::max(worst, span(*this, s * D + d * tp * cp, int64_t(tp) * (cp - 1) + 1));
+  return worst;
+}
+
 bool Geometry::same_node(int s, int t) const {
   return node_of(int64_t(s) * D) == node_of(int64_t(t) * D) &&
          node_of(int64_t(s) * D + D - 1) == node_of(int64_t(t) * D + D - 1);
@@ -56,10 +65,10 @@ GradSyncCost grad_sync_cost(const CostModel& c, const LayerStrategy& s, int64_t 
   x.per_microbatch = g.per_microbatch;
   if (g.reduce == Collective::none) return x;
   const int64_t gbytes = params * c.grad_reduce_bytes();  // gradients on the wire
-  x.reduce_s = c.collective_cost(g.reduce, gbytes, s.dp, dp_nodes).time_s();
+  x.reduce_s = c.collective_cost(g.reduce, gbytes, s.dp_cp(), dp_nodes).time_s();
   if (g.gather_after_step)
     x.gather_s = c.collective_cost(Collective::all_gather, params * dtype_bytes(c.plan().dtype),
-                                   s.dp, dp_nodes)
+                                   s.dp_cp(), dp_nodes)
                      .time_s();
   return x;
 }
@@ -84,7 +93,7 @@ FetchCost fetch_cost(const CostModel& c, const LayerStrategy& s, int64_t params,
   f.bytes = w.bytes;
   if (w.bytes == 0 || !with_time) return f;
   if (w.gathers) {
-    f.time_s = c.collective_cost(Collective::all_gather, w.bytes, s.dp, dp_nodes).time_s();
+    f.time_s = c.collective_cost(Collective::all_gather, w.bytes, s.dp_cp(), dp_nodes).time_s();
     // ZeRO-3 with offloaded parameters: the shard crosses PCIe before each gather.
     if (w.h2d_bytes > 0) f.time_s += c.copy_cost(w.h2d_bytes).time_s();
   } else {
@@ -95,9 +104,9 @@ FetchCost fetch_cost(const CostModel& c, const LayerStrategy& s, int64_t params,
 }
 
 LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_nodes, int dp_nodes,
-                     bool with_time, const MoeNodes& moe) {
+                     bool with_time, const MoeNodes& moe, int cp_nodes) {
   if (moe.moe) {
-    LayerCost lc = layer_cost(c, s, b, tp_nodes, dp_nodes, with_time);
+    LayerCost lc = layer_cost(c, s, b, tp_nodes, dp_nodes, with_time, MoeNodes{}, cp_nodes);
     add_moe_costs(c, s, b, tp_nodes, dp_nodes, moe, with_time, lc);
     return lc;
   }
@@ -135,15 +144,32 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
   lc.bwd_mlp_act = during_mlp;
   lc.bwd_attn_act = during_attn;
   lc.bwd_buf = fetch_bytes;
+  if (s.cp > 1) {
+    // The cp attention's working buffers (CpComm::buffer_bytes) beside its activations.
+    lc.fwd_buf += cp_comm(m, s, b, Phase::forward, p.dtype).buffer_bytes;
+    lc.bwd_buf += cp_comm(m, s, b, Phase::backward, p.dtype).buffer_bytes;
+  }
   if (!with_time) return lc;
 
   auto coll = [&](Collective k, int64_t bytes, int size, int nodes) {
     return c.collective_cost(k, bytes, size, nodes).time_s();
   };
-  lc.fwd_s = c.block_time_s(forward_work(m, s, Block::attention, b, flash)) +
-             c.block_time_s(forward_work(m, s, Block::mlp, b, flash));
-  lc.bwd_s =
-      c.backward_block_time_s(s, Block::attention, b) + c.backward_block_time_s(s, Block::mlp, b);
+  if (s.cp > 1) {
+    // The split attention's parts (the ring's steps each a kernel).
+    lc.fwd_s = cp_attention_kernels_s(c, s, b, Phase::forward) +
+               c.block_time_s(forward_work(m, s, Block::mlp, b, flash));
+    lc.bwd_s = cp_attention_kernels_s(c, s, b, Phase::backward) +
+               c.backward_block_time_s(s, Block::mlp, b);
+    const CpCost x = cp_cost(c, s, b, cp_nodes);
+    lc.cp_fwd_s = x.fwd_s;
+    lc.cp_bwd_s = x.bwd_s;
+    lc.cp_rec_s = s.recompute == Recompute::full ? x.fwd_s : 0;
+  } else {
+    lc.fwd_s = c.block_time_s(forward_work(m, s, Block::attention, b, flash)) +
+               c.block_time_s(forward_work(m, s, Block::mlp, b, flash));
+    lc.bwd_s =
+        c.backward_block_time_s(s, Block::attention, b) + c.backward_block_time_s(s, Block::mlp, b);
+  }
   if (s.recompute == Recompute::full) {
     lc.rec_s = lc.fwd_s;
   } else if (s.recompute == Recompute::selective && !flash) {
@@ -153,7 +179,7 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
     // Each block's collectives (tp_comm); the attention's and the mlp's are alike.
     const TpComm fwd = tp_comm(s, Block::attention, Phase::forward);
     const TpComm bwd = tp_comm(s, Block::attention, Phase::backward);
-    const int64_t msg = token_stream_bytes(m, b, p.dtype);
+    const int64_t msg = token_stream_bytes(m, b, p.dtype, s.cp);
     const double gather = coll(Collective::all_gather, msg, s.tp, tp_nodes);
     const double after = coll(fwd.after, msg, s.tp, tp_nodes);
     const double per_block = fwd.gathers * gather + after;
@@ -197,7 +223,8 @@ EndStates end_states(const CostModel& c, const LayerStrategy& es, bool embedding
   x.params = end_parameters_per_rank(c.model(), es.tp, embedding, head);
   if (x.params == 0) return x;
   x.states.add(es, x.params, c.plan().dtype);
-  if (with_time && es.dp > 1) x.sync = grad_sync_cost(c, es, x.params, geo.dp_nodes(stage, es.tp));
+  if (with_time && es.dp_cp() > 1)
+    x.sync = grad_sync_cost(c, es, x.params, geo.dp_nodes(stage, es.tp));
   return x;
 }
 
@@ -224,12 +251,12 @@ EmbeddingHeadCost embedding_head_cost(const CostModel& c, const LayerStrategy& e
   x.emb_fetch = fetch_cost(c, es, embedding_parameters_per_rank(m, es.tp), dpn, with_time);
   x.head_fetch = fetch_cost(c, es, head_compute_parameters_per_rank(m, es.tp), dpn, with_time);
   const Dtype dt = c.plan().dtype;
-  const HeadOps head = head_ops(m, es.tp, b, dt);
+  const HeadOps head = head_ops(m, es.tp, b, dt, es.cp);
   x.logits_bytes = head.logits_bytes;
   if (!with_time) return x;
-  const int64_t act = token_stream_bytes(m, b, dt);
-  x.emb_fwd_s = c.compute_time_s(embedding_op(m, b, Phase::forward, dt));
-  x.emb_bwd_s = c.compute_time_s(embedding_op(m, b, Phase::backward, dt));
+  const int64_t act = token_stream_bytes(m, b, dt, es.cp);
+  x.emb_fwd_s = c.compute_time_s(embedding_op(m, b, Phase::forward, dt, es.cp));
+  x.emb_bwd_s = c.compute_time_s(embedding_op(m, b, Phase::backward, dt, es.cp));
   x.head_fwd_s = c.compute_time_s(head.forward);
   x.head_bwd_s = c.compute_time_s(head.backward);
   if (es.tp == 1) return x;

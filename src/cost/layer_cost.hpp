@@ -16,8 +16,11 @@ struct Geometry {
   int64_t g = 1, D = 1;
   // Nodes of the worst tensor-parallel group of degree tp on stage s.
   int tp_nodes(int s, int tp) const;
-  // Nodes of the worst data-parallel group (a stride tp <= gpus_per_node skips no node).
+  // Nodes of the worst data-parallel group (a stride tp <= gpus_per_node skips no node): under
+  // cp the dp group is the cp x dp ranks of a tp index (LayerStrategy::dp_cp).
   int dp_nodes(int s, int tp) const;
+  // Nodes of the worst context-parallel group (cp ranks at stride tp).
+  int cp_nodes(int s, int tp, int cp) const;
   // Do the ranks of stages s and t with the same local index share nodes?
   bool same_node(int s, int t) const;
   // The node of a rank index (a shift where g is a power of two, as it nearly always is: the
@@ -72,6 +75,8 @@ struct LayerCost {
   double ep_fwd_s = 0, ep_bwd_s = 0, ep_rec_s = 0;
   // Tensor-parallel collectives compute waits for, in the forward, backward and recompute.
   double tp_fwd_s = 0, tp_bwd_s = 0, tp_rec_s = 0;
+  // Context-parallel communication compute waits for (cp_cost.hpp), in the same phases.
+  double cp_fwd_s = 0, cp_bwd_s = 0, cp_rec_s = 0;
   double fetch_s = 0;  // one fetch of the weights: ZeRO-3 all-gather (dp) or h2d copy
   bool fetch_on_h2d = false;
   double grad_rs_mb_s = 0;              // ZeRO-2/3 reduce-scatter after every micro-batch
@@ -137,7 +142,8 @@ double tied_embedding_reduce_s(const CostModel& cost, int embedding_tp, int pp,
 // `samples` per rank per micro-batch; tp_nodes and dp_nodes: nodes its groups span. Without
 // `with_time` only the bytes are filled in.
 LayerCost layer_cost(const CostModel& cost, const LayerStrategy& s, int samples, int tp_nodes,
-                     int dp_nodes, bool with_time, const MoeNodes& moe = MoeNodes{});
+                     int dp_nodes, bool with_time, const MoeNodes& moe = MoeNodes{},
+                     int cp_nodes = 1);
 // What an MoE layer's FFN changes in its LayerCost (moe_layer_cost.cpp): the FFN's kernels,
 // states, activations and workspace in place of the dense mlp's, the ep_comm collectives, and
 // the experts' gradient synchronisation over the expert data-parallel group.

@@ -96,15 +96,16 @@ class Analyzer {
   }
 
   const LayerCost& layer_cost(const LayerStrategy& s, int tp_nodes, int dp_nodes,
-                              const MoeNodes& moe) {
+                              const MoeNodes& moe, int cp_nodes = 1) {
     // One-entry cache: consecutive layers, and stages with the same placement, usually share
     // a strategy, so a uniform plan costs one layer.
     if (have_ && tp_nodes == cached_tp_nodes_ && dp_nodes == cached_dp_nodes_ &&
-        moe == cached_moe_ && s == cached_st_)
+        cp_nodes == cached_cp_nodes_ && moe == cached_moe_ && s == cached_st_)
       return cached_;
-    cached_ =
-        cost_detail::layer_cost(c_, s, samples_for(s.dp), tp_nodes, dp_nodes, with_time_, moe);
+    cached_ = cost_detail::layer_cost(c_, s, samples_for(s.dp), tp_nodes, dp_nodes, with_time_, moe,
+                                      cp_nodes);
     have_ = true;
+    cached_cp_nodes_ = cp_nodes;
     cached_st_ = s;
     cached_tp_nodes_ = tp_nodes;
     cached_dp_nodes_ = dp_nodes;
@@ -196,9 +197,10 @@ class Analyzer {
         geo_tp_ = st.tp;
         tp_nodes_ = geo_.tp_nodes(s, st.tp);
         dp_nodes_ = geo_.dp_nodes(s, st.tp);
+        cp_nodes_ = geo_.cp_nodes(s, st.tp, st.cp);  // one cp per plan (validate)
       }
       const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_,
-                                       moe_nodes(geo_, s, st, m_.is_moe_layer(l)));
+                                       moe_nodes(geo_, s, st, m_.is_moe_layer(l)), cp_nodes_);
       layer_memory(l, lc, w, c);
       if (with_time_) layer_time(l, lc, w, c, sc);
     }
@@ -284,6 +286,10 @@ class Analyzer {
     const double ep_bwd = lc.ep_bwd_s + lc.ep_rec_s;
     sc.ep_s += lc.ep_fwd_s + ep_bwd;
     sc.ep_bwd_s += ep_bwd;
+    if (st.cp > 1) {
+      sc.cp_s += lc.cp_fwd_s + lc.cp_bwd_s + lc.cp_rec_s;
+      sc.cp_bwd_s += lc.cp_bwd_s + lc.cp_rec_s;
+    }
     (lc.fetch_on_h2d ? sc.h2d_stream_s : sc.dp_stream_s) += 2 * lc.fetch_s;
     sc.dp_stream_s += lc.grad_rs_mb_s;
     sc.h2d_stream_s += lc.act_h2d_s;
@@ -351,7 +357,7 @@ class Analyzer {
     // after the loss backward (last stage, before its final backward passes).
     double total_bwd = 0;
     for (int i = 0; i < v_; ++i) total_bwd += chunk_bwd_[i];
-    if (end.params > 0 && es.dp > 1) {
+    if (end.params > 0 && es.dp_cp() > 1) {
       const GradSyncCost& sync = end.sync;
       const double tau = s == 0 ? 0.0 : total_bwd;
       if (sync.per_microbatch) {
@@ -439,7 +445,7 @@ class Analyzer {
   Geometry geo_;
   int max_dp_ = 1, M_ = 1, v_ = 1;
   ScheduleShape shape_;
-  int geo_tp_ = 0, tp_nodes_ = 1, dp_nodes_ = 1;
+  int geo_tp_ = 0, tp_nodes_ = 1, dp_nodes_ = 1, cp_nodes_ = 1;
   int64_t geo_phase_ = -1;
   int64_t p2p_bytes_ = -1;
   bool p2p_same_node_ = false;
@@ -454,7 +460,7 @@ class Analyzer {
   int params_tp_ = 0;
   int64_t params_ = 0;
   LayerStrategy cached_st_;
-  int cached_tp_nodes_ = 0, cached_dp_nodes_ = 0;
+  int cached_tp_nodes_ = 0, cached_dp_nodes_ = 0, cached_cp_nodes_ = 0;
   MoeNodes cached_moe_;
   LayerCost cached_;
 };

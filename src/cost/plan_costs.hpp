@@ -15,9 +15,11 @@ struct StageCost {
   double fwd_s = 0, bwd_s = 0, rec_s = 0;  // kernels (embedding and head included)
   double tp_s = 0;                         // tensor-parallel, reshard and loss collectives
   double tp_bwd_s = 0;                     // the part of tp_s in backward and recompute
-  double ep_s = 0;      // MoE all-to-alls and expert-tensor collectives (compute waits)
-  double ep_bwd_s = 0;  // the part of ep_s in backward and recompute
-  double dp_stream_s = 0;                  // ZeRO-2/3 traffic the dp stream carries
+  double ep_s = 0;         // MoE all-to-alls and expert-tensor collectives (compute waits)
+  double ep_bwd_s = 0;     // the part of ep_s in backward and recompute
+  double cp_s = 0;         // context-parallel communication compute waits for
+  double cp_bwd_s = 0;     // the part of cp_s in backward and recompute
+  double dp_stream_s = 0;  // ZeRO-2/3 traffic the dp stream carries
   double h2d_stream_s = 0, d2h_stream_s = 0;
   double first_fetch_s = 0;             // transfers nothing precedes (cannot prefetch)
   double p2p_fwd_s = 0, p2p_bwd_s = 0;  // activation / gradient sends, all chunks

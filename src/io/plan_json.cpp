@@ -17,6 +17,9 @@ LayerStrategy strategy_from(io::JsonReader r, bool allow_range) {
   // mismatch blamed on some other layer.
   l.tp = r.get_int("tp", 1, limits::kMaxTp);
   l.dp = r.get_int("dp", 1, limits::kMaxDp);
+  l.cp = r.get_int("cp", 1, limits::kMaxTp, 1);
+  l.cp_kind =
+      cp_kind_from(r.get_enum("cp_kind", {"ring", "allgather", "a2a"}, "ring"), r.where("cp_kind"));
   l.sequence_parallel = r.get_bool("sequence_parallel", false);
   l.zero = r.get_int("zero", 0, 3, 0);
   l.recompute = recompute_from(r.get_enum("recompute", {"none", "selective", "full"}, "none"),
@@ -37,14 +40,16 @@ LayerStrategy strategy_from(io::JsonReader r, bool allow_range) {
 
 nlohmann::json strategy_json(const LayerStrategy& l) {
   nlohmann::json j = {{"tp", l.tp},
-          {"dp", l.dp},
-          {"sequence_parallel", l.sequence_parallel},
-          {"zero", l.zero},
-          {"recompute", to_string(l.recompute)},
-          {"offload",
-           {{"optimizer", l.offload_optimizer},
-            {"params", l.offload_params},
-            {"activations", l.offload_activations}}}};
+                      {"dp", l.dp},
+                      {"sequence_parallel", l.sequence_parallel},
+                      {"zero", l.zero},
+                      {"recompute", to_string(l.recompute)},
+                      {"offload",
+                       {{"optimizer", l.offload_optimizer},
+                        {"params", l.offload_params},
+                        {"activations", l.offload_activations}}}};
+  // Written only when the sequence is split, so that a plan without cp reads as before.
+  if (l.cp > 1) j["cp"] = l.cp, j["cp_kind"] = to_string(l.cp_kind);
   // Written only where they are not 1, so that a dense plan's file is as before.
   if (l.ep != 1) j["ep"] = l.ep;
   if (l.etp != 1) j["etp"] = l.etp;
@@ -132,18 +137,18 @@ nlohmann::json to_json(const Plan& p) {
   nlohmann::json chunks = nlohmann::json::array();
   for (const auto& c : p.chunks) chunks.push_back({c.begin, c.end});
   nlohmann::json j = {{"description", p.describe()},
-          {"pp", p.pp},
-          {"schedule", to_string(p.schedule)},
-          {"vpp", p.vpp},
-          {"micro_batch", p.micro_batch},
-          {"global_batch", p.global_batch},
-          {"dtype", to_string(p.dtype)},
-          {"flash_attention", p.flash_attention},
-          {"overlap_grad_reduce", p.overlap_grad_reduce},
-          {"backward_prefetch", p.backward_prefetch},
-          {"chunks", chunks},
-          {"embedding", strategy_json(p.embedding)},
-          {"layers", runs}};
+                      {"pp", p.pp},
+                      {"schedule", to_string(p.schedule)},
+                      {"vpp", p.vpp},
+                      {"micro_batch", p.micro_batch},
+                      {"global_batch", p.global_batch},
+                      {"dtype", to_string(p.dtype)},
+                      {"flash_attention", p.flash_attention},
+                      {"overlap_grad_reduce", p.overlap_grad_reduce},
+                      {"backward_prefetch", p.backward_prefetch},
+                      {"chunks", chunks},
+                      {"embedding", strategy_json(p.embedding)},
+                      {"layers", runs}};
   if (p.routing_imbalance != 1.0) j["routing_imbalance"] = p.routing_imbalance;
   if (p.capacity_factor != 0.0) j["capacity_factor"] = p.capacity_factor;
   if (p.moe_node_limit != 0) j["moe_node_limit"] = p.moe_node_limit;

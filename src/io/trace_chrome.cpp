@@ -45,7 +45,8 @@ const char* kind_name(uint8_t k) {
   return k < 9 ? n[k] : "?";
 }
 const char* stream_name(uint8_t s) {
-  static const char* n[] = {"compute", "tp_comm", "dp_comm", "pp_comm", "h2d", "d2h", "ep_comm"};
+  static const char* n[] = {"compute", "tp_comm", "dp_comm", "pp_comm",
+                            "h2d",     "d2h",     "ep_comm", "cp_comm"};
   return s < kNumStreams ? n[s] : "?";
 }
 

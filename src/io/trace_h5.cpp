@@ -123,7 +123,7 @@ hid_t op_type() {
   static const char* kinds[] = {"compute",  "collective",   "send",  "recv", "copy_d2h",
                                 "copy_h2d", "host_compute", "alloc", "free"};
   static const char* streams[] = {"compute", "tp_comm", "dp_comm", "pp_comm",
-                                  "h2d",     "d2h",     "ep_comm"};
+                                  "h2d",     "d2h",     "ep_comm", "cp_comm"};
   hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(OpRecord));
   hid_t s = H5Tcopy(H5T_C_S1);
   H5Tset_size(s, kNameBytes);

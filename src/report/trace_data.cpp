@@ -18,13 +18,15 @@ namespace stratagem::report {
 
 const char* to_string(OpClass c) {
   static const char* n[] = {"forward", "backward", "recompute", "tp_comm", "dp_comm",
-                            "pp_comm", "offload",  "optimizer", "other"};
+                            "pp_comm", "offload",  "optimizer", "other",   "cp_comm"};
   return n[static_cast<int>(c)];
 }
 
 OpClass classify(const trace::OpRecord& r) {
   const auto kind = static_cast<OpKind>(r.kind);
   const auto stream = static_cast<Stream>(r.stream);
+  if (stream == Stream::cp_comm && kind != OpKind::alloc && kind != OpKind::free)
+    return OpClass::cp_comm;
   switch (kind) {
     case OpKind::send:
     case OpKind::recv:

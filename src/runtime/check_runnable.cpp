@@ -2,6 +2,7 @@
 // execute yet, models that do not fit the plan, and offloading beyond the node's host memory.
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "src/runtime/rank_plan.hpp"
 #include "stratagem/error.hpp"
@@ -78,6 +79,21 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
                        prev.describe() + ") nor is divided by it: no reshard group");
     transformer_config(m).sharded(s.tp);
   }
+  // Context parallelism: the sequence is split once, for the embedding, every layer and the
+  // head alike (a change of cp between layers would reshard the stream, which no op does).
+  const int cp = p.embedding.cp;
+  for (size_t l = 0; l < n; ++l)
+    if (p.layers[l].cp != cp)
+      throw NotSupported("layer " + std::to_string(l) + " (" + p.layers[l].describe() +
+                         "): cp differs from the embedding's (" + std::to_string(cp) +
+                         "); the runtime splits the sequence once for the whole model");
+  if (cp > 1 && m.seq_len % (2 * cp) != 0)
+    throw InputError("seq_len " + std::to_string(m.seq_len) +
+                     " does not split into 2 x cp = " + std::to_string(2 * cp) + " equal chunks");
+  if (cp > 1 && backend != "cpu")
+    throw NotSupported("context parallelism on the " + backend +
+                       " backend (block attention, its merge and RoPE from a position) is not "
+                       "built yet; the cpu backend runs it");
   // Mixture-of-Experts: the runtime runs MoE layers with tp = etp = 1 (each rank routes its own
   // tokens), one ep for all of them, and the experts' ZeRO-2/3 only where expert_dp is 1.
   int moe_ep = 0;

@@ -37,17 +37,20 @@ ModelPart stage_part(const Plan& plan, int stage, int local) {
   return part;
 }
 
-LayerShare layer_share(const Plan& plan, const TransformerConfig& whole, int seq_len, int layer,
+LayerShare layer_share(const Plan& plan, const TransformerConfig& whole, int rows, int layer,
                        int local) {
   const LayerStrategy& s = strategy(plan, layer);
   LayerShare sh;
   sh.tp = s.tp;
   sh.tp_index = Layout::tp_index(local, s.tp);
   sh.dp = s.dp;
-  sh.dp_index = Layout::dp_index(local, s.tp);
+  // Inside a stage local = t + tp (c + cp d) (Megatron-Core's tp-cp-dp order).
+  sh.cp = s.cp;
+  sh.cp_index = Layout::dp_index(local, s.tp) % s.cp;
+  sh.dp_index = Layout::dp_index(local, s.tp) / s.cp;
   sh.sequence_parallel = s.sequence_parallel && s.tp > 1;
   sh.B = plan.samples_per_rank(s.dp);
-  sh.N = int64_t(sh.B) * seq_len;
+  sh.N = int64_t(sh.B) * rows;
   if (sh.sequence_parallel && sh.N % sh.tp)
     throw InputError("sequence parallel: " + std::to_string(sh.N) +
                      " tokens per micro-batch do not split over tp " + std::to_string(sh.tp));
@@ -61,7 +64,10 @@ std::vector<SegmentPlacement> segment_placements(const Plan& plan, const std::ve
   auto add = [&](int l) {
     const LayerStrategy& s = strategy(plan, l);
     const bool apart = s.ep * s.etp > 1;
-    out.push_back({l, s.zero, s.tp, s.dp, s.offload_params, s.offload_optimizer, apart});
+    // The ranks of a cp group hold the same weights: gradients reduce, and ZeRO partitions,
+    // over dp x cp (Megatron-Core's data-parallel group with context parallelism), whose
+    // index is local / tp.
+    out.push_back({l, s.zero, s.tp, s.dp * s.cp, s.offload_params, s.offload_optimizer, apart});
     if (apart)  // the routed experts over the expert data-parallel group (ZeRO there too)
       out.push_back({expert_segment(l), s.zero, s.ep * s.etp, expert_dp(s), s.offload_params,
                      s.offload_optimizer, false});
@@ -78,6 +84,10 @@ FrameworkSpec runtime_framework(const std::string& name_or_path, const Plan& pla
   // reduce-scatter folds into the rank's piece; bucketed reductions are not built.
   for (int l = -1; l < int(plan.layers.size()); ++l) {
     const LayerStrategy& s = strategy(plan, l);
+    if (s.cp > 1)
+      throw NotSupported("context parallelism (cp " + std::to_string(s.cp) +
+                         ") is modelled by estimate, simulate and search but not executed by the "
+                         "runtime yet");
     if (s.zero >= 2 && s.dp > 1)
       throw NotSupported("framework " + fw.name + ": layer_gradient_staging false under ZeRO-" +
                          std::to_string(s.zero) +

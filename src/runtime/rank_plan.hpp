@@ -19,9 +19,12 @@ namespace stratagem::exec {
 // count): its own tensor-parallel share, and its own samples per rank.
 struct LayerShare {
   int tp = 1, tp_index = 0, dp = 1, dp_index = 0;
+  // Context parallelism: the rank's place in its cp group, whose ranks hold the same samples
+  // and each two chunks of their sequences (dp_index is the samples' index, without cp).
+  int cp = 1, cp_index = 0;
   bool sequence_parallel = false;
   int B = 1;              // samples per rank per micro-batch
-  int64_t N = 1, Ns = 1;  // tokens per micro-batch, and this rank's token shard
+  int64_t N = 1, Ns = 1;  // the rank's tokens per micro-batch (B x T / cp), and its token shard
   TransformerConfig local;
   Workspace* ws = nullptr;  // the backward's scratch, for the layers this stage holds
 };
@@ -31,8 +34,9 @@ struct LayerShare {
 ModelPart stage_part(const Plan& plan, int stage, int local);
 
 // Layer `layer`'s (-1: the embedding and head's) share on the rank at index `local` of its
-// stage. Throws InputError when its tokens do not split over its sequence-parallel group.
-LayerShare layer_share(const Plan& plan, const TransformerConfig& whole, int seq_len, int layer,
+// stage; `rows`: the tokens of each sample the rank holds (seq_len / cp). Throws InputError
+// when its tokens do not split over its sequence-parallel group.
+LayerShare layer_share(const Plan& plan, const TransformerConfig& whole, int rows, int layer,
                        int local);
 
 // Where the parameters of `layers` (and of the embedding and head, first) live.

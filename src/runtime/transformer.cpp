@@ -7,6 +7,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "src/runtime/context_parallel.hpp"
 #include "stratagem/error.hpp"
 
 namespace stratagem {
@@ -465,29 +466,45 @@ void norm_backward(Backend& be, const TransformerConfig& cfg, Tensor& dx, Tensor
 }
 
 void embedding_forward(Backend& be, const TransformerConfig& c, const ModelWeights& w,
-                       std::span<const int32_t> ids, Tensor& x_out, bool add_positions) {
+                       std::span<const int32_t> ids, Tensor& x_out, bool add_positions,
+                       const SequenceShare& seq) {
   stream_dims(c, x_out, "embedding_forward");
   const Tensor none;
-  be.embedding_forward(x_out, ids, w.wte,
-                       c.position == Position::learned && add_positions ? w.wpe : none);
+  const Tensor& wpe = c.position == Position::learned && add_positions ? w.wpe : none;
+  if (seq.split() && wpe.defined())
+    cp_embedding_forward(be, seq, x_out, ids, w.wte, wpe);
+  else
+    be.embedding_forward(x_out, ids, w.wte, wpe);
 }
 
 void embedding_backward(Backend& be, const TransformerConfig& c, ModelWeights& g,
-                        std::span<const int32_t> ids, const Tensor& dx) {
+                        std::span<const int32_t> ids, const Tensor& dx, const SequenceShare& seq) {
   stream_dims(c, dx, "embedding_backward");
   Tensor none;
-  be.embedding_backward(g.wte, c.position == Position::learned ? g.wpe : none, ids, dx);
+  Tensor& dwpe = c.position == Position::learned ? g.wpe : none;
+  if (seq.split() && dwpe.defined())
+    cp_embedding_backward(be, seq, g.wte, dwpe, ids, dx);
+  else
+    be.embedding_backward(g.wte, dwpe, ids, dx);
 }
 
 void attention_forward(Backend& be, const TransformerConfig& c, const LayerWeights& w,
-                       const Tensor& xn, Tensor& y, AttentionActs& a, bool add_bias) {
+                       const Tensor& xn, Tensor& y, AttentionActs& a, bool add_bias,
+                       const SequenceShare& seq) {
   stream_dims(c, xn, "attention_forward");
   expect_shape(y, xn.shape, "attention_forward", "y");
   const Tensor none;
   be.matmul_forward(a.qkv, xn, w.qkv_w, w.qkv_b);  // (B,T,QKV)
-  if (c.position == Position::rope) be.rope_forward(a.qkv, c.heads, c.kv_heads, c.rope_theta);
-  be.attention_forward(a.out, a.att, a.lse, a.qkv, c.heads, c.kv_heads);  // (B,T,NH*hd)
-  be.matmul_forward(y, a.out, w.proj_w, add_bias ? w.proj_b : none);      // (B,T,C)
+  if (seq.split()) {
+    if (a.att.defined())
+      throw std::logic_error("attention_forward: context parallelism keeps no probabilities");
+    if (c.position == Position::rope) cp_rope(be, seq, a.qkv, c, /*backward=*/false);
+    cp_attention_forward(be, *seq.comm, cp_attention(c, seq), a.out, a.lse, a.qkv);
+  } else {
+    if (c.position == Position::rope) be.rope_forward(a.qkv, c.heads, c.kv_heads, c.rope_theta);
+    be.attention_forward(a.out, a.att, a.lse, a.qkv, c.heads, c.kv_heads);  // (B,T,NH*hd)
+  }
+  be.matmul_forward(y, a.out, w.proj_w, add_bias ? w.proj_b : none);  // (B,T,C)
 }
 
 void attention_recompute(Backend& be, const TransformerConfig& c, AttentionActs& a, Tensor& att) {
@@ -498,15 +515,20 @@ void attention_recompute(Backend& be, const TransformerConfig& c, AttentionActs&
 
 void attention_backward(Backend& be, const TransformerConfig& c, const LayerWeights& w,
                         LayerWeights& g, const Tensor& dy, const Tensor& xn, Tensor& d_xn,
-                        const AttentionActs& a, Workspace& ws) {
+                        const AttentionActs& a, Workspace& ws, const SequenceShare& seq) {
   const auto [B, T] = stream_dims(c, xn, "attention_backward");
   expect_shape(dy, xn.shape, "attention_backward", "dy");
   expect_shape(d_xn, xn.shape, "attention_backward", "d_xn");
   Tensor d_attn = scratch_view(ws.d_attn, Shape{B, T, c.attn_width()}, "d_attn");
   Tensor d_qkv = scratch_view(ws.d_qkv, Shape{B, T, c.qkv_width()}, "d_qkv");
   be.matmul_backward(d_attn, g.proj_w, g.proj_b, dy, a.out, w.proj_w);
-  be.attention_backward(d_qkv, d_attn, a.out, a.qkv, a.att, a.lse, c.heads, c.kv_heads);
-  if (c.position == Position::rope) be.rope_backward(d_qkv, c.heads, c.kv_heads, c.rope_theta);
+  if (seq.split()) {
+    cp_attention_backward(be, *seq.comm, cp_attention(c, seq), d_qkv, d_attn, a.out, a.lse, a.qkv);
+    if (c.position == Position::rope) cp_rope(be, seq, d_qkv, c, /*backward=*/true);
+  } else {
+    be.attention_backward(d_qkv, d_attn, a.out, a.qkv, a.att, a.lse, c.heads, c.kv_heads);
+    if (c.position == Position::rope) be.rope_backward(d_qkv, c.heads, c.kv_heads, c.rope_theta);
+  }
   be.matmul_backward(d_xn, g.qkv_w, g.qkv_b, d_qkv, xn, w.qkv_w);
 }
 

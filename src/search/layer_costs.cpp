@@ -132,7 +132,7 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b,
     states = e.states.weights + e.states.grads + e.states.optimizer;
     tail = optimizer_s(e.states);
     dps = 0;
-    if (es.dp > 1) {
+    if (es.dp_cp() > 1) {
       if (e.sync.per_microbatch) dps = e.sync.reduce_s;
       tail += e.sync.gather_s;
       if (exposed_reduce) tail += e.sync.reduce_s;

@@ -27,3 +27,16 @@ add_test(NAME reference.moe_ep2 COMMAND ${STRATAGEM_MPIEXEC} -np 2 $<TARGET_FILE
 add_test(NAME reference.moe_ep4 COMMAND ${STRATAGEM_MPIEXEC} -np 4 $<TARGET_FILE:moe_ep_test>)
 set_tests_properties(reference.moe_ep2 reference.moe_ep4 PROPERTIES LABELS "reference;mpi"
                      TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+
+# Context-parallel attention (ring, all-gather, all-to-all) on 2 and 4 ranks against one causal
+# attention in PyTorch: output, log-sum-exp and the gradients of q, k, v.
+stratagem_boost_test(cp_attention_test ${CMAKE_CURRENT_LIST_DIR}/test_cp_attention.cpp)
+target_compile_definitions(
+  cp_attention_test PRIVATE STRATAGEM_PYTHON="${STRATAGEM_REFERENCE_PYTHON}"
+  STRATAGEM_ATTENTION_REFERENCE="${CMAKE_CURRENT_LIST_DIR}/attention_reference.py")
+foreach(np 2 4)
+  add_test(NAME reference.cp_attention_np${np}
+           COMMAND ${STRATAGEM_MPIEXEC} -np ${np} $<TARGET_FILE:cp_attention_test>)
+  set_tests_properties(reference.cp_attention_np${np} PROPERTIES LABELS "reference;mpi"
+                       TIMEOUT 300 ENVIRONMENT "OMP_NUM_THREADS=1")
+endforeach()

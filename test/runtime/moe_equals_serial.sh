@@ -6,7 +6,7 @@
 # 1e-5 relative, final weights within 1e-5 (checkpoints hold each expert whole), each memory
 # category within 10% of the forecast; and a checkpoint of ep 2 resumes under ep 1.
 source "$(dirname "$0")/common.sh"
-source "$(dirname "$0")/equals_serial_lib.sh"
+source "$(dirname "$0")/serial_twin.sh"
 MOE=(--layers 2 --hidden 64 --heads 4 --vocab 256 --seq-len 32 --experts 4 --top-k 2
      --expert-ffn-hidden 128)
 B8="--global-batch 8 --micro-batch 2"

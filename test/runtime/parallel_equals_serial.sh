@@ -17,7 +17,7 @@
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/tiny_models.sh"
 ODD=(--layers 4 --hidden 64 --heads 4 --vocab 250 --seq-len 32)  # 250 = 4 x 62 + 2: padded
-source "$(dirname "$0")/equals_serial_lib.sh"  # run, check, case_
+source "$(dirname "$0")/serial_twin.sh"
 source "$(dirname "$0")/layer_plan.sh"
 # layer_plan_ NAME MODEL "SHORTHAND" 'EDIT': $WORK/NAME.json (layer_plan.sh).
 layer_plan_() {

@@ -176,6 +176,18 @@ BOOST_AUTO_TEST_CASE(rope_rotates_q_and_k_only) {
   Tensor dx = e.clone(r);
   e.be->rope_backward(dx, NH, KV, 10000.0f);
   check_grad("rope", x, dx, loss);
+
+  // A chunk of rows [2, 6) rotated from position 2 equals those rows of the whole rotation,
+  // forward and backward (context parallelism's chunks).
+  loss();  // y again from the unperturbed x
+  Tensor chunk = e.clone(x.slice(2 * W, Shape{1, 4, W}));
+  e.be->rope_forward_from(chunk, NH, KV, 10000.0f, 2);
+  Tensor dchunk = e.clone(r.slice(2 * W, Shape{1, 4, W}));
+  e.be->rope_backward_from(dchunk, NH, KV, 10000.0f, 2);
+  for (int64_t i = 0; i < chunk.numel(); ++i) {
+    BOOST_TEST(chunk.data[i] == y.data[2 * W + i]);
+    BOOST_TEST(dchunk.data[i] == dx.data[2 * W + i]);
+  }
 }
 
 namespace {
@@ -248,6 +260,69 @@ BOOST_AUTO_TEST_CASE(attention_forward_matches_naive_and_gradients_check) {
   Tensor qkv = e.zeros({1, 4, 30});
   Tensor out = e.zeros({1, 4, 12}), lse = e.zeros({1, 3, 4}), none;
   BOOST_CHECK_THROW(e.be->attention_forward(out, none, lse, qkv, 3, 2), std::invalid_argument);
+}
+
+// Context parallelism's pieces: attention over blocks of keys (some read from a packed K,V
+// copy), merged by the online softmax, equals one attention; the blocks' backward sums to its
+// backward. Blocks that see no key at all (queries before every key) leave the merge alone.
+BOOST_AUTO_TEST_CASE(attention_blocks_merge_to_one_attention) {
+  Env e;
+  const int NH = 4, KV = 2;
+  const int64_t B = 2, T = 70, hd = 8, W = (NH + 2 * KV) * hd, C = NH * hd;
+  Tensor qkv = e.randn({B, T, W}), dy = e.randn({B, T, C});
+  Tensor out = e.zeros({B, T, C}), lse = e.zeros({B, NH, T}), none;
+  e.be->attention_forward(out, none, lse, qkv, NH, KV);
+  Tensor dqkv = e.zeros(qkv.shape);
+  e.be->attention_backward(dqkv, dy, out, qkv, none, lse, NH, KV);
+
+  Tensor packed = e.zeros({B, T, 2 * KV * hd});  // K,V alone, as they travel between ranks
+  e.be->copy_block(packed, 0, 0, qkv, 0, C, B * T, 2 * KV * hd);
+  const std::vector<TokenSpan> queries{{0, 35, 0}, {35, 35, 35}};
+  const std::vector<TokenSpan> keys{{0, 20, 0}, {20, 30, 20}, {50, 20, 50}};
+  Tensor merged = e.zeros(out.shape), merged_lse = e.zeros(lse.shape);
+  e.be->fill(merged_lse, -INFINITY);
+  Tensor part = e.zeros(out.shape), part_lse = e.zeros(lse.shape);
+  for (const TokenSpan& q : queries) {
+    for (size_t k = 0; k < keys.size(); ++k) {
+      const Tensor& kv = k == 1 ? packed : qkv;
+      e.be->attention_block_forward(part, part_lse, qkv, q, kv, keys[k], NH, KV);
+      e.be->attention_merge(merged, merged_lse, part, part_lse, q);
+    }
+  }
+  double out_err = 0, lse_err = 0;
+  for (int64_t i = 0; i < out.numel(); ++i)
+    out_err = std::max(out_err, double(std::abs(out.data[i] - merged.data[i])));
+  for (int64_t i = 0; i < lse.numel(); ++i)
+    lse_err = std::max(lse_err, double(std::abs(lse.data[i] - merged_lse.data[i])));
+  BOOST_TEST(out_err <= 1e-5);
+  BOOST_TEST(lse_err <= 1e-5);
+  // Queries 0..34 see nothing of the last key block: the output is zero, the lse -inf.
+  e.be->attention_block_forward(part, part_lse, qkv, queries[0], qkv, keys[2], NH, KV);
+  BOOST_TEST(std::isinf(part_lse.data[0]));
+  BOOST_TEST(part.data[0] == 0.0f);
+
+  Tensor dblocks = e.zeros(qkv.shape), dpacked = e.zeros(packed.shape);
+  for (const TokenSpan& q : queries) {
+    for (size_t k = 0; k < keys.size(); ++k) {
+      Tensor& dkv = k == 1 ? dpacked : dblocks;
+      e.be->attention_block_backward(dblocks, dkv, dy, out, lse, qkv, q, k == 1 ? packed : qkv,
+                                     keys[k], NH, KV);
+    }
+  }
+  // The packed block's dK,dV land in dblocks' K,V columns of rows [20,50).
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 20; t < 50; ++t)
+      for (int64_t j = 0; j < 2 * KV * hd; ++j)
+        dblocks.data[(b * T + t) * W + C + j] += dpacked.data[(b * T + t) * 2 * KV * hd + j];
+  double d_err = 0, d_mag = 0;
+  for (int64_t i = 0; i < dqkv.numel(); ++i) {
+    d_err = std::max(d_err, double(std::abs(dqkv.data[i] - dblocks.data[i])));
+    d_mag = std::max(d_mag, double(std::abs(dqkv.data[i])));
+  }
+  BOOST_TEST(d_err <= 1e-5 * d_mag);
+  BOOST_CHECK_THROW(e.be->attention_block_forward(part, part_lse, qkv, TokenSpan{60, 20, 60}, qkv,
+                                                  keys[0], NH, KV),
+                    std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_CASE(gelu_swiglu_residual) {

@@ -16,6 +16,8 @@ class CpuBackend final : public Backend {
   void copy(Tensor& dst, const Tensor& src) override;
   void upload(Tensor& dst, const float* host) override;
   void download(float* host, const Tensor& src) override;
+  void copy_block(Tensor& dst, int64_t dst_row0, int64_t dst_col0, const Tensor& src,
+                  int64_t src_row0, int64_t src_col0, int64_t rows, int64_t cols) override;
 
   void embedding_forward(Tensor& out, std::span<const int32_t> tokens, const Tensor& wte,
                          const Tensor& wpe) override;
@@ -39,11 +41,22 @@ class CpuBackend final : public Backend {
 
   void rope_forward(Tensor& qkv, int heads, int kv_heads, float theta) override;
   void rope_backward(Tensor& dqkv, int heads, int kv_heads, float theta) override;
+  void rope_forward_from(Tensor& qkv, int heads, int kv_heads, float theta, int64_t pos0) override;
+  void rope_backward_from(Tensor& dqkv, int heads, int kv_heads, float theta,
+                          int64_t pos0) override;
 
   void attention_forward(Tensor& out, Tensor& att, Tensor& lse, const Tensor& qkv, int heads,
                          int kv_heads) override;
   void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv,
                           const Tensor& att, const Tensor& lse, int heads, int kv_heads) override;
+
+  void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& q, TokenSpan qs,
+                               const Tensor& kv, TokenSpan ks, int heads, int kv_heads) override;
+  void attention_merge(Tensor& out, Tensor& lse, const Tensor& part_out, const Tensor& part_lse,
+                       TokenSpan span) override;
+  void attention_block_backward(Tensor& dq, Tensor& dkv, const Tensor& dout, const Tensor& out,
+                                const Tensor& lse, const Tensor& q, TokenSpan qs, const Tensor& kv,
+                                TokenSpan ks, int heads, int kv_heads) override;
 
   void gelu_forward(Tensor& out, const Tensor& inp) override;
   void gelu_backward(Tensor& dinp, const Tensor& dout, const Tensor& inp) override;
@@ -75,7 +88,8 @@ class CpuBackend final : public Backend {
   // after the first step no kernel allocates.
   float* thread_scratch(int thread, size_t floats_per_thread);
   void reserve_scratch(size_t floats_per_thread);
-  // cos/sin table (T, hd/2) for RoPE, rebuilt only when T, hd or theta change.
+  // cos/sin table (>= T, hd/2) for RoPE (row t: position t), rebuilt only when more rows are
+  // needed or hd or theta change.
   const float* rope_table(int64_t T, int64_t hd, float theta);
 
   std::vector<float> scratch_;

@@ -1,9 +1,12 @@
 // Host memory, copies and the simple reductions of the CPU backend.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 #include "cpu_backend.hpp"
 #include "cpu_math.hpp"
@@ -40,6 +43,25 @@ void CpuBackend::fill(Tensor& t, float value) {
 void CpuBackend::copy(Tensor& dst, const Tensor& src) {
   expect_same_numel("copy", dst, src);
   if (dst.data != src.data) std::memcpy(dst.data, src.data, src.bytes());
+}
+
+void CpuBackend::copy_block(Tensor& dst, int64_t dst_row0, int64_t dst_col0, const Tensor& src,
+                            int64_t src_row0, int64_t src_col0, int64_t rows, int64_t cols) {
+  const auto fits = [](const Tensor& t, int64_t row0, int64_t col0, int64_t rows, int64_t cols) {
+    if (!t.defined() || t.ndim() < 1) return false;
+    const int64_t width = t.dim(-1), height = t.numel() / std::max<int64_t>(width, 1);
+    return row0 >= 0 && col0 >= 0 && rows >= 0 && cols >= 0 && row0 + rows <= height &&
+           col0 + cols <= width;
+  };
+  if (!fits(dst, dst_row0, dst_col0, rows, cols) || !fits(src, src_row0, src_col0, rows, cols))
+    throw std::invalid_argument("copy_block: a " + std::to_string(rows) + "x" +
+                                std::to_string(cols) + " block does not fit " + src.shape.str() +
+                                " -> " + dst.shape.str());
+  const int64_t dw = dst.dim(-1), sw = src.dim(-1);
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(dst.data + (dst_row0 + i) * dw + dst_col0,
+                src.data + (src_row0 + i) * sw + src_col0,
+                static_cast<size_t>(cols) * sizeof(float));
 }
 
 void CpuBackend::upload(Tensor& dst, const float* host) {

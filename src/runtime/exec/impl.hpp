@@ -42,7 +42,9 @@ struct Executor::Impl {
   Program program;  // built with the framework options.framework names
   const StageProgram* stage_program = nullptr;
   int stage = 0;
-  int T = 1;                // sequence length
+  int T = 1;  // the tokens of a sample this rank holds: seq_len / cp
+  // The rank's share of each sequence under context parallelism (cp = 1: the whole).
+  SequenceShare sequence;
   TransformerConfig whole;  // the model, unsharded
   // Per layer of the model, and -1 for the embedding and head: its share of the stage's
   // devices (its tp share, samples and token shard; rank_plan.hpp).

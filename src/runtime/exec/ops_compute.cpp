@@ -1,7 +1,9 @@
 // What each compute op of the Program does on this rank: the Transformer's pieces
 // (transformer.hpp) on the micro-batch's tensors, which live in the Program's buffers.
 #include <cmath>
+#include <vector>
 
+#include "src/runtime/context_parallel.hpp"
 #include "src/runtime/exec/impl.hpp"
 #include "stratagem/error.hpp"
 
@@ -13,13 +15,27 @@ exec::Micro& Executor::Impl::mb(int m) {
   exec::Micro& s = it->second;
   if (fresh && (stage == 0 || stage == plan.pp - 1)) {
     // This rank's samples of micro-batch m, indexed globally so that any layout sees the same
-    // global batch.
+    // global batch; under context parallelism, the rows of its two chunks of each.
     s.tokens.resize(size_t(sh.N));
     s.targets.resize(size_t(sh.N));
+    const int whole_len = model_spec.seq_len;
+    std::vector<int32_t> tokens(static_cast<size_t>(whole_len)),
+        targets(static_cast<size_t>(whole_len));
+    const std::vector<int64_t> rows = sequence.split()
+                                          ? cp_positions(sequence.cp_rank, sequence.cp, whole_len)
+                                          : std::vector<int64_t>{};
     for (int i = 0; i < sh.B; ++i) {
       const int64_t index = int64_t(m) * sh.B * sh.dp + int64_t(sh.dp_index) * sh.B + i;
-      samples.sample(current_step.index, index, T, s.tokens.data() + size_t(i) * T,
-                     s.targets.data() + size_t(i) * T);
+      if (!sequence.split()) {
+        samples.sample(current_step.index, index, T, s.tokens.data() + size_t(i) * T,
+                       s.targets.data() + size_t(i) * T);
+        continue;
+      }
+      samples.sample(current_step.index, index, whole_len, tokens.data(), targets.data());
+      for (int t = 0; t < T; ++t) {
+        s.tokens[size_t(i) * T + t] = tokens[size_t(rows[t])];
+        s.targets[size_t(i) * T + t] = targets[size_t(rows[t])];
+      }
     }
     const int64_t begin = sh.local.vocab_begin(sh.tp_index),
                   valid = sh.local.vocab_valid(sh.tp_index);
@@ -49,6 +65,7 @@ Tensor Executor::Impl::materialize(exec::Flow& f, int buf, Shape shape) {
 // A forward keeps the attention probabilities for its backward unless the layer recomputes
 // them (or flash attention never forms them); a recompute rebuilds them.
 bool Executor::Impl::attention_keeps_probs(const Op& op) const {
+  if (sequence.split()) return false;  // blocks of the sequence: never whole rows of scores
   return !plan.flash_attention && (op.phase == Phase::recompute || op.recompute == Recompute::none);
 }
 
@@ -99,6 +116,7 @@ void Executor::Impl::block_forward(const Op& op) {
   const exec::LayerShare& sh = share(l);
   const TransformerConfig& lc = sh.local;
   const int b = sh.B;
+  if (rec && attn && rc == Recompute::selective && sequence.split()) return;  // none kept
   if (rec && attn && rc == Recompute::selective) {
     // Rebuild the attention probabilities from the saved q, k (selective recompute).
     Tensor att = buffers.pool.take(buffers.of(Block::attention, Phase::recompute, l, op.microbatch),
@@ -123,7 +141,7 @@ void Executor::Impl::block_forward(const Op& op) {
         attention_keeps_probs(op) ? buffers.pool.take(acts, Shape{b, lc.heads, T, T}) : Tensor{};
     a.lse = buffers.pool.take(acts, Shape{b, lc.heads, T});
     a.out = buffers.pool.take(acts, Shape{b, T, lc.attn_width()});
-    attention_forward(backend, lc, w, xn, y, a, bias);
+    attention_forward(backend, lc, w, xn, y, a, bias, sequence);
   } else {
     MlpActs& a = ls.mlp;
     a.fc1_out = buffers.pool.take(acts, Shape{b, T, lc.fc1_width()});
@@ -170,7 +188,7 @@ void Executor::Impl::block_backward(const Op& op) {
   const LayerWeights& w = shards.model.weights.layer(l);
   LayerWeights& g = shards.model.grad_weights.layer(l);
   if (attn)
-    attention_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.attn, *sh.ws);
+    attention_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.attn, *sh.ws, sequence);
   else
     mlp_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.mlp, *sh.ws);
   m.gathered = m.gathered_dy = Tensor{};
@@ -205,7 +223,8 @@ void Executor::Impl::embedding_forward(const Op& op) {
   exec::Micro& m = mb(op.microbatch);
   m.embedded = true;
   Tensor x = buffers.pool.scratch(full_shape());
-  stratagem::embedding_forward(backend, sh.local, shards.model.weights, m.ids, x, sh.tp_index == 0);
+  stratagem::embedding_forward(backend, sh.local, shards.model.weights, m.ids, x, sh.tp_index == 0,
+                               sequence);
   if (sh.tp == 1)
     m.fwd = exec::Flow{x, {}, -1};
   else
@@ -218,7 +237,7 @@ void Executor::Impl::embedding_backward(const Op& op) {
   stage_gradients(-1);
   fit_grad(m, -1);
   Tensor dx = sh.sequence_parallel ? m.gathered_dy.view(full_shape()) : m.grad.view(full_shape());
-  stratagem::embedding_backward(backend, sh.local, shards.model.grad_weights, m.ids, dx);
+  stratagem::embedding_backward(backend, sh.local, shards.model.grad_weights, m.ids, dx, sequence);
   current_step.micro.erase(op.microbatch);
 }
 
@@ -281,8 +300,9 @@ void Executor::Impl::head_backward(const Op& op) {
   const exec::LayerShare& sh = share(-1);  // the embedding and head's
   exec::Micro& m = mb(op.microbatch);
   stage_gradients(-1);
-  // Gradient of the mean loss over the global batch's tokens.
-  const float scale = 1.0f / float(double(program.num_microbatches) * sh.dp * sh.N);
+  // Gradient of the mean loss over the global batch's tokens (a cp group's ranks each hold
+  // N of a sample's).
+  const float scale = 1.0f / float(double(program.num_microbatches) * sh.dp * sh.cp * sh.N);
   backend.crossentropy_shard_backward(m.logits, m.logits, m.ce_max, m.ce_sums, m.targets,
                                       sh.local.vocab_begin(sh.tp_index),
                                       sh.local.vocab_valid(sh.tp_index), scale);

@@ -32,7 +32,7 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_in, const Plan
   check_runnable(model_spec, plan, parallel.cluster(), backend.name(), options.framework);
   stage = parallel.stage();
   whole = transformer_config(model_spec);
-  T = model_spec.seq_len;
+  T = model_spec.seq_len / plan.embedding.cp;  // check_runnable: one cp for all, 2 cp | seq_len
   const ModelPart part = exec::stage_part(plan, stage, parallel.coords().local);
   // Every layer's share (a neighbouring stage's layers too: what crosses the boundary is in
   // their layout); scratch for this stage's.

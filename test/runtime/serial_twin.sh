@@ -1,7 +1,8 @@
-# A parallel plan trains equal to its serial twin (sourced by parallel_equals_serial.sh and
-# moe_equals_serial.sh, after common.sh): losses over 5 steps to 1e-5 relative, final weights
-# to 1e-5, each memory category within 10% of the simulator's forecast (PRINT_ONLY=categories
-# prints those without failing; parallel_equals_serial.sh says which and why).
+# A parallel run against its serial twin (sourced by parallel_equals_serial.sh,
+# context_parallel.sh and moe_equals_serial.sh, after common.sh): the same model, global batch
+# and seed on one rank.
+# case_ checks losses over 5 steps to 1e-5 relative, final weights to 1e-5, and each memory
+# category of the run's peak within 10% of the simulator's forecast for the same plan.
 run() {  # name np model-and-plan flags...
   local name=$1 np=$2; shift 2
   timeout 120 "${MPIRUN[@]}" -np "$np" "$BIN" train --data "$WORK/data.bin" --steps 5 \
@@ -14,15 +15,16 @@ check() {  # kind a b tol
 # case name np model-flags plan-flags (serial twin: same model, batch and recompute, dp 1)
 case_() {
   local name=$1 np=$2 model=$3 batch=$4 serial_flags=$5 plan=$6
+  local twin=${SERIAL:-$name}  # SERIAL=other: compare with other's serial run (same twin)
   local -n m=$model
   local plan_batch=$batch dtype="--dtype fp32"  # a plan file holds its batch and dtype
   [[ $plan == --plan* ]] && plan_batch="" dtype=""
   # shellcheck disable=SC2086
-  run "$name.serial" 1 "${m[@]}" $batch --dp 1 $serial_flags
+  [ -f "$WORK/$twin.serial.jsonl" ] || run "$twin.serial" 1 "${m[@]}" $batch --dp 1 $serial_flags
   # shellcheck disable=SC2086
   run "$name" "$np" "${m[@]}" $plan_batch $plan
-  check losses "$WORK/$name.serial.jsonl" "$WORK/$name.jsonl" 1e-5
-  check weights "$WORK/$name.serial/step-00000005.h5" "$WORK/$name/step-00000005.h5" 1e-5
+  check losses "$WORK/$twin.serial.jsonl" "$WORK/$name.jsonl" 1e-5
+  check weights "$WORK/$twin.serial/step-00000005.h5" "$WORK/$name/step-00000005.h5" 1e-5
   # The forecast models the cluster the run was launched on (train writes it into its trace).
   $PY -c 'import h5py,sys; print(h5py.File(sys.argv[1],"r").attrs["cluster"])' "$WORK/$name.h5" \
     >"$WORK/$name.cluster.json"

@@ -1,0 +1,422 @@
+// Context-parallel attention over a cp group: the ring, all-gather and all-to-all kinds
+// (context_parallel.hpp), assembled from the Backend's block attention, online-softmax merge
+// and block copies, and the Communicator's point-to-point transfers and collectives.
+#include "src/runtime/context_parallel.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "src/runtime/kernel_checks.hpp"
+
+namespace stratagem {
+namespace {
+
+// Distinct tags: on a cp group of 2 the next and the previous rank are the same peer.
+constexpr int kKvTag = 2701, kDkvTag = 2702, kA2aTag = 2703;
+
+// The sizes every kind needs, from the rank's local (B, T/cp, (NH+2KV)*hd) tensor.
+struct Dims {
+  int64_t B = 0, Tl = 0, W = 0, hd = 0, T = 0;
+  int cp = 1, rank = 0, heads = 0, kv_heads = 0;
+  int64_t kv_width() const { return 2 * kv_heads * hd; }
+  int64_t k_col() const { return heads * hd; }  // first k column of a qkv row
+};
+
+Dims dims_of(const Communicator& comm, const CpAttention& a, const Tensor& local,
+             const char* where) {
+  Dims d;
+  d.cp = comm.size(), d.rank = comm.rank(), d.heads = a.heads, d.kv_heads = a.kv_heads;
+  d.T = a.seq_len;
+  const int64_t width = static_cast<int64_t>(a.heads) + 2 * a.kv_heads;
+  if (!local.defined() || local.ndim() != 3 || a.heads <= 0 || a.kv_heads <= 0 ||
+      local.dim(2) % width != 0)
+    throw std::invalid_argument(std::string(where) + ": qkv must be (B,T/cp,(NH+2KV)*hd), got " +
+                                local.shape.str());
+  d.B = local.dim(0), d.Tl = local.dim(1), d.W = local.dim(2), d.hd = d.W / width;
+  if (d.Tl * d.cp != d.T)
+    throw std::invalid_argument(std::string(where) + ": " + std::to_string(d.Tl) +
+                                " local rows on " + std::to_string(d.cp) +
+                                " ranks do not make the sequence of " + std::to_string(d.T));
+  cp_chunks(d.rank, d.cp, d.T);  // checks that 2 cp divides T
+  return d;
+}
+
+// Member i's block of a buffer holding one block per member.
+Tensor member_block(const Tensor& buf, int i, Shape block) {
+  return buf.slice(static_cast<int64_t>(i) * block.numel(), block);
+}
+
+// K and V of the local rows, packed as (B, T/cp, 2*KV*hd): what travels between ranks.
+Tensor pack_kv(Backend& be, const Dims& d, const Tensor& qkv) {
+  Tensor kv = be.allocate(Shape{d.B, d.Tl, d.kv_width()});
+  be.copy_block(kv, 0, 0, qkv, 0, d.k_col(), d.B * d.Tl, d.kv_width());
+  return kv;
+}
+
+bool sees(TokenSpan q, TokenSpan k) {
+  return k.rows > 0 && q.rows > 0 && k.pos0 <= q.pos0 + q.rows - 1;
+}
+
+// Rows in local chunk order (B, T/cp, X) of every member, one block each in `blocks`, to or
+// from the whole sequence in position order (B, T, X).
+void blocks_to_sequence(Backend& be, const Dims& d, Tensor& seq, const Tensor& blocks,
+                        int64_t width) {
+  for (int i = 0; i < d.cp; ++i) {
+    const Tensor block = member_block(blocks, i, Shape{d.B, d.Tl, width});
+    const CpChunks ch = cp_chunks(i, d.cp, d.T);
+    for (int64_t b = 0; b < d.B; ++b)
+      for (const TokenSpan& s : {ch.first, ch.second})
+        be.copy_block(seq, b * d.T + s.pos0, 0, block, b * d.Tl + s.row0, 0, s.rows, width);
+  }
+}
+void sequence_to_blocks(Backend& be, const Dims& d, Tensor& blocks, const Tensor& seq,
+                        int64_t width) {
+  for (int i = 0; i < d.cp; ++i) {
+    Tensor block = member_block(blocks, i, Shape{d.B, d.Tl, width});
+    const CpChunks ch = cp_chunks(i, d.cp, d.T);
+    for (int64_t b = 0; b < d.B; ++b)
+      for (const TokenSpan& s : {ch.first, ch.second})
+        be.copy_block(block, b * d.Tl + s.row0, 0, seq, b * d.T + s.pos0, 0, s.rows, width);
+  }
+}
+
+// Block j of `send` goes to member j; block i of `recv` comes from member i.
+void all_to_all(Backend& be, Communicator& comm, const Tensor& send, Tensor& recv,
+                int64_t block_count) {
+  std::vector<RequestPtr> pending;
+  const int cp = comm.size(), me = comm.rank();
+  for (int j = 0; j < cp; ++j) {
+    if (j == me) continue;
+    pending.push_back(comm.irecv(recv.data + j * block_count, block_count, j, kA2aTag));
+    pending.push_back(comm.isend(send.data + j * block_count, block_count, j, kA2aTag));
+  }
+  Tensor mine = recv.slice(me * block_count, Shape{block_count});
+  be.copy(mine, send.slice(me * block_count, Shape{block_count}));
+  for (auto& r : pending) r->wait();
+}
+
+// ---- ring ------------------------------------------------------------------------------------
+void ring_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, Tensor& lse,
+                  const Tensor& qkv) {
+  const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
+  const int next = (d.rank + 1) % d.cp, prev = (d.rank + d.cp - 1) % d.cp;
+  Tensor cur = pack_kv(be, d, qkv);
+  Tensor nxt = be.allocate(cur.shape);
+  Tensor part_out = be.allocate(out.shape), part_lse = be.allocate(lse.shape);
+  be.fill(out, 0.0f);
+  be.fill(lse, -std::numeric_limits<float>::infinity());
+  const int64_t n = cur.numel();
+  for (int s = 0; s < d.cp; ++s) {
+    // The next block travels while this one is attended to.
+    RequestPtr send, recv;
+    if (s + 1 < d.cp) {
+      recv = comm.irecv(nxt.data, n, prev, kKvTag);
+      send = comm.isend(cur.data, n, next, kKvTag);
+    }
+    const CpChunks theirs = cp_chunks((d.rank - s + d.cp) % d.cp, d.cp, d.T);
+    for (const TokenSpan& q : {mine.first, mine.second}) {
+      for (const TokenSpan& k : {theirs.first, theirs.second}) {
+        if (!sees(q, k)) continue;
+        be.attention_block_forward(part_out, part_lse, qkv, q, cur, k, d.heads, d.kv_heads);
+        be.attention_merge(out, lse, part_out, part_lse, q);
+      }
+    }
+    if (send) send->wait();
+    if (recv) recv->wait();
+    std::swap(cur, nxt);
+  }
+}
+
+void ring_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv, const Tensor& dout,
+                   const Tensor& out, const Tensor& lse, const Tensor& qkv) {
+  const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
+  const int next = (d.rank + 1) % d.cp, prev = (d.rank + d.cp - 1) % d.cp;
+  Tensor cur = pack_kv(be, d, qkv);
+  Tensor nxt = be.allocate(cur.shape);
+  Tensor dcur = be.zeros(cur.shape), dnxt = be.allocate(cur.shape);
+  be.fill(dqkv, 0.0f);
+  const int64_t n = cur.numel();
+  for (int s = 0; s < d.cp; ++s) {
+    RequestPtr send, recv;
+    if (s + 1 < d.cp) {
+      recv = comm.irecv(nxt.data, n, prev, kKvTag);
+      send = comm.isend(cur.data, n, next, kKvTag);
+    }
+    const CpChunks theirs = cp_chunks((d.rank - s + d.cp) % d.cp, d.cp, d.T);
+    for (const TokenSpan& q : {mine.first, mine.second}) {
+      for (const TokenSpan& k : {theirs.first, theirs.second}) {
+        if (!sees(q, k)) continue;
+        be.attention_block_backward(dqkv, dcur, dout, out, lse, qkv, q, cur, k, d.heads,
+                                    d.kv_heads);
+      }
+    }
+    // The block's dK,dV follow it around the ring; after the last step they reach its owner.
+    if (d.cp > 1) {
+      RequestPtr drecv = comm.irecv(dnxt.data, n, prev, kDkvTag);
+      RequestPtr dsend = comm.isend(dcur.data, n, next, kDkvTag);
+      dsend->wait();
+      drecv->wait();
+      std::swap(dcur, dnxt);
+    }
+    if (send) send->wait();
+    if (recv) recv->wait();
+    std::swap(cur, nxt);
+  }
+  be.copy_block(dqkv, 0, d.k_col(), dcur, 0, 0, d.B * d.Tl, d.kv_width());
+}
+
+// ---- all-gather ------------------------------------------------------------------------------
+// K,V of the whole sequence in position order (B, T, 2*KV*hd).
+Tensor gather_kv(Backend& be, Communicator& comm, const Dims& d, const Tensor& qkv) {
+  const Tensor local = pack_kv(be, d, qkv);
+  Tensor blocks = be.allocate(Shape{d.cp * d.B, d.Tl, d.kv_width()});
+  comm.iall_gather(local.data, blocks.data, local.numel())->wait();
+  Tensor seq = be.allocate(Shape{d.B, d.T, d.kv_width()});
+  blocks_to_sequence(be, d, seq, blocks, d.kv_width());
+  return seq;
+}
+
+void allgather_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, Tensor& lse,
+                       const Tensor& qkv) {
+  const Tensor kv = gather_kv(be, comm, d, qkv);
+  const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
+  const TokenSpan all{0, d.T, 0};
+  for (const TokenSpan& q : {mine.first, mine.second})
+    be.attention_block_forward(out, lse, qkv, q, kv, all, d.heads, d.kv_heads);
+}
+
+void allgather_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv,
+                        const Tensor& dout, const Tensor& out, const Tensor& lse,
+                        const Tensor& qkv) {
+  // Gathered again rather than kept: a whole sequence of K,V per layer would outweigh the
+  // rank's own activations.
+  const Tensor kv = gather_kv(be, comm, d, qkv);
+  Tensor dkv = be.zeros(kv.shape);
+  be.fill(dqkv, 0.0f);
+  const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
+  const TokenSpan all{0, d.T, 0};
+  for (const TokenSpan& q : {mine.first, mine.second})
+    be.attention_block_backward(dqkv, dkv, dout, out, lse, qkv, q, kv, all, d.heads, d.kv_heads);
+  Tensor blocks = be.allocate(Shape{d.cp * d.B, d.Tl, d.kv_width()});
+  sequence_to_blocks(be, d, blocks, dkv, d.kv_width());
+  Tensor mine_dkv = be.allocate(Shape{d.B, d.Tl, d.kv_width()});
+  comm.ireduce_scatter(blocks.data, mine_dkv.data, mine_dkv.numel())->wait();
+  be.copy_block(dqkv, 0, d.k_col(), mine_dkv, 0, 0, d.B * d.Tl, d.kv_width());
+}
+
+// ---- all-to-all (Ulysses) --------------------------------------------------------------------
+struct HeadGroup {
+  int heads, kv_heads;
+  int64_t width;  // (heads + 2 kv_heads) * hd
+};
+HeadGroup head_group(const Dims& d) {
+  if (d.heads % d.cp != 0 || d.kv_heads % d.cp != 0)
+    throw std::invalid_argument("cp a2a: heads (" + std::to_string(d.heads) + ") and kv_heads (" +
+                                std::to_string(d.kv_heads) + ") must divide by cp (" +
+                                std::to_string(d.cp) + ")");
+  const int h = d.heads / d.cp, kv = d.kv_heads / d.cp;
+  return {h, kv, (static_cast<int64_t>(h) + 2 * kv) * d.hd};
+}
+
+// The columns of head group j in a (.., (NH+2KV)*hd) row: its q, k and v heads.
+struct QkvPieces {
+  int64_t col[3], width[3];
+};
+QkvPieces pieces_of(const Dims& d, const HeadGroup& g, int j) {
+  const int64_t qw = g.heads * d.hd, kw = g.kv_heads * d.hd;
+  return {{j * qw, d.k_col() + j * kw, d.k_col() + d.kv_heads * d.hd + j * kw}, {qw, kw, kw}};
+}
+
+// Local rows of all heads -> the whole sequence of this rank's head group, for a tensor whose
+// rows are `full` wide and whose group j is `pieces(j)` of them (a qkv or an output).
+template <class Pieces>
+Tensor heads_to_sequence(Backend& be, Communicator& comm, const Dims& d, const Tensor& local,
+                         int64_t group_width, Pieces pieces) {
+  Tensor send = be.allocate(Shape{d.cp * d.B, d.Tl, group_width});
+  for (int j = 0; j < d.cp; ++j) {
+    Tensor block = member_block(send, j, Shape{d.B, d.Tl, group_width});
+    const QkvPieces p = pieces(j);
+    int64_t at = 0;
+    for (int k = 0; k < 3; ++k) {
+      if (p.width[k] == 0) continue;
+      be.copy_block(block, 0, at, local, 0, p.col[k], d.B * d.Tl, p.width[k]);
+      at += p.width[k];
+    }
+  }
+  Tensor recv = be.allocate(send.shape);
+  all_to_all(be, comm, send, recv, d.B * d.Tl * group_width);
+  Tensor seq = be.allocate(Shape{d.B, d.T, group_width});
+  blocks_to_sequence(be, d, seq, recv, group_width);
+  return seq;
+}
+
+// The inverse: this rank's head group over the whole sequence -> its local rows of all heads.
+template <class Pieces>
+void sequence_to_heads(Backend& be, Communicator& comm, const Dims& d, Tensor& local,
+                       const Tensor& seq, int64_t group_width, Pieces pieces) {
+  Tensor send = be.allocate(Shape{d.cp * d.B, d.Tl, group_width});
+  sequence_to_blocks(be, d, send, seq, group_width);
+  Tensor recv = be.allocate(send.shape);
+  all_to_all(be, comm, send, recv, d.B * d.Tl * group_width);
+  for (int j = 0; j < d.cp; ++j) {
+    const Tensor block = member_block(recv, j, Shape{d.B, d.Tl, group_width});
+    const QkvPieces p = pieces(j);
+    int64_t at = 0;
+    for (int k = 0; k < 3; ++k) {
+      if (p.width[k] == 0) continue;
+      be.copy_block(local, 0, p.col[k], block, 0, at, d.B * d.Tl, p.width[k]);
+      at += p.width[k];
+    }
+  }
+}
+
+void a2a_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, Tensor& lse,
+                 Tensor& qkv) {
+  const HeadGroup g = head_group(d);
+  const auto qkv_pieces = [&](int j) { return pieces_of(d, g, j); };
+  const int64_t ow = g.heads * d.hd;
+  const auto out_pieces = [&](int j) { return QkvPieces{{j * ow, 0, 0}, {ow, 0, 0}}; };
+  const Tensor seq = heads_to_sequence(be, comm, d, qkv, g.width, qkv_pieces);
+  Tensor seq_out = be.allocate(Shape{d.B, d.T, ow});
+  Tensor seq_lse = lse.view(Shape{d.B, g.heads, d.T});
+  Tensor no_att;
+  be.attention_forward(seq_out, no_att, seq_lse, seq, g.heads, g.kv_heads);
+  sequence_to_heads(be, comm, d, out, seq_out, ow, out_pieces);
+  // The backward attends the same whole-sequence head group: keep it in qkv's place (the
+  // same size) instead of trading it again.
+  be.copy(qkv, seq);
+}
+
+void a2a_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv, const Tensor& dout,
+                  const Tensor& out, const Tensor& lse, const Tensor& qkv) {
+  const HeadGroup g = head_group(d);
+  const auto qkv_pieces = [&](int j) { return pieces_of(d, g, j); };
+  const int64_t ow = g.heads * d.hd;
+  const auto out_pieces = [&](int j) { return QkvPieces{{j * ow, 0, 0}, {ow, 0, 0}}; };
+  const Tensor seq = qkv.view(Shape{d.B, d.T, g.width});
+  const Tensor seq_lse = lse.view(Shape{d.B, g.heads, d.T});
+  const Tensor seq_out = heads_to_sequence(be, comm, d, out, ow, out_pieces);
+  const Tensor seq_dout = heads_to_sequence(be, comm, d, dout, ow, out_pieces);
+  Tensor seq_dqkv = be.allocate(seq.shape);
+  be.attention_backward(seq_dqkv, seq_dout, seq_out, seq, Tensor{}, seq_lse, g.heads, g.kv_heads);
+  sequence_to_heads(be, comm, d, dqkv, seq_dqkv, g.width, qkv_pieces);
+}
+
+}  // namespace
+
+CpChunks cp_chunks(int rank, int cp, int64_t seq_len) {
+  if (cp < 1 || rank < 0 || rank >= cp || seq_len % (2 * cp) != 0)
+    throw std::invalid_argument("context parallelism: the sequence of " + std::to_string(seq_len) +
+                                " tokens does not split into 2 x cp = " + std::to_string(2 * cp) +
+                                " equal chunks");
+  const int64_t c = seq_len / (2 * cp);
+  return {TokenSpan{0, c, rank * c}, TokenSpan{c, c, (2 * cp - 1 - rank) * c}};
+}
+
+std::vector<int64_t> cp_positions(int rank, int cp, int64_t seq_len) {
+  const CpChunks ch = cp_chunks(rank, cp, seq_len);
+  std::vector<int64_t> pos;
+  pos.reserve(static_cast<size_t>(2 * ch.first.rows));
+  for (const TokenSpan& s : {ch.first, ch.second})
+    for (int64_t i = 0; i < s.rows; ++i) pos.push_back(s.pos0 + i);
+  return pos;
+}
+
+void cp_attention_forward(Backend& be, Communicator& comm, const CpAttention& a, Tensor& out,
+                          Tensor& lse, Tensor& qkv) {
+  const Dims d = dims_of(comm, a, qkv, "cp_attention_forward");
+  expect_shape(out, Shape{d.B, d.Tl, d.heads * d.hd}, "cp_attention_forward", "out");
+  expect_shape(lse, Shape{d.B, d.heads, d.Tl}, "cp_attention_forward", "lse");
+  switch (a.kind) {
+    case CpKind::ring:
+      return ring_forward(be, comm, d, out, lse, qkv);
+    case CpKind::allgather:
+      return allgather_forward(be, comm, d, out, lse, qkv);
+    case CpKind::a2a:
+      return a2a_forward(be, comm, d, out, lse, qkv);
+  }
+}
+
+void cp_attention_backward(Backend& be, Communicator& comm, const CpAttention& a, Tensor& dqkv,
+                           const Tensor& dout, const Tensor& out, const Tensor& lse,
+                           const Tensor& qkv) {
+  const Dims d = dims_of(comm, a, dqkv, "cp_attention_backward");
+  expect_shape(dout, Shape{d.B, d.Tl, d.heads * d.hd}, "cp_attention_backward", "dout");
+  expect_shape(out, dout.shape, "cp_attention_backward", "out");
+  checks::expect_numel("cp_attention_backward", "lse", lse, d.B * d.heads * d.Tl);
+  checks::expect_numel("cp_attention_backward", "qkv", qkv, dqkv.numel());
+  switch (a.kind) {
+    case CpKind::ring:
+      return ring_backward(be, comm, d, dqkv, dout, out, lse, qkv);
+    case CpKind::allgather:
+      return allgather_backward(be, comm, d, dqkv, dout, out, lse, qkv);
+    case CpKind::a2a:
+      return a2a_backward(be, comm, d, dqkv, dout, out, lse, qkv);
+  }
+}
+
+CpAttention cp_attention(const TransformerConfig& c, const SequenceShare& seq) {
+  if (!seq.comm || seq.comm->size() != seq.cp || seq.comm->rank() != seq.cp_rank)
+    throw std::logic_error("context parallelism: the cp communicator does not match cp " +
+                           std::to_string(seq.cp) + " rank " + std::to_string(seq.cp_rank));
+  return CpAttention{seq.kind, c.heads, c.kv_heads, seq.seq_len};
+}
+
+namespace {
+// Calls fn(b, chunk, first local row) for every sample and chunk of the rank's rows.
+template <class Fn>
+void for_each_chunk(const SequenceShare& seq, int64_t B, Fn fn) {
+  const CpChunks ch = cp_chunks(seq.cp_rank, seq.cp, seq.seq_len);
+  const int64_t Tl = seq.seq_len / seq.cp;
+  for (int64_t b = 0; b < B; ++b)
+    for (const TokenSpan& s : {ch.first, ch.second}) fn(s, b * Tl + s.row0);
+}
+int64_t local_rows(const SequenceShare& seq, const Tensor& t, const char* where) {
+  if (!t.defined() || t.ndim() != 3 || t.dim(1) * seq.cp != seq.seq_len)
+    throw std::invalid_argument(std::string(where) + ": expected (B," +
+                                std::to_string(seq.seq_len / std::max(seq.cp, 1)) +
+                                ",...) rows, got " + t.shape.str());
+  return t.dim(0);
+}
+}  // namespace
+
+void cp_rope(Backend& be, const SequenceShare& seq, Tensor& qkv, const TransformerConfig& c,
+             bool backward) {
+  const int64_t B = local_rows(seq, qkv, "cp_rope");
+  const int64_t W = qkv.dim(2);
+  for_each_chunk(seq, B, [&](const TokenSpan& s, int64_t row) {
+    Tensor chunk = qkv.slice(row * W, Shape{1, s.rows, W});
+    if (backward)
+      be.rope_backward_from(chunk, c.heads, c.kv_heads, c.rope_theta, s.pos0);
+    else
+      be.rope_forward_from(chunk, c.heads, c.kv_heads, c.rope_theta, s.pos0);
+  });
+}
+
+void cp_embedding_forward(Backend& be, const SequenceShare& seq, Tensor& x_out,
+                          std::span<const int32_t> ids, const Tensor& wte, const Tensor& wpe) {
+  const int64_t B = local_rows(seq, x_out, "cp_embedding_forward");
+  const int64_t C = x_out.dim(2);
+  for_each_chunk(seq, B, [&](const TokenSpan& s, int64_t row) {
+    Tensor x = x_out.slice(row * C, Shape{1, s.rows, C});
+    be.embedding_forward(x, ids.subspan(static_cast<size_t>(row), static_cast<size_t>(s.rows)), wte,
+                         wpe.rows(s.pos0, s.pos0 + s.rows));
+  });
+}
+
+void cp_embedding_backward(Backend& be, const SequenceShare& seq, Tensor& dwte, Tensor& dwpe,
+                           std::span<const int32_t> ids, const Tensor& dx) {
+  const int64_t B = local_rows(seq, dx, "cp_embedding_backward");
+  const int64_t C = dx.dim(2);
+  for_each_chunk(seq, B, [&](const TokenSpan& s, int64_t row) {
+    Tensor dpos = dwpe.rows(s.pos0, s.pos0 + s.rows);
+    be.embedding_backward(dwte, dpos,
+                          ids.subspan(static_cast<size_t>(row), static_cast<size_t>(s.rows)),
+                          dx.slice(row * C, Shape{1, s.rows, C}));
+  });
+}
+
+}  // namespace stratagem
