@@ -104,8 +104,8 @@ SearchResult Searcher::run() {
 // Every configuration's lower bound, a (pp, Bm) pair per task (each builds its pair's cost
 // tables).
 void Searcher::bound_configs(std::vector<Config>& cfs) {
-  std::map<std::pair<int, int>, std::vector<Config*>> by_pair;
-  for (auto& cf : cfs) by_pair[{cf.pp, cf.Bm}].push_back(&cf);
+  std::map<std::tuple<int, int, int>, std::vector<Config*>> by_pair;
+  for (auto& cf : cfs) by_pair[{cf.pp, cf.Bm, cf.cpg}].push_back(&cf);
   std::vector<const std::vector<Config*>*> tasks;
   for (const auto& [key, list] : by_pair) {
     pairs_[key];  // the slot, filled by its task
@@ -175,8 +175,8 @@ void Searcher::enumerate(const std::function<void(const Plan&)>& visit) {
   const int L = m_.layers;
   for (const Config& cf : configs()) {
     const int pp = cf.pp, v = cf.v, D = c_.world_size() / pp;
-    const auto raw = layer_candidates(m_, c_, D, cf.Bm, filter_);
-    const auto embs = embedding_candidates(m_, c_, D, cf.Bm, filter_);
+    const auto raw = layer_candidates(m_, c_, D, cf.Bm, filter_for(cf.cpg));
+    const auto embs = embedding_candidates(m_, c_, D, cf.Bm, filter_for(cf.cpg));
     if (raw.empty() || embs.empty()) continue;
     // Stage totals: every composition of L into pp parts of at least v layers.
     std::vector<int> totals(pp, v);
