@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "src/search/bound_exchange.hpp"
+#include "stratagem/estimate.hpp"
 
 namespace stratagem::search_detail {
 
@@ -163,6 +164,15 @@ void Searcher::throw_no_plan_fits(const std::vector<Config>& cfs) {
     msg += "; the smallest peak memory reachable is " +
            fmt_gib(min_memory_.best->est_peak_memory_bytes) +
            " per GPU, with: " + min_memory_.best->plan.describe();
+    // What is over: that plan's peak by category (the estimator's, at its peak stage).
+    const Plan& p = min_memory_.best->plan;
+    const MemoryBreakdown mb = estimate(CostModel(m_, c_, p, o_.framework)).memory;
+    msg += "; at its peak " + fmt_gib(mb.total_bytes()) + " = weights " +
+           fmt_gib(mb.weights_bytes) + " + grads " + fmt_gib(mb.grads_bytes) + " + optimizer " +
+           fmt_gib(mb.optimizer_bytes) + " + activations " + fmt_gib(mb.activations_bytes) +
+           " + buffers " + fmt_gib(mb.buffers_bytes) + " + context and fragmentation " +
+           fmt_gib(mb.context_bytes + mb.fragmentation_bytes) + ", " +
+           fmt_gib(mb.total_bytes() - budget_) + " over";
   } else {
     msg += " (no valid plan at all for this model, cluster and global batch)";
   }
