@@ -1,8 +1,12 @@
 // Context parallelism: the plan's validation, the Layout's cp and dp-with-cp groups, the
 // Program's ops of each kind (counts, bytes, matching), and the cost of the split attention.
 #define BOOST_TEST_MODULE context_parallel
+#include <array>
 #include <boost/test/unit_test.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 
@@ -327,4 +331,47 @@ BOOST_AUTO_TEST_CASE(search_candidates_under_cp) {
   }
   // kv_heads 4 do not split over cp x tp = 8 ranks: no a2a.
   BOOST_TEST((kinds == std::set<int>{int(CpKind::ring), int(CpKind::allgather)}));
+}
+
+namespace {
+// `stratagem <cmd> <args> --json` on stdout (stderr dropped), parsed; fails on a non-zero exit.
+nlohmann::json run_json(const std::string& cmd_and_args) {
+  const char* b = std::getenv("STRATAGEM_BIN");
+  BOOST_REQUIRE_MESSAGE(b, "STRATAGEM_BIN is not set (ctest sets it)");
+  std::string out;
+  std::FILE* f = popen((std::string(b) + " " + cmd_and_args + " --json 2>/dev/null").c_str(), "r");
+  BOOST_REQUIRE(f);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
+  BOOST_REQUIRE(pclose(f) == 0);
+  return nlohmann::json::parse(out);
+}
+}  // namespace
+
+// The estimator's closed form and the simulator's run of the Program agree on each kind: the
+// same memory per category, iteration time and exposed cp time within a few percent; both
+// report cp_comm, the simulator also exposed_comm_s.cp; a plan without cp reports neither.
+BOOST_AUTO_TEST_CASE(estimator_and_simulator_agree_on_each_kind) {
+  const std::string plan =
+      "--model llama3-8b --seq-len 32768 --cluster dgx-h100 --nodes 1 --tp 2 --cp 4 "
+      "--sequence-parallel --recompute full --flash-attention --micro-batch 1 --global-batch 4 "
+      "--cp-kind ";
+  for (const char* kind : {"ring", "allgather", "a2a"}) {
+    BOOST_TEST_CONTEXT(kind) {
+      const nlohmann::json e = run_json("estimate " + plan + kind);
+      const nlohmann::json s = run_json("simulate " + plan + kind);
+      BOOST_TEST(e["memory_breakdown_bytes"] == s["memory_breakdown_bytes"]);
+      const double te = e["iteration_time_s"], ts = s["iteration_time_s"];
+      BOOST_TEST(std::abs(te - ts) / ts <= 0.03, te << " s estimated, " << ts << " s simulated");
+      BOOST_TEST(e["time_breakdown_s"].contains("cp_comm"));
+      BOOST_TEST(s["time_breakdown_s"].contains("cp_comm"));
+      BOOST_TEST(s["exposed_comm_s"].contains("cp"));
+      BOOST_TEST(s["time_breakdown_s"]["cp_comm"].get<double>() >= 0);
+    }
+  }
+  const nlohmann::json flat =
+      run_json("simulate --model gpt2-124m --cluster dgx-h100 --nodes 1 --global-batch 8");
+  BOOST_TEST(!flat["time_breakdown_s"].contains("cp_comm"));
+  BOOST_TEST(!flat["exposed_comm_s"].contains("cp"));
 }
