@@ -10,6 +10,7 @@
 #include <set>
 #include <tuple>
 
+#include "src/cost/cp_cost.hpp"
 #include "src/search/layer_costs.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/iteration.hpp"
@@ -374,4 +375,35 @@ BOOST_AUTO_TEST_CASE(estimator_and_simulator_agree_on_each_kind) {
       run_json("simulate --model gpt2-124m --cluster dgx-h100 --nodes 1 --global-batch 8");
   BOOST_TEST(!flat["time_breakdown_s"].contains("cp_comm"));
   BOOST_TEST(!flat["exposed_comm_s"].contains("cp"));
+}
+
+// The closed form's exposed cp time per kind, from the cost model's prices of the ops.
+BOOST_AUTO_TEST_CASE(closed_form_cp_cost) {
+  const ModelSpec m = tiny_llama();
+  const ClusterSpec c = nodes(2);
+  for (const char* kind : {"ring", "allgather", "a2a"}) {
+    BOOST_TEST_CONTEXT(kind) {
+      const Plan p = cp_plan(m, c, 2, 2, 1, kind, 8);
+      const CostModel cost(m, c, p);
+      const LayerStrategy& s = p.layers.front();
+      const CpComm f = cp_comm(m, s, 1, Phase::forward, p.dtype);
+      const CpComm b = cp_comm(m, s, 1, Phase::backward, p.dtype);
+      const cost_detail::CpCost x = cost_detail::cp_cost(cost, s, 1, 2);
+      auto coll = [&](Collective k, int64_t bytes) {
+        return cost.collective_cost(k, bytes, s.cp, 2).time_s();
+      };
+      if (s.cp_kind == CpKind::allgather) {
+        BOOST_TEST(x.fwd_s == coll(Collective::all_gather, f.before_bytes));
+        BOOST_TEST(x.bwd_s >= coll(Collective::reduce_scatter, b.after_bytes));
+      } else if (s.cp_kind == CpKind::a2a) {
+        BOOST_TEST(x.fwd_s == coll(Collective::all_to_all, f.before_bytes) +
+                                  coll(Collective::all_to_all, f.after_bytes));
+      } else {
+        // At least the last dK/dV hop home, which nothing hides.
+        BOOST_TEST(x.bwd_s >= cost.p2p_cost(b.kv_bytes, false).time_s());
+        BOOST_TEST(x.fwd_s >= 0);
+      }
+      BOOST_TEST((x.fwd_s > 0 || s.cp_kind == CpKind::ring));
+    }
+  }
 }
