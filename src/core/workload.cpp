@@ -286,7 +286,17 @@ double model_flops_per_iteration(const ModelSpec& m, int64_t global_batch) {
   // Forward: 2 FLOPs per GEMM weight per token plus 4 s h for attention; backward is twice that.
   const double per_token_layer = 3.0 * (2.0 * gemm_params + 4.0 * s * h);
   const double per_token_logits = 3.0 * 2.0 * double(m.vocab) * h;
-  return double(global_batch) * s * (m.layers * per_token_layer + per_token_logits);
+  if (!m.moe.enabled())
+    return double(global_batch) * s * (m.layers * per_token_layer + per_token_logits);
+  // MoE layers count the FFNs a token passes through: its top_k routed experts, the shared
+  // experts and the router, in place of the dense FFN (the active parameters' FLOPs).
+  const double fe = m.moe.expert_ffn_hidden;
+  const double active = (m.moe.top_k + m.moe.shared_experts) * w * h * fe + h * m.moe.experts;
+  const double per_token_moe = per_token_layer + 3.0 * 2.0 * (active - w * h * f);
+  const int moe_layers = std::max(0, m.layers - m.moe.dense_layers);
+  return double(global_batch) * s *
+         ((m.layers - moe_layers) * per_token_layer + moe_layers * per_token_moe +
+          per_token_logits);
 }
 
 }  // namespace stratagem
