@@ -27,7 +27,7 @@ MoeNodes moe_nodes(const Geometry& geo, int stage, const LayerStrategy& s, bool 
   return n;
 }
 
-void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int tp_nodes, int dp_nodes,
+void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int dp_nodes,
                    const MoeNodes& nodes, bool with_time, LayerCost& lc) {
   const ModelSpec& m = c.model();
   const Plan& p = c.plan();
@@ -96,11 +96,6 @@ void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int tp_nod
   add_sync(grad_sync_cost(c, s, dense, dp_nodes));
   if (expert_params > 0)
     add_sync(grad_sync_cost(c, expert_strategy(s), expert_params, nodes.expert_dp));
-  else if (s.tp > 1)
-    // Whole experts under tp: each tp rank's gradients from its own token slice, summed.
-    lc.grad_reduce_s +=
-        c.collective_cost(Collective::all_reduce, experts * c.grad_reduce_bytes(), s.tp, tp_nodes)
-            .time_s();
   if (s.offload_activations) {
     lc.act_d2h_s = c.copy_cost(sa + sm).time_s();
     lc.act_h2d_s = lc.act_d2h_s;

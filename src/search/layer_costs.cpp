@@ -198,6 +198,7 @@ std::vector<std::pair<int, int>> expert_degrees(const ModelSpec& m, int D, const
     for (int ep = 1; ep <= m.moe.experts && etp * ep <= D; ep *= 2) {
       if (m.moe.experts % ep || D % (etp * ep)) continue;
       if (etp * ep > 1 && (s.zero == 3 || s.offload_params)) continue;
+      if (etp * ep == 1 && s.tp > 1) continue;  // validate_moe: experts split at tp > 1
       out.emplace_back(etp, ep);
     }
     if (s.tp == 1) break;

@@ -103,6 +103,7 @@ BOOST_AUTO_TEST_CASE(expert_groups_follow_megatron_rank_generator) {
 
 BOOST_AUTO_TEST_CASE(dense_plans_get_no_expert_groups) {
   ModelSpec m = tiny_moe();
+  m.moe = MoeSpec{};
   const ClusterSpec c = cluster(1);
   PlanShorthand s;
   s.tp = 2, s.global_batch = 64;
@@ -174,24 +175,22 @@ BOOST_AUTO_TEST_CASE(program_moe_ops) {
       if (op.kind == OpKind::collective) BOOST_TEST(resolve_group(L, r, op) >= 0);
 }
 
-BOOST_AUTO_TEST_CASE(expert_gradients_with_whole_experts) {
-  // etp = ep = 1 under tp 2: the experts' gradients are summed over tp, then go with the rest.
+BOOST_AUTO_TEST_CASE(etp_defaults_to_tp) {
+  // As Megatron-Core's expert_tensor_parallel_size; etp x ep = 1 under tp > 1 is refused.
   const ModelSpec m = tiny_moe(2);
   const ClusterSpec c = cluster(1);
   PlanShorthand s;
   s.tp = 2, s.global_batch = 16;
   const Plan p = plan_of(m, c, s);
-  const Program prog = build_program(m, p);
-  int tp_sums = 0, a2a = 0;
-  for (const Op& op : prog.stages[0].ops) {
-    if (op.kind != OpKind::collective) continue;
-    tp_sums += op.block == Block::experts && op.group == GroupKind::tp;
-    a2a += op.collective == Collective::all_to_all;
+  BOOST_TEST(p.layers[0].etp == 1);  // dense
+  BOOST_TEST(p.layers[1].etp == 2);
+  s.etp = 1;
+  try {
+    plan_of(m, c, s);
+    BOOST_TEST_FAIL("etp 1 ep 1 at tp 2 accepted");
+  } catch (const InputError& e) {
+    BOOST_TEST(std::string(e.what()).find("layers[1].etp") != std::string::npos);
   }
-  BOOST_TEST(tp_sums == 1);
-  BOOST_TEST(a2a == 0);
-  BOOST_TEST(dp_parameters_per_rank(m, p.layers[1], 1) ==
-             layer_parameters_per_rank(m, p.layers[1], 1));
 }
 
 BOOST_AUTO_TEST_CASE(moe_prices) {
