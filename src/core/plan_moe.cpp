@@ -14,9 +14,11 @@
 
 namespace stratagem {
 
-double Plan::expert_load_factor() const {
-  const double f = std::max(1.0, routing_imbalance);
-  return capacity_factor > 0 ? std::min(f, std::max(1.0, capacity_factor)) : f;
+double Plan::expert_load_factor(int ep, int experts) const {
+  double f = std::max(1.0, routing_imbalance);
+  if (capacity_factor > 0) f = std::min(f, std::max(1.0, capacity_factor));
+  if (experts <= 1 || ep <= 1) return 1.0;
+  return 1.0 + (f - 1.0) * double(std::min(ep, experts) - 1) / double(experts - 1);
 }
 
 void apply_moe_shorthand(const PlanShorthand& s, const ModelSpec& m, Plan& p) {

@@ -33,7 +33,7 @@
 // Every collective op carries op.tp = etp and op.tp_big = ep, which select its Layout group
 // (Layout::ep_group, expert_tp_group, expert_dp_group). A compute op's flops and bytes are the
 // balanced mean; the CostModel paces the experts and the all-to-alls by the plan's
-// expert_load_factor (the busiest rank).
+// expert_load_factor(ep, experts) (the busiest expert rank).
 // Gradients: the experts' (moe_expert_parameters_per_rank) are reduced over
 // GroupKind::expert_dp on Stream::dp_comm, Block::experts, by grad_sync of expert_strategy
 // (ZeRO over the expert data-parallel group: reduce-scatter at ZeRO >= 1, all-gather of the

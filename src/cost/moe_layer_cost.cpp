@@ -76,12 +76,13 @@ void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int dp_nod
   double per_pass = 0;
   if (s.ep > 1)
     per_pass += 2 * c.moe_comm_cost(Collective::all_to_all, moe_dispatch_bytes(m, s, b, dt), s.ep,
-                                    nodes.ep)
+                                    nodes.ep, s.ep)
                         .time_s();
   if (s.etp > 1) {
     const int64_t g = moe_expert_tp_bytes(m, s, b, dt);
-    per_pass += c.moe_comm_cost(Collective::all_gather, g, s.etp, nodes.expert_tp).time_s() +
-                c.moe_comm_cost(Collective::reduce_scatter, g, s.etp, nodes.expert_tp).time_s();
+    per_pass +=
+        c.moe_comm_cost(Collective::all_gather, g, s.etp, nodes.expert_tp, s.ep).time_s() +
+        c.moe_comm_cost(Collective::reduce_scatter, g, s.etp, nodes.expert_tp, s.ep).time_s();
   }
   lc.ep_fwd_s = lc.ep_bwd_s = per_pass;
   lc.ep_rec_s = s.recompute == Recompute::full ? per_pass : 0;

@@ -203,22 +203,27 @@ BOOST_AUTO_TEST_CASE(moe_prices) {
   // 16 ranks over 2 nodes: the all-to-all crosses the network for half of its copies.
   const CostModel cost(m, c, p);
   const int64_t bytes = 1 << 24;
-  const CommCost two = cost.moe_comm_cost(Collective::all_to_all, bytes, 16, 2);
+  const CommCost two = cost.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, 16);
   BOOST_TEST(int(two.link) == int(LinkClass::inter_node));
   BOOST_TEST(two.link_bytes == double(bytes) * 8 / 16);
-  const CommCost one = cost.moe_comm_cost(Collective::all_to_all, bytes, 8, 1);
+  const CommCost one = cost.moe_comm_cost(Collective::all_to_all, bytes, 8, 1, 8);
   BOOST_TEST(int(one.link) == int(LinkClass::intra_node));
   BOOST_TEST(one.time_s() < two.time_s());
   // Imbalance paces the experts and the all-to-all by the busiest rank.
   Plan q = p;
   q.routing_imbalance = 1.5;
   const CostModel skewed(m, c, q);
-  BOOST_TEST(skewed.moe_comm_cost(Collective::all_to_all, bytes, 16, 2).link_bytes ==
+  BOOST_TEST(skewed.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, 16).link_bytes ==
              1.5 * two.link_bytes);
   Op op;
   op.kind = OpKind::compute, op.block = Block::experts, op.phase = Phase::forward;
   op.layer = 1, op.samples = 64;  // large enough that the GEMMs are not latency-bound
   BOOST_TEST(skewed.compute_time_s(op) > cost.compute_time_s(op));
+  // A rank holding every expert computes its own tokens' copies: no imbalance at ep 1; half
+  // the experts per rank average it down.
+  BOOST_TEST(q.expert_load_factor(1, 16) == 1.0);
+  BOOST_TEST(q.expert_load_factor(16, 16) == 1.5);
+  BOOST_TEST(q.expert_load_factor(2, 16) == 1.0 + 0.5 / 15);
   // A capacity factor caps what the busiest expert takes.
   q.capacity_factor = 1.0;
   const CostModel capped(m, c, q);
@@ -227,7 +232,7 @@ BOOST_AUTO_TEST_CASE(moe_prices) {
   Plan l = p;
   l.moe_node_limit = 1;
   const CostModel limited(m, c, l);
-  const CommCost lim = limited.moe_comm_cost(Collective::all_to_all, bytes, 16, 2);
+  const CommCost lim = limited.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, 16);
   BOOST_TEST(lim.time_s() < two.time_s());
   // The experts' grouped GEMM runs less efficiently when each expert gets fewer rows.
   const MoeShape few = moe_shape(m, p.layers[1], 1), many = moe_shape(m, p.layers[1], 16);
