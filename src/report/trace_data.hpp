@@ -27,8 +27,9 @@ enum class OpClass : uint8_t {
   optimizer,
   other,
   cp_comm,  // context parallelism's transfers and collectives (the cp_comm stream)
+  ep_comm,  // MoE all-to-alls and expert-tensor collectives (Stream::ep_comm)
 };
-inline constexpr int kNumOpClasses = 10;
+inline constexpr int kNumOpClasses = 11;
 const char* to_string(OpClass c);  // "forward", ..., also the CSS class suffix
 OpClass classify(const trace::OpRecord& r);
 
