@@ -33,6 +33,11 @@ struct MoeSpec {
   int dense_layers = 0;       // the first layers keep a dense FFN of ffn_hidden (DeepSeek-V3: 3)
   RouterScore router_score = RouterScore::softmax;
   double aux_loss_coeff = 0.0;  // the load-balancing loss's weight (0: none)
+  // Group-limited routing (DeepSeek-V3's n_group / topk_group, its "node-limited routing"): the
+  // experts form expert_groups equal groups and a token's top_k come from its best group_top_k
+  // groups. 1 and 1: no limit.
+  int expert_groups = 1;
+  int group_top_k = 1;
   bool enabled() const { return experts > 0; }
   bool operator==(const MoeSpec&) const = default;
 };
@@ -57,6 +62,9 @@ struct ModelSpec {
   AttentionKind attention = AttentionKind::mha;
   MlaSpec mla;  // when attention == mla
   MoeSpec moe;  // when moe.enabled()
+  // Multi-token-prediction modules of the published model (DeepSeek-V3's num_nextn_predict_layers:
+  // 1). Not modelled: no count, cost or runtime includes them, and model show says so.
+  int mtp_modules = 0;
 
   // Whether Transformer layer `layer` (0-based) has routed experts in place of a dense FFN.
   bool is_moe_layer(int layer) const { return moe.enabled() && layer >= moe.dense_layers; }
@@ -65,11 +73,29 @@ struct ModelSpec {
   int kv_hidden() const { return kv_heads * head_dim(); }
 
   // Parameter counts computed from the shapes.
-  int64_t layer_parameters() const;      // one Transformer layer
-  int64_t embedding_parameters() const;  // token (+ position, + type) embeddings
-  int64_t head_parameters() const;       // final norm + untied LM head (+ BERT pooler-free head)
-  int64_t parameters() const;
-  // Model FLOPs (forward + backward, no recompute) per token at the full sequence length.
+  // Layer parameters depend on the layer under MoE: a dense layer (and every layer of a dense
+  // model) has one FFN of ffn_hidden; an MoE layer has the router, every routed expert and the
+  // shared experts. layer_parameters() is a dense layer's (what every layer of a dense model
+  // holds).
+  int64_t layer_parameters() const;           // a dense Transformer layer
+  int64_t layer_parameters(int layer) const;  // Transformer layer `layer` (0-based), all experts
+  int64_t attention_parameters() const;       // the attention block with its norm
+  int64_t dense_ffn_parameters() const;       // the FFN block of a dense layer with its norm
+  int64_t expert_parameters() const;          // one expert's FFN (routed or shared)
+  int64_t router_parameters() const;          // the router's gate (experts x hidden)
+  int64_t moe_ffn_parameters() const;         // an MoE layer's FFN block: all experts, router, norm
+  int64_t embedding_parameters() const;       // token (+ position, + type) embeddings
+  int64_t head_parameters() const;  // final norm + untied LM head (+ BERT pooler-free head)
+  int64_t parameters() const;       // every parameter (every expert of every MoE layer)
+  // Parameters one token passes through: parameters() less the routed experts it is not sent
+  // to (experts - top_k per MoE layer). Equal to parameters() for a dense model.
+  int64_t active_parameters() const;
+  // Elements of the key/value cache one token leaves in every layer together: 2 kv_hidden per
+  // layer under multi-head attention; under MLA the compressed KV and the shared RoPE key,
+  // kv_lora_rank + qk_rope_head_dim (DeepSeek-V3: 70,272 bytes in bf16, as its authors state).
+  int64_t kv_cache_elements_per_token() const;
+  // Model FLOPs (forward + backward, no recompute) per token at the full sequence length, from
+  // the active parameters (top_k routed and the shared experts of each MoE layer).
   double flops_per_token() const;
 };
 

@@ -35,7 +35,8 @@ struct Gemm {
 
 // Kernels of one block pass on one rank. Elementwise work is given as HBM bytes.
 struct BlockWork {
-  static constexpr int kMaxGemms = 8;
+  // MLA's attention has five GEMMs, ten in backward (workload_mla.cpp).
+  static constexpr int kMaxGemms = 12;
   std::array<Gemm, kMaxGemms> gemms{};
   int num_gemms = 0;
   double attention_flops = 0;    // QK^T + AV core (may run as a flash kernel)

@@ -15,7 +15,11 @@ const char* kModelHelp =
     "  --model NAME|FILE.json   built-in (data/models), a JSON file, or a Hugging Face "
     "config.json\n"
     "  --layers N --hidden N --heads N --kv-heads N --ffn-hidden N --vocab N --seq-len N\n"
-    "                           override the model's fields (alone: a GPT-2-style decoder)\n";
+    "                           override the model's fields (alone: a GPT-2-style decoder)\n"
+    "  --experts N --top-k K --expert-ffn-hidden N --shared-experts N --dense-layers N\n"
+    "                           Mixture-of-Experts: routed experts, experts per token, each\n"
+    "                           expert's FFN width [--ffn-hidden], shared experts [0], leading\n"
+    "                           dense layers [0]\n";
 const char* kClusterHelp =
     "  --cluster NAME|FILE.json built-in (data/clusters) or a JSON file [dgx-a100-80g]\n"
     "  --nodes N                number of nodes [the cluster file's]\n"
@@ -143,6 +147,46 @@ void Args::finish() {
   check_outputs();
 }
 
+namespace {
+// --experts N --top-k K --expert-ffn-hidden N --shared-experts N --dense-layers N: --experts
+// makes a dense model a Mixture-of-Experts (with --top-k; experts as wide as --ffn-hidden unless
+// --expert-ffn-hidden says otherwise); on an MoE model each flag overrides its field. Returns
+// whether any was given. validate() checks the result (top_k <= experts, ...).
+bool moe_from_args(Args& a, ModelSpec& m) {
+  struct Override {
+    const char* flag;
+    int MoeSpec::*field;
+    int lo, hi;
+  };
+  const Override overrides[] = {
+      {"--experts", &MoeSpec::experts, 1, limits::kMaxDim},
+      {"--top-k", &MoeSpec::top_k, 1, limits::kMaxDim},
+      {"--expert-ffn-hidden", &MoeSpec::expert_ffn_hidden, 1, limits::kMaxDim},
+      {"--shared-experts", &MoeSpec::shared_experts, 0, limits::kMaxDim},
+      {"--dense-layers", &MoeSpec::dense_layers, 0, limits::kMaxLayers}};
+  const bool was_moe = m.moe.enabled();
+  const char* first = nullptr;
+  bool top_k_given = false, width_given = false;
+  for (const auto& o : overrides) {
+    if (auto v = a.int_value(o.flag, o.lo, o.hi)) {
+      m.moe.*(o.field) = *v;
+      if (!first) first = o.flag;
+      top_k_given |= o.field == &MoeSpec::top_k;
+      width_given |= o.field == &MoeSpec::expert_ffn_hidden;
+    }
+  }
+  if (!first || was_moe) return first != nullptr;
+  if (!m.moe.enabled())
+    throw InputError(
+        a.command() + ": " + first +
+        ": the model has no experts; give --experts N to make it a Mixture-of-Experts");
+  if (!top_k_given)
+    throw InputError(a.command() + ": --experts: give --top-k K, the experts chosen per token");
+  if (!width_given) m.moe.expert_ffn_hidden = m.ffn_hidden;
+  return true;
+}
+}  // namespace
+
 ModelSpec model_from_args(Args& a) {
   auto name = a.value("--model");
   // The same bounds as the model file's fields (model.cpp).
@@ -194,6 +238,7 @@ ModelSpec model_from_args(Args& a) {
   } else if (heads_given && !kv_given && multi_head) {
     m.kv_heads = m.heads;
   }
+  any |= moe_from_args(a, m);
   if (any && name) m.name += "+overrides";
   validate(m, name ? "--model " + *name + " with inline overrides" : "inline model flags");
   return m;

@@ -53,7 +53,8 @@ class Args {
 };
 
 // --model NAME|FILE.json plus inline overrides --layers --hidden --heads --kv-heads
-// --ffn-hidden --vocab --seq-len (alone they describe a GPT-2-style decoder).
+// --ffn-hidden --vocab --seq-len (alone they describe a GPT-2-style decoder), and the MoE flags
+// --experts --top-k --expert-ffn-hidden --shared-experts --dense-layers.
 ModelSpec model_from_args(Args& a);
 // --cluster NAME|FILE.json (default dgx-a100-80g) and --nodes N.
 ClusterSpec cluster_from_args(Args& a, const char* default_cluster = "dgx-a100-80g");

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "src/cli/command.hpp"
+#include "src/cli/model_support.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
 
@@ -26,6 +27,7 @@ double gib(int64_t b) {
 int run_estimate(Args& a) {
   const bool json = a.flag("--json");
   ModelSpec m = model_from_args(a);
+  require_supported_model(m, a.command(), ModelUse::forecast);
   ClusterSpec c = cluster_from_args(a);
   Plan p = plan_from_args(a, m, c);
   const FrameworkSpec fw = framework_from_args(a);

@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "src/cli/command.hpp"
+#include "src/cli/model_support.hpp"
 #include "src/io/output_file.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
@@ -34,6 +35,7 @@ int run_export(Args& a) {
   auto out = a.output("-o");
   auto plan_out = a.output("--plan-out");
   ModelSpec m = model_from_args(a);
+  require_supported_model(m, a.command(), ModelUse::write);
   ClusterSpec c = cluster_from_args(a);
   Plan p = plan_from_args(a, m, c);
   const FrameworkSpec fw = framework_from_args(a);

@@ -2,8 +2,8 @@
 #include <nlohmann/json.hpp>
 
 #include "src/cli/command.hpp"
-#include "src/io/output_file.hpp"
 #include "src/io/json_reader.hpp"
+#include "src/io/output_file.hpp"
 #include "stratagem/interop.hpp"
 #include "stratagem/limits.hpp"
 #include "stratagem/spec_json.hpp"
@@ -12,14 +12,39 @@
 namespace stratagem::cli {
 namespace {
 
+std::string mtp_note(const ModelSpec& m) {
+  return std::to_string(m.mtp_modules) +
+         " multi-token-prediction module(s) of the published model: not in these counts, and not "
+         "modelled by the forecast or the runtime";
+}
+
 nlohmann::json model_summary(const ModelSpec& m) {
   nlohmann::json j = to_json(m);
   j["parameters"] = m.parameters();
-  j["layer_parameters"] = m.layer_parameters();
+  // The names the MoE issue (#26) asks for; equal to parameters for a dense model.
+  j["total_params"] = m.parameters();
+  j["active_params"] = m.active_parameters();
+  j["layer_parameters"] = m.layer_parameters();  // a dense layer's
   j["embedding_parameters"] = m.embedding_parameters();
   j["head_parameters"] = m.head_parameters();
   j["flops_per_token"] = m.flops_per_token();
+  j["kv_cache_bytes_per_token"] = 2 * m.kv_cache_elements_per_token();  // bf16
   j["flops_formula"] = "3 x (2 x GEMM weights + 4 s h) per layer + 6 V h, per token (Megatron)";
+  if (m.attention == AttentionKind::mla) {
+    j["attention_parameters"] = m.attention_parameters();
+    j["flops_formula"] =
+        "3 x (2 x GEMM weights + 2 s heads (qk head dim + v head dim)) per layer + 6 V h, per "
+        "token (Megatron, over all s x s positions)";
+  }
+  if (m.moe.enabled()) {
+    j["moe_layer_parameters"] = m.layer_parameters(m.moe.dense_layers);
+    j["expert_parameters"] = m.expert_parameters();
+    j["router_parameters"] = m.router_parameters();
+    j["flops_formula"] = j["flops_formula"].get<std::string>() +
+                         "; MoE layers count the top_k routed and the shared experts, not the "
+                         "router (Megatron)";
+  }
+  if (m.mtp_modules > 0) j["left_out"] = mtp_note(m);
   return j;
 }
 
@@ -30,7 +55,8 @@ int run_model_show(Args& a) {
   // The name may come positionally or through the shared --model flag (with overrides): parse
   // the flags first so that their values are not taken for positional names.
   ModelSpec m;
-  const bool has_flags = a.value("--model") || a.value("--layers") || a.value("--hidden");
+  const bool has_flags =
+      a.value("--model") || a.value("--layers") || a.value("--hidden") || a.value("--experts");
   if (has_flags) {
     m = model_from_args(a);
     if (!a.positionals().empty())
@@ -83,7 +109,8 @@ Register reg_import{
     {"model import", "read a Hugging Face config.json into a stratagem model",
      "usage: stratagem model import CONFIG.json [-o model.json] [--seq-len N] [--json]\n"
      "  architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel,\n"
-     "  GPTNeoXForCausalLM (--model CONFIG.json reads the same file wherever a model is taken)\n"
+     "  GPTNeoXForCausalLM, MixtralForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM\n"
+     "  (--model CONFIG.json reads the same file wherever a model is taken)\n"
      "  --seq-len N   the training sequence length [the config's max_position_embeddings]\n",
      run_model_import}};
 
@@ -94,12 +121,34 @@ void print_model(const ModelSpec& m) {
               m.ffn_hidden, m.vocab, m.seq_len);
   std::printf("  %s, %s, %s positions, %s embeddings\n", to_string(m.norm), to_string(m.activation),
               to_string(m.position), m.tied_embeddings ? "tied" : "untied");
+  if (m.attention == AttentionKind::mla)
+    std::printf(
+        "  MLA attention: q_lora_rank %d, kv_lora_rank %d, qk head dim %d + %d (RoPE), v %d\n",
+        m.mla.q_lora_rank, m.mla.kv_lora_rank, m.mla.qk_nope_head_dim, m.mla.qk_rope_head_dim,
+        m.mla.v_head_dim);
+  if (m.moe.enabled())
+    std::printf(
+        "  MoE: %d experts of ffn %d, top %d, %d shared, %d dense layers, %s router, aux loss %g\n",
+        m.moe.experts, m.moe.expert_ffn_hidden, m.moe.top_k, m.moe.shared_experts,
+        m.moe.dense_layers, to_string(m.moe.router_score), m.moe.aux_loss_coeff);
   std::printf("  parameters       %.4g (%.3fB)\n", double(m.parameters()), m.parameters() / 1e9);
-  std::printf("    per layer      %lld\n", (long long)m.layer_parameters());
+  if (m.moe.enabled()) {
+    std::printf("    active         %.4g (%.3fB per token)\n", double(m.active_parameters()),
+                m.active_parameters() / 1e9);
+    std::printf("    per dense layer %lld\n", (long long)m.layer_parameters());
+    std::printf("    per MoE layer  %lld (each expert %lld, router %lld)\n",
+                (long long)m.layer_parameters(m.moe.dense_layers), (long long)m.expert_parameters(),
+                (long long)m.router_parameters());
+  } else {
+    std::printf("    per layer      %lld\n", (long long)m.layer_parameters());
+  }
   std::printf("    embeddings     %lld\n", (long long)m.embedding_parameters());
   std::printf("    head           %lld\n", (long long)m.head_parameters());
-  std::printf("  flops_per_token  %.4g (model FLOPs, forward+backward, Megatron count)\n",
-              m.flops_per_token());
+  std::printf("  flops_per_token  %.4g (model FLOPs, forward+backward, Megatron count%s)\n",
+              m.flops_per_token(), m.moe.enabled() ? ", active experts" : "");
+  std::printf("  kv cache         %lld bytes per token (bf16, all layers)\n",
+              (long long)(2 * m.kv_cache_elements_per_token()));
+  if (m.mtp_modules > 0) std::printf("  left out: %s\n", mtp_note(m).c_str());
 }
 
 Register reg{{"model show", "parameters and FLOPs per token of a model",

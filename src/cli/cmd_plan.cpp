@@ -2,6 +2,7 @@
 #include <fstream>
 
 #include "src/cli/command.hpp"
+#include "src/cli/model_support.hpp"
 #include "src/io/output_file.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
@@ -48,6 +49,7 @@ int run_plan_check(Args& a) {
   const bool json = a.flag("--json");
   auto out = a.output("-o");
   ModelSpec m = model_from_args(a);
+  require_supported_model(m, a.command(), ModelUse::forecast);
   ClusterSpec c = cluster_from_args(a);
   Plan p = plan_from_args(a, m, c);
   a.finish();

@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "src/cli/command.hpp"
+#include "src/cli/model_support.hpp"
 #include "stratagem/layout.hpp"
 #include "stratagem/program.hpp"
 
@@ -12,6 +13,7 @@ int run_program_dump(Args& a) {
   const int rank = a.int_value("--rank").value_or(0);
   const int limit = a.int_value("--limit").value_or(-1);
   ModelSpec m = model_from_args(a);
+  require_supported_model(m, a.command(), ModelUse::forecast);
   ClusterSpec c = cluster_from_args(a);
   Plan p = plan_from_args(a, m, c);
   const FrameworkSpec fw = framework_from_args(a);

@@ -8,6 +8,7 @@
 
 #include "src/cli/command.hpp"
 #include "src/cli/memory_check.hpp"
+#include "src/cli/model_support.hpp"
 #include "src/io/output_file.hpp"
 #include "stratagem/search.hpp"
 
@@ -150,6 +151,7 @@ int run_search(Args& a) {
   const bool quiet = a.flag("--quiet");
   auto gb = a.int_value("--global-batch");
   ModelSpec m = model_from_args(a);
+  require_supported_model(m, a.command(), ModelUse::forecast);
   ClusterSpec c = cluster_from_args(a);
   o.framework = framework_from_args(a);
   a.finish();

@@ -4,6 +4,7 @@
 #include "src/cli/command.hpp"
 #include "src/cli/launch.hpp"
 #include "src/cli/memory_check.hpp"
+#include "src/cli/model_support.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/layout.hpp"
 #include "stratagem/program.hpp"
@@ -67,6 +68,7 @@ int run_simulate(Args& a) {
   const int iterations = a.int_value("--iterations").value_or(1);
   const auto interference = a.double_value("--interference");
   ModelSpec m = model_from_args(a);
+  require_supported_model(m, a.command(), ModelUse::forecast);
   ClusterSpec c = cluster_from_args(a);
   Plan p = plan_from_args(a, m, c);
   const FrameworkSpec fw = framework_from_args(a);

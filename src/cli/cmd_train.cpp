@@ -11,6 +11,7 @@
 #include "src/cli/command.hpp"
 #include "src/cli/launch.hpp"
 #include "src/cli/memory_check.hpp"
+#include "src/cli/model_support.hpp"
 #include "stratagem/backend.hpp"
 #include "stratagem/checkpoint.hpp"
 #include "stratagem/cuda_device.hpp"
@@ -238,6 +239,7 @@ int run_train(Args& a) {
   o.quiet = json;
   const bool dtype_given = a.value("--dtype").has_value();
   ModelSpec model = model_from_args(a);
+  require_supported_model(model, a.command(), ModelUse::train);
   ClusterSpec cluster = train_cluster(a, b.backend);
   Plan plan = plan_from_args(a, model, cluster);
   a.finish();

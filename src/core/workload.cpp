@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "src/core/workload_mla.hpp"
 #include "stratagem/program.hpp"
 
 namespace stratagem {
@@ -45,6 +46,7 @@ Shape shape_of(const ModelSpec& m, const LayerStrategy& st, int samples) {
 
 BlockWork attention_core_work(const ModelSpec& m, const LayerStrategy& st, int samples,
                               bool flash) {
+  if (m.attention == AttentionKind::mla) return mla::core_work(m, st, samples, flash);
   Shape x = shape_of(m, st, samples);
   BlockWork w;
   const int e = 2;
@@ -72,7 +74,9 @@ BlockWork forward_work(const ModelSpec& m, const LayerStrategy& st, Block b, int
   Shape x = shape_of(m, st, samples);
   const double e = 2;
   BlockWork w;
-  if (b == Block::attention) {
+  if (b == Block::attention && m.attention == AttentionKind::mla) {
+    return mla::forward_work(m, st, samples, flash);
+  } else if (b == Block::attention) {
     w.add({x.T, (x.h + 2 * x.kvh) / x.t, x.h});  // QKV projection
     BlockWork core = attention_core_work(m, st, samples, flash);
     w.attention_flops = core.attention_flops;
@@ -123,6 +127,8 @@ int64_t kept_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Block
   const Shape x = shape_of(m, st, samples);
   bytes += 4 * x.Tn * (m.norm == Norm::layernorm ? 2 : 1);                    // norm statistics
   if (b == Block::attention && !flash) bytes += 4 * x.b * (x.a / x.t) * x.s;  // log-sum-exp
+  if (b == Block::attention && m.attention == AttentionKind::mla)
+    bytes += 4 * x.T * (m.mla.q_lora_rank > 0 ? 2 : 1);  // the latents' 1/rms
   return bytes;
 }
 
@@ -147,7 +153,9 @@ int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Bloc
     return b == Block::attention ? e * x.Tn * x.h : 0;
   }
   int64_t bytes = 0;
-  if (b == Block::attention) {
+  if (b == Block::attention && m.attention == AttentionKind::mla) {
+    bytes = mla::saved_activation_bytes(m, st, samples, rc, flash, dt);
+  } else if (b == Block::attention) {
     bytes += e * x.Tn * x.h;                 // norm input
     bytes += e * x.Tn * x.h;                 // QKV GEMM input (sequence-sharded under sp)
     bytes += e * x.T * (x.h + x.kvh) / x.t;  // Q and K, for QK^T backward
@@ -199,7 +207,10 @@ int64_t layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& st, int s
   Shape x = shape_of(m, st, samples);
   const int64_t e = dtype_bytes(dt);
   int64_t bytes = stream_workspace(x, st, e, pipelined);
-  // d_qkv, d_attn, d_fc1 (gate and up), d_act
+  // d_qkv, d_attn (MLA: its projections' outputs), d_fc1 (gate and up), d_act
+  if (m.attention == AttentionKind::mla)
+    return bytes + mla::workspace_bytes(m, st, samples, dt) +
+           e * x.T * (x.ffn_gemm_width + 1) * x.f / x.t;
   bytes += e * x.T * ((x.h + 2 * x.kvh) / x.t + x.h / x.t + (x.ffn_gemm_width + 1) * x.f / x.t);
   return bytes;
 }
@@ -228,6 +239,8 @@ int64_t norm_params(const ModelSpec& m) {
 int64_t block_parameters_per_rank(const ModelSpec& m, int tp, Block b) {
   const int64_t h = m.hidden, f = m.ffn_hidden, kv = m.kv_hidden();
   const int w = m.activation == Activation::swiglu ? 2 : 1;
+  if (b == Block::attention && m.attention == AttentionKind::mla)
+    return mla::block_parameters_per_rank(m, tp);
   if (b == Block::attention) {
     int64_t p = (h * (h + 2 * kv) + h * h) / tp + norm_params(m);
     if (m.bias) p += (h + 2 * kv) / tp + h;
@@ -282,11 +295,24 @@ int64_t head_compute_parameters_per_rank(const ModelSpec& m, int tp) {
 double model_flops_per_iteration(const ModelSpec& m, int64_t global_batch) {
   const double h = m.hidden, s = m.seq_len, f = m.ffn_hidden, kv = m.kv_hidden();
   const double w = m.activation == Activation::swiglu ? 3 : 2;
-  const double gemm_params = h * (h + 2 * kv) + h * h + w * h * f;
+  const bool mla = m.attention == AttentionKind::mla;
+  const double attention_gemm = mla ? double(mla::gemm_weights(m)) : h * (h + 2 * kv) + h * h;
+  const double attention_core = mla ? mla::core_flops_per_token(m) : 4.0 * s * h;
+  const double gemm_params = attention_gemm + w * h * f;
   // Forward: 2 FLOPs per GEMM weight per token plus 4 s h for attention; backward is twice that.
-  const double per_token_layer = 3.0 * (2.0 * gemm_params + 4.0 * s * h);
+  const double per_token_layer = 3.0 * (2.0 * gemm_params + attention_core);
   const double per_token_logits = 3.0 * 2.0 * double(m.vocab) * h;
-  return double(global_batch) * s * (m.layers * per_token_layer + per_token_logits);
+  double per_token = m.layers * per_token_layer;
+  if (m.moe.enabled()) {
+    // Megatron's count for MoE layers (training.py num_floating_point_operations): the top_k
+    // routed and the shared experts a token passes through; the router's GEMM is not counted.
+    const int moe_layers = m.layers - m.moe.dense_layers;
+    const double experts = m.moe.top_k + m.moe.shared_experts;
+    const double moe_gemm = attention_gemm + experts * w * h * m.moe.expert_ffn_hidden;
+    per_token = (m.layers - moe_layers) * per_token_layer +
+                moe_layers * 3.0 * (2.0 * moe_gemm + attention_core);
+  }
+  return double(global_batch) * s * (per_token + per_token_logits);
 }
 
 }  // namespace stratagem

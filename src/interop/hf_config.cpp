@@ -1,20 +1,21 @@
 // Hugging Face config.json -> ModelSpec. Field names and defaults are those of the transformers
 // configuration classes of each architecture (LlamaConfig, MistralConfig, Qwen2Config,
-// GPT2Config, GPTNeoXConfig): a field a config leaves out takes that class's default.
+// GPT2Config, GPTNeoXConfig, MixtralConfig, DeepseekV3Config): a field a config leaves out takes
+// that class's default.
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "src/io/json_reader.hpp"
-#include "stratagem/spec_json.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/interop.hpp"
 #include "stratagem/limits.hpp"
+#include "stratagem/spec_json.hpp"
 
 namespace stratagem::interop {
 namespace {
 
-enum class Family { llama, gpt2, neox };
+enum class Family { llama, gpt2, neox, mixtral, deepseek };
 
 struct Architecture {
   const char* name;
@@ -24,12 +25,17 @@ struct Architecture {
 
 // Architectures whose shape stratagem models; Mistral and Qwen2 are Llama-shaped decoders.
 constexpr Architecture kArchitectures[] = {
-    {"LlamaForCausalLM", Family::llama, false},  {"MistralForCausalLM", Family::llama, false},
-    {"Qwen2ForCausalLM", Family::llama, false},  {"GPT2LMHeadModel", Family::gpt2, true},
+    {"LlamaForCausalLM", Family::llama, false},
+    {"MistralForCausalLM", Family::llama, false},
+    {"Qwen2ForCausalLM", Family::llama, false},
+    {"GPT2LMHeadModel", Family::gpt2, true},
     {"GPTNeoXForCausalLM", Family::neox, false},
+    {"MixtralForCausalLM", Family::mixtral, false},
+    {"DeepseekV2ForCausalLM", Family::deepseek, false},
+    {"DeepseekV3ForCausalLM", Family::deepseek, false},
 };
-constexpr const char* kMoeArchitectures[] = {"MixtralForCausalLM", "DeepseekV3ForCausalLM",
-                                             "Qwen2MoeForCausalLM"};
+// Qwen2-MoE's shared expert has a width of its own and a sigmoid gate of its own.
+constexpr const char* kMoeArchitectures[] = {"Qwen2MoeForCausalLM"};
 
 // A config's null fields mean "the class default", as if absent.
 nlohmann::json without_nulls(const nlohmann::json& j) {
@@ -86,14 +92,19 @@ void read_shape(io::JsonReader& r, ModelSpec& m, const ShapeKeys& k) {
   m.seq_len = r.get_int(k.positions, 1, kBig);
 }
 
-void read_llama(io::JsonReader& r, ModelSpec& m) {
-  read_shape(r, m, kLlamaKeys);
-  m.kv_heads = r.get_int("num_key_value_heads", 1, kBig, m.heads);
+// RMSNorm, SiLU-gated FFNs and RoPE: Llama and the MoE decoders built on it.
+void read_llama_blocks(io::JsonReader& r, ModelSpec& m) {
   if (r.get_string("hidden_act", "silu") != "silu")
     r.fail("hidden_act", "\"silu\" (the gated SiLU MLP these architectures define)");
   m.norm = Norm::rmsnorm;
   m.activation = Activation::swiglu;
   m.position = Position::rope;
+}
+
+void read_llama(io::JsonReader& r, ModelSpec& m) {
+  read_shape(r, m, kLlamaKeys);
+  m.kv_heads = r.get_int("num_key_value_heads", 1, kBig, m.heads);
+  read_llama_blocks(r, m);
   // Llama and Mistral: attention_bias and mlp_bias (default false). Qwen2 has a bias on the
   // query, key and value projections only, which ModelSpec cannot hold apart: it is left out
   // (28 x 4608 of Qwen2-7B's 7.6e9 parameters) and said in hf_import_notes.
@@ -103,6 +114,58 @@ void read_llama(io::JsonReader& r, ModelSpec& m) {
     r.fail("head_dim", "hidden_size / num_attention_heads (" +
                            std::to_string(m.hidden / std::max(1, m.heads)) +
                            "): a head width of its own is not modelled");
+}
+
+// Mixtral (MixtralConfig, modeling_mixtral.py): Mistral's attention and, in every layer, a softmax
+// router over num_local_experts experts of intermediate_size each.
+void read_mixtral(io::JsonReader& r, ModelSpec& m) {
+  read_llama(r, m);
+  m.moe.experts = r.get_int("num_local_experts", 1, kBig, 8);
+  m.moe.top_k = r.get_int("num_experts_per_tok", 1, kBig, 2);
+  m.moe.expert_ffn_hidden = m.ffn_hidden;
+  m.moe.router_score = RouterScore::softmax;
+  m.moe.aux_loss_coeff = r.get_double("router_aux_loss_coef", 0, 1e6, 0.001);
+}
+
+// DeepSeek-V2/V3 (configuration_deepseek.py, modeling_deepseek.py): MLA attention; the first
+// first_k_dense_replace layers dense (intermediate_size), the others MoE with n_routed_experts of
+// moe_intermediate_size, n_shared_experts beside them, group-limited routing (n_group,
+// topk_group). The MLA and MoE shapes are required: a default would describe another model.
+void read_deepseek(io::JsonReader& r, ModelSpec& m, const nlohmann::json& raw) {
+  read_shape(r, m, kLlamaKeys);
+  read_llama_blocks(r, m);
+  if (r.get_int("num_key_value_heads", 1, kBig, m.heads) != m.heads)
+    r.fail("num_key_value_heads", "num_attention_heads (MLA gives every head its key and value)");
+  m.kv_heads = m.heads;
+  if (r.get_bool("attention_bias", false))
+    r.fail("attention_bias", "false (biased MLA projections are not modelled)");
+  m.bias = false;
+  m.dropout = r.get_double("attention_dropout", 0, 1, 0.0) > 0;
+  m.attention = AttentionKind::mla;
+  // q_lora_rank null is DeepSeek's "no query compression" (DeepSeek-V2-Lite), not the default.
+  m.mla.q_lora_rank = raw.contains("q_lora_rank") && raw["q_lora_rank"].is_null()
+                          ? 0
+                          : r.get_int("q_lora_rank", 1, kBig);
+  m.mla.kv_lora_rank = r.get_int("kv_lora_rank", 1, kBig);
+  m.mla.qk_nope_head_dim = r.get_int("qk_nope_head_dim", 1, kBig);
+  m.mla.qk_rope_head_dim = r.get_int("qk_rope_head_dim", 1, kBig);
+  m.mla.v_head_dim = r.get_int("v_head_dim", 1, kBig);
+  m.moe.experts = r.get_int("n_routed_experts", 1, kBig);
+  m.moe.top_k = r.get_int("num_experts_per_tok", 1, kBig);
+  m.moe.expert_ffn_hidden = r.get_int("moe_intermediate_size", 1, kBig);
+  m.moe.shared_experts = r.get_int("n_shared_experts", 0, kBig, 0);
+  m.moe.dense_layers = r.get_int("first_k_dense_replace", 0, limits::kMaxLayers, 0);
+  if (r.get_int("moe_layer_freq", 1, kBig, 1) != 1)
+    r.fail("moe_layer_freq", "1 (MoE layers between dense ones are not modelled)");
+  m.moe.expert_groups = r.get_int("n_group", 1, kBig, 1);
+  m.moe.group_top_k = r.get_int("topk_group", 1, kBig, 1);
+  m.moe.router_score = r.get_enum("scoring_func", {"softmax", "sigmoid"}, "softmax") == "softmax"
+                           ? RouterScore::softmax
+                           : RouterScore::sigmoid;
+  // DeepSeek-V3 balances its experts by a bias on the scores (topk_method noaux_tc) and keeps
+  // aux_loss_alpha only for its small sequence-wise loss; absent, no auxiliary loss.
+  m.moe.aux_loss_coeff = r.get_double("aux_loss_alpha", 0, 1e6, 0.0);
+  m.mtp_modules = r.get_int("num_nextn_predict_layers", 0, limits::kMaxLayers, 0);
 }
 
 // GPT-2 and GPT-NeoX: LayerNorm, GELU MLP, biases; they differ in field names and defaults.
@@ -158,12 +221,15 @@ ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& sou
   if (arch.family == Family::llama) read_llama(r, m);
   if (arch.family == Family::gpt2) read_gelu_decoder(r, m, kGpt2);
   if (arch.family == Family::neox) read_gelu_decoder(r, m, kNeox);
+  if (arch.family == Family::mixtral) read_mixtral(r, m);
+  if (arch.family == Family::deepseek) read_deepseek(r, m, raw);
   m.tied_embeddings = r.get_bool("tie_word_embeddings", arch.tied_default);
   if (seq_len) m.seq_len = *seq_len;
   // Sliding-window attention (Mistral v0.1; Qwen2 when use_sliding_window) attends to a window
   // shorter than the sequence: a cost this model does not have. Equal to full causal attention
   // while the sequence fits in the window.
-  const bool window_on = arch.family == Family::llama && r.has("sliding_window") &&
+  const bool window_on = (arch.family == Family::llama || arch.family == Family::mixtral) &&
+                         r.has("sliding_window") &&
                          (!r.has("use_sliding_window") || r.get_bool("use_sliding_window"));
   if (window_on) {
     const int window = r.get_int("sliding_window", 1, INT32_MAX);
@@ -198,6 +264,18 @@ std::vector<std::string> hf_import_notes(const nlohmann::json& raw) {
                             : 0.25;
   if (arch == "GPTNeoXForCausalLM" && rotary < 1.0)
     notes.push_back("partial rotary embedding (rotary_pct) is costed as full RoPE (elementwise)");
+  if (arch == "DeepseekV2ForCausalLM" || arch == "DeepseekV3ForCausalLM") {
+    const int mtp =
+        j.contains("num_nextn_predict_layers") && j["num_nextn_predict_layers"].is_number_integer()
+            ? j["num_nextn_predict_layers"].get<int>()
+            : 0;
+    if (mtp > 0)
+      notes.push_back("the multi-token-prediction module(s) (num_nextn_predict_layers " +
+                      std::to_string(mtp) + ") are left out of the model");
+    notes.push_back(
+        "the router's scaling (routed_scaling_factor, norm_topk_prob) and its bias-based "
+        "balancing change no shape: they are not modelled");
+  }
   return notes;
 }
 

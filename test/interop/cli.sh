@@ -30,6 +30,19 @@ for pair in llama3-8b:8.03e9 qwen2-7b:7.62e9 gpt2:124e6 gpt-neox-20b:20.6e9; do
   "$BIN" model show "$WORK/$name.model.json" >/dev/null || fail "$name: written model unreadable"
 done
 
+# --- MoE imports: Mixtral and DeepSeek-V3 total and active parameters (issue #26) ----------------
+for row in mixtral-8x7b:46.7e9:12.9e9:0.01 deepseek-v3:671e9:37e9:0.02; do
+  IFS=: read -r name total active tol <<<"$row"
+  out=$("$BIN" model import "$DATA/hf/$name.json" --seq-len 4096 -o "$WORK/$name.model.json" --json)
+  t=$(echo "$out" | json 'd["total_params"]') a=$(echo "$out" | json 'd["active_params"]')
+  python3 -c "import sys; sys.exit(0 if abs($t - $total) / $total < $tol and abs($a - $active) / $active < $tol else 1)" ||
+    fail "$name: $t total / $a active, published $total / $active"
+  # The written model reads back with the same counts.
+  [ "$("$BIN" model show "$WORK/$name.model.json" --json | json 'd["active_params"]')" = "$a" ] ||
+    fail "$name: the written model's active parameters differ"
+done
+echo "$out" | json 'd["notes"][0]' | has "multi-token-prediction" || fail "deepseek-v3: no MTP note"
+
 # --- the Llama-3-8B import simulates as the built-in llama3-8b -------------------------------------
 SIM=(--cluster dgx-a100-80g --nodes 1 --tp 4 --pp 2 --micro-batch 1 --global-batch 8 --json)
 a=$("$BIN" simulate --model "$DATA/hf/llama3-8b.json" "${SIM[@]}" | json 'd["iteration_time_s"]')
@@ -162,7 +175,8 @@ bad() {
 }
 bad model import "$WORK/broken.json" | has broken.json || fail "not-JSON config"
 bad model import "$WORK/falcon.json" | has FalconForCausalLM || fail "unknown architecture"
-bad model import "$DATA/hf/mixtral-8x7b.json" | has "Mixture-of-Experts is not supported yet" ||
+sed 's/MixtralForCausalLM/Qwen2MoeForCausalLM/' "$DATA/hf/mixtral-8x7b.json" >"$WORK/qwen-moe.json"
+bad model import "$WORK/qwen-moe.json" | has "Mixture-of-Experts is not supported yet" ||
   fail "MoE architecture"
 bad plan import --from megatron --args-file "$WORK/novalue.args" |
   has "--tensor-model-parallel-size: needs a value" || fail "flag without value"

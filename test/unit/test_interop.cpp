@@ -69,6 +69,41 @@ BOOST_AUTO_TEST_CASE(hf_fields_are_read_per_architecture) {
   BOOST_TEST(import("qwen2-7b", 4096).seq_len == 4096);
 }
 
+BOOST_AUTO_TEST_CASE(hf_moe_imports_match_published_totals) {
+  // Mixtral: 46.7B total, 12.9B active; DeepSeek-V3: 671B and 37B without its MTP module.
+  const ModelSpec mixtral = import("mixtral-8x7b", 4096);
+  BOOST_TEST(mixtral.moe.experts == 8);
+  BOOST_TEST(mixtral.moe.top_k == 2);
+  BOOST_TEST(mixtral.moe.expert_ffn_hidden == 14336);
+  BOOST_TEST(std::abs(double(mixtral.parameters()) - 46.7e9) / 46.7e9 < 0.01);
+  BOOST_TEST(std::abs(double(mixtral.active_parameters()) - 12.9e9) / 12.9e9 < 0.01);
+  const ModelSpec v3 = import("deepseek-v3", 4096);
+  BOOST_TEST((v3.attention == AttentionKind::mla));
+  BOOST_TEST(v3.mla.q_lora_rank == 1536);
+  BOOST_TEST(v3.mla.kv_lora_rank == 512);
+  BOOST_TEST(v3.mla.qk_rope_head_dim == 64);
+  BOOST_TEST(v3.moe.experts == 256);
+  BOOST_TEST(v3.moe.shared_experts == 1);
+  BOOST_TEST(v3.moe.dense_layers == 3);
+  BOOST_TEST(v3.moe.expert_groups == 8);
+  BOOST_TEST(v3.moe.group_top_k == 4);
+  BOOST_TEST((v3.moe.router_score == RouterScore::sigmoid));
+  BOOST_TEST(v3.mtp_modules == 1);
+  BOOST_TEST(std::abs(double(v3.parameters()) - 671e9) / 671e9 < 0.02);
+  BOOST_TEST(std::abs(double(v3.active_parameters()) - 37e9) / 37e9 < 0.02);
+  // The built-in and the import describe the same model.
+  const ModelSpec builtin = load_model("deepseek-v3");
+  BOOST_TEST(v3.parameters() == builtin.parameters());
+  BOOST_TEST(v3.flops_per_token() == builtin.flops_per_token());
+  // q_lora_rank null is DeepSeek-V2-Lite's uncompressed query, not the class default.
+  nlohmann::json j = io::read_json_file(hf("deepseek-v3"));
+  j["q_lora_rank"] = nullptr;
+  BOOST_TEST(model_from_hf_config(j, "c.json", 4096).mla.q_lora_rank == 0);
+  const auto notes = hf_import_notes(io::read_json_file(hf("deepseek-v3")));
+  BOOST_TEST(!notes.empty());
+  BOOST_TEST(notes[0].find("multi-token-prediction") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(hf_bad_configs_name_the_field) {
   nlohmann::json j = io::read_json_file(hf("llama3-8b"));
   j["architectures"] = {"FalconForCausalLM"};
@@ -78,9 +113,24 @@ BOOST_AUTO_TEST_CASE(hf_bad_configs_name_the_field) {
   j.erase("num_hidden_layers");
   BOOST_TEST(input_error([&] { model_from_hf_config(j, "c.json"); }).find("num_hidden_layers") !=
              std::string::npos);
+  j = io::read_json_file(hf("mixtral-8x7b"));
+  j["architectures"] = {"Qwen2MoeForCausalLM"};
   BOOST_TEST(input_error([&] {
-               import("mixtral-8x7b");
+               model_from_hf_config(j, "c.json");
              }).find("Mixture-of-Experts is not supported yet (issue #26)") != std::string::npos);
+  j = io::read_json_file(hf("deepseek-v3"));
+  j["moe_layer_freq"] = 2;
+  BOOST_TEST(input_error([&] { model_from_hf_config(j, "c.json"); }).find("moe_layer_freq") !=
+             std::string::npos);
+  j = io::read_json_file(hf("deepseek-v3"));
+  j.erase("kv_lora_rank");
+  BOOST_TEST(input_error([&] {
+               model_from_hf_config(j, "c.json");
+             }).find("field 'kv_lora_rank': missing") != std::string::npos);
+  j = io::read_json_file(hf("deepseek-v3"));
+  j["num_experts_per_tok"] = 300;
+  BOOST_TEST(input_error([&] { model_from_hf_config(j, "c.json"); }).find("moe.top_k") !=
+             std::string::npos);
   // Mistral's 4096-token window does not cover its 32768 positions.
   BOOST_TEST(input_error([&] { import("mistral-7b"); }).find("sliding_window") !=
              std::string::npos);

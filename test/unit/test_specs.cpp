@@ -69,12 +69,19 @@ BOOST_AUTO_TEST_CASE(flops_per_token_is_megatron_formula_for_gpt) {
 }
 
 BOOST_AUTO_TEST_CASE(all_builtin_clusters_load) {
-  for (const char* n : {"dgx-a100-40g", "dgx-a100-80g", "dgx-h100", "hgx-h200", "cpu-local"}) {
+  for (const char* n :
+       {"dgx-a100-40g", "dgx-a100-80g", "dgx-h100", "hgx-h200", "hgx-h800", "cpu-local"}) {
     ClusterSpec c = load_cluster(n);
     BOOST_TEST(c.node.gpus_per_node >= 1);
     BOOST_TEST(c.gpu.peak_flops(Dtype::bf16) > 0);
     BOOST_TEST(c.gpu.hbm_bytes > 0);
   }
+  // The H800 is the H100 SXM with NVLink cut to 400 GB/s bidirectional (DeepSeek-V3's cluster).
+  const ClusterSpec h800 = load_cluster("hgx-h800"), h100 = load_cluster("dgx-h100");
+  BOOST_TEST(h800.gpu.peak_flops(Dtype::bf16) == h100.gpu.peak_flops(Dtype::bf16));
+  BOOST_TEST(h800.node.intra.bandwidth_gbps == 200);
+  BOOST_TEST(h800.node.nic_count == 8);
+  BOOST_TEST(h800.node.nic.bandwidth_gbps == 50);
   ClusterSpec a = load_cluster("dgx-a100-80g");
   BOOST_TEST(a.node.gpus_per_node == 8);
   BOOST_TEST(a.gpu.peak_flops(Dtype::bf16) == 312e12);
