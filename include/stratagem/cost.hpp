@@ -103,11 +103,12 @@ class CostModel {
                            CollectiveAlgo algo) const;
   // An MoE layer's collectives on the ep_comm stream (src/cost/moe_cost.cpp): `bytes` as the
   // Program's op carries them (the balanced mean) over a group of `size` ranks on `nodes`
-  // nodes, paced by the busiest rank (Plan::expert_load_factor). The all-to-all is priced on
+  // nodes, paced by the busiest of `ep` expert ranks (Plan::expert_load_factor). The
+  // all-to-all is priced on
   // the fabric: copies to ranks of the same node over NVLink, the others over the NIC, at most
   // moe_node_limit nodes per token (DeepSeek-V3's node-limited routing: one copy per node
   // crosses the network, NVLink forwards it).
-  CommCost moe_comm_cost(Collective c, int64_t bytes, int size, int nodes) const;
+  CommCost moe_comm_cost(Collective c, int64_t bytes, int size, int nodes, int ep) const;
   // One compute part (Block::router, experts, combine) of an MoE layer of strategy s in a
   // phase, `samples` per rank: the experts at the busiest rank's load.
   double moe_part_time_s(const LayerStrategy& s, Block part, Phase ph, int samples) const;

@@ -78,9 +78,11 @@ struct Plan {
   double routing_imbalance = 1.0;
   double capacity_factor = 0.0;
   int moe_node_limit = 0;
-  // The load the busiest expert rank carries, in units of the mean (routing_imbalance capped
-  // by the capacity factor).
-  double expert_load_factor() const;
+  // The load the busiest of the ep ranks holding `experts` experts carries, in units of the
+  // mean. routing_imbalance is the busiest expert's; a rank holding experts / ep of them
+  // averages it down, from that at ep = experts to 1 at ep = 1 (every rank holds all experts
+  // and computes its own tokens' copies); the capacity factor caps it.
+  double expert_load_factor(int ep, int experts) const;
 
   int devices_per_stage() const;  // tp*dp of every layer (validated equal)
   int world_size() const { return pp * devices_per_stage(); }

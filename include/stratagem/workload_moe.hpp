@@ -10,7 +10,7 @@
 //    with etp > 1 the copies are then all-gathered over the expert-tensor group, so that each
 //    of the etp ranks holding a shard of the same experts sees them all;
 //  - each rank runs its experts / ep experts as one grouped GEMM, etp x ep x C / experts rows
-//    per expert when the routing is balanced (Plan::expert_load_factor scales the busiest);
+//    per expert when the routing is balanced (Plan::expert_load_factor scales the busiest rank's);
 //  - the combine reverses it (reduce-scatter over etp, all-to-all over ep) and sums each
 //    token's top_k outputs weighted by the router's scores;
 //  - shared experts are a dense FFN of shared_experts x expert_ffn_hidden, split over tp as a

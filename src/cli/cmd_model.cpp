@@ -135,7 +135,9 @@ void print_model(const ModelSpec& m) {
   if (m.moe.enabled()) {
     std::printf("    active         %.4g (%.3fB per token)\n", double(m.active_parameters()),
                 m.active_parameters() / 1e9);
-    std::printf("    per dense layer %lld\n", (long long)m.layer_parameters());
+    if (m.moe.dense_layers > 0)
+      std::printf("    per dense layer %lld (layers 0-%d)\n", (long long)m.layer_parameters(),
+                  m.moe.dense_layers - 1);
     std::printf("    per MoE layer  %lld (each expert %lld, router %lld)\n",
                 (long long)m.layer_parameters(m.moe.dense_layers), (long long)m.expert_parameters(),
                 (long long)m.router_parameters());

@@ -80,7 +80,9 @@ int64_t ModelSpec::expert_parameters() const {
 
 int64_t ModelSpec::router_parameters() const {
   // The gate is a bias-free linear map from the token to one score per routed expert
-  // (Mixtral's block_sparse_moe.gate, DeepSeek's MoEGate.weight).
+  // (Mixtral's block_sparse_moe.gate, DeepSeek's MoEGate.weight). DeepSeek-V3's
+  // e_score_correction_bias (one per expert, set by its balancing rule, not by gradients) is
+  // left out: 256 per layer.
   return moe.enabled() ? int64_t(moe.experts) * hidden : 0;
 }
 

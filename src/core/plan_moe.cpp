@@ -14,18 +14,21 @@
 
 namespace stratagem {
 
-double Plan::expert_load_factor() const {
-  const double f = std::max(1.0, routing_imbalance);
-  return capacity_factor > 0 ? std::min(f, std::max(1.0, capacity_factor)) : f;
+double Plan::expert_load_factor(int ep, int experts) const {
+  double f = std::max(1.0, routing_imbalance);
+  if (capacity_factor > 0) f = std::min(f, std::max(1.0, capacity_factor));
+  if (experts <= 1 || ep <= 1) return 1.0;
+  return 1.0 + (f - 1.0) * double(std::min(ep, experts) - 1) / double(experts - 1);
 }
 
 void apply_moe_shorthand(const PlanShorthand& s, const ModelSpec& m, Plan& p) {
-  const int ep = s.ep.value_or(1), etp = s.etp.value_or(1);
-  if ((ep > 1 || etp > 1) && !m.moe.enabled())
+  const int ep = s.ep.value_or(1);
+  if ((ep > 1 || s.etp.value_or(1) > 1) && !m.moe.enabled())
     throw InputError(std::string(ep > 1 ? "--ep" : "--etp") + ": the model " + m.name +
                      " has no experts (give --experts, or an MoE model)");
+  // etp defaults to the layer's tp, as Megatron-Core's expert_tensor_parallel_size does.
   for (int l = 0; l < int(p.layers.size()); ++l)
-    if (m.is_moe_layer(l)) p.layers[l].ep = ep, p.layers[l].etp = etp;
+    if (m.is_moe_layer(l)) p.layers[l].ep = ep, p.layers[l].etp = s.etp.value_or(p.layers[l].tp);
   if (s.routing_imbalance) p.routing_imbalance = *s.routing_imbalance;
   if (s.capacity_factor) p.capacity_factor = *s.capacity_factor;
   if (s.moe_node_limit) p.moe_node_limit = *s.moe_node_limit;
@@ -69,6 +72,12 @@ void validate_moe(const Plan& p, const ModelSpec& m, const std::string& src) {
                            std::to_string(m.moe.expert_ffn_hidden) + ")");
     const int64_t ranks = int64_t(s.tp) * s.cp * s.dp;
     const int64_t expert_ranks = int64_t(s.ep) * s.etp;
+    // Each rank of a tp group routes its own slice of the tokens: experts held whole by every
+    // rank of it would need their gradients summed over it too (Megatron-Core reduces them
+    // over its expert data-parallel group, which etp x ep = 1 would make the whole stage).
+    if (s.tp > 1 && expert_ranks == 1)
+      bad(at + ".etp", "an MoE layer with tp " + std::to_string(s.tp) +
+                           " needs etp x ep > 1 (Megatron-Core's default etp is tp)");
     if (ranks % expert_ranks)
       bad(at + ".ep", "etp " + std::to_string(s.etp) + " x ep " + std::to_string(s.ep) + " = " +
                           std::to_string(expert_ranks) +

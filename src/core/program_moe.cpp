@@ -33,14 +33,13 @@
 // Every collective op carries op.tp = etp and op.tp_big = ep, which select its Layout group
 // (Layout::ep_group, expert_tp_group, expert_dp_group). A compute op's flops and bytes are the
 // balanced mean; the CostModel paces the experts and the all-to-alls by the plan's
-// expert_load_factor (the busiest rank).
+// expert_load_factor(ep, experts) (the busiest expert rank).
 // Gradients: the experts' (moe_expert_parameters_per_rank) are reduced over
 // GroupKind::expert_dp on Stream::dp_comm, Block::experts, by grad_sync of expert_strategy
 // (ZeRO over the expert data-parallel group: reduce-scatter at ZeRO >= 1, all-gather of the
 // updated shard after the step at ZeRO 1-2); the rest of the layer over GroupKind::dp as a
-// dense layer's. With etp x ep = 1 every rank holds the experts whole, and they go with the
-// rest over dp after, under tp > 1, an all_reduce over GroupKind::tp (Block::experts) of the
-// experts' gradients (each tp rank routed its own slice).
+// dense layer's. With etp x ep = 1 (only at tp 1: validate_moe) every rank holds the experts
+// whole, its dp group is the expert data-parallel group, and they go with the rest over dp.
 #include <utility>
 
 #include "src/core/stage_builder.hpp"
@@ -95,18 +94,9 @@ void StageBuilder::reduce_expert_grads(int layer, int mb, int after) {
     op.chunk = static_cast<int16_t>(chunk_);
     return op;
   };
-  if (s.ep * s.etp == 1) {
-    // Whole experts on every rank, each tp rank's gradients from its own token slice: summed
-    // over tp before they join the layer's dp reduction.
-    if (s.tp == 1 || (mb != last_bwd_mb_[chunk_] && !per_microbatch(layer))) return;
-    const Op op = reduction(Collective::all_reduce, GroupKind::tp, s.tp, 1,
-                            moe_expert_parameters_per_rank(m_, s) * e_);
-    if (p_.overlap_grad_reduce || per_microbatch(layer))
-      grad_reductions_.push_back(emit_reduction(op, {after}));
-    else
-      deferred_.push_back(op);
-    return;
-  }
+  // etp x ep = 1 (tp 1, validate_moe): every rank holds the experts whole and its dp group
+  // is the expert data-parallel group; they go with the rest of the layer.
+  if (s.ep * s.etp == 1) return;
   const LayerStrategy es = expert_strategy(s);
   const GradSync g = grad_sync(es);
   if (g.reduce == Collective::none) return;

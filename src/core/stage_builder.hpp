@@ -137,8 +137,7 @@ class StageBuilder {
   // around their all-to-alls. Returns the last compute op.
   int ffn(Phase ph, int layer, int mb, int samples, const BlockCost& dense);
   int moe_ffn(Phase ph, int layer, int mb, int samples);
-  // An MoE layer's expert gradient reduction over the expert data-parallel group (and, with
-  // etp x ep = 1 under tp > 1, the sum of the experts' gradients over the tp group first).
+  // An MoE layer's expert gradient reduction over the expert data-parallel group.
   void reduce_expert_grads(int layer, int mb, int after);
   void gather_expert_weights(int layer, int opt, int updated);
 

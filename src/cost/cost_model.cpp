@@ -474,7 +474,8 @@ CommCost CostModel::comm_cost(const Op& op, const Layout& layout, int rank) cons
       if (g < 0) return {};
       if (op.stream == Stream::ep_comm) {
         const std::vector<int>& ranks = layout.group(g).ranks;
-        return moe_comm_cost(op.collective, op.bytes, int(ranks.size()), distinct_nodes(ranks));
+        return moe_comm_cost(op.collective, op.bytes, int(ranks.size()), distinct_nodes(ranks),
+                             op.tp_big);
       }
       int64_t bytes = op.bytes;
       // Gradient reductions over dp carry the framework's reduce dtype (the Program counts

@@ -19,7 +19,8 @@ double CostModel::moe_part_time_s(const LayerStrategy& s, Block part, Phase ph,
   op.block = part, op.phase = ph, op.samples = samples;
   // The busiest rank's experts take expert_load_factor times the mean rows; the router and
   // the combine work on the rank's own tokens, balanced whatever the routing.
-  const double load = op.block == Block::experts ? plan_.expert_load_factor() : 1.0;
+  const double load =
+      op.block == Block::experts ? plan_.expert_load_factor(s.ep, model_.moe.experts) : 1.0;
   const bool bwd = op.phase == Phase::backward;
   const MoeWork w = bwd ? moe_backward_work(model_, s, op.samples, load)
                         : moe_forward_work(model_, s, op.samples, load);
@@ -35,8 +36,8 @@ double CostModel::moe_part_time_s(const LayerStrategy& s, Block part, Phase ph,
   return t;
 }
 
-CommCost CostModel::moe_comm_cost(Collective c, int64_t bytes, int p, int N) const {
-  const double load = plan_.expert_load_factor();
+CommCost CostModel::moe_comm_cost(Collective c, int64_t bytes, int p, int N, int ep) const {
+  const double load = plan_.expert_load_factor(ep, model_.moe.experts);
   const double S = double(bytes) * load;
   if (p <= 1 || bytes <= 0) return collective_cost(c, 0, 1, 1);
   N = std::clamp(N, 1, p);

@@ -27,7 +27,7 @@ MoeNodes moe_nodes(const Geometry& geo, int stage, const LayerStrategy& s, bool 
   return n;
 }
 
-void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int tp_nodes, int dp_nodes,
+void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int dp_nodes,
                    const MoeNodes& nodes, bool with_time, LayerCost& lc) {
   const ModelSpec& m = c.model();
   const Plan& p = c.plan();
@@ -76,12 +76,13 @@ void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int tp_nod
   double per_pass = 0;
   if (s.ep > 1)
     per_pass += 2 * c.moe_comm_cost(Collective::all_to_all, moe_dispatch_bytes(m, s, b, dt), s.ep,
-                                    nodes.ep)
+                                    nodes.ep, s.ep)
                         .time_s();
   if (s.etp > 1) {
     const int64_t g = moe_expert_tp_bytes(m, s, b, dt);
-    per_pass += c.moe_comm_cost(Collective::all_gather, g, s.etp, nodes.expert_tp).time_s() +
-                c.moe_comm_cost(Collective::reduce_scatter, g, s.etp, nodes.expert_tp).time_s();
+    per_pass +=
+        c.moe_comm_cost(Collective::all_gather, g, s.etp, nodes.expert_tp, s.ep).time_s() +
+        c.moe_comm_cost(Collective::reduce_scatter, g, s.etp, nodes.expert_tp, s.ep).time_s();
   }
   lc.ep_fwd_s = lc.ep_bwd_s = per_pass;
   lc.ep_rec_s = s.recompute == Recompute::full ? per_pass : 0;
@@ -96,11 +97,6 @@ void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int tp_nod
   add_sync(grad_sync_cost(c, s, dense, dp_nodes));
   if (expert_params > 0)
     add_sync(grad_sync_cost(c, expert_strategy(s), expert_params, nodes.expert_dp));
-  else if (s.tp > 1)
-    // Whole experts under tp: each tp rank's gradients from its own token slice, summed.
-    lc.grad_reduce_s +=
-        c.collective_cost(Collective::all_reduce, experts * c.grad_reduce_bytes(), s.tp, tp_nodes)
-            .time_s();
   if (s.offload_activations) {
     lc.act_d2h_s = c.copy_cost(sa + sm).time_s();
     lc.act_h2d_s = lc.act_d2h_s;

@@ -44,10 +44,32 @@ void write_model(ArgsWriter& w, const ModelSpec& m) {
     w.value("--attention-dropout", "0.0");
     w.value("--hidden-dropout", "0.0");
   }
+  if (m.moe.enabled()) {
+    // Megatron-Core's MoE layer (megatron/training/arguments.py _add_moe_args): the routed
+    // experts, top-k, each expert's width, the shared experts' total width, which layers are
+    // MoE (a Python list expression), and the dispatcher stratagem prices (all-to-all).
+    w.value("--num-experts", m.moe.experts);
+    w.value("--moe-router-topk", m.moe.top_k);
+    w.value("--moe-ffn-hidden-size", m.moe.expert_ffn_hidden);
+    if (m.moe.shared_experts > 0)
+      w.value("--moe-shared-expert-intermediate-size",
+              int64_t(m.moe.shared_experts) * m.moe.expert_ffn_hidden);
+    if (m.moe.dense_layers > 0)
+      w.value("--moe-layer-freq", "\"([0]*" + std::to_string(m.moe.dense_layers) + "+[1]*" +
+                                      std::to_string(m.layers - m.moe.dense_layers) + ")\"");
+    if (m.moe.router_score == RouterScore::sigmoid)
+      w.value("--moe-router-score-function", "sigmoid");
+    w.value("--moe-token-dispatcher-type", "alltoall");
+    w.flag("--moe-grouped-gemm");
+  }
 }
 
-void write_parallel(ArgsWriter& w, const Plan& p) {
+void write_parallel(ArgsWriter& w, const Plan& p, const ModelSpec& m) {
   const LayerStrategy& l = p.layers.front();
+  // The MoE layers' expert degrees (the dense layers keep 1; Megatron sets one pair for all).
+  int ep = 1, etp = 1;
+  for (int k = 0; k < int(p.layers.size()); ++k)
+    if (m.is_moe_layer(k)) ep = p.layers[k].ep, etp = p.layers[k].etp;
   w.value("--tensor-model-parallel-size", l.tp);
   w.value("--pipeline-model-parallel-size", p.pp);
   if (p.vpp > 1) w.value("--num-layers-per-virtual-pipeline-stage", p.chunks.front().size());
@@ -56,7 +78,8 @@ void write_parallel(ArgsWriter& w, const Plan& p) {
     w.value("--decoder-last-pipeline-num-layers", split->last);
   }
   w.value("--context-parallel-size", 1);
-  w.value("--expert-model-parallel-size", 1);
+  w.value("--expert-model-parallel-size", ep);
+  if (m.moe.enabled()) w.value("--expert-tensor-parallel-size", etp);
   if (l.sequence_parallel && l.tp > 1) w.flag("--sequence-parallel");
   const auto rc = detail::recompute_shape(p);
   if (rc->mode == Recompute::selective) w.value("--recompute-granularity", "selective");
@@ -91,7 +114,7 @@ std::string export_megatron(const Plan& p, const ModelSpec& m, const ClusterSpec
       "--vocab-size is the model's vocabulary (Megatron pads it to "
       "--make-vocab-size-divisible-by x tp; a tokenizer of your own sets it instead)");
   write_model(w, m);
-  write_parallel(w, p);
+  write_parallel(w, p, m);
   return w.str();
 }
 

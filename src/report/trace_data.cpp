@@ -17,8 +17,8 @@
 namespace stratagem::report {
 
 const char* to_string(OpClass c) {
-  static const char* n[] = {"forward", "backward", "recompute", "tp_comm", "dp_comm",
-                            "pp_comm", "offload",  "optimizer", "other"};
+  static const char* n[] = {"forward", "backward",  "recompute", "tp_comm", "dp_comm",
+                            "pp_comm", "offload",   "optimizer", "other",   "ep_comm"};
   return n[static_cast<int>(c)];
 }
 
@@ -37,6 +37,7 @@ OpClass classify(const trace::OpRecord& r) {
     case OpKind::collective:
       return stream == Stream::dp_comm   ? OpClass::dp_comm
              : stream == Stream::pp_comm ? OpClass::pp_comm
+             : stream == Stream::ep_comm ? OpClass::ep_comm
                                          : OpClass::tp_comm;
     case OpKind::compute:
       break;

@@ -25,9 +25,10 @@ enum class OpClass : uint8_t {
   pp_comm,
   offload,
   optimizer,
-  other
+  other,
+  ep_comm  // MoE all-to-alls and expert-tensor collectives (Stream::ep_comm)
 };
-inline constexpr int kNumOpClasses = 9;
+inline constexpr int kNumOpClasses = 10;
 const char* to_string(OpClass c);  // "forward", ..., also the CSS class suffix
 OpClass classify(const trace::OpRecord& r);
 

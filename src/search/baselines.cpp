@@ -40,7 +40,20 @@ std::vector<Plan> Searcher::megatron_plans() const {
                 for (int c = 0; c < pp * v; ++c) totals[c % pp] += ch[c].size();
                 std::vector<std::vector<LayerStrategy>> seqs(pp);
                 for (int s = 0; s < pp; ++s) seqs[s].assign(totals[s], l);
-                out.push_back(assemble(m_, o_, pp, sch, v, Bm, totals, seqs, emb));
+                Plan base = assemble(m_, o_, pp, sch, v, Bm, totals, seqs, emb);
+                // An MoE model: Megatron-Core's expert parallelism over its MoE layers too
+                // (etp = tp, its default), each ep a power of two dividing the experts.
+                for (int ep = 2; m_.moe.enabled() && ep <= m_.moe.experts; ep *= 2) {
+                  if (m_.moe.experts % ep || D % (tp * ep)) continue;
+                  Plan q = base;
+                  for (int k = 0; k < m_.layers; ++k)
+                    if (m_.is_moe_layer(k)) q.layers[k].ep = ep, q.layers[k].etp = tp;
+                  out.push_back(std::move(q));
+                }
+                if (m_.moe.enabled() && tp > 1)
+                  for (int k = 0; k < m_.layers; ++k)
+                    if (m_.is_moe_layer(k)) base.layers[k].etp = tp;
+                out.push_back(std::move(base));
               }
             }
       }
@@ -51,6 +64,9 @@ std::vector<Plan> Searcher::megatron_plans() const {
 
 std::vector<Plan> Searcher::zero_plans() const {
   std::vector<Plan> out;
+  // DeepSpeed's engine refuses ZeRO-3 on a model with MoE layers (deepspeed/runtime/engine.py:
+  // "MoE not supported with Stage 3"): this baseline has no plan for one.
+  if (m_.moe.enabled()) return out;
   const int world = c_.world_size();
   if (!o_.pp_degrees.empty() && !contains(o_.pp_degrees, 1)) return out;
   if (!o_.tp_degrees.empty() && !contains(o_.tp_degrees, 1)) return out;
@@ -88,7 +104,11 @@ void Searcher::baselines() {
     progress_done_ = 0;
     progress_total_ = int64_t((plans.size() + procs_ - 1) / procs_);
     for (size_t i = rank_; i < plans.size(); i += procs_) {
-      consider(plans[i], "megatron", &megatron_);
+      // The megatron baseline is the best uniform plan without expert parallelism; the
+      // expert-parallel ones compete in the full space.
+      bool ep = false;
+      for (const auto& l : plans[i].layers) ep = ep || l.ep > 1;
+      consider(plans[i], "megatron", ep ? nullptr : &megatron_);
       tick("baseline plans");
     }
   }

@@ -60,11 +60,12 @@ const CostModel& CostTables::cost(int tp) const {
   return *costs_.at(std::min<size_t>(i, costs_.size() - 1));
 }
 
-LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_nodes) const {
+LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_nodes,
+                            const cost_detail::MoeNodes& moe) const {
   // The estimator's per-layer figures (src/cost/layer_cost.cpp), folded into what the stage DP
   // needs: one busy time, the side streams, a tail and four memory terms.
   const cost_detail::LayerCost x =
-      cost_detail::layer_cost(*costs_.front(), s, b, tp_nodes, dp_nodes, /*with_time=*/true);
+      cost_detail::layer_cost(*costs_.front(), s, b, tp_nodes, dp_nodes, /*with_time=*/true, moe);
   LayerCost lc;
   lc.st = s;
   lc.samples = b;
@@ -82,7 +83,8 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   lc.pipelined_workspace = x.pipelined_workspace;
   lc.boundary = boundary_activation_bytes(m_, s, b, dtype_);
   lc.kernel_s = x.fwd_s + x.bwd_s + x.rec_s;
-  lc.busy_s = lc.kernel_s + x.tp_fwd_s + x.tp_bwd_s + x.tp_rec_s;
+  lc.busy_s = lc.kernel_s + x.tp_fwd_s + x.tp_bwd_s + x.tp_rec_s + x.ep_fwd_s + x.ep_bwd_s +
+              x.ep_rec_s;
   lc.interference = costs_.front()->compute_comm_interference();
   lc.fetch_s = x.fetch_s;
   lc.act_h2d_s = x.act_h2d_s;
@@ -184,9 +186,29 @@ namespace {
 // Strategies of every (tp, dp, sequence parallel, ZeRO stage) the filter allows, each with the
 // given recompute choices and the offload choices below `offloads` (bits: optimizer, params,
 // activations), in that nesting order.
+// An MoE model's layers: (etp, ep) with ep a power of two dividing the experts, etp 1 or the
+// layer's tp (Megatron-Core's default), etp x ep dividing the stage's ranks. Expert-parallel
+// layers keep their parameters resident (ZeRO-3 and offloaded parameters of experts are not
+// in the Program yet).
+std::vector<std::pair<int, int>> expert_degrees(const ModelSpec& m, int D, const LayerStrategy& s) {
+  std::vector<std::pair<int, int>> out;
+  if (!m.moe.enabled()) return {{1, 1}};
+  for (int etp : {1, s.tp}) {
+    if (etp > 1 && m.moe.expert_ffn_hidden % etp) continue;
+    for (int ep = 1; ep <= m.moe.experts && etp * ep <= D; ep *= 2) {
+      if (m.moe.experts % ep || D % (etp * ep)) continue;
+      if (etp * ep > 1 && (s.zero == 3 || s.offload_params)) continue;
+      if (etp * ep == 1 && s.tp > 1) continue;  // validate_moe: experts split at tp > 1
+      out.emplace_back(etp, ep);
+    }
+    if (s.tp == 1) break;
+  }
+  return out;
+}
+
 std::vector<LayerStrategy> strategies(const ModelSpec& m, const ClusterSpec& c, int D, int Bm,
                                       const SpaceFilter& f, const std::vector<Recompute>& recompute,
-                                      int offloads) {
+                                      int offloads, bool experts) {
   std::vector<LayerStrategy> out;
   for (int tp : tp_degrees_for(m, c, D, Bm, f)) {
     const int dp = D / tp;
@@ -203,7 +225,14 @@ std::vector<LayerStrategy> strategies(const ModelSpec& m, const ClusterSpec& c, 
             s.offload_optimizer = off & 1;
             s.offload_params = off & 2;
             s.offload_activations = off & 4;
-            out.push_back(s);
+            if (!experts) {
+              out.push_back(s);
+              continue;
+            }
+            for (auto [etp, ep] : expert_degrees(m, D, s)) {
+              s.etp = etp, s.ep = ep;
+              out.push_back(s);
+            }
           }
       }
   }
@@ -213,14 +242,14 @@ std::vector<LayerStrategy> strategies(const ModelSpec& m, const ClusterSpec& c, 
 
 std::vector<LayerStrategy> layer_candidates(const ModelSpec& m, const ClusterSpec& c, int D, int Bm,
                                             const SpaceFilter& f) {
-  return strategies(m, c, D, Bm, f, f.recompute, f.offload ? 8 : 1);
+  return strategies(m, c, D, Bm, f, f.recompute, f.offload ? 8 : 1, /*experts=*/true);
 }
 
 // The embedding and head keep no activations for a layer's backward: no recompute, and no
 // activation offload.
 std::vector<LayerStrategy> embedding_candidates(const ModelSpec& m, const ClusterSpec& c, int D,
                                                 int Bm, const SpaceFilter& f) {
-  return strategies(m, c, D, Bm, f, {Recompute::none}, f.offload ? 4 : 1);
+  return strategies(m, c, D, Bm, f, {Recompute::none}, f.offload ? 4 : 1, /*experts=*/false);
 }
 
 // ---- pruning ----------------------------------------------------------------------------------

@@ -93,7 +93,11 @@ class CostTables {
   Dtype dtype() const { return dtype_; }
   bool flash() const { return flash_; }
 
-  LayerCost layer(const LayerStrategy& s, int samples, int tp_nodes, int dp_nodes) const;
+  // `moe`: the expert groups' placement of an MoE layer (cost_detail::moe_nodes); the search
+  // prices every layer of an MoE model as its MoE layers (assemble() gives the dense ones
+  // ep = etp = 1, and the estimator then prices each layer as it is).
+  LayerCost layer(const LayerStrategy& s, int samples, int tp_nodes, int dp_nodes,
+                  const cost_detail::MoeNodes& moe = cost_detail::MoeNodes{}) const;
   // The embedding and head of a pp-stage pipeline whose stages sit as `geo` places them.
   EmbeddingCost embedding(const LayerStrategy& s, int samples, const cost_detail::Geometry& geo,
                           int pp) const;

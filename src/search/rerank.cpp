@@ -337,7 +337,11 @@ void Searcher::rank_result(const std::vector<SearchCandidate>& set, SearchResult
       r.megatron = best_of(megatron_);
       r.zero = best_of(zero_);
       if (!r.megatron) r.megatron_note = "no uniform Megatron-style plan fits the budget";
-      if (!r.zero) r.zero_note = "no ZeRO-3 plan (pp 1, tp 1) fits the budget or divides the batch";
+      if (!r.zero)
+        r.zero_note = m_.moe.enabled()
+                          ? "DeepSpeed does not run ZeRO-3 with MoE layers (deepspeed/runtime/"
+                            "engine.py: \"MoE not supported with Stage 3\")"
+                          : "no ZeRO-3 plan (pp 1, tp 1) fits the budget or divides the batch";
     } else {
       r.megatron_note = r.zero_note = "baselines not searched";
     }

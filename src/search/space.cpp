@@ -40,7 +40,13 @@ Plan assemble(const ModelSpec& m, const SearchOptions& o, int pp, Schedule sched
     const int s = c % pp, i = c / pp;
     const int n = sizes[s][i];
     p.chunks.push_back({at, at + n});
-    for (int k = 0; k < n; ++k) p.layers[at + k] = seqs[s][used[s]++];
+    for (int k = 0; k < n; ++k) {
+      LayerStrategy l = seqs[s][used[s]++];
+      // The search prices an MoE model's layers as MoE layers; its dense layers have no
+      // experts to spread.
+      if (!m.is_moe_layer(at + k)) l.ep = l.etp = 1;
+      p.layers[at + k] = l;
+    }
     at += n;
   }
   int max_dp = emb.dp;
@@ -128,8 +134,8 @@ PairData& Searcher::pair_mutable(int pp, int Bm) {
     std::vector<LayerCost> costs;
     costs.reserve(raw.size());
     for (const auto& st : raw) {
-      costs.push_back(
-          tables_.layer(st, Bm / st.dp, geo.tp_nodes(s, st.tp), geo.dp_nodes(s, st.tp)));
+      costs.push_back(tables_.layer(st, Bm / st.dp, geo.tp_nodes(s, st.tp), geo.dp_nodes(s, st.tp),
+                                    cost_detail::moe_nodes(geo, s, st, m_.moe.enabled())));
       // Beside a pipeline, a send and a receive of the stream in flight (as the estimator).
       if (pp > 1) costs.back().workspace = costs.back().pipelined_workspace;
     }

@@ -12,6 +12,7 @@
 #include "stratagem/estimate.hpp"
 #include "stratagem/simulate.hpp"
 #include "test/calibration/h100_rows.hpp"
+#include "test/calibration/moe_rows.hpp"
 #include "test/calibration/ranking.hpp"
 #include "test/calibration/small_jobs.hpp"
 
@@ -87,6 +88,7 @@ int main(int argc, char** argv) {
   }
   print_h100_schema(calibration::h100_file(), calibration::load_h100_rows());
   print_h100_schema(calibration::small_jobs_file(), calibration::load_small_job_rows());
+  print_h100_schema(calibration::moe_file(), calibration::load_moe_rows());
   MPI_Finalize();
   return 0;
 }

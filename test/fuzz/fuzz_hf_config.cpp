@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto j = io::parse_json(text, "config.json");
     (void)interop::hf_import_notes(j);
     const ModelSpec m = interop::model_from_hf_config(j, "config.json");
-    volatile double sink = double(m.parameters()) + m.flops_per_token();
+    volatile double sink = double(m.parameters()) + double(m.active_parameters()) +
+                           double(m.kv_cache_elements_per_token()) + m.flops_per_token();
     (void)sink;
   });
   return 0;

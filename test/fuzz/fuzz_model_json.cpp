@@ -11,7 +11,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   fuzz::expect_input_errors([&] {
     const ModelSpec m = model_from_json(io::parse_json(text, "model.json"), "model.json");
-    volatile double sink = double(m.parameters()) + m.flops_per_token();
+    volatile double sink = double(m.parameters()) + double(m.active_parameters()) +
+                           double(m.kv_cache_elements_per_token()) + m.flops_per_token();
     (void)sink;
   });
   return 0;

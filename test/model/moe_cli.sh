@@ -90,14 +90,12 @@ PLAN=(--cluster dgx-h100 --nodes 1 --micro-batch 1 --global-batch 8 --json)
 bad estimate --model "$WORK/mla.json" --tp 2 --dp 4 "${PLAN[@]}" |
   has "MLA attention with tp > 1 is not supported yet (issue #26)" || fail "MLA at tp 2"
 
-# --- MoE models: forecast and trained (#26); the search and the exporters refuse them --------------
+# --- MoE models: forecast, searched and trained (#26); the exporters refuse them ------------------
 for cmd in estimate simulate "plan check" "program dump"; do
   # shellcheck disable=SC2086
   "$BIN" $cmd --model "$WORK/moe.json" --cluster dgx-h100 --nodes 1 --tp 1 --dp 8 --micro-batch 1 \
     --global-batch 8 >/dev/null || fail "$cmd of an MoE model"
 done
-bad search --model "$WORK/moe.json" --cluster dgx-h100 --nodes 1 --global-batch 8 |
-  has "MoE models are not yet supported by search (issue #26)" || fail "search"
 bad export --to megatron --model deepseek-v3 --cluster dgx-h100 --nodes 1 --tp 1 --dp 8 \
   --micro-batch 1 --global-batch 8 | has "MoE models are not yet supported by export" || fail "export"
 bad export --to megatron --model "$WORK/mla.json" --cluster dgx-h100 --nodes 1 --tp 1 --dp 8 \

@@ -104,6 +104,13 @@ BOOST_AUTO_TEST_CASE(moe_flops_per_token_counts_the_active_experts_as_megatron_d
   const double moe_layer = 3 * (2 * (attention_gemm + (2 + 1) * 3 * h * fe) + 4 * s * h);
   const double expected = dense_layer + 3 * moe_layer + 6 * V * h;
   BOOST_TEST(relative(m.flops_per_token(), expected) < 1e-12);
+  // DeepSeek-V3: its authors count 250 GFLOPs of training per token at a 4096-token sequence
+  // (Zhao et al., arXiv:2505.09343, Table 2), with the causal mask halving the attention core;
+  // this count takes the core over all s x s positions, so half of it comes off to compare.
+  const ModelSpec v3 = load_model("deepseek-v3");
+  const double core = 3.0 * 2 * 4096 * 128 * (192 + 128) * v3.layers;
+  BOOST_TEST(v3.seq_len == 4096);
+  BOOST_TEST(relative(v3.flops_per_token() - core / 2, 250e9) < 0.01, v3.flops_per_token());
   // Mixtral: about 6 FLOPs per active parameter outside the embeddings, plus attention.
   const ModelSpec mixtral = load_model("mixtral-8x7b");
   const double six_n = 6.0 * double(mixtral.active_parameters() - mixtral.embedding_parameters());

@@ -103,6 +103,7 @@ BOOST_AUTO_TEST_CASE(expert_groups_follow_megatron_rank_generator) {
 
 BOOST_AUTO_TEST_CASE(dense_plans_get_no_expert_groups) {
   ModelSpec m = tiny_moe();
+  m.moe = MoeSpec{};
   const ClusterSpec c = cluster(1);
   PlanShorthand s;
   s.tp = 2, s.global_batch = 64;
@@ -174,24 +175,22 @@ BOOST_AUTO_TEST_CASE(program_moe_ops) {
       if (op.kind == OpKind::collective) BOOST_TEST(resolve_group(L, r, op) >= 0);
 }
 
-BOOST_AUTO_TEST_CASE(expert_gradients_with_whole_experts) {
-  // etp = ep = 1 under tp 2: the experts' gradients are summed over tp, then go with the rest.
+BOOST_AUTO_TEST_CASE(etp_defaults_to_tp) {
+  // As Megatron-Core's expert_tensor_parallel_size; etp x ep = 1 under tp > 1 is refused.
   const ModelSpec m = tiny_moe(2);
   const ClusterSpec c = cluster(1);
   PlanShorthand s;
   s.tp = 2, s.global_batch = 16;
   const Plan p = plan_of(m, c, s);
-  const Program prog = build_program(m, p);
-  int tp_sums = 0, a2a = 0;
-  for (const Op& op : prog.stages[0].ops) {
-    if (op.kind != OpKind::collective) continue;
-    tp_sums += op.block == Block::experts && op.group == GroupKind::tp;
-    a2a += op.collective == Collective::all_to_all;
+  BOOST_TEST(p.layers[0].etp == 1);  // dense
+  BOOST_TEST(p.layers[1].etp == 2);
+  s.etp = 1;
+  try {
+    plan_of(m, c, s);
+    BOOST_TEST_FAIL("etp 1 ep 1 at tp 2 accepted");
+  } catch (const InputError& e) {
+    BOOST_TEST(std::string(e.what()).find("layers[1].etp") != std::string::npos);
   }
-  BOOST_TEST(tp_sums == 1);
-  BOOST_TEST(a2a == 0);
-  BOOST_TEST(dp_parameters_per_rank(m, p.layers[1], 1) ==
-             layer_parameters_per_rank(m, p.layers[1], 1));
 }
 
 BOOST_AUTO_TEST_CASE(moe_prices) {
@@ -204,22 +203,27 @@ BOOST_AUTO_TEST_CASE(moe_prices) {
   // 16 ranks over 2 nodes: the all-to-all crosses the network for half of its copies.
   const CostModel cost(m, c, p);
   const int64_t bytes = 1 << 24;
-  const CommCost two = cost.moe_comm_cost(Collective::all_to_all, bytes, 16, 2);
+  const CommCost two = cost.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, 16);
   BOOST_TEST(int(two.link) == int(LinkClass::inter_node));
   BOOST_TEST(two.link_bytes == double(bytes) * 8 / 16);
-  const CommCost one = cost.moe_comm_cost(Collective::all_to_all, bytes, 8, 1);
+  const CommCost one = cost.moe_comm_cost(Collective::all_to_all, bytes, 8, 1, 8);
   BOOST_TEST(int(one.link) == int(LinkClass::intra_node));
   BOOST_TEST(one.time_s() < two.time_s());
   // Imbalance paces the experts and the all-to-all by the busiest rank.
   Plan q = p;
   q.routing_imbalance = 1.5;
   const CostModel skewed(m, c, q);
-  BOOST_TEST(skewed.moe_comm_cost(Collective::all_to_all, bytes, 16, 2).link_bytes ==
+  BOOST_TEST(skewed.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, 16).link_bytes ==
              1.5 * two.link_bytes);
   Op op;
   op.kind = OpKind::compute, op.block = Block::experts, op.phase = Phase::forward;
   op.layer = 1, op.samples = 64;  // large enough that the GEMMs are not latency-bound
   BOOST_TEST(skewed.compute_time_s(op) > cost.compute_time_s(op));
+  // A rank holding every expert computes its own tokens' copies: no imbalance at ep 1; half
+  // the experts per rank average it down.
+  BOOST_TEST(q.expert_load_factor(1, 16) == 1.0);
+  BOOST_TEST(q.expert_load_factor(16, 16) == 1.5);
+  BOOST_TEST(q.expert_load_factor(2, 16) == 1.0 + 0.5 / 15);
   // A capacity factor caps what the busiest expert takes.
   q.capacity_factor = 1.0;
   const CostModel capped(m, c, q);
@@ -228,7 +232,7 @@ BOOST_AUTO_TEST_CASE(moe_prices) {
   Plan l = p;
   l.moe_node_limit = 1;
   const CostModel limited(m, c, l);
-  const CommCost lim = limited.moe_comm_cost(Collective::all_to_all, bytes, 16, 2);
+  const CommCost lim = limited.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, 16);
   BOOST_TEST(lim.time_s() < two.time_s());
   // The experts' grouped GEMM runs less efficiently when each expert gets fewer rows.
   const MoeShape few = moe_shape(m, p.layers[1], 1), many = moe_shape(m, p.layers[1], 16);

@@ -52,6 +52,8 @@ BOOST_AUTO_TEST_CASE(op_classes) {
              int(OpClass::pp_comm));
   BOOST_TEST(int(classify(record("L5.mlp.fwd.copy_d2h mb2", OpKind::copy_d2h, Stream::d2h))) ==
              int(OpClass::offload));
+  BOOST_TEST(int(classify(record("L3.router.fwd.all_to_all mb1", OpKind::collective,
+                                 Stream::ep_comm))) == int(OpClass::ep_comm));
 }
 
 BOOST_AUTO_TEST_CASE(trace_figures_match_the_simulator) {
