@@ -35,8 +35,9 @@ MoeRouting route_tokens(std::span<const int32_t> chosen, int experts, int top_k)
 
 // Saved tensors of one MoE FFN for one micro-batch (N tokens, M rows at this rank's experts).
 struct MoeActs {
-  Tensor logits, scores;  // (N,E)
-  Tensor weights;         // (N,K) combine weights
+  Tensor logits;   // (N,E) the router's output (transient)
+  Tensor scores;   // (N,E)
+  Tensor weights;  // (N,K) combine weights
   MoeRouting routing;
   double aux_loss = 0;  // the load-balancing loss of these tokens (coeff included)
   // The held experts' rows in local expert order, and the counts of each held expert.

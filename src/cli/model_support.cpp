@@ -7,9 +7,9 @@ namespace stratagem::cli {
 void require_supported_model(const ModelSpec& m, const std::string& command, ModelUse use) {
   // "stratagem estimate" -> "estimate"
   const std::string name = command.rfind("stratagem ", 0) == 0 ? command.substr(10) : command;
-  // The Program, the cost model and the search price experts (program_moe.cpp, moe_cost.cpp);
-  // the runtime and the exporters do not run or write them yet.
-  if (m.moe.enabled() && use != ModelUse::forecast)
+  // The Program, the cost model, the search (program_moe.cpp, moe_cost.cpp) and the runtime
+  // (src/runtime/exec/ops_moe.cpp) run experts; the exporters do not write them yet.
+  if (m.moe.enabled() && use == ModelUse::write)
     throw InputError(command + ": MoE models are not yet supported by " + name + " (issue #26)");
   // The forecast prices MLA at tp 1 (src/core/workload_mla.cpp); the runtime and the exporters
   // know only multi-head attention.

@@ -105,6 +105,10 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
     const LayerStrategy& s = p.layers[l];
     if (!m.is_moe_layer(int(l))) continue;
     const std::string where = "layer " + std::to_string(l) + " (" + s.describe() + "): ";
+    if (m.moe.expert_groups > 1)
+      throw NotSupported(where + "group-limited routing (moe.expert_groups " +
+                         std::to_string(m.moe.expert_groups) +
+                         ") is not run by the runtime yet (issue #26)");
     if (s.tp != 1 || s.etp != 1 || s.cp != 1)
       throw NotSupported(where +
                          "the runtime runs MoE layers with tp = etp = 1 so far (issue #26)");

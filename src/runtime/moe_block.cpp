@@ -68,7 +68,7 @@ void moe_router_forward(Backend& be, const TransformerConfig& cfg, const LayerWe
   const MoeSpec& moe = cfg.moe;
   if (!w.router_w.defined())
     throw std::logic_error("moe_router_forward: the layer holds no router (not an MoE layer)");
-  ensure(be, a, a.logits, Shape{N, moe.experts});
+  a.logits = a.temp(be, Shape{N, moe.experts});  // backward reads the scores only
   ensure(be, a, a.scores, Shape{N, moe.experts});
   ensure(be, a, a.weights, Shape{N, moe.top_k});
   const Tensor none;
@@ -76,6 +76,7 @@ void moe_router_forward(Backend& be, const TransformerConfig& cfg, const LayerWe
   std::vector<int32_t> chosen(size_t(N * moe.top_k));
   be.moe_router_forward(a.scores, a.weights, chosen, a.logits, moe.router_score);
   a.routing = route_tokens(chosen, moe.experts, moe.top_k);
+  a.logits = Tensor{};
   a.aux_loss = moe.aux_loss_coeff == 0 ? 0.0
                                        : be.moe_aux_loss(a.scores, a.routing.chosen, moe.top_k,
                                                          moe.router_score, moe.aux_loss_coeff);
@@ -87,7 +88,7 @@ void moe_router_backward(Backend& be, const TransformerConfig& cfg, const LayerW
                          const MoeActs& a, double aux_scale, Tensor& d_xn) {
   const auto [N, C] = rows_of(xn, "moe_router_backward");
   const MoeSpec& moe = cfg.moe;
-  Tensor d_logits = a.temp(be, a.logits.shape);
+  Tensor d_logits = a.temp(be, a.scores.shape);
   be.moe_router_backward(d_logits, d_weights, a.scores, a.weights, a.routing.chosen,
                          moe.router_score, aux_scale * moe.aux_loss_coeff);
   Tensor d_router_in = a.temp(be, Shape{N, C});

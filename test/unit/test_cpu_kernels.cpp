@@ -578,3 +578,50 @@ BOOST_AUTO_TEST_CASE(blocks_gradcheck_and_recompute_modes) {
     }
   }
 }
+
+// The MoE kernels: the router's gradient through the combine weights and the load-balancing
+// loss (finite differences away from top-k ties), and the weighted combine's.
+BOOST_AUTO_TEST_CASE(moe_router_and_combine) {
+  Env e;
+  const int N = 6, E = 5, K = 2, C = 8;
+  for (RouterScore score : {RouterScore::softmax, RouterScore::sigmoid}) {
+    Tensor logits = e.randn({N, E}, 2.0f), r = e.randn({N, K});
+    Tensor scores = e.zeros({N, E}), weights = e.zeros({N, K});
+    std::vector<int32_t> chosen(N * K);
+    const double coeff = 0.3;
+    auto loss = [&] {
+      e.be->moe_router_forward(scores, weights, chosen, logits, score);
+      return dot(weights, r) + e.be->moe_aux_loss(scores, chosen, K, score, coeff);
+    };
+    loss();
+    const std::vector<int32_t> picked = chosen;
+    Tensor dlogits = e.zeros({N, E});
+    e.be->moe_router_backward(dlogits, r, scores, weights, chosen, score, coeff);
+    // A step of 1e-3 must not change the choice (the data keeps scores apart): checked below.
+    check_grad(score == RouterScore::softmax ? "router softmax" : "router sigmoid", logits, dlogits,
+               loss, 1e-3);
+    loss();
+    BOOST_TEST(chosen == picked);
+  }
+  // Combine: slots a permutation of the N*K rows.
+  Tensor inp = e.randn({N * K, C}), w = e.randn({N, K}), g = e.randn({N, C});
+  std::vector<int32_t> slots(N * K);
+  for (int i = 0; i < N * K; ++i) slots[size_t(i)] = (i * 7) % (N * K);
+  Tensor out = e.zeros({N, C});
+  auto combine_loss = [&] {
+    e.be->moe_combine_forward(out, inp, w, slots);
+    return dot(out, g);
+  };
+  Tensor dinp = e.zeros(inp.shape), dw = e.zeros(w.shape);
+  e.be->moe_combine_backward(dinp, dw, g, inp, w, slots);
+  check_grad("combine dinp", inp, dinp, combine_loss);
+  check_grad("combine dweights", w, dw, combine_loss);
+  // The permutation's gather and its backward (the copies summed).
+  Tensor gathered = e.zeros({N * K, C});
+  std::vector<int32_t> rows(N * K);
+  for (int i = 0; i < N * K; ++i) rows[size_t(i)] = i / K;
+  e.be->gather_rows(gathered, g, rows);
+  BOOST_TEST(gathered.data[(2 * K + 1) * C + 3] == g.data[2 * C + 3]);
+  BOOST_CHECK_THROW(e.be->gather_rows(gathered, inp, std::vector<int32_t>(N * K, 99)),
+                    std::invalid_argument);
+}

@@ -106,11 +106,14 @@ void Executor::Impl::moe_experts(const Op& op, exec::LayerState& ls) {
   const bool apart = spread(w, sh.local);
   const std::vector<int64_t>& counts = apart ? s.exchange.local_counts : s.acts.routing.counts;
   s.acts.expert_in = s.rows;
-  s.acts.expert_out = s.acts.save(backend, s.rows.shape);
+  // The combine's backward reads its input: at ep 1 these rows, else the rows come home.
+  s.acts.expert_out =
+      apart ? s.acts.temp(backend, s.rows.shape) : s.acts.save(backend, s.rows.shape);
   moe_experts_forward(backend, sh.local, w, s.acts.expert_in, counts, s.acts, s.acts.expert_out);
   if (apart) {  // back into (source, expert) order for the combine's all-to-all
     s.rows = s.acts.temp(backend, s.rows.shape);
     backend.gather_rows(s.rows, s.acts.expert_out, s.exchange.ungroup);
+    s.acts.expert_out = Tensor{};
   } else {
     s.rows = s.acts.expert_out;
   }
