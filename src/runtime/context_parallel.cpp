@@ -21,6 +21,7 @@ constexpr int kKvTag = 2701, kDkvTag = 2702, kA2aTag = 2703;
 struct Dims {
   int64_t B = 0, Tl = 0, W = 0, hd = 0, T = 0;
   int cp = 1, rank = 0, heads = 0, kv_heads = 0;
+  const CpScratch* scratch = nullptr;  // where the working tensors come from (empty: allocate)
   int64_t kv_width() const { return 2 * kv_heads * hd; }
   int64_t k_col() const { return heads * hd; }  // first k column of a qkv row
 };
@@ -28,6 +29,7 @@ struct Dims {
 Dims dims_of(const Communicator& comm, const CpAttention& a, const Tensor& local,
              const char* where) {
   Dims d;
+  d.scratch = &a.scratch;
   d.cp = comm.size(), d.rank = comm.rank(), d.heads = a.heads, d.kv_heads = a.kv_heads;
   d.T = a.seq_len;
   const int64_t width = static_cast<int64_t>(a.heads) + 2 * a.kv_heads;
@@ -44,6 +46,16 @@ Dims dims_of(const Communicator& comm, const CpAttention& a, const Tensor& local
   return d;
 }
 
+// A working tensor of the attention (uninitialized), from the caller's scratch.
+Tensor take(Backend& be, const Dims& d, Shape s) {
+  return d.scratch && *d.scratch ? (*d.scratch)(s) : be.allocate(s);
+}
+Tensor take_zeros(Backend& be, const Dims& d, Shape s) {
+  Tensor t = take(be, d, s);
+  be.fill(t, 0.0f);
+  return t;
+}
+
 // Member i's block of a buffer holding one block per member.
 Tensor member_block(const Tensor& buf, int i, Shape block) {
   return buf.slice(static_cast<int64_t>(i) * block.numel(), block);
@@ -51,7 +63,7 @@ Tensor member_block(const Tensor& buf, int i, Shape block) {
 
 // K and V of the local rows, packed as (B, T/cp, 2*KV*hd): what travels between ranks.
 Tensor pack_kv(Backend& be, const Dims& d, const Tensor& qkv) {
-  Tensor kv = be.allocate(Shape{d.B, d.Tl, d.kv_width()});
+  Tensor kv = take(be, d, Shape{d.B, d.Tl, d.kv_width()});
   be.copy_block(kv, 0, 0, qkv, 0, d.k_col(), d.B * d.Tl, d.kv_width());
   return kv;
 }
@@ -104,8 +116,8 @@ void ring_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, T
   const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
   const int next = (d.rank + 1) % d.cp, prev = (d.rank + d.cp - 1) % d.cp;
   Tensor cur = pack_kv(be, d, qkv);
-  Tensor nxt = be.allocate(cur.shape);
-  Tensor part_out = be.allocate(out.shape), part_lse = be.allocate(lse.shape);
+  Tensor nxt = take(be, d, cur.shape);
+  Tensor part_out = take(be, d, out.shape), part_lse = take(be, d, lse.shape);
   be.fill(out, 0.0f);
   be.fill(lse, -std::numeric_limits<float>::infinity());
   const int64_t n = cur.numel();
@@ -135,8 +147,8 @@ void ring_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv,
   const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
   const int next = (d.rank + 1) % d.cp, prev = (d.rank + d.cp - 1) % d.cp;
   Tensor cur = pack_kv(be, d, qkv);
-  Tensor nxt = be.allocate(cur.shape);
-  Tensor dcur = be.zeros(cur.shape), dnxt = be.allocate(cur.shape);
+  Tensor nxt = take(be, d, cur.shape);
+  Tensor dcur = take_zeros(be, d, cur.shape), dnxt = take(be, d, cur.shape);
   be.fill(dqkv, 0.0f);
   const int64_t n = cur.numel();
   for (int s = 0; s < d.cp; ++s) {
@@ -172,9 +184,9 @@ void ring_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv,
 // K,V of the whole sequence in position order (B, T, 2*KV*hd).
 Tensor gather_kv(Backend& be, Communicator& comm, const Dims& d, const Tensor& qkv) {
   const Tensor local = pack_kv(be, d, qkv);
-  Tensor blocks = be.allocate(Shape{d.cp * d.B, d.Tl, d.kv_width()});
+  Tensor blocks = take(be, d, Shape{d.cp * d.B, d.Tl, d.kv_width()});
   comm.iall_gather(local.data, blocks.data, local.numel())->wait();
-  Tensor seq = be.allocate(Shape{d.B, d.T, d.kv_width()});
+  Tensor seq = take(be, d, Shape{d.B, d.T, d.kv_width()});
   blocks_to_sequence(be, d, seq, blocks, d.kv_width());
   return seq;
 }
@@ -194,15 +206,15 @@ void allgather_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& 
   // Gathered again rather than kept: a whole sequence of K,V per layer would outweigh the
   // rank's own activations.
   const Tensor kv = gather_kv(be, comm, d, qkv);
-  Tensor dkv = be.zeros(kv.shape);
+  Tensor dkv = take_zeros(be, d, kv.shape);
   be.fill(dqkv, 0.0f);
   const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
   const TokenSpan all{0, d.T, 0};
   for (const TokenSpan& q : {mine.first, mine.second})
     be.attention_block_backward(dqkv, dkv, dout, out, lse, qkv, q, kv, all, d.heads, d.kv_heads);
-  Tensor blocks = be.allocate(Shape{d.cp * d.B, d.Tl, d.kv_width()});
+  Tensor blocks = take(be, d, Shape{d.cp * d.B, d.Tl, d.kv_width()});
   sequence_to_blocks(be, d, blocks, dkv, d.kv_width());
-  Tensor mine_dkv = be.allocate(Shape{d.B, d.Tl, d.kv_width()});
+  Tensor mine_dkv = take(be, d, Shape{d.B, d.Tl, d.kv_width()});
   comm.ireduce_scatter(blocks.data, mine_dkv.data, mine_dkv.numel())->wait();
   be.copy_block(dqkv, 0, d.k_col(), mine_dkv, 0, 0, d.B * d.Tl, d.kv_width());
 }
@@ -235,7 +247,7 @@ QkvPieces pieces_of(const Dims& d, const HeadGroup& g, int j) {
 template <class Pieces>
 Tensor heads_to_sequence(Backend& be, Communicator& comm, const Dims& d, const Tensor& local,
                          int64_t group_width, Pieces pieces) {
-  Tensor send = be.allocate(Shape{d.cp * d.B, d.Tl, group_width});
+  Tensor send = take(be, d, Shape{d.cp * d.B, d.Tl, group_width});
   for (int j = 0; j < d.cp; ++j) {
     Tensor block = member_block(send, j, Shape{d.B, d.Tl, group_width});
     const QkvPieces p = pieces(j);
@@ -246,9 +258,9 @@ Tensor heads_to_sequence(Backend& be, Communicator& comm, const Dims& d, const T
       at += p.width[k];
     }
   }
-  Tensor recv = be.allocate(send.shape);
+  Tensor recv = take(be, d, send.shape);
   all_to_all(be, comm, send, recv, d.B * d.Tl * group_width);
-  Tensor seq = be.allocate(Shape{d.B, d.T, group_width});
+  Tensor seq = take(be, d, Shape{d.B, d.T, group_width});
   blocks_to_sequence(be, d, seq, recv, group_width);
   return seq;
 }
@@ -257,9 +269,9 @@ Tensor heads_to_sequence(Backend& be, Communicator& comm, const Dims& d, const T
 template <class Pieces>
 void sequence_to_heads(Backend& be, Communicator& comm, const Dims& d, Tensor& local,
                        const Tensor& seq, int64_t group_width, Pieces pieces) {
-  Tensor send = be.allocate(Shape{d.cp * d.B, d.Tl, group_width});
+  Tensor send = take(be, d, Shape{d.cp * d.B, d.Tl, group_width});
   sequence_to_blocks(be, d, send, seq, group_width);
-  Tensor recv = be.allocate(send.shape);
+  Tensor recv = take(be, d, send.shape);
   all_to_all(be, comm, send, recv, d.B * d.Tl * group_width);
   for (int j = 0; j < d.cp; ++j) {
     const Tensor block = member_block(recv, j, Shape{d.B, d.Tl, group_width});
@@ -280,7 +292,7 @@ void a2a_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, Te
   const int64_t ow = g.heads * d.hd;
   const auto out_pieces = [&](int j) { return QkvPieces{{j * ow, 0, 0}, {ow, 0, 0}}; };
   const Tensor seq = heads_to_sequence(be, comm, d, qkv, g.width, qkv_pieces);
-  Tensor seq_out = be.allocate(Shape{d.B, d.T, ow});
+  Tensor seq_out = take(be, d, Shape{d.B, d.T, ow});
   Tensor seq_lse = lse.view(Shape{d.B, g.heads, d.T});
   Tensor no_att;
   be.attention_forward(seq_out, no_att, seq_lse, seq, g.heads, g.kv_heads);
@@ -300,7 +312,7 @@ void a2a_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv, 
   const Tensor seq_lse = lse.view(Shape{d.B, g.heads, d.T});
   const Tensor seq_out = heads_to_sequence(be, comm, d, out, ow, out_pieces);
   const Tensor seq_dout = heads_to_sequence(be, comm, d, dout, ow, out_pieces);
-  Tensor seq_dqkv = be.allocate(seq.shape);
+  Tensor seq_dqkv = take(be, d, seq.shape);
   be.attention_backward(seq_dqkv, seq_dout, seq_out, seq, Tensor{}, seq_lse, g.heads, g.kv_heads);
   sequence_to_heads(be, comm, d, dqkv, seq_dqkv, g.width, qkv_pieces);
 }
@@ -362,7 +374,7 @@ CpAttention cp_attention(const TransformerConfig& c, const SequenceShare& seq) {
   if (!seq.comm || seq.comm->size() != seq.cp || seq.comm->rank() != seq.cp_rank)
     throw std::logic_error("context parallelism: the cp communicator does not match cp " +
                            std::to_string(seq.cp) + " rank " + std::to_string(seq.cp_rank));
-  return CpAttention{seq.kind, c.heads, c.kv_heads, seq.seq_len};
+  return CpAttention{seq.kind, c.heads, c.kv_heads, seq.seq_len, seq.scratch};
 }
 
 namespace {
