@@ -54,7 +54,14 @@ void Engine::setup() {
   symmetry_ = options_.full || options_.mirror
                   ? no_symmetry(world_size_)
                   : find_symmetry(ranks_, stages_, rank_groups_, layout_, gpus_per_node_);
-  for (int r : symmetry_.reps) ranks_[r].nic_mult = symmetry_.nic_mult[r];
+  for (int r : symmetry_.reps) {
+    RankState& rk = ranks_[r];
+    rk.nic_mult = symmetry_.nic_mult[r];
+    // cp ring channels point at the representatives of the ring neighbours (symmetry.hpp).
+    for (int ch = 2; ch < 4; ++ch)
+      if (rk.channels[ch].peer >= 0) rk.channels[ch].peer = symmetry_.rep_of[rk.channels[ch].peer];
+    rk.channel_of_key[3] = rk.channels[3].peer == rk.channels[2].peer ? 2 : 3;
+  }
   stats_.symmetric = symmetry_.reduced;
   stats_.simulated_ranks = int(symmetry_.reps.size());
   // A collective waits for the members that are simulated.

@@ -20,7 +20,12 @@ bool holds(const std::vector<int32_t>& rep_of, std::vector<int32_t>& nic_mult,
     if (a.stage != b.stage || a.rank_class != b.rank_class) return false;
     for (int ch = 0; ch < 4; ++ch) {
       const int pa = a.channels[ch].peer, pb = b.channels[ch].peer;
-      if ((pa < 0) != (pb < 0) || (pa >= 0 && rep_of[pa] != pb)) return false;
+      if ((pa < 0) != (pb < 0)) return false;
+      // Pipeline peers: m's peer is represented by its representative's peer. cp ring peers
+      // (channels 2, 3) may share a representative with the rank itself: the ring's ranks run
+      // in lockstep, so the representative sends to the one that stands for its peer (itself
+      // when the whole ring is one class) and receives what it sent.
+      if (pa >= 0 && rep_of[pa] != (ch < 2 ? pb : rep_of[pb])) return false;
     }
   }
   // Groups: the image of m's group must be the representatives of its representative's group.

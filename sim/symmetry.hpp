@@ -8,7 +8,9 @@
 //  - for every rank m and group key k, rep_of maps m's group onto exactly the representatives
 //    in its representative's group (so a collective starts when its represented members have
 //    arrived and ends when they have finished, as it would with all members);
-//  - rep_of of m's pipeline peer is its representative's peer;
+//  - rep_of of m's pipeline peer is its representative's peer; of m's cp ring peer, the
+//    representative of its representative's peer (the engine then points the representative's
+//    ring channels at those representatives, itself included: the ring runs in lockstep);
 //  - every node's ranks map onto the ranks of one node, with the same count per representative,
 //    so that a NIC carries, per representative flow, `nic_mult` identical flows. Under
 //    proportional sharing k identical flows of share w progress exactly like one flow of share

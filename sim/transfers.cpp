@@ -27,7 +27,8 @@ void Engine::start_send(RankState& r, const StageData& sd, int s, const Step& st
   const uint32_t op = step.op;
   const int ch = r.channel_of_key[step.key];
   const int peer = r.channels[ch].peer;
-  if (peer < 0 || peer == r.rank)
+  // A representative's cp ring may send to itself (symmetry.hpp); a pipeline peer never is.
+  if (peer < 0 || (peer == r.rank && step.key < 2))
     throw std::runtime_error("simulate: rank " + std::to_string(r.rank) + " op " +
                              std::to_string(op) + " sends to no peer");
   const CommSplit& cp = comm_of(sd, r.rank_class, step);

@@ -117,5 +117,10 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
 // The context-parallel part of validate (plan_cp.cpp): one cp through the stage, a sequence the
 // kind can cut, heads an all-to-all can split, an attention the kinds can split.
 void validate_context_parallel(const Plan& p, const ModelSpec& m, const std::string& source);
+// Why a layer of strategy s cannot split the model's sequence as s.cp and s.cp_kind say ("" when
+// it can; `field` gets the field to name: cp, cp_kind, recompute or sequence_parallel): the
+// rules of validate_context_parallel for one strategy, which the search asks too.
+std::string cp_refusal(const ModelSpec& m, const LayerStrategy& s, bool flash_attention,
+                       std::string* field);
 
 }  // namespace stratagem

@@ -85,6 +85,9 @@ struct SearchOptions {
   // Narrowing of the space (tests and experiments); the defaults are the whole space.
   std::vector<int> pp_degrees;  // empty: every divisor of the world size up to the layers
   std::vector<int> tp_degrees;  // empty: powers of two up to the GPUs of a node
+  // Context-parallel degrees beside 1 (search_detail::cp_degrees_for): empty: those leaving a
+  // rank at least 8,192 tokens of a sequence; {1}: none.
+  std::vector<int> cp_degrees;
   std::vector<int> zero_stages{0, 1, 2, 3};
   std::vector<Recompute> recompute{Recompute::none, Recompute::selective, Recompute::full};
   bool sequence_parallel_off = true;  // layers with tp > 1 and no sequence parallelism

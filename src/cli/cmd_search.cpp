@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -69,6 +71,20 @@ SearchOptions search_options(Args& a) {
   o.flash_attention = a.flag("--flash-attention");
   o.overlap_grad_reduce = !a.flag("--no-overlap-grad-reduce");
   o.allow_cross_node_tp = a.flag("--allow-cross-node-tp");
+  if (auto list = a.value("--cp-degrees")) {
+    // A comma list of context-parallel degrees; "1" alone: none beside cp 1.
+    std::string item;
+    std::stringstream ss(*list);
+    while (std::getline(ss, item, ',')) {
+      char* end = nullptr;
+      const long v = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || v < 1 || v > (1 << 16))
+        throw InputError(a.command() +
+                         ": --cp-degrees: expected a comma list of degrees >= 1, got '" + *list +
+                         "'");
+      o.cp_degrees.push_back(int(v));
+    }
+  }
   return o;
 }
 
@@ -199,7 +215,7 @@ Register reg{
                  "       [--threads N]\n"
                  "       [-o plan.json] [--json] [--rerank simulator|estimator] [--dtype D]\n"
                  "       [--flash-attention] [--no-overlap-grad-reduce] [--allow-cross-node-tp]\n"
-                 "       [--quiet]\n"
+                 "       [--cp-degrees LIST] [--quiet]\n"
                  "  under mpirun -np P the candidate space is split over the P processes; the\n"
                  "  answer is the same for any P\n") +
          kModelHelp + kClusterHelp + kFrameworkHelp +
@@ -217,6 +233,8 @@ Register reg{
          "  --dtype D                bf16|fp16|fp32 [bf16]; --flash-attention: flash kernels\n"
          "  --allow-cross-node-tp    also consider tp beyond the GPUs of a node (priced at\n"
          "                           the cross-node cost)\n"
+         "  --cp-degrees LIST        context-parallel degrees to try beside 1 (comma list; 1:\n"
+         "                           none) [those leaving a rank >= 8192 tokens of a sequence]\n"
          "  --quiet                  no progress lines on stderr\n"
          "exit codes: 0 ok, 2 bad input, 3 no plan fits the memory budget\n",
      run_search}};

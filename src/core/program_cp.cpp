@@ -21,10 +21,13 @@
 //              previous one. Send j waits for pre (j = 0) or receive j - 1; core step j + 1
 //              waits for receive j, so the transfer runs beside core step j.
 //   backward also: send/recv part core, cp_step j (0 .. cp-1), bytes kv_bytes: the dK, dV
-//              accumulator of the block used at step j, after core step j, to the next rank;
-//              core step j + 1 adds to the one received; the last (j = cp - 1) brings each
-//              rank its own block's dK, dV, which pre's backward waits for. K/V go around again
-//              in backward (they were not kept whole).
+//              accumulator of the block used at step j to the next rank: core step j's
+//              partial dK, dV (into a buffer of its own) plus the accumulator received at step
+//              j - 1 (none at j = 0) for the same block, so send j waits for core step j and
+//              receive j - 1, and no core step waits for an accumulator (Megatron-Core adds
+//              the received one after the step's kernel). The last (j = cp - 1) brings each
+//              rank its own block's dK, dV, which pre's backward waits for. K/V go around
+//              again in backward (they were not kept whole).
 //   Stream order on cp_comm: kv 0, [kv j + 1 then dkv j] for each step j.
 // allgather (Llama 3; Megatron-Core's all_gather):
 //   collective all_gather, stream cp_comm, group cp, bytes cp x kv_bytes (the gathered K and
@@ -90,12 +93,12 @@ int StageBuilder::cp_attention(Phase ph, int layer, int mb) {
     int kv_prev = -1, dkv_recv = -1;
     for (int j = 0; j < s.cp; ++j) {
       if (kv_prev >= 0) compute_waits_.push_back(kv_prev);
-      if (dkv_recv >= 0) compute_waits_.push_back(dkv_recv);
       const int core = cp_compute(AttentionPart::core, ph, layer, mb, j);
       kv_prev = kv_recv;
       if (j + 1 < c.kv_steps) kv_recv = kv_pair(j + 1, kv_recv);
       if (j < c.dkv_steps) {
-        cp_transfer(OpKind::send, AttentionPart::core, ph, layer, mb, j, c.kv_bytes, {core});
+        cp_transfer(OpKind::send, AttentionPart::core, ph, layer, mb, j, c.kv_bytes,
+                    {core, dkv_recv});
         dkv_recv = cp_transfer(OpKind::recv, AttentionPart::core, ph, layer, mb, j, c.kv_bytes, {});
       }
     }

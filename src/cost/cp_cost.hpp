@@ -13,8 +13,8 @@ double cp_attention_kernels_s(const CostModel& cost, const LayerStrategy& s, int
 
 // The cp communication of one attention block that its compute waits for, per phase:
 //  - ring: each of the cp - 1 K/V transfers runs beside a core step, exposed by what it
-//    exceeds it; backward carries a K/V block and a dK/dV block beside each core step, and the
-//    last dK/dV hop home is exposed whole;
+//    exceeds it; backward carries a K/V block and a dK/dV block beside each core step (no core
+//    step waits for an accumulator), and the last dK/dV hop home is exposed whole;
 //  - allgather: the all-gather before the core (backward: beside post's backward) and the
 //    reduce-scatter of dK, dV after it;
 //  - a2a: both all-to-alls.

@@ -47,6 +47,12 @@ void common_limits(const Plan& p, std::vector<Unexpressible>& out) {
   if (!uniform_by(p, offload)) out.push_back({"per-layer offload", runs(p, offload)});
   const LayerStrategy& l = p.layers.front();
   const LayerStrategy& e = p.embedding;
+  // The exports write no context-parallel degree yet (Megatron-Core's
+  // --context-parallel-size, torchtitan's context_parallel_degree): refused, not dropped.
+  if (e.cp > 1)
+    out.push_back({"context parallelism", "cp " + std::to_string(e.cp) + " " +
+                                              to_string(l.cp_kind) +
+                                              " (the exports do not write it yet)"});
   if (e.tp != l.tp || e.dp != l.dp || e.zero != l.zero ||
       e.sequence_parallel != l.sequence_parallel || e.offload_optimizer != l.offload_optimizer ||
       e.offload_params != l.offload_params)

@@ -31,6 +31,7 @@ const std::set<std::string> kValued = {"--num-layers",
                                        "--num-layers-per-virtual-pipeline-stage",
                                        "--num-virtual-stages-per-pipeline-rank",
                                        "--context-parallel-size",
+                                       "--cp-comm-type",
                                        "--expert-model-parallel-size",
                                        "--num-experts",
                                        "--micro-batch-size",
@@ -301,17 +302,27 @@ MegatronJob megatron_job_from_args(const std::vector<std::string>& args, Cluster
     restrict_to_gpus(cluster, *launcher.gpus_per_node, source + ": --nproc-per-node");
   if (launcher.nodes) cluster.nodes = *launcher.nodes;
 
-  if (f.integer("--context-parallel-size", 1, 1 << 16).value_or(1) > 1)
-    f.fail("--context-parallel-size", "context parallelism is not supported yet");
   PlanShorthand s;
   const int tp = f.integer("--tensor-model-parallel-size", 1, limits::kMaxTp).value_or(1);
   const int pp = f.integer("--pipeline-model-parallel-size", 1, limits::kMaxPp).value_or(1);
+  const int cp = f.integer("--context-parallel-size", 1, limits::kMaxTp).value_or(1);
+  // Megatron-Core's --cp-comm-type (default p2p, its ring); a2a+p2p (hierarchical) is not one
+  // of the modelled kinds.
+  const std::string comm =
+      f.choice("--cp-comm-type", {"p2p", "all_gather", "a2a", "a2a+p2p"}, "p2p");
+  if (comm == "a2a+p2p")
+    f.fail("--cp-comm-type", "a2a+p2p (hierarchical context parallelism) is not modelled");
+  if (cp > 1) {
+    s.cp = cp;
+    s.cp_kind = comm == "p2p" ? "ring" : comm == "all_gather" ? "allgather" : "a2a";
+  }
   const int64_t world = cluster.world_size();
-  if (world % (int64_t(tp) * pp))
-    f.fail("--tensor-model-parallel-size", "tp " + std::to_string(tp) + " x pp " +
-                                               std::to_string(pp) + " does not divide the " +
-                                               std::to_string(world) + " GPUs of the job");
-  const int dp = int(world / (int64_t(tp) * pp));
+  if (world % (int64_t(tp) * pp * cp))
+    f.fail("--tensor-model-parallel-size",
+           "tp " + std::to_string(tp) + (cp > 1 ? " x cp " + std::to_string(cp) : "") + " x pp " +
+               std::to_string(pp) + " does not divide the " + std::to_string(world) +
+               " GPUs of the job");
+  const int dp = int(world / (int64_t(tp) * pp * cp));
   int vpp = f.integer("--num-virtual-stages-per-pipeline-rank", 1, limits::kMaxVpp).value_or(1);
   if (auto per = f.integer("--num-layers-per-virtual-pipeline-stage", 1, limits::kMaxLayers)) {
     if (job.model.layers % pp || (job.model.layers / pp) % *per)

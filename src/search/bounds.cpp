@@ -157,7 +157,7 @@ StageRelaxation Searcher::relax_stage(const GeoData& gd, double k) {
 }
 
 double Searcher::lower_bound(const Config& cf) {
-  PairData& pd = pair_mutable(cf.pp, cf.Bm);
+  PairData& pd = pair_mutable(cf.pp, cf.Bm, cf.cpg);
   const int pp = cf.pp, L = m_.layers, v = cf.v;
   if (pd.emb.empty()) return kInf;
   const int n_max = n_max_of(L, pp, v);

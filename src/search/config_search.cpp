@@ -18,7 +18,7 @@ class ConfigSearch {
   ConfigSearch(Searcher& searcher, const Config& cf)
       : s_(searcher),
         cf_(cf),
-        pd_(searcher.pair(cf.pp, cf.Bm)),
+        pd_(searcher.pair(cf.pp, cf.Bm, cf.cpg)),
         pp_(cf.pp),
         layer_count_(searcher.m_.layers),
         v_(cf.v),
@@ -381,7 +381,7 @@ void Searcher::search_config(const Config& cf) {
 // least-memory layer strategy, the embedding its least-memory one, and the partition minimizes
 // the largest stage.
 void Searcher::min_memory_config(const Config& cf) {
-  const PairData& pd = pair(cf.pp, cf.Bm);
+  const PairData& pd = pair(cf.pp, cf.Bm, cf.cpg);
   const int pp = cf.pp, L = m_.layers, v = cf.v;
   if (pd.emb.empty()) return;
   const int n_max = n_max_of(L, pp, v);

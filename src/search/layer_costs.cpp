@@ -18,11 +18,12 @@ int log2_of(int x) {
 }
 }  // namespace
 
-std::vector<int> Geometry::signature(int s, const std::vector<int>& tps) const {
+std::vector<int> Geometry::signature(int s, const std::vector<int>& tps, int cp) const {
   std::vector<int> sig;
   for (int tp : tps) {
     sig.push_back(tp_nodes(s, tp));
     sig.push_back(dp_nodes(s, tp));
+    if (cp > 1) sig.push_back(cp_nodes(s, tp, cp));
   }
   return sig;
 }
@@ -35,8 +36,14 @@ double LayerCost::step_s() const {
 // ---- cost tables ------------------------------------------------------------------------------
 
 CostTables::CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bool flash,
-                       bool overlap_grad_reduce, const FrameworkSpec& framework, int max_tp)
-    : m_(m), c_(c), dtype_(dtype), flash_(flash), overlap_(overlap_grad_reduce) {
+                       bool overlap_grad_reduce, const FrameworkSpec& framework, int max_tp,
+                       const std::vector<int>& cp_degrees)
+    : m_(m),
+      c_(c),
+      dtype_(dtype),
+      flash_(flash),
+      overlap_(overlap_grad_reduce),
+      cp_degrees_(cp_degrees) {
   const int g = max_tp > 0 ? max_tp : std::max(1, c.node.gpus_per_node);
   for (int tp = 1; tp <= std::max(1, g); tp *= 2) {
     auto p = std::make_unique<Plan>();
@@ -47,6 +54,15 @@ CostTables::CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bo
     costs_.push_back(std::make_unique<CostModel>(m_, c_, *p, framework));
     plans_.push_back(std::move(p));
   }
+  // The same for each cp > 1 (the head's tokens per rank follow the embedding's cp).
+  const size_t per_cp = costs_.size();
+  for (int cp : cp_degrees_)
+    for (size_t i = 0; i < per_cp; ++i) {
+      auto p = std::make_unique<Plan>(*plans_[i]);
+      p->embedding.cp = cp;
+      costs_.push_back(std::make_unique<CostModel>(m_, c_, *p, framework));
+      plans_.push_back(std::move(p));
+    }
   // The optimizer step is linear in the parameters it updates (roofline + one launch, and
   // PCIe copies + host work): take the rate at a billion parameters.
   const int64_t P = 1000000000;
@@ -55,16 +71,25 @@ CostTables::CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bo
   host_resident_opt_rate_ = cost_detail::host_optimizer_step_s(*costs_.front(), P, P) / double(P);
 }
 
-const CostModel& CostTables::cost(int tp) const {
+const CostModel& CostTables::cost(int tp, int cp) const {
+  const size_t per_cp = costs_.size() / (1 + cp_degrees_.size());
+  size_t at = 0;
+  if (cp > 1) {
+    const auto it = std::find(cp_degrees_.begin(), cp_degrees_.end(), cp);
+    if (it == cp_degrees_.end())
+      throw std::logic_error("search: no cost tables for cp " + std::to_string(cp));
+    at = per_cp * size_t(1 + (it - cp_degrees_.begin()));
+  }
   const int i = log2_of(tp);
-  return *costs_.at(std::min<size_t>(i, costs_.size() - 1));
+  return *costs_.at(at + std::min<size_t>(i, per_cp - 1));
 }
 
-LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_nodes) const {
+LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_nodes,
+                            int cp_nodes) const {
   // The estimator's per-layer figures (src/cost/layer_cost.cpp), folded into what the stage DP
   // needs: one busy time, the side streams, a tail and four memory terms.
-  const cost_detail::LayerCost x =
-      cost_detail::layer_cost(*costs_.front(), s, b, tp_nodes, dp_nodes, /*with_time=*/true);
+  const cost_detail::LayerCost x = cost_detail::layer_cost(*costs_.front(), s, b, tp_nodes,
+                                                           dp_nodes, /*with_time=*/true, cp_nodes);
   LayerCost lc;
   lc.st = s;
   lc.samples = b;
@@ -83,6 +108,7 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   lc.boundary = boundary_activation_bytes(m_, s, b, dtype_);
   lc.kernel_s = x.fwd_s + x.bwd_s + x.rec_s;
   lc.busy_s = lc.kernel_s + x.tp_fwd_s + x.tp_bwd_s + x.tp_rec_s;
+  if (s.cp > 1) lc.busy_s += x.cp_fwd_s + x.cp_bwd_s + x.cp_rec_s;
   lc.interference = costs_.front()->compute_comm_interference();
   lc.fetch_s = x.fetch_s;
   lc.act_h2d_s = x.act_h2d_s;
@@ -103,7 +129,7 @@ double CostTables::reshard_s(const LayerCost& a, const LayerCost& b) const {
 
 EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b,
                                     const cost_detail::Geometry& geo, int pp) const {
-  const CostModel& cm = cost(es.tp);
+  const CostModel& cm = cost(es.tp, es.cp);
   const int last = pp - 1;
   EmbeddingCost ec;
   ec.st = es;
@@ -163,6 +189,24 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b,
 
 // ---- candidates ---------------------------------------------------------------------------------
 
+std::vector<int> cp_degrees_for(const ModelSpec& m, const ClusterSpec& c,
+                                const std::vector<int>& requested) {
+  std::vector<int> out;
+  const int world = c.world_size();
+  if (m.attention == AttentionKind::mla) return out;  // cp_refusal: not split
+  if (!requested.empty()) {
+    for (int cp : requested)
+      if (cp > 1 && world % cp == 0 && m.seq_len % cp == 0) out.push_back(cp);
+    return out;
+  }
+  // Llama 3's long-context run kept 131,072 / CP 16 = 8,192 tokens a rank: the search goes no
+  // finer by default (below it the K/V exchange outweighs the attention it hides behind).
+  for (int cp = 2; cp <= world; cp *= 2)
+    if (world % cp == 0 && m.seq_len % cp == 0 && m.seq_len / cp >= kCpMinTokensPerRank)
+      out.push_back(cp);
+  return out;
+}
+
 std::vector<int> tp_degrees_for(const ModelSpec& m, const ClusterSpec& c, int D, int Bm,
                                 const SpaceFilter& f) {
   std::vector<int> out;
@@ -171,8 +215,9 @@ std::vector<int> tp_degrees_for(const ModelSpec& m, const ClusterSpec& c, int D,
     if (!f.tp_degrees.empty() &&
         std::find(f.tp_degrees.begin(), f.tp_degrees.end(), tp) == f.tp_degrees.end())
       continue;
-    if (D % tp || m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp) continue;
-    const int dp = D / tp;
+    if (f.cp > 1 && tp != f.cp_tp) continue;
+    if (D % (tp * f.cp) || m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp) continue;
+    const int dp = D / (tp * f.cp);
     if (Bm % dp) continue;
     if (Bm / dp > f.max_samples_per_rank) continue;
     out.push_back(tp);
@@ -188,24 +233,33 @@ std::vector<LayerStrategy> strategies(const ModelSpec& m, const ClusterSpec& c, 
                                       const SpaceFilter& f, const std::vector<Recompute>& recompute,
                                       int offloads) {
   std::vector<LayerStrategy> out;
+  const bool cp = f.cp > 1;
+  // Under cp the kinds the model allows; one entry (ring, unread) without.
+  std::vector<CpKind> kinds = cp ? f.cp_kinds : std::vector<CpKind>{CpKind::ring};
   for (int tp : tp_degrees_for(m, c, D, Bm, f)) {
-    const int dp = D / tp;
+    const int dp = D / (tp * f.cp);
     std::vector<bool> sps;
-    if (tp == 1 || f.sequence_parallel_off) sps.push_back(false);
-    if (tp > 1 && f.sequence_parallel_on && m.seq_len % tp == 0) sps.push_back(true);
+    // A cp plan holds one sequence parallelism throughout: on wherever tp > 1 (Megatron-Core
+    // requires it with context parallelism).
+    if (tp == 1 || (f.sequence_parallel_off && !cp)) sps.push_back(false);
+    if (tp > 1 && (f.sequence_parallel_on || cp) && m.seq_len % tp == 0) sps.push_back(true);
     for (bool sp : sps)
-      for (int z : f.zero_stages) {
-        if (z > 0 && dp == 1) continue;  // ZeRO without data parallelism changes nothing
-        for (Recompute rc : recompute)
-          for (int off = 0; off < offloads; ++off) {
-            LayerStrategy s;
-            s.tp = tp, s.dp = dp, s.sequence_parallel = sp, s.zero = z, s.recompute = rc;
-            s.offload_optimizer = off & 1;
-            s.offload_params = off & 2;
-            s.offload_activations = off & 4;
-            out.push_back(s);
-          }
-      }
+      for (CpKind kind : kinds)
+        for (int z : f.zero_stages) {
+          // ZeRO without data parallelism changes nothing
+          if (z > 0 && dp * f.cp == 1) continue;
+          for (Recompute rc : recompute)
+            for (int off = 0; off < offloads; ++off) {
+              LayerStrategy s;
+              s.tp = tp, s.dp = dp, s.sequence_parallel = sp, s.zero = z, s.recompute = rc;
+              s.cp = f.cp, s.cp_kind = kind;
+              s.offload_optimizer = off & 1;
+              s.offload_params = off & 2;
+              s.offload_activations = off & 4;
+              if (cp && !cp_refusal(m, s, f.flash_attention, nullptr).empty()) continue;
+              out.push_back(s);
+            }
+        }
   }
   return out;
 }

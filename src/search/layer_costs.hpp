@@ -21,7 +21,7 @@ namespace stratagem::search_detail {
 struct Geometry : cost_detail::Geometry {
   // Signature of a stage's placement for the given tp degrees (stages with equal signatures
   // cost every strategy alike).
-  std::vector<int> signature(int stage, const std::vector<int>& tps) const;
+  std::vector<int> signature(int stage, const std::vector<int>& tps, int cp = 1) const;
 };
 
 // What one Transformer layer costs one rank per micro-batch, and what it holds.
@@ -85,15 +85,17 @@ struct EmbeddingCost {
 class CostTables {
  public:
   // max_tp: the largest tp priced (0: the GPUs of a node).
+  // cp_degrees: the context-parallel degrees above 1 the search tries (cost(tp, cp) of them).
   CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bool flash,
              bool overlap_grad_reduce, const FrameworkSpec& framework = FrameworkSpec{},
-             int max_tp = 0);
+             int max_tp = 0, const std::vector<int>& cp_degrees = {});
   const ModelSpec& model() const { return m_; }
   const ClusterSpec& cluster() const { return c_; }
   Dtype dtype() const { return dtype_; }
   bool flash() const { return flash_; }
 
-  LayerCost layer(const LayerStrategy& s, int samples, int tp_nodes, int dp_nodes) const;
+  LayerCost layer(const LayerStrategy& s, int samples, int tp_nodes, int dp_nodes,
+                  int cp_nodes = 1) const;
   // The embedding and head of a pp-stage pipeline whose stages sit as `geo` places them.
   EmbeddingCost embedding(const LayerStrategy& s, int samples, const cost_detail::Geometry& geo,
                           int pp) const;
@@ -110,7 +112,9 @@ class CostTables {
            double(st.host_opt_params - st.host_resident_params) * host_opt_rate_ +
            double(st.host_resident_params) * host_resident_opt_rate_;
   }
-  const CostModel& cost(int tp) const;  // a cost model whose plan has embedding.tp == tp
+  // A cost model whose plan has embedding.tp == tp and embedding.cp == cp.
+  const CostModel& cost(int tp, int cp = 1) const;
+  const std::vector<int>& cp_degrees() const { return cp_degrees_; }
 
  private:
   const ModelSpec& m_;
@@ -121,6 +125,7 @@ class CostTables {
   double dev_opt_rate_ = 0, host_opt_rate_ = 0, host_resident_opt_rate_ = 0;
   std::vector<std::unique_ptr<Plan>> plans_;  // by log2(tp); CostModel keeps references
   std::vector<std::unique_ptr<CostModel>> costs_;
+  std::vector<int> cp_degrees_;  // [1 + index] of the cp > 1 tables in costs_ after cp 1's
 };
 
 // Candidate per-layer strategies of a stage of D devices with Bm samples per micro-batch,
@@ -135,7 +140,18 @@ struct SpaceFilter {
   bool offload = true;
   int max_samples_per_rank = 64;
   int max_tp = 0;  // 0: the GPUs of a node (SearchOptions::allow_cross_node_tp raises it)
+  // Context parallelism: cp > 1 fixes the layers' cp and tp (cp_tp; one tp and sequence
+  // parallelism through a cp plan, as validate asks) and tries each kind the model allows.
+  int cp = 1, cp_tp = 1;
+  std::vector<CpKind> cp_kinds{CpKind::ring, CpKind::allgather, CpKind::a2a};
+  bool flash_attention = false;  // selective recompute under cp needs it
 };
+// The context-parallel degrees the search tries (besides 1): `requested`, or by default the
+// powers of two that leave each rank at least kCpMinTokensPerRank tokens of a sequence and
+// divide the world.
+inline constexpr int kCpMinTokensPerRank = 8192;
+std::vector<int> cp_degrees_for(const ModelSpec& m, const ClusterSpec& c,
+                                const std::vector<int>& requested);
 std::vector<int> tp_degrees_for(const ModelSpec& m, const ClusterSpec& c, int D, int Bm,
                                 const SpaceFilter& f);
 std::vector<LayerStrategy> layer_candidates(const ModelSpec& m, const ClusterSpec& c, int D, int Bm,

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "src/search/bound_exchange.hpp"
+#include "stratagem/estimate.hpp"
 
 namespace stratagem::search_detail {
 
@@ -104,8 +105,8 @@ SearchResult Searcher::run() {
 // Every configuration's lower bound, a (pp, Bm) pair per task (each builds its pair's cost
 // tables).
 void Searcher::bound_configs(std::vector<Config>& cfs) {
-  std::map<std::pair<int, int>, std::vector<Config*>> by_pair;
-  for (auto& cf : cfs) by_pair[{cf.pp, cf.Bm}].push_back(&cf);
+  std::map<std::tuple<int, int, int>, std::vector<Config*>> by_pair;
+  for (auto& cf : cfs) by_pair[{cf.pp, cf.Bm, cf.cpg}].push_back(&cf);
   std::vector<const std::vector<Config*>*> tasks;
   for (const auto& [key, list] : by_pair) {
     pairs_[key];  // the slot, filled by its task
@@ -163,6 +164,15 @@ void Searcher::throw_no_plan_fits(const std::vector<Config>& cfs) {
     msg += "; the smallest peak memory reachable is " +
            fmt_gib(min_memory_.best->est_peak_memory_bytes) +
            " per GPU, with: " + min_memory_.best->plan.describe();
+    // What is over: that plan's peak by category (the estimator's, at its peak stage).
+    const Plan& p = min_memory_.best->plan;
+    const MemoryBreakdown mb = estimate(CostModel(m_, c_, p, o_.framework)).memory;
+    msg += "; at its peak " + fmt_gib(mb.total_bytes()) + " = weights " +
+           fmt_gib(mb.weights_bytes) + " + grads " + fmt_gib(mb.grads_bytes) + " + optimizer " +
+           fmt_gib(mb.optimizer_bytes) + " + activations " + fmt_gib(mb.activations_bytes) +
+           " + buffers " + fmt_gib(mb.buffers_bytes) + " + context and fragmentation " +
+           fmt_gib(mb.context_bytes + mb.fragmentation_bytes) + ", " +
+           fmt_gib(mb.total_bytes() - budget_) + " over";
   } else {
     msg += " (no valid plan at all for this model, cluster and global batch)";
   }
@@ -175,8 +185,8 @@ void Searcher::enumerate(const std::function<void(const Plan&)>& visit) {
   const int L = m_.layers;
   for (const Config& cf : configs()) {
     const int pp = cf.pp, v = cf.v, D = c_.world_size() / pp;
-    const auto raw = layer_candidates(m_, c_, D, cf.Bm, filter_);
-    const auto embs = embedding_candidates(m_, c_, D, cf.Bm, filter_);
+    const auto raw = layer_candidates(m_, c_, D, cf.Bm, filter_for(cf.cpg));
+    const auto embs = embedding_candidates(m_, c_, D, cf.Bm, filter_for(cf.cpg));
     if (raw.empty() || embs.empty()) continue;
     // Stage totals: every composition of L into pp parts of at least v layers.
     std::vector<int> totals(pp, v);

@@ -47,6 +47,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <tuple>
 #include <string>
 #include <thread>
 #include <vector>
@@ -185,6 +186,7 @@ struct PairData {
 
 struct Config {
   int pp = 1, Bm = 1, M = 1, v = 1;
+  int cpg = 0;  // context group: index into Searcher::cp_groups_ (0: cp 1)
   Schedule sched = Schedule::one_f_one_b;
   double lb = 0;
   int order = 0;  // enumeration index (tie-break of equal bounds)
@@ -200,8 +202,10 @@ class Searcher {
         c_(c),
         o_(o),
         budget_(budget),
-        tables_(m, c, o.dtype, o.flash_attention, o.overlap_grad_reduce, o.framework,
-                o.allow_cross_node_tp ? c.world_size() : 0),
+        tables_(
+            m, c, o.dtype, o.flash_attention, o.overlap_grad_reduce, o.framework,
+            o.allow_cross_node_tp ? c.world_size() : 0,
+            o.space == SearchSpace::full ? cp_degrees_for(m, c, o.cp_degrees) : std::vector<int>{}),
         full_(o.top_k),
         megatron_(o.top_k),
         zero_(o.top_k) {
@@ -213,6 +217,13 @@ class Searcher {
     filter_.offload = o.offload;
     filter_.max_samples_per_rank = o.max_samples_per_rank;
     filter_.max_tp = o.allow_cross_node_tp ? c.world_size() : 0;
+    filter_.flash_attention = o.flash_attention;
+    // Context groups: cp 1 (tp free per layer), then each cp > 1 with each tp it can take.
+    cp_groups_.push_back({1, 1});
+    const int max_tp = filter_.max_tp > 0 ? filter_.max_tp : std::max(1, c.node.gpus_per_node);
+    for (int cp : tables_.cp_degrees())
+      for (int tp = 1; tp <= max_tp && int64_t(tp) * cp <= c.world_size(); tp *= 2)
+        cp_groups_.push_back({cp, tp});
     const GpuSpec& g = c.gpu;
     net_budget_ =
         int64_t(double(budget_ - g.context_overhead_bytes) / (1.0 + g.allocator_fragmentation));
@@ -239,8 +250,15 @@ class Searcher {
   std::vector<int> pp_list() const;
   std::vector<int> bm_list() const;
   std::vector<Config> configs() const;
-  const PairData& pair(int pp, int Bm);
-  PairData& pair_mutable(int pp, int Bm);
+  const PairData& pair(int pp, int Bm, int cpg = 0);
+  PairData& pair_mutable(int pp, int Bm, int cpg = 0);
+  // The space filter of a context group (Config::cpg).
+  SpaceFilter filter_for(int cpg) const {
+    SpaceFilter f = filter_;
+    f.cp = cp_groups_[size_t(cpg)].first;
+    f.cp_tp = cp_groups_[size_t(cpg)].second;
+    return f;
+  }
   double in_flight(const Config& cf, int s) const;
   double interleaved_least_in_flight(const Config& cf, int s) const;
   double lower_bound(const Config& cf);
@@ -289,7 +307,8 @@ class Searcher {
   int64_t bucket_ = 64 << 20;
   CostTables tables_;
   SpaceFilter filter_;
-  std::map<std::pair<int, int>, std::unique_ptr<PairData>> pairs_;
+  std::vector<std::pair<int, int>> cp_groups_;  // (cp, its tp); [0]: cp 1, tp free
+  std::map<std::tuple<int, int, int>, std::unique_ptr<PairData>> pairs_;  // (pp, Bm, cpg)
   TopK full_, megatron_, zero_;
   MinMemory min_memory_;
   EvaluatedLog evaluated_;  // every plan scored, bounded (evaluated.hpp)

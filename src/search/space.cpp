@@ -73,50 +73,54 @@ std::vector<Config> Searcher::configs() const {
   const int world = c_.world_size();
   for (int pp : pp_list()) {
     const int D = world / pp;
-    for (int Bm : bm_list()) {
-      if (tp_degrees_for(m_, c_, D, Bm, filter_).empty()) continue;
-      const int M = o_.global_batch / Bm;
-      for (Schedule sch : o_.schedules) {
-        std::vector<int> vs{1};
-        if (sch == Schedule::gpipe && pp == 1) continue;  // 1f1b with more memory in flight
-        if (sch == Schedule::interleaved) {
-          if (pp < 2 || M % pp) continue;
-          vs.clear();
-          for (int v : o_.vpp_degrees)
-            if (v >= 2 && pp * v <= m_.layers) vs.push_back(v);
-        }
-        for (int v : vs) {
-          Config cf;
-          cf.pp = pp, cf.Bm = Bm, cf.M = M, cf.v = v, cf.sched = sch;
-          cf.order = int(out.size());
-          out.push_back(cf);
+    for (int Bm : bm_list())
+      for (int cpg = 0; cpg < int(cp_groups_.size()); ++cpg) {
+        if (tp_degrees_for(m_, c_, D, Bm, filter_for(cpg)).empty()) continue;
+        const int M = o_.global_batch / Bm;
+        for (Schedule sch : o_.schedules) {
+          std::vector<int> vs{1};
+          if (sch == Schedule::gpipe && pp == 1) continue;  // 1f1b with more memory in flight
+          if (sch == Schedule::interleaved) {
+            if (pp < 2 || M % pp) continue;
+            vs.clear();
+            for (int v : o_.vpp_degrees)
+              if (v >= 2 && pp * v <= m_.layers) vs.push_back(v);
+          }
+          for (int v : vs) {
+            Config cf;
+            cf.pp = pp, cf.Bm = Bm, cf.M = M, cf.v = v, cf.sched = sch, cf.cpg = cpg;
+            cf.order = int(out.size());
+            out.push_back(cf);
+          }
         }
       }
-    }
   }
   return out;
 }
 
-const PairData& Searcher::pair(int pp, int Bm) {
-  return pair_mutable(pp, Bm);
+const PairData& Searcher::pair(int pp, int Bm, int cpg) {
+  return pair_mutable(pp, Bm, cpg);
 }
 
-PairData& Searcher::pair_mutable(int pp, int Bm) {
+PairData& Searcher::pair_mutable(int pp, int Bm, int cpg) {
   // (run() makes every configuration's slot before its tasks fill them: they only look up.)
-  auto it = pairs_.find({pp, Bm});
-  auto& slot = it != pairs_.end() ? it->second : pairs_[{pp, Bm}];
+  const auto key = std::make_tuple(pp, Bm, cpg);
+  auto it = pairs_.find(key);
+  auto& slot = it != pairs_.end() ? it->second : pairs_[key];
   if (slot) return *slot;
   slot = std::make_unique<PairData>();
   PairData& pd = *slot;
   pd.pp = pp, pd.Bm = Bm, pd.D = c_.world_size() / pp;
-  pd.tps = tp_degrees_for(m_, c_, pd.D, Bm, filter_);
+  const SpaceFilter filter = filter_for(cpg);
+  const int cp = filter.cp;
+  pd.tps = tp_degrees_for(m_, c_, pd.D, Bm, filter);
   Geometry geo;
   geo.g = std::max(1, c_.node.gpus_per_node);
   geo.D = pd.D;
-  const auto raw = layer_candidates(m_, c_, pd.D, Bm, filter_);
+  const auto raw = layer_candidates(m_, c_, pd.D, Bm, filter);
   std::map<std::vector<int>, int> sig_index;
   for (int s = 0; s < pp; ++s) {
-    auto sig = geo.signature(s, pd.tps);
+    auto sig = geo.signature(s, pd.tps, cp);
     auto it = sig_index.find(sig);
     if (it != sig_index.end()) {
       pd.stage_geo.push_back(it->second);
@@ -128,8 +132,8 @@ PairData& Searcher::pair_mutable(int pp, int Bm) {
     std::vector<LayerCost> costs;
     costs.reserve(raw.size());
     for (const auto& st : raw) {
-      costs.push_back(
-          tables_.layer(st, Bm / st.dp, geo.tp_nodes(s, st.tp), geo.dp_nodes(s, st.tp)));
+      costs.push_back(tables_.layer(st, Bm / st.dp, geo.tp_nodes(s, st.tp), geo.dp_nodes(s, st.tp),
+                                    geo.cp_nodes(s, st.tp, cp)));
       // Beside a pipeline, a send and a receive of the stream in flight (as the estimator).
       if (pp > 1) costs.back().workspace = costs.back().pipelined_workspace;
     }
@@ -150,7 +154,7 @@ PairData& Searcher::pair_mutable(int pp, int Bm) {
   }
   // Embedding strategies: the first stage's placement for the embedding, the last's for the head.
   std::vector<EmbeddingCost> emb;
-  for (const auto& st : embedding_candidates(m_, c_, pd.D, Bm, filter_))
+  for (const auto& st : embedding_candidates(m_, c_, pd.D, Bm, filter))
     emb.push_back(tables_.embedding(st, Bm / st.dp, geo, pp));
   pd.emb = prune_dominated(std::move(emb));
   return pd;

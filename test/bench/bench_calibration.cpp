@@ -86,6 +86,11 @@ int main(int argc, char** argv) {
         "see test/calibration/test_calibration.cpp)\n");
   }
   print_h100_schema(calibration::h100_file(), calibration::load_h100_rows());
+  {
+    const auto rows = calibration::load_long_context_rows();
+    print_file("long-context rows of the H100 file, under their stand-in framework (cp > 1)", rows,
+               std::vector<std::string>(rows.size()));
+  }
   print_h100_schema(calibration::small_jobs_file(), calibration::load_small_job_rows());
   MPI_Finalize();
   return 0;

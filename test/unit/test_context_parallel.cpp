@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "src/search/layer_costs.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/iteration.hpp"
 #include "stratagem/layout.hpp"
@@ -301,4 +302,29 @@ BOOST_AUTO_TEST_CASE(cost_of_the_parts) {
   // The parts launch cp - 1 more attention kernels than the whole block.
   const double launches = (4 - 1) * c.gpu.kernel_launch_s;
   BOOST_TEST(parts_fwd == whole + launches, boost::test_tools::tolerance(1e-9));
+}
+
+// The search's candidates under a context group: one tp, sequence parallelism, the kinds the
+// model allows; and its default cp degrees keep a rank at 8,192 tokens or more.
+BOOST_AUTO_TEST_CASE(search_candidates_under_cp) {
+  ModelSpec m = tiny_llama();
+  m.seq_len = 65536;
+  const ClusterSpec c = nodes(2);
+  BOOST_TEST((search_detail::cp_degrees_for(m, c, {}) == std::vector<int>{2, 4, 8}));
+  BOOST_TEST((search_detail::cp_degrees_for(m, c, {1}).empty()));
+  search_detail::SpaceFilter f;
+  f.cp = 4, f.cp_tp = 2, f.flash_attention = false;
+  const auto cands = search_detail::layer_candidates(m, c, 16, 4, f);
+  BOOST_TEST(!cands.empty());
+  std::set<int> kinds;
+  for (const auto& s : cands) {
+    BOOST_TEST(s.cp == 4);
+    BOOST_TEST(s.tp == 2);
+    BOOST_TEST(s.dp == 2);
+    BOOST_TEST(s.sequence_parallel);
+    BOOST_TEST((s.recompute != Recompute::selective));  // no flash attention
+    kinds.insert(int(s.cp_kind));
+  }
+  // kv_heads 4 do not split over cp x tp = 8 ranks: no a2a.
+  BOOST_TEST((kinds == std::set<int>{int(CpKind::ring), int(CpKind::allgather)}));
 }

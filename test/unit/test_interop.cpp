@@ -153,7 +153,21 @@ BOOST_AUTO_TEST_CASE(megatron_bad_flags_name_the_flag) {
              std::string::npos);
   BOOST_TEST(err("--num-experts 8").find("Mixture-of-Experts is not supported yet (issue #26)") !=
              std::string::npos);
-  BOOST_TEST(err("--context-parallel-size 2").find("context parallelism") != std::string::npos);
+  // Context parallelism imports as cp with Megatron-Core's kind (p2p: the ring); its
+  // hierarchical a2a+p2p is refused.
+  BOOST_TEST(err("--context-parallel-size 2").empty());
+  BOOST_TEST(err("--context-parallel-size 2 --cp-comm-type a2a+p2p")
+                 .find("--cp-comm-type: a2a+p2p (hierarchical context parallelism) is not "
+                       "modelled") != std::string::npos);
+  {
+    ClusterSpec cc = c;
+    const MegatronJob job = megatron_job_from_args(
+        split_command_line(base + "--context-parallel-size 2 --cp-comm-type all_gather", "f"), cc,
+        "f");
+    BOOST_TEST(job.plan.layers.front().cp == 2);
+    BOOST_TEST((job.plan.layers.front().cp_kind == CpKind::allgather));
+    BOOST_TEST(job.plan.devices_per_stage() == cc.world_size());
+  }
   BOOST_TEST(err("--recompute-granularity full").find("--recompute-method") != std::string::npos);
   BOOST_TEST(err("").empty());
 }
