@@ -23,6 +23,10 @@ done
 SERIAL=gpt case_ cp2_tp2 4 CPGPT "$B8" "" "--cp 2 --tp 2 --dp 1"
 SERIAL=gpt case_ cp2_pp2 4 CPGPT "$B8" "" "--cp 2 --pp 2 --dp 1"
 SERIAL=gpt case_ cp2_dp2_z3 4 CPGPT "$B8" "" "--cp 2 --dp 2 --zero 3"
+# Full recompute: backward rebuilds each layer's forward, its cp communication included (the
+# a2a kind keeps its whole-sequence head group in the q, k, v tensor's place).
+SERIAL=gpt case_ cp2_ring_full 2 CPGPT "$B8" "" "--cp 2 --dp 1 --recompute full"
+SERIAL=gpt case_ cp2_a2a_full 2 CPGPT "$B8" "" "--cp 2 --cp-kind a2a --dp 1 --recompute full"
 # GQA (4 heads, 2 kv heads) with rotary positions: the K,V gathered are the kv heads'.
 SERIAL=llama case_ cp2_allgather_gqa 2 CPLLAMA "$B8" "" "--cp 2 --cp-kind allgather --dp 1"
 # Checkpoints reshard across cp (a cp group's ranks hold the whole weights; ZeRO pieces are cut
