@@ -246,7 +246,7 @@ int run_train(Args& a) {
   // The world must match the plan before any work starts.
   if (world_size() != plan.world_size())
     throw InputError(a.command() + ": the plan needs " + std::to_string(plan.world_size()) +
-                     " ranks (pp x tp x dp) but MPI started " + std::to_string(world_size()) +
+                     " ranks (pp x tp x cp x dp) but MPI started " + std::to_string(world_size()) +
                      "; use mpirun -np " + std::to_string(plan.world_size()));
   check_launch(a.command());
   check_runnable(model, plan, cluster, b.backend);

@@ -47,9 +47,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <tuple>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "src/core/schedule.hpp"

@@ -1,11 +1,16 @@
 // Context parallelism: the plan's validation, the Layout's cp and dp-with-cp groups, the
 // Program's ops of each kind (counts, bytes, matching), and the cost of the split attention.
 #define BOOST_TEST_MODULE context_parallel
+#include <array>
 #include <boost/test/unit_test.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 
+#include "src/cost/cp_cost.hpp"
 #include "src/search/layer_costs.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/iteration.hpp"
@@ -327,4 +332,78 @@ BOOST_AUTO_TEST_CASE(search_candidates_under_cp) {
   }
   // kv_heads 4 do not split over cp x tp = 8 ranks: no a2a.
   BOOST_TEST((kinds == std::set<int>{int(CpKind::ring), int(CpKind::allgather)}));
+}
+
+namespace {
+// `stratagem <cmd> <args> --json` on stdout (stderr dropped), parsed; fails on a non-zero exit.
+nlohmann::json run_json(const std::string& cmd_and_args) {
+  const char* b = std::getenv("STRATAGEM_BIN");
+  BOOST_REQUIRE_MESSAGE(b, "STRATAGEM_BIN is not set (ctest sets it)");
+  std::string out;
+  std::FILE* f = popen((std::string(b) + " " + cmd_and_args + " --json 2>/dev/null").c_str(), "r");
+  BOOST_REQUIRE(f);
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
+  BOOST_REQUIRE(pclose(f) == 0);
+  return nlohmann::json::parse(out);
+}
+}  // namespace
+
+// The estimator's closed form and the simulator's run of the Program agree on each kind: the
+// same memory per category, iteration time and exposed cp time within a few percent; both
+// report cp_comm, the simulator also exposed_comm_s.cp; a plan without cp reports neither.
+BOOST_AUTO_TEST_CASE(estimator_and_simulator_agree_on_each_kind) {
+  const std::string plan =
+      "--model llama3-8b --seq-len 32768 --cluster dgx-h100 --nodes 1 --tp 2 --cp 4 "
+      "--sequence-parallel --recompute full --flash-attention --micro-batch 1 --global-batch 4 "
+      "--cp-kind ";
+  for (const char* kind : {"ring", "allgather", "a2a"}) {
+    BOOST_TEST_CONTEXT(kind) {
+      const nlohmann::json e = run_json("estimate " + plan + kind);
+      const nlohmann::json s = run_json("simulate " + plan + kind);
+      BOOST_TEST(e["memory_breakdown_bytes"] == s["memory_breakdown_bytes"]);
+      const double te = e["iteration_time_s"], ts = s["iteration_time_s"];
+      BOOST_TEST(std::abs(te - ts) / ts <= 0.03, te << " s estimated, " << ts << " s simulated");
+      BOOST_TEST(e["time_breakdown_s"].contains("cp_comm"));
+      BOOST_TEST(s["time_breakdown_s"].contains("cp_comm"));
+      BOOST_TEST(s["exposed_comm_s"].contains("cp"));
+      BOOST_TEST(s["time_breakdown_s"]["cp_comm"].get<double>() >= 0);
+    }
+  }
+  const nlohmann::json flat =
+      run_json("simulate --model gpt2-124m --cluster dgx-h100 --nodes 1 --global-batch 8");
+  BOOST_TEST(!flat["time_breakdown_s"].contains("cp_comm"));
+  BOOST_TEST(!flat["exposed_comm_s"].contains("cp"));
+}
+
+// The closed form's exposed cp time per kind, from the cost model's prices of the ops.
+BOOST_AUTO_TEST_CASE(closed_form_cp_cost) {
+  const ModelSpec m = tiny_llama();
+  const ClusterSpec c = nodes(2);
+  for (const char* kind : {"ring", "allgather", "a2a"}) {
+    BOOST_TEST_CONTEXT(kind) {
+      const Plan p = cp_plan(m, c, 2, 2, 1, kind, 8);
+      const CostModel cost(m, c, p);
+      const LayerStrategy& s = p.layers.front();
+      const CpComm f = cp_comm(m, s, 1, Phase::forward, p.dtype);
+      const CpComm b = cp_comm(m, s, 1, Phase::backward, p.dtype);
+      const cost_detail::CpCost x = cost_detail::cp_cost(cost, s, 1, 2);
+      auto coll = [&](Collective k, int64_t bytes) {
+        return cost.collective_cost(k, bytes, s.cp, 2).time_s();
+      };
+      if (s.cp_kind == CpKind::allgather) {
+        BOOST_TEST(x.fwd_s == coll(Collective::all_gather, f.before_bytes));
+        BOOST_TEST(x.bwd_s >= coll(Collective::reduce_scatter, b.after_bytes));
+      } else if (s.cp_kind == CpKind::a2a) {
+        BOOST_TEST(x.fwd_s == coll(Collective::all_to_all, f.before_bytes) +
+                                  coll(Collective::all_to_all, f.after_bytes));
+      } else {
+        // At least the last dK/dV hop home, which nothing hides.
+        BOOST_TEST(x.bwd_s >= cost.p2p_cost(b.kv_bytes, false).time_s());
+        BOOST_TEST(x.fwd_s >= 0);
+      }
+      BOOST_TEST((x.fwd_s > 0 || s.cp_kind == CpKind::ring));
+    }
+  }
 }
