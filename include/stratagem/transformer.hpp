@@ -42,6 +42,7 @@
 // Linear weights are (out, in) like torch.nn.Linear. The gradient buffer has the same layout.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -221,6 +222,7 @@ Workspace allocate_workspace(Backend& backend, const TransformerConfig& cfg, int
 
 // ---- the rank's share of the sequence (context parallelism) ----------------------------------
 class Communicator;
+using CpScratch = std::function<Tensor(Shape)>;
 // Under context parallelism a rank's rows (B, T/cp, ...) are the chunks cp_rank and
 // 2 cp - 1 - cp_rank of the sequence cut into 2 cp (Megatron-Core's load-balanced order,
 // src/runtime/context_parallel.hpp): positions (learned or rotary) are those chunks', and
@@ -230,6 +232,9 @@ struct SequenceShare {
   int64_t seq_len = 0;  // the whole sequence
   CpKind kind = CpKind::ring;
   Communicator* comm = nullptr;  // the cp group, when cp > 1
+  // The attention's working tensors (K,V blocks in flight, gathered K,V, head-split copies):
+  // the executor carves them from the Program's buffer; empty: Backend::allocate.
+  CpScratch scratch;
   bool split() const { return cp > 1; }
 };
 

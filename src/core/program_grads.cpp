@@ -29,7 +29,7 @@ void StageBuilder::flush_staging_free() {
 void StageBuilder::reduce_grads(int layer, int mb, int after) {
   if (layer >= 0) reduce_expert_grads(layer, mb, after);
   const auto& s = strat(layer < 0 ? -1 : layer);
-  if (s.dp == 1) return;
+  if (s.dp_cp() == 1) return;  // cp ranks reduce too (LayerStrategy::dp_cp)
   const bool per_mb = per_microbatch(layer < 0 ? -1 : layer);
   if (!per_mb && mb != last_bwd_mb_[chunk_]) return;
   int64_t params = layer >= 0 ? layer_params(layer) : embed_params();

@@ -64,10 +64,6 @@ void check_host_pool(const ModelSpec& m, const Plan& p, const ClusterSpec& c,
 // Features of the search's space that the runtime does not execute yet, named for the user.
 void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluster,
                     const std::string& backend, const std::string& framework) {
-  if (p.embedding.cp > 1)
-    throw NotSupported("context parallelism (cp " + std::to_string(p.embedding.cp) +
-                       ") is modelled by estimate, simulate and search but not executed by the "
-                       "runtime yet");
   // Per-layer strategies: where consecutive layers hold the stream differently
   // (LayerStrategy::stream_tp: (tp, dp), sequence parallelism), activations and gradients are
   // resharded by the Program's reshard all-gathers (or sliced where its replicas shrink),

@@ -21,6 +21,7 @@ constexpr int kKvTag = 2701, kDkvTag = 2702, kA2aTag = 2703;
 struct Dims {
   int64_t B = 0, Tl = 0, W = 0, hd = 0, T = 0;
   int cp = 1, rank = 0, heads = 0, kv_heads = 0;
+  const CpScratch* scratch = nullptr;  // where the working tensors come from (empty: allocate)
   int64_t kv_width() const { return 2 * kv_heads * hd; }
   int64_t k_col() const { return heads * hd; }  // first k column of a qkv row
 };
@@ -28,6 +29,7 @@ struct Dims {
 Dims dims_of(const Communicator& comm, const CpAttention& a, const Tensor& local,
              const char* where) {
   Dims d;
+  d.scratch = &a.scratch;
   d.cp = comm.size(), d.rank = comm.rank(), d.heads = a.heads, d.kv_heads = a.kv_heads;
   d.T = a.seq_len;
   const int64_t width = static_cast<int64_t>(a.heads) + 2 * a.kv_heads;
@@ -44,6 +46,16 @@ Dims dims_of(const Communicator& comm, const CpAttention& a, const Tensor& local
   return d;
 }
 
+// A working tensor of the attention (uninitialized), from the caller's scratch.
+Tensor take(Backend& be, const Dims& d, Shape s) {
+  return d.scratch && *d.scratch ? (*d.scratch)(s) : be.allocate(s);
+}
+Tensor take_zeros(Backend& be, const Dims& d, Shape s) {
+  Tensor t = take(be, d, s);
+  be.fill(t, 0.0f);
+  return t;
+}
+
 // Member i's block of a buffer holding one block per member.
 Tensor member_block(const Tensor& buf, int i, Shape block) {
   return buf.slice(static_cast<int64_t>(i) * block.numel(), block);
@@ -51,7 +63,7 @@ Tensor member_block(const Tensor& buf, int i, Shape block) {
 
 // K and V of the local rows, packed as (B, T/cp, 2*KV*hd): what travels between ranks.
 Tensor pack_kv(Backend& be, const Dims& d, const Tensor& qkv) {
-  Tensor kv = be.allocate(Shape{d.B, d.Tl, d.kv_width()});
+  Tensor kv = take(be, d, Shape{d.B, d.Tl, d.kv_width()});
   be.copy_block(kv, 0, 0, qkv, 0, d.k_col(), d.B * d.Tl, d.kv_width());
   return kv;
 }
@@ -104,8 +116,8 @@ void ring_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, T
   const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
   const int next = (d.rank + 1) % d.cp, prev = (d.rank + d.cp - 1) % d.cp;
   Tensor cur = pack_kv(be, d, qkv);
-  Tensor nxt = be.allocate(cur.shape);
-  Tensor part_out = be.allocate(out.shape), part_lse = be.allocate(lse.shape);
+  Tensor nxt = take(be, d, cur.shape);
+  Tensor part_out = take(be, d, out.shape), part_lse = take(be, d, lse.shape);
   be.fill(out, 0.0f);
   be.fill(lse, -std::numeric_limits<float>::infinity());
   const int64_t n = cur.numel();
@@ -135,8 +147,8 @@ void ring_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv,
   const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
   const int next = (d.rank + 1) % d.cp, prev = (d.rank + d.cp - 1) % d.cp;
   Tensor cur = pack_kv(be, d, qkv);
-  Tensor nxt = be.allocate(cur.shape);
-  Tensor dcur = be.zeros(cur.shape), dnxt = be.allocate(cur.shape);
+  Tensor nxt = take(be, d, cur.shape);
+  Tensor dcur = take_zeros(be, d, cur.shape), dnxt = take(be, d, cur.shape);
   be.fill(dqkv, 0.0f);
   const int64_t n = cur.numel();
   for (int s = 0; s < d.cp; ++s) {
@@ -169,19 +181,57 @@ void ring_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv,
 }
 
 // ---- all-gather ------------------------------------------------------------------------------
-// K,V of the whole sequence in position order (B, T, 2*KV*hd).
-Tensor gather_kv(Backend& be, Communicator& comm, const Dims& d, const Tensor& qkv) {
-  const Tensor local = pack_kv(be, d, qkv);
-  Tensor blocks = be.allocate(Shape{d.cp * d.B, d.Tl, d.kv_width()});
-  comm.iall_gather(local.data, blocks.data, local.numel())->wait();
-  Tensor seq = be.allocate(Shape{d.B, d.T, d.kv_width()});
-  blocks_to_sequence(be, d, seq, blocks, d.kv_width());
-  return seq;
+// The gathered blocks (member-major: member i's B x T/cp rows, chunk i then 2 cp - 1 - i) and
+// the sequence order (B, T) hold the same chunk records of T / (2 cp) rows: one order is
+// permuted into the other in place, along the permutation's cycles through one record `held`
+// (c x width, outside buf), so that the gathered K,V take no second copy.
+void permute_chunks(Backend& be, const Dims& d, Tensor& buf, Tensor& held, int64_t width,
+                    bool to_sequence) {
+  const int64_t c = d.Tl / 2, records = int64_t(d.cp) * d.B * 2;
+  std::vector<int64_t> source(static_cast<size_t>(records));  // position <- the record it takes
+  for (int i = 0; i < d.cp; ++i)
+    for (int64_t b = 0; b < d.B; ++b)
+      for (int h = 0; h < 2; ++h) {
+        const int64_t member = (i * d.B + b) * 2 + h;
+        const int64_t chunk = h == 0 ? i : 2 * d.cp - 1 - i;
+        const int64_t sequence = b * 2 * d.cp + chunk;
+        if (to_sequence)
+          source[size_t(sequence)] = member;
+        else
+          source[size_t(member)] = sequence;
+      }
+  std::vector<bool> done(static_cast<size_t>(records), false);
+  for (int64_t start = 0; start < records; ++start) {
+    if (done[size_t(start)] || source[size_t(start)] == start) continue;
+    be.copy_block(held, 0, 0, buf, start * c, 0, c, width);
+    int64_t at = start;
+    while (source[size_t(at)] != start) {
+      be.copy_block(buf, at * c, 0, buf, source[size_t(at)] * c, 0, c, width);
+      done[size_t(at)] = true;
+      at = source[size_t(at)];
+    }
+    be.copy_block(buf, at * c, 0, held, 0, 0, c, width);
+    done[size_t(at)] = true;
+  }
+}
+
+// K,V of the whole sequence in position order (B, T, 2*KV*hd): each rank's own block packed
+// into its place, gathered in place, permuted in place (through `held`, one chunk of rows).
+Tensor gather_kv(Backend& be, Communicator& comm, const Dims& d, const Tensor& qkv, Tensor& held) {
+  const Shape block{d.B, d.Tl, d.kv_width()};
+  Tensor blocks = take(be, d, Shape{d.cp * d.B, d.Tl, d.kv_width()});
+  Tensor mine = member_block(blocks, d.rank, block);
+  be.copy_block(mine, 0, 0, qkv, 0, d.k_col(), d.B * d.Tl, d.kv_width());
+  comm.iall_gather_v_inplace(blocks.data, std::vector<int64_t>(size_t(d.cp), block.numel()))
+      ->wait();
+  permute_chunks(be, d, blocks, held, d.kv_width(), /*to_sequence=*/true);
+  return blocks.view(Shape{d.B, d.T, d.kv_width()});
 }
 
 void allgather_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, Tensor& lse,
                        const Tensor& qkv) {
-  const Tensor kv = gather_kv(be, comm, d, qkv);
+  Tensor held = take(be, d, Shape{d.Tl / 2, d.kv_width()});
+  const Tensor kv = gather_kv(be, comm, d, qkv, held);
   const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
   const TokenSpan all{0, d.T, 0};
   for (const TokenSpan& q : {mine.first, mine.second})
@@ -193,17 +243,24 @@ void allgather_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& 
                         const Tensor& qkv) {
   // Gathered again rather than kept: a whole sequence of K,V per layer would outweigh the
   // rank's own activations.
-  const Tensor kv = gather_kv(be, comm, d, qkv);
-  Tensor dkv = be.zeros(kv.shape);
+  // The Program's two gathered-sized buffers (CpComm) and nothing more: each permutation
+  // holds its chunk in the other tensor's memory, where nothing is yet (or any more).
+  const Shape whole{d.B, d.T, d.kv_width()};
+  const Shape chunk{d.Tl / 2, d.kv_width()};
+  Tensor dkv = take(be, d, whole);
+  Tensor held = dkv.slice(0, chunk);
+  Tensor kv = gather_kv(be, comm, d, qkv, held);
+  be.fill(dkv, 0.0f);
   be.fill(dqkv, 0.0f);
   const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
   const TokenSpan all{0, d.T, 0};
   for (const TokenSpan& q : {mine.first, mine.second})
     be.attention_block_backward(dqkv, dkv, dout, out, lse, qkv, q, kv, all, d.heads, d.kv_heads);
-  Tensor blocks = be.allocate(Shape{d.cp * d.B, d.Tl, d.kv_width()});
-  sequence_to_blocks(be, d, blocks, dkv, d.kv_width());
-  Tensor mine_dkv = be.allocate(Shape{d.B, d.Tl, d.kv_width()});
-  comm.ireduce_scatter(blocks.data, mine_dkv.data, mine_dkv.numel())->wait();
+  Tensor held_back = kv.slice(0, chunk);
+  permute_chunks(be, d, dkv, held_back, d.kv_width(), /*to_sequence=*/false);
+  // The gathered K,V are done with: their memory receives the rank's summed block.
+  Tensor mine_dkv = kv.slice(0, Shape{d.B, d.Tl, d.kv_width()});
+  comm.ireduce_scatter(dkv.data, mine_dkv.data, mine_dkv.numel())->wait();
   be.copy_block(dqkv, 0, d.k_col(), mine_dkv, 0, 0, d.B * d.Tl, d.kv_width());
 }
 
@@ -221,88 +278,103 @@ HeadGroup head_group(const Dims& d) {
   return {h, kv, (static_cast<int64_t>(h) + 2 * kv) * d.hd};
 }
 
-// The columns of head group j in a (.., (NH+2KV)*hd) row: its q, k and v heads.
-struct QkvPieces {
+// The columns of head group j in a row: its q, k and v heads (a qkv row), or its heads alone
+// (an output row: one piece).
+struct Pieces {
   int64_t col[3], width[3];
 };
-QkvPieces pieces_of(const Dims& d, const HeadGroup& g, int j) {
+Pieces qkv_pieces(const Dims& d, const HeadGroup& g, int j) {
   const int64_t qw = g.heads * d.hd, kw = g.kv_heads * d.hd;
   return {{j * qw, d.k_col() + j * kw, d.k_col() + d.kv_heads * d.hd + j * kw}, {qw, kw, kw}};
 }
-
-// Local rows of all heads -> the whole sequence of this rank's head group, for a tensor whose
-// rows are `full` wide and whose group j is `pieces(j)` of them (a qkv or an output).
-template <class Pieces>
-Tensor heads_to_sequence(Backend& be, Communicator& comm, const Dims& d, const Tensor& local,
-                         int64_t group_width, Pieces pieces) {
-  Tensor send = be.allocate(Shape{d.cp * d.B, d.Tl, group_width});
-  for (int j = 0; j < d.cp; ++j) {
-    Tensor block = member_block(send, j, Shape{d.B, d.Tl, group_width});
-    const QkvPieces p = pieces(j);
-    int64_t at = 0;
-    for (int k = 0; k < 3; ++k) {
-      if (p.width[k] == 0) continue;
-      be.copy_block(block, 0, at, local, 0, p.col[k], d.B * d.Tl, p.width[k]);
-      at += p.width[k];
-    }
-  }
-  Tensor recv = be.allocate(send.shape);
-  all_to_all(be, comm, send, recv, d.B * d.Tl * group_width);
-  Tensor seq = be.allocate(Shape{d.B, d.T, group_width});
-  blocks_to_sequence(be, d, seq, recv, group_width);
-  return seq;
+Pieces out_pieces(const Dims& d, const HeadGroup& g, int j) {
+  const int64_t ow = g.heads * d.hd;
+  return {{j * ow, 0, 0}, {ow, 0, 0}};
 }
 
-// The inverse: this rank's head group over the whole sequence -> its local rows of all heads.
-template <class Pieces>
-void sequence_to_heads(Backend& be, Communicator& comm, const Dims& d, Tensor& local,
-                       const Tensor& seq, int64_t group_width, Pieces pieces) {
-  Tensor send = be.allocate(Shape{d.cp * d.B, d.Tl, group_width});
-  sequence_to_blocks(be, d, send, seq, group_width);
-  Tensor recv = be.allocate(send.shape);
-  all_to_all(be, comm, send, recv, d.B * d.Tl * group_width);
+// Local rows of all heads <-> one block per head group (member-major (cp*B, T/cp, width)).
+template <class PiecesOf>
+void pack_groups(Backend& be, const Dims& d, Tensor& blocks, const Tensor& local, int64_t width,
+                 PiecesOf pieces) {
   for (int j = 0; j < d.cp; ++j) {
-    const Tensor block = member_block(recv, j, Shape{d.B, d.Tl, group_width});
-    const QkvPieces p = pieces(j);
-    int64_t at = 0;
-    for (int k = 0; k < 3; ++k) {
-      if (p.width[k] == 0) continue;
-      be.copy_block(local, 0, p.col[k], block, 0, at, d.B * d.Tl, p.width[k]);
-      at += p.width[k];
-    }
+    Tensor block = member_block(blocks, j, Shape{d.B, d.Tl, width});
+    const Pieces p = pieces(j);
+    for (int k = 0, at = 0; k < 3; at += int(p.width[k]), ++k)
+      if (p.width[k] > 0) be.copy_block(block, 0, at, local, 0, p.col[k], d.B * d.Tl, p.width[k]);
+  }
+}
+template <class PiecesOf>
+void unpack_groups(Backend& be, const Dims& d, Tensor& local, const Tensor& blocks, int64_t width,
+                   PiecesOf pieces) {
+  for (int j = 0; j < d.cp; ++j) {
+    const Tensor block = member_block(blocks, j, Shape{d.B, d.Tl, width});
+    const Pieces p = pieces(j);
+    for (int k = 0, at = 0; k < 3; at += int(p.width[k]), ++k)
+      if (p.width[k] > 0) be.copy_block(local, 0, p.col[k], block, 0, at, d.B * d.Tl, p.width[k]);
   }
 }
 
+// The working memory is the Program's (iteration.hpp's CpComm): one qkv-sized and one
+// output-sized tensor; the exchanges reuse what each step is done with, and the layer's own
+// tensors where they are about to be rewritten.
 void a2a_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, Tensor& lse,
                  Tensor& qkv) {
   const HeadGroup g = head_group(d);
-  const auto qkv_pieces = [&](int j) { return pieces_of(d, g, j); };
   const int64_t ow = g.heads * d.hd;
-  const auto out_pieces = [&](int j) { return QkvPieces{{j * ow, 0, 0}, {ow, 0, 0}}; };
-  const Tensor seq = heads_to_sequence(be, comm, d, qkv, g.width, qkv_pieces);
-  Tensor seq_out = be.allocate(Shape{d.B, d.T, ow});
+  auto qkv_of = [&](int j) { return qkv_pieces(d, g, j); };
+  auto out_of = [&](int j) { return out_pieces(d, g, j); };
+  Tensor send = take(be, d, Shape{d.cp * d.B, d.Tl, g.width});
+  pack_groups(be, d, send, qkv, g.width, qkv_of);
+  Tensor recv = qkv.view(send.shape);  // packed: the local q, k, v are free to receive
+  all_to_all(be, comm, send, recv, d.B * d.Tl * g.width);
+  Tensor seq = send.view(Shape{d.B, d.T, g.width});
+  blocks_to_sequence(be, d, seq, recv, g.width);
+  Tensor seq_out = take(be, d, Shape{d.B, d.T, ow});
   Tensor seq_lse = lse.view(Shape{d.B, g.heads, d.T});
   Tensor no_att;
   be.attention_forward(seq_out, no_att, seq_lse, seq, g.heads, g.kv_heads);
-  sequence_to_heads(be, comm, d, out, seq_out, ow, out_pieces);
-  // The backward attends the same whole-sequence head group: keep it in qkv's place (the
-  // same size) instead of trading it again.
+  // The backward attends the same whole-sequence head group: kept in qkv's place (the same
+  // size) instead of traded again.
   be.copy(qkv, seq);
+  Tensor send_out = send.slice(0, Shape{d.cp * d.B, d.Tl, ow});
+  sequence_to_blocks(be, d, send_out, seq_out, ow);
+  Tensor recv_out = seq_out.view(send_out.shape);
+  all_to_all(be, comm, send_out, recv_out, d.B * d.Tl * ow);
+  unpack_groups(be, d, out, recv_out, ow, out_of);
 }
 
 void a2a_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv, const Tensor& dout,
                   const Tensor& out, const Tensor& lse, const Tensor& qkv) {
   const HeadGroup g = head_group(d);
-  const auto qkv_pieces = [&](int j) { return pieces_of(d, g, j); };
   const int64_t ow = g.heads * d.hd;
-  const auto out_pieces = [&](int j) { return QkvPieces{{j * ow, 0, 0}, {ow, 0, 0}}; };
+  auto qkv_of = [&](int j) { return qkv_pieces(d, g, j); };
+  auto out_of = [&](int j) { return out_pieces(d, g, j); };
+  const Shape out_blocks{d.cp * d.B, d.Tl, ow};
+  const int64_t out_count = d.B * d.Tl * ow, qkv_count = d.B * d.Tl * g.width;
+  Tensor a = take(be, d, out_blocks);
+  Tensor x = take(be, d, Shape{d.cp * d.B, d.Tl, g.width});
+  Tensor x_out = x.slice(0, out_blocks);
+  // The output, then its gradient, over the whole sequence for this head group (the latter
+  // received in dqkv's memory, which is written last).
+  pack_groups(be, d, a, out, ow, out_of);
+  all_to_all(be, comm, a, x_out, out_count);
+  Tensor seq_out = a.view(Shape{d.B, d.T, ow});
+  blocks_to_sequence(be, d, seq_out, x_out, ow);
+  pack_groups(be, d, x_out, dout, ow, out_of);
+  Tensor d_recv = dqkv.slice(0, out_blocks);
+  all_to_all(be, comm, x_out, d_recv, out_count);
+  Tensor seq_dout = x_out.view(Shape{d.B, d.T, ow});
+  blocks_to_sequence(be, d, seq_dout, d_recv, ow);
   const Tensor seq = qkv.view(Shape{d.B, d.T, g.width});
   const Tensor seq_lse = lse.view(Shape{d.B, g.heads, d.T});
-  const Tensor seq_out = heads_to_sequence(be, comm, d, out, ow, out_pieces);
-  const Tensor seq_dout = heads_to_sequence(be, comm, d, dout, ow, out_pieces);
-  Tensor seq_dqkv = be.allocate(seq.shape);
+  Tensor seq_dqkv = dqkv.view(seq.shape);
   be.attention_backward(seq_dqkv, seq_dout, seq_out, seq, Tensor{}, seq_lse, g.heads, g.kv_heads);
-  sequence_to_heads(be, comm, d, dqkv, seq_dqkv, g.width, qkv_pieces);
+  // dQ, dK, dV back to the rows' owners, then into the local layout of all heads.
+  sequence_to_blocks(be, d, x, seq_dqkv, g.width);
+  Tensor back = dqkv.view(x.shape);
+  all_to_all(be, comm, x, back, qkv_count);
+  be.copy(x, back);
+  unpack_groups(be, d, dqkv, x, g.width, qkv_of);
 }
 
 }  // namespace
@@ -362,7 +434,7 @@ CpAttention cp_attention(const TransformerConfig& c, const SequenceShare& seq) {
   if (!seq.comm || seq.comm->size() != seq.cp || seq.comm->rank() != seq.cp_rank)
     throw std::logic_error("context parallelism: the cp communicator does not match cp " +
                            std::to_string(seq.cp) + " rank " + std::to_string(seq.cp_rank));
-  return CpAttention{seq.kind, c.heads, c.kv_heads, seq.seq_len};
+  return CpAttention{seq.kind, c.heads, c.kv_heads, seq.seq_len, seq.scratch};
 }
 
 namespace {

@@ -15,6 +15,7 @@
 // learned or rotary positions, the attention mask) follows cp_chunks.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -46,6 +47,7 @@ struct CpAttention {
   CpKind kind = CpKind::ring;
   int heads = 0, kv_heads = 0;
   int64_t seq_len = 0;  // the whole sequence T
+  CpScratch scratch;    // the working tensors' memory (empty: Backend::allocate)
 };
 void cp_attention_forward(Backend& be, Communicator& comm, const CpAttention& a, Tensor& out,
                           Tensor& lse, Tensor& qkv);

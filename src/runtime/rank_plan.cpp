@@ -84,7 +84,7 @@ FrameworkSpec runtime_framework(const std::string& name_or_path, const Plan& pla
   // reduce-scatter folds into the rank's piece; bucketed reductions are not built.
   for (int l = -1; l < int(plan.layers.size()); ++l) {
     const LayerStrategy& s = strategy(plan, l);
-    if (s.zero >= 2 && s.dp > 1)
+    if (s.zero >= 2 && s.dp_cp() > 1)
       throw NotSupported("framework " + fw.name + ": layer_gradient_staging false under ZeRO-" +
                          std::to_string(s.zero) +
                          " (reductions bucket by bucket) is not executed by the runtime yet; it "

@@ -134,7 +134,7 @@ void check_kind(CpKind kind) {
   Tensor dout = test::host(*be, local_rows(ref.dout, p, C, pos), Shape{p.B, Tl, C});
   Tensor out = be->allocate(Shape{p.B, Tl, C}), lse = be->allocate(Shape{p.B, p.heads, Tl});
   Tensor dqkv = be->allocate(qkv.shape);
-  const CpAttention a{kind, p.heads, p.kv_heads, p.T};
+  const CpAttention a{kind, p.heads, p.kv_heads, p.T, {}};
   cp_attention_forward(*be, *comm, a, out, lse, qkv);
   cp_attention_backward(*be, *comm, a, dqkv, dout, out, lse, qkv);
 

@@ -7,30 +7,34 @@
 # category of the measured peak within 10% of the forecast (serial_twin.sh).
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/serial_twin.sh"
-CPGPT=(--layers 2 --hidden 64 --heads 4 --vocab 256 --seq-len 64)
+CPGPT=(--layers 4 --hidden 64 --heads 4 --vocab 256 --seq-len 64)
 cat >"$WORK/llama64.json" <<'JSON'
 {"name": "tiny-llama-64", "arch": "decoder", "norm": "rmsnorm", "activation": "swiglu",
- "position": "rope", "tied_embeddings": false, "bias": false, "dropout": false, "layers": 2,
+ "position": "rope", "tied_embeddings": false, "bias": false, "dropout": false, "layers": 4,
  "hidden": 64, "heads": 4, "kv_heads": 2, "ffn_hidden": 96, "vocab": 256, "seq_len": 64}
 JSON
 CPLLAMA=(--model "$WORK/llama64.json")
-B4="--global-batch 4 --micro-batch 1"
+B8="--global-batch 8 --micro-batch 2"
 for kind in ring allgather a2a; do
   for cp in 2 4; do
-    SERIAL=gpt case_ "cp${cp}_$kind" "$cp" CPGPT "$B4" "" "--cp $cp --cp-kind $kind --dp 1"
+    SERIAL=gpt case_ "cp${cp}_$kind" "$cp" CPGPT "$B8" "" "--cp $cp --cp-kind $kind --dp 1"
   done
 done
-SERIAL=gpt case_ cp2_tp2 4 CPGPT "$B4" "" "--cp 2 --tp 2 --dp 1"
-SERIAL=gpt case_ cp2_pp2 4 CPGPT "$B4" "" "--cp 2 --pp 2 --dp 1"
-SERIAL=gpt case_ cp2_dp2_z3 4 CPGPT "$B4" "" "--cp 2 --dp 2 --zero 3"
+SERIAL=gpt case_ cp2_tp2 4 CPGPT "$B8" "" "--cp 2 --tp 2 --dp 1"
+SERIAL=gpt case_ cp2_pp2 4 CPGPT "$B8" "" "--cp 2 --pp 2 --dp 1"
+SERIAL=gpt case_ cp2_dp2_z3 4 CPGPT "$B8" "" "--cp 2 --dp 2 --zero 3"
+# Full recompute: backward rebuilds each layer's forward, its cp communication included (the
+# a2a kind keeps its whole-sequence head group in the q, k, v tensor's place).
+SERIAL=gpt case_ cp2_ring_full 2 CPGPT "$B8" "" "--cp 2 --dp 1 --recompute full"
+SERIAL=gpt case_ cp2_a2a_full 2 CPGPT "$B8" "" "--cp 2 --cp-kind a2a --dp 1 --recompute full"
 # GQA (4 heads, 2 kv heads) with rotary positions: the K,V gathered are the kv heads'.
-SERIAL=llama case_ cp2_allgather_gqa 2 CPLLAMA "$B4" "" "--cp 2 --cp-kind allgather --dp 1"
+SERIAL=llama case_ cp2_allgather_gqa 2 CPLLAMA "$B8" "" "--cp 2 --cp-kind allgather --dp 1"
 # Checkpoints reshard across cp (a cp group's ranks hold the whole weights; ZeRO pieces are cut
 # over dp x cp): cp 2 x dp 2 with ZeRO-1 saved at step 5 resumes on one rank, and the serial run
 # saved at step 5 resumes under cp 4 (a2a); each step 6 equals the uninterrupted run's (1e-5).
 ctrain() {  # np name flags...
   local np=$1 name=$2; shift 2
-  timeout 120 "${MPIRUN[@]}" -np "$np" "$BIN" train "${CPGPT[@]}" $B4 --data "$WORK/data.bin" \
+  timeout 120 "${MPIRUN[@]}" -np "$np" "$BIN" train "${CPGPT[@]}" $B8 --data "$WORK/data.bin" \
     --steps 6 --log-json "$WORK/$name.jsonl" "$@" >"$WORK/$name.log" 2>&1 ||
     fail "$name: $(tail -3 "$WORK/$name.log")"
 }

@@ -1,5 +1,5 @@
 # Runtime tests drive the production CLI under mpirun (label: mpi).
-foreach(name parallel_equals_serial resume_bit_exact reshard_checkpoint bad_input plan_refusals crash_safety
+foreach(name parallel_equals_serial context_parallel resume_bit_exact reshard_checkpoint bad_input plan_refusals crash_safety
              data_formats profile failed_rank checkpoint_trust kill_points searched_plans
              zero_offload_matrix memory_forecast hdf5_guard moe_equals_serial)
   if(EXISTS ${CMAKE_SOURCE_DIR}/test/runtime/${name}.sh)

@@ -5,6 +5,12 @@
 
 namespace stratagem::exec {
 
+namespace {
+bool is_cp_work(const Op& op) {
+  return op.category == MemCategory::buffers && op.block == Block::attention;
+}
+}  // namespace
+
 int Buffers::find(Block b, Phase ph, int layer, int mb) const {
   auto it = by_use.find({int(b), int(ph), layer, mb});
   return it == by_use.end() ? -1 : it->second;
@@ -20,7 +26,9 @@ int Buffers::of(Block b, Phase ph, int layer, int mb) const {
 }
 
 void Buffers::allocated(const Op& op) {
-  if (op.category == MemCategory::grads)
+  if (is_cp_work(op))
+    cp_work[{int(op.phase), op.layer, op.microbatch}] = op.buffer;
+  else if (op.category == MemCategory::grads)
     staging[op.layer] = op.buffer;             // ZeRO-2/3: the layer's staged gradients
   else if (!received_pieces.count(op.buffer))  // a piece is found through its reduce-scatter
     by_use[{int(op.block), int(op.phase), op.layer, op.microbatch}] = op.buffer;
@@ -28,6 +36,10 @@ void Buffers::allocated(const Op& op) {
 
 void Buffers::freed(const Op& op) {
   if (received_pieces.count(op.buffer)) return;  // a reduce-scatter's (the op names it)
+  if (is_cp_work(op)) {
+    cp_work.erase({int(op.phase), op.layer, op.microbatch});
+    return;
+  }
   if (op.category != MemCategory::grads)
     by_use.erase({int(op.block), int(op.phase), op.layer, op.microbatch});
   else if (auto s = staging.find(op.layer); s != staging.end() && s->second == op.buffer)

@@ -22,8 +22,11 @@ struct Buffers {
   BufferPool pool;
   std::map<int, int> static_buffers;  // setup buffers, resident across steps: id -> category
   std::map<std::tuple<int, int, int, int>, int> by_use;  // (block, phase, layer, mb) -> id
-  std::map<int, int> staging;             // layer (-1: embedding and head) -> its staged gradients
-  std::set<int> received_pieces;          // buffers the Program names on its reduce-scatters
+  std::map<int, int> staging;     // layer (-1: embedding and head) -> its staged gradients
+  std::set<int> received_pieces;  // buffers the Program names on its reduce-scatters
+  // A context-parallel attention's working buffer (program_cp.cpp), by (phase, layer, mb): it
+  // shares its use with the block's activations, so it is found apart.
+  std::map<std::tuple<int, int, int>, int> cp_work;
   std::map<int, std::vector<int>> users;  // buffer -> ops whose completion reads it
   // The backward's scratch: one set of views per tp degree, carved from one arena.
   std::map<int, Workspace> workspaces;

@@ -131,6 +131,8 @@ struct Executor::Impl {
   std::vector<const ParamInfo*> fetch_set(const Op& op, exec::Micro* m) const;
   void fetch(const Op& op, int index);  // ZeRO-3: gather a layer's (or embedding's) weights
   bool attention_keeps_probs(const Op& op) const;
+  bool starts_cp_attention(const Op& op) const;
+  SequenceShare cp_share(const Op& op);  // `sequence` with the op's working buffer
 
   // ---- ops_moe.cpp -----------------------------------------------------------------------
   // An MoE layer's FFN: its router, experts and combine compute ops, and its all-to-alls.

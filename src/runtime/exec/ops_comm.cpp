@@ -42,6 +42,8 @@ void Executor::Impl::collective(const Op& op, int index) {
     case GroupKind::ep:
       ep_collective(op, index);
       return;
+    case GroupKind::cp:  // ran inside the attention block (starts_cp_attention)
+      return;
     default:
       throw NotSupported("collective " + op_name(op) + " over the " + to_string(op.group) +
                          " group is not executed by the runtime yet (heterogeneous plans)");
@@ -293,6 +295,7 @@ int Executor::Impl::pp_tag(const Op& op, bool sending) const {
 }
 
 void Executor::Impl::send(const Op& op, int index) {
+  if (op.group == GroupKind::cp) return;  // the cp ring's: inside the attention block
   exec::Micro& m = mb(op.microbatch);
   const int peer = resolve_peer(parallel.layout(), parallel.rank(), op);
   Tensor data;
@@ -312,6 +315,7 @@ void Executor::Impl::send(const Op& op, int index) {
 }
 
 void Executor::Impl::recv(const Op& op, int index) {
+  if (op.group == GroupKind::cp) return;  // the cp ring's: inside the attention block
   exec::Micro& m = mb(op.microbatch);
   const int peer = resolve_peer(parallel.layout(), parallel.rank(), op);
   // The sender's layer: forward, the previous stage's last; backward, this chunk's last.

@@ -141,7 +141,7 @@ void Executor::Impl::block_forward(const Op& op) {
         attention_keeps_probs(op) ? buffers.pool.take(acts, Shape{b, lc.heads, T, T}) : Tensor{};
     a.lse = buffers.pool.take(acts, Shape{b, lc.heads, T});
     a.out = buffers.pool.take(acts, Shape{b, T, lc.attn_width()});
-    attention_forward(backend, lc, w, xn, y, a, bias, sequence);
+    attention_forward(backend, lc, w, xn, y, a, bias, cp_share(op));
   } else {
     MlpActs& a = ls.mlp;
     a.fc1_out = buffers.pool.take(acts, Shape{b, T, lc.fc1_width()});
@@ -188,7 +188,7 @@ void Executor::Impl::block_backward(const Op& op) {
   const LayerWeights& w = shards.model.weights.layer(l);
   LayerWeights& g = shards.model.grad_weights.layer(l);
   if (attn)
-    attention_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.attn, *sh.ws, sequence);
+    attention_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.attn, *sh.ws, cp_share(op));
   else
     mlp_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.mlp, *sh.ws);
   m.gathered = m.gathered_dy = Tensor{};
@@ -400,6 +400,25 @@ void Executor::Impl::optimizer_step() {
   shards.adamw->step(backend, shards.adamw_runs, current_step.result->lr);
 }
 
+// A context-parallel attention is several ops in the Program (program_cp.cpp): its parts
+// (pre, the core's ring steps, post) and the cp group's transfers between them. The runtime
+// runs the whole block, transfers included (context_parallel.cpp), at its first part: pre in
+// forward and recompute, post in backward; the later parts and the cp transfers find it done.
+bool Executor::Impl::starts_cp_attention(const Op& op) const {
+  return op.part == (op.phase == Phase::backward ? AttentionPart::post : AttentionPart::pre);
+}
+
+SequenceShare Executor::Impl::cp_share(const Op& op) {
+  SequenceShare s = sequence;
+  if (!s.split()) return s;
+  auto it = buffers.cp_work.find({int(op.phase), op.layer, op.microbatch});
+  if (it == buffers.cp_work.end())
+    throw std::logic_error("executor: no cp working buffer for " + op_name(op));
+  const int work = it->second;
+  s.scratch = [this, work](Shape shape) { return buffers.pool.take(work, shape); };
+  return s;
+}
+
 void Executor::Impl::compute(const Op& op) {
   switch (op.block) {
     case Block::optimizer:
@@ -410,6 +429,7 @@ void Executor::Impl::compute(const Op& op) {
       return;
     case Block::attention:
     case Block::mlp:
+      if (op.part != AttentionPart::whole && !starts_cp_attention(op)) return;
       op.phase == Phase::backward ? block_backward(op) : block_forward(op);
       return;
     case Block::head:

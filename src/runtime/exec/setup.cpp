@@ -33,6 +33,14 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_in, const Plan
   stage = parallel.stage();
   whole = transformer_config(model_spec);
   T = model_spec.seq_len / plan.embedding.cp;  // check_runnable: one cp for all, 2 cp | seq_len
+  if (plan.embedding.cp > 1) {                 // one cp and one tp through the model (validated)
+    const int cp_group = parallel.layout().cp_group(parallel.rank(), plan.embedding.tp);
+    sequence.cp = plan.embedding.cp;
+    sequence.cp_rank = parallel.layout().cp_index(parallel.coords().local, plan.embedding.tp);
+    sequence.seq_len = model_spec.seq_len;
+    sequence.comm = &parallel.group(cp_group);
+    sequence.kind = plan.embedding.cp_kind;
+  }
   const ModelPart part = exec::stage_part(plan, stage, parallel.coords().local);
   // Every layer's share (a neighbouring stage's layers too: what crosses the boundary is in
   // their layout); scratch for this stage's.
