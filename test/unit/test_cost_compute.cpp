@@ -319,3 +319,41 @@ BOOST_FIXTURE_TEST_CASE(framework_attention_kernel_selects_the_clusters_figure, 
                                         "x.json"),
                     InputError);
 }
+
+BOOST_AUTO_TEST_CASE(causal_flash_attention_skips_the_blocks_past_the_diagonal) {
+  // Issue 29: a flash kernel on a decoder computes the query blocks of 128 rows up to the
+  // diagonal, (n + 1) / (2n) of the s x s scores; the unfused path forms them all.
+  ModelSpec m = load_model("gpt2-124m");
+  m.seq_len = 2048;  // n = 16 query blocks: 17/32 of the scores
+  LayerStrategy st;
+  const double full = 4.0 * 2 * 2048.0 * 2048.0 * m.hidden;  // 2 samples, Megatron's count
+  BOOST_TEST(attention_core_work(m, st, 2, false).attention_flops == full, tt::tolerance(1e-12));
+  BOOST_TEST(attention_core_work(m, st, 2, true).attention_flops == full * 17 / 32,
+             tt::tolerance(1e-12));
+  m.seq_len = 100;  // one partial block: the whole (diagonal) block
+  BOOST_TEST(causal_attention_fraction(m) == 1.0);
+  m.seq_len = 512;
+  BOOST_TEST(causal_attention_fraction(m) == 5.0 / 8);
+  m.arch = Arch::encoder;  // BERT attends to every position
+  BOOST_TEST(causal_attention_fraction(m) == 1.0);
+  BOOST_TEST(
+      attention_core_work(m, st, 2, true).attention_flops == 4.0 * 2 * 512.0 * 512.0 * m.hidden,
+      tt::tolerance(1e-12));
+}
+
+BOOST_FIXTURE_TEST_CASE(trainer_metrics_on_the_logits_are_forward_head_traffic, Fixture) {
+  // Composer's train metrics (fsdp-eager: 44 bytes per logit) read the logits after every
+  // micro-batch: forward head traffic only, per logit of the rank's vocabulary shard.
+  FrameworkSpec with = load_framework("fsdp-eager");
+  FrameworkSpec without = with;
+  without.loss_metrics_bytes_per_logit = 0;
+  BOOST_TEST(with.loss_metrics_bytes_per_logit == 44.0);
+  CostModel a(model, cluster, plan, with), b(model, cluster, plan, without);
+  const double logits = 2.0 * model.seq_len * double(vocab_rows_per_rank(model, plan.embedding.tp));
+  BOOST_TEST(a.head_work(Phase::forward, 2, 0).elementwise_bytes -
+                     b.head_work(Phase::forward, 2, 0).elementwise_bytes ==
+                 44.0 * logits,
+             tt::tolerance(1e-12));
+  BOOST_TEST(a.head_work(Phase::backward, 2, 0).elementwise_bytes ==
+             b.head_work(Phase::backward, 2, 0).elementwise_bytes);
+}
