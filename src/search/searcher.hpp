@@ -204,7 +204,8 @@ class Searcher {
                 o.allow_cross_node_tp ? c.world_size() : 0),
         full_(o.top_k),
         megatron_(o.top_k),
-        zero_(o.top_k) {
+        zero_(o.top_k),
+        megatron_ep_(o.top_k) {
     filter_.tp_degrees = o.tp_degrees;
     filter_.zero_stages = o.zero_stages;
     filter_.recompute = o.recompute;
@@ -291,6 +292,10 @@ class Searcher {
   SpaceFilter filter_;
   std::map<std::pair<int, int>, std::unique_ptr<PairData>> pairs_;
   TopK full_, megatron_, zero_;
+  // Uniform Megatron-style plans with expert parallelism (an MoE model): re-ranked beside the
+  // baselines, so that the estimator's top K of the full space cannot crowd them out, but not
+  // a baseline (the megatron baseline is the best uniform plan with ep 1).
+  TopK megatron_ep_;
   MinMemory min_memory_;
   EvaluatedLog evaluated_;  // every plan scored, bounded (evaluated.hpp)
   SearchStats stats_;
