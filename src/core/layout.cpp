@@ -110,8 +110,7 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
   for (const auto& l : plan.layers)
     if (l.ep * l.etp > 1) expert_pairs_.emplace_back(l.etp, l.ep);
   std::sort(expert_pairs_.begin(), expert_pairs_.end());
-  expert_pairs_.erase(std::unique(expert_pairs_.begin(), expert_pairs_.end()),
-                      expert_pairs_.end());
+  expert_pairs_.erase(std::unique(expert_pairs_.begin(), expert_pairs_.end()), expert_pairs_.end());
   const int P = static_cast<int>(expert_pairs_.size());
   ep_base_.assign(pp_, std::vector<int>(P, -1));
   edp_base_.assign(pp_, std::vector<int>(P, -1));

@@ -22,7 +22,7 @@ const char* to_string(Stream s) {
   return n[static_cast<int>(s)];
 }
 const char* to_string(Block b) {
-  static const char* n[] = {"none",      "embedding", "attention", "mlp",    "head",
+  static const char* n[] = {"none",      "embedding", "attention", "mlp",     "head",
                             "optimizer", "reshard",   "router",    "experts", "combine"};
   return n[static_cast<int>(b)];
 }

@@ -25,10 +25,10 @@ Estimate estimate(const CostModel& cost) {
   int crit = 0;
   for (int s = 0; s < pp; ++s) {
     const auto& x = sc[s];
-    const double u = cost.overlapped_time_s(x.fwd_s + x.bwd_s + x.rec_s, x.tp_s + x.ep_s,
-                                            x.dp_stream_s,
-                                            std::max(x.h2d_stream_s, x.d2h_stream_s)) +
-                     x.first_fetch_s;
+    const double u =
+        cost.overlapped_time_s(x.fwd_s + x.bwd_s + x.rec_s, x.tp_s + x.ep_s, x.dp_stream_s,
+                               std::max(x.h2d_stream_s, x.d2h_stream_s)) +
+        x.first_fetch_s;
     // In the steady state every micro-batch waits once for a pipeline transfer: the round trip
     // of an activation and its gradient spans two micro-batch cycles.
     const double cycle = u + 0.5 * (x.p2p_fwd_s + x.p2p_bwd_s);
@@ -130,22 +130,22 @@ nlohmann::json to_json(const Estimate& e) {
                       {"peak_memory_bytes", e.stages[s].peak_memory_bytes},
                       {"memory_breakdown_bytes", memory_json(e.stages[s].memory)}});
   nlohmann::json j = {{"iteration_time_s", e.iteration_time_s},
-          {"tokens_per_s", e.tokens_per_s},
-          {"tflops_per_gpu", e.tflops_per_gpu},
-          {"mfu", e.mfu},
-          {"peak_memory_bytes", e.peak_memory_bytes},
-          {"peak_stage", e.peak_stage},
-          {"memory_breakdown_bytes", memory_json(e.memory)},
-          {"time_breakdown_s",
-           {{"compute", t.compute_s},
-            {"recompute", t.recompute_s},
-            {"tp_comm", t.tp_comm_s},
-            {"dp_comm", t.dp_comm_s},
-            {"pp_comm", t.pp_comm_s},
-            {"bubble", t.bubble_s},
-            {"offload", t.offload_s},
-            {"optimizer", t.optimizer_s}}},
-          {"per_stage", stages}};
+                      {"tokens_per_s", e.tokens_per_s},
+                      {"tflops_per_gpu", e.tflops_per_gpu},
+                      {"mfu", e.mfu},
+                      {"peak_memory_bytes", e.peak_memory_bytes},
+                      {"peak_stage", e.peak_stage},
+                      {"memory_breakdown_bytes", memory_json(e.memory)},
+                      {"time_breakdown_s",
+                       {{"compute", t.compute_s},
+                        {"recompute", t.recompute_s},
+                        {"tp_comm", t.tp_comm_s},
+                        {"dp_comm", t.dp_comm_s},
+                        {"pp_comm", t.pp_comm_s},
+                        {"bubble", t.bubble_s},
+                        {"offload", t.offload_s},
+                        {"optimizer", t.optimizer_s}}},
+                      {"per_stage", stages}};
   // MoE models only, so that a dense plan's output is as before.
   if (e.moe) {
     j["time_breakdown_s"]["ep_comm"] = t.ep_comm_s;

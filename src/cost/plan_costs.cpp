@@ -197,8 +197,8 @@ class Analyzer {
         tp_nodes_ = geo_.tp_nodes(s, st.tp);
         dp_nodes_ = geo_.dp_nodes(s, st.tp);
       }
-      const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_,
-                                       moe_nodes(geo_, s, st, m_.is_moe_layer(l)));
+      const LayerCost& lc =
+          layer_cost(st, tp_nodes_, dp_nodes_, moe_nodes(geo_, s, st, m_.is_moe_layer(l)));
       layer_memory(l, lc, w, c);
       if (with_time_) layer_time(l, lc, w, c, sc);
     }

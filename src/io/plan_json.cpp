@@ -37,14 +37,14 @@ LayerStrategy strategy_from(io::JsonReader r, bool allow_range) {
 
 nlohmann::json strategy_json(const LayerStrategy& l) {
   nlohmann::json j = {{"tp", l.tp},
-          {"dp", l.dp},
-          {"sequence_parallel", l.sequence_parallel},
-          {"zero", l.zero},
-          {"recompute", to_string(l.recompute)},
-          {"offload",
-           {{"optimizer", l.offload_optimizer},
-            {"params", l.offload_params},
-            {"activations", l.offload_activations}}}};
+                      {"dp", l.dp},
+                      {"sequence_parallel", l.sequence_parallel},
+                      {"zero", l.zero},
+                      {"recompute", to_string(l.recompute)},
+                      {"offload",
+                       {{"optimizer", l.offload_optimizer},
+                        {"params", l.offload_params},
+                        {"activations", l.offload_activations}}}};
   // Written only where they are not 1, so that a dense plan's file is as before.
   if (l.ep != 1) j["ep"] = l.ep;
   if (l.etp != 1) j["etp"] = l.etp;
@@ -132,18 +132,18 @@ nlohmann::json to_json(const Plan& p) {
   nlohmann::json chunks = nlohmann::json::array();
   for (const auto& c : p.chunks) chunks.push_back({c.begin, c.end});
   nlohmann::json j = {{"description", p.describe()},
-          {"pp", p.pp},
-          {"schedule", to_string(p.schedule)},
-          {"vpp", p.vpp},
-          {"micro_batch", p.micro_batch},
-          {"global_batch", p.global_batch},
-          {"dtype", to_string(p.dtype)},
-          {"flash_attention", p.flash_attention},
-          {"overlap_grad_reduce", p.overlap_grad_reduce},
-          {"backward_prefetch", p.backward_prefetch},
-          {"chunks", chunks},
-          {"embedding", strategy_json(p.embedding)},
-          {"layers", runs}};
+                      {"pp", p.pp},
+                      {"schedule", to_string(p.schedule)},
+                      {"vpp", p.vpp},
+                      {"micro_batch", p.micro_batch},
+                      {"global_batch", p.global_batch},
+                      {"dtype", to_string(p.dtype)},
+                      {"flash_attention", p.flash_attention},
+                      {"overlap_grad_reduce", p.overlap_grad_reduce},
+                      {"backward_prefetch", p.backward_prefetch},
+                      {"chunks", chunks},
+                      {"embedding", strategy_json(p.embedding)},
+                      {"layers", runs}};
   if (p.routing_imbalance != 1.0) j["routing_imbalance"] = p.routing_imbalance;
   if (p.capacity_factor != 0.0) j["capacity_factor"] = p.capacity_factor;
   if (p.moe_node_limit != 0) j["moe_node_limit"] = p.moe_node_limit;

@@ -17,8 +17,8 @@
 namespace stratagem::report {
 
 const char* to_string(OpClass c) {
-  static const char* n[] = {"forward", "backward",  "recompute", "tp_comm", "dp_comm",
-                            "pp_comm", "offload",   "optimizer", "other",   "ep_comm"};
+  static const char* n[] = {"forward", "backward", "recompute", "tp_comm", "dp_comm",
+                            "pp_comm", "offload",  "optimizer", "other",   "ep_comm"};
   return n[static_cast<int>(c)];
 }
 

@@ -83,8 +83,8 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   lc.pipelined_workspace = x.pipelined_workspace;
   lc.boundary = boundary_activation_bytes(m_, s, b, dtype_);
   lc.kernel_s = x.fwd_s + x.bwd_s + x.rec_s;
-  lc.busy_s = lc.kernel_s + x.tp_fwd_s + x.tp_bwd_s + x.tp_rec_s + x.ep_fwd_s + x.ep_bwd_s +
-              x.ep_rec_s;
+  lc.busy_s =
+      lc.kernel_s + x.tp_fwd_s + x.tp_bwd_s + x.tp_rec_s + x.ep_fwd_s + x.ep_bwd_s + x.ep_rec_s;
   lc.interference = costs_.front()->compute_comm_interference();
   lc.fetch_s = x.fetch_s;
   lc.act_h2d_s = x.act_h2d_s;
