@@ -69,8 +69,8 @@ int64_t moe_kept_activation_bytes(const ModelSpec& m, const LayerStrategy& s, in
                                   Recompute rc, Dtype dt);
 // The runtime's scratch while an MoE layer runs (layer_workspace_bytes with the expert path's
 // gradients and the all-to-all's receive buffers in place of the dense FFN's).
-int64_t moe_layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
-                                  Dtype dt, bool pipelined = false);
+int64_t moe_layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt,
+                                  bool pipelined = false);
 
 // Layer `layer`'s parameters on a rank of strategy s: dense layers as
 // layer_parameters_per_rank; MoE layers the attention, the FFN's dense part and its experts.

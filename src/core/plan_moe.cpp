@@ -39,11 +39,11 @@ void validate_moe(const Plan& p, const ModelSpec& m, const std::string& src) {
     throw InputError(src + ": " + field + ": " + what);
   };
   if (!(p.routing_imbalance >= 1.0 && p.routing_imbalance <= 64.0))
-    bad("routing_imbalance", "expected 1.0 (balanced) to 64, got " +
-                                 std::to_string(p.routing_imbalance));
+    bad("routing_imbalance",
+        "expected 1.0 (balanced) to 64, got " + std::to_string(p.routing_imbalance));
   if (!(p.capacity_factor == 0.0 || (p.capacity_factor >= 1.0 && p.capacity_factor <= 64.0)))
-    bad("capacity_factor", "expected 0 (dropless) or 1 to 64, got " +
-                               std::to_string(p.capacity_factor));
+    bad("capacity_factor",
+        "expected 0 (dropless) or 1 to 64, got " + std::to_string(p.capacity_factor));
   if (p.moe_node_limit < 0) bad("moe_node_limit", "expected >= 0 (0: no limit)");
   if (m.moe.enabled() && m.moe.top_k > m.moe.experts)
     bad("model.moe.top_k", "top_k " + std::to_string(m.moe.top_k) + " is more than the " +

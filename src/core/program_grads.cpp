@@ -60,8 +60,8 @@ void StageBuilder::reduce_grads(int layer, int mb, int after) {
 int StageBuilder::emit_reduction(Op op, const std::vector<int>& deps) {
   flush_piece();
   // The experts' reduce-scatter receives its piece of the expert data-parallel group's sum.
-  const LayerStrategy s = op.group == GroupKind::expert_dp ? expert_strategy(strat(op.layer))
-                                                           : strat(op.layer);
+  const LayerStrategy s =
+      op.group == GroupKind::expert_dp ? expert_strategy(strat(op.layer)) : strat(op.layer);
   if (op.collective == Collective::reduce_scatter)
     op.buffer = alloc(Stream::dp_comm, MemCategory::buffers,
                       receive_piece_bytes(s, op.bytes / e_, p_.dtype), op.layer, op.microbatch,

@@ -60,8 +60,8 @@ int StageBuilder::moe_ffn(Phase ph, int l, int mb, int b) {
   const int64_t gathered = moe_expert_tp_bytes(m_, s, b, p_.dtype);
   // A collective of the expert path on its own stream; the next compute op waits for it.
   auto exchange = [&](Collective c, GroupKind g, int64_t bytes, Block blk) {
-    const int op = collective(Stream::ep_comm, c, g, s.etp, bytes, blk, ph, l, mb,
-                              {last_compute_}, s.ep);
+    const int op =
+        collective(Stream::ep_comm, c, g, s.etp, bytes, blk, ph, l, mb, {last_compute_}, s.ep);
     compute_waits_.push_back(op);
   };
   auto part = [&](Block blk, int i) {
@@ -115,10 +115,9 @@ void StageBuilder::gather_expert_weights(int layer, int opt, int updated) {
   if (expert_params(layer) == 0) return;
   const LayerStrategy& s = strat(layer);
   if (!grad_sync(expert_strategy(s)).gather_after_step) return;
-  compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather,
-                                      GroupKind::expert_dp, s.etp, expert_params(layer) * e_,
-                                      Block::optimizer, Phase::optimizer, layer, -1,
-                                      {opt, updated}, s.ep));
+  compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::expert_dp,
+                                      s.etp, expert_params(layer) * e_, Block::optimizer,
+                                      Phase::optimizer, layer, -1, {opt, updated}, s.ep));
 }
 
 }  // namespace stratagem::program_detail

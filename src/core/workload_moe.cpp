@@ -134,23 +134,23 @@ int64_t moe_kept_activation_bytes(const ModelSpec& m, const LayerStrategy& s, in
   const int64_t h = m.hidden, E = m.moe.experts, e = dtype_bytes(dt);
   const int w = ffn_gemm_width(m);
   int64_t b = 0;
-  b += e * Tn * h;                 // norm input
-  b += e * Tn * h;                 // router and shared experts' input
-  b += 4 * x.tokens * E;           // fp32 router scores, for their backward
-  b += 12 * x.copies;              // top-k indices (int64) and weights (fp32)
+  b += e * Tn * h;                                       // norm input
+  b += e * Tn * h;                                       // router and shared experts' input
+  b += 4 * x.tokens * E;                                 // fp32 router scores, for their backward
+  b += 12 * x.copies;                                    // top-k indices (int64) and weights (fp32)
   const int64_t rows = x.expert_rows * x.local_experts;  // copies the rank's experts take
-  b += e * rows * h;               // permuted copies: the experts' fc1 input
-  b += e * rows * w * x.expert_width;  // fc1 output(s): activation input
-  b += e * rows * x.expert_width;      // activation output: fc2 input
-  b += e * x.copies * h;               // expert outputs, for the scores' gradient
+  b += e * rows * h;                                     // permuted copies: the experts' fc1 input
+  b += e * rows * w * x.expert_width;                    // fc1 output(s): activation input
+  b += e * rows * x.expert_width;                        // activation output: fc2 input
+  b += e * x.copies * h;                                 // expert outputs, for the scores' gradient
   if (x.shared_width > 0) b += e * T * (w + 1) * x.shared_width;
-  if (m.dropout) b += Tn * h;                                    // dropout mask
-  b += 4 * Tn * (m.norm == Norm::layernorm ? 2 : 1);             // norm statistics
+  if (m.dropout) b += Tn * h;                         // dropout mask
+  b += 4 * Tn * (m.norm == Norm::layernorm ? 2 : 1);  // norm statistics
   return b;
 }
 
-int64_t moe_layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
-                                  Dtype dt, bool pipelined) {
+int64_t moe_layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt,
+                                  bool pipelined) {
   const int64_t T = int64_t(samples) * m.seq_len, e = dtype_bytes(dt);
   const int w = ffn_gemm_width(m);
   // The dense FFN's gradients (d_fc1, d_act) leave; the expert path's come in.

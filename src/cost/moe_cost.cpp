@@ -13,8 +13,7 @@ double CostModel::moe_compute_time_s(const Op& op) const {
   return moe_part_time_s(plan_.layers[op.layer], op.block, ph, op.samples);
 }
 
-double CostModel::moe_part_time_s(const LayerStrategy& s, Block part, Phase ph,
-                                  int samples) const {
+double CostModel::moe_part_time_s(const LayerStrategy& s, Block part, Phase ph, int samples) const {
   Op op;
   op.block = part, op.phase = ph, op.samples = samples;
   // The busiest rank's experts take expert_load_factor times the mean rows; the router and
@@ -31,7 +30,8 @@ double CostModel::moe_part_time_s(const LayerStrategy& s, Block part, Phase ph,
     int64_t params = 0;
     if (op.block == Block::experts) params = moe_expert_parameters_per_rank(model_, s);
     if (op.block == Block::router) params = moe_dense_parameters_per_rank(model_, s);
-    t += elementwise_time_s(double(params) * (elem_bytes_ + 2.0 * framework_.grad_accumulation_bytes));
+    t += elementwise_time_s(double(params) *
+                            (elem_bytes_ + 2.0 * framework_.grad_accumulation_bytes));
   }
   return t;
 }
@@ -41,8 +41,7 @@ CommCost CostModel::moe_comm_cost(Collective c, int64_t bytes, int p, int N, int
   const double S = double(bytes) * load;
   if (p <= 1 || bytes <= 0) return collective_cost(c, 0, 1, 1);
   N = std::clamp(N, 1, p);
-  if (c != Collective::all_to_all)
-    return collective_cost(c, int64_t(std::llround(S)), p, N);
+  if (c != Collective::all_to_all) return collective_cost(c, int64_t(std::llround(S)), p, N);
   const int k = (p + N - 1) / N;  // ranks of the group per node
   // Each copy goes to a rank of the group chosen by its expert: (k - 1) / p of them stay on
   // the node (NVLink), (p - k) / p cross the network (CostModel::direct).

@@ -108,7 +108,7 @@ void Searcher::baselines() {
       // expert-parallel ones compete in the full space.
       bool ep = false;
       for (const auto& l : plans[i].layers) ep = ep || l.ep > 1;
-      consider(plans[i], "megatron", ep ? nullptr : &megatron_);
+      consider(plans[i], "megatron", ep ? &megatron_ep_ : &megatron_);
       tick("baseline plans");
     }
   }

@@ -53,6 +53,7 @@ std::string Searcher::pack() const {
   j["full"] = list(full_);
   j["megatron"] = list(megatron_);
   j["zero"] = list(zero_);
+  j["megatron_ep"] = list(megatron_ep_);
   j["minmem"] = min_memory_.best ? pack_candidate(*min_memory_.best) : nlohmann::json();
   j["stats"] = {local_scored_, local_searched_, local_dp_cells_, local_violations_};
   nlohmann::json ev = nlohmann::json::array();
@@ -71,7 +72,7 @@ void Searcher::merge(const std::vector<std::string>& parts) {
     stats_.bound_violations = local_violations_;
     return;
   }
-  TopK full(o_.top_k), meg(o_.top_k), zero(o_.top_k);
+  TopK full(o_.top_k), meg(o_.top_k), zero(o_.top_k), meg_ep(o_.top_k);
   MinMemory mm;
   EvaluatedLog ev;
   SearchStats st = stats_;
@@ -81,6 +82,7 @@ void Searcher::merge(const std::vector<std::string>& parts) {
     for (const auto& c : j["full"]) full.offer(unpack_candidate(c, m_));
     for (const auto& c : j["megatron"]) meg.offer(unpack_candidate(c, m_));
     for (const auto& c : j["zero"]) zero.offer(unpack_candidate(c, m_));
+    for (const auto& c : j["megatron_ep"]) meg_ep.offer(unpack_candidate(c, m_));
     if (!j["minmem"].is_null()) mm.offer(unpack_candidate(j["minmem"], m_));
     for (const auto& e : j["evaluated"]) {
       EvaluatedPlan x;
@@ -100,6 +102,7 @@ void Searcher::merge(const std::vector<std::string>& parts) {
   full_ = std::move(full);
   megatron_ = std::move(meg);
   zero_ = std::move(zero);
+  megatron_ep_ = std::move(meg_ep);
   min_memory_ = std::move(mm);
   evaluated_ = std::move(ev);
   stats_ = st;

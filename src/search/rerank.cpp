@@ -77,7 +77,7 @@ void Searcher::start_early_simulations() {
   if (!o_.rerank_with_simulator || o_.space != SearchSpace::full || !o_.baselines) return;
   if (rerank_threads() < 2 || procs_ > 1) return;  // under MPI the baselines merge later
   std::set<std::string> keys;
-  for (const TopK* t : {&megatron_, &zero_})
+  for (const TopK* t : {&megatron_, &zero_, &megatron_ep_})
     for (const auto& c : t->items())
       if (simulation_bytes(m_, c.plan) <= kEarlyBytes && keys.insert(c.key).second)
         early_.push_back(c);
@@ -163,7 +163,7 @@ std::vector<SearchCandidate> Searcher::rerank_set() const {
       if (keys.insert(c.key).second) set.push_back(c);
   };
   add(own_pool());
-  if (o_.space == SearchSpace::full) add(megatron_), add(zero_);
+  if (o_.space == SearchSpace::full) add(megatron_), add(zero_), add(megatron_ep_);
   return set;
 }
 

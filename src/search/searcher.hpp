@@ -208,7 +208,8 @@ class Searcher {
             o.space == SearchSpace::full ? cp_degrees_for(m, c, o.cp_degrees) : std::vector<int>{}),
         full_(o.top_k),
         megatron_(o.top_k),
-        zero_(o.top_k) {
+        zero_(o.top_k),
+        megatron_ep_(o.top_k) {
     filter_.tp_degrees = o.tp_degrees;
     filter_.zero_stages = o.zero_stages;
     filter_.recompute = o.recompute;
@@ -310,6 +311,10 @@ class Searcher {
   std::vector<std::pair<int, int>> cp_groups_;  // (cp, its tp); [0]: cp 1, tp free
   std::map<std::tuple<int, int, int>, std::unique_ptr<PairData>> pairs_;  // (pp, Bm, cpg)
   TopK full_, megatron_, zero_;
+  // Uniform Megatron-style plans with expert parallelism (an MoE model): re-ranked beside the
+  // baselines, so that the estimator's top K of the full space cannot crowd them out, but not
+  // a baseline (the megatron baseline is the best uniform plan with ep 1).
+  TopK megatron_ep_;
   MinMemory min_memory_;
   EvaluatedLog evaluated_;  // every plan scored, bounded (evaluated.hpp)
   SearchStats stats_;

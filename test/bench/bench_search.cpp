@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +54,8 @@ const Case kCases[] = {
     {"BERT-Huge-32, 8 x A100-40GB, 8 GiB", "bert-huge-32", "dgx-a100-40g", 1, 64, 8},
     {"BERT-Huge-32, 8 x A100-40GB, 12 GiB", "bert-huge-32", "dgx-a100-40g", 1, 64, 12},
     {"BERT-Huge-32, 8 x A100-40GB, 16 GiB", "bert-huge-32", "dgx-a100-40g", 1, 64, 16},
+    // Issue #26: Mixture-of-Experts; the best plan beside the best uniform plan with ep 1.
+    {"Mixtral 8x7B (MoE), 64 x H100", "mixtral-8x7b", "dgx-h100", 8, 1024, 0},
 };
 constexpr int kNumCases = int(sizeof(kCases) / sizeof(kCases[0]));
 
@@ -123,6 +126,12 @@ void report(const Case& c, const SearchResult& r) {
   };
   base("megatron", r.megatron, r.megatron_note);
   base("zero-3", r.zero, r.zero_note);
+  // An MoE model: the megatron baseline is the best uniform plan without expert parallelism.
+  int ep = 1;
+  for (const auto& l : r.best.plan.layers) ep = std::max(ep, l.ep);
+  if (r.megatron && load_model(c.model).moe.enabled())
+    std::printf("  MoE: best plan ep %d, %.2fx the best uniform plan with ep 1 (megatron above)\n",
+                ep, ratio(r.best.tokens_per_s(), r.megatron));
 }
 
 // Prints the table; returns false when the searched plan is below a baseline.

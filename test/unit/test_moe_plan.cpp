@@ -80,8 +80,8 @@ BOOST_AUTO_TEST_CASE(expert_groups_follow_megatron_rank_generator) {
     const Layout L(p, c);
     const int D = p.devices_per_stage();
     for (int stage = 0; stage < x.pp; ++stage) {
-      BOOST_TEST((layout_groups(L, GroupKind::ep, stage) ==
-                  megatron_groups(D, x.etp, x.ep, stage, 'e')));
+      BOOST_TEST(
+          (layout_groups(L, GroupKind::ep, stage) == megatron_groups(D, x.etp, x.ep, stage, 'e')));
       BOOST_TEST((layout_groups(L, GroupKind::expert_dp, stage) ==
                   megatron_groups(D, x.etp, x.ep, stage, 'd')));
       BOOST_TEST((layout_groups(L, GroupKind::expert_tp, stage) ==
@@ -148,13 +148,13 @@ BOOST_AUTO_TEST_CASE(program_moe_ops) {
     BOOST_TEST((count[{Block::router, ph, Collective::all_to_all, GroupKind::ep}] == n));
     BOOST_TEST((count[{Block::combine, ph, Collective::all_to_all, GroupKind::ep}] == n));
     BOOST_TEST((count[{Block::experts, ph, Collective::all_gather, GroupKind::expert_tp}] == n));
-    BOOST_TEST((count[{Block::experts, ph, Collective::reduce_scatter, GroupKind::expert_tp}] ==
-                n));
+    BOOST_TEST(
+        (count[{Block::experts, ph, Collective::reduce_scatter, GroupKind::expert_tp}] == n));
     // Dispatch: tokens x top_k copies of the hidden state (one sample per rank).
     const int64_t a2a = int64_t(1) * m.seq_len * m.moe.top_k * m.hidden * 2;
     BOOST_TEST((bytes[{Block::router, ph, Collective::all_to_all, GroupKind::ep}] == a2a));
-    BOOST_TEST((bytes[{Block::experts, ph, Collective::all_gather, GroupKind::expert_tp}] ==
-                2 * a2a));
+    BOOST_TEST(
+        (bytes[{Block::experts, ph, Collective::all_gather, GroupKind::expert_tp}] == 2 * a2a));
   }
   // Only the dense layer keeps a Block::mlp compute op.
   BOOST_TEST((count[{Block::mlp, Phase::forward, Collective::none, GroupKind::none}] == M));
@@ -162,12 +162,15 @@ BOOST_AUTO_TEST_CASE(program_moe_ops) {
   // reduce-scatter), their updated shard gathered after the step.
   const int64_t experts = moe_expert_parameters_per_rank(m, p.layers[1]);
   BOOST_TEST(experts == 2 * 3 * 256 * 256);  // 8/4 experts of 3 x h x 512/2
-  BOOST_TEST((count[{Block::experts, Phase::backward, Collective::reduce_scatter,
-                     GroupKind::expert_dp}] == moe_layers));
-  BOOST_TEST((bytes[{Block::experts, Phase::backward, Collective::reduce_scatter,
-                     GroupKind::expert_dp}] == experts * 2));
-  BOOST_TEST((count[{Block::optimizer, Phase::optimizer, Collective::all_gather,
-                     GroupKind::expert_dp}] == moe_layers));
+  BOOST_TEST(
+      (count[{Block::experts, Phase::backward, Collective::reduce_scatter, GroupKind::expert_dp}] ==
+       moe_layers));
+  BOOST_TEST(
+      (bytes[{Block::experts, Phase::backward, Collective::reduce_scatter, GroupKind::expert_dp}] ==
+       experts * 2));
+  BOOST_TEST(
+      (count[{Block::optimizer, Phase::optimizer, Collective::all_gather, GroupKind::expert_dp}] ==
+       moe_layers));
   // Every op resolves to a group of the Layout on every rank.
   const Layout L(p, c);
   for (int r = 0; r < p.world_size(); ++r)
