@@ -33,10 +33,6 @@ struct FrameworkSpec {
   // fp32 logits write and read, 8 bytes, each way).
   double loss_forward_bytes_per_logit = 0;
   double loss_backward_bytes_per_logit = 0;
-  // HBM bytes per logit element of the training metrics a trainer computes on every
-  // micro-batch's logits, outside autograd (Composer's train metrics: a cross-entropy each). 0:
-  // none.
-  double loss_metrics_bytes_per_logit = 0;
   // Element size of the data-parallel gradient reductions (all-reduce, reduce-scatter) on the
   // wire: 4 where the framework reduces fp32 gradients under bf16 training. 0: the plan's dtype.
   int grad_reduce_bytes = 0;

@@ -69,18 +69,6 @@ inline int cp_core_steps(const LayerStrategy& s) {
 // steps); pre + steps x core + post is forward_work's attention. Backward: backward_of it.
 BlockWork attention_part_work(const ModelSpec& m, const LayerStrategy& s, AttentionPart part,
                               int samples, bool flash_attention);
-// Query rows per block of a fused (flash) attention kernel: FlashAttention-2's forward tile
-// (flash_attn/src/flash_fwd_launch_template.h, kBlockM = 128 for head dims 64-128) and the
-// Triton FlashAttention-1 port llm-foundry runs (flash_attn_triton.py, BLOCK = 128).
-inline constexpr int kFlashQueryBlock = 128;
-// Fraction of the s x s score matrix a fused kernel computes: a decoder's causal kernel skips
-// the key blocks past the diagonal (flash_attn_triton.py: `end_n = seqlen_k if not IS_CAUSAL
-// else min((start_m + 1) * BLOCK_M, seqlen_k)`; FlashAttention-2 and cuDNN's fused attention
-// do the same), so (n + 1) / (2n) of it for n = s / kFlashQueryBlock blocks; an encoder's
-// attention is full (1). Without flash attention the score matrix is formed in full and masked
-// after the product (Megatron's CoreAttention: torch.baddbmm over s x s, then the fused
-// scaled_upper_triang_masked_softmax), so the non-flash path does not use this fraction.
-double causal_attention_fraction(const ModelSpec& m);
 // Work of just the attention core (QK^T, softmax, AV).
 BlockWork attention_core_work(const ModelSpec& m, const LayerStrategy& s, int samples,
                               bool flash_attention);

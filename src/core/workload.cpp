@@ -1,7 +1,6 @@
 #include "stratagem/workload.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <stdexcept>
 
 #include "src/core/workload_mla.hpp"
@@ -48,15 +47,6 @@ Shape shape_of(const ModelSpec& m, const LayerStrategy& st, int samples) {
 }
 }  // namespace
 
-double causal_attention_fraction(const ModelSpec& m) {
-  if (m.arch != Arch::decoder) return 1.0;  // an encoder attends to every position
-  // A fused causal kernel walks query blocks of kFlashQueryBlock rows and stops each at the
-  // diagonal: of n = s / block blocks per row of blocks it computes (n + 1) / 2 on average, the
-  // diagonal blocks in full (their upper halves masked after the product).
-  const double n = std::ceil(double(m.seq_len) / kFlashQueryBlock);
-  return (n + 1) / (2 * n);
-}
-
 BlockWork attention_core_work(const ModelSpec& m, const LayerStrategy& st, int samples,
                               bool flash) {
   if (m.attention == AttentionKind::mla) return mla::core_work(m, st, samples, flash);
@@ -68,7 +58,6 @@ BlockWork attention_core_work(const ModelSpec& m, const LayerStrategy& st, int s
   // chunk order balance the causal triangle; an all-to-all rank takes heads / cp whole).
   w.attention_flops = 4.0 * x.b * x.s * x.s_kv * x.h / x.t;
   if (flash) {
-    w.attention_flops *= causal_attention_fraction(m);
     w.kernels += 1;
     w.elementwise_bytes += double(e) * x.T * (x.h + 2 * x.kvh) / x.t + double(e) * x.T * x.h / x.t;
   } else {

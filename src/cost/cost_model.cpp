@@ -254,9 +254,6 @@ BlockWork CostModel::head_work(Phase phase, int samples, double elementwise_byte
   const double stated = phase == Phase::backward ? framework_.loss_backward_bytes_per_logit
                                                  : framework_.loss_forward_bytes_per_logit;
   if (stated > 0) w.elementwise_bytes += (stated - 8.0) * double(T) * double(v);
-  // Training metrics the trainer computes on the logits after each micro-batch (forward only).
-  if (phase != Phase::backward)
-    w.elementwise_bytes += framework_.loss_metrics_bytes_per_logit * double(T) * double(v);
   return w;
 }
 
