@@ -2,6 +2,7 @@
 #include "sim/accounting.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace stratagem::sim {
 
@@ -15,7 +16,7 @@ void charge_gap(RankState& r, const StageData& sd, const Step& step, Time t) {
   int best = 99, best_s = -1;
   auto consider = [&](int s) {
     if (r.last_done[s] != t) return;
-    for (int p = 0; p < 6; ++p)
+    for (int p = 0; p < int(std::size(prio)); ++p)
       if (r.last_done_cat[s] == prio[p] && p < best) best = p, best_s = s;
   };
   const uint32_t* d = sd.dep_at.data() + step.dep_begin;
