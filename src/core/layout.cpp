@@ -130,7 +130,9 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
   etp_base_.assign(pp_, std::vector<int>(P, -1));
   for (int s = 0; s < pp_; ++s)
     for (int pi = 0; pi < P; ++pi) {
-      const auto [etp, ep] = expert_pairs_[pi];
+      // Plain ints, not a structured binding: the lambda below captures them (clang 14, which
+      // builds the fuzz targets, cannot capture a binding).
+      const int etp = expert_pairs_[pi].first, ep = expert_pairs_[pi].second;
       if (D % (etp * ep))
         throw InputError("layout: etp " + std::to_string(etp) + " x ep " + std::to_string(ep) +
                          " does not divide the stage's " + std::to_string(D) + " ranks");
