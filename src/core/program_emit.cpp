@@ -140,10 +140,13 @@ void StageBuilder::reshard(int from_layer, int to_layer, Phase ph, int mb) {
 }
 
 // `params` parameters of strategy s (layer -1: embedding or LM head): returns their buffer,
-// or -1 when resident.
+// or -1 when resident. `experts`: an MoE layer's routed experts (s its expert_strategy), whose
+// buffer and gather are Block::experts over the expert data-parallel group, which op.tp = etp
+// and op.tp_big = ep select (program_moe.cpp's contract).
 int StageBuilder::fetch(const LayerStrategy& s, int64_t params, int layer, Phase ph, int mb,
-                        int after, int* wait_out) {
+                        int after, int* wait_out, bool experts) {
   const WeightFetch f = weight_fetch(s, params, p_.dtype);
+  const Block blk = experts ? Block::experts : Block::none;
   auto wait_for = [&](int op) {
     if (wait_out)
       *wait_out = op;
@@ -154,16 +157,23 @@ int StageBuilder::fetch(const LayerStrategy& s, int64_t params, int layer, Phase
   // ZeRO-Infinity: the rank's shard lives in host memory; it crosses PCIe into its place in
   // the gather buffer before the (in-place) all-gather can start.
   const int buf = alloc(s.offload_params ? Stream::h2d : Stream::dp_comm, MemCategory::buffers,
-                        f.bytes, layer, mb, ph, Block::none, {after});
+                        f.bytes, layer, mb, ph, blk, {after});
   if (f.h2d_bytes > 0) {
-    Op op = make(OpKind::copy_h2d, Stream::h2d, Block::none, ph, layer, mb);
+    Op op = make(OpKind::copy_h2d, Stream::h2d, blk, ph, layer, mb);
     op.category = MemCategory::weights;
     op.bytes = f.h2d_bytes;
     after = emit(op, {after});
   }
-  wait_for(f.gathers ? collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp,
-                                  f.bytes, Block::none, ph, layer, mb, {after})
-                     : after);
+  if (!f.gathers) {
+    wait_for(after);
+  } else if (experts) {
+    const LayerStrategy& ls = strat(layer);
+    wait_for(collective(Stream::dp_comm, Collective::all_gather, GroupKind::expert_dp, ls.etp,
+                        f.bytes, blk, ph, layer, mb, {after}, ls.ep));
+  } else {
+    wait_for(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp, f.bytes, blk,
+                        ph, layer, mb, {after}));
+  }
   return buf;
 }
 

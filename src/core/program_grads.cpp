@@ -10,24 +10,34 @@
 namespace stratagem::program_detail {
 
 void StageBuilder::stage_grads(int layer, int mb) {
-  if (!staged(layer)) return;
   int& buf = stage_buf_[stage_slot(layer)];
-  if (buf < 0) {
+  if (staged(layer) && buf < 0) {
     const int64_t params = layer >= 0 ? layer_params(layer) : embed_params();
     buf = alloc(Stream::compute, MemCategory::grads, params * e_, layer < 0 ? -1 : layer, mb,
                 Phase::backward, Block::none);
   }
+  if (layer >= 0) stage_expert_grads(layer, mb);
 }
 
 void StageBuilder::flush_staging_free() {
   flush_piece();
+  if (const auto [buf, rs] = std::exchange(pending_expert_free_, {-1, -1}); buf >= 0)
+    release(buf, Stream::dp_comm, {rs});
   if (pending_free_ < 0) return;
   release(std::exchange(pending_free_, -1), Stream::dp_comm, {pending_reduce_});
 }
 
-// Data-parallel gradient reduction of a layer (layer -1: embedding, -2: untied head).
+// Data-parallel gradient reduction of a layer (layer -1: embedding, -2: untied head), and of
+// an MoE layer's experts over their expert data-parallel group. The experts' staged
+// gradients go with the rest of the layer's: after the next layer's mlp backward.
 void StageBuilder::reduce_grads(int layer, int mb, int after) {
-  if (layer >= 0) reduce_expert_grads(layer, mb, after);
+  const std::pair<int, int> experts =
+      layer >= 0 ? reduce_expert_grads(layer, mb, after) : std::pair{-1, -1};
+  reduce_layer_grads(layer, mb, after);
+  if (experts.first >= 0) pending_expert_free_ = experts;
+}
+
+void StageBuilder::reduce_layer_grads(int layer, int mb, int after) {
   const auto& s = strat(layer < 0 ? -1 : layer);
   if (s.dp_cp() == 1) return;  // cp ranks reduce too (LayerStrategy::dp_cp)
   const bool per_mb = per_microbatch(layer < 0 ? -1 : layer);

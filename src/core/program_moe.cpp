@@ -40,6 +40,18 @@
 // updated shard after the step at ZeRO 1-2); the rest of the layer over GroupKind::dp as a
 // dense layer's. With etp x ep = 1 (only at tp 1: validate_moe) every rank holds the experts
 // whole, its dp group is the expert data-parallel group, and they go with the rest over dp.
+// At ZeRO-2/3 over an expert_dp > 1 the backward writes the experts' whole gradients into a
+// staging buffer of their own (alloc, MemCategory::grads, Block::experts), which their
+// reduce-scatter folds into the rank's piece; it is freed with the layer's own, after the
+// next layer's mlp backward.
+// Weights: at ZeRO-3 over an expert_dp > 1 (torchtitan's apply_fsdp: fully_shard of the
+// experts over dp_mod_ep_mesh; DeepSpeed-MoE's expert data parallelism) the rank holds its
+// piece of its experts. The dense ZeRO-3 fetch (StageBuilder::fetch) gathers them into a
+// buffer (alloc, buffers, Block::experts; all_gather, dp_comm, GroupKind::expert_dp,
+// Block::experts), issued at the FFN's first op so that it runs beside the router and the
+// dispatch; the experts' compute waits for it. Forward frees it after the experts' forward;
+// the backward pass gathers once for the recompute's and the backward's experts (Phase
+// backward) and frees it after the experts' backward.
 #include <utility>
 
 #include "src/core/stage_builder.hpp"
@@ -68,12 +80,20 @@ int StageBuilder::moe_ffn(Phase ph, int l, int mb, int b) {
     return compute(blk, ph, l, mb, b, parts[i].flops, parts[i].bytes);
   };
   const bool bwd = ph == Phase::backward;
+  int weights_ready = -1;
+  const int weights = bwd && experts_held_ >= 0 ? std::exchange(experts_held_, -1)
+                                                : fetch_experts(ph, l, mb, &weights_ready);
   // Forward: router, dispatch, experts, combine. Backward: the same path walked back.
   part(bwd ? Block::combine : Block::router, bwd ? 2 : 0);
   if (s.ep > 1)
     exchange(Collective::all_to_all, GroupKind::ep, a2a, bwd ? Block::combine : Block::router);
   if (s.etp > 1) exchange(Collective::all_gather, GroupKind::expert_tp, gathered, Block::experts);
+  if (weights_ready >= 0) compute_waits_.push_back(weights_ready);
   part(Block::experts, 1);
+  if (ph == Phase::recompute)
+    experts_held_ = weights;
+  else
+    release(weights, Stream::compute);
   if (s.etp > 1)
     exchange(Collective::reduce_scatter, GroupKind::expert_tp, gathered, Block::experts);
   if (s.ep > 1)
@@ -81,8 +101,25 @@ int StageBuilder::moe_ffn(Phase ph, int l, int mb, int b) {
   return part(bwd ? Block::router : Block::combine, bwd ? 0 : 2);
 }
 
-void StageBuilder::reduce_expert_grads(int layer, int mb, int after) {
-  if (!m_.is_moe_layer(layer)) return;
+int StageBuilder::fetch_experts(Phase ph, int layer, int mb, int* wait_out) {
+  if (expert_params(layer) == 0) return -1;
+  // The backward's buffer whether the recompute or the backward uses it first.
+  const Phase pass = ph == Phase::forward ? Phase::forward : Phase::backward;
+  return fetch(expert_strategy(strat(layer)), expert_params(layer), layer, pass, mb, last_compute_,
+               wait_out, /*experts=*/true);
+}
+
+void StageBuilder::stage_expert_grads(int layer, int mb) {
+  if (expert_params(layer) == 0) return;
+  if (staged_gradient_bytes(expert_strategy(strat(layer)), 1, p_.dtype, staging_) == 0) return;
+  int& buf = expert_stage_buf_[local_of_[layer]];
+  if (buf < 0)
+    buf = alloc(Stream::compute, MemCategory::grads, expert_params(layer) * e_, layer, mb,
+                Phase::backward, Block::experts);
+}
+
+std::pair<int, int> StageBuilder::reduce_expert_grads(int layer, int mb, int after) {
+  if (!m_.is_moe_layer(layer)) return {-1, -1};
   const LayerStrategy& s = strat(layer);
   auto reduction = [&](Collective c, GroupKind g, int tp, int tp_big, int64_t bytes) {
     Op op = make(OpKind::collective, Stream::dp_comm, Block::experts, Phase::backward, layer, mb);
@@ -96,18 +133,21 @@ void StageBuilder::reduce_expert_grads(int layer, int mb, int after) {
   };
   // etp x ep = 1 (tp 1, validate_moe): every rank holds the experts whole and its dp group
   // is the expert data-parallel group; they go with the rest of the layer.
-  if (s.ep * s.etp == 1) return;
+  if (s.ep * s.etp == 1) return {-1, -1};
   const LayerStrategy es = expert_strategy(s);
   const GradSync g = grad_sync(es);
-  if (g.reduce == Collective::none) return;
-  if (!g.per_microbatch && mb != last_bwd_mb_[chunk_]) return;
+  if (g.reduce == Collective::none) return {-1, -1};
+  if (!g.per_microbatch && mb != last_bwd_mb_[chunk_]) return {-1, -1};
   const Op op = reduction(g.reduce, GroupKind::expert_dp, s.etp, s.ep, expert_params(layer) * e_);
   if (p_.overlap_grad_reduce || g.per_microbatch) {
     flush_staging_free();
-    grad_reductions_.push_back(emit_reduction(op, {after}));
-  } else {
-    deferred_.push_back(op);
+    const int rs = emit_reduction(op, {after});
+    grad_reductions_.push_back(rs);
+    // The staged gradients go on the dp stream once the reduction has landed.
+    return {std::exchange(expert_stage_buf_[local_of_[layer]], -1), rs};
   }
+  deferred_.push_back(op);
+  return {-1, -1};
 }
 
 // ZeRO-1/2 over the expert data-parallel group: each rank updated its shard of the experts.

@@ -26,6 +26,7 @@ StageBuilder::StageBuilder(const ModelSpec& m, const Plan& p, int stage, int M, 
   for (size_t i = 0; i < ls.size(); ++i) local_of_[ls[i]] = static_cast<int>(i);
   saved_.assign(ls.size() * M, kNoSaved);
   stage_buf_.assign(ls.size() + 1, -1);
+  expert_stage_buf_.assign(ls.size(), -1);
   offloaded_.assign(ls.size() * M, -1);
 }
 

@@ -130,15 +130,21 @@ class StageBuilder {
     return fetch(strat(layer), layer_params(layer), layer, ph, mb, after, wait_out);
   }
   int fetch(const LayerStrategy& s, int64_t params, int layer, Phase ph, int mb, int after,
-            int* wait_out = nullptr);
+            int* wait_out = nullptr, bool experts = false);
 
   // ---- MoE (program_moe.cpp) -------------------------------------------------------------
   // A layer's FFN compute in a phase: the dense mlp block's one op, or an MoE layer's parts
   // around their all-to-alls. Returns the last compute op.
   int ffn(Phase ph, int layer, int mb, int samples, const BlockCost& dense);
   int moe_ffn(Phase ph, int layer, int mb, int samples);
-  // An MoE layer's expert gradient reduction over the expert data-parallel group.
-  void reduce_expert_grads(int layer, int mb, int after);
+  // ZeRO-3 over the expert data-parallel group: the experts' gather before their compute
+  // (program_moe.cpp); returns the buffer, -1 when they are resident.
+  int fetch_experts(Phase ph, int layer, int mb, int* wait_out);
+  // ZeRO-2/3 over expert_dp: the experts' gradients staged for their reduce-scatter.
+  void stage_expert_grads(int layer, int mb);
+  // An MoE layer's expert gradient reduction over the expert data-parallel group: returns
+  // the staging buffer it reads (-1: none) and the reduction, for the buffer's free.
+  std::pair<int, int> reduce_expert_grads(int layer, int mb, int after);
   void gather_expert_weights(int layer, int opt, int updated);
 
   // ---- context parallelism (program_cp.cpp) ----------------------------------------------
@@ -206,6 +212,7 @@ class StageBuilder {
   void flush_staging_free();
 
   void reduce_grads(int layer, int mb, int after);
+  void reduce_layer_grads(int layer, int mb, int after);  // all but an MoE layer's experts
 
   int emit_reduction(Op op, const std::vector<int>& deps);
   void flush_piece();
@@ -253,8 +260,13 @@ class StageBuilder {
   int reloaded_ = -1;
   // [stage_slot] the live staging buffer of a layer (slot 0: embedding and head), -1: none.
   std::vector<int> stage_buf_;
+  // [local layer] an MoE layer's live staging buffer of its experts' gradients, -1: none.
+  std::vector<int> expert_stage_buf_;
+  // The experts gathered by a layer's recompute, held for its backward (-1: none).
+  int experts_held_ = -1;
   // The staging buffer whose reduction was issued last, freed on the dp stream once it lands.
   int pending_free_ = -1, pending_reduce_ = -1;
+  std::pair<int, int> pending_expert_free_{-1, -1};  // an MoE layer's experts': (buffer, reduction)
 };
 
 }  // namespace stratagem::program_detail

@@ -94,6 +94,12 @@ struct LayerCost {
   // attention backward, beside which the layer below's weights are already being fetched
   // (add that layer's fetch to bwd_buf there).
   int64_t bwd_mlp_act = 0, bwd_attn_act = 0, bwd_buf = 0;
+  // An MoE layer's experts under ZeRO-3 over an expert data-parallel group: their gathered
+  // weights, live beside the layer's own fetch while the experts run in forward and from the
+  // recompute (or the mlp backward) to the experts' backward. Their staged gradients are in
+  // staged_bytes (held as the layer's); expert_piece_bytes: the piece their reduce-scatter
+  // receives, live from its issue, after the attention backward, to the dense reduction's.
+  int64_t expert_fetch_bytes = 0, expert_piece_bytes = 0;
 };
 
 // Bringing a strategy's non-resident parameters to the device before use: the ZeRO-3

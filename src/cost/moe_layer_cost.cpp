@@ -47,8 +47,17 @@ void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int dp_nod
   const int64_t sa = kept_activation_bytes(m, s, Block::attention, b, s.recompute, flash, dt);
   const int64_t sm = moe_kept_activation_bytes(m, s, b, s.recompute, dt);
   const FetchCost fetch = fetch_cost(c, s, dense, dp_nodes, with_time);
+  // The experts over the expert data-parallel group (program_moe.cpp): their ZeRO-3 gather,
+  // their ZeRO-2/3 staged gradients and the piece their reduce-scatter receives.
+  const LayerStrategy es = expert_strategy(s);
+  const FetchCost expert_fetch = fetch_cost(c, es, expert_params, nodes.expert_dp, with_time);
+  const bool staging = c.framework().layer_gradient_staging;
+  lc.expert_fetch_bytes = expert_fetch.bytes;
+  if (grad_sync(es).per_microbatch || p.overlap_grad_reduce)
+    lc.expert_piece_bytes = receive_piece_bytes(es, expert_params, dt);
   lc.kept = s.offload_activations ? 0 : sa + sm;
-  lc.staged_bytes = staged_gradient_bytes(s, dense, dt, c.framework().layer_gradient_staging);
+  lc.staged_bytes = staged_gradient_bytes(s, dense, dt, staging) +
+                    staged_gradient_bytes(es, expert_params, dt, staging);
   lc.piece_bytes = receive_piece_bytes(s, dense, dt);
   lc.workspace = moe_layer_workspace_bytes(m, s, b, dt);
   lc.pipelined_workspace = moe_layer_workspace_bytes(m, s, b, dt, /*pipelined=*/true);
@@ -87,7 +96,7 @@ void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int dp_nod
   lc.ep_fwd_s = lc.ep_bwd_s = per_pass;
   lc.ep_rec_s = s.recompute == Recompute::full ? per_pass : 0;
   // Gradient synchronisation: the dense part over dp, the experts over expert_dp.
-  lc.fetch_s = fetch.time_s;
+  lc.fetch_s = fetch.time_s + expert_fetch.time_s;
   lc.fetch_on_h2d = fetch.on_h2d;
   lc.grad_rs_mb_s = lc.grad_reduce_s = lc.gather_s = 0;
   auto add_sync = [&](const GradSyncCost& x) {

@@ -4,6 +4,7 @@
 
 #include "src/core/schedule.hpp"
 #include "src/cost/layer_cost.hpp"
+#include "stratagem/workload_moe.hpp"
 
 namespace stratagem::cost_detail {
 namespace {
@@ -122,6 +123,10 @@ class Analyzer {
     EndStates end;
     int64_t ends_staged = 0;    // the embedding's and head's staged gradients
     int64_t always_staged = 0;  // ... held across the iteration (tied embeddings, pp > 1)
+    // The piece the head's ZeRO-2/3 reduce-scatter receives, in flight beside the last layer's
+    // mlp backward (a last stage that is not the first, untied). (A ZeRO-1 one, issued in the
+    // last micro-batch only, lands within the head's own moment.)
+    int64_t head_piece = 0;
     bool tied_split = false;
   };
   // One chunk's walk over its layers, bottom up.
@@ -167,16 +172,26 @@ class Analyzer {
     w.ends_staged = staged_gradient_bytes(es, w.end.params, p_.dtype, staging_);
     w.tied_split = m_.tied_embeddings && pp > 1;
     w.always_staged = w.tied_split ? w.ends_staged : 0;
+    if (s == pp - 1 && s > 0 && !w.tied_split && grad_sync(es).per_microbatch)
+      w.head_piece = receive_piece_bytes(es, w.end.params, p_.dtype);
     return w;
   }
+  // (An MoE layer's: the rest of the layer's over dp and its experts' over expert_dp.)
   int64_t staged(int l) {
     const LayerStrategy& st = p_.layers[l];
-    return staged_gradient_bytes(st, layer_params(st.tp), p_.dtype, staging_);
+    if (!m_.is_moe_layer(l))
+      return staged_gradient_bytes(st, layer_params(st.tp), p_.dtype, staging_);
+    return staged_gradient_bytes(st, dp_parameters_per_rank(m_, st, l), p_.dtype, staging_) +
+           staged_gradient_bytes(expert_strategy(st), expert_dp_parameters_per_rank(m_, st, l),
+                                 p_.dtype, staging_);
   }
-  // A reduce-scatter's received piece (a Program buffer while the reduction is in flight).
+  // A reduce-scatter's received piece (a Program buffer while the reduction is in flight): of
+  // the layer's last reduction (an MoE layer's experts' is issued first).
   int64_t piece(int l) {
     const LayerStrategy& st = p_.layers[l];
-    return receive_piece_bytes(st, layer_params(st.tp), p_.dtype);
+    const int64_t params =
+        m_.is_moe_layer(l) ? dp_parameters_per_rank(m_, st, l) : layer_params(st.tp);
+    return receive_piece_bytes(st, params, p_.dtype);
   }
 
   // Chunk i of stage s: its layers' memory moments and, with time, their costs.
@@ -238,7 +253,7 @@ class Analyzer {
     const LayerRange r = c.r;
     // Beside a pipeline, a send and a receive of the stream in flight.
     w.ws = std::max(w.ws, pp > 1 ? lc.pipelined_workspace : lc.workspace);
-    keep_max(c.fp, {c.prefix + lc.fwd_act, lc.fwd_buf, w.always_staged});
+    keep_max(c.fp, {c.prefix + lc.fwd_act, lc.fwd_buf + lc.expert_fetch_bytes, w.always_staged});
     // Staged in this layer's backward: its own, the stage's embedding and head's while they
     // are held (through the pass when one stage holds both), and during its mlp backward
     // the reduction in flight before it: the layer above's, or atop the last chunk of a
@@ -250,15 +265,23 @@ class Analyzer {
                           : l + 1 < r.end                                  ? staged(l + 1)
                           : c.ch == nchunks - 1 && pp > 1 && !w.tied_split ? w.ends_staged
                                                                            : 0;
-    // ... and the piece that reduction receives (the head's is within the bound taken by
-    // its own moment).
-    const int64_t above_piece = above_same ? lc.piece_bytes : l + 1 < r.end ? piece(l + 1) : 0;
+    // ... and the piece that reduction receives (atop the last chunk, the head's).
+    const int64_t above_piece = above_same            ? lc.piece_bytes
+                                : l + 1 < r.end       ? piece(l + 1)
+                                : c.ch == nchunks - 1 ? w.head_piece
+                                                      : 0;
     // The layer below (same chunk) is prefetched during this layer's attention backward;
     // its offloaded activations come back as soon as this layer's mlp backward has run.
-    keep_max(c.bp, {c.prefix + lc.bwd_mlp_act + c.below_reload, lc.bwd_buf + above_piece,
-                    lc.staged_bytes + held + above});
+    keep_max(c.bp,
+             {c.prefix + lc.bwd_mlp_act + c.below_reload,
+              lc.bwd_buf + lc.expert_fetch_bytes + above_piece, lc.staged_bytes + held + above});
     keep_max(c.bp, {c.prefix + lc.bwd_attn_act + c.below_reload, lc.bwd_buf + c.below_fetch,
                     lc.staged_bytes + held});
+    // An MoE layer's experts' reduce-scatter is issued once the layer's activations are gone,
+    // with the piece it receives.
+    if (lc.expert_piece_bytes > 0)
+      keep_max(c.bp, {c.prefix + c.below_reload, c.below_fetch + lc.expert_piece_bytes,
+                      lc.staged_bytes + held});
     if (p_.backward_prefetch) c.below_fetch = lc.fwd_buf;
     c.below_reload = st.offload_activations ? lc.fwd_act : 0;
     c.prefix += lc.kept;

@@ -95,7 +95,8 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
                        " backend (block attention, its merge and RoPE from a position) is not "
                        "built yet; the cpu backend runs it");
   // Mixture-of-Experts: the runtime runs MoE layers with tp = etp = 1 (each rank routes its own
-  // tokens), one ep for all of them, and the experts' ZeRO-2/3 only where expert_dp is 1.
+  // tokens) and one ep for all of them; their experts' ZeRO over the expert data-parallel group
+  // as any layer's (staged gradients, the ZeRO-3 gather before their compute).
   int moe_ep = 0;
   for (size_t l = 0; l < n; ++l) {
     const LayerStrategy& s = p.layers[l];
@@ -111,9 +112,6 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
     if (moe_ep && s.ep != moe_ep)
       throw NotSupported(where + "the runtime runs one ep for every MoE layer so far");
     moe_ep = s.ep;
-    if (s.ep > 1 && s.zero >= 2 && expert_dp(s) > 1)
-      throw NotSupported(where + "ZeRO-2/3 of experts over an expert data-parallel group of " +
-                         std::to_string(expert_dp(s)) + " is not run by the runtime yet");
     if (s.offload_params || s.offload_optimizer || s.offload_activations)
       throw NotSupported(where + "offloading an MoE layer is not run by the runtime yet");
   }

@@ -99,9 +99,11 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   // The mlp backward writes the layer's staged gradients while the reduction of the layer
   // above's, taken to be of this size, is in flight (the estimator's moments).
   // The reduction in flight also holds its received piece (a Program buffer).
-  lc.fwd_transient = x.fwd_act - x.kept + x.fwd_buf;
+  // An MoE layer's gathered experts (ZeRO-3 over expert_dp) join its forward and mlp backward.
+  lc.fwd_transient = x.fwd_act - x.kept + x.fwd_buf + x.expert_fetch_bytes;
   lc.transient = std::max({lc.fwd_transient,
-                           x.bwd_mlp_act - x.kept + x.bwd_buf + x.piece_bytes + 2 * x.staged_bytes,
+                           x.bwd_mlp_act - x.kept + x.bwd_buf + x.expert_fetch_bytes +
+                               x.piece_bytes + 2 * x.staged_bytes,
                            x.bwd_attn_act - x.kept + 2 * x.bwd_buf + x.staged_bytes});
   lc.workspace = x.workspace;
   lc.pipelined_workspace = x.pipelined_workspace;
@@ -232,8 +234,8 @@ namespace {
 // activations), in that nesting order.
 // An MoE model's layers: (etp, ep) with ep a power of two dividing the experts, etp 1 or the
 // layer's tp (Megatron-Core's default), etp x ep dividing the stage's ranks. Expert-parallel
-// layers keep their parameters resident (ZeRO-3 and offloaded parameters of experts are not
-// in the Program yet).
+// layers keep their parameters on the device (offloaded parameters of experts are not in the
+// Program yet; ZeRO-3 shards them over the expert data-parallel group).
 std::vector<std::pair<int, int>> expert_degrees(const ModelSpec& m, int D, const LayerStrategy& s) {
   std::vector<std::pair<int, int>> out;
   if (!m.moe.enabled()) return {{1, 1}};
@@ -241,7 +243,7 @@ std::vector<std::pair<int, int>> expert_degrees(const ModelSpec& m, int D, const
     if (etp > 1 && m.moe.expert_ffn_hidden % etp) continue;
     for (int ep = 1; ep <= m.moe.experts && etp * ep <= D; ep *= 2) {
       if (m.moe.experts % ep || D % (etp * ep)) continue;
-      if (etp * ep > 1 && (s.zero == 3 || s.offload_params)) continue;
+      if (etp * ep > 1 && s.offload_params) continue;
       if (etp * ep == 1 && s.tp > 1) continue;  // validate_moe: experts split at tp > 1
       out.emplace_back(etp, ep);
     }

@@ -2,8 +2,7 @@
 # Mixture-of-Experts layouts train equal to the serial run (issue #26's acceptance model: a
 # LLaMA-style tiny MoE, 4 experts, top-2): expert parallelism over the data-parallel ranks
 # (the all-to-all dispatch and combine), ep inside dp with the experts' gradients reduced over
-# the expert data-parallel group, ZeRO-1/2 beside it (the plan refuses ZeRO-3 of expert-parallel
-# layers), and a pipeline. Losses over 5 steps within 1e-5 relative, final weights within 1e-5
+# the expert data-parallel group, ZeRO-1/2/3 beside it, and a pipeline. Losses over 5 steps within 1e-5 relative, final weights within 1e-5
 # (checkpoints hold each expert whole), each memory category within 10% of the forecast; and a
 # checkpoint of ep 2 resumes under ep 1.
 source "$(dirname "$0")/common.sh"
@@ -34,3 +33,21 @@ train_ 1 rsecond --dp 1 --resume
 grep -q "resumed from .*step-00000003.h5 at step 3" "$WORK/rsecond.log" || fail "no resume"
 check weights "$WORK/ep2.serial/step-00000005.h5" "$WORK/rck/step-00000005.h5" 1e-5
 echo "ok: ep 2 -> ep 1 reshard"
+# ZeRO-3 of expert-parallel layers: the rest of the layer sharded over dp 4, the experts over
+# their expert data-parallel group: of 1 at ep 4 (each rank holds its expert whole; also as the
+# issue writes it, dp filling the 4 ranks), of 2 at ep 2 (each rank holds half of its 2
+# experts, gathered before the experts' forward and backward, their gradients reduce-scattered).
+PRINT_ONLY=activations,buffers case_ ep4_z3 4 MOE "$B8" "" "--dp 4 --ep 4 --zero 3"
+PRINT_ONLY=activations,buffers SERIAL=ep4_z3 case_ ep4_z3_issue 4 MOE "$B8" "" "--ep 4 --zero 3"
+PRINT_ONLY=activations,buffers case_ dp4_ep2_z3 4 MOE "$B8" "" "--dp 4 --ep 2 --zero 3"
+# ... with full recompute: one gather serves the experts' recompute and backward.
+PRINT_ONLY=activations,buffers SERIAL=dp4_ep2_z3 case_ dp4_ep2_z3_full 4 MOE "$B8" \
+  "--recompute full" "--dp 4 --ep 2 --zero 3 --recompute full"
+# Reshard: the ZeRO-3 checkpoint at step 3 (each expert written whole by the pieces' owners)
+# resumed on one rank ends at the serial run's step 5.
+rm -rf "$WORK/rck"
+train_ 4 zfirst --dp 4 --ep 2 --zero 3 --stop-after 3
+train_ 1 zsecond --dp 1 --resume
+grep -q "resumed from .*step-00000003.h5 at step 3" "$WORK/zsecond.log" || fail "no resume"
+check weights "$WORK/dp4_ep2_z3.serial/step-00000005.h5" "$WORK/rck/step-00000005.h5" 1e-5
+echo "ok: dp 4 ep 2 ZeRO-3 -> 1 rank reshard"

@@ -117,6 +117,22 @@ std::vector<Case> cases() {
   L[5] = {4, 2, false, 3, Recompute::none, true, true, true};
   h.plan.chunks = {{0, 3}, {3, 8}};
   out.push_back(h);
+  // Mixture-of-Experts under ZeRO-3: the experts sharded over an expert data-parallel group
+  // of 2 (gathered before their compute, gradients staged for their reduce-scatter), and of 1
+  // (held whole); with full recompute the backward's gather serves the recompute too.
+  ModelSpec moe = tiny_llama();
+  moe.moe.experts = 4, moe.moe.top_k = 2, moe.moe.expert_ffn_hidden = 512;
+  moe.moe.dense_layers = 1;
+  s = {};
+  s.pp = 2, s.ep = 2, s.micro_batch = 1, s.global_batch = 16, s.zero = 3;
+  out.push_back(make("moe ep2 expert_dp2 z3", moe, 1, s));
+  s.recompute = "full";
+  out.push_back(make("moe ep2 expert_dp2 z3 full recompute", moe, 1, s));
+  s = {};
+  s.pp = 2, s.ep = 4, s.micro_batch = 1, s.global_batch = 16, s.zero = 3;
+  out.push_back(make("moe ep4 expert_dp1 z3", moe, 1, s));
+  s.zero = 2, s.pp = 1, s.ep = 2;
+  out.push_back(make("moe ep2 expert_dp4 z2", moe, 1, s));
   for (auto& c : out) validate(c.plan, c.model, c.cluster, c.name);
   return out;
 }

@@ -8,6 +8,7 @@
 #include "stratagem/cost.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/estimate.hpp"
+#include "stratagem/iteration.hpp"
 #include "stratagem/layout.hpp"
 #include "stratagem/program.hpp"
 #include "stratagem/workload_moe.hpp"
@@ -178,6 +179,70 @@ BOOST_AUTO_TEST_CASE(program_moe_ops) {
       if (op.kind == OpKind::collective) BOOST_TEST(resolve_group(L, r, op) >= 0);
 }
 
+BOOST_AUTO_TEST_CASE(program_zero3_experts) {
+  // ZeRO-3 over expert_dp 2 (8 ranks, ep 4): the experts gathered over their expert
+  // data-parallel group before the experts' compute, in forward and once per backward pass,
+  // freed after; their gradients staged and reduce-scattered every micro-batch, no gather
+  // after the step. At ep 8 (expert_dp 1) they stay whole: no gather, no staging.
+  const ModelSpec m = tiny_moe(4);
+  const ClusterSpec c = cluster(1);
+  for (const char* recompute : {"none", "full"}) {
+    PlanShorthand s;
+    s.ep = 4, s.micro_batch = 1, s.global_batch = 32, s.zero = 3, s.recompute = recompute;
+    const Plan p = plan_of(m, c, s);
+    FrameworkSpec staging;  // stratagem's runtime: ZeRO-2/3 gradients staged per layer
+    staging.layer_gradient_staging = true;
+    const Program prog = build_program(m, p, staging);
+    const int M = prog.num_microbatches, moe_layers = 3;
+    const int64_t experts = moe_expert_parameters_per_rank(m, p.layers[1]);
+    std::map<std::tuple<OpKind, Phase, Collective, GroupKind, MemCategory>, int> count;
+    int live = 0, peak_live = 0;
+    for (const Op& op : prog.stages[0].ops) {
+      if (op.block != Block::experts || op.kind == OpKind::compute) continue;
+      if (op.stream == Stream::ep_comm) continue;
+      ++count[{op.kind, op.phase, op.collective, op.group, op.category}];
+      if (op.kind == OpKind::alloc && op.category == MemCategory::buffers) {
+        BOOST_TEST(op.bytes == experts * 2);  // the rank's 2 experts gathered, bf16
+        peak_live = std::max(peak_live, ++live);
+      }
+      if (op.kind == OpKind::free && op.category == MemCategory::buffers) --live;
+      if (op.kind == OpKind::collective && op.group == GroupKind::expert_dp) {
+        BOOST_TEST(int(op.tp) == 1);
+        BOOST_TEST(int(op.tp_big) == 4);
+      }
+    }
+    BOOST_TEST(peak_live == 1);  // one layer's experts gathered at a time
+    const int n = moe_layers * M;
+    const auto key = [](OpKind k, Phase ph, Collective cl, GroupKind g, MemCategory cat) {
+      return std::tuple(k, ph, cl, g, cat);
+    };
+    for (Phase ph : {Phase::forward, Phase::backward})
+      BOOST_TEST(count[key(OpKind::collective, ph, Collective::all_gather, GroupKind::expert_dp,
+                           MemCategory::buffers)] == n);
+    BOOST_TEST(count[key(OpKind::collective, Phase::recompute, Collective::all_gather,
+                         GroupKind::expert_dp, MemCategory::buffers)] == 0);
+    BOOST_TEST(count[key(OpKind::collective, Phase::backward, Collective::reduce_scatter,
+                         GroupKind::expert_dp, MemCategory::buffers)] == n);
+    BOOST_TEST(count[key(OpKind::alloc, Phase::backward, Collective::none, GroupKind::none,
+                         MemCategory::grads)] == n);
+    BOOST_TEST(count[key(OpKind::collective, Phase::optimizer, Collective::all_gather,
+                         GroupKind::expert_dp, MemCategory::buffers)] == 0);
+    // The resident states hold a half of the experts (expert_dp 2).
+    ModelStates whole, sharded;
+    LayerStrategy es = expert_strategy(p.layers[1]);
+    sharded.add(es, experts, p.dtype);
+    es.zero = 0;
+    whole.add(es, experts, p.dtype);
+    BOOST_TEST(2 * sharded.weights == whole.weights);
+  }
+  PlanShorthand s;
+  s.ep = 8, s.micro_batch = 1, s.global_batch = 32, s.zero = 3;
+  const Program prog = build_program(m, plan_of(m, c, s));
+  for (const Op& op : prog.stages[0].ops)
+    BOOST_TEST(!(op.group == GroupKind::expert_dp ||
+                 (op.block == Block::experts && op.kind == OpKind::alloc)));
+}
+
 BOOST_AUTO_TEST_CASE(etp_defaults_to_tp) {
   // As Megatron-Core's expert_tensor_parallel_size; etp x ep = 1 under tp > 1 is refused.
   const ModelSpec m = tiny_moe(2);
@@ -266,8 +331,10 @@ BOOST_AUTO_TEST_CASE(bad_moe_plans_name_the_field) {
   s.ep = 8, s.etp = 2;
   fails_with(s, "layers[1].ep");  // 16 expert ranks on an 8-GPU stage
   s.ep = 2, s.etp = 1, s.zero = 3;
-  fails_with(s, "layers[1].zero");
-  s.zero = 0;
+  plan_of(m, c, s);  // ZeRO-3 of the experts over their expert data-parallel group
+  s.offload = "params";
+  fails_with(s, "layers[1].offload.params");  // not in the Program yet
+  s.offload = "none", s.zero = 0;
   s.routing_imbalance = 0.5;
   BOOST_CHECK_THROW(plan_of(m, c, s), InputError);
   // ep on a dense model, and on a dense layer of a plan file.

@@ -3,11 +3,17 @@
 #include <stdexcept>
 #include <string>
 
+#include "src/runtime/exec/shards.hpp"
+
 namespace stratagem::exec {
 
 namespace {
 bool is_cp_work(const Op& op) {
   return op.category == MemCategory::buffers && op.block == Block::attention;
+}
+// Staged gradients are found by their segment: the layer's, or its experts' (Block::experts).
+int staging_key(const Op& op) {
+  return op.block == Block::experts ? expert_segment(op.layer) : op.layer;
 }
 }  // namespace
 
@@ -29,7 +35,7 @@ void Buffers::allocated(const Op& op) {
   if (is_cp_work(op))
     cp_work[{int(op.phase), op.layer, op.microbatch}] = op.buffer;
   else if (op.category == MemCategory::grads)
-    staging[op.layer] = op.buffer;             // ZeRO-2/3: the layer's staged gradients
+    staging[staging_key(op)] = op.buffer;      // ZeRO-2/3: the segment's staged gradients
   else if (!received_pieces.count(op.buffer))  // a piece is found through its reduce-scatter
     by_use[{int(op.block), int(op.phase), op.layer, op.microbatch}] = op.buffer;
 }
@@ -42,7 +48,7 @@ void Buffers::freed(const Op& op) {
   }
   if (op.category != MemCategory::grads)
     by_use.erase({int(op.block), int(op.phase), op.layer, op.microbatch});
-  else if (auto s = staging.find(op.layer); s != staging.end() && s->second == op.buffer)
+  else if (auto s = staging.find(staging_key(op)); s != staging.end() && s->second == op.buffer)
     staging.erase(s);
 }
 

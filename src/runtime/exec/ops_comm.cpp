@@ -180,10 +180,11 @@ void Executor::Impl::tp_reduce(const Op& op, int index) {
 
 void Executor::Impl::fetch(const Op& op, int index) {
   Communicator& comm = group_of(op);
-  const int buf = buffers.of(Block::none, op.phase, op.layer, op.microbatch);
+  // (Block::experts: an MoE layer's experts over the expert data-parallel group.)
+  const int buf = buffers.of(op.block, op.phase, op.layer, op.microbatch);
   // Offloaded shards were placed by the h2d copy this gather depends on.
   if (!shards.fetched.count(buf)) place_fetch(op, nullptr, index);
-  const exec::Segment& seg = shards.sharding.of(op.layer);
+  const exec::Segment& seg = shards.sharding.of(segment_key(op));
   auto group = std::make_unique<RequestGroup>();
   for (const ParamInfo* e : shards.fetched.at(buf)) {
     // In place: this rank's piece is at its displacement.
@@ -237,7 +238,7 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
   requests.last_dp_reduce = index;
   if (seg.sharded_grads()) {
     // ZeRO-2/3: this micro-batch's staged gradients, reduce-scattered and added to the piece.
-    auto it = shards.staging.find(op.layer);
+    auto it = shards.staging.find(segment_key(op));
     if (it == shards.staging.end())
       throw std::logic_error("executor: no staged gradients for " + op_name(op));
     std::vector<std::pair<Tensor, Tensor>> landed;  // (piece of model.grads, sum)

@@ -354,11 +354,13 @@ std::vector<const ParamInfo*> Executor::Impl::fetch_set(const Op& op, exec::Micr
   // Layer -1: the lookup's weights before the micro-batch's embedding has run on this stage,
   // the head's afterwards (the Program fetches them apart).
   const bool lookup = op.layer < 0 && stage == 0 && m && !m->embedded;
+  // An MoE layer's experts apart from it are fetched on their own (Block::experts), not with
+  // the rest of the layer.
+  const bool apart =
+      op.layer >= 0 && shards.sharding.segments.count(exec::expert_segment(op.layer));
+  const bool experts = op.block == Block::experts;
   for (const ParamInfo& e : shards.model.table.entries()) {
-    // (An MoE layer's experts apart from it are not in its fetch: their segment holds them.)
-    if (op.layer >= 0 && is_expert_param(e.name) &&
-        shards.sharding.segments.count(exec::expert_segment(op.layer)))
-      continue;
+    if (op.layer >= 0 && apart && is_expert_param(e.name) != experts) continue;
     const bool in = op.layer >= 0 ? e.name.rfind(prefix, 0) == 0
                     : lookup      ? e.name == "wte" || e.name == "wpe"
                                   : e.name.rfind("norm_f.", 0) == 0 || e.name == "lm_head.weight" ||

@@ -23,7 +23,10 @@ bool spread(const LayerWeights& w, const TransformerConfig& c) {
 }  // namespace
 
 int Executor::Impl::segment_key(const Op& op) const {
-  return op.group == GroupKind::expert_dp ? exec::expert_segment(op.layer) : op.layer;
+  // The experts' reductions and gathers (expert_dp), and the buffers and copies of their fetch.
+  const bool experts = op.group == GroupKind::expert_dp ||
+                       (op.block == Block::experts && op.group == GroupKind::none);
+  return experts ? exec::expert_segment(op.layer) : op.layer;
 }
 
 void Executor::Impl::moe_compute(const Op& op) {

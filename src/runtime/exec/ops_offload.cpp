@@ -113,14 +113,14 @@ void Executor::Impl::reload_activations(const Op& op, int index) {
 
 void Executor::Impl::place_fetch(const Op& op, exec::CopyStream* stream, int index) {
   exec::Micro* m = op.microbatch >= 0 ? &mb(op.microbatch) : nullptr;
-  const int buf = buffers.of(Block::none, op.phase, op.layer, op.microbatch);
+  const int buf = buffers.of(op.block, op.phase, op.layer, op.microbatch);
   auto& bound = shards.fetched[buf];
+  const exec::Segment& seg = shards.sharding.of(segment_key(op));
   std::vector<std::pair<Tensor, Tensor>> moves;  // (fetch buffer part, home part)
   for (const ParamInfo* e : fetch_set(op, m)) {
     Tensor dst = buffers.pool.take(buf, e->shape);
     weight_field(shards.model.weights, e->name) = dst;
     bound.push_back(e);
-    const exec::Segment& seg = shards.sharding.of(op.layer);
     const int64_t a = e->offset, b = e->offset + e->numel();
     if (!seg.sharded_weights()) {  // offloaded whole: the tensor itself comes up
       moves.push_back({dst.view(Shape{e->numel()}), shards.param_slice(a, e->numel())});

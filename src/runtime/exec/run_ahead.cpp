@@ -82,7 +82,7 @@ bool Executor::Impl::may_run_ahead(const exec::Streams::Ahead& a, uint32_t j) {
   if (op.kind != OpKind::alloc && op.category == MemCategory::weights) {
     // The weights are bound to one fetch buffer at a time: while an earlier buffer of the same
     // tensors is in use, this fetch waits for its place in the Program.
-    const int buf = buffers.of(Block::none, op.phase, op.layer, op.microbatch);
+    const int buf = buffers.of(op.block, op.phase, op.layer, op.microbatch);
     if (shards.fetched.count(buf)) return true;  // placed by its h2d copy: the gather fills it
     exec::Micro* m = op.microbatch >= 0 ? &mb(op.microbatch) : nullptr;
     for (const ParamInfo* e : fetch_set(op, m))
