@@ -83,15 +83,9 @@ void validate_moe(const Plan& p, const ModelSpec& m, const std::string& src) {
                           std::to_string(expert_ranks) +
                           " does not divide the stage's tp x cp x dp = " + std::to_string(ranks) +
                           " ranks (Megatron-Core's expert groups tile the stage)");
-    // ZeRO-3 shards the experts over the expert data-parallel group (torchtitan's fully_shard
-    // of the experts over dp_mod_ep_mesh, DeepSpeed-MoE's expert data parallelism), gathered
-    // before each use.
-    // Not finished: offloaded expert parameters (their copy up before the gather).
-    if (expert_ranks > 1 && s.offload_params)
-      bad(at + ".offload.params",
-          "offloaded parameters of expert-parallel MoE layers are not supported yet (their "
-          "copy to the device before the experts' gather is not in the Program; use ZeRO-3 "
-          "without params offload, or etp = ep = 1)");
+    // ZeRO and offloaded parameters apply to the experts over their expert data-parallel
+    // group (torchtitan's fully_shard of the experts over dp_mod_ep_mesh, with its
+    // CPUOffloadPolicy; DeepSpeed-MoE's expert data parallelism): program_moe.cpp.
     // The routed tokens of a rank are its 1/tp slice of the micro-batch's tokens.
     if (m.seq_len % s.tp)
       bad(at + ".tp", "tp " + std::to_string(s.tp) + " does not divide seq_len (" +

@@ -2,9 +2,10 @@
 # Mixture-of-Experts layouts train equal to the serial run (issue #26's acceptance model: a
 # LLaMA-style tiny MoE, 4 experts, top-2): expert parallelism over the data-parallel ranks
 # (the all-to-all dispatch and combine), ep inside dp with the experts' gradients reduced over
-# the expert data-parallel group, ZeRO-1/2/3 beside it, and a pipeline. Losses over 5 steps within 1e-5 relative, final weights within 1e-5
-# (checkpoints hold each expert whole), each memory category within 10% of the forecast; and a
-# checkpoint of ep 2 resumes under ep 1.
+# the expert data-parallel group, ZeRO-1/2/3 and offload beside it, and a pipeline. Losses
+# over 5 steps within 1e-5 relative, final weights within 1e-5 (checkpoints hold each expert
+# whole), each memory category within 10% of the forecast; and checkpoints of ep 2 and of
+# ZeRO-3 over dp 4 ep 2 resume on one rank.
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/serial_twin.sh"
 MOE=(--layers 2 --hidden 64 --heads 4 --vocab 256 --seq-len 32 --experts 4 --top-k 2
@@ -43,6 +44,10 @@ PRINT_ONLY=activations,buffers case_ dp4_ep2_z3 4 MOE "$B8" "" "--dp 4 --ep 2 --
 # ... with full recompute: one gather serves the experts' recompute and backward.
 PRINT_ONLY=activations,buffers SERIAL=dp4_ep2_z3 case_ dp4_ep2_z3_full 4 MOE "$B8" \
   "--recompute full" "--dp 4 --ep 2 --zero 3 --recompute full"
+# ... with the parameters and optimizer offloaded (ZeRO-Infinity): each pass copies the
+# experts' shard up into its gather buffer, AdamW runs on the host.
+PRINT_ONLY=activations,buffers SERIAL=dp4_ep2_z3 case_ dp4_ep2_z3_offload 4 MOE "$B8" "" \
+  "--dp 4 --ep 2 --zero 3 --offload params,optimizer"
 # Reshard: the ZeRO-3 checkpoint at step 3 (each expert written whole by the pieces' owners)
 # resumed on one rank ends at the serial run's step 5.
 rm -rf "$WORK/rck"

@@ -133,6 +133,10 @@ std::vector<Case> cases() {
   out.push_back(make("moe ep4 expert_dp1 z3", moe, 1, s));
   s.zero = 2, s.pp = 1, s.ep = 2;
   out.push_back(make("moe ep2 expert_dp4 z2", moe, 1, s));
+  s.zero = 3, s.offload = "params";  // each pass copies the experts' shard up, then gathers
+  out.push_back(make("moe ep2 expert_dp4 z3 offload params", moe, 1, s));
+  s.zero = 1;  // ... copies them up whole
+  out.push_back(make("moe ep2 expert_dp4 z1 offload params", moe, 1, s));
   for (auto& c : out) validate(c.plan, c.model, c.cluster, c.name);
   return out;
 }

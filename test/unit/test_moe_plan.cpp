@@ -330,10 +330,8 @@ BOOST_AUTO_TEST_CASE(bad_moe_plans_name_the_field) {
   fails_with(s, "layers[1].ep");  // 3 does not divide 8 experts
   s.ep = 8, s.etp = 2;
   fails_with(s, "layers[1].ep");  // 16 expert ranks on an 8-GPU stage
-  s.ep = 2, s.etp = 1, s.zero = 3;
-  plan_of(m, c, s);  // ZeRO-3 of the experts over their expert data-parallel group
-  s.offload = "params";
-  fails_with(s, "layers[1].offload.params");  // not in the Program yet
+  s.ep = 2, s.etp = 1, s.zero = 3, s.offload = "params";
+  plan_of(m, c, s);  // ZeRO-3 and offload of the experts over their expert data-parallel group
   s.offload = "none", s.zero = 0;
   s.routing_imbalance = 0.5;
   BOOST_CHECK_THROW(plan_of(m, c, s), InputError);
