@@ -139,6 +139,8 @@ class StageBuilder {
   int moe_ffn(Phase ph, int layer, int mb, int samples);
   // An MoE layer's expert gradient reduction over the expert data-parallel group.
   void reduce_expert_grads(int layer, int mb, int after);
+  // Under tp > 1: the router weight's gradient summed over tp (returns the op, or `after`).
+  int moe_router_grads_reduce(int layer, int after);
   void gather_expert_weights(int layer, int opt, int updated);
 
   // ---- context parallelism (program_cp.cpp) ----------------------------------------------

@@ -5,7 +5,11 @@
 # the expert data-parallel group, ZeRO-1/2 beside it (the plan refuses ZeRO-3 of expert-parallel
 # layers), and a pipeline. Losses over 5 steps within 1e-5 relative, final weights within 1e-5
 # (checkpoints hold each expert whole), each memory category within 10% of the forecast; and a
-# checkpoint of ep 2 resumes under ep 1.
+# checkpoint of ep 2 resumes under ep 1. Appended: tensor parallelism (each tp rank routes its
+# 1/tp token slice; the router's gradient and the load-balancing loss's sums are summed over
+# tp) and expert tensor parallelism (each expert's fc1 column- and fc2 row-sharded over
+# expert_tp, the rows all-gathered and the outputs reduce-scattered there), and a checkpoint of
+# ep 2 x etp 2 resumed on one rank.
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/serial_twin.sh"
 MOE=(--layers 2 --hidden 64 --heads 4 --vocab 256 --seq-len 32 --experts 4 --top-k 2
@@ -34,3 +38,20 @@ train_ 1 rsecond --dp 1 --resume
 grep -q "resumed from .*step-00000003.h5 at step 3" "$WORK/rsecond.log" || fail "no resume"
 check weights "$WORK/ep2.serial/step-00000005.h5" "$WORK/rck/step-00000005.h5" 1e-5
 echo "ok: ep 2 -> ep 1 reshard"
+# Tensor parallelism with experts whole (etp 1): ep runs over the tp ranks of a replica. The
+# issue's literal --tp 2 --ep 2 (etp defaults to tp, Megatron-Core's rule) asks for 4 expert
+# ranks on 2: the plan refuses it, so the 2-rank run names etp 1.
+# (Every case's serial twin is the same one-rank run: ep2's.)
+SERIAL=ep2 PRINT_ONLY=activations,buffers case_ tp2_ep2 4 MOE "$B8" "" "--tp 2 --dp 2 --ep 2 --etp 1"
+SERIAL=ep2 PRINT_ONLY=activations,buffers case_ tp2_ep2_np2 2 MOE "$B8" "" \
+  "--tp 2 --ep 2 --etp 1"
+# Expert tensor parallelism beside plain data parallelism (expert_dp 1).
+SERIAL=ep2 PRINT_ONLY=activations,buffers case_ ep2_etp2 4 MOE "$B8" "" "--dp 4 --ep 2 --etp 2"
+# Reshard: ep 2 x etp 2's checkpoint (each expert's etp shards written into the whole tensor)
+# resumed on one rank.
+rm -rf "$WORK/rck"
+train_ 4 efirst --dp 4 --ep 2 --etp 2 --stop-after 3
+train_ 1 esecond --dp 1 --resume
+grep -q "resumed from .*step-00000003.h5 at step 3" "$WORK/esecond.log" || fail "no resume"
+check weights "$WORK/ep2.serial/step-00000005.h5" "$WORK/rck/step-00000005.h5" 1e-5
+echo "ok: ep 2 x etp 2 -> ep 1 reshard"
