@@ -45,9 +45,10 @@ void exchange_rows(Communicator& ep, const ExpertExchange& x, const Tensor& send
 // experts (fc1 column-, fc2 row-sharded). After the dispatch each member all-gathers the rows
 // the others received (gather_expert_rows), so that every shard sees every row of its experts;
 // each member's partial outputs (and, backward, input gradients) are reduce-scattered back to
-// the member that received the rows (reduce_expert_rows). Megatron-Core does the same with
-// gather_from_sequence_parallel_region / reduce_scatter_to_sequence_parallel_region over
-// expert-tp and a sort of the chunks into expert order.
+// the member that received the rows (reduce_expert_rows). Megatron-Core's
+// MoEAlltoAllTokenDispatcher does the same (token_dispatcher.py: dispatch_postprocess
+// all-gathers over its expert-tp group with output_split_sizes, then sort_chunks_by_idxs puts
+// the rows in local-expert order; the combine reduce-scatters back).
 struct ExpertGather {
   std::vector<int64_t> member_rows;  // (etp) rows each member received from the dispatch
   std::vector<int64_t> counts;       // (L) rows of each held expert, over all members

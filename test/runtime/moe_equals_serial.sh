@@ -45,6 +45,10 @@ echo "ok: ep 2 -> ep 1 reshard"
 SERIAL=ep2 PRINT_ONLY=activations,buffers case_ tp2_ep2 4 MOE "$B8" "" "--tp 2 --dp 2 --ep 2 --etp 1"
 SERIAL=ep2 PRINT_ONLY=activations,buffers case_ tp2_ep2_np2 2 MOE "$B8" "" \
   "--tp 2 --ep 2 --etp 1"
+# Under sequence parallelism (Megatron-Core's layout for MoE with tp): each tp rank's slice is
+# its sequence shard, the tp collectives around the block an all-gather and a reduce-scatter.
+SERIAL=ep2 PRINT_ONLY=activations,buffers case_ tp2_ep2_sp 4 MOE "$B8" "" \
+  "--tp 2 --dp 2 --ep 2 --etp 1 --sequence-parallel"
 # tp 2 with etp at its default, tp (Megatron-Core's rule): experts sharded over the tp ranks.
 # Weights to 2e-5, not 1e-5: one element of 100k, layers.1.mlp.experts.0.fc2.weight[49, 23],
 # has a step-1 gradient of -2.0e-9 (a cancelling sum; typical entries are 1e-4) that this

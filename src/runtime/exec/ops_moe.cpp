@@ -13,14 +13,17 @@
 // [tp_index x N/tp, ...) of the normalized stream), the shared experts run tp-sharded on the
 // whole stream, and the block's output (and input gradient) is a partial sum that the dense
 // mlp's tp reduction completes: off its slice a rank's routed output is zero. Megatron-Core
-// requires sequence parallelism for MoE with tp (its token dispatcher takes each tp rank's
-// sequence shard); here, without it, every tp rank holds the whole normalized stream and routes
-// the same slice it would hold under sequence parallelism, and the all-reduce after the block
-// does what the reduce-scatter does there. The router's weight saw one slice on each rank: the
-// Program sums its gradient over tp (Block::router, backward), and the loss's per-expert sums
-// over tp in forward (Megatron-Core's aux loss over its tp-cp group).
+// refuses MoE with tp > 1 in training without sequence parallelism (MoELayer.forward in
+// megatron/core/transformer/moe/moe_layer.py), its router then seeing each tp rank's
+// sequence shard; here, without it, every tp rank holds the whole normalized stream and routes
+// the slice it would hold under sequence parallelism, and the all-reduce after the block does
+// what the reduce-scatter does there (with --sequence-parallel the runtime runs Megatron's
+// layout). The router's weight saw one slice on each rank: the Program sums its gradient over
+// tp (Block::router, backward). The load-balancing loss's per-expert sums are summed over tp
+// in forward: Megatron-Core's switch_load_balancing_loss_func (moe_utils.py) all-reduces
+// tokens_per_expert over its sequence_partition_group, the tp-cp group (router.py); we add
+// the probability sums too, so that every tp rank holds the micro-batch's loss itself.
 #include "src/runtime/exec/impl.hpp"
-#include "stratagem/error.hpp"
 
 namespace stratagem {
 
