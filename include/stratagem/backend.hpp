@@ -232,6 +232,17 @@ class Backend {
   virtual void moe_router_backward(Tensor& dlogits, const Tensor& dweights, const Tensor& scores,
                                    const Tensor& weights, std::span<const int32_t> experts,
                                    RouterScore score, double aux_scale);
+  // The load-balancing loss's sums over these tokens, sums (2E): copies routed to each expert,
+  // then each expert's summed probability (moe_math::aux_sums); tensor-parallel ranks add
+  // theirs before the loss (moe_math::aux_loss_of) is taken.
+  virtual void moe_aux_sums(const Tensor& scores, std::span<const int32_t> experts,
+                            RouterScore score, std::span<double> sums);
+  // As moe_router_backward, with the loss's gradient given per expert (moe_math::aux_grad of
+  // the sums over all the micro-batch's tokens; empty: none).
+  virtual void moe_router_backward_aux(Tensor& dlogits, const Tensor& dweights,
+                                       const Tensor& scores, const Tensor& weights,
+                                       std::span<const int32_t> experts, RouterScore score,
+                                       std::span<const double> aux_grad);
   // out (M,C): out[i] = inp[rows[i]] (the permutation: tokens into expert order).
   virtual void gather_rows(Tensor& out, const Tensor& inp, std::span<const int32_t> rows);
   // out (N,C) = sum over k of weights[n,k] * inp[slots[n*K+k]], overwritten; weights (N,K)
@@ -308,8 +319,31 @@ inline void Backend::moe_router_backward(Tensor& dlogits, const Tensor& dweights
                                          const Tensor& scores, const Tensor& weights,
                                          std::span<const int32_t> experts, RouterScore score,
                                          double aux_scale) {
+  const int64_t E = scores.dim(-1), N = scores.numel() / E, K = weights.dim(-1);
+  std::vector<double> sums(static_cast<size_t>(2 * E));
+  if (aux_scale != 0) moe_aux_sums(scores, experts, score, sums);
+  const std::vector<double> a = moe_math::aux_grad(sums.data(), E, double(N), int(K), aux_scale);
+  moe_router_backward_aux(dlogits, dweights, scores, weights, experts, score,
+                          aux_scale != 0 ? std::span<const double>(a) : std::span<const double>());
+}
+
+inline void Backend::moe_aux_sums(const Tensor& scores, std::span<const int32_t> experts,
+                                  RouterScore score, std::span<double> sums) {
+  const int64_t E = scores.dim(-1), N = scores.numel() / E;
+  if (int64_t(sums.size()) != 2 * E)
+    throw std::invalid_argument("moe_aux_sums: sums must hold 2 x " + std::to_string(E));
+  const std::vector<float> s = backend_detail::host_copy(*this, scores);
+  moe_math::aux_sums(s.data(), N, E, experts, score, sums.data());
+}
+
+inline void Backend::moe_router_backward_aux(Tensor& dlogits, const Tensor& dweights,
+                                             const Tensor& scores, const Tensor& weights,
+                                             std::span<const int32_t> experts, RouterScore score,
+                                             std::span<const double> aux_grad) {
   using namespace backend_detail;
   const int64_t E = scores.dim(-1), N = scores.numel() / E, K = weights.dim(-1);
+  if (!aux_grad.empty() && int64_t(aux_grad.size()) != E)
+    throw std::invalid_argument("moe_router_backward: aux_grad must hold " + std::to_string(E));
   expect_shape(dlogits, scores.shape, "moe_router_backward", "dlogits");
   expect_shape(dweights, weights.shape, "moe_router_backward", "dweights");
   if (weights.numel() != N * K || int64_t(experts.size()) != N * K)
@@ -319,7 +353,7 @@ inline void Backend::moe_router_backward(Tensor& dlogits, const Tensor& dweights
                            w = host_copy(*this, weights);
   std::vector<float> dl(s.size());
   moe_math::router_backward(dl.data(), dw.data(), s.data(), w.data(), experts, N, E, int(K), score,
-                            aux_scale);
+                            aux_grad.empty() ? nullptr : aux_grad.data());
   upload(dlogits, dl.data());
 }
 

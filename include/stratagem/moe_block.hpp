@@ -40,6 +40,11 @@ struct MoeActs {
   Tensor weights;  // (N,K) combine weights
   MoeRouting routing;
   double aux_loss = 0;  // the load-balancing loss of these tokens (coeff included)
+  // Its sums (Backend::moe_aux_sums: copies per expert, then summed probabilities) and the
+  // tokens they cover: this rank's, or under tp > 1 the micro-batch's once the tp ranks have
+  // added theirs (moe_aux_loss_of then takes the loss again).
+  std::vector<double> aux_sums;
+  double aux_tokens = 0;
   // The held experts' rows in local expert order, and the counts of each held expert.
   std::vector<int64_t> local_counts;
   Tensor expert_in;   // (M,C)
@@ -62,7 +67,10 @@ struct MoeActs {
 // xn (N,C) -> router logits, scores, weights, the routing and the aux loss value.
 void moe_router_forward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w,
                         const Tensor& xn, MoeActs& a);
-// d_weights (N,K) -> router weight gradient (accumulates); d_xn (N,C) ACCUMULATES.
+// The load-balancing loss of a.aux_sums over a.aux_tokens (coeff included), into a.aux_loss.
+void moe_aux_loss_of(const TransformerConfig& cfg, MoeActs& a);
+// d_weights (N,K) -> router weight gradient (accumulates); d_xn (N,C) ACCUMULATES. The loss's
+// gradient follows from a.aux_sums and a.aux_tokens (all the micro-batch's tokens).
 // aux_scale = the aux loss's weight in this micro-batch's loss (its loss scale).
 void moe_router_backward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w,
                          LayerWeights& g, const Tensor& d_weights, const Tensor& xn,

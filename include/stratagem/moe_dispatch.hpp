@@ -40,6 +40,32 @@ ExpertExchange plan_exchange(Communicator& ep, const std::vector<int64_t>& count
 void exchange_rows(Communicator& ep, const ExpertExchange& x, const Tensor& send, Tensor& received,
                    bool back);
 
+// Expert tensor parallelism (etp > 1; Megatron-Core's all-to-all dispatcher with its
+// tp group of experts): the etp members of an expert_tp group hold one shard each of the same
+// experts (fc1 column-, fc2 row-sharded). After the dispatch each member all-gathers the rows
+// the others received (gather_expert_rows), so that every shard sees every row of its experts;
+// each member's partial outputs (and, backward, input gradients) are reduce-scattered back to
+// the member that received the rows (reduce_expert_rows). Megatron-Core's
+// MoEAlltoAllTokenDispatcher does the same (token_dispatcher.py: dispatch_postprocess
+// all-gathers over its expert-tp group with output_split_sizes, then sort_chunks_by_idxs puts
+// the rows in local-expert order; the combine reduce-scatters back).
+struct ExpertGather {
+  std::vector<int64_t> member_rows;  // (etp) rows each member received from the dispatch
+  std::vector<int64_t> counts;       // (L) rows of each held expert, over all members
+  // gathered row k (expert order) = member-ordered row regroup[k]; ungroup is its inverse.
+  std::vector<int32_t> regroup, ungroup;
+  int64_t gathered() const { return int64_t(regroup.size()); }
+};
+// Collective over `etp`: all-gathers the members' rows per held expert (`counts`, (L)).
+ExpertGather plan_expert_gather(Communicator& etp, const std::vector<int64_t>& counts);
+// rows (M,C), this member's in expert order -> gathered (sum of member_rows, C) in expert order.
+void gather_expert_rows(Backend& be, Communicator& etp, const ExpertGather& g, const Tensor& rows,
+                        Tensor& gathered, Tensor& scratch);
+// partial (gathered, C) in expert order -> out (M,C): the sum over the members of this member's
+// rows. `scratch` (gathered, C) holds the rows in member order.
+void reduce_expert_rows(Backend& be, Communicator& etp, const ExpertGather& g,
+                        const Tensor& partial, Tensor& out, Tensor& scratch);
+
 // The whole FFN of an MoE layer under expert parallelism: y (N,C) overwritten. The member
 // holds the experts w.first_expert ... (ep group `ep`, its experts/ep of them); the expert
 // weight gradients it accumulates are those of its experts over every member's tokens.

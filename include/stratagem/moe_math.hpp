@@ -82,32 +82,52 @@ inline void aux_probs(const float* s, int64_t E, RouterScore score, double* p) {
   for (int64_t e = 0; e < E; ++e) p[e] = s[e] / total;
 }
 
-inline double aux_loss(const float* scores, int64_t N, int64_t E, std::span<const int32_t> experts,
-                       int K, RouterScore score, double coeff) {
-  if (N == 0 || coeff == 0) return 0;
+// The load-balancing loss's per-expert sums over N tokens: sums[e] = copies routed to e,
+// sums[E + e] = sum over the tokens of p[n,e]. Under tensor parallelism each rank sums its
+// token slice and the ranks add theirs (Megatron-Core's sequence_partition_group).
+inline void aux_sums(const float* scores, int64_t N, int64_t E, std::span<const int32_t> experts,
+                     RouterScore score, double* sums) {
   const std::vector<int64_t> counts = expert_counts(experts, E);
-  std::vector<double> P(static_cast<size_t>(E), 0.0), p(static_cast<size_t>(E));
+  std::vector<double> p(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) sums[e] = double(counts[e]), sums[E + e] = 0;
   for (int64_t n = 0; n < N; ++n) {
     aux_probs(scores + n * E, E, score, p.data());
-    for (int64_t e = 0; e < E; ++e) P[e] += p[e];
+    for (int64_t e = 0; e < E; ++e) sums[E + e] += p[e];
   }
+}
+
+// The loss of the sums (aux_sums) of `tokens` tokens.
+inline double aux_loss_of(const double* sums, int64_t E, double tokens, int K, double coeff) {
+  if (tokens == 0 || coeff == 0) return 0;
   double sum = 0;
-  for (int64_t e = 0; e < E; ++e) sum += (double(counts[e]) / double(N * K)) * (P[e] / double(N));
+  for (int64_t e = 0; e < E; ++e) sum += (sums[e] / (tokens * K)) * (sums[E + e] / tokens);
   return coeff * double(E) * sum;
 }
 
+// d aux / d p[n,e], the same for every token: aux_scale * E * f_e / tokens (coeff 1).
+inline std::vector<double> aux_grad(const double* sums, int64_t E, double tokens, int K,
+                                    double aux_scale) {
+  std::vector<double> a(static_cast<size_t>(E), 0.0);
+  if (aux_scale != 0 && tokens > 0)
+    for (int64_t e = 0; e < E; ++e)
+      a[e] = aux_scale * double(E) * (sums[e] / (tokens * K)) / tokens;
+  return a;
+}
+
+inline double aux_loss(const float* scores, int64_t N, int64_t E, std::span<const int32_t> experts,
+                       int K, RouterScore score, double coeff) {
+  if (N == 0 || coeff == 0) return 0;
+  std::vector<double> sums(static_cast<size_t>(2 * E));
+  aux_sums(scores, N, E, experts, score, sums.data());
+  return aux_loss_of(sums.data(), E, double(N), K, coeff);
+}
+
 // dlogits (N,E) overwritten: the gradient through the combine weights (dweights (N,K)) plus
-// aux_scale times the gradient of aux_loss with coeff = 1.
+// that of the load-balancing loss, given per expert as a (aux_grad; null: none).
 inline void router_backward(float* dlogits, const float* dweights, const float* scores,
                             const float* weights, std::span<const int32_t> experts, int64_t N,
-                            int64_t E, int K, RouterScore score, double aux_scale) {
-  const std::vector<int64_t> counts = expert_counts(experts, E);
-  // d aux / d p[n,i] = aux_scale * E * f_i / N, the same for every token.
-  std::vector<double> a(static_cast<size_t>(E), 0.0), ds(static_cast<size_t>(E)),
-      p(static_cast<size_t>(E));
-  if (aux_scale != 0 && N > 0)
-    for (int64_t e = 0; e < E; ++e)
-      a[e] = aux_scale * double(E) * (double(counts[e]) / double(N * K)) / double(N);
+                            int64_t E, int K, RouterScore score, const double* a) {
+  std::vector<double> ds(static_cast<size_t>(E)), p(static_cast<size_t>(E));
   for (int64_t n = 0; n < N; ++n) {
     const float* s = scores + n * E;
     const float* dw = dweights + n * K;
@@ -124,7 +144,7 @@ inline void router_backward(float* dlogits, const float* dweights, const float* 
     } else {
       ds[sel[0]] += dw[0];
     }
-    if (aux_scale != 0) {
+    if (a) {
       if (score == RouterScore::softmax) {
         for (int64_t e = 0; e < E; ++e) ds[e] += a[e];
       } else {

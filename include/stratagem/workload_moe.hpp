@@ -54,6 +54,14 @@ MoeWork moe_backward_work(const ModelSpec& m, const LayerStrategy& s, int sample
 int64_t moe_dispatch_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt);
 int64_t moe_expert_tp_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt);
 
+// Under tp > 1 each tp rank routes its 1/tp slice of the micro-batch's tokens (the slice it
+// holds under sequence parallelism): what the router computes from all the tokens is summed
+// over the tp group. In forward (and recompute) the load-balancing loss's sums, copies per
+// expert and summed probabilities, 2 x experts in fp64 (0 without the loss or at tp 1); once
+// the gradients are final, the router weight's gradient (moe_router_parameters).
+int64_t moe_aux_sums_bytes(const ModelSpec& m, const LayerStrategy& s);
+int64_t moe_router_parameters(const ModelSpec& m);
+
 // Parameters of an MoE FFN on one rank: the part every rank of the dp group holds as a dense
 // layer's (norm, router, shared experts split over tp), and the experts' (experts / ep experts,
 // each split over etp), which are reduced and sharded over the expert data-parallel group.

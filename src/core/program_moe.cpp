@@ -11,6 +11,11 @@
 //                               of shared_experts x expert_ffn_hidden / tp over the stream).
 //                               R is the rank's 1/tp slice of the micro-batch's tokens, slice
 //                               index = the rank's tp index (its sequence shard under sp).
+//   1b. collective all_reduce, Block::router, Stream::tp_comm, GroupKind::tp: only at tp > 1
+//                               with the load-balancing loss: its per-expert sums (copies and
+//                               probabilities, moe_aux_sums_bytes) over the tp ranks' slices,
+//                               so that the loss and its gradient cover the micro-batch's
+//                               tokens (Megatron-Core's aux loss over its tp-cp group).
 //   2. collective all_to_all, Block::router, Stream::ep_comm, GroupKind::ep: the dispatch;
 //                               bytes = C x hidden x dtype, what the rank sends in all (at the
 //                               balanced mean; the real counts vary: MPI_Alltoallv). Absent at
@@ -26,11 +31,14 @@
 //                               its scores, the residual. Off the token slice the rank's output
 //                               is the shared experts' and the residual's only: under tp > 1
 //                               the dense mlp's tp reduction after the block sums the slices.
-// Backward runs the same seven in reverse order of dependency: combine's backward (7), the
-// all-to-all of Block::combine (6), at etp > 1 the all-gather (5's backward) and the
+// Megatron-Core's dispatcher takes each tp rank's sequence shard under sequence parallelism,
+// which it requires with tp and ep; without sp our tp ranks hold the whole normalized stream and
+// route the slice they would hold under sp, and the all-reduce after the block stands for sp's
+// reduce-scatter. Backward runs the same seven in reverse order of dependency: combine's backward
+// (7), the all-to-all of Block::combine (6), at etp > 1 the all-gather (5's backward) and the
 // reduce-scatter (3's backward) around the experts' backward (4), the all-to-all of
 // Block::router (2), the router's backward (1, with the top_k copies' gradients summed).
-// Every collective op carries op.tp = etp and op.tp_big = ep, which select its Layout group
+// Every ep_comm collective op carries op.tp = etp and op.tp_big = ep, which select its group
 // (Layout::ep_group, expert_tp_group, expert_dp_group). A compute op's flops and bytes are the
 // balanced mean; the CostModel paces the experts and the all-to-alls by the plan's
 // expert_load_factor(ep, experts) (the busiest expert rank).
@@ -38,8 +46,11 @@
 // GroupKind::expert_dp on Stream::dp_comm, Block::experts, by grad_sync of expert_strategy
 // (ZeRO over the expert data-parallel group: reduce-scatter at ZeRO >= 1, all-gather of the
 // updated shard after the step at ZeRO 1-2); the rest of the layer over GroupKind::dp as a
-// dense layer's. With etp x ep = 1 (only at tp 1: validate_moe) every rank holds the experts
-// whole, its dp group is the expert data-parallel group, and they go with the rest over dp.
+// dense layer's, after (at tp > 1) the router weight's gradient, computed from each tp rank's
+// slice, is summed over tp once final (all_reduce, Block::router, Phase::backward, tp_comm:
+// moe_router_grads_reduce, beside the norms' sp_replicated_reduce). With etp x ep = 1 (only at tp
+// 1: validate_moe) every rank holds the experts whole, its dp group is the expert data-parallel
+// group, and they go with the rest over dp.
 // At ZeRO-2/3 over an expert_dp > 1 the backward writes the experts' whole gradients into a
 // staging buffer of their own (alloc, MemCategory::grads, Block::experts), which their
 // reduce-scatter folds into the rank's piece; it is freed with the layer's own, after the
@@ -85,6 +96,9 @@ int StageBuilder::moe_ffn(Phase ph, int l, int mb, int b) {
                                                 : fetch_experts(ph, l, mb, &weights_ready);
   // Forward: router, dispatch, experts, combine. Backward: the same path walked back.
   part(bwd ? Block::combine : Block::router, bwd ? 2 : 0);
+  if (const int64_t sums = moe_aux_sums_bytes(m_, s); sums > 0 && !bwd)
+    compute_waits_.push_back(collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp,
+                                        s.tp, sums, Block::router, ph, l, mb, {last_compute_}));
   if (s.ep > 1)
     exchange(Collective::all_to_all, GroupKind::ep, a2a, bwd ? Block::combine : Block::router);
   if (s.etp > 1) exchange(Collective::all_gather, GroupKind::expert_tp, gathered, Block::experts);
@@ -99,6 +113,16 @@ int StageBuilder::moe_ffn(Phase ph, int l, int mb, int b) {
   if (s.ep > 1)
     exchange(Collective::all_to_all, GroupKind::ep, a2a, bwd ? Block::router : Block::combine);
   return part(bwd ? Block::router : Block::combine, bwd ? 0 : 2);
+}
+
+// The router saw one token slice on each tp rank: its weight's gradient is summed over the
+// tp group once final (as sp_replicated_reduce sums the norms'), before the dp reduction.
+int StageBuilder::moe_router_grads_reduce(int layer, int after) {
+  const LayerStrategy& s = strat(layer);
+  if (!m_.is_moe_layer(layer) || s.tp == 1) return after;
+  return collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, s.tp,
+                    moe_router_parameters(m_) * e_, Block::router, Phase::backward, layer, -1,
+                    {after});
 }
 
 int StageBuilder::fetch_experts(Phase ph, int layer, int mb, int* wait_out) {

@@ -187,7 +187,8 @@ void StageBuilder::backward(int chunk, int mb) {
     release(fetched, Stream::compute);
     reloaded_ = -1;
     int ready = reduced >= 0 ? reduced : c;
-    if (mb == last_bwd_mb_[chunk_] || per_microbatch(l)) ready = sp_replicated_reduce(l, ready);
+    if (mb == last_bwd_mb_[chunk_] || per_microbatch(l))
+      ready = moe_router_grads_reduce(l, sp_replicated_reduce(l, ready));
     reduce_grads(l, mb, ready);
     // Going back across a dp change: the gradient for a wider-dp layer is a slice, for a
     // narrower-dp (larger tp) previous layer the ranks all-gather it.

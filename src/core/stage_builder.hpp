@@ -145,6 +145,8 @@ class StageBuilder {
   // An MoE layer's expert gradient reduction over the expert data-parallel group: returns
   // the staging buffer it reads (-1: none) and the reduction, for the buffer's free.
   std::pair<int, int> reduce_expert_grads(int layer, int mb, int after);
+  // Under tp > 1: the router weight's gradient summed over tp (returns the op, or `after`).
+  int moe_router_grads_reduce(int layer, int after);
   void gather_expert_weights(int layer, int opt, int updated);
 
   // ---- context parallelism (program_cp.cpp) ----------------------------------------------

@@ -94,13 +94,22 @@ int64_t moe_expert_tp_bytes(const ModelSpec& m, const LayerStrategy& s, int samp
   return s.etp * moe_dispatch_bytes(m, s, samples, dt);
 }
 
+int64_t moe_aux_sums_bytes(const ModelSpec& m, const LayerStrategy& s) {
+  if (s.tp == 1 || m.moe.aux_loss_coeff == 0) return 0;
+  return 2 * int64_t(m.moe.experts) * int64_t(sizeof(double));
+}
+
+int64_t moe_router_parameters(const ModelSpec& m) {
+  const int64_t E = m.moe.experts;
+  // DeepSeek-V3's sigmoid router adds a per-expert bias for its auxiliary-loss-free balancing.
+  return int64_t(m.hidden) * E + (m.moe.router_score == RouterScore::sigmoid ? E : 0);
+}
+
 int64_t moe_dense_parameters_per_rank(const ModelSpec& m, const LayerStrategy& s) {
-  const int64_t h = m.hidden, E = m.moe.experts;
+  const int64_t h = m.hidden;
   const int w = ffn_gemm_width(m);
   int64_t p = replicated_block_parameters(m, Block::mlp);  // the norm
-  p += h * E;                                              // router
-  // DeepSeek-V3's sigmoid router adds a per-expert bias for its auxiliary-loss-free balancing.
-  if (m.moe.router_score == RouterScore::sigmoid) p += E;
+  p += moe_router_parameters(m);
   const int64_t fs = int64_t(m.moe.shared_experts) * m.moe.expert_ffn_hidden;
   if (fs > 0) {
     p += (w + 1) * h * fs / s.tp;

@@ -107,7 +107,7 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
                      bool with_time, const MoeNodes& moe, int cp_nodes) {
   if (moe.moe) {
     LayerCost lc = layer_cost(c, s, b, tp_nodes, dp_nodes, with_time, MoeNodes{}, cp_nodes);
-    add_moe_costs(c, s, b, dp_nodes, moe, with_time, lc);
+    add_moe_costs(c, s, b, tp_nodes, dp_nodes, moe, with_time, lc);
     return lc;
   }
   const ModelSpec& m = c.model();

@@ -152,8 +152,9 @@ LayerCost layer_cost(const CostModel& cost, const LayerStrategy& s, int samples,
                      int cp_nodes = 1);
 // What an MoE layer's FFN changes in its LayerCost (moe_layer_cost.cpp): the FFN's kernels,
 // states, activations and workspace in place of the dense mlp's, the ep_comm collectives, and
-// the experts' gradient synchronisation over the expert data-parallel group.
-void add_moe_costs(const CostModel& cost, const LayerStrategy& s, int samples, int dp_nodes,
-                   const MoeNodes& nodes, bool with_time, LayerCost& lc);
+// the experts' gradient synchronisation over the expert data-parallel group, and under tp > 1
+// the tp sum of the load-balancing loss's sums.
+void add_moe_costs(const CostModel& cost, const LayerStrategy& s, int samples, int tp_nodes,
+                   int dp_nodes, const MoeNodes& nodes, bool with_time, LayerCost& lc);
 
 }  // namespace stratagem::cost_detail

@@ -27,7 +27,7 @@ MoeNodes moe_nodes(const Geometry& geo, int stage, const LayerStrategy& s, bool 
   return n;
 }
 
-void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int dp_nodes,
+void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int tp_nodes, int dp_nodes,
                    const MoeNodes& nodes, bool with_time, LayerCost& lc) {
   const ModelSpec& m = c.model();
   const Plan& p = c.plan();
@@ -95,6 +95,15 @@ void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int dp_nod
   }
   lc.ep_fwd_s = lc.ep_bwd_s = per_pass;
   lc.ep_rec_s = s.recompute == Recompute::full ? per_pass : 0;
+  // Under tp > 1 each tp rank routed a slice of the tokens: the load-balancing loss's sums
+  // (2 x experts in fp64) are summed over tp in forward and recompute (program_moe.cpp). The
+  // router gradient's once-per-iteration sum is left to the simulator, as the norms' under
+  // sequence parallelism are.
+  if (const int64_t sums = moe_aux_sums_bytes(m, s); sums > 0) {
+    const double t = c.collective_cost(Collective::all_reduce, sums, s.tp, tp_nodes).time_s();
+    lc.tp_fwd_s += t;
+    if (s.recompute == Recompute::full) lc.tp_rec_s += t;
+  }
   // Gradient synchronisation: the dense part over dp, the experts over expert_dp.
   lc.fetch_s = fetch.time_s + expert_fetch.time_s;
   lc.fetch_on_h2d = fetch.on_h2d;

@@ -77,10 +77,20 @@ void moe_router_forward(Backend& be, const TransformerConfig& cfg, const LayerWe
   be.moe_router_forward(a.scores, a.weights, chosen, a.logits, moe.router_score);
   a.routing = route_tokens(chosen, moe.experts, moe.top_k);
   a.logits = Tensor{};
-  a.aux_loss = moe.aux_loss_coeff == 0 ? 0.0
-                                       : be.moe_aux_loss(a.scores, a.routing.chosen, moe.top_k,
-                                                         moe.router_score, moe.aux_loss_coeff);
+  a.aux_sums.assign(size_t(2 * moe.experts), 0.0);
+  a.aux_tokens = double(N);
+  if (moe.aux_loss_coeff != 0)
+    be.moe_aux_sums(a.scores, a.routing.chosen, moe.router_score, a.aux_sums);
+  moe_aux_loss_of(cfg, a);
   (void)C;
+}
+
+void moe_aux_loss_of(const TransformerConfig& cfg, MoeActs& a) {
+  const MoeSpec& moe = cfg.moe;
+  a.aux_loss = moe.aux_loss_coeff == 0
+                   ? 0.0
+                   : moe_math::aux_loss_of(a.aux_sums.data(), moe.experts, a.aux_tokens, moe.top_k,
+                                           moe.aux_loss_coeff);
 }
 
 void moe_router_backward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w,
@@ -89,8 +99,12 @@ void moe_router_backward(Backend& be, const TransformerConfig& cfg, const LayerW
   const auto [N, C] = rows_of(xn, "moe_router_backward");
   const MoeSpec& moe = cfg.moe;
   Tensor d_logits = a.temp(be, a.scores.shape);
-  be.moe_router_backward(d_logits, d_weights, a.scores, a.weights, a.routing.chosen,
-                         moe.router_score, aux_scale * moe.aux_loss_coeff);
+  const double scale = aux_scale * moe.aux_loss_coeff;
+  const std::vector<double> aux =
+      moe_math::aux_grad(a.aux_sums.data(), moe.experts, a.aux_tokens, moe.top_k, scale);
+  be.moe_router_backward_aux(d_logits, d_weights, a.scores, a.weights, a.routing.chosen,
+                             moe.router_score,
+                             scale != 0 ? std::span<const double>(aux) : std::span<const double>());
   Tensor d_router_in = a.temp(be, Shape{N, C});
   Tensor no_bias;
   be.matmul_backward(d_router_in, g.router_w, no_bias, d_logits, flat2(xn), w.router_w);

@@ -7,6 +7,37 @@
 
 namespace stratagem {
 
+namespace {
+// Rows received in (member, expert) blocks of sizes blocks[i*L + l]: the rows from each member
+// (member_rows), of each expert (expert_rows), and the order the experts read, (expert,
+// member): row k of that order is received row regroup[k]; ungroup inverts it.
+void lay_out_blocks(const std::vector<int64_t>& blocks, int P, int L,
+                    std::vector<int64_t>& member_rows, std::vector<int64_t>& expert_rows,
+                    std::vector<int32_t>& regroup, std::vector<int32_t>& ungroup) {
+  member_rows.assign(size_t(P), 0);
+  expert_rows.assign(size_t(L), 0);
+  std::vector<int64_t> block_start(size_t(P) * L);
+  int64_t at = 0;
+  for (int i = 0; i < P; ++i)
+    for (int l = 0; l < L; ++l) {
+      const size_t b = size_t(i) * L + l;
+      block_start[b] = at;
+      at += blocks[b];
+      member_rows[size_t(i)] += blocks[b];
+      expert_rows[size_t(l)] += blocks[b];
+    }
+  regroup.clear();
+  regroup.reserve(size_t(at));
+  for (int l = 0; l < L; ++l)
+    for (int i = 0; i < P; ++i) {
+      const size_t b = size_t(i) * L + l;
+      for (int64_t r = 0; r < blocks[b]; ++r) regroup.push_back(int32_t(block_start[b] + r));
+    }
+  ungroup.assign(regroup.size(), 0);
+  for (size_t k = 0; k < regroup.size(); ++k) ungroup[size_t(regroup[k])] = int32_t(k);
+}
+}  // namespace
+
 ExpertExchange plan_exchange(Communicator& ep, const std::vector<int64_t>& counts) {
   const int P = ep.size();
   const int64_t E = int64_t(counts.size());
@@ -21,27 +52,44 @@ ExpertExchange plan_exchange(Communicator& ep, const std::vector<int64_t>& count
   std::vector<int64_t> recv(size_t(P) * L);
   ep.all_to_all_counts(counts.data(), recv.data(), L);
   x.send_rows.assign(size_t(P), 0);
-  x.recv_rows.assign(size_t(P), 0);
-  x.local_counts.assign(size_t(L), 0);
   for (int j = 0; j < P; ++j)
-    for (int l = 0; l < L; ++l) {
-      x.send_rows[size_t(j)] += counts[size_t(j * L + l)];
-      x.recv_rows[size_t(j)] += recv[size_t(j * L + l)];
-      x.local_counts[size_t(l)] += recv[size_t(j * L + l)];
-    }
-  // Received rows sit in (source, expert) blocks; the experts read (expert, source) blocks.
-  std::vector<int64_t> block_start(size_t(P) * L);
-  int64_t at = 0;
-  for (size_t b = 0; b < block_start.size(); ++b) block_start[b] = at, at += recv[b];
-  x.regroup.reserve(size_t(at));
-  for (int l = 0; l < L; ++l)
-    for (int i = 0; i < P; ++i) {
-      const size_t b = size_t(i) * L + l;
-      for (int64_t r = 0; r < recv[b]; ++r) x.regroup.push_back(int32_t(block_start[b] + r));
-    }
-  x.ungroup.assign(x.regroup.size(), 0);
-  for (size_t k = 0; k < x.regroup.size(); ++k) x.ungroup[size_t(x.regroup[k])] = int32_t(k);
+    for (int l = 0; l < L; ++l) x.send_rows[size_t(j)] += counts[size_t(j * L + l)];
+  lay_out_blocks(recv, P, L, x.recv_rows, x.local_counts, x.regroup, x.ungroup);
   return x;
+}
+
+ExpertGather plan_expert_gather(Communicator& etp, const std::vector<int64_t>& counts) {
+  const int P = etp.size();
+  const int L = int(counts.size());
+  // An all-gather of the counts as an all-to-all of this member's counts sent to every member.
+  std::vector<int64_t> send(size_t(P) * L), recv(size_t(P) * L);
+  for (int j = 0; j < P; ++j) std::copy(counts.begin(), counts.end(), send.begin() + j * L);
+  etp.all_to_all_counts(send.data(), recv.data(), L);
+  ExpertGather g;
+  lay_out_blocks(recv, P, L, g.member_rows, g.counts, g.regroup, g.ungroup);
+  return g;
+}
+
+void gather_expert_rows(Backend& be, Communicator& etp, const ExpertGather& g, const Tensor& rows,
+                        Tensor& gathered, Tensor& scratch) {
+  const int64_t C = rows.dim(-1);
+  std::vector<int64_t> counts = g.member_rows;
+  int64_t before = 0;
+  for (int i = 0; i < etp.rank(); ++i) before += counts[size_t(i)];
+  for (int64_t& v : counts) v *= C;
+  Tensor mine = scratch.view(Shape{g.gathered(), C}).rows(before, before + rows.dim(0));
+  be.copy(mine, rows);
+  etp.iall_gather_v_inplace(scratch.data, counts)->wait();
+  be.gather_rows(gathered, scratch, g.regroup);
+}
+
+void reduce_expert_rows(Backend& be, Communicator& etp, const ExpertGather& g,
+                        const Tensor& partial, Tensor& out, Tensor& scratch) {
+  const int64_t C = partial.dim(-1);
+  be.gather_rows(scratch, partial, g.ungroup);
+  std::vector<int64_t> counts = g.member_rows;
+  for (int64_t& v : counts) v *= C;
+  etp.ireduce_scatter_v(scratch.data, out.data, counts)->wait();
 }
 
 void exchange_rows(Communicator& ep, const ExpertExchange& x, const Tensor& send, Tensor& received,

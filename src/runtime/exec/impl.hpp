@@ -144,6 +144,9 @@ struct Executor::Impl {
   void moe_experts_back(const Op& op, exec::LayerState& ls);
   void moe_combine_back(const Op& op, exec::Micro& m, exec::LayerState& ls);
   void ep_collective(const Op& op, int index);
+  void etp_collective(const Op& op);  // the expert-tp all-gather and reduce-scatter (blocking)
+  void moe_aux_sum(const Op& op);     // tp > 1: the load-balancing loss's sums over tp
+  void add_aux_loss(const exec::LayerShare& sh, const MoeActs& a);
   // The segment a dp-stream collective reduces or gathers: the layer's, or its experts'.
   int segment_key(const Op& op) const;
 
@@ -159,7 +162,9 @@ struct Executor::Impl {
   // ---- ops_comm.cpp ----------------------------------------------------------------------
   void collective(const Op& op, int index);
   void tp_collective(const Op& op, int index);
-  void tp_norm_grads_sum(const Op& op, int index);  // sequence parallel norms' gradients
+  // The gradients of weights replicated over tp that each rank computed from its own tokens:
+  // the norms' under sequence parallelism, an MoE layer's router's (Block::router).
+  void tp_norm_grads_sum(const Op& op, int index);
   void tp_gather(const Op& op, int index);
   void tp_reduce(const Op& op, int index);  // a partial sum's all-reduce or reduce-scatter
   Communicator& group_of(const Op& op);     // the op's group, resolved for this rank

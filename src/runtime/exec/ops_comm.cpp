@@ -42,6 +42,9 @@ void Executor::Impl::collective(const Op& op, int index) {
     case GroupKind::ep:
       ep_collective(op, index);
       return;
+    case GroupKind::expert_tp:
+      etp_collective(op);
+      return;
     case GroupKind::cp:  // ran inside the attention block (starts_cp_attention)
       return;
     default:
@@ -55,8 +58,12 @@ Communicator& Executor::Impl::group_of(const Op& op) {
 }
 
 void Executor::Impl::tp_collective(const Op& op, int index) {
-  if (op.block == Block::none) {
+  if (op.block == Block::none || (op.block == Block::router && op.phase == Phase::backward)) {
     tp_norm_grads_sum(op, index);
+    return;
+  }
+  if (op.block == Block::router) {
+    moe_aux_sum(op);
     return;
   }
   if (op.collective == Collective::all_gather) {
@@ -82,16 +89,17 @@ void Executor::Impl::tp_collective(const Op& op, int index) {
 
 void Executor::Impl::tp_norm_grads_sum(const Op& op, int index) {
   // Sequence parallel: gradients of the norms of a layer (or the final norm), each computed
-  // on one token shard, summed over the group.
+  // on one token shard, summed over the group; an MoE layer's router's (Block::router), from
+  // each rank's token slice.
   Communicator& comm = group_of(op);
+  const std::string layer = "layers." + std::to_string(op.layer) + ".";
   std::vector<Tensor> parts;
   for (const ParamInfo& e : shards.model.table.entries()) {
     const bool is_norm = e.name.find("norm") != std::string::npos;
-    const bool mine = op.layer >= 0
-                          ? e.name.rfind("layers." + std::to_string(op.layer) + ".", 0) == 0
-                          : e.name.rfind("norm_f.", 0) == 0;
-    if (mine && is_norm && e.replicated)
-      parts.push_back(weight_field(shards.model.grad_weights, e.name));  // flat or staged
+    const bool mine = op.layer >= 0 ? e.name.rfind(layer, 0) == 0 : e.name.rfind("norm_f.", 0) == 0;
+    const bool summed = op.block == Block::router ? e.name.rfind(layer + "mlp.router.", 0) == 0
+                                                  : mine && is_norm && e.replicated;
+    if (summed) parts.push_back(weight_field(shards.model.grad_weights, e.name));  // flat or staged
   }
   auto group = std::make_unique<RequestGroup>();
   for (Tensor& t : parts)

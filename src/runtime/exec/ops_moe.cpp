@@ -1,14 +1,29 @@
 // An MoE layer's FFN as the Program emits it (src/core/program_moe.cpp states the contract):
-// compute Block::router (norm, router, top-k, permutation), at ep > 1 the dispatch all-to-all
-// over the ep group, compute Block::experts (the held experts' GEMMs over their rows), at
-// ep > 1 the combine all-to-all, compute Block::combine (the weighted sum, the shared experts,
-// the residual flow); backward walks the same ops back. The pieces are moe_block.hpp's and
+// compute Block::router (norm, router, top-k, permutation), at tp > 1 the tp sum of the
+// load-balancing loss's sums, at ep > 1 the dispatch all-to-all over the ep group, at etp > 1
+// the all-gather over expert_tp, compute Block::experts (the held experts' GEMMs over their
+// rows, each expert a 1/etp shard), at etp > 1 the reduce-scatter, at ep > 1 the combine
+// all-to-all, compute Block::combine (the weighted sum, the shared experts, the residual
+// flow); backward walks the same ops back. The pieces are moe_block.hpp's and
 // moe_dispatch.hpp's; the saved tensors live in the layer's mlp activation buffer (the
 // Program's one alloc for the block), transients in scratch. The load-balancing loss joins the
 // step's loss with the weight of one micro-batch, as the cross-entropy's tokens do.
-// Runs tp = etp = 1 (check_runnable refuses the rest): every rank routes its own tokens.
+//
+// Tensor parallelism: each tp rank routes its 1/tp slice of the micro-batch's tokens (rows
+// [tp_index x N/tp, ...) of the normalized stream), the shared experts run tp-sharded on the
+// whole stream, and the block's output (and input gradient) is a partial sum that the dense
+// mlp's tp reduction completes: off its slice a rank's routed output is zero. Megatron-Core
+// refuses MoE with tp > 1 in training without sequence parallelism (MoELayer.forward in
+// megatron/core/transformer/moe/moe_layer.py), its router then seeing each tp rank's
+// sequence shard; here, without it, every tp rank holds the whole normalized stream and routes
+// the slice it would hold under sequence parallelism, and the all-reduce after the block does
+// what the reduce-scatter does there (with --sequence-parallel the runtime runs Megatron's
+// layout). The router's weight saw one slice on each rank: the Program sums its gradient over
+// tp (Block::router, backward). The load-balancing loss's per-expert sums are summed over tp
+// in forward: Megatron-Core's switch_load_balancing_loss_func (moe_utils.py) all-reduces
+// tokens_per_expert over its sequence_partition_group, the tp-cp group (router.py); we add
+// the probability sums too, so that every tp rank holds the micro-batch's loss itself.
 #include "src/runtime/exec/impl.hpp"
-#include "stratagem/error.hpp"
 
 namespace stratagem {
 
@@ -17,8 +32,10 @@ namespace {
 double aux_weight(const Program& program, const exec::LayerShare& sh) {
   return 1.0 / (double(program.num_microbatches) * sh.dp);
 }
-bool spread(const LayerWeights& w, const TransformerConfig& c) {
-  return int(w.expert_fc1_w.size()) != c.moe.experts;
+// This tp rank's slice of the micro-batch's tokens, of a (B,T,C) stream tensor.
+Tensor token_slice(const Tensor& full, const exec::LayerShare& sh) {
+  const int64_t C = full.dim(-1), N = full.numel() / C, R = N / sh.tp;
+  return full.view(Shape{N, C}).rows(sh.tp_index * R, (sh.tp_index + 1) * R);
 }
 }  // namespace
 
@@ -46,32 +63,50 @@ void Executor::Impl::moe_compute(const Op& op) {
   }
 }
 
+void Executor::Impl::add_aux_loss(const exec::LayerShare& sh, const MoeActs& a) {
+  current_step.loss_sum += a.aux_loss * aux_weight(program, sh) * double(plan.global_batch) * T;
+}
+
 void Executor::Impl::moe_router(const Op& op, exec::Micro& m, exec::LayerState& ls) {
-  const exec::LayerShare& sh = share(op.layer);
-  if (sh.tp != 1)
-    throw NotSupported("layer " + std::to_string(op.layer) +
-                       ": MoE layers under tp > 1 are not run by the runtime yet (issue #26)");
-  block_input(op, m, ls);  // the norm, into the mlp block's activation buffer
+  const int l = op.layer;
+  const exec::LayerShare& sh = share(l);
+  const LayerStrategy& st = plan.layers.at(l);
+  // The norm, into the mlp block's activation buffer (under sp the tp all-gather ran it).
+  if (!sh.sequence_parallel) block_input(op, m, ls);
   const bool rec = op.phase == Phase::recompute;
-  const int acts = op.recompute == Recompute::full && !rec
-                       ? -1
-                       : buffers.of(Block::mlp, rec ? Phase::recompute : Phase::forward, op.layer,
-                                    op.microbatch);
+  const int acts =
+      op.recompute == Recompute::full && !rec
+          ? -1
+          : buffers.of(Block::mlp, rec ? Phase::recompute : Phase::forward, l, op.microbatch);
   exec::MoeState& s = ls.moe;
   s = exec::MoeState{};
   s.acts.saved = [this, acts](Shape shape) { return buffers.pool.take(acts, shape); };
   s.acts.scratch = [this](Shape shape) { return buffers.pool.scratch(shape); };
-  const Tensor xn = ls.mlp.norm_out.view(full_shape(op.layer));
-  const LayerWeights& w = shards.model.weights.layer(op.layer);
+  const Shape full_s = full_shape(l);
+  s.xn = sh.sequence_parallel ? m.gathered.view(full_s) : ls.mlp.norm_out.view(full_s);
+  m.gathered = Tensor{};
+  const Tensor xn = token_slice(s.xn, sh);
+  const LayerWeights& w = shards.model.weights.layer(l);
   moe_router_forward(backend, sh.local, w, xn, s.acts);
-  const int64_t rows = sh.N * whole.moe.top_k;
-  // At ep 1 the permuted rows are the experts' saved input; else they leave in the dispatch.
-  s.rows = spread(w, sh.local) ? s.acts.temp(backend, Shape{rows, whole.hidden})
-                               : s.acts.save(backend, Shape{rows, whole.hidden});
+  const int64_t rows = xn.dim(0) * whole.moe.top_k;
+  // With no collective on the way the permuted rows are the experts' saved input.
+  s.rows = st.ep * st.etp > 1 ? s.acts.temp(backend, Shape{rows, whole.hidden})
+                              : s.acts.save(backend, Shape{rows, whole.hidden});
+  s.counts = s.acts.routing.counts;
   moe_permute_forward(backend, xn, s.acts.routing, s.rows);
-  if (!rec)  // its loss counts once per micro-batch: in forward, not again in a recompute
-    current_step.loss_sum +=
-        s.acts.aux_loss * aux_weight(program, sh) * double(plan.global_batch) * T;
+  // Its loss counts once per micro-batch: in forward, not again in a recompute; under tp > 1
+  // once the tp ranks' sums are added (moe_aux_sum).
+  if (!rec && sh.tp == 1) add_aux_loss(sh, s.acts);
+}
+
+void Executor::Impl::moe_aux_sum(const Op& op) {
+  const exec::LayerShare& sh = share(op.layer);
+  exec::MoeState& s = mb(op.microbatch).layers.at(op.layer).moe;
+  group_of(op).all_reduce_sum(s.acts.aux_sums.data(), int64_t(s.acts.aux_sums.size()));
+  s.acts.aux_tokens *= sh.tp;
+  moe_aux_loss_of(sh.local, s.acts);
+  // Every tp rank now holds the micro-batch's loss: the first adds it (as the head's).
+  if (op.phase == Phase::forward && sh.tp_index == 0) add_aux_loss(sh, s.acts);
 }
 
 void Executor::Impl::ep_collective(const Op& op, int index) {
@@ -89,37 +124,64 @@ void Executor::Impl::ep_collective(const Op& op, int index) {
     const ExpertExchange& x = s.exchange;
     Tensor received = s.acts.temp(backend, Shape{x.received(), C});
     exchange_rows(ep, x, s.rows, received, false);
-    // Forward saves the experts' input; backward hands the output gradients on.
-    s.rows = bwd ? s.acts.temp(backend, Shape{x.received(), C})
-                 : s.acts.save(backend, Shape{x.received(), C});
+    // Forward saves the experts' input (at etp > 1 the all-gather's output is that).
+    const bool saved = !bwd && plan.layers.at(op.layer).etp == 1;
+    s.rows = saved ? s.acts.save(backend, Shape{x.received(), C})
+                   : s.acts.temp(backend, Shape{x.received(), C});
     backend.gather_rows(s.rows, received, x.regroup);
+    s.counts = x.local_counts;
   } else {
     const ExpertExchange& x = s.exchange;
+    // From expert order back into (source, expert) order, then home.
+    Tensor ordered = s.acts.temp(backend, s.rows.shape);
+    backend.gather_rows(ordered, s.rows, x.ungroup);
     const int64_t home = s.acts.routing.tokens() * whole.moe.top_k;
     Tensor back = bwd ? s.acts.temp(backend, Shape{home, C}) : s.acts.save(backend, Shape{home, C});
-    exchange_rows(ep, x, s.rows, back, true);
+    exchange_rows(ep, x, ordered, back, true);
     s.rows = back;
   }
 }
 
+void Executor::Impl::etp_collective(const Op& op) {
+  exec::MoeState& s = mb(op.microbatch).layers.at(op.layer).moe;
+  Communicator& etp = group_of(op);
+  const bool bwd = op.phase == Phase::backward;
+  const int64_t C = whole.hidden;
+  if (op.collective == Collective::all_gather) {  // before the experts (forward and backward)
+    if (!bwd) s.gather = plan_expert_gather(etp, s.counts);
+    const ExpertGather& g = s.gather;
+    Tensor members = s.acts.temp(backend, Shape{g.gathered(), C});
+    Tensor gathered = bwd ? s.acts.temp(backend, Shape{g.gathered(), C})
+                          : s.acts.save(backend, Shape{g.gathered(), C});  // the experts' input
+    gather_expert_rows(backend, etp, g, s.rows, gathered, members);
+    s.rows = gathered;
+    s.counts = g.counts;
+    return;
+  }
+  // After the experts: this member's rows of the partial sums, summed over the members.
+  const ExpertGather& g = s.gather;
+  const int64_t mine = g.member_rows.at(size_t(etp.rank()));
+  Tensor members = s.acts.temp(backend, Shape{g.gathered(), C});
+  // Forward at ep 1: the combine's saved input.
+  const bool saved = !bwd && plan.layers.at(op.layer).ep == 1;
+  Tensor out = saved ? s.acts.save(backend, Shape{mine, C}) : s.acts.temp(backend, Shape{mine, C});
+  reduce_expert_rows(backend, etp, g, s.rows, out, members);
+  s.rows = out;
+}
+
 void Executor::Impl::moe_experts(const Op& op, exec::LayerState& ls) {
   const exec::LayerShare& sh = share(op.layer);
+  const LayerStrategy& st = plan.layers.at(op.layer);
   exec::MoeState& s = ls.moe;
   const LayerWeights& w = shards.model.weights.layer(op.layer);
-  const bool apart = spread(w, sh.local);
-  const std::vector<int64_t>& counts = apart ? s.exchange.local_counts : s.acts.routing.counts;
   s.acts.expert_in = s.rows;
-  // The combine's backward reads its input: at ep 1 these rows, else the rows come home.
+  // The combine's backward reads its input: these outputs when no collective moves them.
+  const bool moves = st.ep * st.etp > 1;
   s.acts.expert_out =
-      apart ? s.acts.temp(backend, s.rows.shape) : s.acts.save(backend, s.rows.shape);
-  moe_experts_forward(backend, sh.local, w, s.acts.expert_in, counts, s.acts, s.acts.expert_out);
-  if (apart) {  // back into (source, expert) order for the combine's all-to-all
-    s.rows = s.acts.temp(backend, s.rows.shape);
-    backend.gather_rows(s.rows, s.acts.expert_out, s.exchange.ungroup);
-    s.acts.expert_out = Tensor{};
-  } else {
-    s.rows = s.acts.expert_out;
-  }
+      moves ? s.acts.temp(backend, s.rows.shape) : s.acts.save(backend, s.rows.shape);
+  moe_experts_forward(backend, sh.local, w, s.acts.expert_in, s.counts, s.acts, s.acts.expert_out);
+  s.rows = s.acts.expert_out;
+  if (moves) s.acts.expert_out = Tensor{};
 }
 
 void Executor::Impl::moe_combine(const Op& op, exec::Micro& m, exec::LayerState& ls) {
@@ -129,31 +191,41 @@ void Executor::Impl::moe_combine(const Op& op, exec::Micro& m, exec::LayerState&
   s.rows = Tensor{};
   const Shape full_s = full_shape(op.layer);
   Tensor y = buffers.pool.scratch(full_s);
-  const Tensor xn = ls.mlp.norm_out.view(full_s);
-  moe_combine_forward(backend, s.acts.combined_in, s.acts, y);
-  moe_shared_forward(backend, sh.local, shards.model.weights.layer(op.layer), xn, s.acts, y);
+  if (sh.tp > 1) backend.fill(y, 0.0f);  // the routed output is this rank's slice's only
+  Tensor y_slice = token_slice(y, sh);
+  moe_combine_forward(backend, s.acts.combined_in, s.acts, y_slice);
+  moe_shared_forward(backend, sh.local, shards.model.weights.layer(op.layer), s.xn, s.acts, y);
+  s.xn = Tensor{};  // backward takes it again (under sp, gathered again)
   const bool rec = op.phase == Phase::recompute;
   if (!rec && op.recompute == Recompute::full) {  // forward keeps only the layer input
     ls.mlp = MlpActs{};
     ls.moe = exec::MoeState{};
   }
   exec::Flow& flow = rec ? m.rec : m.fwd;
-  flow = exec::Flow{ls.x_mid, y, -1};
-  drop_unsaved_block_input(op, ls);
+  if (sh.tp == 1) {
+    flow = exec::Flow{ls.x_mid, y, -1};
+    drop_unsaved_block_input(op, ls);
+  } else {
+    m.partial = y;  // the tp reduction that follows completes the flow
+  }
 }
 
 void Executor::Impl::moe_combine_back(const Op& op, exec::Micro& m, exec::LayerState& ls) {
   const int l = op.layer;
+  const exec::LayerShare& sh = share(l);
   stage_gradients(l);
   if (shards.sharding.segments.count(exec::expert_segment(l)))
     stage_gradients(exec::expert_segment(l));
   fit_grad(m, l);
   exec::MoeState& s = ls.moe;
   s.acts.scratch = [this](Shape shape) { return buffers.pool.scratch(shape); };
-  s.dy = m.grad.view(full_shape(l));
+  const Shape full_s = full_shape(l);
+  s.dy = sh.sequence_parallel ? m.gathered_dy.view(full_s) : m.grad.view(full_s);
+  s.xn = sh.sequence_parallel ? m.gathered.view(full_s) : ls.mlp.norm_out.view(full_s);
+  m.gathered = m.gathered_dy = Tensor{};
   s.d_weights = s.acts.temp(backend, s.acts.weights.shape);
   s.rows = s.acts.temp(backend, s.acts.combined_in.shape);
-  moe_combine_backward(backend, s.dy, s.acts, s.rows, s.d_weights);
+  moe_combine_backward(backend, token_slice(s.dy, sh), s.acts, s.rows, s.d_weights);
   s.acts.combined_in = Tensor{};
 }
 
@@ -162,34 +234,31 @@ void Executor::Impl::moe_experts_back(const Op& op, exec::LayerState& ls) {
   exec::MoeState& s = ls.moe;
   const LayerWeights& w = shards.model.weights.layer(op.layer);
   LayerWeights& g = shards.model.grad_weights.layer(op.layer);
-  const bool apart = spread(w, sh.local);
-  const std::vector<int64_t>& counts = apart ? s.exchange.local_counts : s.acts.routing.counts;
+  // At etp > 1 a partial sum over the fc1 shards, which the reduce-scatter completes.
   Tensor d_in = s.acts.temp(backend, s.acts.expert_in.shape);
-  moe_experts_backward(backend, sh.local, w, g, s.rows, s.acts.expert_in, counts, s.acts, d_in);
+  moe_experts_backward(backend, sh.local, w, g, s.rows, s.acts.expert_in, s.counts, s.acts, d_in);
   s.acts.expert_in = s.acts.expert_out = s.acts.fc1_out = s.acts.act_out = Tensor{};
-  if (apart) {
-    s.rows = s.acts.temp(backend, d_in.shape);
-    backend.gather_rows(s.rows, d_in, s.exchange.ungroup);
-  } else {
-    s.rows = d_in;
-  }
+  s.rows = d_in;
 }
 
 void Executor::Impl::moe_router_back(const Op& op, exec::Micro& m, exec::LayerState& ls) {
   const int l = op.layer;
   const exec::LayerShare& sh = share(l);
   exec::MoeState& s = ls.moe;
-  const Shape full_s = full_shape(l);
-  const Tensor xn = ls.mlp.norm_out.view(full_s);
   const LayerWeights& w = shards.model.weights.layer(l);
   LayerWeights& g = shards.model.grad_weights.layer(l);
-  Tensor d_xn = buffers.pool.scratch(full_s);
-  moe_permute_backward(backend, s.rows, s.acts.routing, d_xn);
-  moe_router_backward(backend, sh.local, w, g, s.d_weights, xn, s.acts, aux_weight(program, sh),
-                      d_xn);
-  moe_shared_backward(backend, sh.local, w, g, s.dy, xn, s.acts, d_xn);
+  Tensor d_xn = buffers.pool.scratch(full_shape(l));
+  if (sh.tp > 1) backend.fill(d_xn, 0.0f);  // the routed path's gradient is the slice's only
+  Tensor d_slice = token_slice(d_xn, sh);
+  moe_permute_backward(backend, s.rows, s.acts.routing, d_slice);
+  moe_router_backward(backend, sh.local, w, g, s.d_weights, token_slice(s.xn, sh), s.acts,
+                      aux_weight(program, sh), d_slice);
+  moe_shared_backward(backend, sh.local, w, g, s.dy, s.xn, s.acts, d_xn);
   ls.moe = exec::MoeState{};
-  finish_block_backward(l, Block::mlp, m, d_xn);
+  if (sh.tp == 1)
+    finish_block_backward(l, Block::mlp, m, d_xn);
+  else
+    m.partial = d_xn;  // the tp reduction that follows completes it
 }
 
 }  // namespace stratagem

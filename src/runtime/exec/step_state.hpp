@@ -24,9 +24,12 @@ struct Flow {
 // An MoE layer's FFN between its ops (router, all-to-all, experts, all-to-all, combine).
 struct MoeState {
   MoeActs acts;
-  ExpertExchange exchange;  // ep > 1: who sends what to whom
-  Tensor rows;              // the rows between two ops: permuted, or on their way back
-  Tensor dy, d_weights;     // backward: the block output's gradient, the combine weights'
+  ExpertExchange exchange;      // ep > 1: who sends what to whom
+  ExpertGather gather;          // etp > 1: the rows of each member of the expert_tp group
+  Tensor rows;                  // the rows between two ops: permuted, or on their way back
+  std::vector<int64_t> counts;  // rows of each held expert in `rows` (in expert order)
+  Tensor xn;                    // the block's normalized input, the whole micro-batch's
+  Tensor dy, d_weights;         // backward: the block output's gradient, the combine weights'
 };
 
 // What one layer of one micro-batch keeps between its forward and its backward.
