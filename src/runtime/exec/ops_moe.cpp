@@ -7,6 +7,8 @@
 // Program's one alloc for the block), transients in scratch. The load-balancing loss joins the
 // step's loss with the weight of one micro-batch, as the cross-entropy's tokens do.
 // Runs tp = etp = 1 (check_runnable refuses the rest): every rank routes its own tokens.
+#include <algorithm>
+
 #include "src/runtime/exec/impl.hpp"
 #include "stratagem/error.hpp"
 
@@ -82,7 +84,12 @@ void Executor::Impl::ep_collective(const Op& op, int index) {
   const bool toward = (op.block == Block::router) != bwd;
   const int64_t C = whole.hidden;
   if (toward) {
-    if (!bwd) s.exchange = plan_exchange(ep, s.acts.routing.counts);
+    if (!bwd) {
+      s.exchange = plan_exchange(ep, s.acts.routing.counts);
+      const int64_t mean = s.acts.routing.tokens() * whole.moe.top_k;
+      if (mean > 0)
+        moe_busiest_load = std::max(moe_busiest_load, double(s.exchange.received()) / mean);
+    }
     const ExpertExchange& x = s.exchange;
     Tensor received = s.acts.temp(backend, Shape{x.received(), C});
     exchange_rows(ep, x, s.rows, received, false);
