@@ -128,6 +128,9 @@ class Executor {
   const StageProgram& stage_program() const;
   int64_t high_water_bytes() const;       // device pool, over the steps so far
   int64_t host_high_water_bytes() const;  // host pool
+  // The most rows this rank's experts took in one dispatch over the balanced mean, over the
+  // steps so far (1 without expert parallelism): the load Plan::expert_load_factor forecasts.
+  double moe_busiest_load() const;
   // The weights were written from outside a step (a checkpoint load): an offloaded optimizer
   // refreshes its host master copy before its next update.
   void weights_loaded();

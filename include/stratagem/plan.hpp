@@ -90,6 +90,9 @@ struct Plan {
   // averages it down, from that at ep = experts to 1 at ep = 1 (every rank holds all experts
   // and computes its own tokens' copies); the capacity factor caps it.
   double expert_load_factor(int ep, int experts) const;
+  // The routing_imbalance whose expert_load_factor(ep, experts) is `rank_load` (what a run
+  // measured: train prints it), so that a forecast can be given the load a run saw.
+  static double routing_imbalance_for(double rank_load, int ep, int experts);
 
   int devices_per_stage() const;  // tp*cp*dp of every layer (validated equal)
   int world_size() const { return pp * devices_per_stage(); }

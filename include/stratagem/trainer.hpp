@@ -42,6 +42,7 @@ struct TrainSummary {
   StepResult last;
   int64_t high_water_bytes = 0;       // device pool, per rank
   int64_t host_high_water_bytes = 0;  // host pool (offloading)
+  double moe_busiest_load = 1.0;      // Executor::moe_busiest_load, this rank's
   std::string checkpoint;             // the last one written, or empty
 };
 

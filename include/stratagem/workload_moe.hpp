@@ -73,12 +73,16 @@ LayerStrategy expert_strategy(const LayerStrategy& s);
 
 // Activations an MoE FFN keeps for backward (as kept_activation_bytes for Block::mlp: the
 // norm's statistics included; full recompute keeps none, its layer input is the attention's).
+// `load` is the rank's expert load over the balanced mean (Plan::expert_load_factor): the
+// busiest rank's experts keep that many times the mean rows, and a forecast of peak memory is
+// the busiest rank's.
 int64_t moe_kept_activation_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
-                                  Recompute rc, Dtype dt);
+                                  Recompute rc, Dtype dt, double load);
 // The runtime's scratch while an MoE layer runs (layer_workspace_bytes with the expert path's
-// gradients and the all-to-all's receive buffers in place of the dense FFN's).
+// gradients and, at ep > 1, the all-to-all's buffers in place of the dense FFN's); `load` as
+// above.
 int64_t moe_layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt,
-                                  bool pipelined = false);
+                                  double load, bool pipelined = false);
 
 // Layer `layer`'s parameters on a rank of strategy s: dense layers as
 // layer_parameters_per_rank; MoE layers the attention, the FFN's dense part and its experts.

@@ -204,16 +204,31 @@ void print_result(const TrainSummary& r, const ModelSpec& model, const Plan& pla
         "train: peak memory per rank %.2f GiB in the executor's ledger, %.2f GiB reserved "
         "by the CUDA caching allocator\n",
         double(high[0]) / (1 << 30), double(device_reserved) / (1 << 30));
-  if (json)
-    print_json({{"steps_completed", r.steps_completed},
-                {"loss", r.last.loss},
-                {"grad_norm", r.last.grad_norm},
-                {"lr", r.last.lr},
-                {"tokens_per_s", double(plan.global_batch) * model.seq_len / r.last.time_s},
-                {"high_water_bytes", high[0]},
-                {"host_high_water_bytes", high[1]},
-                {"device_reserved_high_water_bytes", device_reserved},
-                {"checkpoint", r.checkpoint}});
+  // Expert parallelism: the load the busiest expert rank really took, and the plan figure
+  // that forecasts it (the routing is the model's and the data's, not the plan's).
+  double load = r.moe_busiest_load;
+  MPI_Allreduce(MPI_IN_PLACE, &load, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  int ep = 1;
+  for (size_t l = 0; l < plan.layers.size(); ++l)
+    if (model.is_moe_layer(int(l))) ep = std::max(ep, plan.layers[l].ep);
+  const double imbalance = Plan::routing_imbalance_for(load, ep, model.moe.experts);
+  if (ep > 1 && world_rank() == 0 && !json)
+    std::printf(
+        "train: MoE routing: the busiest expert rank took %.2fx the balanced mean rows in one "
+        "dispatch (the plan forecasts %.2fx; --routing-imbalance %.2f forecasts what this run "
+        "saw)\n",
+        load, plan.expert_load_factor(ep, model.moe.experts), imbalance);
+  nlohmann::json out = {{"steps_completed", r.steps_completed},
+                        {"loss", r.last.loss},
+                        {"grad_norm", r.last.grad_norm},
+                        {"lr", r.last.lr},
+                        {"tokens_per_s", double(plan.global_batch) * model.seq_len / r.last.time_s},
+                        {"high_water_bytes", high[0]},
+                        {"host_high_water_bytes", high[1]},
+                        {"device_reserved_high_water_bytes", device_reserved},
+                        {"checkpoint", r.checkpoint}};
+  if (ep > 1) out["moe"] = {{"busiest_rank_load", load}, {"routing_imbalance_seen", imbalance}};
+  if (json) print_json(out);
 }
 
 int run_train(Args& a) {

@@ -21,6 +21,11 @@ double Plan::expert_load_factor(int ep, int experts) const {
   return 1.0 + (f - 1.0) * double(std::min(ep, experts) - 1) / double(experts - 1);
 }
 
+double Plan::routing_imbalance_for(double rank_load, int ep, int experts) {
+  if (experts <= 1 || ep <= 1 || rank_load <= 1.0) return 1.0;
+  return 1.0 + (rank_load - 1.0) * double(experts - 1) / double(std::min(ep, experts) - 1);
+}
+
 void apply_moe_shorthand(const PlanShorthand& s, const ModelSpec& m, Plan& p) {
   const int ep = s.ep.value_or(1);
   if ((ep > 1 || s.etp.value_or(1) > 1) && !m.moe.enabled())

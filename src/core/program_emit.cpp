@@ -84,7 +84,8 @@ const StageBuilder::LayerWork& StageBuilder::work(int layer) {
     w.backward[i] = {g.flops(), g.elementwise_bytes};
   }
   if (m_.is_moe_layer(layer)) {
-    w.saved_bytes[1] = moe_kept_activation_bytes(m_, s, b, s.recompute, p_.dtype);
+    w.saved_bytes[1] = moe_kept_activation_bytes(m_, s, b, s.recompute, p_.dtype,
+                                                 p_.expert_load_factor(s.ep, m_.moe.experts));
     const MoeWork f = moe_forward_work(m_, s, b), g = moe_backward_work(m_, s, b);
     const Block parts[3] = {Block::router, Block::experts, Block::combine};
     for (int i = 0; i < 3; ++i) {

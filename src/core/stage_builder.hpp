@@ -101,9 +101,12 @@ class StageBuilder {
   }
   // Bytes of block b's activations layer l's recompute rebuilds.
   int64_t rebuilt(int l, Block b) const {
-    if (b == Block::mlp && m_.is_moe_layer(l))
-      return moe_kept_activation_bytes(m_, strat(l), samples(l), Recompute::none, p_.dtype) -
-             moe_kept_activation_bytes(m_, strat(l), samples(l), strat(l).recompute, p_.dtype);
+    if (b == Block::mlp && m_.is_moe_layer(l)) {
+      const LayerStrategy& s = strat(l);
+      const double load = p_.expert_load_factor(s.ep, m_.moe.experts);
+      return moe_kept_activation_bytes(m_, s, samples(l), Recompute::none, p_.dtype, load) -
+             moe_kept_activation_bytes(m_, s, samples(l), s.recompute, p_.dtype, load);
+    }
     return recomputed_activation_bytes(m_, strat(l), b, samples(l), p_.flash_attention, p_.dtype);
   }
   bool has_embedding() const { return out_.stage == 0; }

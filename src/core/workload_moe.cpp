@@ -136,9 +136,9 @@ LayerStrategy expert_strategy(const LayerStrategy& s) {
 }
 
 int64_t moe_kept_activation_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
-                                  Recompute rc, Dtype dt) {
+                                  Recompute rc, Dtype dt, double load) {
   if (rc == Recompute::full) return 0;  // the layer input is kept by the attention block
-  const MoeShape x = moe_shape(m, s, samples);
+  const MoeShape x = moe_shape(m, s, samples, load);
   const int64_t T = int64_t(samples) * m.seq_len, Tn = stream_tokens(m, s, samples);
   const int64_t h = m.hidden, E = m.moe.experts, e = dtype_bytes(dt);
   const int w = ffn_gemm_width(m);
@@ -159,16 +159,18 @@ int64_t moe_kept_activation_bytes(const ModelSpec& m, const LayerStrategy& s, in
 }
 
 int64_t moe_layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt,
-                                  bool pipelined) {
+                                  double load, bool pipelined) {
   const int64_t T = int64_t(samples) * m.seq_len, e = dtype_bytes(dt);
   const int w = ffn_gemm_width(m);
   // The dense FFN's gradients (d_fc1, d_act) leave; the expert path's come in.
   int64_t b = layer_workspace_bytes(m, s, samples, dt, pipelined) -
               e * T * (w + 1) * int64_t(m.ffn_hidden) / s.tp;
-  const MoeShape x = moe_shape(m, s, samples);
+  const MoeShape x = moe_shape(m, s, samples, load);
   const int64_t rows = x.expert_rows * x.local_experts;
   b += e * rows * (w + 1) * x.expert_width;  // d_fc1 and d_act of the experts
-  b += 2 * e * rows * m.hidden;              // the all-to-all's receive and send buffers
+  // The all-to-all's receive (the rows the rank's experts take) and send (its own copies)
+  // buffers; at ep 1 the permuted copies are the experts' rows and nothing is exchanged.
+  if (s.ep > 1) b += e * (rows + x.copies) * m.hidden;
   if (x.shared_width > 0) b += e * T * (w + 1) * x.shared_width;
   return std::max<int64_t>(b, 0);
 }

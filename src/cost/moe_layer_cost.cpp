@@ -33,6 +33,7 @@ void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int tp_nod
   const Plan& p = c.plan();
   const bool flash = p.flash_attention;
   const Dtype dt = p.dtype;
+  const double load = p.expert_load_factor(s.ep, m.moe.experts);  // the busiest expert rank
   // Parameters: reduced over dp (the attention, the FFN's dense part, and the experts when
   // every rank holds them whole), and the experts' over the expert data-parallel group.
   const bool sharded = s.ep * s.etp > 1;
@@ -45,7 +46,7 @@ void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int tp_nod
   if (expert_params > 0) lc.states.add(expert_strategy(s), expert_params, dt);
   // Activations: the attention block's as before, the MoE FFN's in place of the mlp's.
   const int64_t sa = kept_activation_bytes(m, s, Block::attention, b, s.recompute, flash, dt);
-  const int64_t sm = moe_kept_activation_bytes(m, s, b, s.recompute, dt);
+  const int64_t sm = moe_kept_activation_bytes(m, s, b, s.recompute, dt, load);
   const FetchCost fetch = fetch_cost(c, s, dense, dp_nodes, with_time);
   // The experts over the expert data-parallel group (program_moe.cpp): their ZeRO-3 gather,
   // their ZeRO-2/3 staged gradients and the piece their reduce-scatter receives.
@@ -59,15 +60,15 @@ void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int tp_nod
   lc.staged_bytes = staged_gradient_bytes(s, dense, dt, staging) +
                     staged_gradient_bytes(es, expert_params, dt, staging);
   lc.piece_bytes = receive_piece_bytes(s, dense, dt);
-  lc.workspace = moe_layer_workspace_bytes(m, s, b, dt);
-  lc.pipelined_workspace = moe_layer_workspace_bytes(m, s, b, dt, /*pipelined=*/true);
+  lc.workspace = moe_layer_workspace_bytes(m, s, b, dt, load);
+  lc.pipelined_workspace = moe_layer_workspace_bytes(m, s, b, dt, load, /*pipelined=*/true);
   lc.fwd_act = sa + sm;
   lc.fwd_buf = fetch.bytes;
   lc.bwd_buf = fetch.bytes;
   int64_t during_mlp = sa + sm;
   if (s.recompute == Recompute::full)
     during_mlp += recomputed_activation_bytes(m, s, Block::attention, b, flash, dt) +
-                  moe_kept_activation_bytes(m, s, b, Recompute::none, dt);
+                  moe_kept_activation_bytes(m, s, b, Recompute::none, dt, load);
   lc.bwd_mlp_act = during_mlp;
   if (!with_time) return;
 

@@ -40,6 +40,9 @@ const StageProgram& Executor::stage_program() const {
 int64_t Executor::high_water_bytes() const {
   return impl_->buffers.ledger->high_water();
 }
+double Executor::moe_busiest_load() const {
+  return impl_->moe_busiest_load;
+}
 int64_t Executor::host_high_water_bytes() const {
   return impl_->offload.ledger->high_water();
 }

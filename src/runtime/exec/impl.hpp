@@ -58,6 +58,9 @@ struct Executor::Impl {
   exec::Requests requests;
   exec::Streams streams;
   exec::Offload offload;
+  // The most rows this rank's experts took in one dispatch, over the balanced mean (the
+  // rank's own copies): 1 until an expert-parallel dispatch runs.
+  double moe_busiest_load = 1.0;
 
   // ---- exec/setup.cpp --------------------------------------------------------------------
   std::tuple<int, int, int> place_static_buffers();  // (weights, grads, optimizer) ids

@@ -23,6 +23,8 @@
 // in forward: Megatron-Core's switch_load_balancing_loss_func (moe_utils.py) all-reduces
 // tokens_per_expert over its sequence_partition_group, the tp-cp group (router.py); we add
 // the probability sums too, so that every tp rank holds the micro-batch's loss itself.
+#include <algorithm>
+
 #include "src/runtime/exec/impl.hpp"
 
 namespace stratagem {
@@ -120,7 +122,12 @@ void Executor::Impl::ep_collective(const Op& op, int index) {
   const bool toward = (op.block == Block::router) != bwd;
   const int64_t C = whole.hidden;
   if (toward) {
-    if (!bwd) s.exchange = plan_exchange(ep, s.acts.routing.counts);
+    if (!bwd) {
+      s.exchange = plan_exchange(ep, s.acts.routing.counts);
+      const int64_t mean = s.acts.routing.tokens() * whole.moe.top_k;
+      if (mean > 0)
+        moe_busiest_load = std::max(moe_busiest_load, double(s.exchange.received()) / mean);
+    }
     const ExpertExchange& x = s.exchange;
     Tensor received = s.acts.temp(backend, Shape{x.received(), C});
     exchange_rows(ep, x, s.rows, received, false);
