@@ -53,11 +53,18 @@ train_() {  # np name flags...
     --steps 5 --log-json "$WORK/$name.jsonl" --ckpt-dir "$WORK/rck" "$@" >"$WORK/$name.log" \
     2>&1 || fail "$name: $(tail -3 "$WORK/$name.log")"
 }
-train_ 2 rfirst --dp 2 --ep 2 --stop-after 3
-train_ 1 rsecond --dp 1 --resume
-grep -q "resumed from .*step-00000003.h5 at step 3" "$WORK/rsecond.log" || fail "no resume"
-check weights "$WORK/ep2.serial/step-00000005.h5" "$WORK/rck/step-00000005.h5" 1e-5
-echo "ok: ep 2 -> ep 1 reshard"
+# reshard name np plan...: the plan stopped at step 3, resumed on one rank, equals serial's step 5
+reshard() {
+  local name=$1 np=$2; shift 2
+  rm -rf "$WORK/rck"
+  train_ "$np" "${name}first" "$@" --stop-after 3
+  train_ 1 "${name}second" --dp 1 --resume
+  grep -q "resumed from .*step-00000003.h5 at step 3" "$WORK/${name}second.log" ||
+    fail "$name: no resume"
+  check weights "$WORK/ep2.serial/step-00000005.h5" "$WORK/rck/step-00000005.h5" 1e-5
+  echo "ok: $name ($*) -> 1 rank reshard"
+}
+reshard ep2 2 --dp 2 --ep 2
 # ZeRO-3 of expert-parallel layers: the rest of the layer sharded over dp 4, the experts over
 # their expert data-parallel group: of 1 at ep 4 (each rank holds its expert whole; also as the
 # issue writes it, dp filling the 4 ranks), of 2 at ep 2 (each rank holds half of its 2
@@ -79,12 +86,7 @@ PRINT_ONLY=buffers SERIAL=ep2 case_ dp4_ep2_z3_offload 4 MOE "$B8" "" \
 covered dp4_ep2_z3_offload
 # Reshard: the ZeRO-3 checkpoint at step 3 (each expert written whole by the pieces' owners)
 # resumed on one rank ends at the serial run's step 5.
-rm -rf "$WORK/rck"
-train_ 4 zfirst --dp 4 --ep 2 --zero 3 --stop-after 3
-train_ 1 zsecond --dp 1 --resume
-grep -q "resumed from .*step-00000003.h5 at step 3" "$WORK/zsecond.log" || fail "no resume"
-check weights "$WORK/ep2.serial/step-00000005.h5" "$WORK/rck/step-00000005.h5" 1e-5
-echo "ok: dp 4 ep 2 ZeRO-3 -> 1 rank reshard"
+reshard dp4_ep2_z3 4 --dp 4 --ep 2 --zero 3
 # Tensor parallelism with experts whole (etp 1): ep runs over the tp ranks of a replica. The
 # issue's literal --tp 2 --ep 2 (etp defaults to tp, Megatron-Core's rule) asks for 4 expert
 # ranks on 2: the plan refuses it, so the 2-rank run names etp 1.
@@ -118,9 +120,4 @@ SERIAL=ep2 PRINT_ONLY=buffers case_ ep2_etp2 4 MOE "$B8" "" "--dp 4 --ep 2 --etp
 covered ep2_etp2
 # Reshard: ep 2 x etp 2's checkpoint (each expert's etp shards written into the whole tensor)
 # resumed on one rank.
-rm -rf "$WORK/rck"
-train_ 4 efirst --dp 4 --ep 2 --etp 2 --stop-after 3
-train_ 1 esecond --dp 1 --resume
-grep -q "resumed from .*step-00000003.h5 at step 3" "$WORK/esecond.log" || fail "no resume"
-check weights "$WORK/ep2.serial/step-00000005.h5" "$WORK/rck/step-00000005.h5" 1e-5
-echo "ok: ep 2 x etp 2 -> ep 1 reshard"
+reshard ep2_etp2 4 --dp 4 --ep 2 --etp 2
