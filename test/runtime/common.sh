@@ -15,6 +15,15 @@ TEXT=/usr/share/common-licenses/GPL-3
 [ -f "$TEXT" ] || TEXT=$(dirname "${BASH_SOURCE[0]}")/../../README.md
 "$BIN" data tokenize "$TEXT" -o "$WORK/data.bin" >/dev/null
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# why_failed LOG: a failed run's first error lines, then its end. A rank's error line comes
+# first; the launcher's teardown (SIGTERM lines of the other ranks, mpirun's notes) follows it
+# and would fill a plain tail.
+why_failed() {
+  grep -E "error|Error|refus|FAIL|non-finite|signal [0-9]|Killed" "$1" | grep -v "SIGTERM: checkpoint at" |
+    head -4 || true
+  echo "... the end of $1:"
+  tail -5 "$1"
+}
 # losses FILE -> one loss per line, as written (%.9g)
 losses() { $PY -c 'import json,sys; [print(json.loads(l)["loss"]) for l in open(sys.argv[1])]' "$1"; }
 # expect_failure SUBCOMMAND NEEDLE NP ARGS...: bad input: the command must exit 2 (the

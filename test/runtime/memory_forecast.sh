@@ -16,7 +16,7 @@ plan() {  # name np model batch plan-flags...
   # shellcheck disable=SC2086
   timeout 120 "${MPIRUN[@]}" -np "$np" "$BIN" train "${m[@]}" $batch --data "$WORK/data.bin" \
     --steps 2 --trace "$WORK/$name.h5" "$@" >"$WORK/$name.log" 2>&1 ||
-    fail "$name: exit $?: $(tail -5 "$WORK/$name.log")"
+    fail "$name: exit $?: $(why_failed "$WORK/$name.log")"
   $PY -c 'import h5py,sys; print(h5py.File(sys.argv[1],"r").attrs["cluster"])' "$WORK/$name.h5" \
     >"$WORK/$name.cluster.json"
   # shellcheck disable=SC2086

@@ -46,7 +46,7 @@ run() {  # name np flags...
   local name=$1 np=$2; shift 2
   timeout 300 "${MPIRUN[@]}" -np "$np" "$BIN" train "${M[@]}" --data "$WORK/data.bin" --steps 5 \
     --log-json "$WORK/$name.jsonl" "$@" >"$WORK/$name.log" 2>&1 ||
-    fail "$name: exit $?: $(tail -5 "$WORK/$name.log")"
+    fail "$name: exit $?: $(why_failed "$WORK/$name.log")"
 }
 run searched 4 --plan "$WORK/plan.json" --trace "$WORK/run.h5" --ckpt-dir "$WORK/searched"
 run serial 1 --global-batch 8 --micro-batch 2 --dp 1 --recompute full --ckpt-dir "$WORK/serial"

@@ -8,7 +8,7 @@ run() {  # name np model-and-plan flags...
   local name=$1 np=$2; shift 2
   timeout 120 "${MPIRUN[@]}" -np "$np" "$BIN" train --data "$WORK/data.bin" --steps 5 \
     --log-json "$WORK/$name.jsonl" --ckpt-dir "$WORK/$name" --trace "$WORK/$name.h5" "$@" \
-    >"$WORK/$name.log" 2>&1 || fail "$name: exit $?: $(tail -5 "$WORK/$name.log")"
+    >"$WORK/$name.log" 2>&1 || fail "$name: exit $?: $(why_failed "$WORK/$name.log")"
 }
 check() {  # kind a b tol
   $PY "$(dirname "$0")/check_run.py" "$@" || fail "$2 vs $3"

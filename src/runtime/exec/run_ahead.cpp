@@ -106,9 +106,14 @@ void Executor::Impl::free_landed_before(uint32_t j) {
     if (op.kind == OpKind::compute || (op.kind == OpKind::alloc && !streams.ran_ahead[i]))
       at_rank = false;
     const bool placed = op.stream == Stream::dp_comm || (at_rank && op.stream == Stream::compute);
-    if (op.kind != OpKind::free || !placed || streams.ran_ahead[i] || !waits_only_on_issued(i) ||
-        !deps_landed(i) || streams.pending(i))
+    if (op.kind != OpKind::free || !placed || streams.ran_ahead[i]) continue;
+    if (!waits_only_on_issued(i) || !deps_landed(i) || streams.pending(i)) {
+      // The rank's stream is in order: a free still waiting (the activations' free for the
+      // block's tp reduction) holds the frees after it. The next one may be the layer's fetched
+      // weights, whose norm weight that reduction's completion reads.
+      if (op.stream == Stream::compute) at_rank = false;
       continue;
+    }
     complete_deps(i);
     run(i);
     streams.ran_ahead[i] = 1;
