@@ -131,6 +131,13 @@ class Executor {
   // The most rows this rank's experts took in one dispatch over the balanced mean, over the
   // steps so far (1 without expert parallelism): the load Plan::expert_load_factor forecasts.
   double moe_busiest_load() const;
+  // The MoE layers' transients (the dispatched rows, the experts' gradients): the workspace
+  // the forecast sized for them, the most they used at once, and the most held beside it
+  // when they did not fit (a forecast that is short). All 0 without MoE layers.
+  struct MoeScratchUse {
+    int64_t capacity_bytes = 0, peak_bytes = 0, overflow_bytes = 0;
+  };
+  MoeScratchUse moe_scratch_use() const;
   // The weights were written from outside a step (a checkpoint load): an offloaded optimizer
   // refreshes its host master copy before its next update.
   void weights_loaded();

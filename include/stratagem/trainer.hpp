@@ -40,10 +40,11 @@ struct TrainerOptions {
 struct TrainSummary {
   int64_t steps_completed = 0;
   StepResult last;
-  int64_t high_water_bytes = 0;       // device pool, per rank
-  int64_t host_high_water_bytes = 0;  // host pool (offloading)
-  double moe_busiest_load = 1.0;      // Executor::moe_busiest_load, this rank's
-  std::string checkpoint;             // the last one written, or empty
+  int64_t high_water_bytes = 0;         // device pool, per rank
+  int64_t host_high_water_bytes = 0;    // host pool (offloading)
+  double moe_busiest_load = 1.0;        // Executor::moe_busiest_load, this rank's
+  Executor::MoeScratchUse moe_scratch;  // Executor::moe_scratch_use, this rank's
+  std::string checkpoint;               // the last one written, or empty
 };
 
 // Collective over `world`. With a checkpoint folder, rank 0 holds its lock for the run and

@@ -78,9 +78,14 @@ LayerStrategy expert_strategy(const LayerStrategy& s);
 // the busiest rank's.
 int64_t moe_kept_activation_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
                                   Recompute rc, Dtype dt, double load);
-// The runtime's scratch while an MoE layer runs (layer_workspace_bytes with the expert path's
-// gradients and, at ep > 1, the all-to-all's buffers in place of the dense FFN's); `load` as
-// above.
+// The expert path's transients at their peak (the runtime carves them from its workspace
+// arena, src/runtime/exec/ops_moe.cpp): the experts' backward, with the gradients of their
+// output and input rows and the d_fc1 and d_act of every row, or where larger the etp
+// all-gather's backward or the router's with the shared experts; `load` as above.
+int64_t moe_expert_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
+                                   Dtype dt, double load);
+// The runtime's scratch while an MoE layer runs: layer_workspace_bytes with the expert path's
+// (moe_expert_workspace_bytes) in place of the dense FFN's gradients.
 int64_t moe_layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt,
                                   double load, bool pipelined = false);
 

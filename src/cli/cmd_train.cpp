@@ -227,7 +227,20 @@ void print_result(const TrainSummary& r, const ModelSpec& model, const Plan& pla
                         {"host_high_water_bytes", high[1]},
                         {"device_reserved_high_water_bytes", device_reserved},
                         {"checkpoint", r.checkpoint}};
+  // The MoE transients' workspace, the busiest rank's: what it used of what the forecast
+  // sized, and what it held beside that when the forecast was short.
+  int64_t scratch[3] = {r.moe_scratch.capacity_bytes, r.moe_scratch.peak_bytes,
+                        r.moe_scratch.overflow_bytes};
+  MPI_Allreduce(MPI_IN_PLACE, scratch, 3, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  if (scratch[0] > 0 && world_rank() == 0 && !json)
+    std::printf(
+        "train: MoE scratch: at most %.1f KiB live of the %.1f KiB the forecast sized (%.1f "
+        "KiB beside it)\n",
+        double(scratch[1]) / 1024, double(scratch[0]) / 1024, double(scratch[2]) / 1024);
   if (ep > 1) out["moe"] = {{"busiest_rank_load", load}, {"routing_imbalance_seen", imbalance}};
+  if (scratch[0] > 0)
+    out["moe_scratch"] = {
+        {"capacity_bytes", scratch[0]}, {"peak_bytes", scratch[1]}, {"overflow_bytes", scratch[2]}};
   if (json) print_json(out);
 }
 

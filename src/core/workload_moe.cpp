@@ -158,21 +158,37 @@ int64_t moe_kept_activation_bytes(const ModelSpec& m, const LayerStrategy& s, in
   return b;
 }
 
+int64_t moe_expert_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples,
+                                   Dtype dt, double load) {
+  const MoeShape x = moe_shape(m, s, samples, load);
+  const int64_t e = dtype_bytes(dt), h = m.hidden, T = int64_t(samples) * m.seq_len;
+  const int w = ffn_gemm_width(m);
+  // The rows the rank's experts take (gathered over expert_tp), and of them a member's.
+  const int64_t rows = x.expert_rows * x.local_experts, member_rows = rows / s.etp;
+  // The experts' backward: their output's gradient rows, their input's, d_fc1 and d_act. Every
+  // all-to-all holds no more (its send and receive: the rank's copies, at most its rows, and
+  // the rows).
+  int64_t b = e * rows * (2 * h + (w + 1) * x.expert_width);
+  // At etp > 1 the all-gather of the output's gradient: the members' rows, their gathered
+  // copy, and the member's own.
+  if (s.etp > 1) b = std::max(b, e * (2 * rows + member_rows) * h);
+  // The router's backward: the copies' gradient beside the shared experts' backward over the
+  // whole stream (d_fc1, d_act and their input's gradient), or the router's input gradient.
+  const int64_t shared = x.shared_width > 0 ? T * ((w + 1) * x.shared_width + h) : x.tokens * h;
+  b = std::max(b, e * (x.copies * h + shared));
+  // Beside each: the combine weights' gradient, held from the combine's backward to the
+  // router's.
+  return b + e * x.copies;
+}
+
 int64_t moe_layer_workspace_bytes(const ModelSpec& m, const LayerStrategy& s, int samples, Dtype dt,
                                   double load, bool pipelined) {
   const int64_t T = int64_t(samples) * m.seq_len, e = dtype_bytes(dt);
   const int w = ffn_gemm_width(m);
   // The dense FFN's gradients (d_fc1, d_act) leave; the expert path's come in.
-  int64_t b = layer_workspace_bytes(m, s, samples, dt, pipelined) -
-              e * T * (w + 1) * int64_t(m.ffn_hidden) / s.tp;
-  const MoeShape x = moe_shape(m, s, samples, load);
-  const int64_t rows = x.expert_rows * x.local_experts;
-  b += e * rows * (w + 1) * x.expert_width;  // d_fc1 and d_act of the experts
-  // The all-to-all's receive (the rows the rank's experts take) and send (its own copies)
-  // buffers; at ep 1 the permuted copies are the experts' rows and nothing is exchanged.
-  if (s.ep > 1) b += e * (rows + x.copies) * m.hidden;
-  if (x.shared_width > 0) b += e * T * (w + 1) * x.shared_width;
-  return std::max<int64_t>(b, 0);
+  const int64_t b = layer_workspace_bytes(m, s, samples, dt, pipelined) -
+                    e * T * (w + 1) * int64_t(m.ffn_hidden) / s.tp;
+  return std::max<int64_t>(b, 0) + moe_expert_workspace_bytes(m, s, samples, dt, load);
 }
 
 int64_t layer_parameters_per_rank(const ModelSpec& m, const LayerStrategy& s, int layer) {

@@ -43,6 +43,11 @@ int64_t Executor::high_water_bytes() const {
 double Executor::moe_busiest_load() const {
   return impl_->moe_busiest_load;
 }
+
+Executor::MoeScratchUse Executor::moe_scratch_use() const {
+  const exec::ScratchArena& a = impl_->buffers.moe_scratch;
+  return {a.capacity_bytes(), a.peak_bytes(), a.overflow_bytes()};
+}
 int64_t Executor::host_high_water_bytes() const {
   return impl_->offload.ledger->high_water();
 }

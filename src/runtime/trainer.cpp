@@ -370,6 +370,7 @@ TrainSummary train(MPI_Comm world, const ModelSpec& model, const ClusterSpec& cl
   summary.high_water_bytes = ex.high_water_bytes();
   summary.host_high_water_bytes = ex.host_high_water_bytes();
   summary.moe_busiest_load = ex.moe_busiest_load();
+  summary.moe_scratch = ex.moe_scratch_use();
   return summary;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "src/runtime/exec/memory.hpp"
+#include "src/runtime/exec/scratch_arena.hpp"
 #include "stratagem/program.hpp"
 #include "stratagem/transformer.hpp"
 
@@ -31,7 +32,12 @@ struct Buffers {
   // The backward's scratch: one set of views per tp degree, carved from one arena.
   std::map<int, Workspace> workspaces;
   std::map<int, TransformerConfig> scratch_config;  // the tp share each scratch set is for
+  std::set<int> dense_ffn_degrees;  // the tp degrees of the held dense FFNs (d_fc1, d_act)
+  int64_t moe_scratch_floats = 0;   // the held MoE layers' largest expert path transients
   Tensor scratch_arena;
+  // The MoE layers' transients, in the arena past the attention's views (where a dense
+  // layer's d_fc1 and d_act lie: one layer's backward runs at a time).
+  ScratchArena moe_scratch;
 
   // The live buffer the Program allocated for (block, phase, layer, mb): throws when none.
   int of(Block b, Phase ph, int layer, int mb) const;

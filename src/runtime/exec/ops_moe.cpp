@@ -34,6 +34,11 @@ namespace {
 double aux_weight(const Program& program, const exec::LayerShare& sh) {
   return 1.0 / (double(program.num_microbatches) * sh.dp);
 }
+// Rows an op hands to the next: from the top of the MoE scratch (scratch_arena.hpp); the
+// pieces' own transients (MoeActs::temp) come from the bottom.
+Tensor handed_on(exec::Buffers& buffers, Shape shape) {
+  return buffers.moe_scratch.take(shape, exec::ArenaEnd::high);
+}
 // This tp rank's slice of the micro-batch's tokens, of a (B,T,C) stream tensor.
 Tensor token_slice(const Tensor& full, const exec::LayerShare& sh) {
   const int64_t C = full.dim(-1), N = full.numel() / C, R = N / sh.tp;
@@ -82,8 +87,12 @@ void Executor::Impl::moe_router(const Op& op, exec::Micro& m, exec::LayerState& 
           : buffers.of(Block::mlp, rec ? Phase::recompute : Phase::forward, l, op.microbatch);
   exec::MoeState& s = ls.moe;
   s = exec::MoeState{};
-  s.acts.saved = [this, acts](Shape shape) { return buffers.pool.take(acts, shape); };
-  s.acts.scratch = [this](Shape shape) { return buffers.pool.scratch(shape); };
+  // A fully recomputed layer's forward keeps nothing: what it would save is transient, handed
+  // on within the forward.
+  s.acts.saved = [this, acts](Shape shape) {
+    return acts < 0 ? handed_on(buffers, shape) : buffers.pool.take(acts, shape);
+  };
+  s.acts.scratch = [this](Shape shape) { return buffers.moe_scratch.take(shape); };
   const Shape full_s = full_shape(l);
   s.xn = sh.sequence_parallel ? m.gathered.view(full_s) : ls.mlp.norm_out.view(full_s);
   m.gathered = Tensor{};
@@ -92,7 +101,7 @@ void Executor::Impl::moe_router(const Op& op, exec::Micro& m, exec::LayerState& 
   moe_router_forward(backend, sh.local, w, xn, s.acts);
   const int64_t rows = xn.dim(0) * whole.moe.top_k;
   // With no collective on the way the permuted rows are the experts' saved input.
-  s.rows = st.ep * st.etp > 1 ? s.acts.temp(backend, Shape{rows, whole.hidden})
+  s.rows = st.ep * st.etp > 1 ? handed_on(buffers, Shape{rows, whole.hidden})
                               : s.acts.save(backend, Shape{rows, whole.hidden});
   s.counts = s.acts.routing.counts;
   moe_permute_forward(backend, xn, s.acts.routing, s.rows);
@@ -131,10 +140,11 @@ void Executor::Impl::ep_collective(const Op& op, int index) {
     const ExpertExchange& x = s.exchange;
     Tensor received = s.acts.temp(backend, Shape{x.received(), C});
     exchange_rows(ep, x, s.rows, received, false);
+    s.rows = Tensor{};  // sent: its scratch goes before the regrouped rows come
     // Forward saves the experts' input (at etp > 1 the all-gather's output is that).
     const bool saved = !bwd && plan.layers.at(op.layer).etp == 1;
     s.rows = saved ? s.acts.save(backend, Shape{x.received(), C})
-                   : s.acts.temp(backend, Shape{x.received(), C});
+                   : handed_on(buffers, Shape{x.received(), C});
     backend.gather_rows(s.rows, received, x.regroup);
     s.counts = x.local_counts;
   } else {
@@ -142,8 +152,9 @@ void Executor::Impl::ep_collective(const Op& op, int index) {
     // From expert order back into (source, expert) order, then home.
     Tensor ordered = s.acts.temp(backend, s.rows.shape);
     backend.gather_rows(ordered, s.rows, x.ungroup);
+    s.rows = Tensor{};
     const int64_t home = s.acts.routing.tokens() * whole.moe.top_k;
-    Tensor back = bwd ? s.acts.temp(backend, Shape{home, C}) : s.acts.save(backend, Shape{home, C});
+    Tensor back = bwd ? handed_on(buffers, Shape{home, C}) : s.acts.save(backend, Shape{home, C});
     exchange_rows(ep, x, ordered, back, true);
     s.rows = back;
   }
@@ -157,7 +168,10 @@ void Executor::Impl::etp_collective(const Op& op) {
   if (op.collective == Collective::all_gather) {  // before the experts (forward and backward)
     if (!bwd) s.gather = plan_expert_gather(etp, s.counts);
     const ExpertGather& g = s.gather;
-    Tensor members = s.acts.temp(backend, Shape{g.gathered(), C});
+    // Backward: the members' rows above the rows they come from, the gathered below them, so
+    // that both leave the top free for the experts' input gradient.
+    Tensor members = bwd ? handed_on(buffers, Shape{g.gathered(), C})
+                         : s.acts.temp(backend, Shape{g.gathered(), C});
     Tensor gathered = bwd ? s.acts.temp(backend, Shape{g.gathered(), C})
                           : s.acts.save(backend, Shape{g.gathered(), C});  // the experts' input
     gather_expert_rows(backend, etp, g, s.rows, gathered, members);
@@ -171,7 +185,7 @@ void Executor::Impl::etp_collective(const Op& op) {
   Tensor members = s.acts.temp(backend, Shape{g.gathered(), C});
   // Forward at ep 1: the combine's saved input.
   const bool saved = !bwd && plan.layers.at(op.layer).ep == 1;
-  Tensor out = saved ? s.acts.save(backend, Shape{mine, C}) : s.acts.temp(backend, Shape{mine, C});
+  Tensor out = saved ? s.acts.save(backend, Shape{mine, C}) : handed_on(buffers, Shape{mine, C});
   reduce_expert_rows(backend, etp, g, s.rows, out, members);
   s.rows = out;
 }
@@ -184,11 +198,13 @@ void Executor::Impl::moe_experts(const Op& op, exec::LayerState& ls) {
   s.acts.expert_in = s.rows;
   // The combine's backward reads its input: these outputs when no collective moves them.
   const bool moves = st.ep * st.etp > 1;
-  s.acts.expert_out =
-      moves ? s.acts.temp(backend, s.rows.shape) : s.acts.save(backend, s.rows.shape);
+  s.acts.expert_out = moves ? handed_on(buffers, s.rows.shape) : s.acts.save(backend, s.rows.shape);
   moe_experts_forward(backend, sh.local, w, s.acts.expert_in, s.counts, s.acts, s.acts.expert_out);
   s.rows = s.acts.expert_out;
   if (moves) s.acts.expert_out = Tensor{};
+  // A fully recomputed layer's forward needs none of what the experts saved again.
+  if (op.phase == Phase::forward && op.recompute == Recompute::full)
+    s.acts.expert_in = s.acts.fc1_out = s.acts.act_out = Tensor{};
 }
 
 void Executor::Impl::moe_combine(const Op& op, exec::Micro& m, exec::LayerState& ls) {
@@ -225,13 +241,13 @@ void Executor::Impl::moe_combine_back(const Op& op, exec::Micro& m, exec::LayerS
     stage_gradients(exec::expert_segment(l));
   fit_grad(m, l);
   exec::MoeState& s = ls.moe;
-  s.acts.scratch = [this](Shape shape) { return buffers.pool.scratch(shape); };
+  s.acts.scratch = [this](Shape shape) { return buffers.moe_scratch.take(shape); };
   const Shape full_s = full_shape(l);
   s.dy = sh.sequence_parallel ? m.gathered_dy.view(full_s) : m.grad.view(full_s);
   s.xn = sh.sequence_parallel ? m.gathered.view(full_s) : ls.mlp.norm_out.view(full_s);
   m.gathered = m.gathered_dy = Tensor{};
-  s.d_weights = s.acts.temp(backend, s.acts.weights.shape);
-  s.rows = s.acts.temp(backend, s.acts.combined_in.shape);
+  s.d_weights = handed_on(buffers, s.acts.weights.shape);
+  s.rows = handed_on(buffers, s.acts.combined_in.shape);
   moe_combine_backward(backend, token_slice(s.dy, sh), s.acts, s.rows, s.d_weights);
   s.acts.combined_in = Tensor{};
 }
@@ -242,7 +258,7 @@ void Executor::Impl::moe_experts_back(const Op& op, exec::LayerState& ls) {
   const LayerWeights& w = shards.model.weights.layer(op.layer);
   LayerWeights& g = shards.model.grad_weights.layer(op.layer);
   // At etp > 1 a partial sum over the fc1 shards, which the reduce-scatter completes.
-  Tensor d_in = s.acts.temp(backend, s.acts.expert_in.shape);
+  Tensor d_in = handed_on(buffers, s.acts.expert_in.shape);
   moe_experts_backward(backend, sh.local, w, g, s.rows, s.acts.expert_in, s.counts, s.acts, d_in);
   s.acts.expert_in = s.acts.expert_out = s.acts.fc1_out = s.acts.act_out = Tensor{};
   s.rows = d_in;

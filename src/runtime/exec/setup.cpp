@@ -7,6 +7,7 @@
 
 #include "src/runtime/exec/impl.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/workload_moe.hpp"
 
 namespace stratagem {
 
@@ -72,6 +73,16 @@ void Executor::Impl::make_shares(const std::vector<int>& held) {
       auto [w, fresh] = buffers.workspaces.try_emplace(sh.tp);
       if (fresh) w->second.B = sh.B, w->second.T = T, buffers.scratch_config[sh.tp] = sh.local;
       sh.ws = &w->second;
+      if (!model_spec.is_moe_layer(l)) {
+        buffers.dense_ffn_degrees.insert(sh.tp);
+      } else {
+        // The forecast's rule, with the busiest expert rank's rows the plan allows for.
+        const LayerStrategy& st = plan.layers.at(size_t(l));
+        const double load = plan.expert_load_factor(st.ep, model_spec.moe.experts);
+        const int64_t bytes = moe_expert_workspace_bytes(model_spec, st, sh.B, plan.dtype, load);
+        buffers.moe_scratch_floats =
+            std::max(buffers.moe_scratch_floats, bytes / dtype_bytes(plan.dtype));
+      }
     }
     shares[l] = sh;
   }
@@ -96,26 +107,40 @@ std::tuple<int, int, int> Executor::Impl::place_static_buffers() {
 
 void Executor::Impl::make_scratch() {
   // One layer's backward runs at a time, so the degrees share one arena sized for the largest,
-  // as the estimator counts the stage's workspace (the largest layer's).
-  auto scratch_widths = [](const TransformerConfig& c) {
-    return std::array<int64_t, 4>{c.qkv_width(), c.attn_width(), c.fc1_width(), c.ffn_hidden};
+  // as the estimator counts the stage's workspace (the largest layer's): the attention's
+  // gradients, then a dense FFN's or an MoE layer's transients in the same place.
+  auto attention_widths = [](const TransformerConfig& c) {
+    return std::array<int64_t, 2>{c.qkv_width(), c.attn_width()};
   };
-  int64_t arena_numel = 0;
+  auto ffn_widths = [](const TransformerConfig& c) {
+    return std::array<int64_t, 2>{c.fc1_width(), c.ffn_hidden};
+  };
+  int64_t arena_numel = 0, moe_at = 0;
   for (auto& [deg, w] : buffers.workspaces) {
-    int64_t row = 0;
-    for (int64_t width : scratch_widths(buffers.scratch_config.at(deg))) row += width;
-    arena_numel = std::max(arena_numel, int64_t(w.B) * w.T * row);
+    const TransformerConfig& c = buffers.scratch_config.at(deg);
+    const int64_t tokens = int64_t(w.B) * w.T;
+    const auto [qkv, attn] = attention_widths(c);
+    const auto [fc1, act] = ffn_widths(c);
+    const int64_t dense_ffn = buffers.dense_ffn_degrees.count(deg) ? tokens * (fc1 + act) : 0;
+    moe_at = std::max(moe_at, tokens * (qkv + attn));
+    arena_numel = std::max(arena_numel, tokens * (qkv + attn) + dense_ffn);
   }
+  arena_numel = std::max(arena_numel, moe_at + buffers.moe_scratch_floats);
   if (arena_numel > 0) buffers.scratch_arena = buffers.pool.scratch(Shape{arena_numel});
   for (auto& [deg, w] : buffers.workspaces) {
-    const auto widths = scratch_widths(buffers.scratch_config.at(deg));
-    Tensor* views[4] = {&w.d_qkv, &w.d_attn, &w.d_fc1, &w.d_act};
-    int64_t at = 0;
-    for (int i = 0; i < 4; ++i) {
-      *views[i] = buffers.scratch_arena.slice(at, Shape{w.B, w.T, widths[i]});
-      at += int64_t(w.B) * w.T * widths[i];
-    }
+    const TransformerConfig& c = buffers.scratch_config.at(deg);
+    const auto [qkv, attn] = attention_widths(c);
+    const auto [fc1, act] = ffn_widths(c);
+    w.d_qkv = buffers.scratch_arena.slice(0, Shape{w.B, w.T, qkv});
+    w.d_attn = buffers.scratch_arena.slice(w.d_qkv.numel(), Shape{w.B, w.T, attn});
+    if (!buffers.dense_ffn_degrees.count(deg)) continue;  // only MoE layers of this degree
+    const int64_t at = w.d_qkv.numel() + w.d_attn.numel();
+    w.d_fc1 = buffers.scratch_arena.slice(at, Shape{w.B, w.T, fc1});
+    w.d_act = buffers.scratch_arena.slice(at + w.d_fc1.numel(), Shape{w.B, w.T, act});
   }
+  if (buffers.moe_scratch_floats > 0)
+    buffers.moe_scratch = exec::ScratchArena(
+        buffers.scratch_arena.slice(moe_at, Shape{arena_numel - moe_at}), backend, buffers.ledger);
 }
 
 void Executor::Impl::make_model(const ModelPart& part, const std::vector<int>& held,
