@@ -111,15 +111,15 @@ void all_to_all(Backend& be, Communicator& comm, const Tensor& send, Tensor& rec
 }
 
 // ---- ring ------------------------------------------------------------------------------------
-void ring_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, Tensor& lse,
-                  const Tensor& qkv) {
+// The ring's cp steps: at step s the rank holds member (rank - s)'s K,V block in `cur` while
+// the next block travels into `nxt`; visit(q, block, k) runs for each of the rank's chunks q
+// and the block's chunks k that causal attention lets q see, then end_of_step() before the
+// step's transfers are awaited.
+template <class Visit, class EndOfStep>
+void ring_steps(Communicator& comm, const Dims& d, Tensor& cur, Tensor& nxt, Visit visit,
+                EndOfStep end_of_step) {
   const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
   const int next = (d.rank + 1) % d.cp, prev = (d.rank + d.cp - 1) % d.cp;
-  Tensor cur = pack_kv(be, d, qkv);
-  Tensor nxt = take(be, d, cur.shape);
-  Tensor part_out = take(be, d, out.shape), part_lse = take(be, d, lse.shape);
-  be.fill(out, 0.0f);
-  be.fill(lse, -std::numeric_limits<float>::infinity());
   const int64_t n = cur.numel();
   for (int s = 0; s < d.cp; ++s) {
     // The next block travels while this one is attended to.
@@ -129,54 +129,55 @@ void ring_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, T
       send = comm.isend(cur.data, n, next, kKvTag);
     }
     const CpChunks theirs = cp_chunks((d.rank - s + d.cp) % d.cp, d.cp, d.T);
-    for (const TokenSpan& q : {mine.first, mine.second}) {
-      for (const TokenSpan& k : {theirs.first, theirs.second}) {
-        if (!sees(q, k)) continue;
-        be.attention_block_forward(part_out, part_lse, qkv, q, cur, k, d.heads, d.kv_heads);
-        be.attention_merge(out, lse, part_out, part_lse, q);
-      }
-    }
+    for (const TokenSpan& q : {mine.first, mine.second})
+      for (const TokenSpan& k : {theirs.first, theirs.second})
+        if (sees(q, k)) visit(q, cur, k);
+    end_of_step();
     if (send) send->wait();
     if (recv) recv->wait();
     std::swap(cur, nxt);
   }
 }
 
+void ring_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, Tensor& lse,
+                  const Tensor& qkv) {
+  Tensor cur = pack_kv(be, d, qkv);
+  Tensor nxt = take(be, d, cur.shape);
+  Tensor part_out = take(be, d, out.shape), part_lse = take(be, d, lse.shape);
+  be.fill(out, 0.0f);
+  be.fill(lse, -std::numeric_limits<float>::infinity());
+  ring_steps(
+      comm, d, cur, nxt,
+      [&](const TokenSpan& q, const Tensor& kv, const TokenSpan& k) {
+        be.attention_block_forward(part_out, part_lse, qkv, q, kv, k, d.heads, d.kv_heads);
+        be.attention_merge(out, lse, part_out, part_lse, q);
+      },
+      [] {});
+}
+
 void ring_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv, const Tensor& dout,
                    const Tensor& out, const Tensor& lse, const Tensor& qkv) {
-  const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
   const int next = (d.rank + 1) % d.cp, prev = (d.rank + d.cp - 1) % d.cp;
   Tensor cur = pack_kv(be, d, qkv);
   Tensor nxt = take(be, d, cur.shape);
   Tensor dcur = take_zeros(be, d, cur.shape), dnxt = take(be, d, cur.shape);
   be.fill(dqkv, 0.0f);
   const int64_t n = cur.numel();
-  for (int s = 0; s < d.cp; ++s) {
-    RequestPtr send, recv;
-    if (s + 1 < d.cp) {
-      recv = comm.irecv(nxt.data, n, prev, kKvTag);
-      send = comm.isend(cur.data, n, next, kKvTag);
-    }
-    const CpChunks theirs = cp_chunks((d.rank - s + d.cp) % d.cp, d.cp, d.T);
-    for (const TokenSpan& q : {mine.first, mine.second}) {
-      for (const TokenSpan& k : {theirs.first, theirs.second}) {
-        if (!sees(q, k)) continue;
-        be.attention_block_backward(dqkv, dcur, dout, out, lse, qkv, q, cur, k, d.heads,
-                                    d.kv_heads);
-      }
-    }
-    // The block's dK,dV follow it around the ring; after the last step they reach its owner.
-    if (d.cp > 1) {
-      RequestPtr drecv = comm.irecv(dnxt.data, n, prev, kDkvTag);
-      RequestPtr dsend = comm.isend(dcur.data, n, next, kDkvTag);
-      dsend->wait();
-      drecv->wait();
-      std::swap(dcur, dnxt);
-    }
-    if (send) send->wait();
-    if (recv) recv->wait();
-    std::swap(cur, nxt);
-  }
+  ring_steps(
+      comm, d, cur, nxt,
+      [&](const TokenSpan& q, const Tensor& kv, const TokenSpan& k) {
+        be.attention_block_backward(dqkv, dcur, dout, out, lse, qkv, q, kv, k, d.heads, d.kv_heads);
+      },
+      [&] {
+        // The block's dK,dV follow it around the ring; after the last step they reach its
+        // owner.
+        if (d.cp == 1) return;
+        RequestPtr drecv = comm.irecv(dnxt.data, n, prev, kDkvTag);
+        RequestPtr dsend = comm.isend(dcur.data, n, next, kDkvTag);
+        dsend->wait();
+        drecv->wait();
+        std::swap(dcur, dnxt);
+      });
   be.copy_block(dqkv, 0, d.k_col(), dcur, 0, 0, d.B * d.Tl, d.kv_width());
 }
 
