@@ -26,6 +26,7 @@ enum class OpKind : uint8_t {
   alloc,         // device memory becomes in use
   free,          // device memory is released
 };
+inline constexpr int kNumOpKinds = 9;
 // ep_comm: the all-to-alls of MoE layers (and their expert-tensor collectives), beside tp_comm
 // so that neither waits behind the other. cp_comm: a context-parallel attention's transfers and
 // collectives (program_cp.cpp).

@@ -40,14 +40,10 @@ void put_us(std::FILE* f, int64_t ns) {
 }
 
 const char* kind_name(uint8_t k) {
-  static const char* n[] = {"compute",  "collective",   "send",  "recv", "copy_d2h",
-                            "copy_h2d", "host_compute", "alloc", "free"};
-  return k < 9 ? n[k] : "?";
+  return k < kNumOpKinds ? to_string(OpKind(k)) : "?";
 }
 const char* stream_name(uint8_t s) {
-  static const char* n[] = {"compute", "tp_comm", "dp_comm", "pp_comm",
-                            "h2d",     "d2h",     "ep_comm", "cp_comm"};
-  return s < kNumStreams ? n[s] : "?";
+  return s < kNumStreams ? to_string(Stream(s)) : "?";
 }
 
 }  // namespace

@@ -120,17 +120,17 @@ hid_t enum_type(const char* const* names, int n) {
 }
 
 hid_t op_type() {
-  static const char* kinds[] = {"compute",  "collective",   "send",  "recv", "copy_d2h",
-                                "copy_h2d", "host_compute", "alloc", "free"};
-  static const char* streams[] = {"compute", "tp_comm", "dp_comm", "pp_comm",
-                                  "h2d",     "d2h",     "ep_comm", "cp_comm"};
+  const char* kinds[kNumOpKinds];
+  for (int k = 0; k < kNumOpKinds; ++k) kinds[k] = to_string(OpKind(k));
+  const char* streams[kNumStreams];
+  for (int s = 0; s < kNumStreams; ++s) streams[s] = to_string(Stream(s));
   hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(OpRecord));
   hid_t s = H5Tcopy(H5T_C_S1);
   H5Tset_size(s, kNameBytes);
   H5Tset_strpad(s, H5T_STR_NULLPAD);
   H5Tinsert(t, "name", HOFFSET(OpRecord, name), s);
   H5Tclose(s);
-  hid_t k = enum_type(kinds, 9), st = enum_type(streams, kNumStreams);
+  hid_t k = enum_type(kinds, kNumOpKinds), st = enum_type(streams, kNumStreams);
   H5Tinsert(t, "kind", HOFFSET(OpRecord, kind), k);
   H5Tinsert(t, "stream", HOFFSET(OpRecord, stream), st);
   H5Tclose(k);
