@@ -49,6 +49,8 @@ inline std::vector<H100Row> load_moe_rows(const std::string& path = moe_file()) 
     s.dtype = r.at("dtype").get<std::string>();
     s.flash_attention = r.at("flash_attention").get<bool>();
     s.sequence_parallel = r.at("sequence_parallel").get<bool>();
+    // Megatron-Core's interleaved 1F1B when the row names a virtual pipeline size (its VP).
+    if (r.value("vpp", 1) > 1) s.schedule = "interleaved", s.vpp = r.at("vpp").get<int>();
     row.plan = expand_shorthand(s, m, row.cluster);
     validate(row.plan, m, row.cluster, row.id);
     out.push_back(std::move(h));

@@ -9,6 +9,7 @@
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
 #include "test/calibration/h100_rows.hpp"
+#include "test/calibration/moe_rows.hpp"
 #include "test/calibration/ranking.hpp"
 #include "test/calibration/small_jobs.hpp"
 
@@ -192,4 +193,53 @@ BOOST_AUTO_TEST_CASE(ranking_figures_of_bench_calibration) {
   // The forecast-fastest row measured 3 s where the fastest measured 1.5 s: 100% regret.
   BOOST_TEST(regret({1, 2, 3}, {3, 1.5, 2}) == 1.0, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(regret({2, 1, 3}, {3, 1.5, 2}) == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(moe_rows_are_forecast_or_listed_with_a_reason) {
+  // Every row of the MoE file is either forecast with the expert mapping it states or listed
+  // with why the model cannot express it. (Its MAPE is printed by bench_calibration.)
+  const auto raw = calibration::read_rows_file(calibration::moe_file());
+  const auto rows = calibration::load_moe_rows();
+  BOOST_TEST(rows.size() == raw.size());
+  std::vector<std::string> forecast;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& h = rows[i];
+    BOOST_TEST_INFO(h.row.id << " (" << h.row.framework << "): " << h.reason);
+    if (!h.reason.empty()) continue;
+    forecast.push_back(h.row.id);
+    BOOST_TEST(h.row.software.name == h.row.framework);
+    BOOST_TEST(h.row.plan.world_size() == raw[i].at("gpus").get<int>());
+    const LayerStrategy& moe = h.row.plan.layers.back();
+    BOOST_TEST(moe.ep == raw[i].at("ep").get<int>());
+    BOOST_TEST(moe.etp == raw[i].at("etp").get<int>());
+    BOOST_TEST(h.row.plan.vpp == raw[i].value("vpp", 1));
+    CostModel cost(h.row.model, h.row.cluster, h.row.plan, h.row.software);
+    const Estimate e = estimate(cost);
+    BOOST_TEST(e.peak_memory_bytes <= h.row.cluster.gpu.hbm_bytes);
+  }
+  BOOST_TEST((forecast == std::vector<std::string>{"m001", "m005"}));
+}
+
+BOOST_AUTO_TEST_CASE(moe_tflops_rows_derive_their_time_by_megatrons_count) {
+  // A row quoting TFLOP/s per GPU derives its time from Megatron-Core's
+  // num_floating_point_operations (the top-k routed experts' model FLOPs, no recompute):
+  // 12 B s l h^2 ((1 + g/a + s/h) + (F/h) k 3/2 + V/(2 l h)) / (TFLOP/s x GPUs). Recomputed
+  // here from the row's own fields, so a typo in the shape, batch or figure fails.
+  int n = 0;
+  for (const auto& r : calibration::read_rows_file(calibration::moe_file())) {
+    if (!r.contains("published_tflops_per_gpu")) continue;
+    const auto& m = r.at("model");
+    const double l = m.at("layers"), h = m.at("hidden"), a = m.at("heads"), g = m.at("kv_heads");
+    const double s = m.at("seq_len"), v = m.at("vocab"), b = r.at("global_batch");
+    const double f = m.at("moe").at("expert_ffn_hidden"), k = m.at("moe").at("top_k");
+    const double flops =
+        12 * b * s * l * h * h * ((1 + g / a + s / h) + f / h * k * 1.5 + v / (2 * l * h));
+    const double t = flops / (r.at("published_tflops_per_gpu").get<double>() * 1e12 *
+                              r.at("gpus").get<double>());
+    BOOST_TEST_INFO(r.at("id").get<std::string>() << ": " << t << " s");
+    BOOST_TEST(r.at("implied_iteration_time_s").get<double>() == t,
+               boost::test_tools::tolerance(1e-3));
+    ++n;
+  }
+  BOOST_TEST(n == 2);
 }
