@@ -62,6 +62,9 @@ int run_estimate(Args& a) {
       {"offload (exposed)", t.offload_s},      {"optimizer step", t.optimizer_s}};
   for (const auto& [name, s] : rows)
     std::printf("  %-24s %10.4f  %5.1f%%\n", name, s, 100 * s / e.iteration_time_s);
+  if (m.moe.enabled())
+    std::printf("  %-24s %10.4f  %5.1f%%\n", "ep all-to-all (exposed)", t.ep_comm_s,
+                100 * t.ep_comm_s / e.iteration_time_s);
   if (p.embedding.cp > 1)
     std::printf("  %-24s %10.4f  %5.1f%%\n", "cp comm (exposed)", t.cp_comm_s,
                 100 * t.cp_comm_s / e.iteration_time_s);
