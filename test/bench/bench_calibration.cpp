@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <string>
 
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
@@ -15,6 +16,7 @@
 #include "test/calibration/moe_rows.hpp"
 #include "test/calibration/ranking.hpp"
 #include "test/calibration/small_jobs.hpp"
+#include "test/calibration/tp_one_node.hpp"
 
 using namespace stratagem;
 
@@ -25,14 +27,21 @@ struct Mape {
   void add(double e, double s) { est += std::abs(e), sim += std::abs(s), ++n; }
 };
 
-void print_file(const char* path, const std::vector<calibration::Row>& rows,
-                const std::vector<std::string>& reasons) {
+// One forecast row's signed errors, kept for a file's breakdown by tp degree.
+struct RowError {
+  int tp = 1;
+  double est = 0, sim = 0;
+};
+
+std::vector<RowError> print_file(const char* path, const std::vector<calibration::Row>& rows,
+                                 const std::vector<std::string>& reasons) {
   std::printf("\n%s\n", path);
   std::printf("%-5s %-17s %-40s %10s %10s %8s %10s %8s\n", "row", "framework", "plan", "published",
               "estimate", "error", "simulate", "error");
   std::map<std::string, Mape> per_framework;
   Mape file;
   std::vector<calibration::RankedRow> ranked;
+  std::vector<RowError> errors;
   for (size_t i = 0; i < rows.size(); ++i) {
     const calibration::Row& r = rows[i];
     if (!reasons[i].empty()) {
@@ -53,6 +62,7 @@ void print_file(const char* path, const std::vector<calibration::Row>& rows,
                 e.iteration_time_s, 100 * err, sim_s, 100 * sim_err);
     std::fflush(stdout);
     per_framework[r.framework].add(err, sim_err);
+    errors.push_back({r.plan.layers.empty() ? 1 : r.plan.layers.front().tp, err, sim_err});
     ranked.push_back({calibration::group_key(r), r.id, r.published_s, e.iteration_time_s, sim_s});
     // The DeepSpeed-2021 ZeRO-3 rows are a bound, not a forecast: reported apart.
     if (r.framework.find("DeepSpeed") == std::string::npos) file.add(err, sim_err);
@@ -64,16 +74,37 @@ void print_file(const char* path, const std::vector<calibration::Row>& rows,
     std::printf("  MAPE file, forecast rows (%2d): estimate %5.1f%%  simulate %5.1f%%\n", file.n,
                 100 * file.est / file.n, 100 * file.sim / file.n);
   calibration::print_ranking(ranked);
+  return errors;
+}
+// Tensor parallelism inside one node: the MAPE and the signed errors of each tp degree.
+void print_per_tp(const std::vector<RowError>& errors) {
+  std::map<int, std::vector<RowError>> by_tp;
+  for (const RowError& e : errors) by_tp[e.tp].push_back(e);
+  for (const auto& [tp, rows] : by_tp) {
+    Mape m;
+    std::string est, sim;
+    char buf[32];
+    for (const RowError& e : rows) {
+      m.add(e.est, e.sim);
+      std::snprintf(buf, sizeof buf, " %+.1f%%", 100 * e.est), est += buf;
+      std::snprintf(buf, sizeof buf, " %+.1f%%", 100 * e.sim), sim += buf;
+    }
+    std::printf(
+        "  tp %d (%d rows): MAPE estimate %5.1f%%  simulate %5.1f%%  errors estimate%s  "
+        "simulate%s\n",
+        tp, m.n, 100 * m.est / m.n, 100 * m.sim / m.n, est.c_str(), sim.c_str());
+  }
 }
 // A file in the H100 schema: rows the model cannot express carry their reason.
-void print_h100_schema(const std::string& path, const std::vector<calibration::H100Row>& h100) {
+std::vector<RowError> print_h100_schema(const std::string& path,
+                                        const std::vector<calibration::H100Row>& h100) {
   std::vector<calibration::Row> rows;
   std::vector<std::string> reasons;
   for (const auto& h : h100) {
     rows.push_back(h.row);
     reasons.push_back(h.reason);
   }
-  print_file(path.c_str(), rows, reasons);
+  return print_file(path.c_str(), rows, reasons);
 }
 }  // namespace
 
@@ -94,6 +125,8 @@ int main(int argc, char** argv) {
   }
   print_h100_schema(calibration::small_jobs_file(), calibration::load_small_job_rows());
   print_h100_schema(calibration::moe_file(), calibration::load_moe_rows());
+  print_per_tp(
+      print_h100_schema(calibration::tp_one_node_file(), calibration::load_tp_one_node_rows()));
   MPI_Finalize();
   return 0;
 }

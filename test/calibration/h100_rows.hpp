@@ -9,6 +9,7 @@
 #include "stratagem/cost.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/estimate.hpp"
+#include "stratagem/interop.hpp"
 #include "test/calibration/megatron_rows.hpp"
 
 namespace stratagem::calibration {
@@ -57,7 +58,17 @@ inline std::vector<H100Row> load_h100_rows(const std::string& path = h100_file()
     m.position = mj.at("position") == "rope" ? Position::rope : Position::learned;
     m.bias = mj.at("bias").get<bool>();
     m.tied_embeddings = mj.at("tied_embeddings").get<bool>();
-    m.dropout = false;  // none of these runs uses dropout
+    // None of the 2022-2024 runs uses dropout; Megatron-LM 2019 (tp-one-node.json) trained with
+    // 0.1.
+    m.dropout = mj.value("dropout", false);
+    // A job on part of a node (tp-one-node.json: 1-8 of a DGX-2H's 16 GPUs) gets its GPUs' share
+    // of the node, as --gpus-per-node gives it; every other file fills its nodes.
+    const int gpus = r.at("gpus").get<int>();
+    if (gpus < row.cluster.nodes * row.cluster.node.gpus_per_node) {
+      if (gpus % row.cluster.nodes != 0)
+        throw InputError(row.id + ": gpus " + std::to_string(gpus) + " not a multiple of nodes");
+      interop::restrict_to_gpus(row.cluster, gpus / row.cluster.nodes, row.id + " gpus");
+    }
     out.push_back(h);
     H100Row& o = out.back();
     const std::string rc = r.at("recompute").is_null() ? "" : r.at("recompute").get<std::string>();
