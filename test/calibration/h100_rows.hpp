@@ -42,6 +42,29 @@ inline std::optional<std::pair<Plan, double>> fastest_fitting(
   }
   return best;
 }
+// A row whose framework places the pipeline stages itself (`stage_layers`: Transformer layers
+// per stage, first to last) gets that partition instead of the shorthand's even split; "" when
+// the Plan holds it, else why not (a stage the framework leaves without a layer, holding only the
+// head or the loss, is not a stage of the Plan).
+inline std::string apply_stage_layers(const nlohmann::json& r, Row& row) {
+  const auto counts = r.at("stage_layers").get<std::vector<int>>();
+  if ((int)counts.size() != row.plan.pp)
+    throw InputError(row.id + ": stage_layers has " + std::to_string(counts.size()) +
+                     " entries, pp is " + std::to_string(row.plan.pp));
+  std::vector<LayerRange> chunks;
+  int at = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (counts[i] <= 0)
+      return row.framework + "'s stage partition leaves stage " + std::to_string(i) +
+             " with no Transformer layer (only the LM head or the loss); every stage of the Plan "
+             "holds at least one layer";
+    chunks.push_back({at, at + counts[i]});
+    at += counts[i];
+  }
+  row.plan.chunks = chunks;
+  validate(row.plan, row.model, row.cluster, row.id);
+  return "";
+}
 }  // namespace detail
 
 inline std::vector<H100Row> load_h100_rows(const std::string& path = h100_file()) {
@@ -98,6 +121,8 @@ inline std::vector<H100Row> load_h100_rows(const std::string& path = h100_file()
     s.flash_attention = r.at("flash_attention").get<bool>();
     s.sequence_parallel = !r.at("sequence_parallel").is_null() && r.at("sequence_parallel");
     s.schedule = "1f1b";  // pp = 1, or "1f1b or interleaved (not stated)"
+    // A framework that reduces the gradients only after the last backward says so.
+    s.no_overlap_grad_reduce = !r.value("overlap_grad_reduce", true);
     std::vector<int> mbs = {1, 2, 4, 8, 16};
     if (!r.at("micro_batch").is_null()) mbs = {r.at("micro_batch").get<int>()};
     std::vector<std::string> rcs = {"none", "selective", "full"};
@@ -108,6 +133,7 @@ inline std::vector<H100Row> load_h100_rows(const std::string& path = h100_file()
       continue;
     }
     o.row.plan = best->first;
+    if (r.contains("stage_layers")) o.reason = detail::apply_stage_layers(r, o.row);
   }
   return out;
 }
