@@ -13,11 +13,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 DATA=$HERE/../data
 WORK=$(mktemp -d /tmp/stratagem-interop.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-# grep that reads all its input: under pipefail, grep -q may close the pipe before the writer is
-# done, and the writer's SIGPIPE would fail the test at random.
-has() { grep -e "$1" >/dev/null; }
+source "$(dirname "$0")/../cli_helpers.sh"
 
 # --- Hugging Face imports: parameters within 0.5% of the published totals -------------------------
 for pair in llama3-8b:8.03e9 qwen2-7b:7.62e9 gpt2:124e6 gpt-neox-20b:20.6e9; do
@@ -164,15 +160,6 @@ w=$("$BIN" simulate --model gpt2-124m --cluster dgx-a100-80g --nodes 1 --gpus-pe
 echo '{"architectures": [' >"$WORK/broken.json"
 sed 's/LlamaForCausalLM/FalconForCausalLM/' "$DATA/hf/llama3-8b.json" >"$WORK/falcon.json"
 echo "--num-layers 4 --tensor-model-parallel-size" >"$WORK/novalue.args"
-bad() {
-  set +e
-  out=$("$BIN" "$@" 2>&1)
-  rc=$?
-  set -e
-  [ $rc = 2 ] || fail "$*: exit $rc, expected 2: $out"
-  [ "$(echo "$out" | wc -l)" = 1 ] || fail "$*: not one line: $out"
-  echo "$out"
-}
 bad model import "$WORK/broken.json" | has broken.json || fail "not-JSON config"
 bad model import "$WORK/falcon.json" | has FalconForCausalLM || fail "unknown architecture"
 sed 's/MixtralForCausalLM/Qwen2MoeForCausalLM/' "$DATA/hf/mixtral-8x7b.json" >"$WORK/qwen-moe.json"

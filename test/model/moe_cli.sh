@@ -8,20 +8,8 @@ set -euo pipefail
 BIN=${STRATAGEM_BIN:?set STRATAGEM_BIN}
 WORK=$(mktemp -d /tmp/stratagem-moe-model.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-# grep that reads all its input (see test/interop/cli.sh).
-has() { grep -e "$1" >/dev/null; }
+source "$(dirname "$0")/../cli_helpers.sh"
 within() { python3 -c "import sys; sys.exit(0 if abs($1 - $2) / $2 < $3 else 1)"; }
-bad() {
-  set +e
-  out=$("$BIN" "$@" 2>&1)
-  rc=$?
-  set -e
-  [ $rc = 2 ] || fail "$*: exit $rc, expected 2: $out"
-  [ "$(echo "$out" | wc -l)" = 1 ] || fail "$*: not one line: $out"
-  echo "$out"
-}
 
 # --- the built-ins: total and active parameters (the issue's acceptance) ---------------------------
 out=$("$BIN" model show mixtral-8x7b --json)
