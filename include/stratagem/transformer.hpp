@@ -102,9 +102,12 @@ struct ModelPart {
   // Heterogeneous plans: per model layer, the tp degree and this rank's index in its tp group
   // (empty: every layer's share is (tp, tp_rank), as the embedding's).
   std::vector<int> layer_tp, layer_tp_rank;
-  // MoE layers: the expert-parallel group (which experts are held) and the expert tensor
-  // parallel share of each held expert.
-  int ep = 1, ep_rank = 0, etp = 1, etp_rank = 0;
+  // MoE layers, per model layer: the expert-parallel share (which experts are held) and the
+  // expert tensor-parallel share of each held expert (empty: every expert whole on the rank).
+  struct ExpertShare {
+    int ep = 1, ep_rank = 0, etp = 1, etp_rank = 0;
+  };
+  std::vector<ExpertShare> layer_experts;
   std::vector<int> layer_list(int num_layers) const;
 };
 

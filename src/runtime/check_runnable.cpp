@@ -95,10 +95,9 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
                        " backend (block attention, its merge and RoPE from a position) is not "
                        "built yet; the cpu backend runs it");
   // Mixture-of-Experts: the runtime runs MoE layers under tp (each tp rank routes its token
-  // slice), ep and etp, one (ep, etp) for all of them (a rank's ModelPart holds one expert
-  // share), without context parallelism; their experts' ZeRO over the expert data-parallel
+  // slice), ep and etp, each layer its own (the Layout holds the groups of every (etp, ep)
+  // pair), without context parallelism; their experts' ZeRO over the expert data-parallel
   // group as any layer's (staged gradients, the ZeRO-3 gather before their compute).
-  int moe_ep = 0, moe_etp = 0;
   for (size_t l = 0; l < n; ++l) {
     const LayerStrategy& s = p.layers[l];
     if (!m.is_moe_layer(int(l))) continue;
@@ -111,9 +110,6 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
       throw NotSupported(where +
                          "context parallelism of MoE layers (routing each cp rank's sequence "
                          "chunks) is not run by the runtime yet (issue #26)");
-    if (moe_ep && (s.ep != moe_ep || s.etp != moe_etp))
-      throw NotSupported(where + "the runtime runs one ep and one etp for every MoE layer so far");
-    moe_ep = s.ep, moe_etp = s.etp;
     if (s.offload_activations)
       throw NotSupported(where +
                          "offloading an MoE layer's activations is not run by the runtime yet");

@@ -26,13 +26,12 @@ ModelPart stage_part(const Plan& plan, int stage, int local) {
   for (const LayerStrategy& s : plan.layers) {
     part.layer_tp.push_back(s.tp);
     part.layer_tp_rank.push_back(Layout::tp_index(local, s.tp));
-    // The experts this rank holds (Megatron-Core's expert ranks: local = et + etp*(e + ep*ed));
-    // check_runnable asks the MoE layers for one (ep, etp).
-    if (s.ep * s.etp > 1) {
-      part.ep = s.ep, part.etp = s.etp;
-      part.etp_rank = local % s.etp;
-      part.ep_rank = (local / s.etp) % s.ep;
-    }
+    // The experts this rank holds in the layer (Megatron-Core's expert ranks:
+    // local = et + etp*(e + ep*ed)).
+    ModelPart::ExpertShare& x = part.layer_experts.emplace_back();
+    x.ep = s.ep, x.etp = s.etp;
+    x.etp_rank = local % s.etp;
+    x.ep_rank = (local / s.etp) % s.ep;
   }
   return part;
 }

@@ -247,8 +247,8 @@ struct ShardBuilder {
 
 namespace {
 // An MoE layer's router, held experts and shared experts (the layout in transformer.hpp).
-void add_moe_params(const TransformerConfig& c, const ModelPart& part, ShardBuilder& lb,
-                    const std::string& p) {
+void add_moe_params(const TransformerConfig& c, const ModelPart::ExpertShare& part,
+                    ShardBuilder& lb, const std::string& p) {
   const MoeSpec& moe = c.moe;
   const int64_t C = c.hidden, Fe = moe.expert_ffn_hidden;
   require(part.ep >= 1 && moe.experts % part.ep == 0 && part.ep_rank >= 0 && part.ep_rank < part.ep,
@@ -320,7 +320,12 @@ ParamTable make_param_table(const TransformerConfig& c, const ModelPart& part) {
     lb.whole(p + "mlp.norm.weight", Shape{C});
     if (ln_bias) lb.whole(p + "mlp.norm.bias", Shape{C});
     if (c.moe_layer(layer)) {
-      add_moe_params(c, part, lb, p);
+      require(part.layer_experts.empty() || int(part.layer_experts.size()) == c.layers,
+              "ModelPart: layer_experts needs one entry per model layer");
+      add_moe_params(
+          c,
+          part.layer_experts.empty() ? ModelPart::ExpertShare{} : part.layer_experts[size_t(layer)],
+          lb, p);
       continue;
     }
     lb.rows(p + "mlp.fc1.weight", fc1_groups, C);

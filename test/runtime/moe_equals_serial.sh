@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Mixture-of-Experts layouts train equal to the serial run (issue #26's acceptance model: a
-# LLaMA-style tiny MoE, 4 experts, top-2): expert parallelism over the data-parallel ranks
+# tiny GPT-style MoE, 4 experts, top-2): expert parallelism over the data-parallel ranks
 # (the all-to-all dispatch and combine), ep inside dp with the experts' gradients reduced over
 # the expert data-parallel group, ZeRO-1/2/3 and offload beside it, and a pipeline; tensor
 # parallelism (each tp rank routes its 1/tp token slice; the router's gradient and the
@@ -10,7 +10,8 @@
 # 1e-5 (checkpoints hold each expert whole), each memory category within 10% of the
 # forecast; and checkpoints of ep 2, of ZeRO-3 over dp 4 ep 2 and of ep 2 x etp 2 resume on
 # one rank. The issue's six flag sets run as it writes them, dp filling the ranks: ep4,
-# ep2_dp2_z1_np2, tp2_ep2_etp2, pp2_ep2, ep2_etp2 and ep4_z3.
+# ep2_dp2_z1_np2, tp2_ep2_etp2, pp2_ep2, ep2_etp2 and ep4_z3; and a plan whose two MoE layers
+# have different (ep, etp) (mixed_ep_etp).
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/serial_twin.sh"
 MOE=(--layers 2 --hidden 64 --heads 4 --vocab 256 --seq-len 32 --experts 4 --top-k 2
@@ -126,3 +127,20 @@ covered ep2_etp2
 # Reshard: ep 2 x etp 2's checkpoint (each expert's etp shards written into the whole tensor)
 # resumed on one rank.
 reshard ep2_etp2 4 --dp 4 --ep 2 --etp 2
+# Each MoE layer its own (ep, etp), as the search may choose them: layer 0's four experts one a
+# rank (ep 4), layer 1's two a rank, each sharded over expert_tp 2 (ep 2 x etp 2). The Layout
+# holds both layers' expert groups; each layer dispatches over its own. The headroom is ep 2's
+# (the ep 4 layer's busiest rank then has more than it needs).
+"$BIN" plan check "${MOE[@]}" --cluster cpu-local --nodes 1 --gpus-per-node 4 --ep 4 --dp 4 \
+  $B8 --dtype fp32 $EP2 -o "$WORK/mixed.json" >/dev/null || fail "plan check of the mixed plan"
+$PY - "$WORK/mixed.json" <<'PY' || fail "could not write the mixed (ep, etp) plan"
+import copy, json, sys
+p = json.load(open(sys.argv[1]))
+first = p["layers"][0]
+second = dict(copy.deepcopy(first), layers=[1, 2], ep=2, etp=2)
+first["layers"] = [0, 1]
+p["layers"] = [first, second]
+json.dump(p, open(sys.argv[1], "w"), indent=1)
+PY
+SERIAL=ep2 case_ mixed_ep_etp 4 MOE "$B8" "" "--plan $WORK/mixed.json"
+covered mixed_ep_etp
