@@ -110,9 +110,6 @@ void check_runnable(const ModelSpec& m, const Plan& p, const ClusterSpec& cluste
       throw NotSupported(where +
                          "context parallelism of MoE layers (routing each cp rank's sequence "
                          "chunks) is not run by the runtime yet (issue #26)");
-    if (s.offload_activations)
-      throw NotSupported(where +
-                         "offloading an MoE layer's activations is not run by the runtime yet");
   }
   bool offloads = false;
   for (const LayerStrategy& s : p.layers)

@@ -10,8 +10,8 @@
 # 1e-5 (checkpoints hold each expert whole), each memory category within 10% of the
 # forecast; and checkpoints of ep 2, of ZeRO-3 over dp 4 ep 2 and of ep 2 x etp 2 resume on
 # one rank. The issue's six flag sets run as it writes them, dp filling the ranks: ep4,
-# ep2_dp2_z1_np2, tp2_ep2_etp2, pp2_ep2, ep2_etp2 and ep4_z3; and a plan whose two MoE layers
-# have different (ep, etp) (mixed_ep_etp).
+# ep2_dp2_z1_np2, tp2_ep2_etp2, pp2_ep2, ep2_etp2 and ep4_z3; a plan whose two MoE layers
+# have different (ep, etp) (mixed_ep_etp); and offloaded activations.
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/serial_twin.sh"
 MOE=(--layers 2 --hidden 64 --heads 4 --vocab 256 --seq-len 32 --experts 4 --top-k 2
@@ -144,3 +144,9 @@ json.dump(p, open(sys.argv[1], "w"), indent=1)
 PY
 SERIAL=ep2 case_ mixed_ep_etp 4 MOE "$B8" "" "--plan $WORK/mixed.json"
 covered mixed_ep_etp
+# Offloaded activations (H3T): an MoE layer's saved router scores, expert rows and combine input
+# go down to the host after its forward and come back up before its backward, with ep (the rows
+# crossed the all-to-all) and without (the combine's input is the experts' output: one copy).
+SERIAL=ep2 case_ ep2_offload_act 2 MOE "$B8" "" "--dp 2 --ep 2 --offload activations $EP2"
+covered ep2_offload_act
+SERIAL=ep2 case_ dp2_offload_act 2 MOE "$B8" "" "--dp 2 --offload activations"

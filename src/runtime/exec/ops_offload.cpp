@@ -3,6 +3,7 @@
 // the device's. Every copy runs on the worker of its Program stream, in that stream's order,
 // while the rank thread goes on; ops that need a copy's result have it as a dependency.
 #include <cstring>
+#include <map>
 
 #include "src/runtime/exec/impl.hpp"
 #include "stratagem/error.hpp"
@@ -16,16 +17,40 @@ void copy_floats(const Tensor& dst, const Tensor& src) {
   std::memcpy(dst.data, src.data, size_t(src.numel()) * sizeof(float));
 }
 
-// The saved tensors of a layer, with the block whose buffer holds each on the device.
+// The saved tensors of a layer, with the block whose buffer holds each on the device: an MoE
+// layer's FFN keeps its router's scores and weights, the experts' rows and the combine's input
+// in the mlp block's buffer (ops_moe.cpp).
 std::vector<std::pair<Tensor*, Block>> saved_tensors(exec::LayerState& ls) {
   std::vector<std::pair<Tensor*, Block>> out;
   for (Tensor* t : {&ls.x_in, &ls.attn.norm_out, &ls.attn.norm_mean, &ls.attn.norm_rstd,
                     &ls.attn.qkv, &ls.attn.att, &ls.attn.lse, &ls.attn.out})
     if (t->defined()) out.push_back({t, Block::attention});
-  for (Tensor* t : {&ls.x_mid, &ls.mlp.norm_out, &ls.mlp.norm_mean, &ls.mlp.norm_rstd,
-                    &ls.mlp.fc1_out, &ls.mlp.act_out})
+  MoeActs& a = ls.moe.acts;
+  for (Tensor* t :
+       {&ls.x_mid, &ls.mlp.norm_out, &ls.mlp.norm_mean, &ls.mlp.norm_rstd, &ls.mlp.fc1_out,
+        &ls.mlp.act_out, &a.scores, &a.weights, &a.expert_in, &a.fc1_out, &a.act_out, &a.expert_out,
+        &a.combined_in, &a.shared_fc1_out, &a.shared_act_out})
     if (t->defined()) out.push_back({t, Block::mlp});
   return out;
+}
+
+// Moves each saved tensor once: a tensor that views the same memory as one moved before (an
+// MoE layer's combine input is its experts' output when no collective moves the rows) views
+// the moved copy. place(t, block) gives the tensor's new home; moves collects (to, from).
+template <class Place>
+void move_saved(exec::LayerState& ls, Place place, std::vector<std::pair<Tensor, Tensor>>& moves) {
+  std::map<const float*, Tensor> moved;
+  for (auto [t, block] : saved_tensors(ls)) {
+    auto it = moved.find(t->data);
+    if (it != moved.end()) {
+      *t = it->second.view(t->shape);
+      continue;
+    }
+    Tensor to = place(*t, block);
+    moves.push_back({to, *t});
+    moved[t->data] = to;
+    *t = to;
+  }
 }
 }  // namespace
 
@@ -85,12 +110,12 @@ void Executor::Impl::offload_activations(const Op& op, int index) {
   // Under full recompute only the layer input is saved; the mlp's input is rebuilt.
   if (op.recompute == Recompute::full) ls.x_mid = Tensor{};
   std::vector<std::pair<Tensor, Tensor>> moves;  // (host, device)
-  for (auto [t, block] : saved_tensors(ls)) {
-    (void)block;
-    Tensor host = offload.pool.scratch(t->shape, MemCategory::activations);
-    moves.push_back({host, *t});
-    *t = host;
-  }
+  move_saved(
+      ls,
+      [this](const Tensor& t, Block) {
+        return offload.pool.scratch(t.shape, MemCategory::activations);
+      },
+      moves);
   requests.issue(index, offload.d2h.submit([moves] {
     for (const auto& [host, dev] : moves) copy_floats(host, dev);
   }));
@@ -100,12 +125,13 @@ void Executor::Impl::reload_activations(const Op& op, int index) {
   exec::Micro& m = mb(op.microbatch);
   exec::LayerState& ls = m.layers.at(op.layer);
   std::vector<std::pair<Tensor, Tensor>> moves;  // (device, host)
-  for (auto [t, block] : saved_tensors(ls)) {
-    Tensor dev =
-        buffers.pool.take(buffers.of(block, Phase::backward, op.layer, op.microbatch), t->shape);
-    moves.push_back({dev, *t});
-    *t = dev;
-  }
+  move_saved(
+      ls,
+      [this, &op](const Tensor& t, Block block) {
+        return buffers.pool.take(buffers.of(block, Phase::backward, op.layer, op.microbatch),
+                                 t.shape);
+      },
+      moves);
   requests.issue(index, offload.h2d.submit([moves] {
     for (const auto& [dev, host] : moves) copy_floats(dev, host);
   }));
