@@ -1,7 +1,8 @@
-// Published Megatron runs with tensor parallelism inside one node
-// (data/calibration/tp-one-node.json): Megatron-LM 2019 on 1-8 V100 of a DGX-2H, in the schema of
-// the H100 file, built by the same loader. Reported by bench_calibration per tp degree; no test
-// asserts their MAPE yet.
+// Published runs with tensor parallelism inside one node (data/calibration/tp-one-node.json):
+// Megatron-LM 2019-2022 on V100 and the Ultra-Scale Playbook's nanotron runs on 8 H100, in the
+// schema of the H100 file, built by the same loader. Reported by bench_calibration per tp
+// degree; no test asserts their MAPE yet (issue 29: the cost of tp at small per-rank work is
+// not modelled).
 #pragma once
 #include <string>
 #include <vector>
