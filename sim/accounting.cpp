@@ -9,6 +9,12 @@ namespace stratagem::sim {
 void charge_gap(RankState& r, const StageData& sd, const Step& step, Time t) {
   const Time gap = t - r.last_compute_end;
   if (gap <= 0) return;
+  // Issued only now: the host was the last thing the kernel waited for.
+  if (sd.host_issue && r.host_iteration == r.iteration[int(Stream::compute)] &&
+      r.host_origin + step.issue_ns == t) {
+    r.busy_and_waits[kHost] += gap;
+    return;
+  }
   // Several ops may have completed just now; the kernel is taken to have waited for the first
   // in this order, looking at its dependencies' streams, or at every comm stream if none of
   // those completed now.
@@ -58,6 +64,7 @@ void finish_accounting(RankState& r, Time makespan) {
   res.offload_ns = acc[kOffload];
   res.ep_ns = acc[kEp];
   res.cp_ns = acc[kCp];
+  res.host_ns = acc[kHost];
 }
 
 }  // namespace stratagem::sim

@@ -12,7 +12,7 @@
 
 namespace stratagem::sim {
 
-using Breakdown = std::array<int64_t, 10>;  // ns by Cat (kCompute .. kCp)
+using Breakdown = std::array<int64_t, 11>;  // ns by Cat (kCompute .. kHost)
 
 inline void charge_busy(RankState& r, const Step& step, Time busy) {
   r.busy_and_waits[step.busy_cat] += busy;

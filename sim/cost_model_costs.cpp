@@ -16,6 +16,10 @@ CommCost CostModelCosts::comm_cost(const Op& op, const Layout& layout, int rank)
   return cost_.comm_cost(op, layout, rank);
 }
 
+double CostModelCosts::host_issue_time_s(const Op& op) const {
+  return cost_.host_issue_time_s(op);
+}
+
 int64_t CostModelCosts::workspace_bytes(int stage) const {
   return stage >= 0 && stage < int(workspace_.size()) ? workspace_[stage] : 0;
 }

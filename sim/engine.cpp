@@ -235,6 +235,9 @@ void Engine::handle(const Ev& e) {
         xfer_done(int(e.id), e.t);
       return;
     }
+    case kEvHost:
+      mark_dirty(ranks_[e.id]);
+      return;
     case kEvDeliver: {
       const Delivery d = deliveries_[int(e.id)];
       deliveries_.release(int(e.id));
@@ -303,6 +306,7 @@ void Engine::advance(RankState& r, Time t) {
       while (!r.running[s] && !stream_done(r, sd, s, iterations_)) {
         const Step& step = sd.steps[s][r.position[s]];
         if (!head_ready(r, sd, s, step)) break;
+        if (sd.host_issue && !host_issued(r, s, step, t)) break;
         // Memory events at one instant follow program order, as the rank issues them: an
         // alloc on another stream that the Program puts before this free (a reload emitted
         // before the buffers it outlives go) happens first, and the peak holds both, as the
@@ -321,6 +325,20 @@ void Engine::advance(RankState& r, Time t) {
     }
     redo = next;
   }
+}
+
+// Whether the host has issued `step` (at the head of stream s) by t; if not, a wake-up at the
+// time it will have. The host issues an iteration's ops in program order from when the rank
+// finished the iteration before (StageData::host_issue).
+bool Engine::host_issued(RankState& r, int s, const Step& step, Time t) {
+  if (r.iteration[s] != r.host_iteration) return r.iteration[s] < r.host_iteration;
+  const Time issue = r.host_origin + step.issue_ns;
+  if (issue <= t) return true;
+  if (r.host_wake != issue) {
+    r.host_wake = issue;
+    queue_.push(issue, kEvHost, uint32_t(r.rank), 0);
+  }
+  return false;
 }
 
 // Returns whether the op completed at once.

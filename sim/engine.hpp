@@ -89,9 +89,18 @@ class Engine final : private FlowOwners {
     r.end_time = std::max(r.end_time, t);
     ++r.ops_done;
     step_past_head(r, sd, s);
+    if (sd.host_issue && r.position[s] == 0) host_next_iteration(r, sd, t);
     if (!inline_) mark_dirty(r);
   }
   void start_compute(RankState& r, const Step& step, Time t);
+  bool host_issued(RankState& r, int s, const Step& step, Time t);
+  // Once every stream of r has finished the host's iteration, the host begins the next at t.
+  static void host_next_iteration(RankState& r, const StageData& sd, Time t) {
+    for (int s = 0; s < kStreams; ++s)
+      if (sd.stream_length[s] && r.iteration[s] <= r.host_iteration) return;
+    ++r.host_iteration;
+    r.host_origin = t;
+  }
   // A flow's share of its resource: on a NIC, the rank's flow stands for its node's ranks
   // that it represents (sim/symmetry.hpp).
   static int64_t share_of(const RankState& r, const CommSplit& cp) {

@@ -16,7 +16,8 @@ enum EvType : uint8_t {
   kEvCollDone,
   kEvXfer,
   kEvXferDone,
-  kEvDeliver
+  kEvDeliver,
+  kEvHost  // the host issues a rank's op that was waiting for it
 };
 
 // Owners of an event re-schedule by bumping a version rather than deleting from the heap;

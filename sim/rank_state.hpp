@@ -58,7 +58,13 @@ struct RankState {
   int group_row = 0;     // this rank's row of resolved groups
   int64_t nic_mult = 1;  // ranks of this node whose NIC flows this rank's stand for
   Time last_compute_end = 0;
-  std::array<int64_t, 10> busy_and_waits{};  // compute-stream time by Cat (kCompute .. kCp)
+  std::array<int64_t, 11> busy_and_waits{};  // compute-stream time by Cat (kCompute .. kHost)
+  // The framework's host (StageData::host_issue): when it began issuing the iteration the rank
+  // is in (when the rank finished the one before, which it waited for), and the time of the
+  // wake-up event pending for an op it has not issued yet.
+  Time host_origin = 0;
+  uint32_t host_iteration = 0;
+  Time host_wake = -1;
   Time end_time = 0;
   uint64_t ops_done = 0;
   SimRankResult result;

@@ -141,6 +141,7 @@ SimResult Engine::results(Time last) {
     out.deadlock.message = deadlock_message(last, stuck_ranks, world_size_, desc);
   }
   out.stats = stats_;
+  for (const StageData& sd : stages_) out.host_issue = out.host_issue || sd.host_issue;
   trace_.move_into(out, partition_.local_ranks,
                    symmetry_.reduced ? symmetry_.rep_of : std::vector<int32_t>{});
   return out;

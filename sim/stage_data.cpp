@@ -201,6 +201,13 @@ class StageIndexer {
     }
     step.cat = category_of(op);
     set_kind_fields(step, op, i);
+    // The host issues the ops in program order; an op can run once the host has issued it.
+    if (op.kind == OpKind::compute) {
+      const Time host = to_ns(costs_.host_issue_time_s(op), "host issue", op);
+      host_ns_ += host;
+      if (host > 0) sd_.host_issue = true;
+    }
+    step.issue_ns = host_ns_;
     last_on_[st] = i;
     sd_.steps[st].push_back(step);
   }
@@ -265,6 +272,7 @@ class StageIndexer {
   OpKeyMap<Time>& compute_ns_memo_;  // shared by all stages
   OpKeyMap<int32_t> comm_index_;
   int64_t last_alloc_ = -1;                  // the latest alloc so far (-1: none)
+  Time host_ns_ = 0;                         // host issue time of the ops so far
   std::array<int64_t, kStreams> last_on_{};  // each stream's latest op (-1: none)
 };
 

@@ -31,8 +31,9 @@ enum Cat : uint8_t {
   kPp,
   kBubble,
   kOffload,
-  kEp,  // MoE all-to-alls and their expert-tensor collectives
-  kCp,  // context parallelism's transfers and collectives (the cp_comm stream)
+  kEp,    // MoE all-to-alls and their expert-tensor collectives
+  kCp,    // context parallelism's transfers and collectives (the cp_comm stream)
+  kHost,  // the framework's host had not issued the kernel yet
   kNone,
   kRecv
 };

@@ -77,6 +77,14 @@ class CostModel {
   double elementwise_time_s(double bytes) const;  // memory-bound kernels at achieved HBM bandwidth
   // Host (CPU) work of one rank: the node's FLOP/s and DRAM bandwidth are shared by its GPUs.
   double host_compute_time_s(double flops, double bytes) const;
+  // Host time the framework spends issuing `op` before the GPU can run it
+  // (FrameworkSpec::host_layer_forward_s/_backward_s): a layer's figure for a phase, half on
+  // its attention block's op and half on its feed-forward's (the MoE experts' op), which carry
+  // the issue of the layer's other ops (norms, collectives, router). 0 for every other op.
+  double host_issue_time_s(const Op& op) const;
+  // The same for one layer of strategy `s` over one micro-batch: forward, backward and what
+  // its recompute issues again (the estimator's sum of host_issue_time_s).
+  double host_issue_layer_s(const LayerStrategy& s) const;
   // Kernels of the LM head: the logits GEMM (b*s, V/tp, h) (forward) or its two gradient GEMMs
   // (backward), and the loss.
   BlockWork head_work(Phase phase, int samples, double elementwise_bytes) const;

@@ -20,6 +20,9 @@ struct TimeBreakdown {
   double offload_s = 0;  // exposed PCIe copies and host optimizer
   double optimizer_s = 0;
   double ep_comm_s = 0;  // exposed MoE all-to-alls (written for MoE models only)
+  // GPU idle while the framework's host issues the work (written only for a framework that
+  // states its host time, FrameworkSpec::host_layer_forward_s).
+  double host_s = 0;
 };
 
 struct StageEstimate {
@@ -38,7 +41,8 @@ struct Estimate {
   MemoryBreakdown memory;  // of the most-loaded rank
   TimeBreakdown time;
   std::vector<StageEstimate> stages;
-  bool moe = false;  // an MoE model: the JSON carries ep_comm
+  bool moe = false;            // an MoE model: the JSON carries ep_comm
+  bool host_modelled = false;  // the framework states its host time: the JSON carries host
 };
 
 Estimate estimate(const CostModel& cost);

@@ -31,6 +31,11 @@ class OpCosts {
   virtual ~OpCosts() = default;
   virtual double compute_time_s(const Op& op) const = 0;  // compute and host_compute ops
   virtual CommCost comm_cost(const Op& op, const Layout& layout, int rank) const = 0;
+  // Host time to issue a compute op before the GPU can run it (0: the host keeps ahead).
+  virtual double host_issue_time_s(const Op& op) const {
+    (void)op;
+    return 0;
+  }
   // Device memory of a stage's ranks that the Program does not allocate (the cost model's
   // gradient workspace, counted as buffers), bytes.
   virtual int64_t workspace_bytes(int stage) const {
@@ -45,6 +50,7 @@ class CostModelCosts final : public OpCosts {
   explicit CostModelCosts(const CostModel& cost);
   double compute_time_s(const Op& op) const override;
   CommCost comm_cost(const Op& op, const Layout& layout, int rank) const override;
+  double host_issue_time_s(const Op& op) const override;
   int64_t workspace_bytes(int stage) const override;
 
  private:
@@ -88,8 +94,9 @@ struct SimRankResult {
   // charged to what the next kernel waited for.
   int64_t compute_ns = 0, recompute_ns = 0, optimizer_ns = 0;
   int64_t tp_ns = 0, dp_ns = 0, pp_ns = 0, bubble_ns = 0, offload_ns = 0;
-  int64_t ep_ns = 0;  // exposed MoE all-to-alls (stream ep_comm)
-  int64_t cp_ns = 0;  // context parallelism's exposed transfers and collectives
+  int64_t ep_ns = 0;    // exposed MoE all-to-alls (stream ep_comm)
+  int64_t cp_ns = 0;    // context parallelism's exposed transfers and collectives
+  int64_t host_ns = 0;  // compute stream idle while the framework's host issued its next op
   int64_t ops_executed = 0;
 };
 
@@ -137,6 +144,7 @@ struct SimResult {
   SimOom oom;                        // the first allocation over gpu.hbm_bytes, if any
   SimDeadlock deadlock;
   SimStats stats;
+  bool host_issue = false;  // the framework's host paced the ops (OpCosts::host_issue_time_s)
   // record_trace: the ranks this process simulated, their op spans and memory samples; in a
   // symmetric run, trace_rep_of[r] is the simulated rank whose trace rank r shares (empty: every
   // rank was simulated).

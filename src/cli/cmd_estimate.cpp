@@ -68,6 +68,9 @@ int run_estimate(Args& a) {
   if (p.embedding.cp > 1)
     std::printf("  %-24s %10.4f  %5.1f%%\n", "cp comm (exposed)", t.cp_comm_s,
                 100 * t.cp_comm_s / e.iteration_time_s);
+  if (e.host_modelled)
+    std::printf("  %-24s %10.4f  %5.1f%%\n", "waiting for the host", t.host_s,
+                100 * t.host_s / e.iteration_time_s);
   const MemoryBreakdown& mb = e.memory;
   std::printf("peak memory per GPU: %.2f GiB of %.2f GiB (stage %d)%s\n", gib(e.peak_memory_bytes),
               gib(c.gpu.hbm_bytes), e.peak_stage,

@@ -157,6 +157,29 @@ double CostModel::host_compute_time_s(double flops, double bytes) const {
   return std::max(flops / host_flops_per_gpu_, bytes / host_bytes_per_s_per_gpu_);
 }
 
+double CostModel::host_issue_time_s(const Op& op) const {
+  if (!framework_.host_issue_modelled() || op.kind != OpKind::compute || op.layer < 0) return 0;
+  const bool attention = op.block == Block::attention &&
+                         (op.part == AttentionPart::whole || op.part == AttentionPart::pre);
+  if (!attention && op.block != Block::mlp && op.block != Block::experts) return 0;
+  switch (op.phase) {
+    case Phase::forward:
+      return 0.5 * framework_.host_layer_forward_s;
+    case Phase::backward:
+      return 0.5 * framework_.host_layer_backward_s;
+    case Phase::recompute:
+      // Selective recompute re-runs only the attention core: a few kernels, not the layer.
+      return op.recompute == Recompute::full ? 0.5 * framework_.host_layer_forward_s : 0;
+    default:
+      return 0;
+  }
+}
+
+double CostModel::host_issue_layer_s(const LayerStrategy& s) const {
+  const double again = s.recompute == Recompute::full ? framework_.host_layer_forward_s : 0;
+  return framework_.host_layer_forward_s + framework_.host_layer_backward_s + again;
+}
+
 double CostModel::block_time_s(const BlockWork& w) const {
   double t = 0;
   for (int i = 0; i < w.num_gemms; ++i) t += gemm_time_s(w.gemms[i]);

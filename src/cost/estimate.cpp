@@ -21,26 +21,31 @@ Estimate estimate(const CostModel& cost) {
   est.stages.resize(pp);
   // A micro-batch on stage s: its kernels and the collectives compute waits for, then what the
   // side streams (ZeRO-3 gathers, offload copies) could not hide behind them.
-  double sum_u = 0, crit_cycle = -1, fill_p2p = 0;
+  double sum_gpu = 0, crit_cycle = -1, fill_p2p = 0, gpu_crit = 0;
   int crit = 0;
   for (int s = 0; s < pp; ++s) {
     const auto& x = sc[s];
-    const double u =
+    const double gpu =
         cost.overlapped_time_s(x.fwd_s + x.bwd_s + x.rec_s, x.tp_s + x.ep_s + x.cp_s, x.dp_stream_s,
                                std::max(x.h2d_stream_s, x.d2h_stream_s)) +
         x.first_fetch_s;
+    // The host issues a micro-batch's work ahead of the GPU; where it takes longer than the GPU
+    // runs, the GPU waits for it (its collectives run while the host issues).
+    const double u = std::max(gpu, x.host_issue_s);
     // In the steady state every micro-batch waits once for a pipeline transfer: the round trip
     // of an activation and its gradient spans two micro-batch cycles.
     const double cycle = u + 0.5 * (x.p2p_fwd_s + x.p2p_bwd_s);
     est.stages[s].time_per_microbatch_s = u;
-    sum_u += u;
+    sum_gpu += gpu;
     fill_p2p += (x.p2p_fwd_s + x.p2p_bwd_s) / v;
-    if (cycle > crit_cycle) crit_cycle = cycle, crit = s;
+    if (cycle > crit_cycle) crit_cycle = cycle, crit = s, gpu_crit = gpu;
   }
   const double u_crit = est.stages[crit].time_per_microbatch_s;
   // The slowest stage sets the pace of the m micro-batches; the others' passes fill and drain
-  // the pipeline, in chunks of 1/v of a stage under the interleaved schedule.
-  const double bubble = (sum_u - u_crit) / v;
+  // the pipeline, in chunks of 1/v of a stage under the interleaved schedule. Their GPU time
+  // only: a host that paces a stage issues its next micro-batches while it waits for the
+  // pipeline to fill, as the simulator's run of the Program shows.
+  const double bubble = (sum_gpu - gpu_crit) / v;
   const double pipeline = M * crit_cycle + bubble + fill_p2p;
 
   // After its last backward each stage reduces gradients and steps the optimizer. Stage s's
@@ -62,7 +67,10 @@ Estimate estimate(const CostModel& cost) {
   {
     const auto& x = sc[crit];
     const double busy = x.fwd_s + x.bwd_s + x.rec_s + x.tp_s + x.ep_s + x.cp_s;
-    const double hidden = u_crit - busy;
+    // The pass beyond its kernels and critical collectives: side-stream traffic that was not
+    // hidden, then what the GPU waited for the host to issue.
+    const double host_wait = u_crit - gpu_crit;
+    const double hidden = gpu_crit - busy;
     tb.compute_s = M * (x.fwd_s + x.bwd_s);
     tb.recompute_s = M * x.rec_s;
     tb.tp_comm_s = M * x.tp_s;
@@ -70,6 +78,7 @@ Estimate estimate(const CostModel& cost) {
     tb.cp_comm_s = M * x.cp_s;
     (x.dp_stream_s >= std::max(x.h2d_stream_s, x.d2h_stream_s) ? tb.dp_comm_s : tb.offload_s) +=
         M * hidden;
+    tb.host_s = M * host_wait;
     tb.pp_comm_s = M * (crit_cycle - u_crit) + fill_p2p;
     tb.bubble_s = bubble;
   }
@@ -92,6 +101,7 @@ Estimate estimate(const CostModel& cost) {
 
   const ModelSpec& m = cost.model();
   est.moe = m.moe.enabled();
+  est.host_modelled = cost.framework().host_issue_modelled();
   est.tokens_per_s = double(p.global_batch) * m.seq_len / est.iteration_time_s;
   est.tflops_per_gpu =
       model_flops_per_iteration(m, p.global_batch) / est.iteration_time_s / p.world_size() / 1e12;
@@ -155,6 +165,8 @@ nlohmann::json to_json(const Estimate& e, bool context_parallel) {
   // Context parallelism's part, only where the plan splits the sequence (a plan without it
   // reports as before).
   if (context_parallel) j["time_breakdown_s"]["cp_comm"] = t.cp_comm_s;
+  // Only where the framework states its host time (a plan under any other prints as before).
+  if (e.host_modelled) j["time_breakdown_s"]["host"] = t.host_s;
   return j;
 }
 

@@ -295,6 +295,7 @@ class Analyzer {
     sc.fwd_s += lc.fwd_s;
     sc.bwd_s += lc.bwd_s;
     sc.rec_s += lc.rec_s;
+    sc.host_issue_s += c_.host_issue_layer_s(st);
     double tp = lc.tp_fwd_s + lc.tp_bwd_s + lc.tp_rec_s;
     double tp_bwd = lc.tp_bwd_s + lc.tp_rec_s;
     // Samples move between ranks where the stream's holding changes (Program::reshard).

@@ -23,6 +23,9 @@ struct StageCost {
   double h2d_stream_s = 0, d2h_stream_s = 0;
   double first_fetch_s = 0;             // transfers nothing precedes (cannot prefetch)
   double p2p_fwd_s = 0, p2p_bwd_s = 0;  // activation / gradient sends, all chunks
+  // The framework's host time to issue the stage's layers (CostModel::host_issue_layer_s):
+  // the GPU cannot finish a micro-batch sooner.
+  double host_issue_s = 0;
   // After the last micro-batch.
   double reduce_exposed_s = 0;  // gradient reductions (and tied-embedding sum) not hidden
   double gather_s = 0;          // ZeRO-1/2 weight all-gather after the step

@@ -50,6 +50,12 @@ FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& so
     f.optimizer_bytes_per_param = o.get_double("bytes_per_param", 0.0, 1000.0, 0.0);
     o.reject_unknown();
   }
+  if (r.has("host")) {
+    auto h = r.object("host");
+    f.host_layer_forward_s = h.get_double("layer_forward_s", 0.0, 1.0, 0.0);
+    f.host_layer_backward_s = h.get_double("layer_backward_s", 0.0, 1.0, 0.0);
+    h.reject_unknown();
+  }
   r.reject_unknown();
   return f;
 }
@@ -73,7 +79,10 @@ nlohmann::json to_json(const FrameworkSpec& f) {
           {"loss",
            {{"forward_bytes_per_logit", f.loss_forward_bytes_per_logit},
             {"backward_bytes_per_logit", f.loss_backward_bytes_per_logit}}},
-          {"optimizer", {{"bytes_per_param", f.optimizer_bytes_per_param}}}};
+          {"optimizer", {{"bytes_per_param", f.optimizer_bytes_per_param}}},
+          {"host",
+           {{"layer_forward_s", f.host_layer_forward_s},
+            {"layer_backward_s", f.host_layer_backward_s}}}};
 }
 
 }  // namespace stratagem

@@ -123,7 +123,8 @@ int main(int argc, char** argv) {
     print_file("long-context rows of the H100 file, under their stand-in framework (cp > 1)", rows,
                std::vector<std::string>(rows.size()));
   }
-  print_h100_schema(calibration::small_jobs_file(), calibration::load_small_job_rows());
+  print_per_tp(
+      print_h100_schema(calibration::small_jobs_file(), calibration::load_small_job_rows()));
   print_h100_schema(calibration::moe_file(), calibration::load_moe_rows());
   print_per_tp(
       print_h100_schema(calibration::tp_one_node_file(), calibration::load_tp_one_node_rows()));

@@ -1,6 +1,7 @@
 // The published small jobs on one node (data/calibration/small-jobs.json): 125M-1.3B GPT
-// models on 8 GPUs of one node, in the schema of the H100 file, built as (model, cluster,
-// framework, plan) rows by the same loader.
+// models on 8 GPUs of one node at tp 1-8 (MosaicML and llm.c at tp 1, the Ultra-Scale
+// Playbook's nanotron runs at tp 1-8), in the schema of the H100 file, built as (model,
+// cluster, framework, plan) rows by the same loader.
 #pragma once
 #include <string>
 #include <vector>

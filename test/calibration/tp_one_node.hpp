@@ -1,8 +1,8 @@
-// Published runs with tensor parallelism inside one node (data/calibration/tp-one-node.json):
-// Megatron-LM 2019-2022 on V100 and the Ultra-Scale Playbook's nanotron runs on 8 H100, in the
-// schema of the H100 file, built by the same loader. Reported by bench_calibration per tp
-// degree; no test asserts their MAPE yet (issue 29: the cost of tp at small per-rank work is
-// not modelled).
+// Published runs with tensor parallelism inside one node on V100 (data/calibration/
+// tp-one-node.json): Megatron-LM 2019-2022, in the schema of the H100 file, built by the same
+// loader. Reported by bench_calibration per tp degree; no test asserts their MAPE: the V100
+// cluster file's efficiencies are the A100 file's (no V100 source), and the 2019 code's
+// strong-scaling loss at tp 2-8 is not identified (data/calibration/README.md).
 #pragma once
 #include <string>
 #include <vector>

@@ -4,6 +4,8 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
 
 #include "stratagem/cost.hpp"
 #include "stratagem/error.hpp"
@@ -318,4 +320,54 @@ BOOST_FIXTURE_TEST_CASE(framework_attention_kernel_selects_the_clusters_figure, 
       {"wgrad_accumulation_fused": true, "accumulation_bytes": 2}, "attention": {"kernel": "fa9"}})"),
                                         "x.json"),
                     InputError);
+}
+
+BOOST_FIXTURE_TEST_CASE(framework_host_issue_time_per_op_and_per_layer, Fixture) {
+  // A framework's host time per layer lies half on the attention block's op and half on the
+  // feed-forward's, in each phase; a fully recomputed forward is issued again. The Program's ops
+  // of a stage sum to the per-layer figure the estimator uses, per micro-batch.
+  FrameworkSpec fw;
+  fw.host_layer_forward_s = 1e-3;
+  fw.host_layer_backward_s = 2e-3;
+  for (const char* rc : {"none", "selective", "full"}) {
+    Plan p = plan;
+    for (LayerStrategy& s : p.layers) s.recompute = recompute_from(rc, "test");
+    CostModel cm(model, cluster, p, fw), plain(model, cluster, p);
+    const Program prog = build_program(model, p);
+    const StageProgram& sp = prog.stages[0];
+    double sum = 0;
+    std::set<int> layers;
+    for (const Op& op : sp.ops) {
+      BOOST_TEST(plain.host_issue_time_s(op) == 0);
+      const double h = cm.host_issue_time_s(op);
+      if (h > 0) {
+        BOOST_TEST((op.kind == OpKind::compute && op.layer >= 0));
+        BOOST_TEST((op.block == Block::attention || op.block == Block::mlp));
+        BOOST_TEST(h == (op.phase == Phase::backward ? 1e-3 : 0.5e-3), tt::tolerance(1e-12));
+        layers.insert(op.layer);
+      }
+      sum += h;
+    }
+    double per_mb = 0;
+    for (int l : layers) per_mb += cm.host_issue_layer_s(p.layers[l]);
+    BOOST_TEST_INFO(rc);
+    BOOST_TEST(layers.size() == size_t(model.layers / p.pp));
+    BOOST_TEST(sum == prog.num_microbatches * per_mb, tt::tolerance(1e-9));
+    BOOST_TEST(per_mb / layers.size() == (std::string(rc) == "full" ? 4e-3 : 3e-3),
+               tt::tolerance(1e-12));
+  }
+  // The JSON form: seconds in [0, 1], no other key; the nanotron file states its figure.
+  const FrameworkSpec back = framework_from_json(to_json(fw), "back.json");
+  BOOST_TEST(back.host_layer_forward_s == 1e-3);
+  BOOST_TEST(back.host_layer_backward_s == 2e-3);
+  for (const char* bad : {R"({"layer_forward_s": -1})", R"({"layer_s": 0.001})"})
+    BOOST_CHECK_THROW(
+        framework_from_json(nlohmann::json::parse(std::string(R"({"name": "x", "gradients":
+      {"wgrad_accumulation_fused": true, "accumulation_bytes": 2}, "host": )") +
+                                                  bad + "}"),
+                            "x.json"),
+        InputError);
+  BOOST_TEST(load_framework("nanotron").host_issue_modelled());
+  for (const char* name : {"stratagem", "megatron-core", "fsdp-eager", "llm.c"})
+    BOOST_TEST(!load_framework(name).host_issue_modelled());
 }

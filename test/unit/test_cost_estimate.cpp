@@ -11,7 +11,9 @@
 #include "stratagem/error.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/iteration.hpp"
+#include "stratagem/layout.hpp"
 #include "stratagem/program.hpp"
+#include "stratagem/simulate.hpp"
 #include "test/support/run.hpp"
 
 using namespace stratagem;
@@ -38,7 +40,7 @@ Setup gpt3(PlanShorthand s, int nodes = 128) {
 
 double sum_breakdown(const TimeBreakdown& t) {
   return t.compute_s + t.recompute_s + t.tp_comm_s + t.dp_comm_s + t.pp_comm_s + t.bubble_s +
-         t.offload_s + t.optimizer_s;
+         t.offload_s + t.optimizer_s + t.host_s;
 }
 }  // namespace
 
@@ -361,4 +363,37 @@ BOOST_AUTO_TEST_CASE(tp_comm_overlap_hides_what_the_gemm_covers) {
   const Estimate ep = estimate(plain), em = estimate(mc);
   BOOST_TEST(em.time.tp_comm_s < 0.5 * ep.time.tp_comm_s);
   BOOST_TEST(em.time.compute_s > ep.time.compute_s);  // the loss's extra traffic
+}
+
+BOOST_AUTO_TEST_CASE(host_issue_bounds_a_micro_batch_as_the_simulator_runs_it) {
+  // A framework whose host issues each layer slower than the GPU runs it: every micro-batch of a
+  // stage takes the host's time, the breakdown says the GPU waited for the host, and the
+  // simulator's run of the Program agrees.
+  PlanShorthand s;
+  s.tp = 8, s.pp = 4, s.dp = 1, s.global_batch = 16, s.sequence_parallel = true;
+  const Setup x = gpt3(s, 4);
+  FrameworkSpec fw;
+  fw.host_layer_forward_s = 0.1;
+  fw.host_layer_backward_s = 0.2;
+  CostModel plain(x.model, x.cluster, x.plan), hosted(x.model, x.cluster, x.plan, fw);
+  const Estimate a = estimate(plain), e = estimate(hosted);
+  const double per_mb = 24 * 0.3;  // 96 layers over 4 stages
+  BOOST_TEST(a.stages[0].time_per_microbatch_s < per_mb);
+  for (const StageEstimate& st : e.stages)
+    BOOST_TEST(st.time_per_microbatch_s == per_mb, tt::tolerance(1e-12));
+  BOOST_TEST(e.time.host_s > 0);
+  BOOST_TEST(a.time.host_s == 0);
+  BOOST_TEST(sum_breakdown(e.time) == e.iteration_time_s, tt::tolerance(1e-9));
+  BOOST_TEST(e.iteration_time_s >= 16 * per_mb);
+  const nlohmann::json j = to_json(e, false);
+  BOOST_TEST(j["time_breakdown_s"].contains("host"));
+  BOOST_TEST(!to_json(a, false)["time_breakdown_s"].contains("host"));
+  // The simulator runs the Program's ops as the host issues them.
+  const Program prog = build_program(x.model, x.plan);
+  const Layout L(x.plan, x.cluster);
+  const SimResult r = simulate(prog, L, x.cluster, CostModelCosts(hosted));
+  const double sim_s = double(r.makespan_ns) * 1e-9;
+  BOOST_TEST_INFO("estimate " << e.iteration_time_s << " s, simulate " << sim_s << " s");
+  BOOST_TEST(sim_s == e.iteration_time_s, tt::tolerance(0.02));
+  BOOST_TEST(r.host_issue);
 }

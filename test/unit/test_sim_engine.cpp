@@ -20,8 +20,10 @@ namespace {
 struct Injected : OpCosts {
   std::function<double(const Op&)> compute = [](const Op&) { return 0.0; };
   std::function<CommCost(const Op&, int rank)> comm = [](const Op&, int) { return CommCost{}; };
+  std::function<double(const Op&)> host = [](const Op&) { return 0.0; };
   int64_t ws = 0;
   double compute_time_s(const Op& op) const override { return compute(op); }
+  double host_issue_time_s(const Op& op) const override { return host(op); }
   CommCost comm_cost(const Op& op, const Layout&, int rank) const override {
     return comm(op, rank);
   }
@@ -165,6 +167,52 @@ BOOST_AUTO_TEST_CASE(bubble_accounting_sums_to_the_makespan) {
     BOOST_TEST(x.compute_ns == 4 * ns(3e-3));
     BOOST_TEST(x.bubble_ns == 1 * ns(3e-3));  // (p - 1) (tf + tb)
   }
+}
+
+// ---- the framework's host -------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(host_issue_paces_the_gpu_only_when_it_is_slower) {
+  // One stage of 2 layers: each attention forward costs 1 ms on the GPU, its backward 2 ms,
+  // and the host takes h to issue each of them (in program order, from the iteration's start).
+  const ModelSpec m = tiny_model(2);
+  const ClusterSpec c = small_cluster(1, 1);
+  const double tf = 1e-3, tb = 2e-3;
+  const int M = 4;
+  const Plan p = make_plan(m, c, 1, 1, 1, 1, M);
+  const Layout L(p, c);
+  const Program prog = build_program(m, p);
+  auto run = [&](double h, int iterations) {
+    Injected costs = textbook_costs(tf, tb);
+    costs.host = [h](const Op& op) {
+      return op.block == Block::attention && op.phase != Phase::recompute ? h : 0.0;
+    };
+    SimOptions o = opts();
+    o.iterations = iterations;
+    return simulate(prog, L, c, costs, o);
+  };
+  const int64_t gpu = M * 2 * ns(tf + tb);
+  const SimResult none = run(0, 1);
+  BOOST_TEST(none.makespan_ns == gpu);
+  BOOST_TEST(!none.host_issue);
+  BOOST_TEST(none.ranks[0].host_ns == 0);
+  // A host faster than the GPU only delays the first kernel.
+  const SimResult fast = run(0.5e-3, 1);
+  BOOST_TEST(fast.host_issue);
+  BOOST_TEST(fast.makespan_ns == ns(0.5e-3) + gpu);
+  BOOST_TEST(fast.ranks[0].host_ns == ns(0.5e-3));
+  // A host slower than every kernel: each runs as soon as it is issued; the last (a backward)
+  // ends 2 ms after the host has issued all 4M of them.
+  const double h = 5e-3;
+  const SimResult slow = run(h, 1);
+  BOOST_TEST(slow.makespan_ns == 4 * M * ns(h) + ns(tb));
+  const SimRankResult& x = slow.ranks[0];
+  BOOST_TEST(x.compute_ns == gpu);
+  BOOST_TEST(x.host_ns == slow.makespan_ns - gpu);
+  BOOST_TEST(x.compute_ns + x.recompute_ns + x.optimizer_ns + x.tp_ns + x.dp_ns + x.pp_ns +
+                 x.bubble_ns + x.offload_ns + x.ep_ns + x.cp_ns + x.host_ns ==
+             slow.makespan_ns);
+  // The host begins the next iteration once the rank has finished this one.
+  BOOST_TEST(run(h, 3).makespan_ns == 3 * slow.makespan_ns);
 }
 
 // ---- memory ---------------------------------------------------------------------------------
