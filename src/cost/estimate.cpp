@@ -67,15 +67,19 @@ Estimate estimate(const CostModel& cost) {
   {
     const auto& x = sc[crit];
     const double busy = x.fwd_s + x.bwd_s + x.rec_s + x.tp_s + x.ep_s + x.cp_s;
-    // The pass beyond its kernels and critical collectives: side-stream traffic that was not
-    // hidden, then what the GPU waited for the host to issue.
-    const double host_wait = u_crit - gpu_crit;
-    const double hidden = gpu_crit - busy;
+    // The pass beyond its kernels and critical collectives is side-stream traffic that was not
+    // hidden. Where the host paces the stage, everything beyond the kernels is the wait for it:
+    // the collectives run while the host issues the next ops.
+    const bool host_bound = u_crit > gpu_crit;
+    const double kernels = x.fwd_s + x.bwd_s + x.rec_s;
+    const double host_wait = host_bound ? u_crit - kernels : 0.0;
+    const double hidden = host_bound ? 0.0 : u_crit - busy;
+    const double exposed = host_bound ? 0.0 : M;
     tb.compute_s = M * (x.fwd_s + x.bwd_s);
     tb.recompute_s = M * x.rec_s;
-    tb.tp_comm_s = M * x.tp_s;
-    tb.ep_comm_s = M * x.ep_s;
-    tb.cp_comm_s = M * x.cp_s;
+    tb.tp_comm_s = exposed * x.tp_s;
+    tb.ep_comm_s = exposed * x.ep_s;
+    tb.cp_comm_s = exposed * x.cp_s;
     (x.dp_stream_s >= std::max(x.h2d_stream_s, x.d2h_stream_s) ? tb.dp_comm_s : tb.offload_s) +=
         M * hidden;
     tb.host_s = M * host_wait;
