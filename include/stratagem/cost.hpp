@@ -78,7 +78,7 @@ class CostModel {
   // Host (CPU) work of one rank: the node's FLOP/s and DRAM bandwidth are shared by its GPUs.
   double host_compute_time_s(double flops, double bytes) const;
   // Host time the framework spends issuing `op` before the GPU can run it
-  // (FrameworkSpec::host_layer_forward_s/_backward_s): a layer's figure for a phase, half on
+  // (FrameworkSpec::host_layer_forward_s/_backward_s()): a layer's figure for a phase, half on
   // its attention block's op and half on its feed-forward's (the MoE experts' op), which carry
   // the issue of the layer's other ops (norms, collectives, router). 0 for every other op.
   double host_issue_time_s(const Op& op) const;

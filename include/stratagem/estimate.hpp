@@ -21,7 +21,7 @@ struct TimeBreakdown {
   double optimizer_s = 0;
   double ep_comm_s = 0;  // exposed MoE all-to-alls (written for MoE models only)
   // GPU idle while the framework's host issues the work (written only for a framework that
-  // states its host time, FrameworkSpec::host_layer_forward_s).
+  // states its host time, FrameworkSpec::host_ops_per_layer_forward).
   double host_s = 0;
 };
 

@@ -44,15 +44,19 @@ struct FrameworkSpec {
   // HBM bytes per parameter of the optimizer step. 0: the Program's count (one fused pass: the
   // optimizer states and the weights read and written, the gradient read).
   double optimizer_bytes_per_param = 0;
-  // Host (CPU) time to issue one Transformer layer's forward, and its backward, on one rank for
-  // one micro-batch: Python, the framework's modules and autograd Functions, PyTorch's dispatch
-  // and the kernel and NCCL launches of the layer. The GPU runs behind the host: it idles when
-  // its work between two issues is shorter than the host's (small per-rank work under tensor
-  // parallelism). A recomputed forward is issued again. 0: not stated, the host is never the
-  // bottleneck (a fused runtime, or a framework whose figure is not known).
-  double host_layer_forward_s = 0;
-  double host_layer_backward_s = 0;
-  bool host_issue_modelled() const { return host_layer_forward_s > 0 || host_layer_backward_s > 0; }
+  // The host (CPU) work to issue one Transformer layer's forward, and its backward, on one rank
+  // for one micro-batch: the host operations the framework's code runs (torch ops, autograd
+  // Functions and nodes, kernel and NCCL launches, counted from the code) times the host time
+  // of one (Python, PyTorch's dispatch, the launch). The GPU runs behind the host: it idles
+  // when its work between two issues is shorter than the host's (small per-rank work under
+  // tensor parallelism). A recomputed forward is issued again. 0: not stated, the host is
+  // never the bottleneck (a fused runtime, or a framework whose count is not known).
+  double host_ops_per_layer_forward = 0;
+  double host_ops_per_layer_backward = 0;
+  double host_seconds_per_op = 0;
+  double host_layer_forward_s() const { return host_ops_per_layer_forward * host_seconds_per_op; }
+  double host_layer_backward_s() const { return host_ops_per_layer_backward * host_seconds_per_op; }
+  bool host_issue_modelled() const { return host_layer_forward_s() + host_layer_backward_s() > 0; }
 };
 
 // Loads a built-in framework by name (data/frameworks/<name>.json) or a JSON file path.

@@ -164,20 +164,20 @@ double CostModel::host_issue_time_s(const Op& op) const {
   if (!attention && op.block != Block::mlp && op.block != Block::experts) return 0;
   switch (op.phase) {
     case Phase::forward:
-      return 0.5 * framework_.host_layer_forward_s;
+      return 0.5 * framework_.host_layer_forward_s();
     case Phase::backward:
-      return 0.5 * framework_.host_layer_backward_s;
+      return 0.5 * framework_.host_layer_backward_s();
     case Phase::recompute:
       // Selective recompute re-runs only the attention core: a few kernels, not the layer.
-      return op.recompute == Recompute::full ? 0.5 * framework_.host_layer_forward_s : 0;
+      return op.recompute == Recompute::full ? 0.5 * framework_.host_layer_forward_s() : 0;
     default:
       return 0;
   }
 }
 
 double CostModel::host_issue_layer_s(const LayerStrategy& s) const {
-  const double again = s.recompute == Recompute::full ? framework_.host_layer_forward_s : 0;
-  return framework_.host_layer_forward_s + framework_.host_layer_backward_s + again;
+  const double again = s.recompute == Recompute::full ? framework_.host_layer_forward_s() : 0;
+  return framework_.host_layer_forward_s() + framework_.host_layer_backward_s() + again;
 }
 
 double CostModel::block_time_s(const BlockWork& w) const {

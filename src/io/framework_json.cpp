@@ -52,8 +52,9 @@ FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& so
   }
   if (r.has("host")) {
     auto h = r.object("host");
-    f.host_layer_forward_s = h.get_double("layer_forward_s", 0.0, 1.0, 0.0);
-    f.host_layer_backward_s = h.get_double("layer_backward_s", 0.0, 1.0, 0.0);
+    f.host_ops_per_layer_forward = h.get_double("ops_per_layer_forward", 0.0, 1e5, 0.0);
+    f.host_ops_per_layer_backward = h.get_double("ops_per_layer_backward", 0.0, 1e5, 0.0);
+    f.host_seconds_per_op = h.get_double("seconds_per_op", 0.0, 0.01, 0.0);
     h.reject_unknown();
   }
   r.reject_unknown();
@@ -81,8 +82,9 @@ nlohmann::json to_json(const FrameworkSpec& f) {
             {"backward_bytes_per_logit", f.loss_backward_bytes_per_logit}}},
           {"optimizer", {{"bytes_per_param", f.optimizer_bytes_per_param}}},
           {"host",
-           {{"layer_forward_s", f.host_layer_forward_s},
-            {"layer_backward_s", f.host_layer_backward_s}}}};
+           {{"ops_per_layer_forward", f.host_ops_per_layer_forward},
+            {"ops_per_layer_backward", f.host_ops_per_layer_backward},
+            {"seconds_per_op", f.host_seconds_per_op}}}};
 }
 
 }  // namespace stratagem

@@ -327,8 +327,9 @@ BOOST_FIXTURE_TEST_CASE(framework_host_issue_time_per_op_and_per_layer, Fixture)
   // feed-forward's, in each phase; a fully recomputed forward is issued again. The Program's ops
   // of a stage sum to the per-layer figure the estimator uses, per micro-batch.
   FrameworkSpec fw;
-  fw.host_layer_forward_s = 1e-3;
-  fw.host_layer_backward_s = 2e-3;
+  fw.host_ops_per_layer_forward = 100;
+  fw.host_ops_per_layer_backward = 200;
+  fw.host_seconds_per_op = 1e-5;
   for (const char* rc : {"none", "selective", "full"}) {
     Plan p = plan;
     for (LayerStrategy& s : p.layers) s.recompute = recompute_from(rc, "test");
@@ -356,11 +357,12 @@ BOOST_FIXTURE_TEST_CASE(framework_host_issue_time_per_op_and_per_layer, Fixture)
     BOOST_TEST(per_mb / layers.size() == (std::string(rc) == "full" ? 4e-3 : 3e-3),
                tt::tolerance(1e-12));
   }
-  // The JSON form: seconds in [0, 1], no other key; the nanotron file states its figure.
+  // The JSON form: counts and seconds per op in range, no other key; nanotron states them.
   const FrameworkSpec back = framework_from_json(to_json(fw), "back.json");
-  BOOST_TEST(back.host_layer_forward_s == 1e-3);
-  BOOST_TEST(back.host_layer_backward_s == 2e-3);
-  for (const char* bad : {R"({"layer_forward_s": -1})", R"({"layer_s": 0.001})"})
+  BOOST_TEST(back.host_layer_forward_s() == 1e-3, tt::tolerance(1e-12));
+  BOOST_TEST(back.host_layer_backward_s() == 2e-3, tt::tolerance(1e-12));
+  for (const char* bad :
+       {R"({"ops_per_layer_forward": -1})", R"({"seconds_per_op": 0.5})", R"({"layer_s": 0.001})"})
     BOOST_CHECK_THROW(
         framework_from_json(nlohmann::json::parse(std::string(R"({"name": "x", "gradients":
       {"wgrad_accumulation_fused": true, "accumulation_bytes": 2}, "host": )") +

@@ -373,8 +373,9 @@ BOOST_AUTO_TEST_CASE(host_issue_bounds_a_micro_batch_as_the_simulator_runs_it) {
   s.tp = 8, s.pp = 4, s.dp = 1, s.global_batch = 16, s.sequence_parallel = true;
   const Setup x = gpt3(s, 4);
   FrameworkSpec fw;
-  fw.host_layer_forward_s = 0.1;
-  fw.host_layer_backward_s = 0.2;
+  fw.host_ops_per_layer_forward = 100;
+  fw.host_ops_per_layer_backward = 200;
+  fw.host_seconds_per_op = 1e-3;
   CostModel plain(x.model, x.cluster, x.plan), hosted(x.model, x.cluster, x.plan, fw);
   const Estimate a = estimate(plain), e = estimate(hosted);
   const double per_mb = 24 * 0.3;  // 96 layers over 4 stages
