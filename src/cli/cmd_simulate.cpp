@@ -37,8 +37,9 @@ void print_result(const nlohmann::json& j, const SimResult& r, const ModelSpec& 
   std::printf("time per iteration (s, mean over ranks):\n");
   const double it = j["iteration_time_s"].get<double>();
   for (const char* k : {"compute", "recompute", "tp_comm", "ep_comm", "cp_comm", "dp_comm",
-                        "pp_comm", "bubble", "offload", "optimizer"}) {
-    // ep_comm: only for MoE models; cp_comm: only under cp.
+                        "pp_comm", "bubble", "offload", "optimizer", "host"}) {
+    // ep_comm: only for MoE models; cp_comm: only under cp; host: only for a framework that
+    // states its host time.
     if (!j["time_breakdown_s"].contains(k)) continue;
     const double s = j["time_breakdown_s"][k].get<double>();
     std::printf("  %-12s %10.4f  %5.1f%%\n", k, s, it > 0 ? 100 * s / it : 0.0);
