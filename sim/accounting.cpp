@@ -11,7 +11,7 @@ void charge_gap(RankState& r, const StageData& sd, const Step& step, Time t) {
   if (gap <= 0) return;
   // Issued only now: the host was the last thing the kernel waited for.
   if (sd.host_issue && r.host_iteration == r.iteration[int(Stream::compute)] &&
-      r.host_origin + step.issue_ns == t) {
+      r.host_origin + sd.issue_ns[step.op] == t) {
     r.busy_and_waits[kHost] += gap;
     return;
   }

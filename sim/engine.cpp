@@ -306,7 +306,7 @@ void Engine::advance(RankState& r, Time t) {
       while (!r.running[s] && !stream_done(r, sd, s, iterations_)) {
         const Step& step = sd.steps[s][r.position[s]];
         if (!head_ready(r, sd, s, step)) break;
-        if (sd.host_issue && !host_issued(r, s, step, t)) break;
+        if (sd.host_issue && !host_issued(r, sd, s, step, t)) break;
         // Memory events at one instant follow program order, as the rank issues them: an
         // alloc on another stream that the Program puts before this free (a reload emitted
         // before the buffers it outlives go) happens first, and the peak holds both, as the
@@ -330,9 +330,9 @@ void Engine::advance(RankState& r, Time t) {
 // Whether the host has issued `step` (at the head of stream s) by t; if not, a wake-up at the
 // time it will have. The host issues an iteration's ops in program order from when the rank
 // finished the iteration before (StageData::host_issue).
-bool Engine::host_issued(RankState& r, int s, const Step& step, Time t) {
+bool Engine::host_issued(RankState& r, const StageData& sd, int s, const Step& step, Time t) {
   if (r.iteration[s] != r.host_iteration) return r.iteration[s] < r.host_iteration;
-  const Time issue = r.host_origin + step.issue_ns;
+  const Time issue = r.host_origin + sd.issue_ns[step.op];
   if (issue <= t) return true;
   if (r.host_wake != issue) {
     r.host_wake = issue;

@@ -93,7 +93,7 @@ class Engine final : private FlowOwners {
     if (!inline_) mark_dirty(r);
   }
   void start_compute(RankState& r, const Step& step, Time t);
-  bool host_issued(RankState& r, int s, const Step& step, Time t);
+  bool host_issued(RankState& r, const StageData& sd, int s, const Step& step, Time t);
   // Once every stream of r has finished the host's iteration, the host begins the next at t.
   static void host_next_iteration(RankState& r, const StageData& sd, Time t) {
     for (int s = 0; s < kStreams; ++s)

@@ -164,6 +164,7 @@ class StageIndexer {
     sd.op_count = uint32_t(sp.ops.size());
     sd.position_of.resize(sd.op_count);
     sd.stream_of.resize(sd.op_count);
+    sd.issue_ns.resize(sd.op_count);
     // Each stream's length first: its steps are then written in place (growing the vectors
     // copied every step about once more, a fifth of the indexing time at pp 16).
     std::array<uint32_t, kStreams> count{};
@@ -207,7 +208,7 @@ class StageIndexer {
       host_ns_ += host;
       if (host > 0) sd_.host_issue = true;
     }
-    step.issue_ns = host_ns_;
+    sd_.issue_ns[i] = host_ns_;
     last_on_[st] = i;
     sd_.steps[st].push_back(step);
   }
@@ -305,6 +306,7 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
     StageData& sd = stages[s];
     StageIndexer indexer(sd, prog.stages[s], s, costs, compute_ns_memo);
     for (uint32_t i = 0; i < sd.op_count; ++i) indexer.add(i);
+    if (!sd.host_issue) std::vector<Time>().swap(sd.issue_ns);
     // Group keys are stored in a byte per op.
     if (sd.group_keys.size() > 250)
       throw std::runtime_error("simulate: too many distinct groups in a stage");

@@ -42,9 +42,6 @@ struct Step {
     Time compute_ns = 0;  // compute / host_compute duration
     int64_t mem_bytes;    // alloc/free: the buffer's bytes
   };
-  // When the framework's host has issued the op, from the start of the rank's iteration: the
-  // host issue times (OpCosts::host_issue_time_s) of the ops up to it in program order.
-  Time issue_ns = 0;
 };
 
 // A dependency as (position << 3 | stream), the form the readiness check compares.
@@ -76,7 +73,11 @@ struct StageData {
   std::vector<std::array<int32_t, kStreams>> anchors;
   std::vector<int> class_rep;  // representative rank of each class (filled by init_ranks)
   int64_t workspace_bytes = 0;
-  bool host_issue = false;  // some op has a host issue time: the engine paces ops by it
+  // [op]: when the framework's host has issued it, from the start of the rank's iteration: the
+  // host issue times (OpCosts::host_issue_time_s) of the ops up to it in program order. Empty
+  // when no op has one (host_issue false): the host keeps ahead and nothing waits for it.
+  std::vector<Time> issue_ns;
+  bool host_issue = false;
 };
 
 inline const Step& step_of(const StageData& sd, uint32_t op) {
