@@ -25,7 +25,8 @@ const char* kClusterHelp =
     "  --nodes N                number of nodes [the cluster file's]\n"
     "  --gpus-per-node N        a job on N of each node's GPUs (shared links and host divided)\n";
 const char* kFrameworkHelp =
-    "  --framework NAME|FILE.json  training software (data/frameworks) [stratagem]\n";
+    "  --framework NAME|FILE.json  training software [stratagem]; built in: megatron-core,\n"
+    "                           megatron-lm-2021, fsdp-eager, llm.c, nanotron\n";
 const char* kPlanHelp =
     "  --plan FILE              a plan JSON (as written by plan check -o or search -o), or:\n"
     "  --tp N --pp N --dp N --micro-batch N --global-batch N --vpp N --zero 0-3\n"
