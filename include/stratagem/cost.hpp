@@ -83,7 +83,7 @@ class CostModel {
   // the issue of the layer's other ops (norms, collectives, router). 0 for every other op.
   double host_issue_time_s(const Op& op) const;
   // The same for one layer of strategy `s` over one micro-batch: forward, backward and what
-  // its recompute issues again (the estimator's sum of host_issue_time_s).
+  // its recompute issues again, summed over the ops host_issue_time_s charges (the estimator's).
   double host_issue_layer_s(const LayerStrategy& s) const;
   // Kernels of the LM head: the logits GEMM (b*s, V/tp, h) (forward) or its two gradient GEMMs
   // (backward), and the loss.

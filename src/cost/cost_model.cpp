@@ -176,8 +176,18 @@ double CostModel::host_issue_time_s(const Op& op) const {
 }
 
 double CostModel::host_issue_layer_s(const LayerStrategy& s) const {
-  const double again = s.recompute == Recompute::full ? framework_.host_layer_forward_s() : 0;
-  return framework_.host_layer_forward_s() + framework_.host_layer_backward_s() + again;
+  if (!framework_.host_issue_modelled()) return 0;  // the search's estimator: nothing to add
+  // The ops that carry a layer's host time, in each phase (the rule is host_issue_time_s's).
+  Op op;
+  op.layer = 0;
+  op.recompute = s.recompute;
+  double t = 0;
+  for (Block b : {Block::attention, Block::mlp})
+    for (Phase ph : {Phase::forward, Phase::backward, Phase::recompute}) {
+      op.block = b, op.phase = ph;
+      t += host_issue_time_s(op);
+    }
+  return t;
 }
 
 double CostModel::block_time_s(const BlockWork& w) const {

@@ -74,12 +74,12 @@ Estimate estimate(const CostModel& cost) {
     const double kernels = x.fwd_s + x.bwd_s + x.rec_s;
     const double host_wait = host_bound ? u_crit - kernels : 0.0;
     const double hidden = host_bound ? 0.0 : u_crit - busy;
-    const double exposed = host_bound ? 0.0 : M;
+    const double exposed_mbs = host_bound ? 0.0 : M;  // micro-batches whose collectives show
     tb.compute_s = M * (x.fwd_s + x.bwd_s);
     tb.recompute_s = M * x.rec_s;
-    tb.tp_comm_s = exposed * x.tp_s;
-    tb.ep_comm_s = exposed * x.ep_s;
-    tb.cp_comm_s = exposed * x.cp_s;
+    tb.tp_comm_s = exposed_mbs * x.tp_s;
+    tb.ep_comm_s = exposed_mbs * x.ep_s;
+    tb.cp_comm_s = exposed_mbs * x.cp_s;
     (x.dp_stream_s >= std::max(x.h2d_stream_s, x.d2h_stream_s) ? tb.dp_comm_s : tb.offload_s) +=
         M * hidden;
     tb.host_s = M * host_wait;
