@@ -6,7 +6,7 @@ DEB_PACKAGES := openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools libeig
                 libboost-test-dev nlohmann-json3-dev python3-torch python3-h5py python3-numpy \
                 libopenblas0-pthread python3-pil chromium cmake g++ make
 
-.PHONY: deps build test test-long test-asan demo bench bench-gpu format clean fuzz fuzz-build
+.PHONY: deps build test test-long test-asan test-portability demo bench bench-gpu format clean fuzz fuzz-build
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -46,6 +46,11 @@ test-asan: deps
 	  ctest --output-on-failure -j $(JOBS) \
 	  -L 'unit|mpi|runtime' -LE long $(CTEST_ARGS)
 
+# The runtime and reference tests built for other instruction sets and run on other OpenBLAS
+# kernel paths (test/support/portability.sh): about an hour on 2 cores.
+test-portability: deps
+	BUILD=$(BUILD) JOBS=$(JOBS) bash test/support/portability.sh
+
 demo: deps build
 	STRATAGEM_BIN=$(CURDIR)/$(BUILD)/stratagem bash jobs/demo.sh
 
@@ -61,4 +66,4 @@ format:
 	find src include sim test -name '*.[ch]pp' -o -name '*.cu' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-fuzz build-asan
+	rm -rf $(BUILD) $(BUILD)-fuzz build-asan $(BUILD)-port-*

@@ -210,7 +210,16 @@ struct CheckpointWriter {
                    {"tp", plan.embedding.tp},
                    {"dp", plan.embedding.dp},
                    {"zero", plan.embedding.zero}};
+    const AdamWConfig& adamw = ex.optimizer().config();
+    // The optimizer's settings: what a reader needs to bound how far two runs' weights may
+    // differ (test/runtime/tolerance.py), beside the step count its bias correction uses.
     meta.extra = {{"rng", "counter-based: samples are a function of (seed, step, sample index)"},
+                  {"optimizer",
+                   {{"kind", "adamw"},
+                    {"beta1", adamw.beta1},
+                    {"beta2", adamw.beta2},
+                    {"eps", adamw.eps},
+                    {"weight_decay", adamw.weight_decay}}},
                   {"optimizer_steps", ex.optimizer().steps_taken()},
                   {"skipped_nonfinite_steps", skipped_steps}};
     if (on_host(backend)) {

@@ -11,7 +11,7 @@ set -euo pipefail
 BIN=${STRATAGEM_BIN:?set STRATAGEM_BIN}
 HERE=$(cd "$(dirname "$0")" && pwd)
 DATA=$HERE/../data
-WORK=$(mktemp -d /tmp/stratagem-interop.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}"/stratagem-interop.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 source "$(dirname "$0")/../cli_helpers.sh"
 

@@ -6,7 +6,7 @@
 # model as a dense one refusing it.
 set -euo pipefail
 BIN=${STRATAGEM_BIN:?set STRATAGEM_BIN}
-WORK=$(mktemp -d /tmp/stratagem-moe-model.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}"/stratagem-moe-model.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 source "$(dirname "$0")/../cli_helpers.sh"
 within() { python3 -c "import sys; sys.exit(0 if abs($1 - $2) / $2 < $3 else 1)"; }

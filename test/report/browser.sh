@@ -12,7 +12,7 @@ if [ -z "$CHROMIUM" ]; then
   echo "SKIP: chromium is not installed (make deps installs it: apt-get install chromium)"
   exit 77
 fi
-WORK=$(mktemp -d /tmp/stratagem-browser.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}"/stratagem-browser.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 export OMP_NUM_THREADS=1 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-1798761600}
 fail() { echo "FAIL: $*" >&2; exit 1; }

@@ -5,7 +5,7 @@
 # 2 with one line (missing file, another schema version, a search JSON without candidates).
 set -euo pipefail
 BIN=${STRATAGEM_BIN:?set STRATAGEM_BIN}
-WORK=$(mktemp -d /tmp/stratagem-report.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}"/stratagem-report.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)

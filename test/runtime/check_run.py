@@ -1,24 +1,50 @@
 """Checks of a parallel run against its serial twin (used by parallel_equals_serial.sh).
 
-  check_run.py losses SERIAL.jsonl PARALLEL.jsonl TOL
-  check_run.py weights SERIAL.h5 PARALLEL.h5 TOL     (checkpoints: full logical tensors;
+  check_run.py losses SERIAL.jsonl PARALLEL.jsonl TOL|derived SERIAL_CKPT.h5
+  check_run.py weights SERIAL.h5 PARALLEL.h5 TOL|derived SERIAL.jsonl
+  check_run.py final_loss A.jsonl B.jsonl derived CKPT.h5   (the last step's losses)
+                                                     (checkpoints: full logical tensors;
                                                       max absolute difference)
+  With `derived`, the tolerance follows from the arithmetic of the run (tolerance.py): the
+  model's reduction lengths, the number of steps, the learning rates and AdamW's state.
   check_run.py memory TRACE.h5 SIMULATE.json TOL      (measured vs forecast peak, per rank)
 """
 import json
+import math
+import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tolerance  # noqa: E402  (beside this file)
 
-def losses(a, b, tol):
+
+def losses(a, b, tol, checkpoint=None):
     x = [json.loads(l)["loss"] for l in open(a)]
     y = [json.loads(l)["loss"] for l in open(b)]
     assert len(x) == len(y) > 0, (x, y)
+    if tol == "derived":
+        model, plan, _, _ = tolerance.run_facts(checkpoint, a)
+        tol = tolerance.loss_rtol(model, plan, len(x))
     worst = max(abs(p - q) / abs(p) for p, q in zip(x, y))
-    assert worst <= tol, f"losses differ by {worst:.2e} > {tol}: {x} vs {y}"
-    return f"losses within {worst:.1e}"
+    assert worst <= tol, f"losses differ by {worst:.2e} > {tol:.2e}: {x} vs {y}"
+    return f"losses within {worst:.1e} (bound {tol:.1e})"
 
 
-def weights(a, b, tol):
+def final_loss(a, b, tol, checkpoint):
+    """The last logged losses of two runs (one of them resumed, perhaps on another layout)."""
+    x = json.loads(open(a).readlines()[-1])
+    y = json.loads(open(b).readlines()[-1])
+    assert x["step"] == y["step"], (x, y)
+    model, plan, _, _ = tolerance.run_facts(checkpoint, a)
+    tol = tolerance.loss_rtol(model, plan, x["step"])
+    err = abs(x["loss"] - y["loss"]) / abs(x["loss"])
+    assert err <= tol, f"step {x['step']} losses differ by {err:.2e} > {tol:.2e}: {x['loss']} vs {y['loss']}"
+    return f"step {x['step']} losses within {err:.1e} (derived bound {tol:.1e})"
+
+
+def weights(a, b, tol, log=None):
+    if tol == "derived":
+        return derived_weights(a, b, log)
     import h5py
     import numpy as np
     with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
@@ -36,6 +62,34 @@ def weights(a, b, tol):
                 worst, where = err, n
         assert worst <= tol, f"final weights differ: {where} by {worst:.2e} > {tol}"
     return f"{len(names)} weight tensors within {worst:.1e} ({where})"
+
+
+def derived_weights(a, b, log):
+    """Each element within the derived bound (tolerance.weight_atol) plus one ulp of its own
+    per step (each update rounds to the weight's precision); prints the worst element against
+    its bound."""
+    import h5py
+    import numpy as np
+    model, plan, _, lrs = tolerance.run_facts(a, log)
+    steps = len(lrs)
+    bound = tolerance.weight_atol(model, plan, lrs)
+    worst, where = 0.0, ""
+    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
+        names = []
+        fa["params"].visit(lambda n: names.append(n) if isinstance(fa["params"][n], h5py.Dataset) else None)
+        assert names, "no parameters in " + a
+        for n in names:
+            p = fa["params"][n][()].astype(np.float64)
+            q = fb["params"][n][()].astype(np.float64)
+            assert p.shape == q.shape, f"{n}: {p.shape} vs {q.shape}"
+            atol = bound + steps * 2 * tolerance.U * np.abs(p)
+            ratio = np.abs(p - q) / atol
+            i = int(ratio.argmax())
+            if ratio.flat[i] >= worst:
+                worst = float(ratio.flat[i])
+                where = f"{n}[{i}] by {abs(p.flat[i] - q.flat[i]):.2e} of {atol.flat[i]:.2e} allowed"
+    assert worst <= 1, f"final weights differ beyond the derived bound: {where}"
+    return f"{len(names)} weight tensors within the derived bound (worst {worst:.3f} of it: {where})"
 
 
 def memory(trace, forecast, tol):
@@ -88,8 +142,11 @@ def categories(trace, forecast_trace, tol, unasserted=()):
         100 * tol, " (printed only: %s)" % ", ".join(unasserted) if unasserted else "")
 
 if __name__ == "__main__":
-    kind, a, b, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-    if kind == "categories":  # optional 5th argument: comma-separated categories printed only
+    kind, a, b = sys.argv[1], sys.argv[2], sys.argv[3]
+    tol = sys.argv[4] if sys.argv[4] == "derived" else float(sys.argv[4])
+    if tol == "derived":
+        print({"losses": losses, "weights": weights, "final_loss": final_loss}[kind](a, b, tol, sys.argv[5]))
+    elif kind == "categories":  # optional 5th argument: comma-separated categories printed only
         print(categories(a, b, tol, tuple(filter(None, (sys.argv[5:] or [""])[0].split(",")))))
     else:
         print({"losses": losses, "weights": weights, "memory": memory}[kind](a, b, tol))

@@ -2,7 +2,7 @@
 set -euo pipefail
 BIN=${STRATAGEM_BIN:?set STRATAGEM_BIN}
 PY=${PY:-/usr/bin/python3}
-WORK=$(mktemp -d /tmp/stratagem-test.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}"/stratagem-test.XXXXXX)
 trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$WORK"' EXIT
 MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)

@@ -3,7 +3,7 @@
 # ranks in 2 cp chunks (rank r holds chunks r and 2 cp - 1 - r), attention by the ring (K,V
 # passed around, partial results merged by the online softmax, dK,dV sent back around), by the
 # all-gather of K,V, or by DeepSpeed-Ulysses' all-to-alls, beside tp, pp and dp with ZeRO-3.
-# Each case: losses over 5 steps to 1e-5 relative, final weights to 1e-5, and each memory
+# Each case: losses over 5 steps and final weights within the derived bounds, and each memory
 # category of the measured peak within 10% of the forecast (serial_twin.sh).
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/serial_twin.sh"
@@ -31,7 +31,8 @@ SERIAL=gpt case_ cp2_a2a_full 2 CPGPT "$B8" "" "--cp 2 --cp-kind a2a --dp 1 --re
 SERIAL=llama case_ cp2_allgather_gqa 2 CPLLAMA "$B8" "" "--cp 2 --cp-kind allgather --dp 1"
 # Checkpoints reshard across cp (a cp group's ranks hold the whole weights; ZeRO pieces are cut
 # over dp x cp): cp 2 x dp 2 with ZeRO-1 saved at step 5 resumes on one rank, and the serial run
-# saved at step 5 resumes under cp 4 (a2a); each step 6 equals the uninterrupted run's (1e-5).
+# saved at step 5 resumes under cp 4 (a2a); each step 6 equals the uninterrupted run's (within
+# the derived bound).
 ctrain() {  # np name flags...
   local np=$1 name=$2; shift 2
   timeout 120 "${MPIRUN[@]}" -np "$np" "$BIN" train "${CPGPT[@]}" $B8 --data "$WORK/data.bin" \
@@ -39,17 +40,17 @@ ctrain() {  # np name flags...
     fail "$name: $(tail -3 "$WORK/$name.log")"
 }
 step6() { losses "$1" | tail -n 1; }
-same6() {
-  $PY -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); assert abs(a - b) <= 1e-5 * abs(a), (a, b)' \
-    "$(step6 "$1")" "$(step6 "$2")" || fail "step 6: $(step6 "$1") vs $(step6 "$2")"
+same6() {  # a b checkpoint-of-the-same-model
+  $PY "$(dirname "$0")/check_run.py" final_loss "$1" "$2" derived "$3" ||
+    fail "step 6: $(step6 "$1") vs $(step6 "$2")"
 }
 ctrain 1 straight --dp 1
 ctrain 4 cfirst --cp 2 --dp 2 --zero 1 --ckpt-dir "$WORK/cck" --stop-after 5
 ctrain 1 csecond --dp 1 --ckpt-dir "$WORK/cck" --resume
 grep -q "resumed from .*step-00000005.h5 at step 5" "$WORK/csecond.log" || fail "no resume"
-same6 "$WORK/straight.jsonl" "$WORK/csecond.jsonl"
+same6 "$WORK/straight.jsonl" "$WORK/csecond.jsonl" "$WORK/cck/step-00000005.h5"
 echo "ok: cp 2 x dp 2 ZeRO-1 -> serial: step 6 loss $(step6 "$WORK/csecond.jsonl")"
 ctrain 1 sfirst --dp 1 --ckpt-dir "$WORK/sck" --stop-after 5
 ctrain 4 ssecond --cp 4 --cp-kind a2a --dp 1 --ckpt-dir "$WORK/sck" --resume
-same6 "$WORK/straight.jsonl" "$WORK/ssecond.jsonl"
+same6 "$WORK/straight.jsonl" "$WORK/ssecond.jsonl" "$WORK/sck/step-00000005.h5"
 echo "ok: serial -> cp 4 a2a: step 6 loss $(step6 "$WORK/ssecond.jsonl")"

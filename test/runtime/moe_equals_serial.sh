@@ -6,8 +6,8 @@
 # parallelism (each tp rank routes its 1/tp token slice; the router's gradient and the
 # load-balancing loss's sums are summed over tp) and expert tensor parallelism (each expert's
 # fc1 column- and fc2 row-sharded over expert_tp, the rows all-gathered and the outputs
-# reduce-scattered there). Losses over 5 steps within 1e-5 relative, final weights within
-# 1e-5 (checkpoints hold each expert whole), each memory category within 10% of the
+# reduce-scattered there). Losses over 5 steps and final weights within the bounds derived from
+# the arithmetic (tolerance.py; checkpoints hold each expert whole), each memory category within 10% of the
 # forecast; and checkpoints of ep 2, of ZeRO-3 over dp 4 ep 2 and of ep 2 x etp 2 resume on
 # one rank. The issue's six flag sets run as it writes them, dp filling the ranks: ep4,
 # ep2_dp2_z1_np2, tp2_ep2_etp2, pp2_ep2, ep2_etp2 and ep4_z3; a plan whose two MoE layers
@@ -68,7 +68,8 @@ reshard() {
   train_ 1 "${name}second" --dp 1 --resume
   grep -q "resumed from .*step-00000003.h5 at step 3" "$WORK/${name}second.log" ||
     fail "$name: no resume"
-  check weights "$WORK/ep2.serial/step-00000005.h5" "$WORK/rck/step-00000005.h5" 1e-5
+  check weights "$WORK/ep2.serial/step-00000005.h5" "$WORK/rck/step-00000005.h5" derived \
+    "$WORK/ep2.serial.jsonl"
   echo "ok: $name ($*) -> 1 rank reshard"
 }
 reshard ep2 2 --dp 2 --ep 2
@@ -96,29 +97,28 @@ reshard dp4_ep2_z3 4 --dp 4 --ep 2 --zero 3
 # issue's --tp 2 --ep 2 (etp defaults to tp, Megatron-Core's rule) asks for 4 expert ranks: it
 # runs on 4 (tp2_ep2_etp2 below); on 2 ranks the plan refuses it, so the 2-rank run names etp 1.
 # (Every case's serial twin is the same one-rank run: ep2's.)
-# Weights to 2e-5 under tp, as tp2_ep2_etp2 below and for the same reason: each tp rank's
-# router sums a slice of the tokens, and AdamW's first step, lr x g / (|g| + 1e-8), turns the
-# last bits of a near-zero cancelling gradient into ~1e-5 of weight. Measured: 9.6e-6 in the
-# Release build, 1.04e-5 (layers.0.mlp.experts.2.fc2.weight) in `make test-asan`'s build.
-SERIAL=ep2 WEIGHTS_TOL=2e-5 case_ tp2_ep2 4 MOE "$B8" "" "--tp 2 --dp 2 --ep 2 --etp 1 $EP2"
+# Under tp each tp rank's router sums a slice of the tokens, and AdamW's first step,
+# lr x g / (|g| + 1e-8), turns the last bits of a near-zero cancelling gradient into ~1e-5 of
+# weight: the derived per-element bound allows exactly such elements (tiny second moment) to
+# move by up to 2 lr per step, and holds every well-resolved one tight.
+SERIAL=ep2 case_ tp2_ep2 4 MOE "$B8" "" "--tp 2 --dp 2 --ep 2 --etp 1 $EP2"
 covered tp2_ep2
-SERIAL=ep2 WEIGHTS_TOL=2e-5 case_ tp2_ep2_np2 2 MOE "$B8" "" \
+SERIAL=ep2 case_ tp2_ep2_np2 2 MOE "$B8" "" \
   "--tp 2 --ep 2 --etp 1 $EP2"
 covered tp2_ep2_np2
 # Under sequence parallelism (Megatron-Core's layout for MoE with tp): each tp rank's slice is
 # its sequence shard, the tp collectives around the block an all-gather and a reduce-scatter.
-SERIAL=ep2 WEIGHTS_TOL=2e-5 case_ tp2_ep2_sp 4 MOE "$B8" "" \
+SERIAL=ep2 case_ tp2_ep2_sp 4 MOE "$B8" "" \
   "--tp 2 --dp 2 --ep 2 --etp 1 --sequence-parallel $EP2"
 covered tp2_ep2_sp
 # tp 2 with etp at its default, tp (Megatron-Core's rule): experts sharded over the tp ranks;
 # the issue's flags as written, dp filling the 4 ranks.
-# Weights to 2e-5, not 1e-5: one element of 100k, layers.1.mlp.experts.0.fc2.weight[49, 23],
-# has a step-1 gradient of -2.0e-9 (a cancelling sum; typical entries are 1e-4) that this
-# run's reordered sums give as -2.2e-9; AdamW's first step, lr x g / (|g| + 1e-8), turns that
-# into 1.12e-5 of weight, carried unchanged to step 5 (every other element agrees within
-# 6e-8). The same element is the worst of every case here: 8.0e-6 at ep2, 9.6e-6 at tp2_ep2,
-# and even plain --dp 2 without experts' parallelism moves it by 2.4e-6.
-SERIAL=ep2 WEIGHTS_TOL=2e-5 case_ tp2_ep2_etp2 4 MOE "$B8" "" \
+# One element of 100k, layers.1.mlp.experts.0.fc2.weight[49, 23], has a step-1 gradient of
+# -2.0e-9 (a cancelling sum; typical entries are 1e-4) that this run's reordered sums give as
+# -2.2e-9; AdamW's first step, lr x g / (|g| + 1e-8), turns that into 1.12e-5 of weight,
+# carried unchanged to step 5 (every other element agrees within 6e-8). A fixed 1e-5 failed on
+# it; the derived bound gives it, with its tiny second moment, the 2 lr per step it may take.
+SERIAL=ep2 case_ tp2_ep2_etp2 4 MOE "$B8" "" \
   "--tp 2 --ep 2 $EP2"
 covered tp2_ep2_etp2
 # Expert tensor parallelism beside plain data parallelism (expert_dp 1).

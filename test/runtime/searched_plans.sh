@@ -3,13 +3,13 @@
 # `stratagem train --plan plan.json` runs it unchanged on the ranks it was searched for.
 # H3T's case, scaled down: a per-rank budget so tight that only offload and recompute make the
 # model fit. The searched plan must offload and recompute; stripped of either, the estimator
-# puts it over the budget. Trained, it equals the serial run (losses and weights 1e-5, 5 steps), and
+# puts it over the budget. Trained, it equals the serial run (losses and weights within the derived bounds, 5 steps), and
 # `stratagem compare` sets the simulator's forecast and the measurement side by side.
 # Galvatron-BMW's case, scaled down: the full per-layer space on 8 ranks (2 nodes of cpu-local)
 # under a budget tight enough that the searched plan mixes strategies across layers (ZeRO
 # stage, activation and weight offload per layer); each uniform plan made of one of its
 # layers' strategies is over the budget or slower by the estimator. Trained unchanged, it
-# equals the serial run (losses and weights 1e-5) and the forecast's peaks per category (10%).
+# equals the serial run (losses and weights within the derived bounds) and the forecast's peaks per category (10%).
 source "$(dirname "$0")/common.sh"
 M=(--layers 8 --hidden 128 --heads 4 --vocab 512 --seq-len 64)
 BUDGET_GIB=0.01
@@ -50,10 +50,11 @@ run() {  # name np flags...
 }
 run searched 4 --plan "$WORK/plan.json" --trace "$WORK/run.h5" --ckpt-dir "$WORK/searched"
 run serial 1 --global-batch 8 --micro-batch 2 --dp 1 --recompute full --ckpt-dir "$WORK/serial"
-$PY "$(dirname "$0")/check_run.py" losses "$WORK/serial.jsonl" "$WORK/searched.jsonl" 1e-5 ||
+$PY "$(dirname "$0")/check_run.py" losses "$WORK/serial.jsonl" "$WORK/searched.jsonl" derived \
+  "$WORK/serial/step-00000005.h5" ||
   fail "the searched plan's losses differ from the serial run's"
 $PY "$(dirname "$0")/check_run.py" weights "$WORK/serial/step-00000005.h5" \
-  "$WORK/searched/step-00000005.h5" 1e-5 || fail "the searched H3T plan's weights differ"
+  "$WORK/searched/step-00000005.h5" derived "$WORK/serial.jsonl" || fail "the searched H3T plan's weights differ"
 $PY -c 'import h5py,sys; print(h5py.File(sys.argv[1],"r").attrs["cluster"])' "$WORK/run.h5" \
   >"$WORK/cluster.json"
 "$BIN" simulate "${M[@]}" --cluster "$WORK/cluster.json" --plan "$WORK/plan.json" --json \
@@ -109,10 +110,11 @@ PY
 done
 run galvatron 8 --plan "$WORK/galvatron.json" --trace "$WORK/galvatron.h5" --ckpt-dir "$WORK/galvatron"
 run galvatron.serial 1 --global-batch 32 --micro-batch 4 --dp 1 --ckpt-dir "$WORK/galvatron.serial"
-$PY "$(dirname "$0")/check_run.py" losses "$WORK/galvatron.serial.jsonl" "$WORK/galvatron.jsonl" 1e-5 ||
+$PY "$(dirname "$0")/check_run.py" losses "$WORK/galvatron.serial.jsonl" "$WORK/galvatron.jsonl" derived \
+  "$WORK/galvatron.serial/step-00000005.h5" ||
   fail "the searched mixed plan's losses differ from the serial run's"
 $PY "$(dirname "$0")/check_run.py" weights "$WORK/galvatron.serial/step-00000005.h5" \
-  "$WORK/galvatron/step-00000005.h5" 1e-5 || fail "the searched mixed plan's weights differ"
+  "$WORK/galvatron/step-00000005.h5" derived "$WORK/galvatron.serial.jsonl" || fail "the searched mixed plan's weights differ"
 $PY -c 'import h5py,sys; print(h5py.File(sys.argv[1],"r").attrs["cluster"])' "$WORK/galvatron.h5" \
   >"$WORK/galvatron.cluster.json"
 "$BIN" simulate "${M[@]}" --cluster "$WORK/galvatron.cluster.json" --plan "$WORK/galvatron.json" \
@@ -131,7 +133,7 @@ echo "ok: Galvatron-BMW case: searched a per-layer mixed plan, trained, compared
 # Under this budget the full-space search mixes tp 1 and tp 2 layers with sequence parallelism,
 # with a last layer in another (tp, dp) than the LM head's: both were refused before the
 # Program resharded into the head and sequence-parallel layers were resharded as tp 1's
-# stream. Trained unchanged, it equals the serial run (losses and weights 1e-5).
+# stream. Trained unchanged, it equals the serial run (losses and weights within the derived bounds).
 S_BUDGET_GIB=0.012
 "$BIN" search "${M[@]}" --cluster cpu-local --nodes 2 --global-batch 16 --dtype fp32 \
   --memory-budget-gib $S_BUDGET_GIB --space full --quiet -o "$WORK/sp.json" \
@@ -151,11 +153,14 @@ PY
 # (dg ~ 2e-10 on this model) then reaches 2e-5 at lr 1e-3 on a handful of the 1 M elements
 # (tp 2 x dp 4 uniform too; 1.4e-5 and 2.25e-5 under ASan), whichever element happens to sit
 # near eps. No reordered sum can meet 1e-5 there. At 1e-4 the amplifier is 10x smaller
-# (measured 8.2e-7); losses still fall 6.24 -> 5.68 over the 5 steps and are compared as before.
+# (measured 8.2e-7); losses still fall 6.24 -> 5.68 over the 5 steps. (The bounds are now
+# derived per element from AdamW's state, tolerance.py, which allows exactly such elements
+# their 2 lr per step.)
 run sp 8 --plan "$WORK/sp.json" --ckpt-dir "$WORK/sp" --lr 1e-4
 run sp.serial 1 --global-batch 16 --micro-batch 2 --dp 1 --ckpt-dir "$WORK/sp.serial" --lr 1e-4
-$PY "$(dirname "$0")/check_run.py" losses "$WORK/sp.serial.jsonl" "$WORK/sp.jsonl" 1e-5 ||
+$PY "$(dirname "$0")/check_run.py" losses "$WORK/sp.serial.jsonl" "$WORK/sp.jsonl" derived \
+  "$WORK/sp.serial/step-00000005.h5" ||
   fail "the searched plan with sequence parallelism differs from the serial run's losses"
 $PY "$(dirname "$0")/check_run.py" weights "$WORK/sp.serial/step-00000005.h5" \
-  "$WORK/sp/step-00000005.h5" 1e-5 || fail "the searched plan with sequence parallelism: weights"
+  "$WORK/sp/step-00000005.h5" derived "$WORK/sp.serial.jsonl" || fail "the searched plan with sequence parallelism: weights"
 echo "ok: searched plan with sequence parallelism beside per-layer tp trains, equal to serial"

@@ -5,7 +5,7 @@
 # simulations run concurrently) against --threads 1.
 set -euo pipefail
 BIN=${STRATAGEM_BIN:?set STRATAGEM_BIN}
-WORK=$(mktemp -d /tmp/stratagem-search.XXXXXX)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}"/stratagem-search.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)

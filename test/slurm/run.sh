@@ -16,7 +16,8 @@
 #      cluster, a data file that is not tokens) ends with exit 2, a clear message in the job
 #      log, and no requeue.
 # A subcommand the build lacks is a FAIL naming it, never a pass. Every daemon is stopped by PID
-# on exit, pass or fail, and the whole test keeps within SLURM_TEST_BUDGET_S (280 s).
+# on exit, pass or fail, and the whole test keeps within SLURM_TEST_BUDGET_S (1500 s; about
+# 100 s on an idle machine).
 # STRATAGEM_BIN: the binary under test. SLURM_TEST_KEEP=1 keeps the temporary folder;
 # SLURM_TEST_STEPS sets the training length; SLURM_TEST_TMP where the folder goes (/tmp).
 set -uo pipefail
@@ -25,7 +26,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 BIN=${STRATAGEM_BIN:-$REPO/build/stratagem}
 PY=/usr/bin/python3
 CHECK=("$PY" "$HERE/check.py")
-TEST_BUDGET_S=${SLURM_TEST_BUDGET_S:-280}   # below the CTest TIMEOUT so cleanup always runs
+TEST_BUDGET_S=${SLURM_TEST_BUDGET_S:-1500}  # below the CTest TIMEOUT so cleanup always runs
 STEPS=${SLURM_TEST_STEPS:-400}
 T0=$SECONDS
 
@@ -46,6 +47,11 @@ check() {
   fi
 }
 left() { echo $((TEST_BUDGET_S - (SECONDS - T0))); }
+# patience: how long a wait for an event may last: what is left of the budget, less the time the
+# EXIT trap needs to stop the daemons. Waits are for events (a state, a logged step), never for
+# a fixed time, so a loaded machine only makes them longer (issue 41: a load of 9 on 2 cores
+# failed the fixed 60 and 90 s waits).
+patience() { echo $(( $(left) - 30 )); }
 
 [ -x "$BIN" ] || { echo "FAIL: no stratagem binary at $BIN (set STRATAGEM_BIN)"; exit 1; }
 cluster_install
@@ -55,7 +61,7 @@ case $? in
   *) echo "FAIL: installing slurm-wlm and munge"; exit 1 ;;
 esac
 
-WORK=$(mktemp -d "${SLURM_TEST_TMP:-/tmp}/stratagem-slurm.XXXXXX")  # short: socket paths
+WORK=$(mktemp -d "${SLURM_TEST_TMP:-${TMPDIR:-/tmp}}/stratagem-slurm.XXXXXX")  # short: socket paths
 chmod 755 "$WORK"
 REF_PID=""      # the reference run: its own process group (setsid), so its mpirun goes with it
 BUDGET_PID=""
@@ -135,7 +141,7 @@ srun --mpi=pmix hostname | wc -l
 mpirun --allow-run-as-root -np "$SLURM_NTASKS" true && echo mpirun-ok
 EOF
 jid=$(submit -n 4 -o "$WORK/smoke.out" "$WORK/smoke.sh")
-wait_done "$jid" 60; st=$JOB_STATE
+wait_done "$jid" "$(patience)"; st=$JOB_STATE
 if [ "$st" = COMPLETED ] && grep -qx 4 "$WORK/smoke.out" && grep -q mpirun-ok "$WORK/smoke.out"; then
   pass "smoke job: srun --mpi=pmix ran 4 tasks, mpirun -np 4 ran inside the allocation"
 else
@@ -187,7 +193,7 @@ signal_case() {
   clog "[$name] train job $jid submitted ($STEPS steps, LAUNCHER=$launcher)"
   # Wait for a few logged steps, then USR1 (what --signal=USR1@120 does before the time limit).
   t0=$SECONDS
-  while [ $((SECONDS - t0)) -lt 90 ]; do
+  while [ $((SECONDS - t0)) -lt "$(patience)" ]; do
     n=$(grep -c '"step"' "$R/log.jsonl" 2>/dev/null)
     st=$(jfield "$jid" JobState)
     if [ "${n:-0}" -ge 3 ] && [ "$st" = RUNNING ]; then
@@ -207,7 +213,7 @@ signal_case() {
   fi
   # Until the first start has ended: requeued, the job is PENDING again with Restarts=1.
   t0=$SECONDS
-  while [ $((SECONDS - t0)) -lt 60 ]; do
+  while [ $((SECONDS - t0)) -lt "$(patience)" ]; do
     [ "$(jfield "$jid" Restarts)" -ge 1 ] 2>/dev/null && break
     case $(jfield "$jid" JobState) in COMPLETED|FAILED|CANCELLED|TIMEOUT) break ;; esac
     sleep 0.2
@@ -274,13 +280,13 @@ if [ "$train_ok" = 1 ]; then
   jid=$(env "${TRAIN_ENV[@]}" DATA="$WORK/data.bin" RUN_DIR="$R" STRATAGEM_TEST_HOLD_STEP=3 \
         sbatch --parsable "${CPU_GEOMETRY[@]}" -o "$WORK/train-cancel.out" "$REPO/jobs/train.sbatch")
   t0=$SECONDS
-  while [ $((SECONDS - t0)) -lt 90 ]; do
+  while [ $((SECONDS - t0)) -lt "$(patience)" ]; do
     [ "$( (cat "$R/log.jsonl" 2>/dev/null || true) | grep -c '"step"')" -ge 3 ] && break
     case $(jfield "$jid" JobState) in COMPLETED|FAILED|CANCELLED|TIMEOUT) break ;; esac
     sleep 0.2
   done
   scancel "$jid"
-  wait_done "$jid" 60; st=$JOB_STATE
+  wait_done "$jid" "$(patience)"; st=$JOB_STATE
   sleep 2   # Slurm would requeue right after the script's exit
   if [ "$(jfield "$jid" JobState)" = CANCELLED ] && [ "$(jfield "$jid" Restarts)" = 0 ] &&
      grep -q 'not requeueing' "$WORK/train-cancel.out" && compgen -G "$R/ckpt/step-*.h5" >/dev/null; then
@@ -377,7 +383,7 @@ bad_job() {
   local name=$1 re=$2 early=$3; shift 3
   local out=$WORK/bad-$name.out jid st ec
   jid=$(sbatch --parsable -o "$out" "$@")
-  wait_done "$jid" 60; st=$JOB_STATE ec=$(jfield "$jid" ExitCode)
+  wait_done "$jid" "$(patience)"; st=$JOB_STATE ec=$(jfield "$jid" ExitCode)
   if [ "$ec" = 2:0 ] && [ "$(jfield "$jid" Restarts)" = 0 ] && grep -Eq "$re" "$out" &&
      { [ "$early" = 0 ] || ! grep -q '] launch:' "$out"; }; then
     pass "bad input ($name): exit 2$([ "$early" = 1 ] && echo ' before launch'), no requeue: $(grep -Em1 "$re" "$out" | sed "s|$WORK/||g" | cut -c1-150)"

@@ -9,7 +9,7 @@
 set -uo pipefail
 : "${OLD:?set OLD to the reference stratagem}" "${NEW:?set NEW to the changed stratagem}"
 PY=${PY:-/usr/bin/python3}  # with h5py
-W=$(mktemp -d /tmp/compare_binaries.XXXXXX)
+W=$(mktemp -d "${TMPDIR:-/tmp}"/compare_binaries.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 export OMP_NUM_THREADS=1 STRATAGEM_BACKEND=cpu
 MPIRUN=(mpirun --oversubscribe)
