@@ -61,8 +61,8 @@ class CheckpointLock {
   std::string path_;
 };
 
-// The complete checkpoints (step-<N>.h5, regular files) in `dir`, oldest first; empty when
-// there is no such folder.
+// The complete checkpoints (step-<N>.h5, regular files) in `dir`, oldest first (by the step N
+// as an integer, not by file name); empty when there is no such folder.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 // Removes every complete checkpoint of `dir` (--overwrite), with a note on stderr. Call only
 // while holding the folder's lock.

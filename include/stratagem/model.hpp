@@ -1,5 +1,6 @@
 // ModelSpec: the shapes of a Transformer, loaded from data/models/<name>.json or a path.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -111,6 +112,18 @@ std::string data_dir();
 // Path of a built-in (data/<folder>/<name>.json) or the given path; `flag` names it in errors.
 std::string resolve_data_file(const std::string& name_or_path, const char* folder,
                               const char* flag);
+
+// Names read from input files (a model's, a cluster's, a framework's) are written into job
+// files (export), TOML and onto the terminal, so a name is at most kMaxNameBytes of letters,
+// digits, spaces and ._-+/:@()[]~ : no newline or control character can start a line of its
+// own there, and no escape code reaches the terminal. Readers refuse any other (exit 2 naming
+// the file and field); kSafeNameChars says which in their messages.
+inline constexpr size_t kMaxNameBytes = 200;
+inline constexpr const char* kSafeNameChars = "letters, digits, spaces and ._-+/:@()[]~";
+bool is_safe_name(const std::string& name);
+// `text` made a safe name (each other byte becomes '_', cut to kMaxNameBytes): for a name
+// derived from a file's name rather than read from a field.
+std::string to_safe_name(const std::string& text);
 
 const char* to_string(Arch a);
 const char* to_string(Norm n);

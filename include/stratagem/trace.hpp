@@ -44,10 +44,13 @@ struct MemorySample {
 // Fills an OpRecord's descriptive fields from a Program op.
 OpRecord make_record(const Op& op, int iteration, int64_t start_ns, int64_t end_ns);
 
+// Written to a temporary name beside `path` and renamed into place by close(), as every output
+// is (src/io/output_file.hpp): a failed write (a full disk) leaves the previous trace at `path`
+// as it was, and no half-written or empty file under the name.
 class Writer {
  public:
-  explicit Writer(const std::string& path);  // creates or truncates; throws on failure
-  ~Writer();                                 // closes (errors are swallowed; call close())
+  explicit Writer(const std::string& path);  // creates the temporary file; throws on failure
+  ~Writer();  // without close(): closes and removes the temporary file (errors are swallowed)
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
 
@@ -56,11 +59,13 @@ class Writer {
   // Appends rows to /ranks/<rank>/ops and /ranks/<rank>/memory (created on first use).
   void add_rank_ops(int rank, const std::vector<OpRecord>& ops);
   void add_memory_samples(int rank, const std::vector<MemorySample>& samples);
+  // Closes, seals the digest, syncs and renames the file into place; throws on failure.
   void close();
 
  private:
   int64_t file_ = -1;  // hid_t
-  std::string path_;
+  std::string path_;   // the trace's name, in every message
+  std::string tmp_;    // the file being written; empty once renamed into place
 };
 
 class Reader {

@@ -208,6 +208,7 @@ ModelSpec model_from_args(Args& a) {
   ModelSpec m;
   bool any = false;
   if (name) {
+    a.input("--model", *name, resolve_data_file(*name, "models", "--model"));
     // A Hugging Face config.json is read with the sequence length asked for, which a sliding
     // attention window must cover.
     m = interop::load_model_or_hf(*name, a.int_value("--seq-len", 1, limits::kMaxDim));
@@ -248,7 +249,9 @@ ModelSpec model_from_args(Args& a) {
 }
 
 ClusterSpec cluster_from_args(Args& a, const char* default_cluster) {
-  ClusterSpec c = load_cluster(a.value("--cluster").value_or(default_cluster));
+  const std::string name = a.value("--cluster").value_or(default_cluster);
+  a.input("--cluster", name, resolve_data_file(name, "clusters", "--cluster"));
+  ClusterSpec c = load_cluster(name);
   if (auto n = a.int_value("--nodes", 1, limits::kMaxNodes)) c.nodes = *n;
   if (auto g = a.int_value("--gpus-per-node", 1, limits::kMaxNodes))
     interop::restrict_to_gpus(c, *g, "--gpus-per-node");
@@ -256,7 +259,9 @@ ClusterSpec cluster_from_args(Args& a, const char* default_cluster) {
 }
 
 FrameworkSpec framework_from_args(Args& a) {
-  return load_framework(a.value("--framework").value_or("stratagem"));
+  const std::string name = a.value("--framework").value_or("stratagem");
+  a.input("--framework", name, resolve_data_file(name, "frameworks", "--framework"));
+  return load_framework(name);
 }
 
 PlanShorthand shorthand_from_args(Args& a) {

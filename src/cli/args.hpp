@@ -30,6 +30,14 @@ class Args {
   // new one, in a folder that exists) and refuses it when it names the same file as any other
   // argument: an output that is also an input would destroy the input.
   std::optional<std::string> output(const std::string& flag);
+  // A file this command reads that its argument does not name as a path: a built-in resolved
+  // from a name (--model gpt2-124m reads data/models/gpt2-124m.json) or a default. finish()
+  // refuses an output that is the same file, as it does for a path given as an argument.
+  void input(const std::string& flag, const std::string& given, const std::string& path);
+  // A folder the command owns while it runs (train's --ckpt-dir: its checkpoints are inputs
+  // under --resume, and rotation, --overwrite and the lock's release remove its files).
+  // finish() refuses any output inside it, and any other argument naming a file inside it.
+  void owned_folder(const std::string& flag, const std::string& dir);
   std::string required(const std::string& flag);
   bool flag(const std::string& name);  // a switch without a value
   std::vector<std::string> positionals();
@@ -49,7 +57,16 @@ class Args {
   bool has_separator_ = false, passthrough_taken_ = false;
   std::vector<bool> used_;
   std::vector<std::pair<std::string, std::string>> outputs_;  // flag, path
+  struct Resolved {
+    std::string flag, given, path;
+  };
+  std::vector<Resolved> inputs_;                                    // input()
+  std::vector<std::pair<std::string, std::string>> owned_folders_;  // flag, folder
   void check_outputs() const;
+  void refuse_argument_input(const std::string& flag, const std::string& path) const;
+  void refuse_resolved_input(const std::string& flag, const std::string& path) const;
+  void refuse_inside_owned_folder(const std::string& flag, const std::string& path) const;
+  void refuse_arguments_inside_owned_folders() const;
 };
 
 // --model NAME|FILE.json plus inline overrides --layers --hidden --heads --kv-heads

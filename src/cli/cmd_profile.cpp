@@ -58,6 +58,7 @@ int run_profile(Args& a) {
   opt.min_time_s = a.double_value("--min-time-s").value_or(opt.quick ? 0.03 : 0.1);
   opt.max_shape_time_s = a.double_value("--max-shape-time-s").value_or(opt.quick ? 0.05 : 0.5);
   const std::string cluster_arg = a.value("--cluster").value_or("cpu-local");
+  a.input("--cluster", cluster_arg, resolve_data_file(cluster_arg, "clusters", "--cluster"));
   ClusterSpec base = load_cluster(cluster_arg);
   a.finish();
   if (opt.min_time_s <= 0 || opt.min_time_s > 60)

@@ -65,6 +65,7 @@ TrainerOptions trainer_options(Args& a) {
   // Count flags take bounds, so a negative or absurd value is one clear line (exit 2).
   o.steps = a.int_value("--steps", 1, 1000000000).value_or(-1);
   o.ckpt_dir = a.value("--ckpt-dir");
+  if (o.ckpt_dir) a.owned_folder("--ckpt-dir", *o.ckpt_dir);
   o.ckpt_every = a.int_value("--ckpt-every", 0, 1000000000).value_or(0);
   o.keep = a.int_value("--keep", 1, 1000000).value_or(3);
   o.resume = a.flag("--resume");
@@ -318,7 +319,9 @@ Register reg{
          "  the training loop, a second SIGTERM, or no step boundary within --signal-grace-s:\n"
          "  exit 128+signal at once, without a checkpoint.\n"
          "  A fresh run refuses a --ckpt-dir holding checkpoints (--resume continues that run,\n"
-         "  --overwrite removes them).\n"
+         "  --overwrite removes them). --resume refuses a --seed other than the checkpoint's\n"
+         "  and --steps below its step. No output (--trace, --log-json) and no input may be\n"
+         "  inside --ckpt-dir.\n"
          "  The cpu backend computes in fp32 (the plan's dtype unless --dtype is given).\n"
          "  --backend defaults to cuda when a GPU is visible, else cpu. The cuda backend keeps\n"
          "  fp32 weights and computes its GEMMs in --dtype (bf16 with fp32 accumulation by\n"

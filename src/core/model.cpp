@@ -1,9 +1,11 @@
 #include "stratagem/model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <string_view>
 
 #include "stratagem/error.hpp"
 #include "stratagem/limits.hpp"
@@ -29,6 +31,25 @@ const char* to_string(AttentionKind a) {
 }
 const char* to_string(RouterScore r) {
   return r == RouterScore::softmax ? "softmax" : "sigmoid";
+}
+
+namespace {
+bool safe_name_char(char ch) {
+  const auto c = static_cast<unsigned char>(ch);
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view(" ._-+/:@()[]~").find(ch) != std::string_view::npos;
+}
+}  // namespace
+
+bool is_safe_name(const std::string& name) {
+  return name.size() <= kMaxNameBytes && std::all_of(name.begin(), name.end(), safe_name_char);
+}
+
+std::string to_safe_name(const std::string& text) {
+  std::string out = text.substr(0, kMaxNameBytes);
+  for (char& ch : out)
+    if (!safe_name_char(ch)) ch = '_';
+  return out;
 }
 
 std::string data_dir() {

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "src/interop/plan_shape.hpp"
+#include "stratagem/error.hpp"
 #include "stratagem/interop.hpp"
 
 namespace stratagem::interop {
@@ -16,7 +17,9 @@ class ArgsWriter {
   void value(const std::string& name, const T& v) {
     os_ << name << " " << v << "\n";
   }
-  void comment(const std::string& text) { os_ << "# " << text << "\n"; }
+  // One line whatever the names in it hold: a newline would start a line that the launch
+  // recipe's $(grep -v '^#' FILE) passes to Megatron as flags.
+  void comment(const std::string& text) { os_ << "# " << shorten(text, text.size()) << "\n"; }
   std::string str() const { return os_.str(); }
 
  private:

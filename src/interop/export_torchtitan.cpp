@@ -1,17 +1,37 @@
 // Plan -> torchtitan job config (TOML; keys checked against test/data/frameworks/torchtitan.txt).
+#include <cstdio>
 #include <sstream>
 
 #include "src/interop/plan_shape.hpp"
+#include "stratagem/error.hpp"
 #include "stratagem/interop.hpp"
 
 namespace stratagem::interop {
 
 namespace {
 
+// A TOML basic string: quotes and backslashes escaped, and control characters as \uXXXX, so
+// that no name ends the string or the line.
 std::string quoted(const std::string& s) {
   std::string out = "\"";
-  for (char ch : s) out += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += std::string("\\") + ch;
+    } else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04X", unsigned(c));
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
   return out + "\"";
+}
+
+// A comment's text on one line (control characters shown as '?').
+std::string comment_text(const std::string& s) {
+  return shorten(s, s.size());
 }
 
 const char* schedule_name(Schedule s) {
@@ -43,9 +63,10 @@ std::string export_torchtitan(const Plan& p, const ModelSpec& m, const ClusterSp
   const bool llama =
       m.norm == Norm::rmsnorm && m.activation == Activation::swiglu && m.position == Position::rope;
   std::ostringstream os;
-  os << "# torchtitan job config, written by stratagem export for " << m.name << " on " << c.name
-     << "\n# plan: " << p.describe() << "\n# launch on " << c.nodes << " node(s) x "
-     << c.node.gpus_per_node << " GPUs (NGPU=" << c.node.gpus_per_node << ")\n";
+  os << "# torchtitan job config, written by stratagem export for " << comment_text(m.name)
+     << " on " << comment_text(c.name) << "\n# plan: " << p.describe() << "\n# launch on "
+     << c.nodes << " node(s) x " << c.node.gpus_per_node << " GPUs (NGPU=" << c.node.gpus_per_node
+     << ")\n";
   os << "\n[job]\ndescription = " << quoted("stratagem plan for " + m.name) << "\n";
   os << "\n# the model: " << m.layers << " layers, hidden " << m.hidden << ", " << m.heads
      << " heads (" << m.kv_heads << " kv), ffn " << m.ffn_hidden << ", vocab " << m.vocab

@@ -209,14 +209,16 @@ ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& sou
   io::JsonReader r(j, source);
   ModelSpec m;
   // Named as the config names itself, else after its file (test/data/hf/llama3-8b.json).
+  // The name reaches job files and the terminal: one that is not a safe name is refused.
   if (j.contains("_name_or_path") && j["_name_or_path"].is_string())
-    m.name = j["_name_or_path"].get<std::string>();
-  // A Hub download is <model>/config.json: the folder names the model.
+    m.name = r.get_name("_name_or_path");
+  // A Hub download is <model>/config.json: the folder names the model. Made safe rather than
+  // refused: the user chose the file's name, not the file's author.
   const std::filesystem::path file(source);
   if (m.name.empty())
-    m.name = file.stem() == "config" && file.has_parent_path()
-                 ? file.parent_path().filename().string()
-                 : file.stem().string();
+    m.name = to_safe_name(file.stem() == "config" && file.has_parent_path()
+                              ? file.parent_path().filename().string()
+                              : file.stem().string());
   m.arch = Arch::decoder;
   if (arch.family == Family::llama) read_llama(r, m);
   if (arch.family == Family::gpt2) read_gelu_decoder(r, m, kGpt2);

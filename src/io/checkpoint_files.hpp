@@ -8,6 +8,10 @@ namespace stratagem::io {
 // "step-<digits>.h5" (complete) or "step-<digits>.h5.tmp" (half-written).
 enum class CkptFile { other, complete, partial };
 CkptFile classify_checkpoint_file(const std::string& file_name);
+// Whether the checkpoint at `a` is of an earlier step than the one at `b` (paths or names of
+// complete checkpoints): the integers of their names, whatever their count of digits, so that
+// step-100000000.h5 comes after step-99999999.h5 (file-name order puts it first).
+bool checkpoint_step_before(const std::string& a, const std::string& b);
 // Makes a rename or removal in `dir` durable.
 void fsync_dir(const std::string& dir);
 

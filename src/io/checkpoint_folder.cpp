@@ -34,6 +34,26 @@ CkptFile classify_checkpoint_file(const std::string& f) {
   return CkptFile::other;
 }
 
+namespace {
+// The step digits of a checkpoint's name without their leading zeros ("" for step 0).
+std::string step_digits(const std::string& path) {
+  const std::string f = fs::path(path).filename().string();
+  size_t begin = 5, end = 5;  // after "step-"
+  while (end < f.size() && std::isdigit(static_cast<unsigned char>(f[end]))) ++end;
+  while (begin < end && f[begin] == '0') ++begin;
+  return f.substr(begin, end - begin);
+}
+}  // namespace
+
+bool checkpoint_step_before(const std::string& a, const std::string& b) {
+  // Compared as decimal integers of any length: fewer digits is smaller, then digit by digit.
+  // No conversion, so a name of 30 digits neither overflows nor ties with another.
+  const std::string da = step_digits(a), db = step_digits(b);
+  if (da.size() != db.size()) return da.size() < db.size();
+  if (da != db) return da < db;
+  return a < b;  // one step under two names (step-1.h5, step-00000001.h5): any fixed order
+}
+
 void fsync_dir(const std::string& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY);
   if (fd >= 0) {
@@ -59,7 +79,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
                    shorten(it->path().string(), 200).c_str());
   }
   if (ec) throw InputError("--ckpt-dir " + dir + ": cannot list (" + ec.message() + ")");
-  std::sort(all.begin(), all.end());
+  std::sort(all.begin(), all.end(), io::checkpoint_step_before);
   return all;
 }
 

@@ -27,12 +27,12 @@ LinkSpec read_link(io::JsonReader& r, bool has_efficiency_key, const char* effic
 ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source) {
   io::JsonReader r(j, source);
   ClusterSpec c;
-  c.name = r.get_string("name");
+  c.name = r.get_name("name");
   c.description = r.get_string("description", "");
   c.nodes = r.get_int("nodes", 1, 1 << 20, 1);
   {
     auto g = r.object("gpu");
-    c.gpu.name = g.get_string("name");
+    c.gpu.name = g.get_name("name");
     auto pf = g.object("peak_flops");
     c.gpu.peak_flops_fp32 = pf.get_double("fp32", 1e6, 1e18);
     c.gpu.peak_flops_tf32 = pf.get_double("tf32", 1e6, 1e18, c.gpu.peak_flops_fp32);

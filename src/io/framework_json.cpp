@@ -11,7 +11,7 @@ namespace stratagem {
 FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& source) {
   io::JsonReader r(j, source);
   FrameworkSpec f;
-  f.name = r.get_string("name");
+  f.name = r.get_name("name");
   f.description = r.get_string("description", "");
   {
     auto g = r.object("gradients");

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <string>
 
+#include "stratagem/model.hpp"
+
 namespace stratagem::io {
 
 nlohmann::json parse_json(const std::string& text, const std::string& source) {
@@ -149,6 +151,23 @@ std::string JsonReader::get_string(const char* key, const std::string& fallback)
     return fallback;
   }
   return get_string(key);
+}
+
+std::string JsonReader::get_name(const char* key) {
+  const std::string name = get_string(key);
+  if (!is_safe_name(name))
+    fail(key, "a name of at most " + std::to_string(kMaxNameBytes) + " " + kSafeNameChars +
+                  " (it is written into job files and onto the terminal), got '" + shorten(name) +
+                  "'");
+  return name;
+}
+
+std::string JsonReader::get_name(const char* key, const std::string& fallback) {
+  if (!j_.contains(key)) {
+    used_.insert(key);
+    return fallback;
+  }
+  return get_name(key);
 }
 
 std::string JsonReader::get_enum(const char* key, std::initializer_list<const char*> choices,

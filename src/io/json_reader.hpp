@@ -28,6 +28,10 @@ class JsonReader {
   bool get_bool(const char* key, bool fallback);
   std::string get_string(const char* key);
   std::string get_string(const char* key, const std::string& fallback);
+  // A string that is a safe name (stratagem::is_safe_name): names reach job files and the
+  // terminal.
+  std::string get_name(const char* key);
+  std::string get_name(const char* key, const std::string& fallback);
   // One of `choices` (joined with '|' in errors).
   std::string get_enum(const char* key, std::initializer_list<const char*> choices,
                        const char* fallback = nullptr);

@@ -48,7 +48,7 @@ MoeSpec moe_from_json(io::JsonReader r, const ModelSpec& m) {
 ModelSpec model_from_json(const nlohmann::json& j, const std::string& source) {
   io::JsonReader r(j, source);
   ModelSpec m;
-  m.name = r.get_string("name");
+  m.name = r.get_name("name");
   m.arch = r.get_enum("arch", {"decoder", "encoder"}, "decoder") == "decoder" ? Arch::decoder
                                                                               : Arch::encoder;
   constexpr int kBig = limits::kMaxDim;

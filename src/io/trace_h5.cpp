@@ -2,6 +2,7 @@
 // serially with the HDF5 C API. A trace's user block holds the digest of its bytes
 // (src/io/file_digest.hpp), written on close and checked before libhdf5 opens the file.
 #include <hdf5.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +12,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "src/io/atomic_file.hpp"
 #include "src/io/file_digest.hpp"
 #include "src/io/hdf5_guard.hpp"
 #include "src/io/hdf5_util.hpp"
@@ -266,14 +268,19 @@ Writer::Writer(const std::string& path) : path_(path) {
   if (fcpl.id < 0 || H5Pset_userblock(fcpl.id, kDigestBlockBytes) < 0)
     throw std::runtime_error("trace: cannot set up the file creation of " + path);
   io::check_output_path("trace", path);
-  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.id, H5P_DEFAULT);
-  if (file_ < 0 && io::no_space_left(path)) io::throw_write_error("trace", path, ENOSPC);
-  if (file_ < 0) throw InputError("trace: cannot create HDF5 file " + path);
+  tmp_ = io::temporary_path_for(path);
+  file_ = H5Fcreate(tmp_.c_str(), H5F_ACC_TRUNC, fcpl.id, H5P_DEFAULT);
+  if (file_ < 0) {
+    ::unlink(tmp_.c_str());  // libhdf5 may have created it before failing
+    if (io::no_space_left(path)) io::throw_write_error("trace", path, ENOSPC);
+    throw InputError("trace: cannot create HDF5 file " + path);
+  }
   set_attribute("schema_version", int64_t(kSchemaVersion));
 }
 
 Writer::~Writer() {
   if (file_ >= 0) H5Fclose(file_);
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
 }
 
 void Writer::close() {
@@ -282,11 +289,18 @@ void Writer::close() {
   file_ = -1;
   check(e, "close the file", path_);
   try {
-    io::seal_file_digest(MPI_COMM_NULL, path_, kDigestBlockBytes);
+    io::seal_file_digest(MPI_COMM_NULL, tmp_, kDigestBlockBytes);  // and fsyncs it
   } catch (const std::runtime_error&) {
     if (io::no_space_left(path_)) io::throw_write_error("trace", path_, ENOSPC);
     throw;
   }
+  // Checked again at the last moment, as OutputFile::commit does: a device node or folder that
+  // appeared at the name meanwhile is not replaced.
+  io::check_output_path("trace", path_);
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
+    throw std::runtime_error("trace " + path_ + ": cannot rename the finished trace into place (" +
+                             std::strerror(errno) + ")");
+  tmp_.clear();
 }
 
 void Writer::set_attribute(const std::string& name, const std::string& value) {

@@ -3,7 +3,6 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "src/io/atomic_file.hpp"
 #include "stratagem/executor.hpp"
 #include "stratagem/spec_json.hpp"
 #include "stratagem/trace.hpp"
@@ -60,28 +59,22 @@ void write_measured_trace(MPI_Comm comm, const std::string& path, const ModelSpe
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   if (rank == 0) {
-    const std::string tmp = io::temporary_path_for(path);
-    {
-      trace::Writer w(tmp);
-      w.set_attribute("model", to_json(model).dump());
-      w.set_attribute("cluster", to_json(cluster).dump());
-      w.set_attribute("plan", to_json(plan).dump());
-      w.set_attribute("tool_version", std::string(kVersion));
-      w.set_attribute("source", std::string("measured"));
-      w.set_attribute("clock", std::string("wall-clock ns from the start of the step"));
-      w.set_attribute("iterations", int64_t(1));
-      w.set_attribute("step", step.step);
-      w.set_attribute("world_size", int64_t(all_ops.size()));
-      for (size_t r = 0; r < all_ops.size(); ++r) {
-        w.add_rank_ops(static_cast<int>(r), all_ops[r]);
-        w.add_memory_samples(static_cast<int>(r), all_mem[r]);
-      }
-      w.close();
+    // The Writer writes a temporary file and renames it into place (or removes it on error).
+    trace::Writer w(path);
+    w.set_attribute("model", to_json(model).dump());
+    w.set_attribute("cluster", to_json(cluster).dump());
+    w.set_attribute("plan", to_json(plan).dump());
+    w.set_attribute("tool_version", std::string(kVersion));
+    w.set_attribute("source", std::string("measured"));
+    w.set_attribute("clock", std::string("wall-clock ns from the start of the step"));
+    w.set_attribute("iterations", int64_t(1));
+    w.set_attribute("step", step.step);
+    w.set_attribute("world_size", int64_t(all_ops.size()));
+    for (size_t r = 0; r < all_ops.size(); ++r) {
+      w.add_rank_ops(static_cast<int>(r), all_ops[r]);
+      w.add_memory_samples(static_cast<int>(r), all_mem[r]);
     }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      std::remove(tmp.c_str());
-      throw std::runtime_error("--trace " + path + ": cannot rename the finished trace into place");
-    }
+    w.close();
   }
   MPI_Barrier(comm);
 }

@@ -157,6 +157,23 @@ std::unique_ptr<CheckpointLock> take_checkpoint_folder(MPI_Comm world, const Tra
   return lock;
 }
 
+// Flags that contradict the checkpoint resumed from (the same verdict on every rank: all read
+// the same checkpoint). Another seed would continue on another data stream (the sampler is a
+// function of seed and step) without a word; --steps below the checkpoint's step would do
+// nothing and say nothing.
+void check_resume_flags(const ResumePoint& from, const TrainerOptions& o) {
+  if (from.meta.seed != o.exec.seed)
+    throw InputError("--seed " + std::to_string(o.exec.seed) + ": the checkpoint " + from.path +
+                     " was written with seed " + std::to_string(from.meta.seed) +
+                     ", and the data stream follows the seed: resume with --seed " +
+                     std::to_string(from.meta.seed));
+  if (o.steps < from.meta.step)
+    throw InputError("--steps " + std::to_string(o.steps) + ": below the step of the checkpoint " +
+                     from.path + " (" + std::to_string(from.meta.step) +
+                     "): --resume trains on to --steps; give --steps " +
+                     std::to_string(from.meta.step) + " or more");
+}
+
 std::optional<ResumePoint> resume_point(MPI_Comm world, const TrainerOptions& o,
                                         const std::vector<CheckpointTensor>& tensors,
                                         const ModelSpec& model) {
@@ -167,6 +184,7 @@ std::optional<ResumePoint> resume_point(MPI_Comm world, const TrainerOptions& o,
     throw InputError(
         "--resume: no complete checkpoint in --ckpt-dir " + *o.ckpt_dir +
         (skipped.empty() ? std::string() : " passes verification (skipped: " + skipped + ")"));
+  check_resume_flags(*found, o);
   return found;
 }
 

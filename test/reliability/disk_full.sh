@@ -32,6 +32,27 @@ expect_rc 1 "--chrome $WORK/full2/t.json: $NOSPACE" "$BIN" trace export "$WORK/t
 expect_rc 1 "$WORK/full2/t2.h5: $NOSPACE" \
   "$BIN" simulate --model gpt2-124m --nodes 1 --tp 2 --pp 2 --global-batch 8 --trace "$WORK/full2/t2.h5"
 [ ! -e "$WORK/full2/t.json" ] || fail "a failed --chrome left $WORK/full2/t.json"
+[ ! -e "$WORK/full2/t2.h5" ] || fail "a failed --trace left $WORK/full2/t2.h5 (was a 0-byte file)"
+
+# Issue 41: a trace is written to a temporary name and renamed. A full disk keeps the previous
+# good trace as it was (simulate wrote in place: "no digest, and no HDF5 superblock"), and
+# leaves no temporary file (train left .m.h5.tmp.PID).
+mount_full full5 256   # room for one trace (134 KB), not two
+SIM=("$BIN" simulate --model gpt2-124m --nodes 1 --tp 2 --pp 2)
+"${SIM[@]}" --global-batch 8 --trace "$WORK/full5/t.h5" >/dev/null
+cp "$WORK/full5/t.h5" "$WORK/t5.orig"
+# A larger trace (more micro-batches) than the room left, even with the old one's blocks freed.
+expect_rc 1 "$WORK/full5/t.h5: $NOSPACE" "${SIM[@]}" --global-batch 64 --trace "$WORK/full5/t.h5"
+cmp -s "$WORK/full5/t.h5" "$WORK/t5.orig" || fail "a failed --trace damaged the previous trace"
+[ "$(ls -A "$WORK/full5")" = t.h5 ] || fail "a failed --trace left: $(ls -A "$WORK/full5")"
+"$BIN" report --trace "$WORK/full5/t.h5" -o "$WORK/r.html" >/dev/null || fail "the kept trace does not read"
+echo "ok: simulate --trace on a full disk keeps the previous trace"
+mount_full full6 64
+fill "$WORK/full6"
+expect_rc 1 "$WORK/full6/m.h5: $NOSPACE" \
+  "${TRAIN[@]}" --data "$WORK/data.bin" --steps 1 --trace "$WORK/full6/m.h5"
+[ "$(ls -A "$WORK/full6")" = filler ] || fail "a failed train --trace left: $(ls -A "$WORK/full6")"
+echo "ok: train --trace on a full disk leaves no file"
 
 mount_full full3 64
 fill "$WORK/full3"

@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "src/io/json_reader.hpp"
 #include "stratagem/error.hpp"
@@ -329,4 +330,44 @@ BOOST_AUTO_TEST_CASE(search_considers_cross_node_tp_only_when_asked) {
   BOOST_TEST(widest_tp() == 8);  // the GPUs of a node
   o.allow_cross_node_tp = true;
   BOOST_TEST(widest_tp() == 16);  // both nodes
+}
+
+// Issue 41: a name from an input file reached the exported jobs raw. Imports refuse an unsafe
+// name naming the field; the exporters escape whatever they are given, so a name built another
+// way cannot inject a line either.
+BOOST_AUTO_TEST_CASE(names_cannot_inject_lines_into_exports) {
+  const std::string evil = "evil\n--save /some/dir\n[job]\x1b[31m";
+  nlohmann::json j = io::read_json_file(hf("gpt2"));
+  j["_name_or_path"] = evil;
+  BOOST_TEST(input_error([&] {
+               model_from_hf_config(j, "c.json");
+             }).find("c.json: field '_name_or_path': expected a name") != std::string::npos);
+  j["_name_or_path"] = "openai-community/gpt2";
+  BOOST_TEST(model_from_hf_config(j, "c.json").name == "openai-community/gpt2");
+  // A file's name is the fallback, made safe rather than refused.
+  j.erase("_name_or_path");
+  BOOST_TEST(model_from_hf_config(j, "/x/my\nmodel/config.json").name == "my_model");
+
+  ModelSpec m = load_model("gpt2-124m");
+  m.name = evil;
+  ClusterSpec one_node = load_cluster("dgx-a100-80g");
+  one_node.nodes = 1;
+  PlanShorthand s;
+  s.tp = 1, s.pp = 1, s.dp = 8, s.micro_batch = 1, s.global_batch = 8;
+  const Plan p = expand_shorthand(s, m, one_node);
+  auto lines_starting = [](const std::string& text, const std::string& prefix) {
+    int n = 0;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) n += line.rfind(prefix, 0) == 0;
+    return n;
+  };
+  const std::string megatron = export_megatron(p, m, one_node);
+  BOOST_TEST(lines_starting(megatron, "--save") == 0, megatron);
+  BOOST_TEST(megatron.find('\x1b') == std::string::npos);
+  const std::string toml = export_torchtitan(p, m, one_node);
+  BOOST_TEST(lines_starting(toml, "[job]") == 1, toml);
+  BOOST_TEST(lines_starting(toml, "--save") == 0, toml);
+  BOOST_TEST(toml.find("flavor = \"evil\\u000A--save /some/dir\\u000A[job]\\u001B[31m\"") !=
+                 std::string::npos,
+             toml);
 }

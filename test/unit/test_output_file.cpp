@@ -10,8 +10,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
+#include "src/io/checkpoint_files.hpp"
 #include "src/io/output_file.hpp"
+#include "stratagem/checkpoint.hpp"
 #include "stratagem/error.hpp"
 #include "test/support/input_error.hpp"
 
@@ -99,4 +102,24 @@ BOOST_AUTO_TEST_CASE(write_errors_name_the_file_and_a_full_disk) {
   Tmp t;
   BOOST_TEST(!io::no_space_left(t("x"), 1));
   BOOST_TEST(io::no_space_left(t("x"), uint64_t(1) << 62));  // more than any disk holds
+}
+
+// Issue 41: --keep and --resume took checkpoints in file-name order, in which step-100000000.h5
+// sorts before step-99999999.h5 (9 digits against 8): rotation deleted the newest and --resume
+// took an older one. The order is the step's integer.
+BOOST_AUTO_TEST_CASE(checkpoints_are_ordered_by_step_not_by_name) {
+  Tmp t;
+  for (const char* name :
+       {"step-100000001.h5", "step-99999998.h5", "step-100000000.h5", "step-99999999.h5",
+        "step-00000007.h5", "step-1000000000000000000000.h5"})
+    std::ofstream(t(name)) << "x";
+  std::vector<std::string> names;
+  for (const auto& path : list_checkpoints(t.dir.string()))
+    names.push_back(fs::path(path).filename().string());
+  const std::vector<std::string> expected = {"step-00000007.h5",  "step-99999998.h5",
+                                             "step-99999999.h5",  "step-100000000.h5",
+                                             "step-100000001.h5", "step-1000000000000000000000.h5"};
+  BOOST_TEST(names == expected, boost::test_tools::per_element());
+  BOOST_TEST(io::checkpoint_step_before("d/step-9.h5", "d/step-00000010.h5"));
+  BOOST_TEST(!io::checkpoint_step_before("d/step-00000010.h5", "d/step-9.h5"));
 }
