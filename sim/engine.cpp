@@ -126,6 +126,9 @@ void Engine::run_until(Time H) {
   if (!dirty_ranks_.empty()) flush_dirty(now_);
   while (!queue_.empty() && queue_.top().t < H) {
     const Time t = queue_.top().t;
+    // Every event is pushed at most one op's duration past the clock: the clock stops here, in
+    // range, instead of wrapping or saturating.
+    if (t > kMaxClockNs) refuse_beyond_clock("the simulated clock", double(t) * 1e-9);
     now_ = t;
     last_event_ = t;
     do {

@@ -39,7 +39,8 @@ inline Time kernel_end(const ComputeKernel& k, const Windows& moving_since, int6
         next = std::min(next, b);
     }
     if (active) return t + ceil_div(left, slow);
-    if (next == kNever || kS * (next - t) >= left) return t + ceil_div(left, kS);
+    // kS x (next - t) >= left, without the product: a window opening far ahead would overflow it.
+    if (next == kNever || next - t >= ceil_div(left, kS)) return t + ceil_div(left, kS);
     left -= kS * (next - t);
     t = next;
   }

@@ -3,18 +3,42 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
+#include "stratagem/error.hpp"
+
 namespace stratagem::sim {
+
+void refuse_beyond_clock(const std::string& what, double t_s) {
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "%s passes the simulator's range, 2^61 ns (%.3g s), at %.4g s; simulate "
+                "fewer micro-batches (--global-batch) or a faster cluster",
+                what.c_str(), double(kMaxClockNs) * 1e-9, t_s);
+  throw InputError(buf);
+}
+
 namespace {
 
 Time to_ns(double s, const char* what, const Op& op) {
   if (!std::isfinite(s) || s < 0)
     throw std::runtime_error(std::string("simulate: the cost of op '") + op_name(op) + "' (" +
                              what + ") is not a finite non-negative time");
+  // Checked before the conversion: llround of a number beyond int64 is undefined, and a
+  // duration past kMaxOpNs would wrap once scaled to progress units (a 1e16-FLOP kernel took
+  // 0 s).
+  if (s * 1e9 > double(kMaxOpNs)) {
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "op '%s' (%s) takes %.3g s, beyond the simulator's range of one op, "
+                  "2^47 ns (%.0f s); simulate a smaller micro-batch or a faster cluster",
+                  op_name(op).c_str(), what, s, double(kMaxOpNs) * 1e-9);
+    throw InputError(buf);
+  }
   return static_cast<Time>(std::llround(s * 1e9));
 }
 
@@ -205,7 +229,9 @@ class StageIndexer {
     // The host issues the ops in program order; an op can run once the host has issued it.
     if (op.kind == OpKind::compute) {
       const Time host = to_ns(costs_.host_issue_time_s(op), "host issue", op);
-      host_ns_ += host;
+      host_ns_ += host;  // <= kMaxClockNs + kMaxOpNs: no overflow before the check
+      if (host_ns_ > kMaxClockNs)
+        refuse_beyond_clock("the host's issue time", double(host_ns_) * 1e-9);
       if (host > 0) sd_.host_issue = true;
     }
     sd_.issue_ns[i] = host_ns_;

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "sim/tunables.hpp"
 #include "stratagem/cost.hpp"
@@ -15,6 +16,17 @@ inline constexpr Time kNever = std::numeric_limits<Time>::max();
 inline constexpr Time kMinTime = std::numeric_limits<Time>::min();
 inline constexpr int64_t kS = kRateScale;  // progress units per ns at full speed
 inline constexpr int kStreams = kNumStreams;
+
+// The simulator's range, refused past (InputError, exit 2) rather than wrapped or saturated:
+// - one op's duration: its work in progress units (ns x kS), plus the kS - 1 of a ceil_div's
+//   rounding, must fit int64: (2^63 - 1 - kS) / kS = 2^47 - 2 ns (39 hours);
+// - the clock: 2^61 ns (73 years), so that the clock plus one op's duration at the slowest
+//   rate (a kernel slowed 10x by communication: kS / 10 units per ns, 2^51 ns) stays below
+//   2^63.
+inline constexpr Time kMaxOpNs = (std::numeric_limits<Time>::max() - kRateScale) / kRateScale;
+inline constexpr Time kMaxClockNs = int64_t(1) << 61;
+// InputError "<what> passes the simulator's range, 2^61 ns (...), at <t_s> s; ...".
+[[noreturn]] void refuse_beyond_clock(const std::string& what, double t_s);
 
 inline int64_t ceil_div(int64_t a, int64_t b) {
   return a <= 0 ? 0 : (a + b - 1) / b;

@@ -21,6 +21,9 @@ void set_blocking_timeout(double timeout_s, std::string message_prefix);
 // "not arrived: one or more of ranks 0,2,3 (stopped or died)": the other members of `comm`,
 // which a blocking collective over it waits for.
 std::string not_arrived(MPI_Comm comm);
+// The same for process `me` of a group of `size` known without MPI (the launcher's environment
+// during MPI's start-up): with two processes it names the other one exactly.
+std::string not_arrived(int me, int size);
 
 // A section with its own bound, independent of the communication timeout (a read of an HDF5
 // file that libhdf5 may loop on forever: src/io/hdf5_guard.hpp): past `timeout_s` the process

@@ -73,6 +73,10 @@ std::string not_arrived(MPI_Comm comm) {
   int me = 0, size = 1;
   MPI_Comm_rank(comm, &me);
   MPI_Comm_size(comm, &size);
+  return not_arrived(me, size);
+}
+
+std::string not_arrived(int me, int size) {
   std::string out = size == 2 ? "not arrived: rank " : "not arrived: one or more of ranks ";
   bool first = true;
   for (int r = 0; r < size; ++r)

@@ -2,6 +2,7 @@
 #include <fstream>
 
 #include "src/cli/command.hpp"
+#include "src/cli/memory_check.hpp"
 #include "src/cli/model_support.hpp"
 #include "src/io/output_file.hpp"
 #include "stratagem/estimate.hpp"
@@ -53,6 +54,7 @@ int run_plan_check(Args& a) {
   ClusterSpec c = cluster_from_args(a);
   Plan p = plan_from_args(a, m, c);
   a.finish();
+  check_layout_memory(p, c, local_size(), a.command());  // before the Layout exists
   Layout L(p, c);
   auto summary = layout_summary(p, c, L);
   if (out && world_rank() == 0) io::write_output("-o", *out, to_json(p).dump(2) + "\n");

@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "src/cli/command.hpp"
+#include "src/cli/memory_check.hpp"
 #include "src/cli/model_support.hpp"
 #include "stratagem/layout.hpp"
 #include "stratagem/program.hpp"
@@ -18,6 +19,9 @@ int run_program_dump(Args& a) {
   Plan p = plan_from_args(a, m, c);
   const FrameworkSpec fw = framework_from_args(a);
   a.finish();
+  // Before they exist: the Layout grows with the ranks, the Program with the micro-batches.
+  check_layout_memory(p, c, local_size(), a.command());
+  check_program_memory(m, p, local_size(), a.command());
   Layout L(p, c);
   if (rank < 0 || rank >= L.world_size())
     throw InputError(a.command() + ": --rank " + std::to_string(rank) +

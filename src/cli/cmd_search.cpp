@@ -176,9 +176,13 @@ int run_search(Args& a) {
   if (o.top_k < 1 || o.top_k > 1000)
     throw InputError(a.command() + ": --top: expected 1..1000, got " + std::to_string(o.top_k));
   if (world_size() > 1) o.comm = MPI_COMM_WORLD;
+  // The DPs run on as many threads as the re-rank: --threads, else the node's cores shared by
+  // its processes (Searcher::rerank_threads).
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  check_search_dp_memory(m, c, o, o.threads > 0 ? o.threads : std::max(1, cores / local_size()),
+                         local_size(), a.command());
   if (o.rerank_with_simulator) {
     // As many simulations at once as the re-rank runs threads (rerank.cpp), at most its set.
-    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
     const int threads =
         std::min(o.threads > 0 ? o.threads : std::max(1, cores / local_size()), 3 * o.top_k);
     check_search_memory(m, c, o.global_batch, threads, local_size(), a.command());

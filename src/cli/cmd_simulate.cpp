@@ -84,7 +84,7 @@ int run_simulate(Args& a) {
                      std::to_string(*interference));
   check_launch(a.command());
   // Before the Program exists: it alone grows with the micro-batch count.
-  check_simulate_memory(m, p, local_size(), a.command());
+  check_program_memory(m, p, local_size(), a.command());
   Program prog = build_program(m, p, fw);
   {
     SimOptions o;

@@ -74,8 +74,7 @@ TrainerOptions trainer_options(Args& a) {
   o.trace_path = a.output("--trace");
   o.log_json = a.output("--log-json");
   o.log_every = a.int_value("--log-every", 1, 1000000000).value_or(1);
-  o.comm_timeout_s =
-      a.double_in("--comm-timeout-s", 1e-3, 1e7, "seconds in (0, 1e7]").value_or(600);
+  o.comm_timeout_s = comm_timeout_s();  // parsed by main for every command
   o.skip_nonfinite = a.int_value("--skip-nonfinite", 0, INT_MAX).value_or(0);
   ExecutorOptions& opt = o.exec;
   opt.seed = static_cast<uint64_t>(a.int_value("--seed", 0, INT_MAX).value_or(1234));
@@ -282,6 +281,8 @@ int run_train(Args& a) {
   check_launch(a.command());
   check_runnable(model, plan, cluster, b.backend);
   if (b.backend == "cpu") check_train_memory(model, cluster, plan, local_size(), a.command());
+  // Every backend builds the step's Program on the host.
+  check_program_memory(model, plan, local_size(), a.command());
   o.exec.schedule.total_steps = o.steps;
 
   TokenDataset data = TokenDataset::load(data_path);
@@ -312,8 +313,7 @@ Register reg{
          "       [--trace FILE.h5] [--signal-grace-s 120]\n"
          "       [--seed X] [--log-json FILE] [--log-every N] [--lr 1e-3 --min-lr --warmup N\n"
          "       --weight-decay 0.1 --grad-clip 1.0] [--backend cpu|cuda] [--comm mpi|nccl]\n"
-         "       [--comm-timeout-s 600] "
-         "[--json]\n"
+         "       [--json]\n"
          "       [--skip-nonfinite 0]\n"
          "  SIGUSR1/SIGTERM: checkpoint at the next step boundary on all ranks, exit 0. Before\n"
          "  the training loop, a second SIGTERM, or no step boundary within --signal-grace-s:\n"
@@ -335,7 +335,7 @@ Register reg{
          "  recompute, offload, sequence parallelism and an MoE layer's ep and etp may differ by\n"
          "  layer (plan files). MoE runs end with the busiest expert rank's load and the MoE\n"
          "  scratch the forecast sized (--json: moe, moe_scratch).\n"
-         "  A transfer waiting longer than --comm-timeout-s ends the job, naming the group.\n"
+         "  A transfer waiting longer than --comm-timeout-s [600] ends the job, naming the group.\n"
          "  An error on any rank ends every rank; ranks end when mpirun/srun dies.\n"
          "  Checkpoints carry a digest of their bytes and a checksum per dataset; --resume\n"
          "  takes the newest one that verifies (damaged ones, and ones without a digest, are\n"

@@ -3,6 +3,7 @@
 #pragma once
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,22 @@ struct PeerFailed : std::exception {
 // Called by main after a command that never entered the collective phase.
 void finish_agreement();
 int local_size();  // processes on this node
+// --comm-timeout-s, which every command takes (main parses it once, before the command runs):
+// the longest any rank waits for another. Without it, MPI's start-up (MPI_Init and the first
+// collective) waits kStartUpTimeoutS and a command's collectives (a training step's transfers)
+// kCollectiveTimeoutS.
+// - Start-up: a healthy launch passes MPI_Init's exchange in seconds, even over thousands of
+//   ranks; a minute is ten times that, and a rank stopped or dead before MPI_Init then costs a
+//   minute, not ten.
+// - Collectives: a peer may legitimately be busy a long while between two of them (a CPU
+//   training step of a large layer, a checkpoint written by every rank), so their bound stays
+//   at ten minutes; a job with longer steps raises it with the flag.
+inline constexpr double kStartUpTimeoutS = 60;
+inline constexpr double kCollectiveTimeoutS = 600;
+std::optional<double> comm_timeout_flag_s();
+double comm_timeout_s();  // the flag's value, else kCollectiveTimeoutS
+// The help of the flags every command takes, printed after each command's own.
+extern const char* kCommonHelp;
 // Prints JSON on rank 0 only.
 void print_json(const nlohmann::json& j);
 

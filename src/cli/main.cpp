@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -114,6 +115,20 @@ void finish_agreement() {
   }
 }
 
+namespace {
+std::optional<double> g_comm_timeout_s;  // --comm-timeout-s as parsed by main
+}  // namespace
+std::optional<double> comm_timeout_flag_s() {
+  return g_comm_timeout_s;
+}
+double comm_timeout_s() {
+  return g_comm_timeout_s.value_or(kCollectiveTimeoutS);
+}
+const char* kCommonHelp =
+    "  --comm-timeout-s S       every command: the longest a rank waits for another; past it\n"
+    "                           the job ends naming the missing rank [MPI start-up 60,\n"
+    "                           collectives 600]\n";
+
 void print_json(const nlohmann::json& j) {
   if (world_rank() == 0) std::cout << j.dump(2) << std::endl;
 }
@@ -130,6 +145,7 @@ void print_overview() {
   auto cmds = stratagem::cli::registry();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });
   for (const auto& c : cmds) std::printf("  %-18s %s\n", c.name.c_str(), c.summary.c_str());
+  std::printf("\nevery command takes:\n%s", stratagem::cli::kCommonHelp);
   std::printf("\nexit codes: 0 ok, 1 failure, 2 bad input, 3 no plan fits the memory budget\n");
 }
 
@@ -207,12 +223,26 @@ bool launched_by_mpirun_or_srun() {
          std::getenv("PMI_RANK") || std::getenv("SLURM_STEP_ID");
 }
 
+// The launcher's word for an environment variable's integer (-1 when unset or not a number).
+int env_int(std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (const char* v = std::getenv(n)) {
+      char* end = nullptr;
+      const long x = std::strtol(v, &end, 10);
+      if (*v && *end == '\0' && x >= 0 && x <= INT32_MAX) return int(x);
+    }
+  return -1;
+}
+
 // Arms the watchdog over MPI_Init and the first collective, before any flag is parsed: the
-// bound is --comm-timeout-s as written (a bad value is refused later, with its message).
-// Returns whether it is armed.
-bool start_up_watchdog(const std::string& who, const std::vector<std::string>& args) {
+// bound is --comm-timeout-s as written, else kStartUpTimeoutS (a bad value is refused later,
+// with its message). MPI_Init waits inside the launcher's exchange, where MPI cannot say who is
+// missing: the launcher's environment gives this rank and the job's size, which name the
+// missing rank of two exactly and the suspects of more. Returns whether it is armed.
+bool start_up_watchdog(const std::string& who, const std::vector<std::string>& args,
+                       std::string* not_arrived) {
   if (!launched_by_mpirun_or_srun()) return false;
-  double timeout_s = 600;
+  double timeout_s = stratagem::cli::kStartUpTimeoutS;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string v;
     if (args[i] == "--comm-timeout-s" && i + 1 < args.size()) v = args[i + 1];
@@ -221,10 +251,13 @@ bool start_up_watchdog(const std::string& who, const std::vector<std::string>& a
     const double x = v.empty() ? 0 : std::strtod(v.c_str(), &end);
     if (!v.empty() && *end == '\0' && x > 0 && x < 1e7) timeout_s = x;
   }
-  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (!rank) rank = std::getenv("PMIX_RANK");
-  stratagem::set_watchdog(timeout_s,
-                          who + ": error" + (rank ? std::string(" on rank ") + rank : "") + ": ");
+  const int rank = env_int({"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"});
+  const int size = env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"});
+  *not_arrived = rank >= 0 && size > 1 && rank < size
+                     ? stratagem::not_arrived(rank, size)
+                     : "not arrived: one or more ranks (stopped or died)";
+  stratagem::set_watchdog(
+      timeout_s, who + ": error" + (rank >= 0 ? " on rank " + std::to_string(rank) : "") + ": ");
   return true;
 }
 
@@ -259,7 +292,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> rest(argv + 1 + consumed, argv + argc);
   if (std::find(rest.begin(), rest.end(), "--help") != rest.end() ||
       std::find(rest.begin(), rest.end(), "-h") != rest.end()) {
-    std::printf("%s", cmd->usage.c_str());
+    std::printf("%s%s", cmd->usage.c_str(), stratagem::cli::kCommonHelp);
     return 0;
   }
   die_with_launcher();
@@ -273,11 +306,12 @@ int main(int argc, char** argv) {
   // only in MPI calls.
   int thread_level = MPI_THREAD_SINGLE;
   // A rank stopped or dead while the job starts would hold the others in MPI's start-up
-  // forever: the watchdog bounds it by --comm-timeout-s (600 s) when a launcher started us.
+  // forever: the watchdog bounds it by --comm-timeout-s (kStartUpTimeoutS without it) when a
+  // launcher started us.
   std::optional<stratagem::WatchdogScope> start_up;
-  if (start_up_watchdog(who, rest))
-    start_up.emplace("MPI start-up (MPI_Init and the first collective)",
-                     "not arrived: one or more ranks (stopped or died while starting)");
+  std::string absent;
+  if (start_up_watchdog(who, rest, &absent))
+    start_up.emplace("MPI start-up (MPI_Init and the first collective)", absent);
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &thread_level);
   // HDF5's own error stack would print a page for a damaged file: stratagem's errors say it in
   // one line (the readers check every call).
@@ -285,15 +319,21 @@ int main(int argc, char** argv) {
   MPI_Comm_dup(MPI_COMM_WORLD, &stratagem::cli::g_agree_comm);
   start_up.reset();
   int code = stratagem::kExitOk;
-  // The prefix of the watchdog's lines, for its bounded sections (a damaged HDF5 file that
-  // libhdf5 never finishes reading: src/io/hdf5_guard.hpp); `train` sets its own, with its
-  // communication timeout.
-  stratagem::set_watchdog(
-      0, stratagem::cli::world_size() == 1
-             ? who + ": error: "
-             : who + ": error on rank " + std::to_string(stratagem::cli::world_rank()) + ": ");
+  // The watchdog over the collectives a command guards (a checkpoint's, a digest's) and its
+  // bounded sections (a damaged HDF5 file that libhdf5 never finishes reading:
+  // src/io/hdf5_guard.hpp), bounded by --comm-timeout-s once it is parsed; `train` sets its own
+  // prefix.
+  const std::string prefix =
+      stratagem::cli::world_size() == 1
+          ? who + ": error: "
+          : who + ": error on rank " + std::to_string(stratagem::cli::world_rank()) + ": ";
+  stratagem::set_watchdog(0, prefix);
   try {
     stratagem::cli::Args args("stratagem " + cmd->name, rest);
+    // One parse for every command, so that each takes the flag with the same bounds.
+    stratagem::cli::g_comm_timeout_s =
+        args.double_in("--comm-timeout-s", 1e-3, 1e7, "seconds in (0, 1e7]");
+    stratagem::set_watchdog(stratagem::cli::comm_timeout_s(), prefix);
     code = cmd->run(args);
     stratagem::cli::finish_agreement();
   } catch (const stratagem::cli::PeerFailed& e) {

@@ -7,6 +7,7 @@
 #include "stratagem/cluster.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/plan.hpp"
+#include "stratagem/search.hpp"
 
 namespace stratagem::cli {
 
@@ -21,10 +22,22 @@ void refuse_beyond_memory(const std::string& cmd, double need_bytes, const std::
 void check_train_memory(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
                         int ranks_on_node, const std::string& cmd);
 
-// `simulate` before it builds the Program, which alone grows with the micro-batch count (the
-// simulator's state per rank is checked once the Program exists: simulation_footprint_bytes).
-void check_simulate_memory(const ModelSpec& model, const Plan& plan, int processes_on_node,
-                           const std::string& cmd);
+// `simulate`, `program dump` and `train`, before they build the Program, which alone grows with
+// the micro-batch count (the simulator's state per rank is checked once the Program exists:
+// simulation_footprint_bytes).
+void check_program_memory(const ModelSpec& model, const Plan& plan, int processes_on_node,
+                          const std::string& cmd);
+
+// Every command that lays the plan out on the cluster (`plan check`, `program dump`, ...)
+// before it builds the Layout, which holds each rank in its groups.
+void check_layout_memory(const Plan& plan, const ClusterSpec& cluster, int processes_on_node,
+                         const std::string& cmd);
+
+// `search`'s stage DP: per thread one table of the largest stage (pp 1: every --layers layer)
+// x transient classes x cover levels x memory buckets of 8 bytes (src/search/stage_dp.hpp).
+void check_search_dp_memory(const ModelSpec& model, const ClusterSpec& cluster,
+                            const SearchOptions& o, int threads, int processes_on_node,
+                            const std::string& cmd);
 
 // `search` with the simulator re-rank: `threads` simulations at once, each of the whole
 // cluster, the worst candidate's Program one micro-batch per sample of `global_batch`.

@@ -14,8 +14,11 @@ std::vector<Plan> Searcher::megatron_plans() const {
       if (!o_.tp_degrees.empty() && !contains(o_.tp_degrees, tp)) continue;
       const int dp = D / tp;
       for (int mb = 1; mb <= o_.max_samples_per_rank; ++mb) {
-        const int Bm = mb * dp;
-        if (o_.global_batch % Bm) continue;
+        // Products of degrees and batch sizes in int64: mb x dp passes int's range on a large
+        // cluster (2^26 ranks x 64), and wrapped to 0 it was a divisor.
+        const int64_t Bm64 = int64_t(mb) * dp;
+        if (Bm64 > o_.global_batch || o_.global_batch % Bm64) continue;
+        const int Bm = int(Bm64);  // <= the global batch: an int
         if (!o_.micro_batches.empty() && !contains(o_.micro_batches, Bm)) continue;
         const int M = o_.global_batch / Bm;
         std::vector<std::pair<Schedule, int>> scheds;
@@ -43,11 +46,12 @@ std::vector<Plan> Searcher::megatron_plans() const {
                 Plan base = assemble(m_, o_, pp, sch, v, Bm, totals, seqs, emb);
                 // An MoE model: Megatron-Core's expert parallelism over its MoE layers too
                 // (etp = tp, its default), each ep a power of two dividing the experts.
-                for (int ep = 2; m_.moe.enabled() && ep <= m_.moe.experts; ep *= 2) {
+                // (ep in int64: doubling past 2^30 experts must not wrap.)
+                for (int64_t ep = 2; m_.moe.enabled() && ep <= m_.moe.experts; ep *= 2) {
                   if (m_.moe.experts % ep || D % (tp * ep)) continue;
                   Plan q = base;
                   for (int k = 0; k < m_.layers; ++k)
-                    if (m_.is_moe_layer(k)) q.layers[k].ep = ep, q.layers[k].etp = tp;
+                    if (m_.is_moe_layer(k)) q.layers[k].ep = int(ep), q.layers[k].etp = tp;
                   out.push_back(std::move(q));
                 }
                 if (m_.moe.enabled() && tp > 1)
@@ -74,8 +78,9 @@ std::vector<Plan> Searcher::zero_plans() const {
   const int z = world > 1 ? 3 : 0;  // ZeRO without data parallelism changes nothing
   if (!contains(o_.zero_stages, z)) return out;
   for (int mb = 1; mb <= o_.max_samples_per_rank; ++mb) {
-    const int Bm = mb * world;
-    if (o_.global_batch % Bm) continue;
+    const int64_t Bm64 = int64_t(mb) * world;  // as in megatron_plans: no wrap to 0
+    if (Bm64 > o_.global_batch || o_.global_batch % Bm64) continue;
+    const int Bm = int(Bm64);
     if (!o_.micro_batches.empty() && !contains(o_.micro_batches, Bm)) continue;
     for (Recompute rc : o_.recompute)
       // DeepSpeed: ZeRO-Offload (optimizer), ZeRO-Infinity (+ parameters), and CPU

@@ -244,11 +244,12 @@ std::vector<std::pair<int, int>> expert_degrees(const ModelSpec& m, int D, const
   if (!m.moe.enabled()) return {{1, 1}};
   for (int etp : {1, s.tp}) {
     if (etp > 1 && m.moe.expert_ffn_hidden % etp) continue;
-    for (int ep = 1; ep <= m.moe.experts && etp * ep <= D; ep *= 2) {
+    // ep and etp x ep in int64: the loop's last test may pass int's range (D up to 2^30).
+    for (int64_t ep = 1; ep <= m.moe.experts && etp * ep <= D; ep *= 2) {
       if (m.moe.experts % ep || D % (etp * ep)) continue;
       if (etp * ep > 1 && s.offload_params) continue;
       if (etp * ep == 1 && s.tp > 1) continue;  // validate_moe: experts split at tp > 1
-      out.emplace_back(etp, ep);
+      out.emplace_back(etp, int(ep));
     }
     if (s.tp == 1) break;
   }
