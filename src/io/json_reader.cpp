@@ -1,17 +1,35 @@
 #include "src/io/json_reader.hpp"
 
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <sstream>
 #include <string>
 
+#include "src/io/input_file.hpp"
+
 namespace stratagem::io {
 
+namespace {
+struct TooDeep {};
+
+// Throws TooDeep when a container opens at kMaxJsonDepth, so that nothing deeper is built.
+bool depth_guard(int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+  using E = nlohmann::json::parse_event_t;
+  if ((event == E::object_start || event == E::array_start) && depth >= kMaxJsonDepth)
+    throw TooDeep{};
+  return true;
+}
+}  // namespace
+
 nlohmann::json parse_json(const std::string& text, const std::string& source) {
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    throw InputError(source + ": holds a NUL byte at offset " + std::to_string(nul) +
+                     ", not JSON text");
   try {
-    return nlohmann::json::parse(text, nullptr, true, /*ignore_comments=*/true);
+    return nlohmann::json::parse(text, depth_guard, true, /*ignore_comments=*/true);
+  } catch (const TooDeep&) {
+    throw InputError(source + ": nested deeper than " + std::to_string(kMaxJsonDepth) +
+                     " levels, the limit for JSON input");
   } catch (const nlohmann::json::out_of_range& e) {
     // A number beyond double's range, e.g. 1e400.
     throw InputError(source + ": number out of range: " + shorten(e.what(), 200));
@@ -21,23 +39,9 @@ nlohmann::json parse_json(const std::string& text, const std::string& source) {
 }
 
 nlohmann::json read_json_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw InputError(path + ": is a directory, expected a JSON file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open file");
-  // Read at most kMaxJsonBytes (the largest plan, 100000 layers with a run each, is ~20 MB):
-  // a path such as /dev/zero must end in an error, not in exhausted memory.
-  constexpr size_t kMaxJsonBytes = size_t(64) << 20;
-  std::string text;
-  char buf[1 << 16];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    text.append(buf, size_t(in.gcount()));
-    if (text.size() > kMaxJsonBytes)
-      throw InputError(path + ": larger than 64 MiB, not a model, cluster or plan file");
-  }
-  if (in.bad()) throw InputError(path + ": read error");
-  return parse_json(text, path);
+  // The largest plan, 100000 layers with a run each, is ~20 MB.
+  constexpr uint64_t kMaxJsonBytes = uint64_t(64) << 20;
+  return parse_json(read_input_file(path, kMaxJsonBytes, path, "a JSON file"), path);
 }
 
 JsonReader::JsonReader(const nlohmann::json& j, std::string source, std::string path)

@@ -2,7 +2,7 @@
 # production CLI (label: mpi where it launches ranks) and asserts exit codes and the one line.
 # disk_full.sh needs a private mount namespace (unshare -m) for a small tmpfs: it skips (77) only
 # where the namespace cannot be made.
-foreach(name outputs checkpoint_folder flags memory signals disk_full)
+foreach(name outputs checkpoint_folder flags memory signals disk_full inputs)
   add_test(NAME reliability.${name} COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/${name}.sh)
   set_tests_properties(reliability.${name} PROPERTIES LABELS "mpi;reliability" TIMEOUT 300
                        SKIP_RETURN_CODE 77

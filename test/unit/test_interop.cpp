@@ -136,6 +136,27 @@ BOOST_AUTO_TEST_CASE(hf_bad_configs_name_the_field) {
              std::string::npos);
 }
 
+// Every JSON input is parsed by io::parse_json: nesting is refused at kMaxJsonDepth + 1
+// levels, arrays and objects alike, before it is built; a NUL byte (where nlohmann stops
+// reading, accepting whatever follows) is refused with its offset.
+BOOST_AUTO_TEST_CASE(json_inputs_refuse_deep_nesting_and_nul_bytes) {
+  const int limit = io::kMaxJsonDepth;
+  auto arrays = [](int levels) { return std::string(levels, '[') + std::string(levels, ']'); };
+  auto objects = [](int levels) {
+    std::string s;
+    for (int i = 0; i < levels - 1; ++i) s += "{\"a\":";
+    return s + "{}" + std::string(levels - 1, '}');
+  };
+  BOOST_TEST(io::parse_json(arrays(limit), "t").is_array());
+  BOOST_TEST(io::parse_json(objects(limit), "t").is_object());
+  const std::string deep = "t: nested deeper than " + std::to_string(limit) + " levels";
+  BOOST_TEST(input_error([&] { io::parse_json(arrays(limit + 1), "t"); }).find(deep) == 0);
+  BOOST_TEST(input_error([&] { io::parse_json(objects(limit + 1), "t"); }).find(deep) == 0);
+  BOOST_TEST(input_error([&] { io::parse_json(arrays(140000), "t"); }).find(deep) == 0);
+  BOOST_TEST(input_error([&] { io::parse_json(std::string("{}\0{", 4), "t"); }) ==
+             "t: holds a NUL byte at offset 2, not JSON text");
+}
+
 BOOST_AUTO_TEST_CASE(command_lines_split_as_a_shell_would) {
   const auto t = split_command_line(
       "# comment\ntorchrun --nnodes 2 pretrain_gpt.py \\\n  --num-layers 4 --data-path 'a b' "
