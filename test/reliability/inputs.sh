@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Hostile inputs (issue 41): JSON nested too deep, files that are not regular files and a NUL
-# byte in a config. Each case crashed (SIGSEGV), ran out of memory, failed with
+# Hostile inputs (issue 41): JSON nested too deep, files that are not regular files, a NUL byte
+# in a config, and nonsense flags. Each case crashed (SIGSEGV), ran out of memory, failed with
 # exit 1 or was accepted with exit 0; each is now refused, exit 2, with one line naming it.
 source "$(dirname "$0")/common.sh"
 DATA=$(dirname "$0")/../../data
@@ -62,4 +62,36 @@ expect_rc 2 "$WORK/nul-hf.json: holds a NUL byte at offset" "$BIN" model import 
 expect_rc 2 "$WORK/nul2-hf.json: holds a NUL byte" "$BIN" estimate --model "$WORK/nul2-hf.json" \
   --nodes 1 --global-batch 8
 
+# 4. Nonsense flags, accepted with exit 0 before.
+E=("$BIN" estimate --model gpt2-124m --nodes 1 --global-batch 8)
+expect_rc 2 "--offload: expected a comma list of optimizer, params, activations (or none), got ''" \
+  "${E[@]}" --offload ''
+expect_rc 2 "--offload: expected a comma list of optimizer, params, activations (or none), got ','" \
+  "${E[@]}" --offload ','
+expect_rc 2 "--offload: expected a comma list" "${E[@]}" --offload 'optimizer,'
+expect_rc 2 "--routing-imbalance: the model gpt2-124m has no experts" "${E[@]}" --routing-imbalance 2
+expect_rc 2 "--moe-node-limit: the model gpt2-124m has no experts" "${E[@]}" --moe-node-limit 2
+expect_rc 2 "--cp-kind: names how context parallelism" "${E[@]}" --cp 1 --cp-kind a2a
+expect_rc 2 "--cp-kind: names how context parallelism" "${E[@]}" --cp-kind ring
+S=("$BIN" search --model gpt2-124m --nodes 1 --global-batch 8 --rerank estimator --quiet)
+expect_rc 2 "flag --cp-degrees: cp 65536 does not divide the 8 GPUs" "${S[@]}" --cp-degrees 65536
+expect_rc 2 "flag --cp-degrees: expected a comma list of degrees in [1, 65536], got ''" \
+  "${S[@]}" --cp-degrees ''
+expect_rc 2 "flag --cp-degrees: expected a comma list" "${S[@]}" --cp-degrees 2,
+expect_rc 2 "flag --cp-degrees: cp 3 does not divide" "${S[@]}" --cp-degrees 3
+expect_rc 2 "flag --limit: expected an integer in [1, 2147483647], got -1" \
+  "$BIN" program dump --model gpt2-124m --nodes 1 --dp 8 --global-batch 8 --limit -1
+# plan import: dropouts are probabilities, and Megatron-LM refuses --bf16 with --fp16.
+MEG=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 256
+  --micro-batch-size 1)
+I=("$BIN" plan import --from megatron --cluster cpu-local --nodes 1)
+run "${I[@]}" -- "${MEG[@]}" --attention-dropout 0 --hidden-dropout 1 --bf16
+[ "$rc" = 0 ] || fail "a valid Megatron job is refused: $out"
+for v in nan -1 inf; do
+  expect_rc 2 "flag --attention-dropout: expected a probability in [0, 1], got '$v'" \
+    "${I[@]}" -- "${MEG[@]}" --attention-dropout "$v"
+done
+expect_rc 2 "flag --hidden-dropout: expected a probability in [0, 1], got '7'" \
+  "${I[@]}" -- "${MEG[@]}" --attention-dropout 0.1 --hidden-dropout 7
+expect_rc 2 "flag --fp16: given with --bf16" "${I[@]}" -- "${MEG[@]}" --bf16 --fp16
 echo ok
