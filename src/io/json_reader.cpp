@@ -10,26 +10,59 @@
 namespace stratagem::io {
 
 namespace {
-struct TooDeep {};
+// The first of two passes: nlohmann's SAX parser (iterative) walks the text, this counts the
+// nesting, and nothing is built. A DOM parse with a parser callback could stop at the limit in
+// one pass, but nlohmann's callback parser is quadratic in the number of values (432 s for a
+// 14 MB array of 600,000 objects, 0.7 s without it), so the limit is checked first.
+class DepthCheck {
+ public:
+  bool too_deep() const { return too_deep_; }
+  bool start_object(std::size_t) { return enter(); }
+  bool start_array(std::size_t) { return enter(); }
+  bool end_object() { return leave(); }
+  bool end_array() { return leave(); }
+  bool key(nlohmann::json::string_t&) { return true; }
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(nlohmann::json::number_integer_t) { return true; }
+  bool number_unsigned(nlohmann::json::number_unsigned_t) { return true; }
+  bool number_float(nlohmann::json::number_float_t, const nlohmann::json::string_t&) {
+    return true;
+  }
+  bool string(nlohmann::json::string_t&) { return true; }
+  bool binary(nlohmann::json::binary_t&) { return true; }
+  // The DOM parse that follows reports the error with its own message.
+  template <class Exception>
+  bool parse_error(std::size_t, const std::string&, const Exception&) {
+    return false;
+  }
 
-// Throws TooDeep when a container opens at kMaxJsonDepth, so that nothing deeper is built.
-bool depth_guard(int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
-  using E = nlohmann::json::parse_event_t;
-  if ((event == E::object_start || event == E::array_start) && depth >= kMaxJsonDepth)
-    throw TooDeep{};
-  return true;
-}
+ private:
+  bool enter() {
+    too_deep_ = ++depth_ > kMaxJsonDepth;
+    return !too_deep_;
+  }
+  bool leave() {
+    --depth_;
+    return true;
+  }
+  int depth_ = 0;
+  bool too_deep_ = false;
+};
 }  // namespace
 
 nlohmann::json parse_json(const std::string& text, const std::string& source) {
   if (const size_t nul = text.find('\0'); nul != std::string::npos)
     throw InputError(source + ": holds a NUL byte at offset " + std::to_string(nul) +
                      ", not JSON text");
-  try {
-    return nlohmann::json::parse(text, depth_guard, true, /*ignore_comments=*/true);
-  } catch (const TooDeep&) {
+  DepthCheck depth;
+  nlohmann::json::sax_parse(text, &depth, nlohmann::json::input_format_t::json, /*strict=*/true,
+                            /*ignore_comments=*/true);
+  if (depth.too_deep())
     throw InputError(source + ": nested deeper than " + std::to_string(kMaxJsonDepth) +
                      " levels, the limit for JSON input");
+  try {
+    return nlohmann::json::parse(text, nullptr, true, /*ignore_comments=*/true);
   } catch (const nlohmann::json::out_of_range& e) {
     // A number beyond double's range, e.g. 1e400.
     throw InputError(source + ": number out of range: " + shorten(e.what(), 200));

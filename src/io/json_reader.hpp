@@ -9,7 +9,7 @@
 
 namespace stratagem::io {
 
-// Containers nested deeper than this are refused while parsing, before they are built: every
+// Containers nested deeper than this are refused before anything is built: every
 // consumer of a parsed value (copies, dump, comparisons) recurses once per level, and a
 // 280 KB file can nest 140,000 levels. No model, cluster, plan or config comes near it.
 inline constexpr int kMaxJsonDepth = 128;
