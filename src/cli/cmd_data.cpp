@@ -1,8 +1,7 @@
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "src/cli/command.hpp"
+#include "src/io/input_file.hpp"
 #include "stratagem/data.hpp"
 
 namespace stratagem::cli {
@@ -16,11 +15,10 @@ int run_tokenize(Args& a) {
   if (pos.size() != 1) throw InputError(a.command() + ": expected one input text file");
   if (!out_flag) throw InputError(a.command() + ": missing required flag -o");
   const std::string out = *out_flag;
-  std::ifstream in(pos[0], std::ios::binary);
-  if (!in) throw InputError(a.command() + ": " + pos[0] + ": cannot open file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto tokens = tokenize_bytes(ss.str());
+  // One token a byte, and the .bin header counts tokens in an int32: 1 GiB stays below it.
+  constexpr uint64_t kMaxTextBytes = uint64_t(1) << 30;
+  auto tokens = tokenize_bytes(
+      io::read_input_file(pos[0], kMaxTextBytes, a.command() + ": " + pos[0], "a text file"));
   if (tokens.size() < 2)
     throw InputError(a.command() + ": " + pos[0] + ": fewer than 2 bytes of text");
   if (world_rank() == 0) write_token_bin(out, tokens);

@@ -1,9 +1,9 @@
 #include <cstdio>
-#include <fstream>
 
 #include "src/cli/command.hpp"
 #include "src/cli/memory_check.hpp"
 #include "src/cli/model_support.hpp"
+#include "src/io/input_file.hpp"
 #include "src/io/output_file.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
@@ -91,13 +91,10 @@ Register reg{{"plan check", "validate a plan, print its layout, write the expand
                   kModelHelp + kClusterHelp + kPlanHelp,
               run_plan_check}};
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open file");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.size() > (size_t(1) << 20))
-    throw InputError(path + ": larger than 1 MiB, not an arguments file");
-  return text;
+// A Megatron-LM launch script's arguments are a few KiB.
+std::string read_args_file(const std::string& path) {
+  constexpr uint64_t kMaxArgsBytes = uint64_t(1) << 20;
+  return io::read_input_file(path, kMaxArgsBytes, "--args-file " + path, "an arguments file");
 }
 
 int run_plan_import(Args& a) {
@@ -118,7 +115,7 @@ int run_plan_import(Args& a) {
   if (!args_file && tokens.empty())
     throw InputError(a.command() + ": give --args-file FILE or the Megatron-LM arguments after --");
   const std::string source = args_file ? *args_file : std::string("the arguments after --");
-  if (args_file) tokens = interop::split_command_line(read_text_file(*args_file), *args_file);
+  if (args_file) tokens = interop::split_command_line(read_args_file(*args_file), *args_file);
   const interop::MegatronJob job = interop::megatron_job_from_args(tokens, c, source);
   if (world_rank() == 0) {
     if (out) io::write_output("-o", *out, to_json(job.plan).dump(2) + "\n");

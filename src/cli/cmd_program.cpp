@@ -1,3 +1,4 @@
+#include <climits>
 #include <cstdio>
 
 #include "src/cli/command.hpp"
@@ -12,7 +13,8 @@ namespace {
 int run_program_dump(Args& a) {
   const bool json = a.flag("--json");
   const int rank = a.int_value("--rank").value_or(0);
-  const int limit = a.int_value("--limit").value_or(-1);
+  // Without --limit (-1), every op.
+  const int limit = a.int_value("--limit", 1, INT_MAX).value_or(-1);
   ModelSpec m = model_from_args(a);
   require_supported_model(m, a.command(), ModelUse::forecast);
   ClusterSpec c = cluster_from_args(a);

@@ -1,10 +1,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -12,6 +12,7 @@
 #include "src/cli/memory_check.hpp"
 #include "src/cli/model_support.hpp"
 #include "src/io/output_file.hpp"
+#include "stratagem/limits.hpp"
 #include "stratagem/search.hpp"
 
 namespace stratagem::cli {
@@ -46,6 +47,41 @@ void print_row(const char* rank, const SearchCandidate& c) {
                   : "");
 }
 
+// --cp-degrees: a comma list of context-parallel degrees; "1" alone: none beside cp 1. An
+// empty item ('', '2,') is refused, not skipped.
+std::vector<int> cp_degree_list(const std::string& list, const std::string& command) {
+  std::vector<int> out;
+  for (size_t at = 0;;) {
+    const size_t comma = list.find(',', at);
+    const std::string item = list.substr(at, comma == std::string::npos ? comma : comma - at);
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno == ERANGE || v < 1 || v > limits::kMaxTp)
+      throw InputError(command + ": flag --cp-degrees: expected a comma list of degrees in [1, " +
+                       std::to_string(limits::kMaxTp) + "], got '" + shorten(list) + "'");
+    out.push_back(int(v));
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
+}
+
+// A degree the search cannot use would be dropped without a word: refused by name instead.
+void check_cp_degrees(const std::vector<int>& degrees, const ModelSpec& m, const ClusterSpec& c,
+                      const std::string& command) {
+  for (int cp : degrees) {
+    if (cp == 1) continue;
+    const std::string bad = command + ": flag --cp-degrees: cp " + std::to_string(cp) + " ";
+    if (m.attention == AttentionKind::mla)
+      throw InputError(bad + "splits MLA attention, which context parallelism does not support");
+    if (c.world_size() % cp)
+      throw InputError(bad + "does not divide the " + std::to_string(c.world_size()) +
+                       " GPUs of --cluster/--nodes");
+    if (m.seq_len % cp)
+      throw InputError(bad + "does not divide the model's seq_len " + std::to_string(m.seq_len));
+  }
+}
+
 // The search's own flags (the space, the budget, the scorer).
 SearchOptions search_options(Args& a) {
   SearchOptions o;
@@ -72,20 +108,7 @@ SearchOptions search_options(Args& a) {
   o.flash_attention = a.flag("--flash-attention");
   o.overlap_grad_reduce = !a.flag("--no-overlap-grad-reduce");
   o.allow_cross_node_tp = a.flag("--allow-cross-node-tp");
-  if (auto list = a.value("--cp-degrees")) {
-    // A comma list of context-parallel degrees; "1" alone: none beside cp 1.
-    std::string item;
-    std::stringstream ss(*list);
-    while (std::getline(ss, item, ',')) {
-      char* end = nullptr;
-      const long v = std::strtol(item.c_str(), &end, 10);
-      if (item.empty() || *end != '\0' || v < 1 || v > (1 << 16))
-        throw InputError(a.command() +
-                         ": --cp-degrees: expected a comma list of degrees >= 1, got '" + *list +
-                         "'");
-      o.cp_degrees.push_back(int(v));
-    }
-  }
+  if (auto list = a.value("--cp-degrees")) o.cp_degrees = cp_degree_list(*list, a.command());
   return o;
 }
 
@@ -171,6 +194,7 @@ int run_search(Args& a) {
   ClusterSpec c = cluster_from_args(a);
   o.framework = framework_from_args(a);
   a.finish();
+  check_cp_degrees(o.cp_degrees, m, c, a.command());
   if (!gb) throw InputError(a.command() + ": missing required flag --global-batch");
   o.global_batch = *gb;
   if (o.top_k < 1 || o.top_k > 1000)

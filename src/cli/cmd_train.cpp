@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +11,7 @@
 #include "src/cli/launch.hpp"
 #include "src/cli/memory_check.hpp"
 #include "src/cli/model_support.hpp"
+#include "src/io/json_reader.hpp"
 #include "stratagem/backend.hpp"
 #include "stratagem/checkpoint.hpp"
 #include "stratagem/cuda_device.hpp"
@@ -45,9 +45,7 @@ std::string cluster_for_gpu() {
   if (!cuda::unavailable_reason().empty()) return "cpu-local";
   const std::string name = cuda::device_name(0);
   const std::string path = data_dir() + "/gpus.json";
-  std::ifstream in(path);
-  if (!in) throw InputError(path + ": cannot open (the GPU peak table)");
-  const auto table = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
+  const nlohmann::json table = io::read_json_file(path);
   std::string best_key, best;
   for (const auto& [key, cluster] : table.items())
     if (name.find(key) != std::string::npos && key.size() > best_key.size())

@@ -144,6 +144,29 @@ bool PlanShorthand::any() const {
          routing_imbalance || capacity_factor;
 }
 
+namespace {
+// --offload optimizer,params,activations or none. An empty item ('', ',', 'params,') names
+// nothing: refused rather than read as no offload.
+void apply_offload(const std::string& list, LayerStrategy& l) {
+  for (size_t at = 0;;) {
+    const size_t comma = list.find(',', at);
+    const std::string item = list.substr(at, comma == std::string::npos ? comma : comma - at);
+    if (item == "optimizer")
+      l.offload_optimizer = true;
+    else if (item == "params")
+      l.offload_params = true;
+    else if (item == "activations")
+      l.offload_activations = true;
+    else if (item != "none")
+      throw InputError(
+          "--offload: expected a comma list of optimizer, params, activations (or none), got '" +
+          shorten(list) + "'");
+    if (comma == std::string::npos) return;
+    at = comma + 1;
+  }
+}
+}  // namespace
+
 Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterSpec& c) {
   Plan p;
   LayerStrategy l;
@@ -154,6 +177,11 @@ Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterS
   if (p.pp < 1) throw InputError("--pp: expected >= 1");
   if (l.cp < 1) throw InputError("--cp: expected >= 1");
   if (s.cp_kind) l.cp_kind = cp_kind_from(*s.cp_kind, "--cp-kind");
+  // A kind without a split would be dropped from the plan without a word.
+  if (s.cp_kind && l.cp == 1)
+    throw InputError("--cp-kind: names how context parallelism moves K and V, and --cp " +
+                     std::string(s.cp ? "1 turns it off" : "is not given (1: off)") +
+                     "; give --cp N > 1 or leave --cp-kind out");
   const int64_t world = c.world_size();
   if (s.dp) {
     l.dp = *s.dp;
@@ -171,21 +199,7 @@ Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterS
   l.zero = s.zero.value_or(0);
   if (l.zero < 0 || l.zero > 3) throw InputError("--zero: expected 0, 1, 2 or 3");
   l.recompute = recompute_from(s.recompute.value_or("none"), "--recompute");
-  if (s.offload) {
-    std::stringstream ss(*s.offload);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      if (item == "optimizer")
-        l.offload_optimizer = true;
-      else if (item == "params")
-        l.offload_params = true;
-      else if (item == "activations")
-        l.offload_activations = true;
-      else if (item != "none" && !item.empty())
-        throw InputError("--offload: expected a comma list of optimizer,params,activations; got '" +
-                         item + "'");
-    }
-  }
+  if (s.offload) apply_offload(*s.offload, l);
   p.vpp = s.vpp.value_or(1);
   if (p.vpp < 1) throw InputError("--vpp: expected >= 1");
   std::string sched = s.schedule.value_or(p.vpp > 1 ? "interleaved" : "1f1b");

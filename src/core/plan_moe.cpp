@@ -28,8 +28,15 @@ double Plan::routing_imbalance_for(double rank_load, int ep, int experts) {
 
 void apply_moe_shorthand(const PlanShorthand& s, const ModelSpec& m, Plan& p) {
   const int ep = s.ep.value_or(1);
-  if ((ep > 1 || s.etp.value_or(1) > 1) && !m.moe.enabled())
-    throw InputError(std::string(ep > 1 ? "--ep" : "--etp") + ": the model " + m.name +
+  // A routing figure for a model without a router would be kept and printed, and price nothing.
+  const char* moe_only = ep > 1                  ? "--ep"
+                         : s.etp.value_or(1) > 1 ? "--etp"
+                         : s.routing_imbalance   ? "--routing-imbalance"
+                         : s.capacity_factor     ? "--capacity-factor"
+                         : s.moe_node_limit      ? "--moe-node-limit"
+                                                 : nullptr;
+  if (moe_only && !m.moe.enabled())
+    throw InputError(std::string(moe_only) + ": the model " + m.name +
                      " has no experts (give --experts, or an MoE model)");
   // etp defaults to the layer's tp, as Megatron-Core's expert_tensor_parallel_size does.
   for (int l = 0; l < int(p.layers.size()); ++l)

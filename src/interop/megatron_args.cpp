@@ -101,6 +101,13 @@ struct Flags {
     }
     fail(f, "expected a number, got '" + shorten(*v) + "'");
   }
+  // A probability: stod reads "nan", "inf" and "-1", none of which Megatron-LM could train with.
+  double probability(const std::string& f, double fallback) const {
+    const double x = number(f, fallback);
+    if (!(x >= 0.0 && x <= 1.0))
+      fail(f, "expected a probability in [0, 1], got '" + shorten(*text(f)) + "'");
+    return x;
+  }
   std::string choice(const std::string& f, std::initializer_list<const char*> choices,
                      const std::string& fallback) const {
     auto v = text(f);
@@ -194,7 +201,10 @@ ModelSpec model_from_flags(const Flags& f, std::vector<std::string>& notes) {
   m.bias = !f.on("--disable-bias-linear");
   if (!m.bias && f.on("--add-qkv-bias"))
     notes.push_back("--add-qkv-bias: the QKV biases are left out");
-  m.dropout = f.number("--attention-dropout", 0.1) > 0 || f.number("--hidden-dropout", 0.1) > 0;
+  // Both read before either is used: each must be checked.
+  const double attention_dropout = f.probability("--attention-dropout", 0.1);
+  const double hidden_dropout = f.probability("--hidden-dropout", 0.1);
+  m.dropout = attention_dropout > 0 || hidden_dropout > 0;
   validate(m, f.source);
   return m;
 }
@@ -342,6 +352,8 @@ MegatronJob megatron_job_from_args(const std::vector<std::string>& args, Cluster
           ? "selective"
           : f.choice("--recompute-granularity", {"full", "selective"}, "none");
   s.recompute = granularity;
+  // Megatron-LM asserts that at most one is set (validate_args): neither may win silently here.
+  if (f.on("--bf16") && f.on("--fp16")) f.fail("--fp16", "given with --bf16; give one of them");
   s.dtype = f.on("--bf16") ? "bf16" : f.on("--fp16") ? "fp16" : "fp32";
   // Megatron turns sequence parallelism off at tp 1 (validate_args).
   s.sequence_parallel = f.on("--sequence-parallel") && tp > 1;

@@ -20,9 +20,10 @@
 #include "src/io/checkpoint_files.hpp"
 #include "src/io/file_digest.hpp"
 #include "src/io/hdf5_util.hpp"
+#include "src/io/json_reader.hpp"
 #include "src/io/output_file.hpp"
-#include "stratagem/error.hpp"
 #include "stratagem/blocking_section.hpp"
+#include "stratagem/error.hpp"
 
 namespace stratagem {
 
@@ -494,10 +495,10 @@ CheckpointMeta read_checkpoint_meta(const std::string& path) {
     m.step = io::read_int64_attr(f, "step");
     m.seed = static_cast<uint64_t>(io::read_int64_attr(f, "seed"));
     m.data_position = io::read_int64_attr(f, "data_position");
-    m.model = nlohmann::json::parse(io::read_string_attr(f, "model"));
-    m.plan = nlohmann::json::parse(io::read_string_attr(f, "plan"));
-    m.layout = nlohmann::json::parse(io::read_string_attr(f, "layout"));
-    m.extra = nlohmann::json::parse(io::read_string_attr(f, "extra"));
+    m.model = io::parse_json(io::read_string_attr(f, "model"), "attribute 'model'");
+    m.plan = io::parse_json(io::read_string_attr(f, "plan"), "attribute 'plan'");
+    m.layout = io::parse_json(io::read_string_attr(f, "layout"), "attribute 'layout'");
+    m.extra = io::parse_json(io::read_string_attr(f, "extra"), "attribute 'extra'");
   } catch (const std::exception& e) {
     // The reason may quote damaged bytes: printable characters only, and not too many.
     std::string why = std::string(e.what()).substr(0, 160);

@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "src/io/checkpoint_files.hpp"
+#include "src/io/input_file.hpp"
 #include "src/io/output_file.hpp"
 #include "stratagem/checkpoint.hpp"
 #include "stratagem/error.hpp"
@@ -161,9 +162,11 @@ CheckpointLock::CheckpointLock(const std::string& dir) {
       return;
     }
     if (errno != EEXIST) throw InputError("--ckpt-dir " + dir + ": cannot create " + path);
-    std::ifstream in(path);
-    std::string owner;
-    std::getline(in, owner);
+    // Our lock is one short line; a FIFO or /dev/zero in its place must not block or fill memory.
+    constexpr uint64_t kMaxLockBytes = 4096;
+    std::string owner =
+        io::read_input_file(path, kMaxLockBytes, "--ckpt-dir " + dir + ": " + path, "a lock file");
+    owner = owner.substr(0, owner.find('\n'));
     // A damaged or foreign lock may hold anything: printable characters only, not too many.
     owner = shorten(owner, 120);
     for (char& c : owner)

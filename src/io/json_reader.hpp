@@ -9,9 +9,17 @@
 
 namespace stratagem::io {
 
-// Reads a whole file and parses it with comments allowed. Errors name the file.
+// Containers nested deeper than this are refused before anything is built: every
+// consumer of a parsed value (copies, dump, comparisons) recurses once per level, and a
+// 280 KB file can nest 140,000 levels. No model, cluster, plan or config comes near it.
+inline constexpr int kMaxJsonDepth = 128;
+
+// Reads a whole file (a regular file, io::read_input_file) and parses it as parse_json does.
+// Every JSON file a command reads goes through here. Errors name the file.
 nlohmann::json read_json_file(const std::string& path);
-// Parses text; `source` names it in errors.
+// Parses text with comments allowed, refusing a NUL byte (the parser would stop there and
+// accept whatever follows) and nesting beyond kMaxJsonDepth; `source` names it in errors.
+// Every JSON text from outside the process (files, attributes of HDF5 files) goes through here.
 nlohmann::json parse_json(const std::string& text, const std::string& source);
 
 class JsonReader {

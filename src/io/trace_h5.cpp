@@ -16,6 +16,7 @@
 #include "src/io/file_digest.hpp"
 #include "src/io/hdf5_guard.hpp"
 #include "src/io/hdf5_util.hpp"
+#include "src/io/input_file.hpp"
 #include "src/io/output_file.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/trace.hpp"
@@ -417,6 +418,7 @@ std::vector<int> ranks_in(hid_t file, const std::string& path) {
 // Opens the file and checks that it is a trace of this schema; returns the open file.
 hid_t open_trace(const std::string& path) {
   QuietHdf5 quiet;
+  io::check_input_file(path, "trace: " + path, "an HDF5 trace");
   if (H5Fis_hdf5(path.c_str()) <= 0)
     throw InputError("trace: " + path + " is not an HDF5 file (or cannot be read)");
   const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);

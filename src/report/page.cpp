@@ -1,8 +1,8 @@
 // The report page: header, the sections the inputs allow, the stylesheet and the script.
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "src/io/input_file.hpp"
 #include "src/io/json_reader.hpp"
 #include "src/report/html.hpp"
 #include "src/report/page_assets.hpp"
@@ -114,8 +114,9 @@ std::string render_html(const ReportInputs& in) {
   for (const auto& [flag, file] : {std::pair<const char*, const std::string&>{"--trace", in.trace},
                                    {"--measured", in.measured},
                                    {"--search", in.search}})
-    if (!file.empty() && !std::filesystem::is_regular_file(file))
-      throw InputError(std::string(flag) + " " + file + ": no such file");
+    if (!file.empty())
+      io::check_input_file(file, std::string(flag) + " " + file,
+                           flag == std::string("--search") ? "a search JSON" : "an HDF5 trace");
   std::optional<TraceData> forecast, measured;
   nlohmann::json search;
   if (!in.trace.empty()) forecast = read_trace(in.trace, in.ranks);

@@ -10,6 +10,7 @@
 #include <set>
 #include <string_view>
 
+#include "src/io/json_reader.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/program.hpp"
 #include "stratagem/spec_json.hpp"
@@ -135,11 +136,7 @@ struct SummaryBuilder {
 nlohmann::json parse_attribute(const trace::Reader& r, const char* name, const std::string& path) {
   const std::string text = r.attribute(name);
   if (text.empty()) return nullptr;
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const std::exception&) {
-    throw InputError(path + ": attribute '" + name + "' is not JSON");
-  }
+  return io::parse_json(text, path + ": attribute '" + name + "'");
 }
 
 std::vector<Block> blocks_of(const std::vector<trace::OpRecord>& ops, int stream, int iteration,
@@ -175,7 +172,12 @@ TraceSummary summarize_trace(const std::string& path) {
   const auto ranks = r.ranks();
   int pp = 1;
   if (r.has_attribute("plan")) {
-    const auto plan = nlohmann::json::parse(r.attribute("plan"), nullptr, false);
+    // A plan attribute that is not JSON leaves the stages unknown: one stage.
+    nlohmann::json plan;
+    try {
+      plan = parse_attribute(r, "plan", path);
+    } catch (const InputError&) {
+    }
     if (plan.is_object() && plan.contains("pp") && plan["pp"].is_number_integer())
       pp = std::max(1, plan["pp"].get<int>());
   }

@@ -4,12 +4,12 @@
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "src/io/hdf5_guard.hpp"
 #include "src/io/hdf5_util.hpp"
+#include "src/io/input_file.hpp"
 #include "src/io/output_file.hpp"
 #include "stratagem/error.hpp"
 
@@ -117,14 +117,8 @@ TokenDataset TokenDataset::from_tokens(std::vector<uint16_t> tokens, std::string
 }
 
 TokenDataset TokenDataset::load(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw InputError("--data " + path + ": is a directory, expected a .bin or HDF5 token file");
-  // A FIFO or device would block the open or never end: token files are regular files.
-  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
-    throw InputError("--data " + path +
-                     ": is not a regular file (a FIFO, device or socket), expected a .bin or "
-                     "HDF5 token file");
+  const uint64_t file_bytes =
+      io::check_input_file(path, "--data " + path, "a .bin or HDF5 token file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("--data " + path + ": cannot open file");
   if (is_hdf5(path)) return from_tokens(load_hdf5_tokens(path), path);
@@ -140,8 +134,7 @@ TokenDataset TokenDataset::load(const std::string& path) {
     throw InputError("--data " + path + ": unsupported .bin version " + std::to_string(header[1]));
   if (header[2] < 0) throw InputError("--data " + path + ": negative token count in header");
   // Checked against the file's size before allocating: a damaged header may promise 2^31.
-  const auto file_bytes = std::filesystem::file_size(path, ec);
-  if (!ec && uint64_t(header[2]) * sizeof(uint16_t) + sizeof(header) > file_bytes)
+  if (uint64_t(header[2]) * sizeof(uint16_t) + sizeof(header) > file_bytes)
     throw InputError("--data " + path + ": header promises " + std::to_string(header[2]) +
                      " tokens but the file is truncated");
   std::vector<uint16_t> tokens(static_cast<size_t>(header[2]));

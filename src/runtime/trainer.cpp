@@ -9,8 +9,10 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
+#include "src/io/json_reader.hpp"
 #include "src/io/output_file.hpp"
 #include "src/runtime/arrival_allreduce.hpp"
 #include "stratagem/comm.hpp"
@@ -71,6 +73,18 @@ int rank_of(MPI_Comm c) {
   return r;
 }
 
+// The step a --log-json line records; none for a line that is not such a record (kept as is).
+std::optional<int64_t> logged_step(const std::string& line, const std::string& path) {
+  nlohmann::json j;
+  try {
+    j = io::parse_json(line, path);
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) return std::nullopt;
+  return j["step"].get<int64_t>();
+}
+
 // On resume, steps logged after the checkpoint (by a run killed past it) are run again: drop
 // their lines so the log holds each step once.
 void truncate_log_after(const std::string& path, int64_t step) {
@@ -78,10 +92,7 @@ void truncate_log_after(const std::string& path, int64_t step) {
   if (!in) return;
   std::string line, kept;
   while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() &&
-        j["step"].get<int64_t>() > step)
-      continue;
+    if (const auto s = logged_step(line, path); s && *s > step) continue;
     kept += line + "\n";
   }
   in.close();

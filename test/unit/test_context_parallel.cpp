@@ -41,7 +41,9 @@ ClusterSpec nodes(int n) {
 Plan cp_plan(const ModelSpec& m, const ClusterSpec& c, int tp, int cp, int pp, const char* kind,
              int global_batch = 8) {
   PlanShorthand s;
-  s.tp = tp, s.cp = cp, s.pp = pp, s.cp_kind = kind;
+  s.tp = tp, s.cp = cp, s.pp = pp;
+  // A kind names how a split moves K and V: --cp-kind with cp 1 is refused.
+  if (cp > 1) s.cp_kind = kind;
   s.micro_batch = 1, s.global_batch = global_batch;
   s.flash_attention = true;
   return expand_shorthand(s, m, c);
@@ -65,6 +67,12 @@ BOOST_AUTO_TEST_CASE(shorthand_and_describe) {
   PlanShorthand s;
   s.cp_kind = "ulysses";
   BOOST_TEST(input_error([&] { expand_shorthand(s, m, c); }).find("--cp-kind") == 0);
+  // A kind without a split (issue 41: accepted with exit 0).
+  s.cp_kind = "a2a";
+  BOOST_TEST(input_error([&] { expand_shorthand(s, m, c); }).find("--cp-kind: ") == 0);
+  s.cp = 1;
+  BOOST_TEST(input_error([&] { expand_shorthand(s, m, c); }).find("--cp 1 turns it off") !=
+             std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(validation_names_the_field) {

@@ -137,6 +137,49 @@ BOOST_AUTO_TEST_CASE(hf_bad_configs_name_the_field) {
              std::string::npos);
 }
 
+// Every JSON input is parsed by io::parse_json: nesting is refused at kMaxJsonDepth + 1
+// levels, arrays and objects alike, before it is built; a NUL byte (where nlohmann stops
+// reading, accepting whatever follows) is refused with its offset.
+BOOST_AUTO_TEST_CASE(json_inputs_refuse_deep_nesting_and_nul_bytes) {
+  const int limit = io::kMaxJsonDepth;
+  auto arrays = [](int levels) { return std::string(levels, '[') + std::string(levels, ']'); };
+  auto objects = [](int levels) {
+    std::string s;
+    for (int i = 0; i < levels - 1; ++i) s += "{\"a\":";
+    return s + "{}" + std::string(levels - 1, '}');
+  };
+  BOOST_TEST(io::parse_json(arrays(limit), "t").is_array());
+  BOOST_TEST(io::parse_json(objects(limit), "t").is_object());
+  const std::string deep = "t: nested deeper than " + std::to_string(limit) + " levels";
+  BOOST_TEST(input_error([&] { io::parse_json(arrays(limit + 1), "t"); }).find(deep) == 0);
+  BOOST_TEST(input_error([&] { io::parse_json(objects(limit + 1), "t"); }).find(deep) == 0);
+  BOOST_TEST(input_error([&] { io::parse_json(arrays(140000), "t"); }).find(deep) == 0);
+  BOOST_TEST(input_error([&] { io::parse_json(std::string("{}\0{", 4), "t"); }) ==
+             "t: holds a NUL byte at offset 2, not JSON text");
+}
+
+// dropouts are probabilities, and Megatron-LM refuses --bf16 with --fp16.
+BOOST_AUTO_TEST_CASE(megatron_dropouts_and_dtypes_are_checked) {
+  ClusterSpec c = load_cluster("dgx-a100-80g");
+  const std::string base =
+      "--num-layers 4 --hidden-size 256 --num-attention-heads 4 "
+      "--seq-length 128 --vocab-size 1000 --micro-batch-size 1 ";
+  auto err = [&](const std::string& extra) {
+    return input_error([&] {
+      ClusterSpec cc = c;
+      megatron_job_from_args(split_command_line(base + extra, "f"), cc, "f");
+    });
+  };
+  BOOST_TEST(err("--attention-dropout 0 --hidden-dropout 1").empty());
+  for (const char* v : {"nan", "-1", "inf", "1.5"})
+    BOOST_TEST(err(std::string("--attention-dropout ") + v) ==
+               std::string("f: flag --attention-dropout: expected a probability in [0, 1], got '") +
+                   v + "'");
+  BOOST_TEST(err("--attention-dropout 0.1 --hidden-dropout 7").find("--hidden-dropout") !=
+             std::string::npos);
+  BOOST_TEST(err("--bf16 --fp16") == "f: flag --fp16: given with --bf16; give one of them");
+}
+
 BOOST_AUTO_TEST_CASE(command_lines_split_as_a_shell_would) {
   const auto t = split_command_line(
       "# comment\ntorchrun --nnodes 2 pretrain_gpt.py \\\n  --num-layers 4 --data-path 'a b' "

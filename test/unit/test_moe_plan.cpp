@@ -341,6 +341,15 @@ BOOST_AUTO_TEST_CASE(bad_moe_plans_name_the_field) {
   PlanShorthand d;
   d.ep = 2, d.global_batch = 64;
   BOOST_CHECK_THROW(expand_shorthand(d, dense, c), InputError);
+  // Routing figures on a dense model (issue 41: kept and printed with exit 0, pricing nothing).
+  for (int flag = 0; flag < 3; ++flag) {
+    PlanShorthand r;
+    r.global_batch = 64;
+    if (flag == 0) r.routing_imbalance = 2.0;
+    if (flag == 1) r.capacity_factor = 1.5;
+    if (flag == 2) r.moe_node_limit = 2;
+    BOOST_CHECK_THROW(expand_shorthand(r, dense, c), InputError);
+  }
   PlanShorthand ok;
   ok.ep = 2, ok.global_batch = 64;
   Plan p = plan_of(m, c, ok);
