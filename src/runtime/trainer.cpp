@@ -140,7 +140,9 @@ class JsonLog {
 
 // Test hook (STRATAGEM_TEST_HOLD_STEP=N or N:RANK): after step N the rank (all, or RANK) waits
 // until the file STRATAGEM_TEST_HOLD_RELEASE exists or a stop signal arrives, so that a test
-// can signal a run that is certainly still training, on a fast machine or a loaded one.
+// can signal a run that is certainly still training, on a fast machine or a loaded one. N = 0
+// holds just before the training loop, where a signal ends the rank at once, and says so on
+// stderr (unbuffered: the test waits for that line).
 void hold_for_test(int64_t step, int rank) {
   const char* hold = std::getenv("STRATAGEM_TEST_HOLD_STEP");
   if (!hold) return;
@@ -148,6 +150,7 @@ void hold_for_test(int64_t step, int rank) {
   const long at = std::strtol(hold, &end, 10);
   if (at != step || (*end == ':' && std::atoi(end + 1) != rank)) return;
   const char* release = std::getenv("STRATAGEM_TEST_HOLD_RELEASE");
+  if (step == 0) std::fprintf(stderr, "stratagem train: held before the training loop (test)\n");
   while (pending_stop_signal() == 0 && !(release && std::filesystem::exists(release)))
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
@@ -331,6 +334,7 @@ TrainSummary run_steps(MPI_Comm world, const ModelSpec& model, const ClusterSpec
     MPI_Comm comm = MPI_COMM_NULL;
   } own(world);
   const MPI_Comm stop_comm = own.comm;
+  hold_for_test(0, rank);
   defer_stop_signals(true);
   for (int64_t s = start; s < o.steps; ++s) {
     summary.last = ex.step(s);

@@ -2,8 +2,9 @@
 # Signals (issue 30, item 5): a first SIGTERM in the loop checkpoints at the step boundary; a
 # process not yet in the loop, one still short of the boundary after --signal-grace-s, or one
 # given a second SIGTERM exits at once; a rank stopped during MPI start-up ends the job after
-# --comm-timeout-s, and a rank missing the step boundary's agreement is named. Runs wait for markers (a log line, a process blocked in open, a step held by
-# STRATAGEM_TEST_HOLD_STEP), never for time to pass; the bounds below only catch a hang.
+# --comm-timeout-s, and a rank missing the step boundary's agreement is named. Runs wait for
+# markers (a log line, a step held by STRATAGEM_TEST_HOLD_STEP), never for time to pass; the
+# bounds below only catch a hang.
 source "$(dirname "$0")/common.sh"
 D=(--data "$WORK/data.bin")
 # wait_for_line FILE TEXT PID: until FILE holds TEXT (while PID runs).
@@ -31,14 +32,11 @@ finish() {
   out=$(cat "$2")
 }
 
-# 1. Before the loop: blocked in the open of a FIFO given as --model.
-mkfifo "$WORK/model.json"
-"${TRAIN[@]:0:2}" --model "$WORK/model.json" "${D[@]}" --steps 1 >"$WORK/1.log" 2>&1 &
+# 1. Before the loop: held there by the test hook (a FIFO given as --model blocked its open
+# once; inputs must now be regular files, and a FIFO is refused before it is opened).
+STRATAGEM_TEST_HOLD_STEP=0 "${TRAIN[@]}" "${D[@]}" --steps 1 >"$WORK/1.log" 2>&1 &
 pid=$!
-until [ "$(cat /proc/$pid/wchan 2>/dev/null)" = wait_for_partner ]; do
-  running "$pid" || fail "ended before blocking in open: $(cat "$WORK/1.log")"
-  sleep 0.05
-done
+wait_for_line "$WORK/1.log" "held before the training loop" "$pid"
 kill -TERM "$pid"
 finish "$pid" "$WORK/1.log"
 [ "$rc" = 143 ] || fail "before the loop: exit $rc, not 143: $out"

@@ -87,8 +87,10 @@ wait "$job" 2>/dev/null || true
 before=$(ls "$WORK/ck")
 sleep 1
 [ "$before" = "$(ls "$WORK/ck")" ] || fail "checkpoints changed after the job was killed"
+# One step past the newest checkpoint (--resume refuses --steps below the checkpoint's).
+last=$(ls "$WORK/ck" | sed -n 's/^step-0*\([0-9][0-9]*\)\.h5$/\1/p' | sort -n | tail -1)
 out=$("${MPIRUN[@]}" -np 4 "$BIN" train "${TINY[@]}" "${PLAN[@]}" --data "$WORK/data.bin" \
-  --steps 1 --ckpt-dir "$WORK/ck" --resume 2>&1) ||
+  --steps $((last + 1)) --ckpt-dir "$WORK/ck" --resume 2>&1) ||
   fail "resume right after killing mpirun failed: $out"
 grep -q "removing the lock of a job that is gone" <<<"$out" || fail "no stale-lock note: $out"
 echo "ok: killed mpirun; ranks $ranks ended, nothing written afterwards, resume succeeded"

@@ -8,7 +8,8 @@
 #   2. the default build with OpenBLAS forced onto other kernel paths that the CPU supports
 #      (OPENBLAS_CORETYPE=Haswell, Sandybridge, Prescott), the same labels.
 # BUILD: the default build folder (build); PORT_LABELS: the ctest labels (runtime|reference);
-# JOBS: build and ctest parallelism.
+# PORT_ROWS: the rows to run, by name (default all: baseline x86-64-v3 x86-64-v4 Haswell
+# Sandybridge Prescott); JOBS: build and ctest parallelism.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -16,7 +17,10 @@ JOBS=${JOBS:-$(nproc)}
 LABELS=${PORT_LABELS:-runtime|reference}
 flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
 has() { grep -qw "$1" <<<"$flags"; }
+want() { [ -z "${PORT_ROWS:-}" ] || grep -qw -- "$1" <<<"$PORT_ROWS"; }
 
+TARGETS=(stratagem reference_test moe_reference_test moe_ep_test cp_attention_test
+         mpi_test_comm_progress)
 rows=() failed=()
 run_row() {  # name build-dir [VAR=value...]
   local name=$1 dir=$2; shift 2
@@ -30,16 +34,20 @@ run_row() {  # name build-dir [VAR=value...]
 build_row() {  # name extra-cmake-args...
   local name=$1 dir=$BUILD-port-$1; shift
   cmake -S . -B "$dir" -DSTRATAGEM_NATIVE=OFF -DSTRATAGEM_CUDA=OFF "$@" >/dev/null
-  cmake --build "$dir" -j "$JOBS" >/dev/null
+  # Only what the labels run: the binary, and the reference and communicator tests.
+  cmake --build "$dir" -j "$JOBS" --target "${TARGETS[@]}" >/dev/null
   run_row "build $name" "$dir"
 }
 
-build_row baseline
-has avx2 && has fma && build_row x86-64-v3 -DCMAKE_CXX_FLAGS=-march=x86-64-v3
-has avx512f && has avx512bw && has avx512vl && build_row x86-64-v4 -DCMAKE_CXX_FLAGS=-march=x86-64-v4
+want baseline && build_row baseline
+want x86-64-v3 && has avx2 && has fma && build_row x86-64-v3 -DCMAKE_CXX_FLAGS=-march=x86-64-v3
+want x86-64-v4 && has avx512f && has avx512bw && has avx512vl &&
+  build_row x86-64-v4 -DCMAKE_CXX_FLAGS=-march=x86-64-v4
 
-make -s build BUILD="$BUILD" JOBS="$JOBS" >/dev/null
+cmake -S . -B "$BUILD" >/dev/null
+cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" >/dev/null
 for core in Haswell Sandybridge Prescott; do
+  want "$core" || continue
   case $core in
     Haswell) has avx2 || continue ;;
     Sandybridge) has avx || continue ;;
