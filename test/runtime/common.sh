@@ -39,11 +39,19 @@ expect_failure() {
   [ $rc -eq 2 ] || fail "exit $rc, not 2 (bad input), for: $sub $*; got: $out"
   grep -q -- "$needle" <<<"$out" || fail "expected '$needle' for: $sub $*; got: $out"
 }
-# rank_pid LAUNCHER N -> the pid of world rank N among mpirun's children (empty if none).
+# rank_pid LAUNCHER N -> the pid of world rank N among mpirun's children (empty if the launcher
+# has ended). Looked for until found: on a loaded machine (a load of 16 on 2 cores) one look
+# found none while the rank was training.
 rank_pid() {
   local p
-  for p in $(pgrep -P "$1"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && echo "$p"
+  while running "$1"; do
+    for p in $(pgrep -P "$1"); do
+      if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+        echo "$p"
+        return 0
+      fi
+    done
+    sleep 0.05
   done
   return 0
 }
