@@ -110,12 +110,19 @@ int run_plan_import(Args& a) {
   if (from != "megatron")
     throw InputError(a.command() + ": --from: unknown source '" + shorten(from) +
                      "' (expected megatron)");
-  if (args_file && !tokens.empty())
-    throw InputError(a.command() + ": give --args-file FILE or the arguments after --, not both");
   if (!args_file && tokens.empty())
     throw InputError(a.command() + ": give --args-file FILE or the Megatron-LM arguments after --");
-  const std::string source = args_file ? *args_file : std::string("the arguments after --");
-  if (args_file) tokens = interop::split_command_line(read_args_file(*args_file), *args_file);
+  // The arguments after -- follow the file's, as if appended to its command line: a flag given
+  // in both takes the value after -- (the last, as argparse).
+  const std::string source =
+      args_file ? *args_file + (tokens.empty() ? "" : " and the arguments after --")
+                : std::string("the arguments after --");
+  if (args_file) {
+    std::vector<std::string> file_tokens =
+        interop::split_command_line(read_args_file(*args_file), *args_file);
+    file_tokens.insert(file_tokens.end(), tokens.begin(), tokens.end());
+    tokens = std::move(file_tokens);
+  }
   const interop::MegatronJob job = interop::megatron_job_from_args(tokens, c, source);
   if (world_rank() == 0) {
     if (out) io::write_output("-o", *out, to_json(job.plan).dump(2) + "\n");
@@ -166,11 +173,12 @@ int run_plan_import(Args& a) {
 
 Register reg_import{
     {"plan import", "read a Megatron-LM job's model and parallel flags into a model and a plan",
-     std::string("usage: stratagem plan import --from megatron (--args-file FILE | -- ARGS...)\n"
+     std::string("usage: stratagem plan import --from megatron [--args-file FILE] [-- ARGS...]\n"
                  "           [--cluster C] [--nodes N] [--gpus-per-node N] [-o plan.json]\n"
                  "           [--model-out model.json] [--framework F] [--json]\n"
                  "  FILE holds a pretrain_gpt.py command line (shell quoting, # comments and\n"
-                 "  backslash continuations allowed); torchrun's --nnodes and --nproc-per-node\n"
+                 "  backslash continuations allowed; ARGS after -- follow the file's, as argparse\n"
+                 "  reads them); torchrun's --nnodes and --nproc-per-node\n"
                  "  before the script set the job's size, else --cluster/--nodes do.\n"
                  "  Prints the forecast of the job as it runs today.\n") +
          kClusterHelp + kFrameworkHelp,

@@ -23,6 +23,7 @@ const std::set<std::string> kValued = {"--num-layers",
                                        "--max-position-embeddings",
                                        "--vocab-size",
                                        "--tokenizer-type",
+                                       "--make-vocab-size-divisible-by",
                                        "--normalization",
                                        "--position-embedding-type",
                                        "--attention-dropout",
@@ -157,6 +158,40 @@ Flags parse_flags(const std::vector<std::string>& args, size_t from, const std::
 
 constexpr int kBig = limits::kMaxDim;
 
+// GPT2BPETokenizer's vocabulary (gpt2-vocab.json: 50,257 tokens), the one tokenizer whose size
+// is known without its files.
+constexpr int kGpt2BpeVocab = 50257;
+
+// The model's vocabulary. --vocab-size is taken as written (the export writes the model's own
+// vocabulary there, so that a round trip is exact). Without it, the tokenizer's: pretrain_gpt.py
+// defaults --tokenizer-type to GPT2BPETokenizer (its args_defaults), whose 50,257 tokens Megatron
+// pads to a multiple of --make-vocab-size-divisible-by (default 128) x tp (vocab_utils.py), as
+// the model it builds holds them. Other tokenizers' sizes are in their files.
+int vocabulary(const Flags& f, std::vector<std::string>& notes) {
+  if (auto v = f.integer("--vocab-size", 2, kBig)) {
+    notes.push_back("vocabulary " + std::to_string(*v) +
+                    " unpadded (Megatron pads it to --make-vocab-size-divisible-by x tp)");
+    return *v;
+  }
+  const std::string tokenizer = f.text("--tokenizer-type").value_or("GPT2BPETokenizer");
+  if (tokenizer != "GPT2BPETokenizer")
+    f.fail("--vocab-size",
+           "missing: the vocabulary of --tokenizer-type " + shorten(tokenizer) +
+               " is in its files, which stratagem does not read; give --vocab-size (after -- "
+               "with --args-file)");
+  const int64_t multiple =
+      int64_t(f.integer("--make-vocab-size-divisible-by", 1, kBig).value_or(128)) *
+      f.integer("--tensor-model-parallel-size", 1, limits::kMaxTp).value_or(1);
+  const int64_t padded = (kGpt2BpeVocab + multiple - 1) / multiple * multiple;
+  if (padded > kBig)
+    f.fail("--make-vocab-size-divisible-by", "pads the vocabulary past " + std::to_string(kBig));
+  notes.push_back("vocabulary " + std::to_string(kGpt2BpeVocab) + " (GPT2BPETokenizer" +
+                  (f.has("--tokenizer-type") ? "" : ", pretrain_gpt.py's default") +
+                  ") padded to " + std::to_string(padded) + " as Megatron pads it (a multiple of " +
+                  std::to_string(multiple) + ")");
+  return int(padded);
+}
+
 ModelSpec model_from_flags(const Flags& f, std::vector<std::string>& notes) {
   if (f.has("--num-experts") ||
       f.integer("--expert-model-parallel-size", 1, 1 << 16).value_or(1) > 1)
@@ -183,16 +218,7 @@ ModelSpec model_from_flags(const Flags& f, std::vector<std::string>& notes) {
                                            : int(std::min<int64_t>(4LL * m.hidden, kBig));
   m.ffn_hidden = f.integer("--ffn-hidden-size", 1, kBig).value_or(ffn_default);
   m.seq_len = f.required("--seq-length", 1, kBig);
-  if (auto v = f.integer("--vocab-size", 2, kBig))
-    m.vocab = *v;
-  else if (f.text("--tokenizer-type") == "GPT2BPETokenizer")
-    m.vocab = 50257;
-  else
-    f.fail("--vocab-size",
-           "missing: Megatron takes the vocabulary from the tokenizer, which "
-           "stratagem cannot read; give --vocab-size");
-  notes.push_back("vocabulary " + std::to_string(m.vocab) +
-                  " unpadded (Megatron pads it to --make-vocab-size-divisible-by x tp)");
+  m.vocab = vocabulary(f, notes);
   m.norm = f.choice("--normalization", {"LayerNorm", "RMSNorm"}, "LayerNorm") == "RMSNorm"
                ? Norm::rmsnorm
                : Norm::layernorm;

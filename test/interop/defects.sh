@@ -27,4 +27,24 @@ out=$("$BIN" plan import --from megatron --args-file "$WORK/twice.args" --nodes 
 [ "$(echo "$out" | json 'd["plan"]["layers"][0]["zero"]')" = 1 ] ||
   fail "D6: --use-distributed-optimizer twice is not ZeRO-1"
 
+# --- D1: pretrain_gpt.py's default tokenizer, padded as Megatron pads; -- ARGS with --args-file ---
+# No vocabulary flag: GPT2BPETokenizer's 50257 tokens padded to a multiple of 128 x tp 2 = 256.
+grep -v -- --vocab-size "$WORK/small.args" >"$WORK/novocab.args"
+echo "--max-position-embeddings 1024 --micro-batch-size 1 --global-batch-size 64" >>"$WORK/novocab.args"
+out=$("$BIN" plan import --from megatron --args-file "$WORK/novocab.args" --nodes 1 --json)
+[ "$(echo "$out" | json 'd["model"]["vocab"]')" = 50432 ] || fail "D1: GPT2BPETokenizer not padded"
+# --make-vocab-size-divisible-by 64 x tp 2: 50304.
+out=$("$BIN" plan import --from megatron --args-file "$WORK/novocab.args" --nodes 1 --json \
+  -- --make-vocab-size-divisible-by 64)
+[ "$(echo "$out" | json 'd["model"]["vocab"]')" = 50304 ] || fail "D1: divisible-by not read"
+# The arguments after -- follow the file's and win where both give a flag.
+out=$("$BIN" plan import --from megatron --args-file "$WORK/small.args" --nodes 1 --json \
+  -- --vocab-size 50000 --micro-batch-size 2)
+[ "$(echo "$out" | json 'd["model"]["vocab"], d["plan"]["micro_batch"]')" = "50000 2" ] ||
+  fail "D1: the arguments after -- are not read after --args-file"
+# Another tokenizer's vocabulary is in its files: refused, naming --vocab-size.
+bad plan import --from megatron --args-file "$WORK/novocab.args" --nodes 1 \
+  -- --tokenizer-type HuggingFaceTokenizer | has "flag --vocab-size: missing" ||
+  fail "D1: HuggingFaceTokenizer without --vocab-size"
+
 echo "interop defects: all passed"
