@@ -43,11 +43,18 @@ struct MegatronJob {
   std::vector<std::string> notes;
 };
 
+// The job's size as the user gave it to stratagem (--nodes, --gpus-per-node), already applied
+// to the cluster: it wins over the launcher's flags in the job's command line.
+struct JobSize {
+  std::optional<int> nodes, gpus_per_node;
+};
+
 // Reads the model and parallel flags of a pretrain_gpt.py command line (launcher tokens before
-// the script, such as torchrun's --nnodes and --nproc-per-node, set the world size when given;
-// otherwise `cluster` does). Throws InputError naming `source` and the flag.
+// the script, such as torchrun's --nnodes and --nproc-per-node, set the world size where
+// `user_size` does not; otherwise `cluster` does). A flag given twice takes its last value, as
+// argparse. Throws InputError naming `source` and the flag.
 MegatronJob megatron_job_from_args(const std::vector<std::string>& args, ClusterSpec& cluster,
-                                   const std::string& source);
+                                   const std::string& source, const JobSize& user_size = {});
 
 // ---- export (export_*.cpp) ---------------------------------------------------------------------
 

@@ -8,6 +8,7 @@
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
 #include "stratagem/layout.hpp"
+#include "stratagem/limits.hpp"
 #include "stratagem/spec_json.hpp"
 
 namespace stratagem::cli {
@@ -104,6 +105,9 @@ int run_plan_import(Args& a) {
   auto out = a.output("-o");
   auto model_out = a.output("--model-out");
   ClusterSpec c = cluster_from_args(a);
+  // What the user gave here wins over the job's launcher flags (megatron_job_from_args).
+  const interop::JobSize user_size{a.int_value("--nodes", 1, limits::kMaxNodes),
+                                   a.int_value("--gpus-per-node", 1, limits::kMaxNodes)};
   const FrameworkSpec fw = framework_from_args(a);
   std::vector<std::string> tokens = a.take_passthrough();
   a.finish();
@@ -123,7 +127,7 @@ int run_plan_import(Args& a) {
     file_tokens.insert(file_tokens.end(), tokens.begin(), tokens.end());
     tokens = std::move(file_tokens);
   }
-  const interop::MegatronJob job = interop::megatron_job_from_args(tokens, c, source);
+  const interop::MegatronJob job = interop::megatron_job_from_args(tokens, c, source, user_size);
   if (world_rank() == 0) {
     if (out) io::write_output("-o", *out, to_json(job.plan).dump(2) + "\n");
     if (model_out) io::write_output("--model-out", *model_out, to_json(job.model).dump(2) + "\n");
@@ -177,9 +181,10 @@ Register reg_import{
                  "           [--cluster C] [--nodes N] [--gpus-per-node N] [-o plan.json]\n"
                  "           [--model-out model.json] [--framework F] [--json]\n"
                  "  FILE holds a pretrain_gpt.py command line (shell quoting, # comments and\n"
-                 "  backslash continuations allowed; ARGS after -- follow the file's, as argparse\n"
-                 "  reads them); torchrun's --nnodes and --nproc-per-node\n"
-                 "  before the script set the job's size, else --cluster/--nodes do.\n"
+                 "  backslash continuations allowed); ARGS after -- follow the file's (a flag\n"
+                 "  in both takes the value after --, as argparse). torchrun's --nnodes and\n"
+                 "  --nproc-per-node before the script set the job's size where --nodes and\n"
+                 "  --gpus-per-node are not given (given, they win, and a note says so).\n"
                  "  Prints the forecast of the job as it runs today.\n") +
          kClusterHelp + kFrameworkHelp,
      run_plan_import}};

@@ -296,50 +296,83 @@ void apply_recompute(const Flags& f, Plan& p, std::vector<std::string>& notes) {
       p.layers[k].recompute = k - chunk.begin < n ? Recompute::full : Recompute::none;
 }
 
+// A launcher flag (torchrun or python -m torch.distributed.run, before the script) as written:
+// read only where it sets the job's size, so that a value the user's own flag replaces (a
+// script's $NUM_NODES) is not parsed.
+struct LauncherValue {
+  std::string flag, text;
+};
 struct Launcher {
-  std::optional<int> nodes, gpus_per_node;
+  std::optional<LauncherValue> nodes, gpus_per_node;
 };
 
-// torchrun (or python -m torch.distributed.run) flags before the script.
-Launcher read_launcher(const std::vector<std::string>& args, size_t script,
-                       const std::string& source) {
+Launcher read_launcher(const std::vector<std::string>& args, size_t script) {
   Launcher l;
   for (size_t i = 0; i < script; ++i) {
     std::string name = args[i], value;
     if (auto eq = name.find('='); eq != std::string::npos)
       value = name.substr(eq + 1), name = name.substr(0, eq);
-    std::optional<int>* slot = name == "--nnodes" ? &l.nodes
-                               : name == "--nproc-per-node" || name == "--nproc_per_node"
-                                   ? &l.gpus_per_node
-                                   : nullptr;
+    std::optional<LauncherValue>* slot = name == "--nnodes" ? &l.nodes
+                                         : name == "--nproc-per-node" || name == "--nproc_per_node"
+                                             ? &l.gpus_per_node
+                                             : nullptr;
     if (!slot) continue;
     if (value.empty() && i + 1 < script) value = args[++i];
-    Flags f;
-    f.source = source;
-    f.values[name] = value;
-    *slot = f.required(name, 1, limits::kMaxNodes);
+    *slot = LauncherValue{name, value};  // given again: the last, as torchrun's argparse
   }
   return l;
+}
+
+int launcher_count(const LauncherValue& v, const std::string& source) {
+  Flags f;
+  f.source = source;
+  f.values[v.flag] = v.text;
+  return f.required(v.flag, 1, limits::kMaxNodes);
+}
+
+// The job's size: the user's --nodes / --gpus-per-node win over the launcher's --nnodes /
+// --nproc-per-node (an example script is written for one size, and the user asks about the
+// job at theirs); a launcher value the user did not replace sets the size; a replaced one that
+// differs is said in a note.
+void apply_job_size(const Launcher& launcher, const JobSize& user, ClusterSpec& cluster,
+                    const std::string& source, std::vector<std::string>& notes) {
+  const auto overridden = [&](const LauncherValue& v, const char* user_flag, int user_value) {
+    if (v.text != std::to_string(user_value))
+      notes.push_back(std::string(user_flag) + " " + std::to_string(user_value) +
+                      " (command line) used instead of the file's " + v.flag + " " +
+                      shorten(v.text));
+  };
+  if (launcher.gpus_per_node) {
+    if (user.gpus_per_node)
+      overridden(*launcher.gpus_per_node, "--gpus-per-node", *user.gpus_per_node);
+    else if (const int g = launcher_count(*launcher.gpus_per_node, source);
+             g != cluster.node.gpus_per_node)
+      restrict_to_gpus(cluster, g, source + ": " + launcher.gpus_per_node->flag);
+  }
+  if (launcher.nodes) {
+    if (user.nodes)
+      overridden(*launcher.nodes, "--nodes", *user.nodes);
+    else
+      cluster.nodes = launcher_count(*launcher.nodes, source);
+  }
 }
 
 }  // namespace
 
 MegatronJob megatron_job_from_args(const std::vector<std::string>& args, ClusterSpec& cluster,
-                                   const std::string& source) {
+                                   const std::string& source, const JobSize& user_size) {
   size_t script = 0;
   for (size_t i = 0; i < args.size(); ++i)
     if (args[i].size() > 3 && args[i].compare(args[i].size() - 3, 3, ".py") == 0) {
       script = i + 1;
       break;
     }
-  const Launcher launcher = read_launcher(args, script ? script - 1 : 0, source);
+  const Launcher launcher = read_launcher(args, script ? script - 1 : 0);
   const Flags f = parse_flags(args, script, source);
   MegatronJob job;
   job.ignored_flags = f.ignored;
   job.model = model_from_flags(f, job.notes);
-  if (launcher.gpus_per_node && *launcher.gpus_per_node != cluster.node.gpus_per_node)
-    restrict_to_gpus(cluster, *launcher.gpus_per_node, source + ": --nproc-per-node");
-  if (launcher.nodes) cluster.nodes = *launcher.nodes;
+  apply_job_size(launcher, user_size, cluster, source, job.notes);
 
   PlanShorthand s;
   const int tp = f.integer("--tensor-model-parallel-size", 1, limits::kMaxTp).value_or(1);

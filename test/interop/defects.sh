@@ -47,4 +47,16 @@ bad plan import --from megatron --args-file "$WORK/novocab.args" --nodes 1 \
   -- --tokenizer-type HuggingFaceTokenizer | has "flag --vocab-size: missing" ||
   fail "D1: HuggingFaceTokenizer without --vocab-size"
 
+# --- D5: the user's --nodes wins over the file's --nnodes, and a note says so ---------------------
+# The example is written for --nnodes 1; tp 8 x pp 16 needs 128 GPUs: 16 nodes.
+out=$("$BIN" plan import --from megatron --args-file "$GPT3" --nodes 16 --json)
+[ "$(echo "$out" | json 'd["nodes"]')" = 16 ] || fail "D5: --nodes 16 lost to the file's --nnodes 1"
+# D1 on the example: GPT2BPETokenizer padded to a multiple of 128 x tp 8.
+[ "$(echo "$out" | json 'd["model"]["vocab"]')" = 51200 ] || fail "D1: the example's vocabulary"
+echo "$out" | json '"\n".join(d["notes"])' | has "--nodes 16 (command line) used instead of the file's --nnodes 1" ||
+  fail "D5: no note of the file's --nnodes"
+# Without --nodes the file's --nnodes 1 sets the size: 8 GPUs, which tp 8 x pp 16 does not divide.
+bad plan import --from megatron --args-file "$GPT3" | has "does not divide the 8 GPUs" ||
+  fail "D5: without --nodes the file's --nnodes is not read"
+
 echo "interop defects: all passed"
