@@ -195,6 +195,34 @@ void read_gelu_decoder(io::JsonReader& r, ModelSpec& m, const GeluDecoder& d) {
               r.get_double(d.dropout_key_b, 0, 1, d.dropout_default) > 0;
 }
 
+// Longer than this, a config's max_position_embeddings is the context the model serves after a
+// long-context extension (Qwen2/2.5's 131072, Mixtral's 32768), not a sequence length to train
+// at: pretraining contexts are 2048-8192 (GPT-NeoX, Llama 2, Llama 3's 8192).
+constexpr int kMaxTrainingContextDefault = 8192;
+
+// The training sequence when the user gives no --seq-len: the context the model was pretrained
+// at. A config that extends its context by RoPE scaling states it as rope_scaling's
+// original_max_position_embeddings (Llama 3.1: 8192; DeepSeek-V3: 4096); otherwise
+// max_position_embeddings, up to kMaxTrainingContextDefault. None where the config does not say
+// (the caller then asks for --seq-len).
+std::optional<int> default_training_sequence(const nlohmann::json& j, int positions,
+                                             const std::string& source) {
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+    const auto& rs = j["rope_scaling"];
+    if (rs.contains("original_max_position_embeddings")) {
+      const auto& v = rs["original_max_position_embeddings"];
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kBig)
+        throw InputError(source +
+                         ": field 'rope_scaling.original_max_position_embeddings': expected an "
+                         "integer in [1, " +
+                         std::to_string(kBig) + "]");
+      return std::min(positions, int(v.get<int64_t>()));
+    }
+  }
+  if (positions <= kMaxTrainingContextDefault) return positions;
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool is_hf_config(const nlohmann::json& j) {
@@ -226,7 +254,10 @@ ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& sou
   if (arch.family == Family::mixtral) read_mixtral(r, m);
   if (arch.family == Family::deepseek) read_deepseek(r, m, raw);
   m.tied_embeddings = r.get_bool("tie_word_embeddings", arch.tied_default);
-  if (seq_len) m.seq_len = *seq_len;
+  // read_shape read the positions field (max_position_embeddings, GPT-2's n_positions).
+  const int positions = m.seq_len;
+  const std::optional<int> pretrained = default_training_sequence(j, positions, source);
+  m.seq_len = seq_len ? *seq_len : pretrained.value_or(positions);
   // Sliding-window attention (Mistral v0.1; Qwen2 when use_sliding_window) attends to a window
   // shorter than the sequence: a cost this model does not have. Equal to full causal attention
   // while the sequence fits in the window.
@@ -241,6 +272,11 @@ ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& sou
                                    "): sliding-window attention is not modelled; give --seq-len " +
                                    std::to_string(window) + " or less");
   }
+  // Checked after the window, whose refusal says which --seq-len the model can take.
+  if (!pretrained && !seq_len)
+    throw InputError(source + ": field 'max_position_embeddings': " + std::to_string(positions) +
+                     " is the longest context the model serves, not the sequence it trains at "
+                     "(the config states no shorter one); give --seq-len");
   validate(m, source);
   return m;
 }

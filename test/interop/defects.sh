@@ -59,4 +59,19 @@ echo "$out" | json '"\n".join(d["notes"])' | has "--nodes 16 (command line) used
 bad plan import --from megatron --args-file "$GPT3" | has "does not divide the 8 GPUs" ||
   fail "D5: without --nodes the file's --nnodes is not read"
 
+# --- D12: an HF config's served context is not the training sequence -----------------------------
+# Llama-3.1-8B: 131072 positions served, 8192 pretrained (rope_scaling): the estimate trains at 8192.
+EST=(--cluster dgx-a100-80g --nodes 1 --tp 8 --micro-batch 1 --global-batch 8 --json)
+out=$("$BIN" estimate --model "$DATA/hf/llama3.1-8b.json" "${EST[@]}")
+python3 -c "import json,sys; d=json.loads(sys.argv[1]); sys.exit(0 if d['fits'] else 1)" "$out" ||
+  fail "D12: Llama-3.1-8B at tp 8 does not fit: the sequence is not 8192"
+[ "$("$BIN" model import "$DATA/hf/llama3.1-8b.json" --json | json 'd["seq_len"]')" = 8192 ] ||
+  fail "D12: Llama-3.1-8B does not train at 8192"
+# Qwen2: 131072 positions and no shorter context stated: refused, asking for --seq-len.
+bad estimate --model "$DATA/hf/qwen2-7b.json" "${EST[@]}" |
+  has "max_position_embeddings': 131072 is the longest context the model serves.*give --seq-len" ||
+  fail "D12: Qwen2 without --seq-len"
+"$BIN" estimate --model "$DATA/hf/qwen2-7b.json" --seq-len 4096 --cluster dgx-a100-80g --nodes 1 \
+  --tp 4 --micro-batch 1 --global-batch 8 >/dev/null
+
 echo "interop defects: all passed"

@@ -40,7 +40,9 @@ BOOST_AUTO_TEST_CASE(hf_imports_match_published_parameter_counts) {
   const std::pair<const char*, double> published[] = {
       {"llama3-8b", 8.03e9}, {"qwen2-7b", 7.62e9}, {"gpt2", 124e6}, {"gpt-neox-20b", 20.6e9}};
   for (const auto& [name, total] : published) {
-    const ModelSpec m = import(name);
+    // Qwen2's 131072 positions are its served context: the import asks for a sequence (D12).
+    const ModelSpec m =
+        import(name, std::string(name) == "qwen2-7b" ? std::optional<int>(4096) : std::nullopt);
     const double rel = std::abs(double(m.parameters()) - total) / total;
     BOOST_TEST(rel < 0.005, name << ": " << m.parameters() << " vs " << total);
   }
@@ -60,7 +62,7 @@ BOOST_AUTO_TEST_CASE(hf_fields_are_read_per_architecture) {
   BOOST_TEST(gpt2.tied_embeddings);  // GPT2Config's default, not written in the file
   BOOST_TEST((gpt2.position == Position::learned && gpt2.activation == Activation::gelu));
   BOOST_TEST(gpt2.ffn_hidden == 4 * 768);  // n_inner null: 4 x n_embd
-  const ModelSpec qwen = import("qwen2-7b");
+  const ModelSpec qwen = import("qwen2-7b", 4096);
   BOOST_TEST(qwen.kv_heads == 4);
   BOOST_TEST(!qwen.tied_embeddings);
   BOOST_TEST((qwen.norm == Norm::rmsnorm && qwen.activation == Activation::swiglu));
@@ -68,6 +70,25 @@ BOOST_AUTO_TEST_CASE(hf_fields_are_read_per_architecture) {
   BOOST_TEST((neox.position == Position::rope && neox.norm == Norm::layernorm));
   BOOST_TEST(neox.vocab == 50432);
   BOOST_TEST(import("qwen2-7b", 4096).seq_len == 4096);
+}
+
+// Issue 38, D12: max_position_embeddings is the longest context a model serves, not the sequence
+// it trains at. Without --seq-len: rope_scaling's original context, else the positions up to
+// 8192, else refused naming the field and --seq-len.
+BOOST_AUTO_TEST_CASE(hf_training_sequence_is_the_pretraining_context) {
+  BOOST_TEST(import("llama3.1-8b").seq_len == 8192);  // 131072 served, 8192 pretrained
+  BOOST_TEST(import("llama3-8b").seq_len == 8192);
+  BOOST_TEST(import("deepseek-v3").seq_len == 4096);  // 163840 served (YaRN), 4096 pretrained
+  BOOST_TEST(import("gpt2").seq_len == 1024);
+  BOOST_TEST(import("llama3.1-8b", 2048).seq_len == 2048);
+  const std::string e = input_error([&] { import("qwen2-7b"); });
+  BOOST_TEST(e.find("field 'max_position_embeddings': 131072") != std::string::npos, e);
+  BOOST_TEST(e.find("give --seq-len") != std::string::npos, e);
+  nlohmann::json j = io::read_json_file(hf("llama3.1-8b"));
+  j["rope_scaling"]["original_max_position_embeddings"] = "8k";
+  BOOST_TEST(input_error([&] {
+               model_from_hf_config(j, "c.json");
+             }).find("rope_scaling.original_max_position_embeddings") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(hf_moe_imports_match_published_totals) {
