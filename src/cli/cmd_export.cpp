@@ -25,7 +25,7 @@ void print_side_by_side(FILE* to, const ModelSpec& m, const ClusterSpec& c, cons
   std::fprintf(to, "  %-28s %13.1f%% %13.1f%%\n", "MFU", 100 * a.mfu, 100 * e.mfu);
   std::fprintf(to, "  %-28s %14.2f %14.2f%s\n", "peak memory per GPU (GiB)",
                double(a.peak_memory_bytes) / gib, double(e.peak_memory_bytes) / gib,
-               e.peak_memory_bytes > c.gpu.hbm_bytes ? "  (exported DOES NOT FIT)" : "");
+               fits_gpu_memory(e, c) ? "" : "  (exported DOES NOT FIT)");
 }
 
 int run_export(Args& a) {
@@ -64,8 +64,12 @@ int run_export(Args& a) {
       j["unexpressible"].push_back({{"feature", u.feature}, {"where", u.where}});
     if (!ds_flags.empty()) j["megatron_deepspeed_flags"] = ds_flags;
     if (!missing.empty()) {
-      j["forecast"]["plan"] = to_json(estimate(CostModel(m, c, p, fw)));
-      j["forecast"]["exported"] = to_json(estimate(CostModel(m, c, exported, fw)));
+      for (const auto& [key, plan] :
+           {std::pair<const char*, const Plan*>{"plan", &p}, {"exported", &exported}}) {
+        const Estimate e = estimate(CostModel(m, c, *plan, fw));
+        j["forecast"][key] = to_json(e);
+        j["forecast"][key]["fits"] = fits_gpu_memory(e, c);
+      }
     }
     print_json(j);
     return 0;

@@ -144,6 +144,8 @@ int run_plan_import(Args& a) {
     j["ignored_flags"] = job.ignored_flags;
     j["notes"] = job.notes;
     j["estimate"] = to_json(e);
+    j["hbm_bytes"] = c.gpu.hbm_bytes;
+    j["fits"] = fits_gpu_memory(e, c);
     print_json(j);
     return 0;
   }
@@ -159,6 +161,12 @@ int run_plan_import(Args& a) {
       "peak memory %.2f GiB per GPU\n",
       fw.name.c_str(), e.iteration_time_s, e.tokens_per_s, 100 * e.mfu,
       double(e.peak_memory_bytes) / double(1LL << 30));
+  if (!fits_gpu_memory(e, c))
+    std::printf(
+        "  warning: the forecast peak, %.2f GiB per GPU, DOES NOT FIT in the %.2f GiB of "
+        "a %s GPU\n",
+        double(e.peak_memory_bytes) / double(1LL << 30),
+        double(c.gpu.hbm_bytes) / double(1LL << 30), c.name.c_str());
   for (const auto& n : job.notes) std::printf("  note: %s\n", n.c_str());
   if (!job.ignored_flags.empty()) {
     std::string list;

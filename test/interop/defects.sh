@@ -74,4 +74,19 @@ bad estimate --model "$DATA/hf/qwen2-7b.json" "${EST[@]}" |
 "$BIN" estimate --model "$DATA/hf/qwen2-7b.json" --seq-len 4096 --cluster dgx-a100-80g --nodes 1 \
   --tp 4 --micro-batch 1 --global-batch 8 >/dev/null
 
+# --- D4: plan import and export --nearest say whether the forecast fits --------------------------
+# The GPT-3 example on 16 nodes at pp 8 (dp 2) needs about 100 GiB per GPU: a warning, fits false.
+out=$("$BIN" plan import --from megatron --args-file "$GPT3" --nodes 16 -- \
+  --pipeline-model-parallel-size 8)
+echo "$out" | has "warning: the forecast peak, .* DOES NOT FIT" || fail "D4: no warning: $out"
+[ "$("$BIN" plan import --from megatron --args-file "$GPT3" --nodes 16 --json -- \
+  --pipeline-model-parallel-size 8 | json 'd["fits"]')" = False ] || fail "D4: plan import fits"
+out=$("$BIN" plan import --from megatron --args-file "$GPT3" --nodes 16)
+! echo "$out" | grep -q "DOES NOT FIT" || fail "D4: a warning for a job that fits"
+# ZeRO-3, which Megatron cannot state: both --nearest forecasts carry fits.
+out=$("$BIN" export --to megatron --model gpt3-1.3b --cluster dgx-a100-80g --nodes 1 --tp 2 \
+  --zero 3 --global-batch 64 --nearest --json)
+[ "$(echo "$out" | json 'd["nearest"], d["forecast"]["plan"]["fits"], d["forecast"]["exported"]["fits"]')" = \
+  "True True True" ] || fail "D4: export --nearest forecasts without fits"
+
 echo "interop defects: all passed"
