@@ -27,6 +27,7 @@ const std::set<std::string> kValued = {"--num-layers",
                                        "--normalization",
                                        "--position-embedding-type",
                                        "--attention-dropout",
+                                       "--attention-backend",
                                        "--hidden-dropout",
                                        "--tensor-model-parallel-size",
                                        "--pipeline-model-parallel-size",
@@ -419,7 +420,14 @@ MegatronJob megatron_job_from_args(const std::vector<std::string>& args, Cluster
   s.dtype = f.on("--bf16") ? "bf16" : f.on("--fp16") ? "fp16" : "fp32";
   // Megatron turns sequence parallelism off at tp 1 (validate_args).
   s.sequence_parallel = f.on("--sequence-parallel") && tp > 1;
-  s.flash_attention = f.on("--use-flash-attn");
+  // Megatron-Core's --attention-backend (AttnBackend: flash, fused, unfused, local, auto): flash
+  // and fused (cuDNN) are fused-kernel attention that keeps no score matrix, and auto picks one of
+  // them through Transformer Engine; unfused and local materialise the scores. Absent, the
+  // older switch --use-flash-attn says it (a job exported by stratagem writes that switch).
+  const std::string backend =
+      f.choice("--attention-backend", {"flash", "fused", "unfused", "local", "auto"}, "");
+  s.flash_attention =
+      backend.empty() ? f.on("--use-flash-attn") : backend != "unfused" && backend != "local";
   s.no_overlap_grad_reduce = !f.on("--overlap-grad-reduce");
   try {
     job.plan = expand_shorthand(s, job.model, cluster);

@@ -75,12 +75,12 @@ bad estimate --model "$DATA/hf/qwen2-7b.json" "${EST[@]}" |
   --tp 4 --micro-batch 1 --global-batch 8 >/dev/null
 
 # --- D4: plan import and export --nearest say whether the forecast fits --------------------------
-# The GPT-3 example on 16 nodes at pp 8 (dp 2) needs about 100 GiB per GPU: a warning, fits false.
+# The GPT-3 example on 16 nodes at pp 4 (dp 4) needs about 119 GiB per GPU: a warning, fits false.
 out=$("$BIN" plan import --from megatron --args-file "$GPT3" --nodes 16 -- \
-  --pipeline-model-parallel-size 8)
+  --pipeline-model-parallel-size 4)
 echo "$out" | has "warning: the forecast peak, .* DOES NOT FIT" || fail "D4: no warning: $out"
 [ "$("$BIN" plan import --from megatron --args-file "$GPT3" --nodes 16 --json -- \
-  --pipeline-model-parallel-size 8 | json 'd["fits"]')" = False ] || fail "D4: plan import fits"
+  --pipeline-model-parallel-size 4 | json 'd["fits"]')" = False ] || fail "D4: plan import fits"
 out=$("$BIN" plan import --from megatron --args-file "$GPT3" --nodes 16)
 ! echo "$out" | grep -q "DOES NOT FIT" || fail "D4: a warning for a job that fits"
 # ZeRO-3, which Megatron cannot state: both --nearest forecasts carry fits.
@@ -88,5 +88,19 @@ out=$("$BIN" export --to megatron --model gpt3-1.3b --cluster dgx-a100-80g --nod
   --zero 3 --global-batch 64 --nearest --json)
 [ "$(echo "$out" | json 'd["nearest"], d["forecast"]["plan"]["fits"], d["forecast"]["exported"]["fits"]')" = \
   "True True True" ] || fail "D4: export --nearest forecasts without fits"
+
+# --- D2: --attention-backend fused / flash / auto is fused-kernel attention -----------------------
+peak() {
+  "$BIN" plan import --from megatron --args-file "$GPT3" --nodes 16 --json -- "$@" |
+    json 'd["plan"]["flash_attention"], d["estimate"]["peak_memory_bytes"]'
+}
+auto=$(peak) fused=$(peak --attention-backend fused) flash=$(peak --attention-backend flash)
+unfused=$(peak --attention-backend unfused)
+[ "$auto" = "$fused" ] && [ "$auto" = "$flash" ] || fail "D2: auto $auto, fused $fused, flash $flash"
+[ "${auto%% *}" = True ] && [ "${unfused%% *}" = False ] || fail "D2: auto $auto, unfused $unfused"
+python3 -c "import sys; sys.exit(0 if ${unfused#* } > ${auto#* } else 1)" ||
+  fail "D2: unfused attention ($unfused) not above flash ($auto)"
+bad plan import --from megatron --args-file "$GPT3" --nodes 16 -- --attention-backend cudnn |
+  has "flag --attention-backend: expected flash|fused|unfused|local|auto" || fail "D2: bad backend"
 
 echo "interop defects: all passed"
