@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "stratagem/cluster.hpp"
+#include "stratagem/framework.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/plan.hpp"
 
@@ -72,6 +73,12 @@ std::vector<Unexpressible> unexpressible(const Plan& p, const ModelSpec& m, Targ
 // layer, features the target lacks dropped or mapped to their closest equivalent, an even stage
 // split where the target's split cannot hold the plan's. Validated against `c`.
 Plan nearest_expressible(const Plan& p, const ModelSpec& m, const ClusterSpec& c, Target t);
+// The nearest plan to `p` that the target can express and whose forecast fits (fits_gpu_memory):
+// the same layout (tp, cp, dp, pp, stages), with only what trades time for memory changed on
+// every layer -- ZeRO stage, recompute, offload -- and the micro-batch cut to a divisor of
+// `p`'s; among those, the fastest forecast. `p` itself when it fits; nullopt when none does.
+std::optional<Plan> nearest_fitting(const Plan& p, const ModelSpec& m, const ClusterSpec& c,
+                                    const FrameworkSpec& fw, Target t);
 
 // The text of the target's job description. Throws InputError listing unexpressible features.
 std::string export_plan(const Plan& p, const ModelSpec& m, const ClusterSpec& c, Target t);

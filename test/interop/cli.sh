@@ -65,12 +65,22 @@ plans=(plan full)
 if [ $rc = 2 ]; then
   plans=(plan)
   echo "$out" | has "layers [0-9]" || fail "per-layer plan refused without its layers: $out"
-  "$BIN" export --to megatron --plan "$WORK/full.json" "${JOB[@]}" --nearest \
-    -o "$WORK/nearest.args" --plan-out "$WORK/nearest.json" >"$WORK/nearest.out"
-  grep -q "iteration (s)" "$WORK/nearest.out" || fail "--nearest prints no forecasts"
-  "$BIN" plan import --from megatron --args-file "$WORK/nearest.args" "${JOB[@]:2}" \
-    -o "$WORK/nearest.back.json" >/dev/null
-  cmp -s "$WORK/nearest.json" "$WORK/nearest.back.json" || fail "nearest plan does not read back"
+  # Its ZeRO-3 at tp 2, pp 1 becomes Megatron's distributed optimizer, which holds 175B weights
+  # over 2 GPUs: no recompute, offload or micro-batch makes that fit, so --nearest exits 3 (D11).
+  set +e
+  out=$("$BIN" export --to megatron --plan "$WORK/full.json" "${JOB[@]}" --nearest \
+    -o "$WORK/nearest.args" --plan-out "$WORK/nearest.json" 2>&1)
+  rc=$?
+  set -e
+  if [ $rc = 0 ]; then
+    grep -q "iteration (s)" <<<"$out" || fail "--nearest prints no forecasts"
+    "$BIN" plan import --from megatron --args-file "$WORK/nearest.args" "${JOB[@]:2}" \
+      -o "$WORK/nearest.back.json" >/dev/null
+    cmp -s "$WORK/nearest.json" "$WORK/nearest.back.json" || fail "nearest plan does not read back"
+  else
+    [ $rc = 3 ] && [ ! -e "$WORK/nearest.args" ] || fail "--nearest: exit $rc: $out"
+    echo "$out" | has "fits the memory budget" || fail "--nearest exit 3 without saying why: $out"
+  fi
 else
   [ $rc = 0 ] || fail "export of the searched plan: exit $rc: $out"
 fi

@@ -103,4 +103,26 @@ python3 -c "import sys; sys.exit(0 if ${unfused#* } > ${auto#* } else 1)" ||
 bad plan import --from megatron --args-file "$GPT3" --nodes 16 -- --attention-backend cudnn |
   has "flag --attention-backend: expected flash|fused|unfused|local|auto" || fail "D2: bad backend"
 
+# --- D11: export --nearest writes only a plan that fits, or exits 3 --------------------------------
+# Llama-2-13B at tp 2, ZeRO-3, micro-batch 4 needs about 200 GiB per GPU: each target's nearest
+# plan gives memory back (distributed optimizer, recompute, micro-batch) until it fits in 80.
+for t in megatron torchtitan deepspeed; do
+  out=$("$BIN" export --to $t --model llama2-13b --cluster dgx-a100-80g --nodes 1 --tp 2 --zero 3 \
+    --micro-batch 4 --global-batch 64 --nearest --json)
+  [ "$(echo "$out" | json 'd["nearest"], d["refit_to_memory"], d["forecast"]["plan"]["fits"], d["forecast"]["exported"]["fits"]')" = \
+    "True True False True" ] || fail "D11: $t --nearest exported a plan that does not fit"
+  [ "$(echo "$out" | json 'd["plan"]["global_batch"], d["plan"]["pp"]')" = "64 1" ] ||
+    fail "D11: $t --nearest changed the job, not only its memory"
+done
+# GPT-3 175B on one node does not fit however Megatron holds it: exit 3, one line saying so.
+set +e
+err=$("$BIN" export --to megatron --model gpt3-175b --cluster dgx-a100-80g --nodes 1 --tp 8 \
+  --global-batch 64 --nearest 2>&1 >"$WORK/none.out")
+rc=$?
+set -e
+[ $rc = 3 ] || fail "D11: exit $rc, not 3, when no plan fits"
+[ ! -s "$WORK/none.out" ] && [ "$(echo "$err" | wc -l)" = 1 ] ||
+  fail "D11: not one line, or a plan written: $err"
+echo "$err" | has "no Megatron-LM plan near this one fits the memory budget" || fail "D11: $err"
+
 echo "interop defects: all passed"

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "src/io/json_reader.hpp"
+#include "stratagem/cost.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
@@ -311,6 +312,36 @@ BOOST_AUTO_TEST_CASE(heterogeneous_plans_name_layers_and_nearest_exports) {
   BOOST_TEST(unexpressible(z3, m, Target::deepspeed).size() == 1);  // ZeRO-3 with pp 2
   s.pp = 1;
   BOOST_TEST(unexpressible(expand_shorthand(s, m, c), m, Target::deepspeed).empty());
+}
+
+// D11: --nearest gives memory back for time until the plan fits, keeping its layout, or says none.
+BOOST_AUTO_TEST_CASE(nearest_fitting_keeps_the_layout_and_fits_or_is_none) {
+  const ModelSpec m = load_model("llama2-13b");
+  const ClusterSpec c = load_cluster("dgx-a100-80g");
+  const FrameworkSpec fw;
+  PlanShorthand s;
+  s.tp = 2, s.zero = 3, s.micro_batch = 4, s.global_batch = 64;
+  const Plan p = expand_shorthand(s, m, c);
+  for (Target t : {Target::megatron, Target::torchtitan, Target::deepspeed}) {
+    const Plan q = unexpressible(p, m, t).empty() ? p : nearest_expressible(p, m, c, t);
+    BOOST_TEST(!fits_gpu_memory(estimate(CostModel(m, c, q, fw)), c));  // 200 GiB as asked
+    const auto f = nearest_fitting(q, m, c, fw, t);
+    BOOST_REQUIRE(f.has_value());
+    BOOST_TEST(fits_gpu_memory(estimate(CostModel(m, c, *f, fw)), c));
+    BOOST_TEST(unexpressible(*f, m, t).empty());
+    BOOST_TEST((f->pp == q.pp && f->chunks == q.chunks && f->global_batch == q.global_batch));
+    BOOST_TEST((f->layers[0].tp == q.layers[0].tp && f->layers[0].dp == q.layers[0].dp));
+    BOOST_TEST(f->micro_batch <= q.micro_batch);
+  }
+  // A plan that fits is its own nearest.
+  s.micro_batch = 1;
+  const Plan fits = expand_shorthand(s, m, c);
+  BOOST_TEST(to_json(*nearest_fitting(fits, m, c, fw, Target::deepspeed)) == to_json(fits));
+  // GPT-3 175B on one node: even the distributed optimizer with full recompute needs more.
+  const ModelSpec big = load_model("gpt3-175b");
+  PlanShorthand b;
+  b.tp = 8, b.global_batch = 64;
+  BOOST_TEST(!nearest_fitting(expand_shorthand(b, big, c), big, c, fw, Target::megatron));
 }
 
 BOOST_AUTO_TEST_CASE(megatron_round_trips_interleaved_and_uneven_plans) {
