@@ -3,6 +3,7 @@
 // cites the version read); flags that shape neither the model nor the plan are listed, not read.
 #include <algorithm>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "stratagem/error.hpp"
@@ -43,7 +44,10 @@ const std::set<std::string> kValued = {"--num-layers",
                                        "--recompute-method",
                                        "--recompute-num-layers",
                                        "--decoder-first-pipeline-num-layers",
-                                       "--decoder-last-pipeline-num-layers"};
+                                       "--decoder-last-pipeline-num-layers",
+                                       "--pipeline-model-parallel-layout",
+                                       "--activations-checkpoint-method",
+                                       "--activations-checkpoint-num-layers"};
 const std::set<std::string> kSwitches = {"--group-query-attention",
                                          "--swiglu",
                                          "--squared-relu",
@@ -57,7 +61,14 @@ const std::set<std::string> kSwitches = {"--group-query-attention",
                                          "--bf16",
                                          "--fp16",
                                          "--use-flash-attn",
-                                         "--recompute-activations"};
+                                         "--recompute-activations",
+                                         "--checkpoint-activations"};
+// Flags that change what a job costs in ways stratagem does not model: refused, never skipped
+// (a forecast without them would be for another job). Megatron-LM's dest for --fp8-format is
+// args.fp8, for --fp4-format args.fp4; each turns the low-precision GEMMs on.
+const std::map<std::string, std::string> kNotModelled = {
+    {"--fp8-format", "FP8 training is not modelled yet (stratagem prices bf16, fp16 and fp32)"},
+    {"--fp4-format", "FP4 training is not modelled yet (stratagem prices bf16, fp16 and fp32)"}};
 
 struct Flags {
   std::string source;
@@ -140,6 +151,8 @@ Flags parse_flags(const std::vector<std::string>& args, size_t from, const std::
       inline_value = name.substr(eq + 1), name = name.substr(0, eq);
     // As argparse: a switch given again stays on, and an option given again takes its last
     // value (a launch script's defaults followed by the user's own).
+    if (auto refused = kNotModelled.find(name); refused != kNotModelled.end())
+      f.fail(name, refused->second);
     if (kSwitches.count(name)) {
       if (inline_value) f.fail(name, "is a switch and takes no value");
       f.switches.insert(name);
@@ -239,9 +252,117 @@ ModelSpec model_from_flags(const Flags& f, std::vector<std::string>& notes) {
   return m;
 }
 
-// Megatron's stage split: the first and last stage may hold their own layer counts; the other
-// stages share the rest evenly (it must divide).
+// Megatron-LM before v3.0 had no recompute granularity: --activations-checkpoint-method
+// uniform|block (with --activations-checkpoint-num-layers, default 1) recomputed whole layers, and
+// --checkpoint-activations meant the uniform method. Megatron-LM now names them
+// --recompute-granularity full, --recompute-method and --recompute-num-layers and refuses the old
+// names, but old launch scripts still carry them: they are read as the new ones, so that
+// apply_recompute holds the one rule.
+void read_old_recompute_names(Flags& f, std::vector<std::string>& notes) {
+  const char* old = f.has("--activations-checkpoint-method") ? "--activations-checkpoint-method"
+                    : f.on("--checkpoint-activations")       ? "--checkpoint-activations"
+                    : f.has("--activations-checkpoint-num-layers")
+                        ? "--activations-checkpoint-num-layers"
+                        : nullptr;
+  if (!old) return;
+  for (const char* now : {"--recompute-granularity", "--recompute-method", "--recompute-num-layers",
+                          "--recompute-activations"})
+    if (f.has(now))
+      f.fail(old, std::string("given with ") + now +
+                      " (the pre-v3.0 name and the current one); give one of them");
+  if (!f.has("--activations-checkpoint-method") && !f.on("--checkpoint-activations"))
+    f.fail(old, "needs --activations-checkpoint-method (it counts the layers it recomputes)");
+  const std::string method = f.choice("--activations-checkpoint-method", {"uniform", "block"},
+                                      "uniform");  // --checkpoint-activations: uniform
+  f.values["--recompute-granularity"] = "full";
+  f.values["--recompute-method"] = method;
+  if (auto n = f.text("--activations-checkpoint-num-layers"))
+    f.values["--recompute-num-layers"] = *n;
+  notes.push_back(std::string(old) +
+                  " (Megatron-LM before v3.0) read as --recompute-granularity "
+                  "full --recompute-method " +
+                  method);
+}
+
+// --pipeline-model-parallel-layout, as Megatron-Core's PipelineParallelLayerLayout reads it: one
+// string per model chunk split by '|', in chunk order (chunk c on pipeline rank c % pp, as the
+// Plan's chunks); 't' a decoder layer, 'E' the embedding (first), 'L' the loss (last), 'm' an
+// MTP layer; "(...)*n" and "x*n" repeat, commas are cosmetic. The decoder layers of each chunk.
+std::vector<int> layout_chunks(const Flags& f, int layers, int pp) {
+  const std::string flag = "--pipeline-model-parallel-layout";
+  std::string text = *f.text(flag);
+  text.erase(std::remove(text.begin(), text.end(), ','), text.end());
+  // Its two re.sub passes: every "(...)*n" unrolled, then every "x*n".
+  const std::regex passes[] = {std::regex(R"(\(([^)]+)\)\*(\d+))"), std::regex(R"((.)\*(\d+))")};
+  for (const std::regex& re : passes) {
+    std::string out;
+    auto at = text.cbegin();
+    for (std::sregex_iterator it(text.begin(), text.end(), re), end; it != end; ++it) {
+      const auto& m = *it;
+      out.append(at, m[0].first);
+      const std::string unit = m[1].str();
+      const long long times = m[2].length() > 6 ? kBig : std::stoll(m[2].str());
+      if (times * double(unit.size()) + double(out.size()) > 16.0 * limits::kMaxLayers)
+        f.fail(flag,
+               "unrolls to more than " + std::to_string(16 * limits::kMaxLayers) + " characters");
+      for (long long k = 0; k < times; ++k) out += unit;
+      at = m[0].second;
+    }
+    out.append(at, text.cend());
+    text = out;
+  }
+  std::vector<int> chunks(1, 0);
+  int embeddings = 0, losses = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '|')
+      chunks.push_back(0);
+    else if (c == 't')
+      ++chunks.back();
+    else if (c == 'E' && i == 0)
+      ++embeddings;
+    else if (c == 'L' && i + 1 == text.size())
+      ++losses;
+    else if (c == 'm')
+      f.fail(flag, "multi-token-prediction layers ('m') are not modelled yet");
+    else if (c == 'E' || c == 'L')
+      f.fail(flag, std::string("'") + c + "' must be the layout's " +
+                       (c == 'E' ? "first" : "last") + " layer, once");
+    else
+      f.fail(flag, "unknown layer '" + shorten(std::string(1, c)) +
+                       "' (expected E, t, m or L after unrolling)");
+  }
+  if (embeddings != 1 || losses != 1)
+    f.fail(flag, "must begin with the embedding 'E' and end with the loss 'L'");
+  if (chunks.size() % size_t(pp))
+    f.fail(flag, std::to_string(chunks.size()) + " stages are not a multiple of pp " +
+                     std::to_string(pp));
+  int total = 0;
+  for (int n : chunks) {
+    if (n == 0) f.fail(flag, "a stage without decoder layers is not modelled");
+    total += n;
+  }
+  if (total != layers)
+    f.fail(flag, "holds " + std::to_string(total) + " decoder layers ('t'), not --num-layers " +
+                     std::to_string(layers));
+  for (const char* other :
+       {"--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+        "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"})
+    if (f.has(other)) f.fail(flag, std::string("given with ") + other + "; give one of them");
+  return chunks;
+}
+
+// Megatron's stage split: the layout's, or the first and last stage may hold their own layer
+// counts; the other stages share the rest evenly (it must divide).
 std::vector<LayerRange> stage_split(const Flags& f, int layers, int pp, int vpp) {
+  if (f.has("--pipeline-model-parallel-layout")) {
+    std::vector<LayerRange> out;
+    for (int n : layout_chunks(f, layers, pp)) {
+      const int at = out.empty() ? 0 : out.back().end;
+      out.push_back({at, at + n});
+    }
+    return out;
+  }
   const auto first = f.integer("--decoder-first-pipeline-num-layers", 1, layers);
   const auto last = f.integer("--decoder-last-pipeline-num-layers", 1, layers);
   if (!first && !last) {
@@ -369,8 +490,9 @@ MegatronJob megatron_job_from_args(const std::vector<std::string>& args, Cluster
       break;
     }
   const Launcher launcher = read_launcher(args, script ? script - 1 : 0);
-  const Flags f = parse_flags(args, script, source);
+  Flags f = parse_flags(args, script, source);
   MegatronJob job;
+  read_old_recompute_names(f, job.notes);
   job.ignored_flags = f.ignored;
   job.model = model_from_flags(f, job.notes);
   apply_job_size(launcher, user_size, cluster, source, job.notes);
@@ -404,6 +526,8 @@ MegatronJob megatron_job_from_args(const std::vector<std::string>& args, Cluster
                  " layers per pipeline stage evenly");
     vpp = job.model.layers / pp / *per;
   }
+  if (f.has("--pipeline-model-parallel-layout"))
+    vpp = int(layout_chunks(f, job.model.layers, pp).size()) / pp;
   s.tp = tp, s.pp = pp, s.dp = dp, s.vpp = vpp;
   s.micro_batch = f.required("--micro-batch-size", 1, limits::kMaxMicroBatch);
   s.global_batch = f.integer("--global-batch-size", 1, limits::kMaxGlobalBatch)

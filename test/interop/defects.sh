@@ -125,4 +125,20 @@ set -e
   fail "D11: not one line, or a plan written: $err"
 echo "$err" | has "no Megatron-LM plan near this one fits the memory budget" || fail "D11: $err"
 
+# --- D3: flags that shape the plan are read, or refused naming them -------------------------------
+# Megatron-Core's layout splits the example's 96 layers 5/6.../7 (first and last stage lighter
+# and heavier), not 6 each.
+out=$("$BIN" plan import --from megatron --args-file "$GPT3" --nodes 16 --json -- \
+  --pipeline-model-parallel-layout 'Et*5|(t*6|)*14,t*7L')
+[ "$(echo "$out" | json '[b - a for a, b in d["plan"]["chunks"]]')" = "[5$(printf ', 6%.0s' {1..14}), 7]" ] ||
+  fail "D3: the layout's split not read"
+echo "$out" | json '" ".join(d["ignored_flags"])' | grep -q -- --pipeline-model-parallel-layout &&
+  fail "D3: the layout listed as not read"
+# The pre-v3.0 recompute name: full recompute, as its current name; it was read as nothing.
+old=$(peak --activations-checkpoint-method uniform)
+now=$(peak --recompute-granularity full --recompute-method uniform)
+[ "$old" = "$now" ] && [ "$old" != "$(peak)" ] || fail "D3: old $old, current $now, none $(peak)"
+bad plan import --from megatron --args-file "$GPT3" --nodes 16 -- --fp8-format hybrid |
+  has "flag --fp8-format: FP8 training is not modelled yet" || fail "D3: --fp8-format not refused"
+
 echo "interop defects: all passed"

@@ -288,6 +288,49 @@ BOOST_AUTO_TEST_CASE(megatron_bad_flags_name_the_flag) {
   BOOST_TEST(err("").empty());
 }
 
+// D3: flags that shape the plan are read (the stage layout, the pre-v3.0 recompute names) or
+// refused naming them (FP8), never skipped.
+BOOST_AUTO_TEST_CASE(megatron_plan_shaping_flags_are_read_or_refused) {
+  const ClusterSpec c = load_cluster("dgx-a100-80g");
+  const std::string base =
+      "--num-layers 32 --hidden-size 512 --num-attention-heads 8 --seq-length 128 "
+      "--vocab-size 1000 --micro-batch-size 1 --global-batch-size 8 "
+      "--pipeline-model-parallel-size 4 ";
+  auto job = [&](const std::string& extra) {
+    ClusterSpec cc = c;
+    return megatron_job_from_args(split_command_line(base + extra, "f"), cc, "f");
+  };
+  auto err = [&](const std::string& extra) { return input_error([&] { job(extra); }); };
+  // Megatron-Core's layout: 7/8/8/9 over the four stages; with 8 stages, two virtual per rank.
+  const Plan split = job("--pipeline-model-parallel-layout 'Et*7|t*8|t*8|t*9L'").plan;
+  const std::vector<LayerRange> want{{0, 7}, {7, 15}, {15, 23}, {23, 32}};
+  BOOST_TEST((split.chunks == want));
+  const Plan vpp = job("--pipeline-model-parallel-layout E(t*4|)*7,t*4L").plan;
+  BOOST_TEST((vpp.vpp == 2 && vpp.schedule == Schedule::interleaved && vpp.chunks.size() == 8));
+  BOOST_TEST(err("--pipeline-model-parallel-layout Et*8|t*8|t*8|t*9L")
+                 .find("--pipeline-model-parallel-layout: holds 33 decoder layers") !=
+             std::string::npos);
+  BOOST_TEST(err("--pipeline-model-parallel-layout Et*8|t*8|t*8|t*7m,L").find("'m'") !=
+             std::string::npos);
+  BOOST_TEST(err("--pipeline-model-parallel-layout Et*16|t*16L").find("not a multiple of pp 4") !=
+             std::string::npos);
+  // The pre-v3.0 names are the current recompute flags: same plan.
+  const Plan old =
+      job("--activations-checkpoint-method block --activations-checkpoint-num-layers 2").plan;
+  const Plan now =
+      job("--recompute-granularity full --recompute-method block --recompute-num-layers 2").plan;
+  BOOST_TEST(to_json(old) == to_json(now));
+  BOOST_TEST(
+      (old.layers[1].recompute == Recompute::full && old.layers[2].recompute == Recompute::none));
+  BOOST_TEST(to_json(job("--checkpoint-activations").plan) ==
+             to_json(job("--recompute-granularity full --recompute-method uniform").plan));
+  BOOST_TEST(err("--activations-checkpoint-method uniform --recompute-method block")
+                 .find("--activations-checkpoint-method: given with --recompute-method") !=
+             std::string::npos);
+  BOOST_TEST(err("--fp8-format hybrid").find("flag --fp8-format: FP8 training is not modelled") !=
+             std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(heterogeneous_plans_name_layers_and_nearest_exports) {
   const ModelSpec m = load_model("gpt3-1.3b");
   ClusterSpec c = load_cluster("dgx-a100-80g");
