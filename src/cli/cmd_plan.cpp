@@ -1,4 +1,7 @@
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 
 #include "src/cli/command.hpp"
 #include "src/cli/memory_check.hpp"
@@ -92,6 +95,18 @@ Register reg{{"plan check", "validate a plan, print its layout, write the expand
                   kModelHelp + kClusterHelp + kPlanHelp,
               run_plan_check}};
 
+// One word as a POSIX shell reads it back: bare when no character in it is special to a shell,
+// else single-quoted (a quote inside written '\'').
+std::string shell_word(const std::string& w) {
+  const bool bare = !w.empty() && std::all_of(w.begin(), w.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || (ch && std::strchr("_-./=:,+@%", ch));
+  });
+  if (bare) return w;
+  std::string out = "'";
+  for (char ch : w) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
 // A Megatron-LM launch script's arguments are a few KiB.
 std::string read_args_file(const std::string& path) {
   constexpr uint64_t kMaxArgsBytes = uint64_t(1) << 20;
@@ -108,8 +123,10 @@ int run_plan_import(Args& a) {
   // What the user gave here wins over the job's launcher flags (megatron_job_from_args).
   const interop::JobSize user_size{a.int_value("--nodes", 1, limits::kMaxNodes),
                                    a.int_value("--gpus-per-node", 1, limits::kMaxNodes)};
-  const FrameworkSpec fw = framework_from_args(a);
+  // A Megatron-LM job runs on Megatron-Core: priced so unless the user asks otherwise.
+  const FrameworkSpec fw = framework_from_args(a, "megatron-core");
   std::vector<std::string> tokens = a.take_passthrough();
+  const std::vector<std::string> after_dashes = tokens;
   a.finish();
   if (from != "megatron")
     throw InputError(a.command() + ": --from: unknown source '" + shorten(from) +
@@ -175,11 +192,22 @@ int run_plan_import(Args& a) {
   }
   if (out) std::printf("wrote %s\n", out->c_str());
   if (model_out) std::printf("wrote %s\n", model_out->c_str());
+  // A line to paste: without --model-out, this import again writing the model first.
+  const std::string where = " --cluster " + shell_word(c.name) + " --nodes " +
+                            std::to_string(c.nodes) + " --gpus-per-node " +
+                            std::to_string(c.node.gpus_per_node);
+  std::string model_file = model_out ? *model_out : job.model.name + ".model.json", first;
+  if (!model_out) {
+    first = "stratagem plan import --from megatron" +
+            (args_file ? " --args-file " + shell_word(*args_file) : std::string()) + where +
+            " --model-out " + shell_word(model_file);
+    if (!after_dashes.empty()) first += " --";
+    for (const auto& t : after_dashes) first += " " + shell_word(t);
+    first += " >/dev/null && ";
+  }
   std::printf(
-      "what stratagem would run instead: stratagem search --model %s --cluster %s "
-      "--nodes %d --gpus-per-node %d --global-batch %d\n",
-      model_out ? model_out->c_str() : "MODEL.json (see --model-out)", c.name.c_str(), c.nodes,
-      c.node.gpus_per_node, job.plan.global_batch);
+      "what stratagem would run instead: %sstratagem search --model %s%s --global-batch %d\n",
+      first.c_str(), shell_word(model_file).c_str(), where.c_str(), job.plan.global_batch);
   return 0;
 }
 
@@ -188,6 +216,8 @@ Register reg_import{
      std::string("usage: stratagem plan import --from megatron [--args-file FILE] [-- ARGS...]\n"
                  "           [--cluster C] [--nodes N] [--gpus-per-node N] [-o plan.json]\n"
                  "           [--model-out model.json] [--framework F] [--json]\n"
+                 "  The job is priced as Megatron-Core runs it (--framework megatron-core)\n"
+                 "  unless --framework says otherwise.\n"
                  "  FILE holds a pretrain_gpt.py command line (shell quoting, # comments and\n"
                  "  backslash continuations allowed); ARGS after -- follow the file's (a flag\n"
                  "  in both takes the value after --, as argparse). torchrun's --nnodes and\n"

@@ -3,6 +3,7 @@
 // GPT2Config, GPTNeoXConfig, MixtralConfig, DeepseekV3Config): a field a config leaves out takes
 // that class's default.
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -229,6 +230,24 @@ bool is_hf_config(const nlohmann::json& j) {
   return j.is_object() && (j.contains("architectures") || j.contains("model_type"));
 }
 
+namespace {
+
+// _name_or_path is what save_pretrained was given: a Hub id ("meta-llama/Llama-3.1-8B", "gpt2")
+// names the model, a local folder ("/scratch/ckpt/step-1000", "./llama", "~/m", "C:\\m",
+// "ckpt/llama/8b") names the user's disk and would reach job files as the model's name. A Hub
+// id is a name or owner/name; text with control characters is neither, and is checked (and
+// refused) as a name.
+bool is_local_path(const std::string& s) {
+  if (s.empty() || std::any_of(s.begin(), s.end(), [](char ch) {
+        return std::iscntrl(static_cast<unsigned char>(ch));
+      }))
+    return false;
+  return s[0] == '/' || s[0] == '.' || s[0] == '~' || s.find('\\') != std::string::npos ||
+         (s.size() > 1 && s[1] == ':') || std::count(s.begin(), s.end(), '/') > 1;
+}
+
+}  // namespace
+
 ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& source,
                                std::optional<int> seq_len) {
   if (!raw.is_object()) throw InputError(source + ": expected a JSON object");
@@ -238,8 +257,12 @@ ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& sou
   ModelSpec m;
   // Named as the config names itself, else after its file (test/data/hf/llama3-8b.json).
   // The name reaches job files and the terminal: one that is not a safe name is refused.
-  if (j.contains("_name_or_path") && j["_name_or_path"].is_string())
-    m.name = r.get_name("_name_or_path");
+  if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) {
+    if (is_local_path(j["_name_or_path"].get<std::string>()))
+      r.get_string("_name_or_path");  // read, and left to the file to name the model
+    else
+      m.name = r.get_name("_name_or_path");
+  }
   // A Hub download is <model>/config.json: the folder names the model. Made safe rather than
   // refused: the user chose the file's name, not the file's author.
   const std::filesystem::path file(source);

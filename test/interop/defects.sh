@@ -141,4 +141,30 @@ now=$(peak --recompute-granularity full --recompute-method uniform)
 bad plan import --from megatron --args-file "$GPT3" --nodes 16 -- --fp8-format hybrid |
   has "flag --fp8-format: FP8 training is not modelled yet" || fail "D3: --fp8-format not refused"
 
+# --- D13: usability -------------------------------------------------------------------------------
+# A config saved from a local folder: _name_or_path is a path, not the model's name; the file names
+# it. Llama-3.1-8B is torchtitan's llama3 flavor 8B.
+python3 - "$DATA/hf/llama3.1-8b.json" "$WORK/my-llama.json" <<'EOF2'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["_name_or_path"] = "/scratch/ckpt/llama-3.1/step-1000"
+json.dump(d, open(sys.argv[2], "w"))
+EOF2
+[ "$("$BIN" model import "$WORK/my-llama.json" --json | json 'd["name"]')" = my-llama ] ||
+  fail "D13: a local _name_or_path became the model's name"
+TT=(--cluster dgx-a100-80g --nodes 1 --tp 8 --sequence-parallel --global-batch 8)
+"$BIN" export --to torchtitan --model "$WORK/my-llama.json" "${TT[@]}" >"$WORK/tt.toml"
+grep -qx 'flavor = "8B"' "$WORK/tt.toml" && grep -qx 'name = "llama3"' "$WORK/tt.toml" ||
+  fail "D13: Llama-3.1-8B not exported as torchtitan's llama3 8B: $(grep -A2 '^\[model\]' "$WORK/tt.toml")"
+# Another shape keeps its own name, for the user to register.
+"$BIN" export --to torchtitan --model "$WORK/my-llama.json" --layers 16 "${TT[@]}" | grep -qx 'flavor = "my-llama+overrides"' ||
+  fail "D13: a 16-layer Llama named as a torchtitan flavor"
+# plan import prices a Megatron job as Megatron-Core runs it; its "instead" line runs as pasted.
+out=$("$BIN" plan import --from megatron --args-file "$WORK/small.args" --nodes 1 -- --micro-batch-size 2)
+echo "$out" | has "forecast (estimate, framework megatron-core)" || fail "D13: not priced as megatron-core"
+line=$(echo "$out" | sed -n 's/^what stratagem would run instead: //p')
+echo "$line" | grep -q "MODEL.json\|see --model-out" && fail "D13: a placeholder in: $line"
+(cd "$WORK" && PATH="$(cd "$(dirname "$BIN")" && pwd):$PATH" && eval "$line" >"$WORK/instead.out") ||
+  fail "D13: the 'instead' line does not run: $line"
+
 echo "interop defects: all passed"

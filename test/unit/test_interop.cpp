@@ -51,6 +51,20 @@ BOOST_AUTO_TEST_CASE(hf_imports_match_published_parameter_counts) {
   BOOST_TEST(import("mistral-7b", 4096).parameters() == 7241732096LL);
 }
 
+// D13: a Hub id in _name_or_path names the model; a local folder does not (the file does).
+BOOST_AUTO_TEST_CASE(hf_name_or_path_names_the_model_only_as_a_hub_id) {
+  nlohmann::json j = io::read_json_file(hf("llama3.1-8b"));
+  auto name = [&](const std::string& v) {
+    j["_name_or_path"] = v;
+    return model_from_hf_config(j, "dir/llama3.1-8b.json", std::nullopt).name;
+  };
+  BOOST_TEST(name("meta-llama/Llama-3.1-8B").find("Llama-3.1-8B") != std::string::npos);
+  BOOST_TEST(name("gpt2") == "gpt2");
+  for (const char* path : {"/scratch/ckpt/step-1000", "./llama", "../llama/8b", "~/llama",
+                           "models/llama/8b", "C:\\models\\llama"})
+    BOOST_TEST(name(path) == "llama3.1-8b", path);
+}
+
 BOOST_AUTO_TEST_CASE(hf_llama3_import_is_the_builtin_model) {
   ModelSpec imported = import("llama3-8b");
   const ModelSpec builtin = load_model("llama3-8b");
