@@ -248,6 +248,28 @@ bool is_local_path(const std::string& s) {
 
 }  // namespace
 
+namespace {
+
+// RoPE's settings as transformers names them: rope_theta (GPT-NeoX: rotary_emb_base), the share
+// rotated (partial_rotary_factor; GPT-NeoX: rotary_pct, default 0.25) and Llama 3.x's scaling
+// (rope_scaling with rope_type, or the older type, "llama3"). Other scalings (YaRN, linear,
+// dynamic) stretch the served context, not the sequence trained at: not carried.
+void read_rope(io::JsonReader& r, const nlohmann::json& j, Family family, ModelSpec& m) {
+  const bool neox = family == Family::neox;
+  m.rope.base = r.get_double(neox ? "rotary_emb_base" : "rope_theta", 1, 1e12, 10000);
+  m.rope.percent = neox ? r.get_double("rotary_pct", 1e-6, 1, 0.25)
+                        : r.get_double("partial_rotary_factor", 1e-6, 1, 1.0);
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+    const auto& rs = j["rope_scaling"];
+    const std::string type = rs.value("rope_type", rs.value("type", std::string()));
+    if (type == "llama3" && rs.contains("factor") && rs["factor"].is_number() &&
+        rs["factor"].get<double>() > 0)
+      m.rope.llama3_factor = rs["factor"].get<double>();
+  }
+}
+
+}  // namespace
+
 ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& source,
                                std::optional<int> seq_len) {
   if (!raw.is_object()) throw InputError(source + ": expected a JSON object");
@@ -277,6 +299,9 @@ ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& sou
   if (arch.family == Family::mixtral) read_mixtral(r, m);
   if (arch.family == Family::deepseek) read_deepseek(r, m, raw);
   m.tied_embeddings = r.get_bool("tie_word_embeddings", arch.tied_default);
+  if (m.position == Position::rope) read_rope(r, j, arch.family, m);
+  // Qwen2's attention has biased query, key and value projections (and no other biases).
+  m.qkv_bias = std::string(arch.name) == "Qwen2ForCausalLM";
   // read_shape read the positions field (max_position_embeddings, GPT-2's n_positions).
   const int positions = m.seq_len;
   const std::optional<int> pretrained = default_training_sequence(j, positions, source);
@@ -312,7 +337,9 @@ std::vector<std::string> hf_import_notes(const nlohmann::json& raw) {
   const std::string arch =
       a.is_array() && !a.empty() && a[0].is_string() ? a[0].get<std::string>() : "";
   if (arch == "Qwen2ForCausalLM")
-    notes.push_back("Qwen2's query/key/value biases are left out (under 0.01% of the parameters)");
+    notes.push_back(
+        "Qwen2's query/key/value biases are exported but not counted (under 0.01% of the "
+        "parameters)");
   const auto flag = [&](const char* key, bool fallback) {
     return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback;
   };

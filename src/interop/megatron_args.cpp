@@ -46,6 +46,9 @@ const std::set<std::string> kValued = {"--num-layers",
                                        "--decoder-first-pipeline-num-layers",
                                        "--decoder-last-pipeline-num-layers",
                                        "--pipeline-model-parallel-layout",
+                                       "--rotary-base",
+                                       "--rotary-percent",
+                                       "--rope-scaling-factor",
                                        "--activations-checkpoint-method",
                                        "--activations-checkpoint-num-layers"};
 const std::set<std::string> kSwitches = {"--group-query-attention",
@@ -62,7 +65,8 @@ const std::set<std::string> kSwitches = {"--group-query-attention",
                                          "--fp16",
                                          "--use-flash-attn",
                                          "--recompute-activations",
-                                         "--checkpoint-activations"};
+                                         "--checkpoint-activations",
+                                         "--use-rope-scaling"};
 // Flags that change what a job costs in ways stratagem does not model: refused, never skipped
 // (a forecast without them would be for another job). Megatron-LM's dest for --fp8-format is
 // args.fp8, for --fp4-format args.fp4; each turns the low-precision GEMMs on.
@@ -242,8 +246,21 @@ ModelSpec model_from_flags(const Flags& f, std::vector<std::string>& notes) {
                                                                          : Position::learned;
   m.tied_embeddings = !f.on("--untie-embeddings-and-output-weights");
   m.bias = !f.on("--disable-bias-linear");
-  if (!m.bias && f.on("--add-qkv-bias"))
-    notes.push_back("--add-qkv-bias: the QKV biases are left out");
+  // Carried for the exports; not counted (a few thousand parameters per layer).
+  m.qkv_bias = !m.bias && f.on("--add-qkv-bias");
+  if (m.qkv_bias) notes.push_back("--add-qkv-bias: the QKV biases are exported but not counted");
+  if (m.position == Position::rope) {
+    m.rope.base = f.integer("--rotary-base", 1, INT32_MAX).value_or(10000);
+    m.rope.percent = f.number("--rotary-percent", 1.0);
+    if (!(m.rope.percent > 0 && m.rope.percent <= 1))
+      f.fail("--rotary-percent",
+             "expected a share in (0, 1], got '" + shorten(*f.text("--rotary-percent")) + "'");
+    if (f.on("--use-rope-scaling")) {
+      m.rope.llama3_factor = f.number("--rope-scaling-factor", 8.0);
+      if (!(m.rope.llama3_factor > 0 && m.rope.llama3_factor <= 1e6))
+        f.fail("--rope-scaling-factor", "expected a factor in (0, 1e6]");
+    }
+  }
   // Both read before either is used: each must be checked.
   const double attention_dropout = f.probability("--attention-dropout", 0.1);
   const double hidden_dropout = f.probability("--hidden-dropout", 0.1);

@@ -167,4 +167,25 @@ echo "$line" | grep -q "MODEL.json\|see --model-out" && fail "D13: a placeholder
 (cd "$WORK" && PATH="$(cd "$(dirname "$BIN")" && pwd):$PATH" && eval "$line" >"$WORK/instead.out") ||
   fail "D13: the 'instead' line does not run: $line"
 
+# The Megatron export writes RoPE's base, Llama 3's scaling, partial rotary and Qwen2's QKV biases
+# (names held against test/data/frameworks/megatron-lm.txt), and reads them back the same.
+check_rope() {  # config, expected flags..., after -- the import flags
+  local cfg=$1 && shift
+  local flags=() && while [ "$1" != -- ]; do flags+=("$1") && shift; done && shift
+  "$BIN" export --to megatron --model "$DATA/hf/$cfg.json" "$@" -o "$WORK/$cfg.args" >/dev/null
+  for f in "${flags[@]}"; do grep -qx -- "$f" "$WORK/$cfg.args" || fail "D13: $cfg: no '$f'"; done
+  python3 "$HERE/check_names.py" megatron "$WORK/$cfg.args" "$DATA/frameworks/megatron-lm.txt" \
+    >/dev/null || fail "D13: $cfg: a flag Megatron-LM does not accept"
+  a=$("$BIN" model import "$DATA/hf/$cfg.json" "${@:1:2}" --json | json 'd.get("rope"), d.get("qkv_bias")')
+  b=$("$BIN" plan import --from megatron --args-file "$WORK/$cfg.args" --nodes 1 --json |
+    json 'd["model"].get("rope"), d["model"].get("qkv_bias")')
+  [ "$a" = "$b" ] || fail "D13: $cfg: RoPE and QKV biases $a exported, $b read back"
+}
+check_rope llama3.1-8b "--rotary-base 500000" --use-rope-scaling "--rope-scaling-factor 8" -- \
+  --seq-len 8192 --cluster dgx-a100-80g --nodes 1 --tp 8 --global-batch 8
+check_rope qwen2-7b "--rotary-base 1000000" --add-qkv-bias -- \
+  --seq-len 4096 --cluster dgx-a100-80g --nodes 1 --tp 4 --global-batch 8
+check_rope gpt-neox-20b "--rotary-percent 0.25" -- \
+  --seq-len 2048 --cluster dgx-a100-80g --nodes 1 --tp 8 --global-batch 8
+
 echo "interop defects: all passed"

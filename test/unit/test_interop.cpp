@@ -234,7 +234,7 @@ BOOST_AUTO_TEST_CASE(megatron_command_line_reads_model_and_plan) {
   const auto tokens = split_command_line(
       "torchrun --nnodes 4 --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
       "--num-attention-heads 32 --group-query-attention --num-query-groups 8 --ffn-hidden-size "
-      "14336 --swiglu --normalization RMSNorm --position-embedding-type rope "
+      "14336 --swiglu --normalization RMSNorm --position-embedding-type rope --rotary-base 500000 "
       "--untie-embeddings-and-output-weights --disable-bias-linear --attention-dropout 0.0 "
       "--hidden-dropout 0.0 --seq-length 8192 --max-position-embeddings 8192 --vocab-size 128256 "
       "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 4 --sequence-parallel "
