@@ -46,6 +46,12 @@ struct Estimate {
 };
 
 Estimate estimate(const CostModel& cost);
+
+// Whether the forecast's peak fits in one GPU's memory: the one rule behind every `fits` and
+// every "does not fit" warning.
+inline bool fits_gpu_memory(const Estimate& e, const ClusterSpec& c) {
+  return e.peak_memory_bytes <= c.gpu.hbm_bytes;
+}
 // JSON with the keys promised by `stratagem estimate --json`.
 // `context_parallel`: the plan splits the sequence (adds time_breakdown_s.cp_comm).
 nlohmann::json to_json(const Estimate& e, bool context_parallel = false);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "stratagem/cluster.hpp"
+#include "stratagem/framework.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/plan.hpp"
 
@@ -43,11 +44,18 @@ struct MegatronJob {
   std::vector<std::string> notes;
 };
 
+// The job's size as the user gave it to stratagem (--nodes, --gpus-per-node), already applied
+// to the cluster: it wins over the launcher's flags in the job's command line.
+struct JobSize {
+  std::optional<int> nodes, gpus_per_node;
+};
+
 // Reads the model and parallel flags of a pretrain_gpt.py command line (launcher tokens before
-// the script, such as torchrun's --nnodes and --nproc-per-node, set the world size when given;
-// otherwise `cluster` does). Throws InputError naming `source` and the flag.
+// the script, such as torchrun's --nnodes and --nproc-per-node, set the world size where
+// `user_size` does not; otherwise `cluster` does). A flag given twice takes its last value, as
+// argparse. Throws InputError naming `source` and the flag.
 MegatronJob megatron_job_from_args(const std::vector<std::string>& args, ClusterSpec& cluster,
-                                   const std::string& source);
+                                   const std::string& source, const JobSize& user_size = {});
 
 // ---- export (export_*.cpp) ---------------------------------------------------------------------
 
@@ -65,6 +73,12 @@ std::vector<Unexpressible> unexpressible(const Plan& p, const ModelSpec& m, Targ
 // layer, features the target lacks dropped or mapped to their closest equivalent, an even stage
 // split where the target's split cannot hold the plan's. Validated against `c`.
 Plan nearest_expressible(const Plan& p, const ModelSpec& m, const ClusterSpec& c, Target t);
+// The nearest plan to `p` that the target can express and whose forecast fits (fits_gpu_memory):
+// the same layout (tp, cp, dp, pp, stages), with only what trades time for memory changed on
+// every layer -- ZeRO stage, recompute, offload -- and the micro-batch cut to a divisor of
+// `p`'s; among those, the fastest forecast. `p` itself when it fits; nullopt when none does.
+std::optional<Plan> nearest_fitting(const Plan& p, const ModelSpec& m, const ClusterSpec& c,
+                                    const FrameworkSpec& fw, Target t);
 
 // The text of the target's job description. Throws InputError listing unexpressible features.
 std::string export_plan(const Plan& p, const ModelSpec& m, const ClusterSpec& c, Target t);

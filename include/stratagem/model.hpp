@@ -43,6 +43,15 @@ struct MoeSpec {
   bool operator==(const MoeSpec&) const = default;
 };
 
+// Rotary position embedding's settings (position == rope): what a framework must be told to
+// build the same model. No cost depends on them (RoPE is elementwise whatever its base).
+struct RopeSpec {
+  double base = 10000;       // rope_theta (GPT-NeoX: rotary_emb_base); Megatron's --rotary-base
+  double percent = 1.0;      // share of each head's width rotated (GPT-NeoX rotary_pct)
+  double llama3_factor = 0;  // Llama 3.x's rope_scaling (rope_type llama3) factor; 0: none
+  bool operator==(const RopeSpec&) const = default;
+};
+
 struct ModelSpec {
   std::string name;
   Arch arch = Arch::decoder;
@@ -61,8 +70,12 @@ struct ModelSpec {
   bool dropout = true;  // dropout masks are saved for backward (Megatron's activation formula)
   int type_vocab = 0;   // BERT token-type embeddings (0 = none)
   AttentionKind attention = AttentionKind::mha;
-  MlaSpec mla;  // when attention == mla
-  MoeSpec moe;  // when moe.enabled()
+  MlaSpec mla;    // when attention == mla
+  MoeSpec moe;    // when moe.enabled()
+  RopeSpec rope;  // when position == rope
+  // Biases on the query, key and value projections only (Qwen2), where bias is false: carried
+  // to the exports; not counted or costed (28 x 4608 of Qwen2-7B's 7.6e9 parameters).
+  bool qkv_bias = false;
   // Multi-token-prediction modules of the published model (DeepSeek-V3's num_nextn_predict_layers:
   // 1). Not modelled: no count, cost or runtime includes them, and model show says so.
   int mtp_modules = 0;

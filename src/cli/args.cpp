@@ -258,8 +258,8 @@ ClusterSpec cluster_from_args(Args& a, const char* default_cluster) {
   return c;
 }
 
-FrameworkSpec framework_from_args(Args& a) {
-  const std::string name = a.value("--framework").value_or("stratagem");
+FrameworkSpec framework_from_args(Args& a, const std::string& fallback) {
+  const std::string name = a.value("--framework").value_or(fallback);
   a.input("--framework", name, resolve_data_file(name, "frameworks", "--framework"));
   return load_framework(name);
 }

@@ -76,7 +76,9 @@ ModelSpec model_from_args(Args& a);
 // --cluster NAME|FILE.json (default dgx-a100-80g) and --nodes N.
 ClusterSpec cluster_from_args(Args& a, const char* default_cluster = "dgx-a100-80g");
 // --framework NAME|FILE.json (default stratagem): the training software (data/frameworks).
-FrameworkSpec framework_from_args(Args& a);
+// --framework, or `fallback` where it is not given (a job imported from a framework is priced as
+// that framework runs it).
+FrameworkSpec framework_from_args(Args& a, const std::string& fallback = "stratagem");
 // --plan FILE or the Megatron-style shorthand; validated against model and cluster.
 Plan plan_from_args(Args& a, const ModelSpec& m, const ClusterSpec& c);
 PlanShorthand shorthand_from_args(Args& a);

@@ -43,7 +43,7 @@ int run_estimate(Args& a) {
     j["plan"] = p.describe();
     j["flops_formula"] = flops_formula(m);
     j["hbm_bytes"] = c.gpu.hbm_bytes;
-    j["fits"] = e.peak_memory_bytes <= c.gpu.hbm_bytes;
+    j["fits"] = fits_gpu_memory(e, c);
     print_json(j);
     return 0;
   }

@@ -25,7 +25,7 @@ void print_side_by_side(FILE* to, const ModelSpec& m, const ClusterSpec& c, cons
   std::fprintf(to, "  %-28s %13.1f%% %13.1f%%\n", "MFU", 100 * a.mfu, 100 * e.mfu);
   std::fprintf(to, "  %-28s %14.2f %14.2f%s\n", "peak memory per GPU (GiB)",
                double(a.peak_memory_bytes) / gib, double(e.peak_memory_bytes) / gib,
-               e.peak_memory_bytes > c.gpu.hbm_bytes ? "  (exported DOES NOT FIT)" : "");
+               fits_gpu_memory(e, c) ? "" : "  (exported DOES NOT FIT)");
 }
 
 int run_export(Args& a) {
@@ -44,6 +44,28 @@ int run_export(Args& a) {
   const auto missing =
       nearest ? interop::unexpressible(p, m, target) : std::vector<interop::Unexpressible>{};
   if (!missing.empty()) exported = interop::nearest_expressible(p, m, c, target);
+  // --nearest never writes a plan that does not fit: memory is given back for time, or exit 3.
+  bool refit = false;
+  if (nearest) {
+    auto fitting = interop::nearest_fitting(exported, m, c, fw, target);
+    if (!fitting) {
+      if (world_rank() == 0) {
+        const Estimate e = estimate(CostModel(m, c, exported, fw));
+        std::fprintf(stderr,
+                     "export: error: --nearest: no %s plan near this one fits the memory budget: "
+                     "%s needs %.1f GiB per GPU against %.1f GiB, and no ZeRO stage, recompute, "
+                     "offload or smaller micro-batch %s can express brings it under\n",
+                     interop::to_string(target), exported.describe().c_str(),
+                     double(e.peak_memory_bytes) / double(1LL << 30),
+                     double(c.gpu.hbm_bytes) / double(1LL << 30), interop::to_string(target));
+      }
+      return kExitNoFeasiblePlan;
+    }
+    refit = !(fitting->layers == exported.layers && fitting->embedding == exported.embedding &&
+              fitting->micro_batch == exported.micro_batch);
+    exported = *fitting;
+  }
+  const bool changed = !missing.empty() || refit;
   const std::string text = interop::export_plan(exported, m, c, target);
   if (world_rank() != 0) return 0;
   if (plan_out) io::write_output("--plan-out", *plan_out, to_json(exported).dump(2) + "\n");
@@ -58,14 +80,19 @@ int run_export(Args& a) {
     j["file"] = out ? nlohmann::json(*out) : nlohmann::json(nullptr);
     if (!out) j["content"] = text;
     j["plan"] = to_json(exported);
-    j["nearest"] = !missing.empty();
+    j["nearest"] = changed;
+    j["refit_to_memory"] = refit;
     j["unexpressible"] = nlohmann::json::array();
     for (const auto& u : missing)
       j["unexpressible"].push_back({{"feature", u.feature}, {"where", u.where}});
     if (!ds_flags.empty()) j["megatron_deepspeed_flags"] = ds_flags;
-    if (!missing.empty()) {
-      j["forecast"]["plan"] = to_json(estimate(CostModel(m, c, p, fw)));
-      j["forecast"]["exported"] = to_json(estimate(CostModel(m, c, exported, fw)));
+    if (changed) {
+      for (const auto& [key, plan] :
+           {std::pair<const char*, const Plan*>{"plan", &p}, {"exported", &exported}}) {
+        const Estimate e = estimate(CostModel(m, c, *plan, fw));
+        j["forecast"][key] = to_json(e);
+        j["forecast"][key]["fits"] = fits_gpu_memory(e, c);
+      }
     }
     print_json(j);
     return 0;
@@ -78,8 +105,13 @@ int run_export(Args& a) {
                  missing.front().feature.c_str(), missing.front().where.c_str());
     if (missing.size() > 1) std::fprintf(notes, " and %zu more feature(s)", missing.size() - 1);
     std::fprintf(notes, "; exported the nearest plan\n");
-    print_side_by_side(notes, m, c, fw, p, exported);
   }
+  if (refit)
+    std::fprintf(notes,
+                 "--nearest: the %s plan does not fit in GPU memory; exported the nearest plan "
+                 "that does (ZeRO, recompute, offload, micro-batch)\n",
+                 missing.empty() ? "asked" : "nearest expressible");
+  if (changed) print_side_by_side(notes, m, c, fw, p, exported);
   if (!ds_flags.empty()) std::fprintf(notes, "Megatron-DeepSpeed flags: %s\n", ds_flags.c_str());
   if (out) std::printf("wrote %s (%s)\n", out->c_str(), interop::to_string(target));
   return 0;
@@ -93,8 +125,9 @@ Register reg{
                  "  megatron: pretrain_gpt.py arguments; torchtitan: a TOML job config;\n"
                  "  deepspeed: ds_config.json (and the Megatron-DeepSpeed flags, printed)\n"
                  "  A plan feature the target cannot express exits 2 naming it and the\n"
-                 "  layers; --nearest exports the nearest plan it can, and prints both\n"
-                 "  forecasts side by side; --plan-out writes the plan exported (plan JSON).\n") +
+                 "  layers; --nearest exports the nearest plan it can that fits in GPU memory\n"
+                 "  (or exits 3), and prints both forecasts side by side; --plan-out writes the "
+                 "plan exported (plan JSON).\n") +
          kModelHelp + kClusterHelp + kFrameworkHelp + kPlanHelp,
      run_export}};
 

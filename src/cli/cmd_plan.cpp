@@ -1,4 +1,7 @@
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 
 #include "src/cli/command.hpp"
 #include "src/cli/memory_check.hpp"
@@ -8,6 +11,7 @@
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
 #include "stratagem/layout.hpp"
+#include "stratagem/limits.hpp"
 #include "stratagem/spec_json.hpp"
 
 namespace stratagem::cli {
@@ -91,6 +95,18 @@ Register reg{{"plan check", "validate a plan, print its layout, write the expand
                   kModelHelp + kClusterHelp + kPlanHelp,
               run_plan_check}};
 
+// One word as a POSIX shell reads it back: bare when no character in it is special to a shell,
+// else single-quoted (a quote inside written '\'').
+std::string shell_word(const std::string& w) {
+  const bool bare = !w.empty() && std::all_of(w.begin(), w.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || (ch && std::strchr("_-./=:,+@%", ch));
+  });
+  if (bare) return w;
+  std::string out = "'";
+  for (char ch : w) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
 // A Megatron-LM launch script's arguments are a few KiB.
 std::string read_args_file(const std::string& path) {
   constexpr uint64_t kMaxArgsBytes = uint64_t(1) << 20;
@@ -104,19 +120,31 @@ int run_plan_import(Args& a) {
   auto out = a.output("-o");
   auto model_out = a.output("--model-out");
   ClusterSpec c = cluster_from_args(a);
-  const FrameworkSpec fw = framework_from_args(a);
+  // What the user gave here wins over the job's launcher flags (megatron_job_from_args).
+  const interop::JobSize user_size{a.int_value("--nodes", 1, limits::kMaxNodes),
+                                   a.int_value("--gpus-per-node", 1, limits::kMaxNodes)};
+  // A Megatron-LM job runs on Megatron-Core: priced so unless the user asks otherwise.
+  const FrameworkSpec fw = framework_from_args(a, "megatron-core");
   std::vector<std::string> tokens = a.take_passthrough();
+  const std::vector<std::string> after_dashes = tokens;
   a.finish();
   if (from != "megatron")
     throw InputError(a.command() + ": --from: unknown source '" + shorten(from) +
                      "' (expected megatron)");
-  if (args_file && !tokens.empty())
-    throw InputError(a.command() + ": give --args-file FILE or the arguments after --, not both");
   if (!args_file && tokens.empty())
     throw InputError(a.command() + ": give --args-file FILE or the Megatron-LM arguments after --");
-  const std::string source = args_file ? *args_file : std::string("the arguments after --");
-  if (args_file) tokens = interop::split_command_line(read_args_file(*args_file), *args_file);
-  const interop::MegatronJob job = interop::megatron_job_from_args(tokens, c, source);
+  // The arguments after -- follow the file's, as if appended to its command line: a flag given
+  // in both takes the value after -- (the last, as argparse).
+  const std::string source =
+      args_file ? *args_file + (tokens.empty() ? "" : " and the arguments after --")
+                : std::string("the arguments after --");
+  if (args_file) {
+    std::vector<std::string> file_tokens =
+        interop::split_command_line(read_args_file(*args_file), *args_file);
+    file_tokens.insert(file_tokens.end(), tokens.begin(), tokens.end());
+    tokens = std::move(file_tokens);
+  }
+  const interop::MegatronJob job = interop::megatron_job_from_args(tokens, c, source, user_size);
   if (world_rank() == 0) {
     if (out) io::write_output("-o", *out, to_json(job.plan).dump(2) + "\n");
     if (model_out) io::write_output("--model-out", *model_out, to_json(job.model).dump(2) + "\n");
@@ -133,6 +161,8 @@ int run_plan_import(Args& a) {
     j["ignored_flags"] = job.ignored_flags;
     j["notes"] = job.notes;
     j["estimate"] = to_json(e);
+    j["hbm_bytes"] = c.gpu.hbm_bytes;
+    j["fits"] = fits_gpu_memory(e, c);
     print_json(j);
     return 0;
   }
@@ -148,6 +178,12 @@ int run_plan_import(Args& a) {
       "peak memory %.2f GiB per GPU\n",
       fw.name.c_str(), e.iteration_time_s, e.tokens_per_s, 100 * e.mfu,
       double(e.peak_memory_bytes) / double(1LL << 30));
+  if (!fits_gpu_memory(e, c))
+    std::printf(
+        "  warning: the forecast peak, %.2f GiB per GPU, DOES NOT FIT in the %.2f GiB of "
+        "a %s GPU\n",
+        double(e.peak_memory_bytes) / double(1LL << 30),
+        double(c.gpu.hbm_bytes) / double(1LL << 30), c.name.c_str());
   for (const auto& n : job.notes) std::printf("  note: %s\n", n.c_str());
   if (!job.ignored_flags.empty()) {
     std::string list;
@@ -156,22 +192,37 @@ int run_plan_import(Args& a) {
   }
   if (out) std::printf("wrote %s\n", out->c_str());
   if (model_out) std::printf("wrote %s\n", model_out->c_str());
+  // A line to paste: without --model-out, this import again writing the model first.
+  const std::string where = " --cluster " + shell_word(c.name) + " --nodes " +
+                            std::to_string(c.nodes) + " --gpus-per-node " +
+                            std::to_string(c.node.gpus_per_node);
+  std::string model_file = model_out ? *model_out : job.model.name + ".model.json", first;
+  if (!model_out) {
+    first = "stratagem plan import --from megatron" +
+            (args_file ? " --args-file " + shell_word(*args_file) : std::string()) + where +
+            " --model-out " + shell_word(model_file);
+    if (!after_dashes.empty()) first += " --";
+    for (const auto& t : after_dashes) first += " " + shell_word(t);
+    first += " >/dev/null && ";
+  }
   std::printf(
-      "what stratagem would run instead: stratagem search --model %s --cluster %s "
-      "--nodes %d --gpus-per-node %d --global-batch %d\n",
-      model_out ? model_out->c_str() : "MODEL.json (see --model-out)", c.name.c_str(), c.nodes,
-      c.node.gpus_per_node, job.plan.global_batch);
+      "what stratagem would run instead: %sstratagem search --model %s%s --global-batch %d\n",
+      first.c_str(), shell_word(model_file).c_str(), where.c_str(), job.plan.global_batch);
   return 0;
 }
 
 Register reg_import{
     {"plan import", "read a Megatron-LM job's model and parallel flags into a model and a plan",
-     std::string("usage: stratagem plan import --from megatron (--args-file FILE | -- ARGS...)\n"
+     std::string("usage: stratagem plan import --from megatron [--args-file FILE] [-- ARGS...]\n"
                  "           [--cluster C] [--nodes N] [--gpus-per-node N] [-o plan.json]\n"
                  "           [--model-out model.json] [--framework F] [--json]\n"
+                 "  The job is priced as Megatron-Core runs it (--framework megatron-core)\n"
+                 "  unless --framework says otherwise.\n"
                  "  FILE holds a pretrain_gpt.py command line (shell quoting, # comments and\n"
-                 "  backslash continuations allowed); torchrun's --nnodes and --nproc-per-node\n"
-                 "  before the script set the job's size, else --cluster/--nodes do.\n"
+                 "  backslash continuations allowed); ARGS after -- follow the file's (a flag\n"
+                 "  in both takes the value after --, as argparse). torchrun's --nnodes and\n"
+                 "  --nproc-per-node before the script set the job's size where --nodes and\n"
+                 "  --gpus-per-node are not given (given, they win, and a note says so).\n"
                  "  Prints the forecast of the job as it runs today.\n") +
          kClusterHelp + kFrameworkHelp,
      run_plan_import}};

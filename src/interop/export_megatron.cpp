@@ -1,5 +1,6 @@
 // Plan -> Megatron-LM pretrain_gpt.py arguments, one flag per line (names checked against
 // test/data/frameworks/megatron-lm.txt). megatron_args.cpp reads them back into the same plan.
+#include <cmath>
 #include <sstream>
 
 #include "src/interop/plan_shape.hpp"
@@ -43,6 +44,24 @@ void write_model(ArgsWriter& w, const ModelSpec& m) {
   w.value("--position-embedding-type", m.position == Position::rope ? "rope" : "learned_absolute");
   if (!m.tied_embeddings) w.flag("--untie-embeddings-and-output-weights");
   if (!m.bias) w.flag("--disable-bias-linear");
+  if (m.qkv_bias && !m.bias) w.flag("--add-qkv-bias");
+  // RoPE where it is not Megatron-LM's default (--rotary-base 10000, --rotary-percent 1.0);
+  // --use-rope-scaling is Llama 3.x's scaling, of --rope-scaling-factor (default 8.0).
+  if (m.position == Position::rope) {
+    if (m.rope.base != 10000) {
+      // --rotary-base is an int in arguments.py.
+      if (m.rope.base != std::floor(m.rope.base) || m.rope.base > 2147483647.0)
+        throw InputError("export --to megatron: the model's RoPE base " +
+                         std::to_string(m.rope.base) +
+                         " is not an integer, which Megatron-LM's --rotary-base requires");
+      w.value("--rotary-base", int64_t(m.rope.base));
+    }
+    if (m.rope.percent != 1.0) w.value("--rotary-percent", m.rope.percent);
+    if (m.rope.llama3_factor > 0) {
+      w.flag("--use-rope-scaling");
+      w.value("--rope-scaling-factor", m.rope.llama3_factor);
+    }
+  }
   if (!m.dropout) {
     w.value("--attention-dropout", "0.0");
     w.value("--hidden-dropout", "0.0");

@@ -34,6 +34,32 @@ std::string comment_text(const std::string& s) {
   return shorten(s, s.size());
 }
 
+// torchtitan's llama3 flavors (torchtitan/models/llama3/flavors.py, MODEL_FLAVORS, read at
+// commit 10503c1c3c113e0715f203b11a505e0b817289c3): each FFN width is its
+// compute_ffn_hidden_dim(dim, multiple_of, ffn_dim_multiplier); all have vocabulary 128256,
+// RMSNorm, SwiGLU, RoPE and no biases, and only 1B and 3B tie the embeddings.
+struct Flavor {
+  const char* name;
+  int layers, hidden, heads, kv_heads, ffn_hidden;
+  bool tied;
+};
+constexpr Flavor kLlama3Flavors[] = {{"1B", 16, 2048, 32, 8, 8192, true},
+                                     {"3B", 28, 3072, 24, 8, 8192, true},
+                                     {"8B", 32, 4096, 32, 8, 14336, false},
+                                     {"70B", 80, 8192, 64, 8, 28672, false},
+                                     {"405B", 126, 16384, 128, 8, 53248, false}};
+
+// The flavor torchtitan builds this model as, if it has one: the job then runs as written.
+const char* llama3_flavor(const ModelSpec& m) {
+  for (const Flavor& f : kLlama3Flavors)
+    if (m.layers == f.layers && m.hidden == f.hidden && m.heads == f.heads &&
+        m.kv_heads == f.kv_heads && m.ffn_hidden == f.ffn_hidden && m.vocab == 128256 &&
+        m.tied_embeddings == f.tied && !m.bias && !m.moe.enabled() &&
+        m.attention == AttentionKind::mha)
+      return f.name;
+  return nullptr;
+}
+
 const char* schedule_name(Schedule s) {
   return s == Schedule::gpipe ? "GPipe" : s == Schedule::one_f_one_b ? "1F1B" : "Interleaved1F1B";
 }
@@ -69,11 +95,15 @@ std::string export_torchtitan(const Plan& p, const ModelSpec& m, const ClusterSp
      << ")\n";
   os << "\n[job]\ndescription = " << quoted("stratagem plan for " + m.name) << "\n";
   os << "\n# the model: " << m.layers << " layers, hidden " << m.hidden << ", " << m.heads
-     << " heads (" << m.kv_heads << " kv), ffn " << m.ffn_hidden << ", vocab " << m.vocab
-     << "; register a flavor of that shape under this name";
+     << " heads (" << m.kv_heads << " kv), ffn " << m.ffn_hidden << ", vocab " << m.vocab << "; ";
+  const char* flavor = llama ? llama3_flavor(m) : nullptr;
+  if (flavor)
+    os << "torchtitan's llama3 flavor " << flavor;
+  else
+    os << "register a flavor of that shape under this name";
   if (!llama) os << " (torchtitan's built-in models are Llama-style; this one is not)";
-  os << "\n[model]\nname = " << quoted(llama ? "llama3" : m.name) << "\nflavor = " << quoted(m.name)
-     << "\n";
+  os << "\n[model]\nname = " << quoted(llama ? "llama3" : m.name)
+     << "\nflavor = " << quoted(flavor ? flavor : m.name) << "\n";
   os << "\n[training]\nlocal_batch_size = " << detail::local_batch(p)
      << "\nglobal_batch_size = " << p.global_batch << "\nseq_len = " << m.seq_len
      << "\nmixed_precision_param = " << quoted(p.dtype == Dtype::bf16 ? "bfloat16" : "float32")

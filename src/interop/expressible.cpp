@@ -1,6 +1,10 @@
 // What each framework's job description can hold of a plan, and the nearest plan it can hold.
+#include <algorithm>
+
 #include "src/interop/plan_shape.hpp"
+#include "stratagem/cost.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
 
 namespace stratagem::interop {
@@ -238,6 +242,52 @@ Plan nearest_expressible(const Plan& p, const ModelSpec& m, const ClusterSpec& c
     throw InputError("--nearest: no plan near this one that " + std::string(to_string(t)) +
                      " can express: " + left.front().feature + " (" + left.front().where + ")");
   return q;
+}
+
+std::optional<Plan> nearest_fitting(const Plan& p, const ModelSpec& m, const ClusterSpec& c,
+                                    const FrameworkSpec& fw, Target t) {
+  if (fits_gpu_memory(estimate(CostModel(m, c, p, fw)), c)) return p;
+  // Each knob only ever moves towards less memory from where the plan has it, so the plans
+  // tried are the plan with some of its memory given back for time, never a different layout.
+  struct Offload {
+    bool optimizer, params;
+  };
+  const Offload offloads[] = {{false, false}, {true, false}, {true, true}};
+  const Recompute recomputes[] = {Recompute::none, Recompute::selective, Recompute::full};
+  std::optional<Plan> best;
+  double best_time = 0;
+  for (int mb = p.micro_batch; mb >= 1; --mb) {
+    if (p.micro_batch % mb) continue;
+    for (int zero = 0; zero <= 3; ++zero)
+      for (Recompute rc : recomputes)
+        for (const Offload& o : offloads) {
+          Plan q = p;
+          q.micro_batch = mb;
+          auto give_back = [&](LayerStrategy& l) {
+            l.zero = std::max(l.zero, zero);
+            l.offload_optimizer = l.offload_optimizer || o.optimizer;
+            l.offload_params = l.offload_params || o.params;
+          };
+          for (LayerStrategy& l : q.layers) {
+            give_back(l);
+            l.recompute = std::max(l.recompute, rc);
+          }
+          give_back(q.embedding);  // the embedding has no recompute (nearest_expressible)
+          if (!unexpressible(q, m, t).empty()) continue;
+          try {
+            validate(q, m, c, "the nearest plan that fits");
+          } catch (const InputError&) {
+            continue;  // e.g. offloaded weights without ZeRO-3: not a plan
+          }
+          const Estimate e = estimate(CostModel(m, c, q, fw));
+          // Strictly faster: of equally fast plans the first found, which changes the least.
+          if (fits_gpu_memory(e, c) && (!best || e.iteration_time_s < best_time)) {
+            best = q;
+            best_time = e.iteration_time_s;
+          }
+        }
+  }
+  return best;
 }
 
 std::string export_plan(const Plan& p, const ModelSpec& m, const ClusterSpec& c, Target t) {

@@ -3,6 +3,7 @@
 // GPT2Config, GPTNeoXConfig, MixtralConfig, DeepseekV3Config): a field a config leaves out takes
 // that class's default.
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -195,11 +196,79 @@ void read_gelu_decoder(io::JsonReader& r, ModelSpec& m, const GeluDecoder& d) {
               r.get_double(d.dropout_key_b, 0, 1, d.dropout_default) > 0;
 }
 
+// Longer than this, a config's max_position_embeddings is the context the model serves after a
+// long-context extension (Qwen2/2.5's 131072, Mixtral's 32768), not a sequence length to train
+// at: pretraining contexts are 2048-8192 (GPT-NeoX, Llama 2, Llama 3's 8192).
+constexpr int kMaxTrainingContextDefault = 8192;
+
+// The training sequence when the user gives no --seq-len: the context the model was pretrained
+// at. A config that extends its context by RoPE scaling states it as rope_scaling's
+// original_max_position_embeddings (Llama 3.1: 8192; DeepSeek-V3: 4096); otherwise
+// max_position_embeddings, up to kMaxTrainingContextDefault. None where the config does not say
+// (the caller then asks for --seq-len).
+std::optional<int> default_training_sequence(const nlohmann::json& j, int positions,
+                                             const std::string& source) {
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+    const auto& rs = j["rope_scaling"];
+    if (rs.contains("original_max_position_embeddings")) {
+      const auto& v = rs["original_max_position_embeddings"];
+      if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > kBig)
+        throw InputError(source +
+                         ": field 'rope_scaling.original_max_position_embeddings': expected an "
+                         "integer in [1, " +
+                         std::to_string(kBig) + "]");
+      return std::min(positions, int(v.get<int64_t>()));
+    }
+  }
+  if (positions <= kMaxTrainingContextDefault) return positions;
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool is_hf_config(const nlohmann::json& j) {
   return j.is_object() && (j.contains("architectures") || j.contains("model_type"));
 }
+
+namespace {
+
+// _name_or_path is what save_pretrained was given: a Hub id ("meta-llama/Llama-3.1-8B", "gpt2")
+// names the model, a local folder ("/scratch/ckpt/step-1000", "./llama", "~/m", "C:\\m",
+// "ckpt/llama/8b") names the user's disk and would reach job files as the model's name. A Hub
+// id is a name or owner/name; text with control characters is neither, and is checked (and
+// refused) as a name.
+bool is_local_path(const std::string& s) {
+  if (s.empty() || std::any_of(s.begin(), s.end(), [](char ch) {
+        return std::iscntrl(static_cast<unsigned char>(ch));
+      }))
+    return false;
+  return s[0] == '/' || s[0] == '.' || s[0] == '~' || s.find('\\') != std::string::npos ||
+         (s.size() > 1 && s[1] == ':') || std::count(s.begin(), s.end(), '/') > 1;
+}
+
+}  // namespace
+
+namespace {
+
+// RoPE's settings as transformers names them: rope_theta (GPT-NeoX: rotary_emb_base), the share
+// rotated (partial_rotary_factor; GPT-NeoX: rotary_pct, default 0.25) and Llama 3.x's scaling
+// (rope_scaling with rope_type, or the older type, "llama3"). Other scalings (YaRN, linear,
+// dynamic) stretch the served context, not the sequence trained at: not carried.
+void read_rope(io::JsonReader& r, const nlohmann::json& j, Family family, ModelSpec& m) {
+  const bool neox = family == Family::neox;
+  m.rope.base = r.get_double(neox ? "rotary_emb_base" : "rope_theta", 1, 1e12, 10000);
+  m.rope.percent = neox ? r.get_double("rotary_pct", 1e-6, 1, 0.25)
+                        : r.get_double("partial_rotary_factor", 1e-6, 1, 1.0);
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+    const auto& rs = j["rope_scaling"];
+    const std::string type = rs.value("rope_type", rs.value("type", std::string()));
+    if (type == "llama3" && rs.contains("factor") && rs["factor"].is_number() &&
+        rs["factor"].get<double>() > 0)
+      m.rope.llama3_factor = rs["factor"].get<double>();
+  }
+}
+
+}  // namespace
 
 ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& source,
                                std::optional<int> seq_len) {
@@ -210,8 +279,12 @@ ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& sou
   ModelSpec m;
   // Named as the config names itself, else after its file (test/data/hf/llama3-8b.json).
   // The name reaches job files and the terminal: one that is not a safe name is refused.
-  if (j.contains("_name_or_path") && j["_name_or_path"].is_string())
-    m.name = r.get_name("_name_or_path");
+  if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) {
+    if (is_local_path(j["_name_or_path"].get<std::string>()))
+      r.get_string("_name_or_path");  // read, and left to the file to name the model
+    else
+      m.name = r.get_name("_name_or_path");
+  }
   // A Hub download is <model>/config.json: the folder names the model. Made safe rather than
   // refused: the user chose the file's name, not the file's author.
   const std::filesystem::path file(source);
@@ -226,7 +299,13 @@ ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& sou
   if (arch.family == Family::mixtral) read_mixtral(r, m);
   if (arch.family == Family::deepseek) read_deepseek(r, m, raw);
   m.tied_embeddings = r.get_bool("tie_word_embeddings", arch.tied_default);
-  if (seq_len) m.seq_len = *seq_len;
+  if (m.position == Position::rope) read_rope(r, j, arch.family, m);
+  // Qwen2's attention has biased query, key and value projections (and no other biases).
+  m.qkv_bias = std::string(arch.name) == "Qwen2ForCausalLM";
+  // read_shape read the positions field (max_position_embeddings, GPT-2's n_positions).
+  const int positions = m.seq_len;
+  const std::optional<int> pretrained = default_training_sequence(j, positions, source);
+  m.seq_len = seq_len ? *seq_len : pretrained.value_or(positions);
   // Sliding-window attention (Mistral v0.1; Qwen2 when use_sliding_window) attends to a window
   // shorter than the sequence: a cost this model does not have. Equal to full causal attention
   // while the sequence fits in the window.
@@ -241,6 +320,11 @@ ModelSpec model_from_hf_config(const nlohmann::json& raw, const std::string& sou
                                    "): sliding-window attention is not modelled; give --seq-len " +
                                    std::to_string(window) + " or less");
   }
+  // Checked after the window, whose refusal says which --seq-len the model can take.
+  if (!pretrained && !seq_len)
+    throw InputError(source + ": field 'max_position_embeddings': " + std::to_string(positions) +
+                     " is the longest context the model serves, not the sequence it trains at "
+                     "(the config states no shorter one); give --seq-len");
   validate(m, source);
   return m;
 }
@@ -253,7 +337,9 @@ std::vector<std::string> hf_import_notes(const nlohmann::json& raw) {
   const std::string arch =
       a.is_array() && !a.empty() && a[0].is_string() ? a[0].get<std::string>() : "";
   if (arch == "Qwen2ForCausalLM")
-    notes.push_back("Qwen2's query/key/value biases are left out (under 0.01% of the parameters)");
+    notes.push_back(
+        "Qwen2's query/key/value biases are exported but not counted (under 0.01% of the "
+        "parameters)");
   const auto flag = [&](const char* key, bool fallback) {
     return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback;
   };

@@ -88,6 +88,15 @@ ModelSpec model_from_json(const nlohmann::json& j, const std::string& source) {
   if (r.has("published_parameters")) r.get_double("published_parameters", 0, 1e15);
   if (r.has("published_active_parameters")) r.get_double("published_active_parameters", 0, 1e15);
   m.mtp_modules = r.get_int("mtp_modules", 0, limits::kMaxLayers, 0);
+  if (r.has("rope")) {
+    if (m.position != Position::rope) r.fail("rope", "no section: position is not \"rope\"");
+    io::JsonReader rr = r.object("rope");
+    m.rope.base = rr.get_double("base", 1, 1e12, 10000);
+    m.rope.percent = rr.get_double("percent", 1e-6, 1, 1.0);
+    m.rope.llama3_factor = rr.get_double("llama3_factor", 0, 1e6, 0);
+    rr.reject_unknown();
+  }
+  m.qkv_bias = r.get_bool("qkv_bias", false);
   r.reject_unknown();
   validate(m, source);
   return m;
@@ -121,6 +130,12 @@ nlohmann::json to_json(const ModelSpec& m) {
                 {"v_head_dim", m.mla.v_head_dim}};
   }
   if (m.mtp_modules > 0) j["mtp_modules"] = m.mtp_modules;
+  // As the sections above: written only where not the default, so older files read the same.
+  if (!(m.rope == RopeSpec{}))
+    j["rope"] = {{"base", m.rope.base},
+                 {"percent", m.rope.percent},
+                 {"llama3_factor", m.rope.llama3_factor}};
+  if (m.qkv_bias) j["qkv_bias"] = true;
   if (m.moe.enabled())
     j["moe"] = {{"experts", m.moe.experts},
                 {"top_k", m.moe.top_k},

@@ -4,3 +4,6 @@
 add_test(NAME interop.cli COMMAND bash ${CMAKE_SOURCE_DIR}/test/interop/cli.sh)
 set_tests_properties(interop.cli PROPERTIES LABELS "interop" TIMEOUT 900
                      ENVIRONMENT "STRATAGEM_BIN=$<TARGET_FILE:stratagem>")
+add_test(NAME interop.defects COMMAND bash ${CMAKE_SOURCE_DIR}/test/interop/defects.sh)
+set_tests_properties(interop.defects PROPERTIES LABELS "interop" TIMEOUT 900
+                     ENVIRONMENT "STRATAGEM_BIN=$<TARGET_FILE:stratagem>")

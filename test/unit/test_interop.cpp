@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "src/io/json_reader.hpp"
+#include "stratagem/cost.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
@@ -40,12 +41,28 @@ BOOST_AUTO_TEST_CASE(hf_imports_match_published_parameter_counts) {
   const std::pair<const char*, double> published[] = {
       {"llama3-8b", 8.03e9}, {"qwen2-7b", 7.62e9}, {"gpt2", 124e6}, {"gpt-neox-20b", 20.6e9}};
   for (const auto& [name, total] : published) {
-    const ModelSpec m = import(name);
+    // Qwen2's 131072 positions are its served context: the import asks for a sequence (D12).
+    const ModelSpec m =
+        import(name, std::string(name) == "qwen2-7b" ? std::optional<int>(4096) : std::nullopt);
     const double rel = std::abs(double(m.parameters()) - total) / total;
     BOOST_TEST(rel < 0.005, name << ": " << m.parameters() << " vs " << total);
   }
   // Mistral-7B-v0.1 (7,241,732,096) with a sequence its sliding window covers.
   BOOST_TEST(import("mistral-7b", 4096).parameters() == 7241732096LL);
+}
+
+// D13: a Hub id in _name_or_path names the model; a local folder does not (the file does).
+BOOST_AUTO_TEST_CASE(hf_name_or_path_names_the_model_only_as_a_hub_id) {
+  nlohmann::json j = io::read_json_file(hf("llama3.1-8b"));
+  auto name = [&](const std::string& v) {
+    j["_name_or_path"] = v;
+    return model_from_hf_config(j, "dir/llama3.1-8b.json", std::nullopt).name;
+  };
+  BOOST_TEST(name("meta-llama/Llama-3.1-8B").find("Llama-3.1-8B") != std::string::npos);
+  BOOST_TEST(name("gpt2") == "gpt2");
+  for (const char* path : {"/scratch/ckpt/step-1000", "./llama", "../llama/8b", "~/llama",
+                           "models/llama/8b", "C:\\models\\llama"})
+    BOOST_TEST(name(path) == "llama3.1-8b", path);
 }
 
 BOOST_AUTO_TEST_CASE(hf_llama3_import_is_the_builtin_model) {
@@ -60,7 +77,7 @@ BOOST_AUTO_TEST_CASE(hf_fields_are_read_per_architecture) {
   BOOST_TEST(gpt2.tied_embeddings);  // GPT2Config's default, not written in the file
   BOOST_TEST((gpt2.position == Position::learned && gpt2.activation == Activation::gelu));
   BOOST_TEST(gpt2.ffn_hidden == 4 * 768);  // n_inner null: 4 x n_embd
-  const ModelSpec qwen = import("qwen2-7b");
+  const ModelSpec qwen = import("qwen2-7b", 4096);
   BOOST_TEST(qwen.kv_heads == 4);
   BOOST_TEST(!qwen.tied_embeddings);
   BOOST_TEST((qwen.norm == Norm::rmsnorm && qwen.activation == Activation::swiglu));
@@ -68,6 +85,25 @@ BOOST_AUTO_TEST_CASE(hf_fields_are_read_per_architecture) {
   BOOST_TEST((neox.position == Position::rope && neox.norm == Norm::layernorm));
   BOOST_TEST(neox.vocab == 50432);
   BOOST_TEST(import("qwen2-7b", 4096).seq_len == 4096);
+}
+
+// Issue 38, D12: max_position_embeddings is the longest context a model serves, not the sequence
+// it trains at. Without --seq-len: rope_scaling's original context, else the positions up to
+// 8192, else refused naming the field and --seq-len.
+BOOST_AUTO_TEST_CASE(hf_training_sequence_is_the_pretraining_context) {
+  BOOST_TEST(import("llama3.1-8b").seq_len == 8192);  // 131072 served, 8192 pretrained
+  BOOST_TEST(import("llama3-8b").seq_len == 8192);
+  BOOST_TEST(import("deepseek-v3").seq_len == 4096);  // 163840 served (YaRN), 4096 pretrained
+  BOOST_TEST(import("gpt2").seq_len == 1024);
+  BOOST_TEST(import("llama3.1-8b", 2048).seq_len == 2048);
+  const std::string e = input_error([&] { import("qwen2-7b"); });
+  BOOST_TEST(e.find("field 'max_position_embeddings': 131072") != std::string::npos, e);
+  BOOST_TEST(e.find("give --seq-len") != std::string::npos, e);
+  nlohmann::json j = io::read_json_file(hf("llama3.1-8b"));
+  j["rope_scaling"]["original_max_position_embeddings"] = "8k";
+  BOOST_TEST(input_error([&] {
+               model_from_hf_config(j, "c.json");
+             }).find("rope_scaling.original_max_position_embeddings") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(hf_moe_imports_match_published_totals) {
@@ -198,7 +234,7 @@ BOOST_AUTO_TEST_CASE(megatron_command_line_reads_model_and_plan) {
   const auto tokens = split_command_line(
       "torchrun --nnodes 4 --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
       "--num-attention-heads 32 --group-query-attention --num-query-groups 8 --ffn-hidden-size "
-      "14336 --swiglu --normalization RMSNorm --position-embedding-type rope "
+      "14336 --swiglu --normalization RMSNorm --position-embedding-type rope --rotary-base 500000 "
       "--untie-embeddings-and-output-weights --disable-bias-linear --attention-dropout 0.0 "
       "--hidden-dropout 0.0 --seq-length 8192 --max-position-embeddings 8192 --vocab-size 128256 "
       "--tensor-model-parallel-size 4 --pipeline-model-parallel-size 4 --sequence-parallel "
@@ -266,6 +302,49 @@ BOOST_AUTO_TEST_CASE(megatron_bad_flags_name_the_flag) {
   BOOST_TEST(err("").empty());
 }
 
+// D3: flags that shape the plan are read (the stage layout, the pre-v3.0 recompute names) or
+// refused naming them (FP8), never skipped.
+BOOST_AUTO_TEST_CASE(megatron_plan_shaping_flags_are_read_or_refused) {
+  const ClusterSpec c = load_cluster("dgx-a100-80g");
+  const std::string base =
+      "--num-layers 32 --hidden-size 512 --num-attention-heads 8 --seq-length 128 "
+      "--vocab-size 1000 --micro-batch-size 1 --global-batch-size 8 "
+      "--pipeline-model-parallel-size 4 ";
+  auto job = [&](const std::string& extra) {
+    ClusterSpec cc = c;
+    return megatron_job_from_args(split_command_line(base + extra, "f"), cc, "f");
+  };
+  auto err = [&](const std::string& extra) { return input_error([&] { job(extra); }); };
+  // Megatron-Core's layout: 7/8/8/9 over the four stages; with 8 stages, two virtual per rank.
+  const Plan split = job("--pipeline-model-parallel-layout 'Et*7|t*8|t*8|t*9L'").plan;
+  const std::vector<LayerRange> want{{0, 7}, {7, 15}, {15, 23}, {23, 32}};
+  BOOST_TEST((split.chunks == want));
+  const Plan vpp = job("--pipeline-model-parallel-layout E(t*4|)*7,t*4L").plan;
+  BOOST_TEST((vpp.vpp == 2 && vpp.schedule == Schedule::interleaved && vpp.chunks.size() == 8));
+  BOOST_TEST(err("--pipeline-model-parallel-layout Et*8|t*8|t*8|t*9L")
+                 .find("--pipeline-model-parallel-layout: holds 33 decoder layers") !=
+             std::string::npos);
+  BOOST_TEST(err("--pipeline-model-parallel-layout Et*8|t*8|t*8|t*7m,L").find("'m'") !=
+             std::string::npos);
+  BOOST_TEST(err("--pipeline-model-parallel-layout Et*16|t*16L").find("not a multiple of pp 4") !=
+             std::string::npos);
+  // The pre-v3.0 names are the current recompute flags: same plan.
+  const Plan old =
+      job("--activations-checkpoint-method block --activations-checkpoint-num-layers 2").plan;
+  const Plan now =
+      job("--recompute-granularity full --recompute-method block --recompute-num-layers 2").plan;
+  BOOST_TEST(to_json(old) == to_json(now));
+  BOOST_TEST(
+      (old.layers[1].recompute == Recompute::full && old.layers[2].recompute == Recompute::none));
+  BOOST_TEST(to_json(job("--checkpoint-activations").plan) ==
+             to_json(job("--recompute-granularity full --recompute-method uniform").plan));
+  BOOST_TEST(err("--activations-checkpoint-method uniform --recompute-method block")
+                 .find("--activations-checkpoint-method: given with --recompute-method") !=
+             std::string::npos);
+  BOOST_TEST(err("--fp8-format hybrid").find("flag --fp8-format: FP8 training is not modelled") !=
+             std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(heterogeneous_plans_name_layers_and_nearest_exports) {
   const ModelSpec m = load_model("gpt3-1.3b");
   ClusterSpec c = load_cluster("dgx-a100-80g");
@@ -290,6 +369,36 @@ BOOST_AUTO_TEST_CASE(heterogeneous_plans_name_layers_and_nearest_exports) {
   BOOST_TEST(unexpressible(z3, m, Target::deepspeed).size() == 1);  // ZeRO-3 with pp 2
   s.pp = 1;
   BOOST_TEST(unexpressible(expand_shorthand(s, m, c), m, Target::deepspeed).empty());
+}
+
+// D11: --nearest gives memory back for time until the plan fits, keeping its layout, or says none.
+BOOST_AUTO_TEST_CASE(nearest_fitting_keeps_the_layout_and_fits_or_is_none) {
+  const ModelSpec m = load_model("llama2-13b");
+  const ClusterSpec c = load_cluster("dgx-a100-80g");
+  const FrameworkSpec fw;
+  PlanShorthand s;
+  s.tp = 2, s.zero = 3, s.micro_batch = 4, s.global_batch = 64;
+  const Plan p = expand_shorthand(s, m, c);
+  for (Target t : {Target::megatron, Target::torchtitan, Target::deepspeed}) {
+    const Plan q = unexpressible(p, m, t).empty() ? p : nearest_expressible(p, m, c, t);
+    BOOST_TEST(!fits_gpu_memory(estimate(CostModel(m, c, q, fw)), c));  // 200 GiB as asked
+    const auto f = nearest_fitting(q, m, c, fw, t);
+    BOOST_REQUIRE(f.has_value());
+    BOOST_TEST(fits_gpu_memory(estimate(CostModel(m, c, *f, fw)), c));
+    BOOST_TEST(unexpressible(*f, m, t).empty());
+    BOOST_TEST((f->pp == q.pp && f->chunks == q.chunks && f->global_batch == q.global_batch));
+    BOOST_TEST((f->layers[0].tp == q.layers[0].tp && f->layers[0].dp == q.layers[0].dp));
+    BOOST_TEST(f->micro_batch <= q.micro_batch);
+  }
+  // A plan that fits is its own nearest.
+  s.micro_batch = 1;
+  const Plan fits = expand_shorthand(s, m, c);
+  BOOST_TEST(to_json(*nearest_fitting(fits, m, c, fw, Target::deepspeed)) == to_json(fits));
+  // GPT-3 175B on one node: even the distributed optimizer with full recompute needs more.
+  const ModelSpec big = load_model("gpt3-175b");
+  PlanShorthand b;
+  b.tp = 8, b.global_batch = 64;
+  BOOST_TEST(!nearest_fitting(expand_shorthand(b, big, c), big, c, fw, Target::megatron));
 }
 
 BOOST_AUTO_TEST_CASE(megatron_round_trips_interleaved_and_uneven_plans) {
