@@ -194,28 +194,6 @@ BOOST_AUTO_TEST_CASE(json_inputs_refuse_deep_nesting_and_nul_bytes) {
              "t: holds a NUL byte at offset 2, not JSON text");
 }
 
-// dropouts are probabilities, and Megatron-LM refuses --bf16 with --fp16.
-BOOST_AUTO_TEST_CASE(megatron_dropouts_and_dtypes_are_checked) {
-  ClusterSpec c = load_cluster("dgx-a100-80g");
-  const std::string base =
-      "--num-layers 4 --hidden-size 256 --num-attention-heads 4 "
-      "--seq-length 128 --vocab-size 1000 --micro-batch-size 1 ";
-  auto err = [&](const std::string& extra) {
-    return input_error([&] {
-      ClusterSpec cc = c;
-      megatron_job_from_args(split_command_line(base + extra, "f"), cc, "f");
-    });
-  };
-  BOOST_TEST(err("--attention-dropout 0 --hidden-dropout 1").empty());
-  for (const char* v : {"nan", "-1", "inf", "1.5"})
-    BOOST_TEST(err(std::string("--attention-dropout ") + v) ==
-               std::string("f: flag --attention-dropout: expected a probability in [0, 1], got '") +
-                   v + "'");
-  BOOST_TEST(err("--attention-dropout 0.1 --hidden-dropout 7").find("--hidden-dropout") !=
-             std::string::npos);
-  BOOST_TEST(err("--bf16 --fp16") == "f: flag --fp16: given with --bf16; give one of them");
-}
-
 BOOST_AUTO_TEST_CASE(command_lines_split_as_a_shell_would) {
   const auto t = split_command_line(
       "# comment\ntorchrun --nnodes 2 pretrain_gpt.py \\\n  --num-layers 4 --data-path 'a b' "
@@ -300,6 +278,15 @@ BOOST_AUTO_TEST_CASE(megatron_bad_flags_name_the_flag) {
   }
   BOOST_TEST(err("--recompute-granularity full").find("--recompute-method") != std::string::npos);
   BOOST_TEST(err("").empty());
+  // Dropouts are probabilities, and Megatron-LM refuses --bf16 with --fp16.
+  BOOST_TEST(err("--attention-dropout 0 --hidden-dropout 1").empty());
+  for (const char* v : {"nan", "-1", "inf", "1.5"})
+    BOOST_TEST(err(std::string("--attention-dropout ") + v) ==
+               std::string("f: flag --attention-dropout: expected a probability in [0, 1], got '") +
+                   v + "'");
+  BOOST_TEST(err("--attention-dropout 0.1 --hidden-dropout 7").find("--hidden-dropout") !=
+             std::string::npos);
+  BOOST_TEST(err("--bf16 --fp16") == "f: flag --fp16: given with --bf16; give one of them");
 }
 
 // D3: flags that shape the plan are read (the stage layout, the pre-v3.0 recompute names) or
