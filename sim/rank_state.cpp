@@ -32,12 +32,7 @@ void init_ranks(std::vector<RankState>& ranks, std::vector<StageData>& stages,
     // each pipeline peer is on this node).
     sig.clear();
     for (size_t k = 0; k < sd.group_keys.size(); ++k) {
-      Op op;
-      op.kind = OpKind::collective;
-      op.group = sd.group_keys[k].kind;
-      op.tp = sd.group_keys[k].tp;
-      op.tp_big = sd.group_keys[k].tp_big;
-      const int g = resolve_group(layout, r, op);
+      const int g = resolve_group(layout, r, sd.group_keys[k].collective());
       rank_groups[rk.group_row + k] = g;
       if (g < 0) {
         sig.push_back(-1);
@@ -58,7 +53,7 @@ void init_ranks(std::vector<RankState>& ranks, std::vector<StageData>& stages,
       op.kind = ch == 3 ? OpKind::recv : OpKind::send;
       op.group = ch == 0 ? GroupKind::pp_next : ch == 1 ? GroupKind::pp_prev : GroupKind::cp;
       // A plan with cp > 1 has one tp (validate): its cp ring is the only one.
-      op.tp = uint8_t(layout.tp_degrees().front());
+      op.strategy.tp = layout.tp_degrees().front();
       const int peer = resolve_peer(layout, r, op);
       rk.channels[ch].peer = peer;
       if (ch < 2 || layout.cp() > 1) sig.push_back(peer < 0 ? -1 : (peer / G == rk.node ? 1 : 0));

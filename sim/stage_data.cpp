@@ -22,6 +22,38 @@ void refuse_beyond_clock(const std::string& what, double t_s) {
   throw InputError(buf);
 }
 
+GroupKey GroupKey::of(const Op& op) {
+  GroupKey k;
+  k.kind = op.group;
+  switch (op.group) {
+    case GroupKind::tp:
+    case GroupKind::dp:
+    case GroupKind::cp:
+      k.tp = op.strategy.tp;
+      break;
+    case GroupKind::reshard:
+      k.reshard_from_tp = op.reshard_from_tp, k.reshard_to_tp = op.reshard_to_tp;
+      break;
+    case GroupKind::ep:
+    case GroupKind::expert_dp:
+    case GroupKind::expert_tp:
+      k.etp = op.strategy.etp, k.ep = op.strategy.ep;
+      break;
+    default:
+      break;
+  }
+  return k;
+}
+
+Op GroupKey::collective() const {
+  Op op;
+  op.kind = OpKind::collective;
+  op.group = kind;
+  op.strategy.tp = tp, op.strategy.etp = etp, op.strategy.ep = ep;
+  op.reshard_from_tp = reshard_from_tp, op.reshard_to_tp = reshard_to_tp;
+  return op;
+}
+
 namespace {
 
 Time to_ns(double s, const char* what, const Op& op) {
@@ -51,15 +83,14 @@ struct OpKey {
   Phase phase;
   Collective collective;
   GroupKind group;
-  uint8_t tp;
-  uint16_t tp_big;
+  int32_t tp, ep;  // with the layer, the degrees of its group
   int16_t chunk;
   int32_t layer, samples;
   int64_t bytes;
   double flops;
   bool operator==(const OpKey& o) const {
     return kind == o.kind && stream == o.stream && block == o.block && phase == o.phase &&
-           collective == o.collective && group == o.group && tp == o.tp && tp_big == o.tp_big &&
+           collective == o.collective && group == o.group && tp == o.tp && ep == o.ep &&
            chunk == o.chunk && layer == o.layer && samples == o.samples && bytes == o.bytes &&
            flops == o.flops;
   }
@@ -70,8 +101,8 @@ struct OpKeyHash {
     auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
     mix(uint64_t(k.kind) | uint64_t(k.stream) << 8 | uint64_t(k.block) << 16 |
         uint64_t(k.phase) << 24 | uint64_t(k.collective) << 32 | uint64_t(k.group) << 40 |
-        uint64_t(k.tp) << 48 | uint64_t(k.tp_big & 0xff) << 56);
-    if (k.tp_big > 0xff) mix(uint64_t(k.tp_big));
+        uint64_t(k.tp & 0xff) << 48 | uint64_t(k.ep & 0xff) << 56);
+    if (k.tp > 0xff || k.ep > 0xff) mix(uint64_t(uint32_t(k.tp)) << 32 | uint32_t(k.ep));
     mix(uint64_t(uint16_t(k.chunk)) | uint64_t(uint32_t(k.layer)) << 16);
     mix(uint64_t(uint32_t(k.samples)));
     mix(uint64_t(k.bytes));
@@ -121,8 +152,8 @@ class OpKeyMap {
 };
 
 OpKey key_of(const Op& op) {
-  return {op.kind,   op.stream, op.block, op.phase,   op.collective, op.group, op.tp,
-          op.tp_big, op.chunk,  op.layer, op.samples, op.bytes,      op.flops};
+  return {op.kind,        op.stream, op.block, op.phase,   op.collective, op.group, op.strategy.tp,
+          op.strategy.ep, op.chunk,  op.layer, op.samples, op.bytes,      op.flops};
 }
 
 Cat category_of(const Op& op) {
@@ -245,7 +276,7 @@ class StageIndexer {
   void set_kind_fields(Step& step, const Op& op, uint32_t i) {
     switch (op.kind) {
       case OpKind::collective: {
-        GroupKey k{op.group, op.tp, op.tp_big};
+        const GroupKey k = GroupKey::of(op);
         size_t j = 0;
         while (j < sd_.group_keys.size() && !(sd_.group_keys[j] == k)) ++j;
         if (j == sd_.group_keys.size()) {

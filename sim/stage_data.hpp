@@ -12,14 +12,15 @@
 
 namespace stratagem::sim {
 
-// A collective's group as a stage's ops name it; resolved per rank at setup.
+// A collective's group as a stage's ops name it: its kind and the degrees resolve_group selects
+// it by (the others 1, so that one group has one key); resolved per rank at setup.
 struct GroupKey {
-  GroupKind kind;
-  uint8_t tp;
-  uint16_t tp_big;  // reshard: the larger tp; expert groups: ep
-  bool operator==(const GroupKey& o) const {
-    return kind == o.kind && tp == o.tp && tp_big == o.tp_big;
-  }
+  GroupKind kind = GroupKind::none;
+  int32_t tp = 1, etp = 1, ep = 1;
+  int32_t reshard_from_tp = 1, reshard_to_tp = 1;
+  static GroupKey of(const Op& op);
+  Op collective() const;  // a collective op over this group, for resolve_group
+  bool operator==(const GroupKey& o) const = default;
 };
 
 // An op as its stream runs it. Streams keep these in their order, so a stream walks memory

@@ -6,7 +6,7 @@
 
 namespace stratagem {
 
-enum class Dtype { fp32, tf32, fp16, bf16 };
+enum class Dtype : uint8_t { fp32, tf32, fp16, bf16 };
 const char* to_string(Dtype d);
 Dtype dtype_from_string(const std::string& s, const std::string& where);
 // Storage bytes of one element (tf32 is stored as fp32). Inline: the estimator's inner loops

@@ -46,9 +46,11 @@ double overlapped_time_s(double interference, double kernels_s, double critical_
 class CostModel {
  public:
   // Keeps references: model, cluster and plan must outlive the CostModel and not change while
-  // it is in use. Every figure that depends only on the cluster and the plan's dtype and
-  // attention kernel is computed here once, so that per-op calls and the estimator do only
-  // arithmetic. The framework (the training software, copied) defaults to stratagem's own.
+  // it is in use. Every figure that depends only on the cluster and the plan's dtype is
+  // computed here once, so that per-op calls and the estimator do only arithmetic. The
+  // framework (the training software, copied) defaults to stratagem's own. An op is priced from
+  // what it carries (its strategy, precision and attention kernel): no op price reads the plan,
+  // which only the estimator's closed form (plan()) does.
   CostModel(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
             const FrameworkSpec& framework = FrameworkSpec{});
 
@@ -62,10 +64,12 @@ class CostModel {
   // each micro-batch's gradients into the accumulation buffer (the shard under ZeRO-2/3), and
   // under ZeRO-2/3 the framework's per-micro-batch passes over the whole gradients before their
   // reduce-scatter (FrameworkSpec::pre_reduce_bytes_per_param).
-  double backward_block_time_s(const LayerStrategy& s, Block b, int samples) const;
+  double backward_block_time_s(const LayerStrategy& s, Block b, int samples,
+                               bool flash_attention) const;
   // A part of a context-parallel attention block (op.part, workload.hpp's attention_part_work)
-  // in the op's phase; the block's gradient passes go with pre's backward, its last part.
-  double attention_part_time_s(const LayerStrategy& s, const Op& op) const;
+  // in the op's phase, under the op's strategy and attention kernel; the block's gradient
+  // passes go with pre's backward, its last part.
+  double attention_part_time_s(const Op& op) const;
   // `kernels_s` and the passes of backward_block_time_s beyond the kernels (`num_gemms`: of the
   // block's backward).
   double with_gradient_passes_s(double kernels_s, const LayerStrategy& s, Block b,
@@ -73,7 +77,8 @@ class CostModel {
   // Achieved fraction of peak of one GEMM: max_efficiency x size (latency-bound small GEMMs) x
   // tile and wave quantization of (m, n).
   double gemm_efficiency(const Gemm& g) const;
-  double attention_time_s(double flops) const;    // attention core at the kernel's efficiency
+  // The attention core at its kernel's efficiency (fused or not).
+  double attention_time_s(double flops, bool flash_attention) const;
   double elementwise_time_s(double bytes) const;  // memory-bound kernels at achieved HBM bandwidth
   // Host (CPU) work of one rank: the node's FLOP/s and DRAM bandwidth are shared by its GPUs.
   double host_compute_time_s(double flops, double bytes) const;
@@ -85,9 +90,9 @@ class CostModel {
   // The same for one layer of strategy `s` over one micro-batch: forward, backward and what
   // its recompute issues again, summed over the ops host_issue_time_s charges (the estimator's).
   double host_issue_layer_s(const LayerStrategy& s) const;
-  // Kernels of the LM head: the logits GEMM (b*s, V/tp, h) (forward) or its two gradient GEMMs
-  // (backward), and the loss.
-  BlockWork head_work(Phase phase, int samples, double elementwise_bytes) const;
+  // Kernels of the LM head of vocabulary tp `tp` and context parallelism `cp`: the logits GEMM
+  // (b*s/cp, V/tp, h) (forward) or its two gradient GEMMs (backward), and the loss.
+  BlockWork head_work(Phase phase, int samples, double elementwise_bytes, int tp, int cp) const;
 
   // Exposed time of one sequence-parallel collective (all-gather or reduce-scatter, whole time
   // `comm_s`) of layer block `b` (attention or mlp) in phase `ph`, of `samples` samples. Where
@@ -118,15 +123,17 @@ class CostModel {
                            CollectiveAlgo algo) const;
   // An MoE layer's collectives on the ep_comm stream (src/cost/moe_cost.cpp): `bytes` as the
   // Program's op carries them (the balanced mean) over a group of `size` ranks on `nodes`
-  // nodes, paced by the busiest of `ep` expert ranks (Plan::expert_load_factor). The
-  // all-to-all is priced on
-  // the fabric: copies to ranks of the same node over NVLink, the others over the NIC, at most
-  // moe_node_limit nodes per token (DeepSeek-V3's node-limited routing: one copy per node
-  // crosses the network, NVLink forwards it).
-  CommCost moe_comm_cost(Collective c, int64_t bytes, int size, int nodes, int ep) const;
+  // nodes, paced by the busiest expert rank, which carries `load` times the mean
+  // (Plan::expert_load_factor). The all-to-all is priced on the fabric: copies to ranks of the
+  // same node over NVLink, the others over the NIC, at most `node_limit` nodes per token
+  // (DeepSeek-V3's node-limited routing, 0: none: one copy per node crosses the network,
+  // NVLink forwards it).
+  CommCost moe_comm_cost(Collective c, int64_t bytes, int size, int nodes, double load,
+                         int node_limit) const;
   // One compute part (Block::router, experts, combine) of an MoE layer of strategy s in a
-  // phase, `samples` per rank: the experts at the busiest rank's load.
-  double moe_part_time_s(const LayerStrategy& s, Block part, Phase ph, int samples) const;
+  // phase, `samples` per rank: the experts at the busiest rank's load (`load` times the mean).
+  double moe_part_time_s(const LayerStrategy& s, Block part, Phase ph, int samples,
+                         double load) const;
   CommCost p2p_cost(int64_t bytes, int src_rank, int dst_rank) const;
   CommCost p2p_cost(int64_t bytes, bool same_node) const;
   CommCost copy_cost(int64_t bytes) const;  // host <-> device over PCIe
@@ -140,6 +147,7 @@ class CostModel {
   const Plan& plan() const { return plan_; }
   const FrameworkSpec& framework() const { return framework_; }
   double peak_flops() const { return peak_flops_; }  // of the plan's dtype
+  Dtype dtype() const { return dtype_; }             // the precision it prices kernels in
   // Element size of data-parallel gradient reductions (FrameworkSpec::grad_reduce_bytes, else
   // the plan's dtype).
   int grad_reduce_bytes() const { return grad_reduce_bytes_; }
@@ -159,7 +167,9 @@ class CostModel {
   CommCost direct(double bytes, int size, int nodes, int per_node) const;
   int distinct_nodes(const std::vector<int>& ranks) const;
   double moe_compute_time_s(const Op& op) const;  // Block::router, experts, combine
-  double intra_fraction(double bytes) const;      // S / (S + half): message-size ramp
+  // A kernel's price assumes the cost model's precision: an op of another is a logic error.
+  void check_precision(const Op& op) const;
+  double intra_fraction(double bytes) const;  // S / (S + half): message-size ramp
   double inter_fraction(double bytes) const;
 
   const ModelSpec& model_;
@@ -167,12 +177,14 @@ class CostModel {
   const Plan& plan_;
   FrameworkSpec framework_;
   int gpus_per_node_ = 1;
+  Dtype dtype_ = Dtype::bf16;
   int elem_bytes_ = 2;
   int grad_reduce_bytes_ = 2;
   double peak_flops_ = 0, gemm_peak_flops_ = 0, fp32_flops_ = 0;
   double gemm_half_flops_ = 0;
   int tile_m_ = 128, tile_n_ = 128, sm_count_ = 0;
-  double attention_flops_ = 0;  // achieved by the plan's attention kernel
+  // Achieved by the fused (flash) attention kernel and by the unfused one.
+  double flash_attention_flops_ = 0, standard_attention_flops_ = 0;
   double hbm_bytes_per_s_ = 0, launch_s_ = 0, interference_ = 1;
   double host_flops_per_gpu_ = 0, host_bytes_per_s_per_gpu_ = 0;
   double intra_gbps_ = 0, inter_gbps_ = 0;

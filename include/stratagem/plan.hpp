@@ -18,7 +18,7 @@ const char* to_string(Recompute r);
 // How a context-parallel layer's attention sees the whole sequence: K and V blocks passed
 // around the cp group (Megatron-Core's ring), gathered before attention (Llama 3), or traded
 // for a head split by two all-to-alls (DeepSpeed-Ulysses).
-enum class CpKind { ring, allgather, a2a };
+enum class CpKind : uint8_t { ring, allgather, a2a };
 const char* to_string(CpKind k);
 // A cp kind's name (as in plan files and flags); `where` names it in errors.
 CpKind cp_kind_from(const std::string& s, const std::string& where);

@@ -39,7 +39,8 @@ struct BlockWork {
   static constexpr int kMaxGemms = 12;
   std::array<Gemm, kMaxGemms> gemms{};
   int num_gemms = 0;
-  double attention_flops = 0;    // QK^T + AV core (may run as a flash kernel)
+  double attention_flops = 0;    // QK^T + AV core
+  bool flash_attention = false;  // the core runs as a fused kernel (its efficiency)
   double elementwise_bytes = 0;  // norms, activations, softmax, residual, dropout (HBM traffic)
   int kernels = 0;               // kernel launches
   double gemm_flops() const;

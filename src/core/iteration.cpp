@@ -19,6 +19,7 @@ Op adamw(OpKind kind, int64_t params, Dtype dt) {
   op.kind = kind;
   op.block = Block::optimizer;
   op.phase = Phase::optimizer;
+  op.dtype = dt;
   op.flops = kAdamwFlopsPerParam * double(params);
   op.bytes = params * (2 * optimizer_bytes_per_param(dt) + 2 * dtype_bytes(dt));
   return op;
@@ -81,6 +82,8 @@ Op embedding_op(const ModelSpec& m, int samples, Phase ph, Dtype dt, int cp) {
   op.kind = OpKind::compute;
   op.block = Block::embedding;
   op.phase = ph;
+  op.dtype = dt;
+  op.strategy.cp = cp;
   op.samples = samples;
   // The lookup reads the rows and writes the stream; the backward zeroes and scatter-adds.
   op.bytes = static_cast<int64_t>(2.0 * double(token_stream_bytes(m, samples, dt, cp)));
@@ -99,6 +102,9 @@ HeadOps head_ops(const ModelSpec& m, int tp, int samples, Dtype dt, int cp) {
   for (Op* op : {&h.forward, &h.backward}) {
     op->kind = OpKind::compute;
     op->block = Block::head;
+    op->dtype = dt;
+    op->strategy.tp = tp;  // what shapes the logits (build_program adds the embedding's rest)
+    op->strategy.cp = cp;
     op->samples = samples;
     op->bytes = bytes;
   }

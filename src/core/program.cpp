@@ -40,6 +40,41 @@ const char* to_string(MemCategory c) {
   return n[static_cast<int>(c)];
 }
 
+const char* to_string(Purpose p) {
+  static const char* n[] = {"none",         "activations", "loss_stats",     "replicated_grads",
+                            "router_stats", "grad_reduce", "weight_fetch",   "updated_weights",
+                            "tied_grads",   "reshard",     "token_exchange", "expert_rows",
+                            "context",      "pipeline"};
+  return n[static_cast<int>(p)];
+}
+
+OpStrategy OpStrategy::of(const LayerStrategy& s, double expert_load, int moe_node_limit) {
+  OpStrategy o;
+  o.expert_load = expert_load;
+  o.moe_node_limit = moe_node_limit;
+  o.tp = s.tp, o.dp = s.dp, o.cp = s.cp, o.ep = s.ep, o.etp = s.etp;
+  o.zero = static_cast<uint8_t>(s.zero);
+  o.cp_kind = s.cp_kind;
+  o.sequence_parallel = s.sequence_parallel;
+  o.offload_optimizer = s.offload_optimizer;
+  o.offload_params = s.offload_params;
+  o.offload_activations = s.offload_activations;
+  return o;
+}
+
+LayerStrategy OpStrategy::unpack(Recompute recompute) const {
+  LayerStrategy s;
+  s.tp = tp, s.dp = dp, s.cp = cp, s.ep = ep, s.etp = etp;
+  s.zero = zero;
+  s.cp_kind = cp_kind;
+  s.sequence_parallel = sequence_parallel;
+  s.offload_optimizer = offload_optimizer;
+  s.offload_params = offload_params;
+  s.offload_activations = offload_activations;
+  s.recompute = recompute;
+  return s;
+}
+
 std::string op_name(const Op& op) {
   std::string s;
   if (op.layer >= 0) s = "L" + std::to_string(op.layer) + ".";
@@ -76,23 +111,24 @@ std::string op_name(const Op& op) {
 
 int resolve_group(const Layout& layout, int rank, const Op& op) {
   if (op.kind != OpKind::collective) return -1;
+  const OpStrategy& s = op.strategy;
   switch (op.group) {
     case GroupKind::tp:
-      return layout.tp_group(rank, op.tp);
+      return layout.tp_group(rank, s.tp);
     case GroupKind::dp:
-      return layout.dp_group(rank, op.tp);
+      return layout.dp_group(rank, s.tp);
     case GroupKind::reshard:
-      return layout.reshard_group(rank, op.tp, op.tp_big);
+      return layout.reshard_group(rank, op.reshard_from_tp, op.reshard_to_tp);
     case GroupKind::tied_embedding:
       return layout.tied_embedding_group(rank);
     case GroupKind::ep:
-      return layout.ep_group(rank, op.tp, op.tp_big);
+      return layout.ep_group(rank, s.etp, s.ep);
     case GroupKind::expert_dp:
-      return layout.expert_dp_group(rank, op.tp, op.tp_big);
+      return layout.expert_dp_group(rank, s.etp, s.ep);
     case GroupKind::expert_tp:
-      return layout.expert_tp_group(rank, op.tp, op.tp_big);
+      return layout.expert_tp_group(rank, s.etp, s.ep);
     case GroupKind::cp:
-      return layout.cp_group(rank, op.tp);
+      return layout.cp_group(rank, s.tp);
     default:
       return -1;
   }
@@ -107,8 +143,8 @@ int resolve_peer(const Layout& layout, int rank, const Op& op) {
   if (op.group == GroupKind::pp_prev) return layout.rank_of((c.stage + pp - 1) % pp, c.local);
   // The cp ring runs one way: a rank sends to the next cp index and receives from the previous.
   if (op.group == GroupKind::cp)
-    return op.kind == OpKind::send ? layout.cp_next_rank(rank, op.tp)
-                                   : layout.cp_prev_rank(rank, op.tp);
+    return op.kind == OpKind::send ? layout.cp_next_rank(rank, op.strategy.tp)
+                                   : layout.cp_prev_rank(rank, op.strategy.tp);
   return -1;
 }
 

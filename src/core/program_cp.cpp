@@ -60,7 +60,7 @@ int StageBuilder::cp_transfer(OpKind kind, AttentionPart carries, Phase ph, int 
                               int step, int64_t bytes, std::initializer_list<int> deps) {
   Op op = make(kind, Stream::cp_comm, Block::attention, ph, layer, mb);
   op.group = GroupKind::cp;
-  op.tp = static_cast<uint8_t>(strat(layer).tp);
+  op.purpose = Purpose::context;
   op.bytes = bytes;
   op.chunk = static_cast<int16_t>(chunk_);
   op.part = carries;
@@ -70,7 +70,7 @@ int StageBuilder::cp_transfer(OpKind kind, AttentionPart carries, Phase ph, int 
 
 int StageBuilder::cp_collective(Collective c, int64_t bytes, Phase ph, int layer, int mb,
                                 int after) {
-  const int op = collective(Stream::cp_comm, c, GroupKind::cp, strat(layer).tp, bytes,
+  const int op = collective(Stream::cp_comm, c, GroupKind::cp, Purpose::context, bytes,
                             Block::attention, ph, layer, mb, {after});
   compute_waits_.push_back(op);
   return op;
@@ -117,8 +117,8 @@ int StageBuilder::cp_attention(Phase ph, int layer, int mb) {
     const bool gather = s.cp_kind == CpKind::allgather;
     int pending = -1;
     if (gather) {
-      pending = collective(Stream::cp_comm, c.before, GroupKind::cp, s.tp, c.before_bytes,
-                           Block::attention, ph, layer, mb, {before_block});
+      pending = collective(Stream::cp_comm, c.before, GroupKind::cp, Purpose::context,
+                           c.before_bytes, Block::attention, ph, layer, mb, {before_block});
     }
     const int post = cp_compute(AttentionPart::post, ph, layer, mb);
     if (gather)

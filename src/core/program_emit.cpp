@@ -56,17 +56,21 @@ int StageBuilder::compute(Op op, int layer, int mb) {
   return emit(op, {});
 }
 
-int StageBuilder::collective(Stream s, Collective c, GroupKind g, int tp, int64_t bytes, Block b,
-                             Phase ph, int layer, int mb, std::initializer_list<int> deps,
-                             int tp_big) {
+Op StageBuilder::collective_op(Stream s, Collective c, GroupKind g, Purpose why, int64_t bytes,
+                               Block b, Phase ph, int layer, int mb) const {
   Op op = make(OpKind::collective, s, b, ph, layer, mb);
   op.collective = c;
   op.group = g;
-  op.tp = static_cast<uint8_t>(tp);
-  op.tp_big = static_cast<uint16_t>(tp_big);
+  op.purpose = why;
   op.bytes = bytes;
   op.chunk = static_cast<int16_t>(chunk_);
-  return emit(op, deps);
+  return op;
+}
+
+int StageBuilder::collective(Stream s, Collective c, GroupKind g, Purpose why, int64_t bytes,
+                             Block b, Phase ph, int layer, int mb,
+                             std::initializer_list<int> deps) {
+  return emit(collective_op(s, c, g, why, bytes, b, ph, layer, mb), deps);
 }
 
 const StageBuilder::LayerWork& StageBuilder::work(int layer) {
@@ -108,8 +112,8 @@ int StageBuilder::tp_before(Block b, Phase ph, int layer, int mb) {
   const int64_t bytes = token_stream_bytes(m_, samples(layer), p_.dtype, s.cp);
   int c = -1;
   for (int i = 0; i < t.gathers; ++i) {
-    c = collective(Stream::tp_comm, Collective::all_gather, GroupKind::tp, s.tp, bytes, b, ph,
-                   layer, mb, {last_compute_, reloaded_});
+    c = collective(Stream::tp_comm, Collective::all_gather, GroupKind::tp, Purpose::activations,
+                   bytes, b, ph, layer, mb, {last_compute_, reloaded_});
     compute_waits_.push_back(c);
   }
   return c;
@@ -122,8 +126,8 @@ int StageBuilder::tp_after(Block b, Phase ph, int layer, int mb) {
   const TpComm t = tp_comm(s, b, ph);
   if (t.after == Collective::none) return -1;
   const int64_t bytes = token_stream_bytes(m_, samples(layer), p_.dtype, s.cp);
-  int c = collective(Stream::tp_comm, t.after, GroupKind::tp, s.tp, bytes, b, ph, layer, mb,
-                     {last_compute_});
+  int c = collective(Stream::tp_comm, t.after, GroupKind::tp, Purpose::activations, bytes, b, ph,
+                     layer, mb, {last_compute_});
   compute_waits_.push_back(c);
   return c;
 }
@@ -135,15 +139,18 @@ void StageBuilder::reshard(int from_layer, int to_layer, Phase ph, int mb) {
   if (reshard_gather_ranks(strat(from_layer), strat(to_layer)) == 0) return;
   const int a = strat(from_layer).stream_tp(), b = strat(to_layer).stream_tp();
   int64_t bytes = boundary(to_layer);
-  int c = collective(Stream::tp_comm, Collective::all_gather, GroupKind::reshard, a, bytes,
-                     Block::reshard, ph, to_layer, mb, {last_compute_}, b);
+  Op op = collective_op(Stream::tp_comm, Collective::all_gather, GroupKind::reshard,
+                        Purpose::reshard, bytes, Block::reshard, ph, to_layer, mb);
+  op.reshard_from_tp = a;
+  op.reshard_to_tp = b;
+  const int c = emit(op, {last_compute_});
   compute_waits_.push_back(c);
 }
 
 // `params` parameters of strategy s (layer -1: embedding or LM head): returns their buffer,
 // or -1 when resident. `experts`: an MoE layer's routed experts (s its expert_strategy), whose
-// buffer and gather are Block::experts over the expert data-parallel group, which op.tp = etp
-// and op.tp_big = ep select (program_moe.cpp's contract).
+// buffer and gather are Block::experts over the expert data-parallel group, which the layer's
+// etp and ep select (program_moe.cpp's contract).
 int StageBuilder::fetch(const LayerStrategy& s, int64_t params, int layer, Phase ph, int mb,
                         int after, int* wait_out, bool experts) {
   const WeightFetch f = weight_fetch(s, params, p_.dtype);
@@ -168,12 +175,11 @@ int StageBuilder::fetch(const LayerStrategy& s, int64_t params, int layer, Phase
   if (!f.gathers) {
     wait_for(after);
   } else if (experts) {
-    const LayerStrategy& ls = strat(layer);
-    wait_for(collective(Stream::dp_comm, Collective::all_gather, GroupKind::expert_dp, ls.etp,
-                        f.bytes, blk, ph, layer, mb, {after}, ls.ep));
+    wait_for(collective(Stream::dp_comm, Collective::all_gather, GroupKind::expert_dp,
+                        Purpose::weight_fetch, f.bytes, blk, ph, layer, mb, {after}));
   } else {
-    wait_for(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp, s.tp, f.bytes, blk,
-                        ph, layer, mb, {after}));
+    wait_for(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp,
+                        Purpose::weight_fetch, f.bytes, blk, ph, layer, mb, {after}));
   }
   return buf;
 }

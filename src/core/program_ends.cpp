@@ -41,8 +41,9 @@ int StageBuilder::tied_reduce(int after) {
   if (p_.pp == 1 || !m_.tied_embeddings) return after;
   const int64_t bytes = tied_embedding_reduce_bytes(m_, p_.embedding.tp, p_.dtype);
   const int16_t chunk = static_cast<int16_t>(chunk_);
-  int c = collective(Stream::dp_comm, Collective::all_reduce, GroupKind::tied_embedding, 1, bytes,
-                     Block::embedding, Phase::backward, -1, -1, {after});
+  int c =
+      collective(Stream::dp_comm, Collective::all_reduce, GroupKind::tied_embedding,
+                 Purpose::tied_grads, bytes, Block::embedding, Phase::backward, -1, -1, {after});
   out_.ops[c].chunk = chunk;
   return c;
 }
@@ -57,8 +58,9 @@ int StageBuilder::sp_replicated_reduce(int layer, int after) {
                     : has_head() ? replicated_head_parameters(m_)
                                  : 0;
   if (n == 0) return after;
-  return collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, s.tp, n * e_,
-                    Block::none, Phase::backward, layer, -1, {after});
+  return collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp,
+                    Purpose::replicated_grads, n * e_, Block::none, Phase::backward, layer, -1,
+                    {after});
 }
 
 // The head's weights, fetched after `after` (the last layer's attention, as a layer
@@ -80,10 +82,10 @@ void StageBuilder::head(int mb, int fetched) {
   if (s.tp > 1) {
     // Vocabulary-parallel cross entropy (Megatron-LM): the row maximum of the logits, then
     // the sum of exponentials and the target logit, per token.
-    int c = collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, s.tp,
+    int c = collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, Purpose::loss_stats,
                        h.loss_max_bytes, Block::head, Phase::forward, -1, mb, {last_compute_});
-    c = collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, s.tp, h.loss_sum_bytes,
-                   Block::head, Phase::forward, -1, mb, {c});
+    c = collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, Purpose::loss_stats,
+                   h.loss_sum_bytes, Block::head, Phase::forward, -1, mb, {c});
     compute_waits_.push_back(c);
   }
   stage_grads(-1, mb);

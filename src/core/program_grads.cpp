@@ -47,7 +47,7 @@ void StageBuilder::reduce_layer_grads(int layer, int mb, int after) {
                layer < 0 ? -1 : layer, mb);
   op.collective = grad_sync(s).reduce;
   op.group = GroupKind::dp;
-  op.tp = static_cast<uint8_t>(s.tp);
+  op.purpose = Purpose::grad_reduce;
   op.bytes = params * e_;
   op.chunk = static_cast<int16_t>(chunk_);
   if (p_.overlap_grad_reduce || per_mb) {

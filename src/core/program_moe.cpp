@@ -38,7 +38,7 @@
 // (7), the all-to-all of Block::combine (6), at etp > 1 the all-gather (5's backward) and the
 // reduce-scatter (3's backward) around the experts' backward (4), the all-to-all of
 // Block::router (2), the router's backward (1, with the top_k copies' gradients summed).
-// Every ep_comm collective op carries op.tp = etp and op.tp_big = ep, which select its group
+// Every op carries its layer's etp and ep (Op::strategy), which select an expert group
 // (Layout::ep_group, expert_tp_group, expert_dp_group). A compute op's flops and bytes are the
 // balanced mean; the CostModel paces the experts and the all-to-alls by the plan's
 // expert_load_factor(ep, experts) (the busiest expert rank).
@@ -83,8 +83,8 @@ int StageBuilder::moe_ffn(Phase ph, int l, int mb, int b) {
   const int64_t gathered = moe_expert_tp_bytes(m_, s, b, p_.dtype);
   // A collective of the expert path on its own stream; the next compute op waits for it.
   auto exchange = [&](Collective c, GroupKind g, int64_t bytes, Block blk) {
-    const int op =
-        collective(Stream::ep_comm, c, g, s.etp, bytes, blk, ph, l, mb, {last_compute_}, s.ep);
+    const Purpose why = g == GroupKind::ep ? Purpose::token_exchange : Purpose::expert_rows;
+    const int op = collective(Stream::ep_comm, c, g, why, bytes, blk, ph, l, mb, {last_compute_});
     compute_waits_.push_back(op);
   };
   auto part = [&](Block blk, int i) {
@@ -98,7 +98,8 @@ int StageBuilder::moe_ffn(Phase ph, int l, int mb, int b) {
   part(bwd ? Block::combine : Block::router, bwd ? 2 : 0);
   if (const int64_t sums = moe_aux_sums_bytes(m_, s); sums > 0 && !bwd)
     compute_waits_.push_back(collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp,
-                                        s.tp, sums, Block::router, ph, l, mb, {last_compute_}));
+                                        Purpose::router_stats, sums, Block::router, ph, l, mb,
+                                        {last_compute_}));
   if (s.ep > 1)
     exchange(Collective::all_to_all, GroupKind::ep, a2a, bwd ? Block::combine : Block::router);
   if (s.etp > 1) exchange(Collective::all_gather, GroupKind::expert_tp, gathered, Block::experts);
@@ -120,9 +121,9 @@ int StageBuilder::moe_ffn(Phase ph, int l, int mb, int b) {
 int StageBuilder::moe_router_grads_reduce(int layer, int after) {
   const LayerStrategy& s = strat(layer);
   if (!m_.is_moe_layer(layer) || s.tp == 1) return after;
-  return collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp, s.tp,
-                    moe_router_parameters(m_) * e_, Block::router, Phase::backward, layer, -1,
-                    {after});
+  return collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp,
+                    Purpose::replicated_grads, moe_router_parameters(m_) * e_, Block::router,
+                    Phase::backward, layer, -1, {after});
 }
 
 int StageBuilder::fetch_experts(Phase ph, int layer, int mb, int* wait_out) {
@@ -145,16 +146,7 @@ void StageBuilder::stage_expert_grads(int layer, int mb) {
 std::pair<int, int> StageBuilder::reduce_expert_grads(int layer, int mb, int after) {
   if (!m_.is_moe_layer(layer)) return {-1, -1};
   const LayerStrategy& s = strat(layer);
-  auto reduction = [&](Collective c, GroupKind g, int tp, int tp_big, int64_t bytes) {
-    Op op = make(OpKind::collective, Stream::dp_comm, Block::experts, Phase::backward, layer, mb);
-    op.collective = c;
-    op.group = g;
-    op.tp = static_cast<uint8_t>(tp);
-    op.tp_big = static_cast<uint16_t>(tp_big);
-    op.bytes = bytes;
-    op.chunk = static_cast<int16_t>(chunk_);
-    return op;
-  };
+
   // etp x ep = 1 (tp 1, validate_moe): every rank holds the experts whole and its dp group
   // is the expert data-parallel group; they go with the rest of the layer.
   if (s.ep * s.etp == 1) return {-1, -1};
@@ -162,7 +154,9 @@ std::pair<int, int> StageBuilder::reduce_expert_grads(int layer, int mb, int aft
   const GradSync g = grad_sync(es);
   if (g.reduce == Collective::none) return {-1, -1};
   if (!g.per_microbatch && mb != last_bwd_mb_[chunk_]) return {-1, -1};
-  const Op op = reduction(g.reduce, GroupKind::expert_dp, s.etp, s.ep, expert_params(layer) * e_);
+  const Op op =
+      collective_op(Stream::dp_comm, g.reduce, GroupKind::expert_dp, Purpose::grad_reduce,
+                    expert_params(layer) * e_, Block::experts, Phase::backward, layer, mb);
   if (p_.overlap_grad_reduce || g.per_microbatch) {
     flush_staging_free();
     const int rs = emit_reduction(op, {after});
@@ -179,9 +173,9 @@ void StageBuilder::gather_expert_weights(int layer, int opt, int updated) {
   if (expert_params(layer) == 0) return;
   const LayerStrategy& s = strat(layer);
   if (!grad_sync(expert_strategy(s)).gather_after_step) return;
-  compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::expert_dp,
-                                      s.etp, expert_params(layer) * e_, Block::optimizer,
-                                      Phase::optimizer, layer, -1, {opt, updated}, s.ep));
+  compute_waits_.push_back(collective(
+      Stream::dp_comm, Collective::all_gather, GroupKind::expert_dp, Purpose::updated_weights,
+      expert_params(layer) * e_, Block::optimizer, Phase::optimizer, layer, -1, {opt, updated}));
 }
 
 }  // namespace stratagem::program_detail

@@ -207,6 +207,7 @@ void StageBuilder::backward(int chunk, int mb) {
 Op StageBuilder::pp_transfer(OpKind kind, GroupKind peer, Phase ph, int layer, int mb) const {
   Op op = make(kind, Stream::pp_comm, Block::none, ph, layer, mb);
   op.group = peer;
+  op.purpose = Purpose::pipeline;
   op.bytes = boundary(layer);
   op.chunk = static_cast<int16_t>(chunk_);
   return op;

@@ -28,6 +28,11 @@ StageBuilder::StageBuilder(const ModelSpec& m, const Plan& p, int stage, int M, 
   stage_buf_.assign(ls.size() + 1, -1);
   expert_stage_buf_.assign(ls.size(), -1);
   offloaded_.assign(ls.size() * M, -1);
+  op_strategy_.reserve(p.layers.size() + 1);
+  op_strategy_.push_back(OpStrategy::of(p.embedding));
+  for (const LayerStrategy& s : p.layers)
+    op_strategy_.push_back(
+        OpStrategy::of(s, p.expert_load_factor(s.ep, m.moe.experts), p.moe_node_limit));
 }
 
 // Resident model states: weights, gradients and optimizer states, after ZeRO and offload.
@@ -80,16 +85,16 @@ void StageBuilder::optimizer() {
   for (int l : stage_layers()) {
     const auto& s = strat(l);
     if (grad_sync(s).gather_after_step)
-      compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp,
-                                          s.tp, layer_params(l) * e_, Block::optimizer,
-                                          Phase::optimizer, l, -1, {opt, updated}));
+      compute_waits_.push_back(collective(
+          Stream::dp_comm, Collective::all_gather, GroupKind::dp, Purpose::updated_weights,
+          layer_params(l) * e_, Block::optimizer, Phase::optimizer, l, -1, {opt, updated}));
     gather_expert_weights(l, opt, updated);
   }
   const auto& s = p_.embedding;
   if (embed_params() > 0 && grad_sync(s).gather_after_step)
-    compute_waits_.push_back(collective(Stream::dp_comm, Collective::all_gather, GroupKind::dp,
-                                        s.tp, embed_params() * e_, Block::optimizer,
-                                        Phase::optimizer, -1, -1, {opt, updated}));
+    compute_waits_.push_back(collective(
+        Stream::dp_comm, Collective::all_gather, GroupKind::dp, Purpose::updated_weights,
+        embed_params() * e_, Block::optimizer, Phase::optimizer, -1, -1, {opt, updated}));
 }
 
 void StageBuilder::teardown() {

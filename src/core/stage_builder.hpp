@@ -1,6 +1,7 @@
 // A pipeline stage's op stream under construction: the one schedule generator's builder
 // (build_program). Its parts live in program_*.cpp, one concern each.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <tuple>
@@ -34,7 +35,11 @@ class StageBuilder {
   int emit(Op op, std::initializer_list<int> deps) { return emit(op, deps.begin(), deps.size()); }
   int emit(Op op, const std::vector<int>& deps) { return emit(op, deps.data(), deps.size()); }
   int emit(Op op, const int* deps, size_t ndeps) {
+    // Everything the op's consumers need, from its layer's strategy: they never read the Plan.
     if (op.layer >= 0) op.recompute = strat(op.layer).recompute;
+    op.strategy = op_strategy_[size_t(std::max(op.layer, -1) + 1)];
+    op.dtype = p_.dtype;
+    op.flash_attention = p_.flash_attention;
     op.dep_begin = static_cast<uint32_t>(out_.deps.size());
     for (size_t k = 0; k < ndeps; ++k)
       if (deps[k] >= 0) out_.deps.push_back(static_cast<uint32_t>(deps[k]));
@@ -68,8 +73,11 @@ class StageBuilder {
   void release(int buffer, Stream s, const std::vector<int>& deps);
   int compute(Block b, Phase ph, int layer, int mb, int samples, double flops, double bytes);
   int compute(Op op, int layer, int mb);
-  int collective(Stream s, Collective c, GroupKind g, int tp, int64_t bytes, Block b, Phase ph,
-                 int layer, int mb, std::initializer_list<int> deps, int tp_big = 1);
+  // A collective over the group of kind g of its layer's strategy (emit fills the degrees).
+  Op collective_op(Stream s, Collective c, GroupKind g, Purpose why, int64_t bytes, Block b,
+                   Phase ph, int layer, int mb) const;
+  int collective(Stream s, Collective c, GroupKind g, Purpose why, int64_t bytes, Block b, Phase ph,
+                 int layer, int mb, std::initializer_list<int> deps);
 
   // ---- shapes --------------------------------------------------------------------------
   const LayerStrategy& strat(int layer) const {
@@ -255,8 +263,9 @@ class StageBuilder {
   // Flat tables in place of maps: ids and (layer, mb) slots are dense and known up front.
   std::vector<int> live_;  // [buffer id] its alloc op's index (-1 once released)
   int live_count_ = 0;
-  std::vector<int> local_of_;    // [layer] its index among this stage's layers
-  std::vector<LayerWork> work_;  // [layer]
+  std::vector<OpStrategy> op_strategy_;  // [layer + 1] its strategy packed (0: the embedding)
+  std::vector<int> local_of_;            // [layer] its index among this stage's layers
+  std::vector<LayerWork> work_;          // [layer]
   static constexpr std::pair<int, int> kNoSaved{-2, -2};
   std::vector<std::pair<int, int>> saved_;  // [key] the layer's saved activation buffers
   std::vector<int> offloaded_;              // [key] its activations' d2h copy (-1: none)

@@ -57,6 +57,7 @@ BlockWork attention_core_work(const ModelSpec& m, const LayerStrategy& st, int s
   // takes its s / cp queries against all s keys, 1 / cp of it (the ring's and the all-gather's
   // chunk order balance the causal triangle; an all-to-all rank takes heads / cp whole).
   w.attention_flops = 4.0 * x.b * x.s * x.s_kv * x.h / x.t;
+  w.flash_attention = flash;
   if (flash) {
     w.kernels += 1;
     w.elementwise_bytes += double(e) * x.T * (x.h + 2 * x.kvh) / x.t + double(e) * x.T * x.h / x.t;
@@ -85,6 +86,7 @@ BlockWork forward_work(const ModelSpec& m, const LayerStrategy& st, Block b, int
     w.add({x.T, (x.h + 2 * x.kvh) / x.t, x.h});  // QKV projection
     BlockWork core = attention_core_work(m, st, samples, flash);
     w.attention_flops = core.attention_flops;
+    w.flash_attention = core.flash_attention;
     w.elementwise_bytes += core.elementwise_bytes;
     w.kernels += core.kernels;
     w.add({x.T, x.h, x.h / x.t});               // output projection
@@ -120,6 +122,7 @@ BlockWork backward_of(const BlockWork& f) {
     w.add({g.k, g.n, g.m, g.count});  // weight gradient: X^T (k,m) x dY (m,n)
   }
   w.attention_flops = 2 * f.attention_flops;
+  w.flash_attention = f.flash_attention;
   w.elementwise_bytes = 2 * f.elementwise_bytes;
   w.kernels += 2 * (f.kernels - f.num_gemms);
   return w;

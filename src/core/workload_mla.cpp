@@ -59,6 +59,7 @@ BlockWork core_work(const ModelSpec& m, const LayerStrategy& st, int samples, bo
   const double e = 2;
   BlockWork w;
   w.attention_flops = double(x.b) * x.s * core_flops_per_token(m);
+  w.flash_attention = flash;
   if (flash) {
     // Read Q, K (every head's, the RoPE key broadcast) and V; write the output.
     w.kernels += 1;
@@ -82,6 +83,7 @@ BlockWork forward_work(const ModelSpec& m, const LayerStrategy& st, int samples,
   w.add({x.T, x.a * (x.dn + x.dv), x.c});  // kv_b_proj
   const BlockWork core = core_work(m, st, samples, flash);
   w.attention_flops = core.attention_flops;
+  w.flash_attention = core.flash_attention;
   w.elementwise_bytes += core.elementwise_bytes;
   w.kernels += core.kernels;
   w.add({x.T, x.h, x.a * x.dv});                          // o_proj

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "stratagem/cost.hpp"
 #include "stratagem/iteration.hpp"
@@ -81,6 +83,7 @@ CostModel::CostModel(const ModelSpec& model, const ClusterSpec& cluster, const P
   const GpuSpec& g = cluster.gpu;
   const NodeSpec& n = cluster.node;
   gpus_per_node_ = std::max(1, n.gpus_per_node);
+  dtype_ = plan.dtype;
   elem_bytes_ = dtype_bytes(plan.dtype);
   grad_reduce_bytes_ = framework.grad_reduce_bytes > 0 ? framework.grad_reduce_bytes : elem_bytes_;
   peak_flops_ = g.peak_flops(plan.dtype);
@@ -93,7 +96,8 @@ CostModel::CostModel(const ModelSpec& model, const ClusterSpec& cluster, const P
   const double flash = framework.attention_kernel == AttentionKernel::flash1
                            ? g.attention_flash1_efficiency
                            : g.attention_flash_efficiency;
-  attention_flops_ = peak_flops_ * (plan.flash_attention ? flash : g.attention_standard_efficiency);
+  flash_attention_flops_ = peak_flops_ * flash;
+  standard_attention_flops_ = peak_flops_ * g.attention_standard_efficiency;
   hbm_bytes_per_s_ = g.hbm_bandwidth_gbps * 1e9 * g.memory_efficiency;
   launch_s_ = g.kernel_launch_s;
   interference_ = std::max(1.0, g.compute_comm_interference);
@@ -137,9 +141,15 @@ double CostModel::gemm_time_s(const Gemm& g) const {
   return std::max(compute, bytes / hbm_bytes_per_s_);
 }
 
-double CostModel::attention_time_s(double flops) const {
+double CostModel::attention_time_s(double flops, bool flash_attention) const {
   if (flops <= 0) return 0;
-  return flops / attention_flops_;
+  return flops / (flash_attention ? flash_attention_flops_ : standard_attention_flops_);
+}
+
+void CostModel::check_precision(const Op& op) const {
+  if (op.dtype != dtype_)
+    throw std::logic_error(std::string("cost model: op ") + op_name(op) + " is in " +
+                           to_string(op.dtype) + ", the cost model prices " + to_string(dtype_));
 }
 
 double CostModel::elementwise_time_s(double bytes) const {
@@ -193,19 +203,21 @@ double CostModel::host_issue_layer_s(const LayerStrategy& s) const {
 double CostModel::block_time_s(const BlockWork& w) const {
   double t = 0;
   for (int i = 0; i < w.num_gemms; ++i) t += gemm_time_s(w.gemms[i]);
-  t += attention_time_s(w.attention_flops);
+  t += attention_time_s(w.attention_flops, w.flash_attention);
   t += elementwise_time_s(w.elementwise_bytes);
   t += w.kernels * launch_s_;
   return t;
 }
 
-double CostModel::backward_block_time_s(const LayerStrategy& s, Block b, int samples) const {
-  const BlockWork w = backward_work(model_, s, b, samples, plan_.flash_attention);
+double CostModel::backward_block_time_s(const LayerStrategy& s, Block b, int samples,
+                                        bool flash_attention) const {
+  const BlockWork w = backward_work(model_, s, b, samples, flash_attention);
   return with_gradient_passes_s(block_time_s(w), s, b, w.num_gemms);
 }
 
-double CostModel::attention_part_time_s(const LayerStrategy& s, const Op& op) const {
-  const BlockWork f = attention_part_work(model_, s, op.part, op.samples, plan_.flash_attention);
+double CostModel::attention_part_time_s(const Op& op) const {
+  const LayerStrategy s = layer_strategy(op);
+  const BlockWork f = attention_part_work(model_, s, op.part, op.samples, op.flash_attention);
   if (op.phase != Phase::backward) return block_time_s(f);
   const double t = block_time_s(backward_of(f));
   if (op.part != AttentionPart::pre) return t;
@@ -248,7 +260,8 @@ double CostModel::tp_exposed_s(double comm_s, Collective c, const LayerStrategy&
   if (!framework_.tp_comm_overlap || !s.sequence_parallel || s.tp <= 1 || comm_s <= 0 ||
       (b != Block::attention && b != Block::mlp) || samples <= 0)
     return comm_s;
-  const BlockWork f = forward_work(model_, s, b, samples, plan_.flash_attention);
+  // Its GEMMs: the attention kernel does not change them.
+  const BlockWork f = forward_work(model_, s, b, samples, /*flash_attention=*/false);
   if (f.num_gemms < 2) return comm_s;
   const bool rs = c == Collective::reduce_scatter;
   auto exposed = [&](const Gemm& g) {
@@ -267,10 +280,11 @@ double CostModel::tp_exposed_s(double comm_s, Collective c, const LayerStrategy&
   return 0.5 * (exposed(dgrad_second) + exposed(dgrad_first));
 }
 
-BlockWork CostModel::head_work(Phase phase, int samples, double elementwise_bytes) const {
-  const int64_t T = int64_t(samples) * (model_.seq_len / std::max(1, plan_.embedding.cp));
+BlockWork CostModel::head_work(Phase phase, int samples, double elementwise_bytes, int tp,
+                               int cp) const {
+  const int64_t T = int64_t(samples) * (model_.seq_len / std::max(1, cp));
   const int64_t h = model_.hidden;
-  const int tp = std::max(1, plan_.embedding.tp);
+  tp = std::max(1, tp);
   const int64_t v = vocab_rows_per_rank(model_, tp);  // vocabulary-parallel logits
   BlockWork w;
   if (phase == Phase::backward) {
@@ -299,14 +313,14 @@ double CostModel::compute_time_s(const Op& op) const {
   switch (op.block) {
     case Block::attention:
     case Block::mlp: {
-      if (op.layer < 0 || op.layer >= int(plan_.layers.size()) || op.samples <= 0)
-        return roofline(gemm_peak_flops_);
-      const LayerStrategy& s = plan_.layers[op.layer];
-      const bool flash = plan_.flash_attention;
-      if (op.part != AttentionPart::whole) return attention_part_time_s(s, op);
+      if (op.layer < 0 || op.samples <= 0) return roofline(gemm_peak_flops_);
+      check_precision(op);
+      const LayerStrategy s = layer_strategy(op);
+      const bool flash = op.flash_attention;
+      if (op.part != AttentionPart::whole) return attention_part_time_s(op);
       if (op.phase == Phase::forward)
         return block_time_s(forward_work(model_, s, op.block, op.samples, flash));
-      if (op.phase == Phase::backward) return backward_block_time_s(s, op.block, op.samples);
+      if (op.phase == Phase::backward) return backward_block_time_s(s, op.block, op.samples, flash);
       if (s.recompute == Recompute::full)
         return block_time_s(forward_work(model_, s, op.block, op.samples, flash));
       // Selective recompute rebuilds only the attention probabilities; the op says how much.
@@ -318,12 +332,14 @@ double CostModel::compute_time_s(const Op& op) const {
     case Block::router:
     case Block::experts:
     case Block::combine:
-      if (op.layer < 0 || op.layer >= int(plan_.layers.size()) || op.samples <= 0)
-        return roofline(gemm_peak_flops_);
+      if (op.layer < 0 || op.samples <= 0) return roofline(gemm_peak_flops_);
+      check_precision(op);
       return moe_compute_time_s(op);
     case Block::head:
       if (op.samples <= 0) return roofline(gemm_peak_flops_);
-      return block_time_s(head_work(op.phase, op.samples, double(op.bytes)));
+      check_precision(op);
+      return block_time_s(
+          head_work(op.phase, op.samples, double(op.bytes), op.strategy.tp, op.strategy.cp));
     case Block::embedding:
       // Lookup (forward) or zero + scatter-add (backward) of the embedding rows.
       return elementwise_time_s(double(op.bytes)) +
@@ -523,23 +539,25 @@ CommCost CostModel::comm_cost(const Op& op, const Layout& layout, int rank) cons
       if (op.stream == Stream::ep_comm) {
         const std::vector<int>& ranks = layout.group(g).ranks;
         return moe_comm_cost(op.collective, op.bytes, int(ranks.size()), distinct_nodes(ranks),
-                             op.tp_big);
+                             op.strategy.expert_load, op.strategy.moe_node_limit);
       }
       int64_t bytes = op.bytes;
       // Gradient reductions over dp carry the framework's reduce dtype (the Program counts
-      // them in the plan's dtype).
-      if (op.group == GroupKind::dp && op.phase == Phase::backward &&
-          grad_reduce_bytes_ != elem_bytes_ &&
+      // them in the op's precision).
+      const int elem_bytes = dtype_bytes(op.dtype);
+      const int reduce_bytes =
+          framework_.grad_reduce_bytes > 0 ? framework_.grad_reduce_bytes : elem_bytes;
+      if (op.group == GroupKind::dp && op.phase == Phase::backward && reduce_bytes != elem_bytes &&
           (op.collective == Collective::reduce_scatter || op.collective == Collective::all_reduce))
-        bytes = op.bytes / elem_bytes_ * grad_reduce_bytes_;
+        bytes = op.bytes / elem_bytes * reduce_bytes;
       CommCost cc = collective_cost(op.collective, bytes, layout.group(g).ranks);
       if (framework_.tp_comm_overlap && op.group == GroupKind::tp && op.layer >= 0 &&
           (op.collective == Collective::all_gather ||
            op.collective == Collective::reduce_scatter)) {
         // What the GEMM beside it does not hide (tp_exposed_s); the op's samples follow from
         // its bytes, e x samples x s x h.
-        const LayerStrategy& s = plan_.layers[op.layer];
-        const int64_t per_sample = int64_t(elem_bytes_) * (model_.seq_len / s.cp) * model_.hidden;
+        const LayerStrategy s = layer_strategy(op);
+        const int64_t per_sample = int64_t(elem_bytes) * (model_.seq_len / s.cp) * model_.hidden;
         const int samples = int(op.bytes / per_sample);
         const double t = cc.time_s();
         const double x = tp_exposed_s(t, op.collective, s, op.block, op.phase, samples);

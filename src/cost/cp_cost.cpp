@@ -14,7 +14,11 @@ double part_s(const CostModel& c, const LayerStrategy& s, int samples, Phase ph,
   op.phase = ph;
   op.samples = samples;
   op.part = part;
-  return c.attention_part_time_s(s, op);
+  op.strategy = OpStrategy::of(s);
+  op.recompute = s.recompute;
+  op.dtype = c.dtype();
+  op.flash_attention = c.plan().flash_attention;
+  return c.attention_part_time_s(op);
 }
 }  // namespace
 

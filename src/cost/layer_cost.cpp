@@ -159,7 +159,7 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
     lc.fwd_s = cp_attention_kernels_s(c, s, b, Phase::forward) +
                c.block_time_s(forward_work(m, s, Block::mlp, b, flash));
     lc.bwd_s = cp_attention_kernels_s(c, s, b, Phase::backward) +
-               c.backward_block_time_s(s, Block::mlp, b);
+               c.backward_block_time_s(s, Block::mlp, b, flash);
     const CpCost x = cp_cost(c, s, b, cp_nodes);
     lc.cp_fwd_s = x.fwd_s;
     lc.cp_bwd_s = x.bwd_s;
@@ -167,8 +167,8 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
   } else {
     lc.fwd_s = c.block_time_s(forward_work(m, s, Block::attention, b, flash)) +
                c.block_time_s(forward_work(m, s, Block::mlp, b, flash));
-    lc.bwd_s =
-        c.backward_block_time_s(s, Block::attention, b) + c.backward_block_time_s(s, Block::mlp, b);
+    lc.bwd_s = c.backward_block_time_s(s, Block::attention, b, flash) +
+               c.backward_block_time_s(s, Block::mlp, b, flash);
   }
   if (s.recompute == Recompute::full) {
     lc.rec_s = lc.fwd_s;

@@ -10,16 +10,16 @@ namespace stratagem {
 
 double CostModel::moe_compute_time_s(const Op& op) const {
   const Phase ph = op.phase == Phase::backward ? Phase::backward : Phase::forward;
-  return moe_part_time_s(plan_.layers[op.layer], op.block, ph, op.samples);
+  return moe_part_time_s(layer_strategy(op), op.block, ph, op.samples, op.strategy.expert_load);
 }
 
-double CostModel::moe_part_time_s(const LayerStrategy& s, Block part, Phase ph, int samples) const {
+double CostModel::moe_part_time_s(const LayerStrategy& s, Block part, Phase ph, int samples,
+                                  double busiest_load) const {
   Op op;
   op.block = part, op.phase = ph, op.samples = samples;
   // The busiest rank's experts take expert_load_factor times the mean rows; the router and
   // the combine work on the rank's own tokens, balanced whatever the routing.
-  const double load =
-      op.block == Block::experts ? plan_.expert_load_factor(s.ep, model_.moe.experts) : 1.0;
+  const double load = op.block == Block::experts ? busiest_load : 1.0;
   const bool bwd = op.phase == Phase::backward;
   const MoeWork w = bwd ? moe_backward_work(model_, s, op.samples, load)
                         : moe_forward_work(model_, s, op.samples, load);
@@ -36,8 +36,8 @@ double CostModel::moe_part_time_s(const LayerStrategy& s, Block part, Phase ph, 
   return t;
 }
 
-CommCost CostModel::moe_comm_cost(Collective c, int64_t bytes, int p, int N, int ep) const {
-  const double load = plan_.expert_load_factor(ep, model_.moe.experts);
+CommCost CostModel::moe_comm_cost(Collective c, int64_t bytes, int p, int N, double load,
+                                  int node_limit) const {
   const double S = double(bytes) * load;
   if (p <= 1 || bytes <= 0) return collective_cost(c, 0, 1, 1);
   N = std::clamp(N, 1, p);
@@ -47,7 +47,7 @@ CommCost CostModel::moe_comm_cost(Collective c, int64_t bytes, int p, int N, int
   // the node (NVLink), (p - k) / p cross the network (CostModel::direct).
   double intra = S * (k - 1) / p, inter = S * (p - k) / p;
   const int top_k = std::max(1, model_.moe.top_k);
-  const int limit = plan_.moe_node_limit;
+  const int limit = node_limit;
   if (limit > 0 && N > 1) {
     // Node-limited routing (DeepSeek-V3 §3.2.2): a token's experts lie on at most `limit`
     // nodes, and one copy per node crosses the network, which NVLink forwards to the GPUs

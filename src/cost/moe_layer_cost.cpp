@@ -75,24 +75,27 @@ void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int tp_nod
   // Kernels: the mlp block's out, the three MoE parts in.
   double fwd = 0, bwd = 0;
   for (Block part : {Block::router, Block::experts, Block::combine}) {
-    fwd += c.moe_part_time_s(s, part, Phase::forward, b);
-    bwd += c.moe_part_time_s(s, part, Phase::backward, b);
+    fwd += c.moe_part_time_s(s, part, Phase::forward, b, load);
+    bwd += c.moe_part_time_s(s, part, Phase::backward, b, load);
   }
   lc.fwd_s += fwd - c.block_time_s(forward_work(m, s, Block::mlp, b, flash));
-  lc.bwd_s += bwd - c.backward_block_time_s(s, Block::mlp, b);
+  lc.bwd_s += bwd - c.backward_block_time_s(s, Block::mlp, b, flash);
   if (s.recompute == Recompute::full) lc.rec_s = lc.fwd_s;
   // The all-to-alls (dispatch and combine) and, at etp > 1, the expert-tensor all-gather and
   // reduce-scatter, in each phase.
   double per_pass = 0;
   if (s.ep > 1)
     per_pass += 2 * c.moe_comm_cost(Collective::all_to_all, moe_dispatch_bytes(m, s, b, dt), s.ep,
-                                    nodes.ep, s.ep)
+                                    nodes.ep, load, p.moe_node_limit)
                         .time_s();
   if (s.etp > 1) {
     const int64_t g = moe_expert_tp_bytes(m, s, b, dt);
     per_pass +=
-        c.moe_comm_cost(Collective::all_gather, g, s.etp, nodes.expert_tp, s.ep).time_s() +
-        c.moe_comm_cost(Collective::reduce_scatter, g, s.etp, nodes.expert_tp, s.ep).time_s();
+        c.moe_comm_cost(Collective::all_gather, g, s.etp, nodes.expert_tp, load, p.moe_node_limit)
+            .time_s() +
+        c.moe_comm_cost(Collective::reduce_scatter, g, s.etp, nodes.expert_tp, load,
+                        p.moe_node_limit)
+            .time_s();
   }
   lc.ep_fwd_s = lc.ep_bwd_s = per_pass;
   lc.ep_rec_s = s.recompute == Recompute::full ? per_pass : 0;

@@ -78,10 +78,9 @@ BOOST_FIXTURE_TEST_CASE(gemm_efficiency_by_hand, Fixture) {
 
 BOOST_FIXTURE_TEST_CASE(attention_elementwise_launch_host, Fixture) {
   CostModel cm(model, cluster, plan);
-  BOOST_TEST(cm.attention_time_s(1e12) == 1e12 / (312e12 * 0.30), tt::tolerance(1e-12));
-  plan.flash_attention = true;
-  CostModel flash(model, cluster, plan);
-  BOOST_TEST(flash.attention_time_s(1e12) == 1e12 / (312e12 * 0.55), tt::tolerance(1e-12));
+  // The kernel is the work's (an op's attention kernel), not the cost model's.
+  BOOST_TEST(cm.attention_time_s(1e12, false) == 1e12 / (312e12 * 0.30), tt::tolerance(1e-12));
+  BOOST_TEST(cm.attention_time_s(1e12, true) == 1e12 / (312e12 * 0.55), tt::tolerance(1e-12));
   BOOST_TEST(cm.elementwise_time_s(1e9) == 1e9 / (2039e9 * 0.85), tt::tolerance(1e-12));
   // A block: its GEMMs + attention core + elementwise traffic + a launch per kernel.
   BlockWork w;
@@ -104,12 +103,13 @@ BOOST_FIXTURE_TEST_CASE(attention_elementwise_launch_host, Fixture) {
 BOOST_FIXTURE_TEST_CASE(head_gemm_shape, Fixture) {
   CostModel cm(model, cluster, plan);
   // Logits of 2 samples on tp 8: (b*s, V/tp, h) = (4096, ceil(50257/8), 12288).
-  BlockWork f = cm.head_work(Phase::forward, 2, 0);
+  const int tp = plan.embedding.tp, cp = plan.embedding.cp;
+  BlockWork f = cm.head_work(Phase::forward, 2, 0, tp, cp);
   BOOST_REQUIRE(f.num_gemms == 1);
   BOOST_TEST(f.gemms[0].m == 4096);
   BOOST_TEST(f.gemms[0].n == 6283);
   BOOST_TEST(f.gemms[0].k == 12288);
-  BlockWork b = cm.head_work(Phase::backward, 2, 0);
+  BlockWork b = cm.head_work(Phase::backward, 2, 0, tp, cp);
   BOOST_TEST(b.num_gemms == 2);
   BOOST_TEST(b.gemm_flops() == 2 * f.gemm_flops());
 }
@@ -153,9 +153,11 @@ BOOST_FIXTURE_TEST_CASE(program_compute_ops_use_their_block_shapes, Fixture) {
             break;
           }
           case Block::head:
-            BOOST_TEST(t == cm.block_time_s(cm.head_work(op.phase, op.samples, double(op.bytes))),
+            BOOST_TEST(t == cm.block_time_s(cm.head_work(op.phase, op.samples, double(op.bytes),
+                                                         op.strategy.tp, op.strategy.cp)),
                        tt::tolerance(1e-12));
-            BOOST_TEST(cm.head_work(op.phase, op.samples, 0).gemm_flops() == op.flops,
+            BOOST_TEST(cm.head_work(op.phase, op.samples, 0, op.strategy.tp, op.strategy.cp)
+                               .gemm_flops() == op.flops,
                        tt::tolerance(2e-4));  // V/tp rounded up to whole rows
             ++seen[3];
             break;
@@ -201,21 +203,24 @@ BOOST_FIXTURE_TEST_CASE(unfused_gradient_accumulation_is_one_pass_over_the_grads
   for (Block b : {Block::attention, Block::mlp}) {
     const int64_t params = block_parameters_per_rank(model, s.tp, b);
     const double extra = double(params) * 6 / hbm + 6 * cluster.gpu.kernel_launch_s;
-    BOOST_TEST(
-        unfused.backward_block_time_s(s, b, 1) - fused.backward_block_time_s(s, b, 1) == extra,
-        tt::tolerance(1e-9));
+    BOOST_TEST(unfused.backward_block_time_s(s, b, 1, false) -
+                       fused.backward_block_time_s(s, b, 1, false) ==
+                   extra,
+               tt::tolerance(1e-9));
     Op op;
     op.kind = OpKind::compute, op.block = b, op.phase = Phase::backward, op.layer = 0;
     op.samples = 1;
-    BOOST_TEST(unfused.compute_time_s(op) == unfused.backward_block_time_s(s, b, 1));
+    op.strategy = OpStrategy::of(s);
+    op.dtype = plan.dtype;
+    BOOST_TEST(unfused.compute_time_s(op) == unfused.backward_block_time_s(s, b, 1, false));
   }
   // Under ZeRO-2 only the reduce-scattered shard is accumulated.
   Plan z = plan;
   for (auto& l : z.layers) l.zero = 2, l.dp = 4;
   CostModel zf(model, cluster, z), zu(model, cluster, z, fw);
   const int64_t shard = (block_parameters_per_rank(model, 8, Block::mlp) + 3) / 4;
-  BOOST_TEST(zu.backward_block_time_s(z.layers[0], Block::mlp, 1) -
-                     zf.backward_block_time_s(z.layers[0], Block::mlp, 1) ==
+  BOOST_TEST(zu.backward_block_time_s(z.layers[0], Block::mlp, 1, false) -
+                     zf.backward_block_time_s(z.layers[0], Block::mlp, 1, false) ==
                  double(shard) * 6 / hbm + 6 * cluster.gpu.kernel_launch_s,
              tt::tolerance(1e-9));
 }
@@ -303,10 +308,10 @@ BOOST_FIXTURE_TEST_CASE(framework_attention_kernel_selects_the_clusters_figure, 
   fw.attention_kernel = AttentionKernel::flash1;
   const double f = 1e12;
   CostModel best(model, cluster, flash), first(model, cluster, flash, fw);
-  BOOST_TEST(best.attention_time_s(f) == f / (312e12 * 0.55), tt::tolerance(1e-12));
-  BOOST_TEST(first.attention_time_s(f) == f / (312e12 * 0.28), tt::tolerance(1e-12));
+  BOOST_TEST(best.attention_time_s(f, true) == f / (312e12 * 0.55), tt::tolerance(1e-12));
+  BOOST_TEST(first.attention_time_s(f, true) == f / (312e12 * 0.28), tt::tolerance(1e-12));
   CostModel plain_best(model, cluster, plan), plain_first(model, cluster, plan, fw);
-  BOOST_TEST(plain_first.attention_time_s(f) == plain_best.attention_time_s(f));
+  BOOST_TEST(plain_first.attention_time_s(f, false) == plain_best.attention_time_s(f, false));
   // The llm-foundry rows' Triton port (data/frameworks/fsdp-eager.json); a cluster file that
   // states no flash1 figure takes its flash figure.
   BOOST_TEST((load_framework("fsdp-eager").attention_kernel == AttentionKernel::flash1));

@@ -356,9 +356,9 @@ BOOST_AUTO_TEST_CASE(tp_comm_overlap_hides_what_the_gemm_covers) {
   // The loss's traffic as megatron-core states it (38 and 14 bytes per logit) replaces the
   // Program's 8 bytes per logit in each phase.
   const double logits = double(b) * x.model.seq_len * vocab_rows_per_rank(x.model, 8);
-  BOOST_TEST(mc.head_work(Phase::forward, b, 1e6).elementwise_bytes == 1e6 + 30 * logits);
-  BOOST_TEST(mc.head_work(Phase::backward, b, 1e6).elementwise_bytes == 1e6 + 6 * logits);
-  BOOST_TEST(plain.head_work(Phase::forward, b, 1e6).elementwise_bytes == 1e6);
+  BOOST_TEST(mc.head_work(Phase::forward, b, 1e6, 8, 1).elementwise_bytes == 1e6 + 30 * logits);
+  BOOST_TEST(mc.head_work(Phase::backward, b, 1e6, 8, 1).elementwise_bytes == 1e6 + 6 * logits);
+  BOOST_TEST(plain.head_work(Phase::forward, b, 1e6, 8, 1).elementwise_bytes == 1e6);
   // Whole plan: less exposed tp communication, the same kernels.
   const Estimate ep = estimate(plain), em = estimate(mc);
   BOOST_TEST(em.time.tp_comm_s < 0.5 * ep.time.tp_comm_s);

@@ -133,8 +133,8 @@ BOOST_AUTO_TEST_CASE(program_moe_ops) {
     if (op.kind != OpKind::compute && op.kind != OpKind::collective) continue;
     if (op.stream == Stream::ep_comm) {
       BOOST_TEST((op.kind == OpKind::collective));
-      BOOST_TEST(int(op.tp) == 2);
-      BOOST_TEST(int(op.tp_big) == 4);
+      BOOST_TEST(op.strategy.etp == 2);
+      BOOST_TEST(op.strategy.ep == 4);
       BOOST_TEST(m.is_moe_layer(op.layer));
     }
     const auto k = std::tuple(op.block, op.phase, op.collective, op.group);
@@ -207,8 +207,8 @@ BOOST_AUTO_TEST_CASE(program_zero3_experts) {
       }
       if (op.kind == OpKind::free && op.category == MemCategory::buffers) --live;
       if (op.kind == OpKind::collective && op.group == GroupKind::expert_dp) {
-        BOOST_TEST(int(op.tp) == 1);
-        BOOST_TEST(int(op.tp_big) == 4);
+        BOOST_TEST(op.strategy.etp == 1);
+        BOOST_TEST(op.strategy.ep == 4);
       }
     }
     BOOST_TEST(peak_live == 1);  // one layer's experts gathered at a time
@@ -271,22 +271,33 @@ BOOST_AUTO_TEST_CASE(moe_prices) {
   // 16 ranks over 2 nodes: the all-to-all crosses the network for half of its copies.
   const CostModel cost(m, c, p);
   const int64_t bytes = 1 << 24;
-  const CommCost two = cost.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, 16);
+  const CommCost two = cost.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, 1.0, 0);
   BOOST_TEST(int(two.link) == int(LinkClass::inter_node));
   BOOST_TEST(two.link_bytes == double(bytes) * 8 / 16);
-  const CommCost one = cost.moe_comm_cost(Collective::all_to_all, bytes, 8, 1, 8);
+  const CommCost one = cost.moe_comm_cost(Collective::all_to_all, bytes, 8, 1, 1.0, 0);
   BOOST_TEST(int(one.link) == int(LinkClass::intra_node));
   BOOST_TEST(one.time_s() < two.time_s());
   // Imbalance paces the experts and the all-to-all by the busiest rank.
   Plan q = p;
   q.routing_imbalance = 1.5;
   const CostModel skewed(m, c, q);
-  BOOST_TEST(skewed.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, 16).link_bytes ==
-             1.5 * two.link_bytes);
-  Op op;
-  op.kind = OpKind::compute, op.block = Block::experts, op.phase = Phase::forward;
-  op.layer = 1, op.samples = 64;  // large enough that the GEMMs are not latency-bound
-  BOOST_TEST(skewed.compute_time_s(op) > cost.compute_time_s(op));
+  BOOST_TEST(
+      skewed.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, q.expert_load_factor(16, 16), 0)
+          .link_bytes == 1.5 * two.link_bytes);
+  // The Program's experts op of layer 1 carries the load its plan expects.
+  auto experts_op = [&](const Plan& plan) {
+    const Program prog = build_program(m, plan);
+    for (const Op& op : prog.stages[0].ops)
+      if (op.kind == OpKind::compute && op.block == Block::experts && op.layer == 1) {
+        Op big = op;
+        big.samples = 64;  // large enough that the GEMMs are not latency-bound
+        return big;
+      }
+    BOOST_FAIL("no experts op");
+    return Op{};
+  };
+  BOOST_TEST(experts_op(q).strategy.expert_load == 1.5);
+  BOOST_TEST(skewed.compute_time_s(experts_op(q)) > cost.compute_time_s(experts_op(p)));
   // A rank holding every expert computes its own tokens' copies: no imbalance at ep 1; half
   // the experts per rank average it down.
   BOOST_TEST(q.expert_load_factor(1, 16) == 1.0);
@@ -295,12 +306,12 @@ BOOST_AUTO_TEST_CASE(moe_prices) {
   // A capacity factor caps what the busiest expert takes.
   q.capacity_factor = 1.0;
   const CostModel capped(m, c, q);
-  BOOST_TEST(capped.compute_time_s(op) == cost.compute_time_s(op));
+  BOOST_TEST(capped.compute_time_s(experts_op(q)) == cost.compute_time_s(experts_op(p)));
   // Node-limited routing: at most one node per token (top-2) sends half the network bytes.
   Plan l = p;
   l.moe_node_limit = 1;
   const CostModel limited(m, c, l);
-  const CommCost lim = limited.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, 16);
+  const CommCost lim = limited.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, 1.0, 1);
   BOOST_TEST(lim.time_s() < two.time_s());
   // The experts' grouped GEMM runs less efficiently when each expert gets fewer rows.
   const MoeShape few = moe_shape(m, p.layers[1], 1), many = moe_shape(m, p.layers[1], 16);

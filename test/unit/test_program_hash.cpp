@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "stratagem/program.hpp"
 
@@ -21,6 +22,29 @@ struct Hasher {
   }
 };
 
+// The group selector ops carried before they carried their strategy: (tp, tp_big) as
+// (tp, -) for tp, dp and cp groups and cp transfers, (from, to) for reshards, (etp, ep) for
+// expert groups, 1 elsewhere.
+std::pair<uint64_t, uint64_t> group_degrees(const Op& op) {
+  const bool cp_transfer =
+      (op.kind == OpKind::send || op.kind == OpKind::recv) && op.group == GroupKind::cp;
+  if (op.kind != OpKind::collective && !cp_transfer) return {1, 1};
+  switch (op.group) {
+    case GroupKind::tp:
+    case GroupKind::dp:
+    case GroupKind::cp:
+      return {uint64_t(op.strategy.tp), 1};
+    case GroupKind::reshard:
+      return {uint64_t(op.reshard_from_tp), uint64_t(op.reshard_to_tp)};
+    case GroupKind::ep:
+    case GroupKind::expert_dp:
+    case GroupKind::expert_tp:
+      return {uint64_t(op.strategy.etp), uint64_t(op.strategy.ep)};
+    default:
+      return {1, 1};
+  }
+}
+
 uint64_t hash_program(const Program& prog) {
   Hasher x;
   x.add(uint64_t(prog.num_microbatches));
@@ -33,7 +57,8 @@ uint64_t hash_program(const Program& prog) {
       x.add(uint64_t(op.kind) | uint64_t(op.stream) << 8 | uint64_t(op.block) << 16 |
             uint64_t(op.phase) << 24 | uint64_t(op.collective) << 32 | uint64_t(op.group) << 40 |
             uint64_t(op.category) << 48);
-      x.add(uint64_t(op.tp) | uint64_t(op.tp_big) << 8 | uint64_t(uint16_t(op.chunk)) << 16);
+      const auto [tp, tp_big] = group_degrees(op);
+      x.add(tp | tp_big << 8 | uint64_t(uint16_t(op.chunk)) << 16);
       x.add(uint64_t(uint32_t(op.layer)) | uint64_t(uint32_t(op.microbatch)) << 32);
       x.add(uint64_t(uint32_t(op.samples)) | uint64_t(uint32_t(op.buffer)) << 32);
       x.add(uint64_t(op.bytes));

@@ -65,6 +65,9 @@ struct Executor::Impl {
   // ---- exec/setup.cpp --------------------------------------------------------------------
   std::tuple<int, int, int> place_static_buffers();  // (weights, grads, optimizer) ids
   void make_shares(const std::vector<int>& held);
+  // The compute op of an MoE layer's experts in the Program (what it carries sizes the
+  // experts' scratch), nullptr when none runs them.
+  const Op* experts_op(int layer) const;
   void make_scratch();
   void make_model(const ModelPart& part, const std::vector<int>& held, int weights_buffer,
                   int grads_buffer);

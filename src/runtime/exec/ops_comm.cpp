@@ -2,6 +2,8 @@
 // issued without blocking, and what completes when it lands.
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "src/runtime/exec/impl.hpp"
 #include "stratagem/error.hpp"
@@ -58,39 +60,43 @@ Communicator& Executor::Impl::group_of(const Op& op) {
 }
 
 void Executor::Impl::tp_collective(const Op& op, int index) {
-  if (op.block == Block::none || (op.block == Block::router && op.phase == Phase::backward)) {
-    tp_norm_grads_sum(op, index);
-    return;
-  }
-  if (op.block == Block::router) {
-    moe_aux_sum(op);
-    return;
-  }
-  if (op.collective == Collective::all_gather) {
-    tp_gather(op, index);
-    return;
-  }
-  if (op.block == Block::head && op.phase != Phase::backward) {
-    // Vocabulary-parallel cross entropy: the row maximum, then sum-exp and target logit.
-    exec::Micro& m = mb(op.microbatch);
-    Communicator& comm = group_of(op);
-    const int64_t N = share(-1).N;  // the head's tokens
-    if (!m.ce_sums.defined()) {
-      requests.issue(index, comm.iall_reduce(m.ce_max.data, N, ReduceOp::max),
-                     [this, &m] { head_loss_sums(m); });
-    } else {
-      requests.issue(index, comm.iall_reduce(m.ce_sums.data, 2 * N, ReduceOp::sum),
-                     [this, &m] { head_loss(m); });
+  switch (op.purpose) {
+    case Purpose::replicated_grads:
+      tp_norm_grads_sum(op, index);
+      return;
+    case Purpose::router_stats:
+      moe_aux_sum(op);
+      return;
+    case Purpose::loss_stats: {
+      // Vocabulary-parallel cross entropy: the row maximum, then sum-exp and target logit.
+      exec::Micro& m = mb(op.microbatch);
+      Communicator& comm = group_of(op);
+      const int64_t N = share(-1).N;  // the head's tokens
+      if (!m.ce_sums.defined()) {
+        requests.issue(index, comm.iall_reduce(m.ce_max.data, N, ReduceOp::max),
+                       [this, &m] { head_loss_sums(m); });
+      } else {
+        requests.issue(index, comm.iall_reduce(m.ce_sums.data, 2 * N, ReduceOp::sum),
+                       [this, &m] { head_loss(m); });
+      }
+      return;
     }
-    return;
+    case Purpose::activations:
+      if (op.collective == Collective::all_gather)
+        tp_gather(op, index);
+      else
+        tp_reduce(op, index);
+      return;
+    default:
+      throw std::logic_error("executor: a tp collective for " + std::string(to_string(op.purpose)) +
+                             ": " + op_name(op));
   }
-  tp_reduce(op, index);
 }
 
 void Executor::Impl::tp_norm_grads_sum(const Op& op, int index) {
   // Sequence parallel: gradients of the norms of a layer (or the final norm), each computed
-  // on one token shard, summed over the group; an MoE layer's router's (Block::router), from
-  // each rank's token slice.
+  // on one token shard, summed over the group; an MoE layer's router's (the op's block is
+  // Block::router), from each rank's token slice.
   Communicator& comm = group_of(op);
   const std::string layer = "layers." + std::to_string(op.layer) + ".";
   std::vector<Tensor> parts;
@@ -204,13 +210,13 @@ void Executor::Impl::fetch(const Op& op, int index) {
 }
 
 void Executor::Impl::dp_collective(const Op& op, int index) {
-  if (op.collective == Collective::all_gather && op.phase != Phase::optimizer) {
+  if (op.purpose == Purpose::weight_fetch) {
     fetch(op, index);
     return;
   }
   Communicator& comm = group_of(op);
   auto group = std::make_unique<RequestGroup>();
-  if (op.group == GroupKind::tied_embedding) {
+  if (op.purpose == Purpose::tied_grads) {
     // First and last stage sum their copies of the tied word embedding's gradient.
     Tensor& wte = weight_field(shards.model.grad_weights, "wte");  // flat or staged
     group->parts.push_back(comm.iall_reduce(wte.data, wte.numel(), ReduceOp::sum));
@@ -226,7 +232,7 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
   auto grads_slice = [this](int64_t flat, int64_t n) {
     return shards.model.grads.slice(shards.sharding.grads.local(flat), Shape{n});
   };
-  if (op.phase == Phase::optimizer) {
+  if (op.purpose == Purpose::updated_weights) {
     // ZeRO-1/2: every rank updated its piece; gather the others' fresh weights.
     for (auto [a, b] : seg.runs)
       group->parts.push_back(
@@ -234,6 +240,9 @@ void Executor::Impl::dp_collective(const Op& op, int index) {
     requests.issue(index, std::move(group));
     return;
   }
+  if (op.purpose != Purpose::grad_reduce)
+    throw std::logic_error("executor: a data-parallel collective for " +
+                           std::string(to_string(op.purpose)) + ": " + op_name(op));
   if (op.collective == Collective::all_reduce) {
     for (auto [a, b] : seg.runs)
       group->parts.push_back(comm.iall_reduce(grads_at(a), b - a, ReduceOp::sum));

@@ -66,7 +66,7 @@ Tensor Executor::Impl::materialize(exec::Flow& f, int buf, Shape shape) {
 // them (or flash attention never forms them); a recompute rebuilds them.
 bool Executor::Impl::attention_keeps_probs(const Op& op) const {
   if (sequence.split()) return false;  // blocks of the sequence: never whole rows of scores
-  return !plan.flash_attention && (op.phase == Phase::recompute || op.recompute == Recompute::none);
+  return !op.flash_attention && (op.phase == Phase::recompute || op.recompute == Recompute::none);
 }
 
 // The block's input and its normalization: on the whole stream, or on this rank's token shard

@@ -77,7 +77,7 @@ void Executor::Impl::add_aux_loss(const exec::LayerShare& sh, const MoeActs& a) 
 void Executor::Impl::moe_router(const Op& op, exec::Micro& m, exec::LayerState& ls) {
   const int l = op.layer;
   const exec::LayerShare& sh = share(l);
-  const LayerStrategy& st = plan.layers.at(l);
+  const OpStrategy& st = op.strategy;
   // The norm, into the mlp block's activation buffer (under sp the tp all-gather ran it).
   if (!sh.sequence_parallel) block_input(op, m, ls);
   const bool rec = op.phase == Phase::recompute;
@@ -142,7 +142,7 @@ void Executor::Impl::ep_collective(const Op& op, int index) {
     exchange_rows(ep, x, s.rows, received, false);
     s.rows = Tensor{};  // sent: its scratch goes before the regrouped rows come
     // Forward saves the experts' input (at etp > 1 the all-gather's output is that).
-    const bool saved = !bwd && plan.layers.at(op.layer).etp == 1;
+    const bool saved = !bwd && op.strategy.etp == 1;
     s.rows = saved ? s.acts.save(backend, Shape{x.received(), C})
                    : handed_on(buffers, Shape{x.received(), C});
     backend.gather_rows(s.rows, received, x.regroup);
@@ -184,7 +184,7 @@ void Executor::Impl::etp_collective(const Op& op) {
   const int64_t mine = g.member_rows.at(size_t(etp.rank()));
   Tensor members = s.acts.temp(backend, Shape{g.gathered(), C});
   // Forward at ep 1: the combine's saved input.
-  const bool saved = !bwd && plan.layers.at(op.layer).ep == 1;
+  const bool saved = !bwd && op.strategy.ep == 1;
   Tensor out = saved ? s.acts.save(backend, Shape{mine, C}) : handed_on(buffers, Shape{mine, C});
   reduce_expert_rows(backend, etp, g, s.rows, out, members);
   s.rows = out;
@@ -192,7 +192,7 @@ void Executor::Impl::etp_collective(const Op& op) {
 
 void Executor::Impl::moe_experts(const Op& op, exec::LayerState& ls) {
   const exec::LayerShare& sh = share(op.layer);
-  const LayerStrategy& st = plan.layers.at(op.layer);
+  const OpStrategy& st = op.strategy;
   exec::MoeState& s = ls.moe;
   const LayerWeights& w = shards.model.weights.layer(op.layer);
   s.acts.expert_in = s.rows;

@@ -56,7 +56,7 @@ void Executor::Impl::fit_grad(exec::Micro& m, int layer) {
 void Executor::Impl::reshard(const Op& op, int index) {
   Communicator& comm = group_of(op);
   exec::Micro& m = mb(op.microbatch);
-  const int r = op.tp_big / op.tp;  // replicas gathered into one
+  const int r = op.reshard_to_tp / op.reshard_from_tp;  // replicas gathered into one
   // op.layer: the layer the stream is gathered for (forward: the next; backward: the previous).
   const int64_t need = stream_shape(op.layer).numel();
   Tensor src;

@@ -46,9 +46,9 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_in, const Plan
   // Every layer's share (a neighbouring stage's layers too: what crosses the boundary is in
   // their layout); scratch for this stage's.
   const std::vector<int> held = part.layer_list(whole.layers);
-  make_shares(held);
   program = build_program(model_spec, plan, exec::runtime_framework(options.framework, plan));
   stage_program = &program.stages.at(stage);
+  make_shares(held);
   const auto [weights_buffer, grads_buffer, optimizer_buffer] = place_static_buffers();
   make_scratch();
   make_model(part, held, weights_buffer, grads_buffer);
@@ -60,6 +60,16 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_in, const Plan
 
 Executor::Impl::~Impl() {
   backend.set_progress({});
+}
+
+// The layers this rank holds may lie on another stage (a neighbouring stage's boundary layer):
+// every stage's ops are looked at. nullptr when no op runs the layer's experts (a Program
+// without micro-batches): then they need no scratch.
+const Op* Executor::Impl::experts_op(int layer) const {
+  for (const StageProgram& sp : program.stages)
+    for (const Op& op : sp.ops)
+      if (op.kind == OpKind::compute && op.block == Block::experts && op.layer == layer) return &op;
+  return nullptr;
 }
 
 void Executor::Impl::make_shares(const std::vector<int>& held) {
@@ -76,12 +86,14 @@ void Executor::Impl::make_shares(const std::vector<int>& held) {
       if (!model_spec.is_moe_layer(l)) {
         buffers.dense_ffn_degrees.insert(sh.tp);
       } else {
-        // The forecast's rule, with the busiest expert rank's rows the plan allows for.
-        const LayerStrategy& st = plan.layers.at(size_t(l));
-        const double load = plan.expert_load_factor(st.ep, model_spec.moe.experts);
-        const int64_t bytes = moe_expert_workspace_bytes(model_spec, st, sh.B, plan.dtype, load);
-        buffers.moe_scratch_floats =
-            std::max(buffers.moe_scratch_floats, bytes / dtype_bytes(plan.dtype));
+        // The forecast's rule, with the busiest expert rank's rows the plan allows for, as the
+        // layer's experts op carries them.
+        if (const Op* op = experts_op(l)) {
+          const int64_t bytes = moe_expert_workspace_bytes(model_spec, layer_strategy(*op), sh.B,
+                                                           op->dtype, op->strategy.expert_load);
+          buffers.moe_scratch_floats =
+              std::max(buffers.moe_scratch_floats, bytes / dtype_bytes(op->dtype));
+        }
       }
     }
     shares[l] = sh;
