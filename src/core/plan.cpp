@@ -231,48 +231,41 @@ Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterS
   return p;
 }
 
-void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std::string& src) {
-  auto bad = [&](const std::string& field, const std::string& what) {
-    throw InputError(src + ": " + field + ": " + what);
-  };
-  if ((int)p.layers.size() != m.layers)
-    bad("layers", "has " + std::to_string(p.layers.size()) + " entries for a model with " +
-                      std::to_string(m.layers) + " layers");
-  // Degrees multiply in int64: tp 2^16 x dp 2^24 must be refused, not wrapped around.
-  const LayerStrategy& first = p.layers.empty() ? p.embedding : p.layers.front();
-  const int64_t D = int64_t(first.tp) * first.cp * first.dp;
-  int64_t max_dp = p.embedding.dp;
-  for (const auto& l : p.layers) max_dp = std::max<int64_t>(max_dp, l.dp);
-  const int64_t stage_mb = int64_t(p.micro_batch) * max_dp;
-  if (stage_mb > p.global_batch)
-    bad("micro_batch", "micro-batch " + std::to_string(p.micro_batch) + " x dp " +
-                           std::to_string(max_dp) + " = " + std::to_string(stage_mb) +
-                           " samples is more than the global batch " +
-                           std::to_string(p.global_batch));
-  auto check_strategy = [&](const LayerStrategy& l, const std::string& at) {
-    if (int64_t(l.tp) * l.cp * l.dp != D)
-      bad(at, "tp x cp x dp = " + std::to_string(int64_t(l.tp) * l.cp * l.dp) +
-                  " but the stage has " + std::to_string(D) +
-                  " devices (every layer must use all of its stage)");
-    if (m.heads % l.tp)
-      bad(at + ".tp", "tp " + std::to_string(l.tp) + " does not divide heads (" +
-                          std::to_string(m.heads) + ")");
-    if (m.kv_heads % l.tp)
-      bad(at + ".tp", "tp " + std::to_string(l.tp) + " does not divide kv_heads (" +
-                          std::to_string(m.kv_heads) + ")");
-    if (m.ffn_hidden % l.tp)
-      bad(at + ".tp", "tp " + std::to_string(l.tp) + " does not divide ffn_hidden (" +
-                          std::to_string(m.ffn_hidden) + ")");
-    if (l.sequence_parallel && m.seq_len % l.tp)
-      bad(at + ".sequence_parallel", "tp " + std::to_string(l.tp) + " does not divide seq_len");
-    if (stage_mb % l.dp)
-      bad(at + ".dp", "dp " + std::to_string(l.dp) + " does not divide the stage micro-batch of " +
-                          std::to_string(stage_mb) + " samples");
-  };
-  for (int k = 0; k < m.layers; ++k)
-    check_strategy(p.layers[k], "layers[" + std::to_string(k) + "]");
-  check_strategy(p.embedding, "embedding");
-  validate_context_parallel(p, m, src);
+namespace {
+
+// Refuses a plan: `field` of the plan read from `src` is wrong, `what` says how.
+[[noreturn]] void refuse(const std::string& src, const std::string& field,
+                         const std::string& what) {
+  throw InputError(src + ": " + field + ": " + what);
+}
+
+// A layer's (or the embedding's, `at` naming it) strategy against the stage and the model.
+void check_strategy(const LayerStrategy& l, const std::string& at, const ModelSpec& m,
+                    int64_t stage_devices, int64_t stage_mb, const std::string& src) {
+  auto bad = [&](const std::string& field, const std::string& what) { refuse(src, field, what); };
+  if (int64_t(l.tp) * l.cp * l.dp != stage_devices)
+    bad(at, "tp x cp x dp = " + std::to_string(int64_t(l.tp) * l.cp * l.dp) +
+                " but the stage has " + std::to_string(stage_devices) +
+                " devices (every layer must use all of its stage)");
+  if (m.heads % l.tp)
+    bad(at + ".tp",
+        "tp " + std::to_string(l.tp) + " does not divide heads (" + std::to_string(m.heads) + ")");
+  if (m.kv_heads % l.tp)
+    bad(at + ".tp", "tp " + std::to_string(l.tp) + " does not divide kv_heads (" +
+                        std::to_string(m.kv_heads) + ")");
+  if (m.ffn_hidden % l.tp)
+    bad(at + ".tp", "tp " + std::to_string(l.tp) + " does not divide ffn_hidden (" +
+                        std::to_string(m.ffn_hidden) + ")");
+  if (l.sequence_parallel && m.seq_len % l.tp)
+    bad(at + ".sequence_parallel", "tp " + std::to_string(l.tp) + " does not divide seq_len");
+  if (stage_mb % l.dp)
+    bad(at + ".dp", "dp " + std::to_string(l.dp) + " does not divide the stage micro-batch of " +
+                        std::to_string(stage_mb) + " samples");
+}
+
+// Neighbouring tensor-parallel degrees divide one another (the stream reshards between them).
+void check_tp_neighbours(const Plan& p, const ModelSpec& m, const std::string& src) {
+  auto bad = [&](const std::string& field, const std::string& what) { refuse(src, field, what); };
   for (int k = 1; k < m.layers; ++k) {
     int a = p.layers[k - 1].tp, b = p.layers[k].tp;
     if (std::max(a, b) % std::min(a, b))
@@ -280,15 +273,20 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
                                                       " and " + std::to_string(b) +
                                                       " must divide one another");
   }
-  {
-    // The LM head takes the last layer's output in the embedding's layout (a reshard).
-    const int a = p.layers.back().stream_tp(), b = p.embedding.stream_tp();
-    if (std::max(a, b) % std::min(a, b))
-      bad("embedding.tp", "tp " + std::to_string(b) + " and the last layer's tp " +
-                              std::to_string(a) +
-                              " must divide one another (the LM head takes the last layer's "
-                              "output in the embedding's layout)");
-  }
+  // The LM head takes the last layer's output in the embedding's layout (a reshard).
+  const int a = p.layers.back().stream_tp(), b = p.embedding.stream_tp();
+  if (std::max(a, b) % std::min(a, b))
+    bad("embedding.tp", "tp " + std::to_string(b) + " and the last layer's tp " +
+                            std::to_string(a) +
+                            " must divide one another (the LM head takes the last layer's "
+                            "output in the embedding's layout)");
+}
+
+// The pipeline: the world it needs, its schedule, and its chunks covering the layers in order.
+void check_pipeline(const Plan& p, const ModelSpec& m, const ClusterSpec& c, int64_t stage_devices,
+                    const std::string& src) {
+  auto bad = [&](const std::string& field, const std::string& what) { refuse(src, field, what); };
+  const int64_t D = stage_devices;
   if (int64_t(p.pp) * D != c.world_size())
     bad("world size", "the plan needs pp " + std::to_string(p.pp) + " x " + std::to_string(D) +
                           " = " + std::to_string(int64_t(p.pp) * D) + " GPUs but --cluster " +
@@ -316,17 +314,11 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
   if (at != m.layers)
     bad("chunks", "stage partition ends at layer " + std::to_string(at) + " but the model has " +
                       std::to_string(m.layers) + " layers");
-  if (p.global_batch % stage_mb)
-    bad("micro_batch", "micro-batch " + std::to_string(p.micro_batch) + " x dp " +
-                           std::to_string(max_dp) + " does not divide the global batch " +
-                           std::to_string(p.global_batch));
-  const int64_t mbs = p.global_batch / stage_mb;
-  if (p.schedule == Schedule::interleaved && (mbs < p.pp || mbs % p.pp))
-    bad("schedule", "the interleaved schedule needs the number of micro-batches (" +
-                        std::to_string(mbs) + ") to be a multiple of pp (" + std::to_string(p.pp) +
-                        ")");
-  // Sizes of one micro-batch on one rank (the narrowest-dp layer's rank holds the most
-  // samples), as the cost model and runtime form them.
+}
+
+// Sizes of one micro-batch on one rank (the narrowest-dp layer's rank holds the most samples),
+// as the cost model and runtime form them, and of one iteration's tokens: each fits in int64.
+void check_sizes(const Plan& p, const ModelSpec& m, int64_t stage_mb, const std::string& src) {
   using limits::checked_product;
   const int64_t s = m.seq_len;
   int64_t min_dp = p.embedding.dp;
@@ -343,6 +335,42 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
                    {"34 (hidden + ffn_hidden)", 34 * (int64_t(m.hidden) + m.ffn_hidden)}});
   checked_product(src, "tokens of one iteration",
                   {{"global_batch", p.global_batch}, {"seq_len", s}});
+}
+
+}  // namespace
+
+void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std::string& src) {
+  auto bad = [&](const std::string& field, const std::string& what) { refuse(src, field, what); };
+  if ((int)p.layers.size() != m.layers)
+    bad("layers", "has " + std::to_string(p.layers.size()) + " entries for a model with " +
+                      std::to_string(m.layers) + " layers");
+  // Degrees multiply in int64: tp 2^16 x dp 2^24 must be refused, not wrapped around.
+  const LayerStrategy& first = p.layers.empty() ? p.embedding : p.layers.front();
+  const int64_t D = int64_t(first.tp) * first.cp * first.dp;
+  int64_t max_dp = p.embedding.dp;
+  for (const auto& l : p.layers) max_dp = std::max<int64_t>(max_dp, l.dp);
+  const int64_t stage_mb = int64_t(p.micro_batch) * max_dp;
+  if (stage_mb > p.global_batch)
+    bad("micro_batch", "micro-batch " + std::to_string(p.micro_batch) + " x dp " +
+                           std::to_string(max_dp) + " = " + std::to_string(stage_mb) +
+                           " samples is more than the global batch " +
+                           std::to_string(p.global_batch));
+  for (int k = 0; k < m.layers; ++k)
+    check_strategy(p.layers[k], "layers[" + std::to_string(k) + "]", m, D, stage_mb, src);
+  check_strategy(p.embedding, "embedding", m, D, stage_mb, src);
+  validate_context_parallel(p, m, src);
+  check_tp_neighbours(p, m, src);
+  check_pipeline(p, m, c, D, src);
+  if (p.global_batch % stage_mb)
+    bad("micro_batch", "micro-batch " + std::to_string(p.micro_batch) + " x dp " +
+                           std::to_string(max_dp) + " does not divide the global batch " +
+                           std::to_string(p.global_batch));
+  const int64_t mbs = p.global_batch / stage_mb;
+  if (p.schedule == Schedule::interleaved && (mbs < p.pp || mbs % p.pp))
+    bad("schedule", "the interleaved schedule needs the number of micro-batches (" +
+                        std::to_string(mbs) + ") to be a multiple of pp (" + std::to_string(p.pp) +
+                        ")");
+  check_sizes(p, m, stage_mb, src);
   validate_moe(p, m, src);
 }
 

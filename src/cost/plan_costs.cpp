@@ -28,60 +28,61 @@ struct Reduce {
 
 // Buffers reused from call to call, so that an estimate allocates nothing in steady use.
 struct Scratch {
-  std::vector<int64_t> A;     // per chunk of the stage: kept activations of one micro-batch
-  std::vector<Mem> fpk, bpk;  // per chunk: own bytes at the forward's / backward's worst moment
-  std::vector<double> chunk_bwd;
+  // Per chunk of the stage: the kept activations of one micro-batch, its own bytes at the
+  // forward's and the backward's worst moment, and its layers' backward time.
+  std::vector<int64_t> chunk_kept_bytes;
+  std::vector<Mem> chunk_fwd_peak, chunk_bwd_peak;
+  std::vector<double> chunk_bwd_s;
   std::vector<Reduce> reduces;
 };
 
 class Analyzer {
  public:
   Analyzer(const CostModel& cost, bool with_time, Scratch& scratch)
-      : c_(cost),
-        m_(cost.model()),
-        p_(cost.plan()),
+      : cost_(cost),
+        model_(cost.model()),
+        plan_(cost.plan()),
         with_time_(with_time),
-        e_(dtype_bytes(p_.dtype)),
         staging_(cost.framework().layer_gradient_staging),
-        A_(scratch.A),
-        fpk_(scratch.fpk),
-        bpk_(scratch.bpk),
-        chunk_bwd_(scratch.chunk_bwd),
+        chunk_kept_bytes_(scratch.chunk_kept_bytes),
+        chunk_fwd_peak_(scratch.chunk_fwd_peak),
+        chunk_bwd_peak_(scratch.chunk_bwd_peak),
+        chunk_bwd_s_(scratch.chunk_bwd_s),
         reduces_(scratch.reduces) {
     geo_.g = std::max(1, cost.cluster().node.gpus_per_node);
-    geo_.D = p_.devices_per_stage();
+    geo_.D = plan_.devices_per_stage();
     // Plan::max_dp() walks every layer: take it once, not once per layer.
-    max_dp_ = p_.max_dp();
-    M_ = p_.global_batch / (p_.micro_batch * max_dp_);
+    max_dp_ = plan_.max_dp();
+    microbatch_count_ = plan_.global_batch / (plan_.micro_batch * max_dp_);
   }
 
   void run(std::vector<StageCost>& out) {
-    const int pp = p_.pp;
-    const int nchunks = int(p_.chunks.size());
-    v_ = std::max(1, nchunks / pp);
-    shape_ = ScheduleShape{pp, v_, p_.schedule, M_};
+    const int pp = plan_.pp;
+    const int nchunks = int(plan_.chunks.size());
+    chunks_per_stage_ = std::max(1, nchunks / pp);
+    shape_ = ScheduleShape{pp, chunks_per_stage_, plan_.schedule, microbatch_count_};
     out.assign(pp, StageCost{});
-    A_.assign(v_, 0);
-    fpk_.assign(v_, Mem{});
-    bpk_.assign(v_, Mem{});
-    chunk_bwd_.assign(v_, 0.0);
+    chunk_kept_bytes_.assign(chunks_per_stage_, 0);
+    chunk_fwd_peak_.assign(chunks_per_stage_, Mem{});
+    chunk_bwd_peak_.assign(chunks_per_stage_, Mem{});
+    chunk_bwd_s_.assign(chunks_per_stage_, 0.0);
     for (int s = 0; s < pp; ++s) stage(s, out[s]);
   }
 
  private:
   const LayerStrategy& strat(int layer) const {
-    return layer < 0 ? p_.embedding : p_.layers[layer];
+    return layer < 0 ? plan_.embedding : plan_.layers[layer];
   }
-  int samples_for(int dp) const { return p_.micro_batch * max_dp_ / dp; }
+  int samples_for(int dp) const { return plan_.micro_batch * max_dp_ / dp; }
   int samples(int layer) const { return samples_for(strat(layer).dp); }
   int64_t boundary(int layer) const {
-    return boundary_activation_bytes(m_, strat(layer), samples(layer), p_.dtype);
+    return boundary_activation_bytes(model_, strat(layer), samples(layer), plan_.dtype);
   }
   // A pipeline transfer's time (a one-entry cache: a plan's stages mostly send the same).
   double p2p_s(int64_t bytes, bool same_node) {
     if (bytes != p2p_bytes_ || same_node != p2p_same_node_) {
       p2p_bytes_ = bytes, p2p_same_node_ = same_node;
-      p2p_time_s_ = c_.p2p_cost(bytes, same_node).time_s();
+      p2p_time_s_ = cost_.p2p_cost(bytes, same_node).time_s();
     }
     return p2p_time_s_;
   }
@@ -91,7 +92,7 @@ class Analyzer {
   int64_t layer_params(int tp) {
     if (tp != params_tp_) {
       params_tp_ = tp;
-      params_ = layer_parameters_per_rank(m_, tp);
+      params_ = layer_parameters_per_rank(model_, tp);
     }
     return params_;
   }
@@ -103,8 +104,8 @@ class Analyzer {
     if (have_ && tp_nodes == cached_tp_nodes_ && dp_nodes == cached_dp_nodes_ &&
         cp_nodes == cached_cp_nodes_ && moe == cached_moe_ && s == cached_st_)
       return cached_;
-    cached_ = cost_detail::layer_cost(c_, s, samples_for(s.dp), tp_nodes, dp_nodes, with_time_, moe,
-                                      cp_nodes);
+    cached_ = cost_detail::layer_cost(cost_, s, samples_for(s.dp), tp_nodes, dp_nodes, with_time_,
+                                      moe, cp_nodes);
     have_ = true;
     cached_cp_nodes_ = cp_nodes;
     cached_st_ = s;
@@ -117,9 +118,9 @@ class Analyzer {
   // What a stage's walk carries from chunk to chunk, and its embedding and head.
   struct StageWalk {
     ModelStates states;
-    int64_t ws = 0;       // the runtime's scratch beside the Program's buffers
-    double deferred = 0;  // reductions run after the last micro-batch (no overlap)
-    EmbeddingHeadCost eh;
+    int64_t workspace_bytes = 0;  // the runtime's scratch beside the Program's buffers
+    double deferred = 0;          // reductions run after the last micro-batch (no overlap)
+    EmbeddingHeadCost emb_head;
     EndStates end;
     int64_t ends_staged = 0;    // the embedding's and head's staged gradients
     int64_t always_staged = 0;  // ... held across the iteration (tied embeddings, pp > 1)
@@ -131,12 +132,12 @@ class Analyzer {
   };
   // One chunk's walk over its layers, bottom up.
   struct ChunkWalk {
-    int i = 0, ch = 0;  // the stage's chunk index and the global one
-    LayerRange r;
+    int stage_chunk = 0, chunk = 0;  // the stage's chunk index and the global one
+    LayerRange layers;
     int64_t prefix = 0;        // kept activations of the layers below
     int64_t below_fetch = 0;   // the layer below's weights, prefetched in this one's backward
     int64_t below_reload = 0;  // the layer below's offloaded activations coming back
-    Mem fp, bp;                // the forward's and the backward's worst moments
+    Mem fwd_peak, bwd_peak;    // the forward's and the backward's worst moments
     double bwd_below = 0;      // backward time of the chunk's layers below the current one
   };
 
@@ -147,11 +148,13 @@ class Analyzer {
     if (phase != geo_phase_) geo_phase_ = phase, geo_tp_ = 0;
     reduces_.clear();
     StageWalk w = stage_ends(s);
-    for (int i = 0; i < v_; ++i) chunk(s, i, w, sc);
+    for (int i = 0; i < chunks_per_stage_; ++i) chunk(s, i, w, sc);
     w.states += w.end.states;
     if (w.end.params > 0)
-      w.ws = std::max(w.ws, embedding_workspace_bytes(m_, p_.embedding, samples(-1), p_.dtype));
-    if (with_time_) extras(s, w.eh, w.end, w.states, w.deferred, sc);
+      w.workspace_bytes =
+          std::max(w.workspace_bytes,
+                   embedding_workspace_bytes(model_, plan_.embedding, samples(-1), plan_.dtype));
+    if (with_time_) extras(s, w.emb_head, w.end, w.states, w.deferred, sc);
     memory(s, w, sc);
   }
 
@@ -161,53 +164,53 @@ class Analyzer {
   // end of the pass when one stage holds both, and across the iteration when tied embeddings
   // are split over stages (their copies are summed once).
   StageWalk stage_ends(int s) const {
-    const int pp = p_.pp;
-    const LayerStrategy& es = p_.embedding;
+    const int pp = plan_.pp;
+    const LayerStrategy& es = plan_.embedding;
     StageWalk w;
     // Only the first and the last stage hold the embedding and the head.
     if (s == 0 || s == pp - 1)
-      w.eh = embedding_head_cost(c_, es, samples(-1), geo_.tp_nodes(s, es.tp),
-                                 geo_.dp_nodes(s, es.tp), with_time_);
-    w.end = end_states(c_, es, s == 0, s == pp - 1, geo_, s, with_time_);
-    w.ends_staged = staged_gradient_bytes(es, w.end.params, p_.dtype, staging_);
-    w.tied_split = m_.tied_embeddings && pp > 1;
+      w.emb_head = embedding_head_cost(cost_, es, samples(-1), geo_.tp_nodes(s, es.tp),
+                                       geo_.dp_nodes(s, es.tp), with_time_);
+    w.end = end_states(cost_, es, s == 0, s == pp - 1, geo_, s, with_time_);
+    w.ends_staged = staged_gradient_bytes(es, w.end.params, plan_.dtype, staging_);
+    w.tied_split = model_.tied_embeddings && pp > 1;
     w.always_staged = w.tied_split ? w.ends_staged : 0;
     if (s == pp - 1 && s > 0 && !w.tied_split && grad_sync(es).per_microbatch)
-      w.head_piece = receive_piece_bytes(es, w.end.params, p_.dtype);
+      w.head_piece = receive_piece_bytes(es, w.end.params, plan_.dtype);
     return w;
   }
   // (An MoE layer's: the rest of the layer's over dp and its experts' over expert_dp.)
   int64_t staged(int l) {
-    const LayerStrategy& st = p_.layers[l];
-    if (!m_.is_moe_layer(l))
-      return staged_gradient_bytes(st, layer_params(st.tp), p_.dtype, staging_);
-    return staged_gradient_bytes(st, dp_parameters_per_rank(m_, st, l), p_.dtype, staging_) +
-           staged_gradient_bytes(expert_strategy(st), expert_dp_parameters_per_rank(m_, st, l),
-                                 p_.dtype, staging_);
+    const LayerStrategy& st = plan_.layers[l];
+    if (!model_.is_moe_layer(l))
+      return staged_gradient_bytes(st, layer_params(st.tp), plan_.dtype, staging_);
+    return staged_gradient_bytes(st, dp_parameters_per_rank(model_, st, l), plan_.dtype, staging_) +
+           staged_gradient_bytes(expert_strategy(st), expert_dp_parameters_per_rank(model_, st, l),
+                                 plan_.dtype, staging_);
   }
   // A reduce-scatter's received piece (a Program buffer while the reduction is in flight): of
   // the layer's last reduction (an MoE layer's experts' is issued first).
   int64_t piece(int l) {
-    const LayerStrategy& st = p_.layers[l];
+    const LayerStrategy& st = plan_.layers[l];
     const int64_t params =
-        m_.is_moe_layer(l) ? dp_parameters_per_rank(m_, st, l) : layer_params(st.tp);
-    return receive_piece_bytes(st, params, p_.dtype);
+        model_.is_moe_layer(l) ? dp_parameters_per_rank(model_, st, l) : layer_params(st.tp);
+    return receive_piece_bytes(st, params, plan_.dtype);
   }
 
   // Chunk i of stage s: its layers' memory moments and, with time, their costs.
   void chunk(int s, int i, StageWalk& w, StageCost& sc) {
-    const int pp = p_.pp, nchunks = int(p_.chunks.size());
+    const int pp = plan_.pp, nchunks = int(plan_.chunks.size());
     ChunkWalk c;
-    c.i = i, c.ch = i * pp + s, c.r = p_.chunks[c.ch];
-    const LayerRange r = c.r;
+    c.stage_chunk = i, c.chunk = i * pp + s, c.layers = plan_.chunks[c.chunk];
+    const LayerRange r = c.layers;
     // The lookup's fetched weights, before any of the micro-batch's own activations.
-    if (c.ch == 0) keep_max(c.fp, {0, w.eh.emb_fetch.bytes, w.always_staged});
+    if (c.chunk == 0) keep_max(c.fwd_peak, {0, w.emb_head.emb_fetch.bytes, w.always_staged});
     // The embedding's backward: its gradients staged beside the first layer's in flight, and
     // that reduction's received piece.
-    if (c.ch == 0 && w.ends_staged > 0 && r.end > r.begin)
-      keep_max(c.bp, {0, piece(r.begin), w.ends_staged + staged(r.begin)});
+    if (c.chunk == 0 && w.ends_staged > 0 && r.end > r.begin)
+      keep_max(c.bwd_peak, {0, piece(r.begin), w.ends_staged + staged(r.begin)});
     for (int l = r.begin; l < r.end; ++l) {
-      const LayerStrategy& st = p_.layers[l];
+      const LayerStrategy& st = plan_.layers[l];
       if (st.tp != geo_tp_) {
         geo_tp_ = st.tp;
         tp_nodes_ = geo_.tp_nodes(s, st.tp);
@@ -215,15 +218,15 @@ class Analyzer {
         cp_nodes_ = geo_.cp_nodes(s, st.tp, st.cp);  // one cp per plan (validate)
       }
       const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_,
-                                       moe_nodes(geo_, s, st, m_.is_moe_layer(l)), cp_nodes_);
+                                       moe_nodes(geo_, s, st, model_.is_moe_layer(l)), cp_nodes_);
       layer_memory(l, lc, w, c);
       if (with_time_) layer_time(l, lc, w, c, sc);
     }
     // The last layer's output reshards to the LM head's (tp, dp) in forward, the loss's
     // gradient back in backward (Program::reshard), as between layers.
-    if (with_time_ && c.ch == nchunks - 1 && r.end > r.begin) {
-      const ReshardCost rs =
-          reshard_cost(c_, p_.layers[r.end - 1], samples(r.end - 1), p_.embedding, samples(-1));
+    if (with_time_ && c.chunk == nchunks - 1 && r.end > r.begin) {
+      const ReshardCost rs = reshard_cost(cost_, plan_.layers[r.end - 1], samples(r.end - 1),
+                                          plan_.embedding, samples(-1));
       sc.tp_s += rs.fwd_s;
       sc.tp_s += rs.bwd_s;
       sc.tp_bwd_s += rs.bwd_s;
@@ -231,58 +234,60 @@ class Analyzer {
     // fp32 logits live between the loss's forward and backward (Program::head), beside
     // the head's fetched weights.
     // The head's backward stages its gradients before the logits go.
-    if (c.ch == nchunks - 1)
-      keep_max(c.fp, {c.prefix + w.eh.logits_bytes, w.eh.head_fetch.bytes, w.ends_staged});
-    A_[i] = c.prefix;
-    fpk_[i] = c.fp;
-    bpk_[i] = c.bp;
-    chunk_bwd_[i] = c.bwd_below;
+    if (c.chunk == nchunks - 1)
+      keep_max(c.fwd_peak,
+               {c.prefix + w.emb_head.logits_bytes, w.emb_head.head_fetch.bytes, w.ends_staged});
+    chunk_kept_bytes_[i] = c.prefix;
+    chunk_fwd_peak_[i] = c.fwd_peak;
+    chunk_bwd_peak_[i] = c.bwd_peak;
+    chunk_bwd_s_[i] = c.bwd_below;
     if (with_time_) {
       // Pipeline sends: activations to the next chunk, gradients to the previous one.
-      if (c.ch < nchunks - 1)
+      if (c.chunk < nchunks - 1)
         sc.p2p_fwd_s += p2p_s(boundary(r.end - 1), geo_.same_node(s, (s + 1) % pp));
-      if (c.ch > 0)
+      if (c.chunk > 0)
         sc.p2p_bwd_s += p2p_s(boundary(r.begin - 1), geo_.same_node(s, (s + pp - 1) % pp));
     }
   }
 
   // Layer l's bytes at its forward's and backward's worst moments, and what it keeps.
   void layer_memory(int l, const LayerCost& lc, StageWalk& w, ChunkWalk& c) {
-    const int pp = p_.pp, nchunks = int(p_.chunks.size());
-    const LayerStrategy& st = p_.layers[l];
-    const LayerRange r = c.r;
+    const int pp = plan_.pp, nchunks = int(plan_.chunks.size());
+    const LayerStrategy& st = plan_.layers[l];
+    const LayerRange r = c.layers;
     // Beside a pipeline, a send and a receive of the stream in flight.
-    w.ws = std::max(w.ws, pp > 1 ? lc.pipelined_workspace : lc.workspace);
-    keep_max(c.fp, {c.prefix + lc.fwd_act, lc.fwd_buf + lc.expert_fetch_bytes, w.always_staged});
+    w.workspace_bytes = std::max(w.workspace_bytes, pp > 1 ? lc.pipelined_workspace : lc.workspace);
+    keep_max(c.fwd_peak,
+             {c.prefix + lc.fwd_act, lc.fwd_buf + lc.expert_fetch_bytes, w.always_staged});
     // Staged in this layer's backward: its own, the stage's embedding and head's while they
     // are held (through the pass when one stage holds both), and during its mlp backward
     // the reduction in flight before it: the layer above's, or atop the last chunk of a
     // later stage the head's.
-    const int64_t held = c.ch == nchunks - 1 && pp == 1 ? w.ends_staged : w.always_staged;
+    const int64_t held = c.chunk == nchunks - 1 && pp == 1 ? w.ends_staged : w.always_staged;
     // (Runs of layers share a strategy: the layer above's bytes are this one's then.)
-    const bool above_same = l + 1 < r.end && p_.layers[l + 1] == st;
-    const int64_t above = above_same                                       ? lc.staged_bytes
-                          : l + 1 < r.end                                  ? staged(l + 1)
-                          : c.ch == nchunks - 1 && pp > 1 && !w.tied_split ? w.ends_staged
-                                                                           : 0;
+    const bool above_same = l + 1 < r.end && plan_.layers[l + 1] == st;
+    const int64_t above = above_same                                          ? lc.staged_bytes
+                          : l + 1 < r.end                                     ? staged(l + 1)
+                          : c.chunk == nchunks - 1 && pp > 1 && !w.tied_split ? w.ends_staged
+                                                                              : 0;
     // ... and the piece that reduction receives (atop the last chunk, the head's).
-    const int64_t above_piece = above_same            ? lc.piece_bytes
-                                : l + 1 < r.end       ? piece(l + 1)
-                                : c.ch == nchunks - 1 ? w.head_piece
-                                                      : 0;
+    const int64_t above_piece = above_same               ? lc.piece_bytes
+                                : l + 1 < r.end          ? piece(l + 1)
+                                : c.chunk == nchunks - 1 ? w.head_piece
+                                                         : 0;
     // The layer below (same chunk) is prefetched during this layer's attention backward;
     // its offloaded activations come back as soon as this layer's mlp backward has run.
-    keep_max(c.bp,
+    keep_max(c.bwd_peak,
              {c.prefix + lc.bwd_mlp_act + c.below_reload,
               lc.bwd_buf + lc.expert_fetch_bytes + above_piece, lc.staged_bytes + held + above});
-    keep_max(c.bp, {c.prefix + lc.bwd_attn_act + c.below_reload, lc.bwd_buf + c.below_fetch,
-                    lc.staged_bytes + held});
+    keep_max(c.bwd_peak, {c.prefix + lc.bwd_attn_act + c.below_reload, lc.bwd_buf + c.below_fetch,
+                          lc.staged_bytes + held});
     // An MoE layer's experts' reduce-scatter is issued once the layer's activations are gone,
     // with the piece it receives.
     if (lc.expert_piece_bytes > 0)
-      keep_max(c.bp, {c.prefix + c.below_reload, c.below_fetch + lc.expert_piece_bytes,
-                      lc.staged_bytes + held});
-    if (p_.backward_prefetch) c.below_fetch = lc.fwd_buf;
+      keep_max(c.bwd_peak, {c.prefix + c.below_reload, c.below_fetch + lc.expert_piece_bytes,
+                            lc.staged_bytes + held});
+    if (plan_.backward_prefetch) c.below_fetch = lc.fwd_buf;
     c.below_reload = st.offload_activations ? lc.fwd_act : 0;
     c.prefix += lc.kept;
     w.states += lc.states;
@@ -290,17 +295,17 @@ class Analyzer {
 
   // Layer l's time per micro-batch on each stream, and its gradient reductions.
   void layer_time(int l, const LayerCost& lc, StageWalk& w, ChunkWalk& c, StageCost& sc) {
-    const LayerStrategy& st = p_.layers[l];
-    const LayerRange r = c.r;
+    const LayerStrategy& st = plan_.layers[l];
+    const LayerRange r = c.layers;
     sc.fwd_s += lc.fwd_s;
     sc.bwd_s += lc.bwd_s;
     sc.rec_s += lc.rec_s;
-    sc.host_issue_s += c_.host_issue_layer_s(st);
+    sc.host_issue_s += cost_.host_issue_layer_s(st);
     double tp = lc.tp_fwd_s + lc.tp_bwd_s + lc.tp_rec_s;
     double tp_bwd = lc.tp_bwd_s + lc.tp_rec_s;
     // Samples move between ranks where the stream's holding changes (Program::reshard).
     if (strat(l - 1).stream_tp() != st.stream_tp()) {
-      const ReshardCost rs = reshard_cost(c_, strat(l - 1), samples(l - 1), st, samples(l));
+      const ReshardCost rs = reshard_cost(cost_, strat(l - 1), samples(l - 1), st, samples(l));
       tp += rs.fwd_s;
       tp += rs.bwd_s;
       tp_bwd += rs.bwd_s;
@@ -323,12 +328,12 @@ class Analyzer {
     if (l == r.end - 1) sc.first_fetch_s += lc.fetch_s + lc.act_h2d_s;
     // Without backward prefetch a layer's fetch waits on the in-order dp stream behind the
     // reduce-scatter of the layer above, and compute waits for both.
-    else if (!p_.backward_prefetch && lc.fetch_s > 0 && !lc.fetch_on_h2d)
+    else if (!plan_.backward_prefetch && lc.fetch_s > 0 && !lc.fetch_on_h2d)
       sc.first_fetch_s += lc.fetch_s + lc.grad_rs_mb_s;
-    if (lc.grad_rs_mb_s > 0) reduces_.push_back({c.bwd_below, lc.grad_rs_mb_s, c.i});
+    if (lc.grad_rs_mb_s > 0) reduces_.push_back({c.bwd_below, lc.grad_rs_mb_s, c.stage_chunk});
     if (lc.grad_reduce_s > 0) {
-      if (p_.overlap_grad_reduce)
-        reduces_.push_back({c.bwd_below, lc.grad_reduce_s, c.i});
+      if (plan_.overlap_grad_reduce)
+        reduces_.push_back({c.bwd_below, lc.grad_reduce_s, c.stage_chunk});
       else
         w.deferred += lc.grad_reduce_s;
     }
@@ -340,15 +345,15 @@ class Analyzer {
   void memory(int s, const StageWalk& w, StageCost& sc) const {
     const Mem peak = schedule_peak(s);
     MemoryBreakdown& mb = sc.memory;
-    const int64_t ws = w.ws;
+    const int64_t ws = w.workspace_bytes;
     const int64_t wb = w.states.weights, g = w.states.grads, o = w.states.optimizer;
     mb.weights_bytes = wb;
     mb.grads_bytes = g + peak.grad;
     mb.optimizer_bytes = o;
     mb.activations_bytes = peak.act;
     mb.buffers_bytes = peak.buf + ws;
-    mb.context_bytes = c_.cluster().gpu.context_overhead_bytes;
-    mb.fragmentation_bytes = static_cast<int64_t>(c_.cluster().gpu.allocator_fragmentation *
+    mb.context_bytes = cost_.cluster().gpu.context_overhead_bytes;
+    mb.fragmentation_bytes = static_cast<int64_t>(cost_.cluster().gpu.allocator_fragmentation *
                                                   double(wb + g + o + peak.total() + ws));
     sc.workspace_bytes = ws;
   }
@@ -356,8 +361,8 @@ class Analyzer {
   // Embedding/head work, the end-of-iteration reductions and the optimizer step of stage s.
   void extras(int s, const EmbeddingHeadCost& x, const EndStates& end, const ModelStates& states,
               double deferred, StageCost& sc) {
-    const int pp = p_.pp;
-    const LayerStrategy& es = p_.embedding;
+    const int pp = plan_.pp;
+    const LayerStrategy& es = plan_.embedding;
     auto fetch = [&](const FetchCost& f, bool first_of_pass) {
       (f.on_h2d ? sc.h2d_stream_s : sc.dp_stream_s) += f.time_s;
       if (first_of_pass) sc.first_fetch_s += f.time_s;
@@ -380,14 +385,14 @@ class Analyzer {
     // Embedding gradients: reduced after the embedding backward (stage 0, the very end) or
     // after the loss backward (last stage, before its final backward passes).
     double total_bwd = 0;
-    for (int i = 0; i < v_; ++i) total_bwd += chunk_bwd_[i];
+    for (int i = 0; i < chunks_per_stage_; ++i) total_bwd += chunk_bwd_s_[i];
     if (end.params > 0 && es.dp_cp() > 1) {
       const GradSyncCost& sync = end.sync;
       const double tau = s == 0 ? 0.0 : total_bwd;
       if (sync.per_microbatch) {
         sc.dp_stream_s += sync.reduce_s;
         reduces_.push_back({tau, sync.reduce_s, -1});
-      } else if (p_.overlap_grad_reduce) {
+      } else if (plan_.overlap_grad_reduce) {
         reduces_.push_back({tau, sync.reduce_s, -1});
       } else {
         deferred += sync.reduce_s;
@@ -396,7 +401,7 @@ class Analyzer {
     }
     // Chunk i's last backward pass is followed by i*pp passes of the stage's lower chunks
     // (interleaved cool-down); chunk 0 on stage 0 is followed by the embedding backward.
-    const double pass = total_bwd / v_;
+    const double pass = total_bwd / chunks_per_stage_;
     for (Reduce& r : reduces_) {
       if (r.chunk < 0) continue;
       r.tau += r.chunk * pp * pass + (s == 0 ? emb_bwd : 0);
@@ -410,14 +415,14 @@ class Analyzer {
     double t = -1e300;
     for (const Reduce& r : reduces_) t = std::max(t, -r.tau) + r.cost;
     t = std::max(t, 0.0) + deferred;
-    if (s == 0 || s == pp - 1) t += tied_embedding_reduce_s(c_, es.tp, pp, geo_);
+    if (s == 0 || s == pp - 1) t += tied_embedding_reduce_s(cost_, es.tp, pp, geo_);
     sc.reduce_exposed_s = std::max(0.0, t);
     // AdamW step, as the Program's optimizer(): device part and offloaded (host) part. The
     // device op runs even with every optimizer state offloaded: it takes the gradient norm, clips
     // and hands the step to the host (the runtime's optimizer_step), one launch at least.
-    sc.optimizer_s = optimizer_step_s(c_, states.device_opt_params);
+    sc.optimizer_s = optimizer_step_s(cost_, states.device_opt_params);
     if (states.host_opt_params > 0)
-      sc.host_s = host_optimizer_step_s(c_, states.host_opt_params, states.host_resident_params);
+      sc.host_s = host_optimizer_step_s(cost_, states.host_opt_params, states.host_resident_params);
   }
 
   // Peak of activations + buffers over the stage's schedule: the in-flight micro-batches'
@@ -425,14 +430,18 @@ class Analyzer {
   Mem schedule_peak(int s) const {
     const int in_flight = shape_.passes_in_flight(s);
     bool same = true;
-    for (int i = 1; i < v_; ++i)
-      same = same && A_[i] == A_[0] && fpk_[i].act == fpk_[0].act && fpk_[i].buf == fpk_[0].buf &&
-             fpk_[i].grad == fpk_[0].grad && bpk_[i].act == bpk_[0].act &&
-             bpk_[i].buf == bpk_[0].buf && bpk_[i].grad == bpk_[0].grad;
+    for (int i = 1; i < chunks_per_stage_; ++i)
+      same = same && chunk_kept_bytes_[i] == chunk_kept_bytes_[0] &&
+             chunk_fwd_peak_[i].act == chunk_fwd_peak_[0].act &&
+             chunk_fwd_peak_[i].buf == chunk_fwd_peak_[0].buf &&
+             chunk_fwd_peak_[i].grad == chunk_fwd_peak_[0].grad &&
+             chunk_bwd_peak_[i].act == chunk_bwd_peak_[0].act &&
+             chunk_bwd_peak_[i].buf == chunk_bwd_peak_[0].buf &&
+             chunk_bwd_peak_[i].grad == chunk_bwd_peak_[0].grad;
     if (same) {
-      Mem best = fpk_[0];
-      keep_max(best, bpk_[0]);
-      best.act += int64_t(std::max(0, in_flight - 1)) * A_[0];
+      Mem best = chunk_fwd_peak_[0];
+      keep_max(best, chunk_bwd_peak_[0]);
+      best.act += int64_t(std::max(0, in_flight - 1)) * chunk_kept_bytes_[0];
       return best;
     }
     // Chunks of different sizes: step through the warm-up and one period (pp*v pairs) of the
@@ -443,13 +452,15 @@ class Analyzer {
     Mem best;
     auto fwd = [&](int k) {
       const int c = shape_.forward_chunk(k);
-      keep_max(best, {alive + fpk_[c].act, fpk_[c].buf, fpk_[c].grad});
-      alive += A_[c];
+      keep_max(best,
+               {alive + chunk_fwd_peak_[c].act, chunk_fwd_peak_[c].buf, chunk_fwd_peak_[c].grad});
+      alive += chunk_kept_bytes_[c];
     };
     auto bwd = [&](int k) {
       const int c = shape_.backward_chunk(k);
-      keep_max(best, {alive - A_[c] + bpk_[c].act, bpk_[c].buf, bpk_[c].grad});
-      alive -= A_[c];
+      keep_max(best, {alive - chunk_kept_bytes_[c] + chunk_bwd_peak_[c].act, chunk_bwd_peak_[c].buf,
+                      chunk_bwd_peak_[c].grad});
+      alive -= chunk_kept_bytes_[c];
     };
     int f = 0, b = 0;
     for (; f < W; ++f) fwd(f);
@@ -460,24 +471,23 @@ class Analyzer {
     return best;
   }
 
-  const CostModel& c_;
-  const ModelSpec& m_;
-  const Plan& p_;
+  const CostModel& cost_;
+  const ModelSpec& model_;
+  const Plan& plan_;
   const bool with_time_;
-  const int e_;
   const bool staging_;  // FrameworkSpec::layer_gradient_staging
   Geometry geo_;
-  int max_dp_ = 1, M_ = 1, v_ = 1;
+  int max_dp_ = 1, microbatch_count_ = 1, chunks_per_stage_ = 1;
   ScheduleShape shape_;
   int geo_tp_ = 0, tp_nodes_ = 1, dp_nodes_ = 1, cp_nodes_ = 1;
   int64_t geo_phase_ = -1;
   int64_t p2p_bytes_ = -1;
   bool p2p_same_node_ = false;
   double p2p_time_s_ = 0;
-  std::vector<int64_t>& A_;
-  std::vector<Mem>& fpk_;
-  std::vector<Mem>& bpk_;
-  std::vector<double>& chunk_bwd_;
+  std::vector<int64_t>& chunk_kept_bytes_;
+  std::vector<Mem>& chunk_fwd_peak_;
+  std::vector<Mem>& chunk_bwd_peak_;
+  std::vector<double>& chunk_bwd_s_;
   std::vector<Reduce>& reduces_;
 
   bool have_ = false;

@@ -231,7 +231,7 @@ void seal_file_digest(MPI_Comm comm_in, const std::string& path, uint64_t block_
   }
   if (c.parallel()) {
     BlockingSection guard("reduction of the chunk hashes of " + path + " (digest)",
-                        not_arrived(c.comm));
+                          not_arrived(c.comm));
     // Each chunk's hash is set by one rank, zero elsewhere.
     MPI_Reduce(c.rank == 0 ? MPI_IN_PLACE : hashes.data(), hashes.data(), int(k.count),
                MPI_UINT64_T, MPI_BOR, 0, c.comm);
@@ -272,60 +272,80 @@ void seal_file_digest(MPI_Comm comm_in, const std::string& path, uint64_t block_
                              (why.empty() ? std::string() : " (" + why + ")"));
 }
 
-DigestVerdict verify_file_digest(MPI_Comm comm_in, const std::string& path) {
-  const Comm c(comm_in);
-  // Rank 0 reads the header and the chunk hashes; the others get them by broadcast. Every
-  // rank then judges the same bytes the same way.
-  int64_t info[3] = {-1, 0, 0};  // file bytes, errno, bytes of the user block's padding not 0
+namespace {
+
+// What rank 0 reads of a file for its check: the header and the chunk hashes (`head`), the
+// file's size, the error that stopped the reading, and the nonzero bytes of the user block's
+// padding.
+struct DigestRead {
   std::vector<unsigned char> head;
-  if (c.rank == 0) {
-    const int fd = open_read(path);
-    struct stat st;
-    if (fd < 0 || ::fstat(fd, &st) != 0) {
-      info[1] = errno ? errno : EIO;
-    } else {
-      info[0] = int64_t(st.st_size);
-      head.resize(size_t(std::min<int64_t>(info[0], int64_t(kDigestHeaderBytes))));
-      if (!read_at(fd, head.data(), head.size(), 0)) info[1] = errno ? errno : EIO;
-      // The chunk hashes, when the header says where they are and they fit.
-      if (info[1] == 0 && head.size() == kDigestHeaderBytes &&
-          std::memcmp(head.data(), kMagic, 16) == 0) {
-        const uint64_t block = load64(&head[24]), count = load64(&head[48]);
-        if (block <= kMaxBlockBytes && count <= (block - std::min(block, kDigestHeaderBytes)) / 8 &&
-            kDigestHeaderBytes + 8 * count <= uint64_t(info[0])) {
-          head.resize(size_t(kDigestHeaderBytes + 8 * count));
-          if (!read_at(fd, &head[kDigestHeaderBytes], size_t(8 * count), kDigestHeaderBytes))
-            info[1] = errno ? errno : EIO;
-          // The rest of the user block is zeros: no byte of the file goes unchecked.
-          std::vector<unsigned char> pad(size_t(std::min<uint64_t>(kReadBytes, block)));
-          for (uint64_t at = head.size();
-               info[1] == 0 && at < block && block <= uint64_t(info[0]);) {
-            const size_t n = size_t(std::min<uint64_t>(pad.size(), block - at));
-            if (!read_at(fd, pad.data(), n, at)) info[1] = errno ? errno : EIO;
-            info[2] +=
-                std::count_if(pad.begin(), pad.begin() + n, [](unsigned char x) { return x; });
-            at += n;
-          }
-        }
+  int64_t file_bytes = -1;
+  int64_t error = 0;  // errno
+  int64_t nonzero_padding_bytes = 0;
+};
+
+// The padding after the chunk hashes up to the end of the user block of `block_bytes`: it must
+// be zeros, so that no byte of the file goes unchecked.
+void count_nonzero_padding(int fd, uint64_t block_bytes, DigestRead& d) {
+  std::vector<unsigned char> pad(size_t(std::min<uint64_t>(kReadBytes, block_bytes)));
+  for (uint64_t at = d.head.size();
+       d.error == 0 && at < block_bytes && block_bytes <= uint64_t(d.file_bytes);) {
+    const size_t n = size_t(std::min<uint64_t>(pad.size(), block_bytes - at));
+    if (!read_at(fd, pad.data(), n, at)) d.error = errno ? errno : EIO;
+    d.nonzero_padding_bytes +=
+        std::count_if(pad.begin(), pad.begin() + n, [](unsigned char x) { return x; });
+    at += n;
+  }
+}
+
+// Rank 0's reading: the header, then the chunk hashes when the header says where they are and
+// they fit.
+DigestRead read_digest(const std::string& path) {
+  DigestRead d;
+  const int fd = open_read(path);
+  struct stat st;
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    d.error = errno ? errno : EIO;
+  } else {
+    d.file_bytes = int64_t(st.st_size);
+    d.head.resize(size_t(std::min<int64_t>(d.file_bytes, int64_t(kDigestHeaderBytes))));
+    if (!read_at(fd, d.head.data(), d.head.size(), 0)) d.error = errno ? errno : EIO;
+    if (d.error == 0 && d.head.size() == kDigestHeaderBytes &&
+        std::memcmp(d.head.data(), kMagic, 16) == 0) {
+      const uint64_t block = load64(&d.head[24]), count = load64(&d.head[48]);
+      if (block <= kMaxBlockBytes && count <= (block - std::min(block, kDigestHeaderBytes)) / 8 &&
+          kDigestHeaderBytes + 8 * count <= uint64_t(d.file_bytes)) {
+        d.head.resize(size_t(kDigestHeaderBytes + 8 * count));
+        if (!read_at(fd, &d.head[kDigestHeaderBytes], size_t(8 * count), kDigestHeaderBytes))
+          d.error = errno ? errno : EIO;
+        count_nonzero_padding(fd, block, d);
       }
     }
-    if (fd >= 0) ::close(fd);
   }
-  if (c.parallel()) {
-    BlockingSection guard("broadcast of the digest of " + path, not_arrived(c.comm));
-    int64_t n = int64_t(head.size());
-    int64_t msg[4] = {info[0], info[1], info[2], n};
-    MPI_Bcast(msg, 4, MPI_INT64_T, 0, c.comm);
-    info[0] = msg[0], info[1] = msg[1], info[2] = msg[2];
-    head.resize(size_t(msg[3]));
-    // In pieces of at most INT_MAX bytes (a user block is at most 1 GiB: one piece).
-    MPI_Bcast(head.data(), int(head.size()), MPI_UNSIGNED_CHAR, 0, c.comm);
-  }
-  DigestVerdict v;
-  v.kind = DigestVerdict::failed;
-  if (info[1] != 0) {
-    v.why = std::string("cannot be read (") + std::strerror(int(info[1])) + ")";
-    return v;
+  if (fd >= 0) ::close(fd);
+  return d;
+}
+
+// Rank 0's reading, on every rank.
+void broadcast_digest(const Comm& c, const std::string& path, DigestRead& d) {
+  BlockingSection guard("broadcast of the digest of " + path, not_arrived(c.comm));
+  int64_t n = int64_t(d.head.size());
+  int64_t msg[4] = {d.file_bytes, d.error, d.nonzero_padding_bytes, n};
+  MPI_Bcast(msg, 4, MPI_INT64_T, 0, c.comm);
+  d.file_bytes = msg[0], d.error = msg[1], d.nonzero_padding_bytes = msg[2];
+  d.head.resize(size_t(msg[3]));
+  // In pieces of at most INT_MAX bytes (a user block is at most 1 GiB: one piece).
+  MPI_Bcast(d.head.data(), int(d.head.size()), MPI_UNSIGNED_CHAR, 0, c.comm);
+}
+
+// Judges everything but the chunks: the file could be read, it has a digest of this version, the
+// header is consistent and intact, the padding is zeros and the size is the digest's. Fills `k`
+// with the digest's chunks; false (with `v` the verdict) at the first fault.
+bool check_header(const DigestRead& d, DigestVerdict& v, Chunks& k) {
+  const std::vector<unsigned char>& head = d.head;
+  if (d.error != 0) {
+    v.why = std::string("cannot be read (") + std::strerror(int(d.error)) + ")";
+    return false;
   }
   if (head.size() < 16 || std::memcmp(head.data(), kMagic, 16) != 0) {
     if (head.size() >= 8 && std::memcmp(head.data(), kHdf5Signature, 8) == 0) {
@@ -334,44 +354,50 @@ DigestVerdict verify_file_digest(MPI_Comm comm_in, const std::string& path) {
     } else {
       v.why = "no digest, and no HDF5 superblock at its start (not a stratagem file, or damaged)";
     }
-    return v;
+    return false;
   }
   if (head.size() < kDigestHeaderBytes) {
     v.why = "digest cut short (" + bytes_text(head.size()) + " in all)";
-    return v;
+    return false;
   }
   const uint64_t version = load64(&head[16]);
   if (version != kVersion) {
     v.why = "digest version " + std::to_string(version) + ", this stratagem reads version " +
             std::to_string(kVersion) + " (or its header is damaged)";
-    return v;
+    return false;
   }
-  Chunks k;
   k.file_bytes = load64(&head[32]), k.block_bytes = load64(&head[24]);
   k.chunk_bytes = load64(&head[40]), k.count = load64(&head[48]);
-  const uint64_t actual = uint64_t(info[0]);
+  const uint64_t actual = uint64_t(d.file_bytes);
   if (k.block_bytes < 512 || k.block_bytes > kMaxBlockBytes ||
       (k.block_bytes & (k.block_bytes - 1)) != 0 || k.chunk_bytes == 0 ||
       k.chunk_bytes > kMaxChunkBytes || k.file_bytes < k.block_bytes ||
       head.size() != kDigestHeaderBytes + 8 * k.count ||
       k.count != chunk_count(k.file_bytes, k.block_bytes, k.chunk_bytes)) {
     v.why = "digest damaged (its header is inconsistent)";
-    return v;
+    return false;
   }
   if (header_hash(head.data(), &head[kDigestHeaderBytes], k.count) != load64(&head[56])) {
     v.why = "digest damaged (its header fails its own hash)";
-    return v;
+    return false;
   }
-  if (info[2] > 0) {
-    v.why = "digest damaged (" + std::to_string(info[2]) +
+  if (d.nonzero_padding_bytes > 0) {
+    v.why = "digest damaged (" + std::to_string(d.nonzero_padding_bytes) +
             " bytes of its user block's padding are not zero)";
-    return v;
+    return false;
   }
   if (actual != k.file_bytes) {
     v.why = bytes_text(actual) + ", its digest says " + bytes_text(k.file_bytes) +
             " (cut short or extended)";
-    return v;
+    return false;
   }
+  return true;
+}
+
+// Hashes the chunks (each rank its share) against the digest's hashes; false (with `v` the
+// verdict: how many differ, and where the first one is) when any differs.
+bool check_chunks(const Comm& c, const std::string& path, const std::vector<unsigned char>& head,
+                  const Chunks& k, DigestVerdict& v) {
   int64_t first_bad = INT64_MAX, bad = 0;
   {
     const int fd = open_read(path);
@@ -395,8 +421,24 @@ DigestVerdict verify_file_digest(MPI_Comm comm_in, const std::string& path) {
             std::to_string(k.count) + " chunks of " + bytes_text(k.chunk_bytes) +
             " differ, the first at bytes [" + std::to_string(k.begin(i)) + ", " +
             std::to_string(k.end(i)) + ")";
-    return v;
+    return false;
   }
+  return true;
+}
+
+}  // namespace
+
+DigestVerdict verify_file_digest(MPI_Comm comm_in, const std::string& path) {
+  const Comm c(comm_in);
+  // Rank 0 reads the header and the chunk hashes; the others get them by broadcast. Every
+  // rank then judges the same bytes the same way.
+  DigestRead d;
+  if (c.rank == 0) d = read_digest(path);
+  if (c.parallel()) broadcast_digest(c, path, d);
+  DigestVerdict v;
+  v.kind = DigestVerdict::failed;
+  Chunks k;
+  if (!check_header(d, v, k) || !check_chunks(c, path, d.head, k, v)) return v;
   v.kind = DigestVerdict::intact;
   return v;
 }

@@ -172,159 +172,186 @@ namespace {
 // attention), the stream group's memory figures and the GEMM group's peak (attention).
 enum Shared : unsigned { kLaunch = 1, kStream = 2, kGemm = 4 };
 
+// The launch overhead, measured directly.
+void take_launch(ProfileFit& f, const ProfileMeasurements& m) {
+  f.cluster.gpu.kernel_launch_s = m.launch_s;
+  f.measured.push_back("gpu.kernel_launch_s");
+}
+
+// Memory efficiency from the stream samples.
+void fit_stream(ProfileFit& f, const ProfileMeasurements& m) {
+  ClusterSpec& c = f.cluster;
+  GpuSpec& g = c.gpu;
+  GroupGuard guard(f);
+  // Achieved bandwidth beyond the datasheet figure means the figure is wrong, not the clock.
+  double best = 0;
+  for (const auto& s : m.stream)
+    best = std::max(best, double(s.bytes) / std::max(1e-12, s.time_s - g.kernel_launch_s));
+  if (best > g.hbm_bandwidth_gbps * 1e9) {
+    f.adjusted.push_back("gpu.hbm_bandwidth_gbps: " + num(g.hbm_bandwidth_gbps) + " in the file, " +
+                         num(best / 1e9) + " measured; set to the measurement");
+    g.hbm_bandwidth_gbps = best / 1e9;
+  }
+  g.memory_efficiency = fit_1d(0.01, 1.0, [&](double x) {
+    ClusterSpec t = c;
+    t.gpu.memory_efficiency = x;
+    return log_error(t, m, m.stream);
+  });
+  f.measured.push_back("gpu.memory_efficiency");
+  guard.keep_if_better(m, m.stream, "gpu.memory_efficiency");
+}
+
+// The GEMM efficiency curve (its maximum and its half-efficiency size) from the GEMM samples.
+void fit_gemm(ProfileFit& f, const ProfileMeasurements& m, Dtype dt) {
+  ClusterSpec& c = f.cluster;
+  GpuSpec& g = c.gpu;
+  GroupGuard guard(f);
+  const double best = best_gemm_rate(m);
+  if (best > g.peak_flops(dt)) {
+    // The efficiency curve needs headroom above the best shape; 2x keeps max_efficiency
+    // inside (0, 1] whatever the size term of that shape is.
+    f.adjusted.push_back("gpu.peak_flops." + std::string(to_string(dt)) + ": " +
+                         num(g.peak_flops(dt)) + " in the file, " + num(best) +
+                         " FLOP/s measured; set to twice the measurement");
+    for (double* peak :
+         {&g.peak_flops_fp32, &g.peak_flops_tf32, &g.peak_flops_fp16, &g.peak_flops_bf16})
+      *peak = std::max(*peak, 2 * best);
+  }
+  const auto [half, eff] = fit_2d(1e3, 1e13, 0.005, 1.0, [&](double h, double e) {
+    ClusterSpec t = c;
+    t.gpu.gemm_half_efficiency_flops = h;
+    t.gpu.gemm_max_efficiency = e;
+    return log_error(t, m, m.gemm);
+  });
+  g.gemm_half_efficiency_flops = half;
+  g.gemm_max_efficiency = eff;
+  f.measured.push_back("gpu.gemm.max_efficiency");
+  f.measured.push_back("gpu.gemm.half_efficiency_flops");
+  guard.keep_if_better(m, m.gemm, "gpu.gemm");
+}
+
+// One attention efficiency (`field`, named `name`) from the samples `v` of its kind.
+void fit_attention(ProfileFit& f, const ProfileMeasurements& m,
+                   const std::vector<AttentionSample>& v, double GpuSpec::*field,
+                   const char* name) {
+  ClusterSpec& c = f.cluster;
+  if (v.empty()) {
+    f.not_measured.push_back(std::string(name) + ": no attention sample");
+    return;
+  }
+  GroupGuard guard(f);
+  c.gpu.*field = fit_1d(0.001, 1.0, [&](double x) {
+    ClusterSpec t = c;
+    t.gpu.*field = x;
+    return log_error(t, m, v);
+  });
+  f.measured.push_back(name);
+  guard.keep_if_better(m, v, name);
+}
+
+// The intra-node link (latency, bus efficiency, bandwidth ramp) from the all-reduce samples.
+void fit_all_reduce(ProfileFit& f, const ProfileMeasurements& m) {
+  ClusterSpec& c = f.cluster;
+  GroupGuard guard(f);
+  LinkSpec& l = c.node.intra;
+  const auto& big = m.all_reduce.back();
+  const double busbw = 2.0 * (m.ranks - 1) / m.ranks * double(big.bytes) / big.time_s / 1e9;
+  if (busbw > l.bandwidth_gbps) {
+    f.adjusted.push_back("node.intra.bandwidth_gbps: " + num(l.bandwidth_gbps) +
+                         " in the file, all-reduce bus bandwidth " + num(busbw) +
+                         " measured; set to twice the measurement");
+    l.bandwidth_gbps = 2 * busbw;
+  }
+  // Latency from the smallest messages, then bandwidth and its ramp from all of them.
+  double lat = fit_1d(1e-8, 1e-2, [&](double x) {
+    ClusterSpec t = c;
+    t.node.intra.latency_s = x;
+    t.node.intra.half_bandwidth_bytes = 0;
+    std::vector<CollectiveSample> small(m.all_reduce.begin(), m.all_reduce.begin() + 1);
+    return log_error(t, m, small);
+  });
+  double best_err = std::numeric_limits<double>::infinity();
+  double best_eff = l.bus_efficiency, best_half = 0, best_lat = lat;
+  for (double lat_scale : {0.25, 0.5, 0.75, 1.0}) {
+    const auto [eff, half] = fit_2d(0.005, 1.0, 1.0, 1e9, [&](double e, double h) {
+      ClusterSpec t = c;
+      t.node.intra.bus_efficiency = e;
+      t.node.intra.half_bandwidth_bytes = int64_t(h);
+      t.node.intra.latency_s = lat * lat_scale;
+      return log_error(t, m, m.all_reduce);
+    });
+    ClusterSpec t = c;
+    t.node.intra.bus_efficiency = eff;
+    t.node.intra.half_bandwidth_bytes = int64_t(half);
+    t.node.intra.latency_s = lat * lat_scale;
+    const double e = log_error(t, m, m.all_reduce);
+    if (e < best_err) best_err = e, best_eff = eff, best_half = half, best_lat = lat * lat_scale;
+  }
+  l.bus_efficiency = best_eff;
+  l.half_bandwidth_bytes = int64_t(best_half);
+  l.latency_s = best_lat;
+  for (const char* n : {"node.intra.latency_s", "node.intra.allreduce_bus_efficiency",
+                        "node.intra.half_bandwidth_bytes"})
+    f.measured.push_back(n);
+  guard.keep_if_better(m, m.all_reduce, "node.intra");
+}
+
+// The PCIe link (bandwidth and latency) from the host copy samples.
+void fit_copy(ProfileFit& f, const ProfileMeasurements& m) {
+  ClusterSpec& c = f.cluster;
+  GroupGuard guard(f);
+  const auto [bw, lat] = fit_2d(1e-3, 1e4, 1e-8, 1e-2, [&](double b, double l) {
+    ClusterSpec t = c;
+    t.node.pcie.bandwidth_gbps = b;
+    t.node.pcie.latency_s = l;
+    return log_error(t, m, m.copy);
+  });
+  c.node.pcie.bandwidth_gbps = bw;
+  c.node.pcie.latency_s = lat;
+  f.measured.push_back("node.pcie.bandwidth_gbps");
+  f.measured.push_back("node.pcie.latency_s");
+  guard.keep_if_better(m, m.copy, "node.pcie");
+}
+
 // Every group fitted in turn, starting from `base`, but those in `held`, which keep the file's
 // values.
 ProfileFit fit_groups(const ClusterSpec& base, const ProfileMeasurements& m, unsigned held) {
   ProfileFit f;
   f.base = base;
   f.cluster = base;
-  ClusterSpec& c = f.cluster;
-  GpuSpec& g = c.gpu;
   const Dtype dt = dtype_from_string(m.compute_dtype, "profile compute_dtype");
 
-  if (m.launch_s > 0 && !(held & kLaunch)) {
-    g.kernel_launch_s = m.launch_s;
-    f.measured.push_back("gpu.kernel_launch_s");
-  }
+  if (m.launch_s > 0 && !(held & kLaunch)) take_launch(f, m);
 
-  if (!m.stream.empty() && !(held & kStream)) {
-    GroupGuard guard(f);
-    // Achieved bandwidth beyond the datasheet figure means the figure is wrong, not the clock.
-    double best = 0;
-    for (const auto& s : m.stream)
-      best = std::max(best, double(s.bytes) / std::max(1e-12, s.time_s - g.kernel_launch_s));
-    if (best > g.hbm_bandwidth_gbps * 1e9) {
-      f.adjusted.push_back("gpu.hbm_bandwidth_gbps: " + num(g.hbm_bandwidth_gbps) +
-                           " in the file, " + num(best / 1e9) +
-                           " measured; set to the measurement");
-      g.hbm_bandwidth_gbps = best / 1e9;
-    }
-    g.memory_efficiency = fit_1d(0.01, 1.0, [&](double x) {
-      ClusterSpec t = c;
-      t.gpu.memory_efficiency = x;
-      return log_error(t, m, m.stream);
-    });
-    f.measured.push_back("gpu.memory_efficiency");
-    guard.keep_if_better(m, m.stream, "gpu.memory_efficiency");
-  } else if (m.stream.empty()) {
+  if (!m.stream.empty() && !(held & kStream))
+    fit_stream(f, m);
+  else if (m.stream.empty())
     f.not_measured.push_back("gpu.memory_efficiency: no stream sample");
-  }
 
-  if (!m.gemm.empty() && !(held & kGemm)) {
-    GroupGuard guard(f);
-    const double best = best_gemm_rate(m);
-    if (best > g.peak_flops(dt)) {
-      // The efficiency curve needs headroom above the best shape; 2x keeps max_efficiency
-      // inside (0, 1] whatever the size term of that shape is.
-      f.adjusted.push_back("gpu.peak_flops." + std::string(to_string(dt)) + ": " +
-                           num(g.peak_flops(dt)) + " in the file, " + num(best) +
-                           " FLOP/s measured; set to twice the measurement");
-      for (double* peak :
-           {&g.peak_flops_fp32, &g.peak_flops_tf32, &g.peak_flops_fp16, &g.peak_flops_bf16})
-        *peak = std::max(*peak, 2 * best);
-    }
-    const auto [half, eff] = fit_2d(1e3, 1e13, 0.005, 1.0, [&](double h, double e) {
-      ClusterSpec t = c;
-      t.gpu.gemm_half_efficiency_flops = h;
-      t.gpu.gemm_max_efficiency = e;
-      return log_error(t, m, m.gemm);
-    });
-    g.gemm_half_efficiency_flops = half;
-    g.gemm_max_efficiency = eff;
-    f.measured.push_back("gpu.gemm.max_efficiency");
-    f.measured.push_back("gpu.gemm.half_efficiency_flops");
-    guard.keep_if_better(m, m.gemm, "gpu.gemm");
-  } else if (m.gemm.empty()) {
+  if (!m.gemm.empty() && !(held & kGemm))
+    fit_gemm(f, m, dt);
+  else if (m.gemm.empty())
     f.not_measured.push_back("gpu.gemm: no GEMM sample");
-  }
 
   std::vector<AttentionSample> kept, flash;
   for (const auto& s : m.attention) (s.probabilities_kept ? kept : flash).push_back(s);
-  auto fit_attention = [&](const std::vector<AttentionSample>& v, double GpuSpec::*field,
-                           const char* name) {
-    if (v.empty()) {
-      f.not_measured.push_back(std::string(name) + ": no attention sample");
-      return;
-    }
-    GroupGuard guard(f);
-    c.gpu.*field = fit_1d(0.001, 1.0, [&](double x) {
-      ClusterSpec t = c;
-      t.gpu.*field = x;
-      return log_error(t, m, v);
-    });
-    f.measured.push_back(name);
-    guard.keep_if_better(m, v, name);
-  };
-  fit_attention(kept, &GpuSpec::attention_standard_efficiency, "gpu.attention.standard_efficiency");
-  fit_attention(flash, &GpuSpec::attention_flash_efficiency, "gpu.attention.flash_efficiency");
+  fit_attention(f, m, kept, &GpuSpec::attention_standard_efficiency,
+                "gpu.attention.standard_efficiency");
+  fit_attention(f, m, flash, &GpuSpec::attention_flash_efficiency,
+                "gpu.attention.flash_efficiency");
 
-  if (!m.all_reduce.empty()) {
-    GroupGuard guard(f);
-    LinkSpec& l = c.node.intra;
-    const auto& big = m.all_reduce.back();
-    const double busbw = 2.0 * (m.ranks - 1) / m.ranks * double(big.bytes) / big.time_s / 1e9;
-    if (busbw > l.bandwidth_gbps) {
-      f.adjusted.push_back("node.intra.bandwidth_gbps: " + num(l.bandwidth_gbps) +
-                           " in the file, all-reduce bus bandwidth " + num(busbw) +
-                           " measured; set to twice the measurement");
-      l.bandwidth_gbps = 2 * busbw;
-    }
-    // Latency from the smallest messages, then bandwidth and its ramp from all of them.
-    double lat = fit_1d(1e-8, 1e-2, [&](double x) {
-      ClusterSpec t = c;
-      t.node.intra.latency_s = x;
-      t.node.intra.half_bandwidth_bytes = 0;
-      std::vector<CollectiveSample> small(m.all_reduce.begin(), m.all_reduce.begin() + 1);
-      return log_error(t, m, small);
-    });
-    double best_err = std::numeric_limits<double>::infinity();
-    double best_eff = l.bus_efficiency, best_half = 0, best_lat = lat;
-    for (double lat_scale : {0.25, 0.5, 0.75, 1.0}) {
-      const auto [eff, half] = fit_2d(0.005, 1.0, 1.0, 1e9, [&](double e, double h) {
-        ClusterSpec t = c;
-        t.node.intra.bus_efficiency = e;
-        t.node.intra.half_bandwidth_bytes = int64_t(h);
-        t.node.intra.latency_s = lat * lat_scale;
-        return log_error(t, m, m.all_reduce);
-      });
-      ClusterSpec t = c;
-      t.node.intra.bus_efficiency = eff;
-      t.node.intra.half_bandwidth_bytes = int64_t(half);
-      t.node.intra.latency_s = lat * lat_scale;
-      const double e = log_error(t, m, m.all_reduce);
-      if (e < best_err) best_err = e, best_eff = eff, best_half = half, best_lat = lat * lat_scale;
-    }
-    l.bus_efficiency = best_eff;
-    l.half_bandwidth_bytes = int64_t(best_half);
-    l.latency_s = best_lat;
-    for (const char* n : {"node.intra.latency_s", "node.intra.allreduce_bus_efficiency",
-                          "node.intra.half_bandwidth_bytes"})
-      f.measured.push_back(n);
-    guard.keep_if_better(m, m.all_reduce, "node.intra");
-  } else {
+  if (!m.all_reduce.empty())
+    fit_all_reduce(f, m);
+  else
     f.not_measured.push_back("node.intra: one rank, no collective to time");
-  }
 
-  if (!m.copy.empty()) {
-    GroupGuard guard(f);
-    const auto [bw, lat] = fit_2d(1e-3, 1e4, 1e-8, 1e-2, [&](double b, double l) {
-      ClusterSpec t = c;
-      t.node.pcie.bandwidth_gbps = b;
-      t.node.pcie.latency_s = l;
-      return log_error(t, m, m.copy);
-    });
-    c.node.pcie.bandwidth_gbps = bw;
-    c.node.pcie.latency_s = lat;
-    f.measured.push_back("node.pcie.bandwidth_gbps");
-    f.measured.push_back("node.pcie.latency_s");
-    guard.keep_if_better(m, m.copy, "node.pcie");
-  }
+  if (!m.copy.empty()) fit_copy(f, m);
   f.not_measured.push_back("node.nics, network: one node has no inter-node traffic to time");
   f.not_measured.push_back("node.host_flops, node.host_memory_bandwidth_gbps: not profiled");
   f.not_measured.push_back("gpu.context_overhead_bytes, gpu.allocator_fragmentation: not profiled");
 
   f.before = fit_quality(base, m);
-  f.after = fit_quality(c, m);
+  f.after = fit_quality(f.cluster, m);
   return f;
 }
 

@@ -26,9 +26,17 @@ double num_at(const nlohmann::json& j, const char* key, const std::string& where
   return j[key].get<double>();
 }
 
-}  // namespace
+const double kGib = double(int64_t(1) << 30);
 
-std::string search_section(const nlohmann::json& s, const std::string& path) {
+// A plan drawn apart from the candidates, at the estimator's figures like every point.
+struct Mark {
+  const char* label;
+  const char* cls;
+  nlohmann::json j;
+};
+
+// The search's evaluated_candidates, refused with the reason when there is nothing to draw.
+const nlohmann::json& evaluated_candidates(const nlohmann::json& s, const std::string& path) {
   if (!s.is_object()) throw InputError(path + ": expected a JSON object");
   if (s.contains("feasible") && s["feasible"] == false)
     throw InputError(path +
@@ -40,8 +48,10 @@ std::string search_section(const nlohmann::json& s, const std::string& path) {
     throw InputError(path +
                      ": no evaluated_candidates.plans (the candidates a search scored, written "
                      "by `stratagem search --json`)");
-  const auto& ev = s["evaluated_candidates"];
-  const double gib = double(int64_t(1) << 30);
+  return s["evaluated_candidates"];
+}
+
+std::vector<Point> read_points(const nlohmann::json& ev, const std::string& path) {
   std::vector<Point> pts;
   for (size_t i = 0; i < ev["plans"].size(); ++i) {
     const auto& p = ev["plans"][i];
@@ -49,19 +59,17 @@ std::string search_section(const nlohmann::json& s, const std::string& path) {
     if (!p.is_object()) throw InputError(where + ": expected an object");
     Point x;
     x.tokens = num_at(p, "tokens_per_s", where);
-    x.gib = num_at(p, "peak_memory_bytes", where) / gib;
+    x.gib = num_at(p, "peak_memory_bytes", where) / kGib;
     x.origin = p.value("origin", "dp");
     x.description = p.value("description", "");
     x.pareto = p.value("pareto", false);
     pts.push_back(std::move(x));
   }
-  const double budget = s.value("memory_budget_bytes", 0.0) / gib;
-  // Marked plans at the estimator's figures, like every point.
-  struct Mark {
-    const char* label;
-    const char* cls;
-    nlohmann::json j;
-  };
+  return pts;
+}
+
+// The chosen plan and the best baselines, those the search wrote with a plan and an estimate.
+std::vector<Mark> read_marks(const nlohmann::json& s) {
   std::vector<Mark> marks;
   auto mark = [&](const char* label, const char* cls, const nlohmann::json* j) {
     if (j && j->is_object() && j->contains("estimate") && j->contains("plan") &&
@@ -74,76 +82,98 @@ std::string search_section(const nlohmann::json& s, const std::string& path) {
     if (b.contains("megatron")) mark("best Megatron-style", "megatron", &b["megatron"]);
     if (b.contains("zero")) mark("best ZeRO-3", "zero", &b["zero"]);
   }
+  return marks;
+}
 
+// The plot's scales: peak memory (GiB) across, tokens/s up.
+struct Axes {
+  double max_gib = 0, max_tokens_per_s = 0;
+  bool clipped = false;  // the memory axis ends at kClipBudgets budgets, short of some plans
+  double plot_w = kW - kL - kR, plot_h = kH - kT - kB;
+  double x(double gib) const { return kL + plot_w * std::min(gib, max_gib) / max_gib; }
+  double y(double tokens) const { return kT + plot_h * (1 - tokens / max_tokens_per_s); }
+};
+
+Axes axes_for(const std::vector<Point>& pts, const std::vector<Mark>& marks, double budget) {
+  Axes a;
   double xmax = budget, ymax = 0;
   for (const auto& p : pts) xmax = std::max(xmax, p.gib), ymax = std::max(ymax, p.tokens);
   for (const auto& m : marks)
     ymax = std::max(ymax, m.j["estimate"].value("tokens_per_s", 0.0)),
-    xmax = std::max(xmax, m.j["estimate"].value("peak_memory_bytes", 0.0) / gib);
-  const bool clipped = budget > 0 && xmax > kClipBudgets * budget;
-  if (clipped) xmax = kClipBudgets * budget;
+    xmax = std::max(xmax, m.j["estimate"].value("peak_memory_bytes", 0.0) / kGib);
+  a.clipped = budget > 0 && xmax > kClipBudgets * budget;
+  if (a.clipped) xmax = kClipBudgets * budget;
   xmax *= 1.05;
   ymax = std::max(ymax * 1.08, 1.0);
-  const double pw = kW - kL - kR, ph = kH - kT - kB;
-  auto X = [&](double g) { return kL + pw * std::min(g, xmax) / xmax; };
-  auto Y = [&](double t) { return kT + ph * (1 - t / ymax); };
+  a.max_gib = xmax, a.max_tokens_per_s = ymax;
+  return a;
+}
 
+// The <svg> element's opening, the grid with its ticks, the axis titles and the budget line.
+std::string svg_frame(const Axes& a, double budget) {
+  const double xmax = a.max_gib, ymax = a.max_tokens_per_s, pw = a.plot_w, ph = a.plot_h;
   std::string g = "<svg id=\"front\" class=\"front\" width=\"" + html::num(kW, 0) + "\" height=\"" +
                   html::num(kH, 0) + "\" viewBox=\"0 0 " + html::num(kW, 0) + " " +
                   html::num(kH, 0) + "\">";
   const double xs = html::nice_step(xmax, 8), ys = html::nice_step(ymax, 6);
   for (double v = 0; v <= xmax; v += xs)
-    g += "<line class=\"grid\" x1=\"" + html::num(X(v), 1) + "\" x2=\"" + html::num(X(v), 1) +
+    g += "<line class=\"grid\" x1=\"" + html::num(a.x(v), 1) + "\" x2=\"" + html::num(a.x(v), 1) +
          "\" y1=\"" + html::num(kT, 1) + "\" y2=\"" + html::num(kT + ph, 1) +
-         "\"/><text class=\"tick\" x=\"" + html::num(X(v), 1) + "\" y=\"" +
+         "\"/><text class=\"tick\" x=\"" + html::num(a.x(v), 1) + "\" y=\"" +
          html::num(kT + ph + 14, 1) + "\" text-anchor=\"middle\">" + html::tick(v, xs) + "</text>";
   for (double v = 0; v <= ymax; v += ys)
     g += "<line class=\"grid\" x1=\"" + html::num(kL, 1) + "\" x2=\"" + html::num(kL + pw, 1) +
-         "\" y1=\"" + html::num(Y(v), 1) + "\" y2=\"" + html::num(Y(v), 1) +
+         "\" y1=\"" + html::num(a.y(v), 1) + "\" y2=\"" + html::num(a.y(v), 1) +
          "\"/><text class=\"tick\" x=\"" + html::num(kL - 4, 1) + "\" y=\"" +
-         html::num(Y(v) + 3, 1) + "\" text-anchor=\"end\">" + html::rate(v) + "</text>";
+         html::num(a.y(v) + 3, 1) + "\" text-anchor=\"end\">" + html::rate(v) + "</text>";
   g += "<text class=\"axis-title\" x=\"" + html::num(kL + pw / 2, 1) + "\" y=\"" +
        html::num(kH - 6, 1) +
        "\" text-anchor=\"middle\">peak memory per GPU (GiB)</text><text class=\"axis-title\" "
        "transform=\"translate(14 " +
        html::num(kT + ph / 2, 1) + ") rotate(-90)\" text-anchor=\"middle\">tokens/s</text>";
   if (budget > 0)
-    g += "<line class=\"budget\" x1=\"" + html::num(X(budget), 1) + "\" x2=\"" +
-         html::num(X(budget), 1) + "\" y1=\"" + html::num(kT, 1) + "\" y2=\"" +
+    g += "<line class=\"budget\" x1=\"" + html::num(a.x(budget), 1) + "\" x2=\"" +
+         html::num(a.x(budget), 1) + "\" y1=\"" + html::num(kT, 1) + "\" y2=\"" +
          html::num(kT + ph, 1) + "\"/><text class=\"budget-label\" x=\"" +
-         html::num(X(budget) - 4, 1) + "\" y=\"" + html::num(kT + 12, 1) +
+         html::num(a.x(budget) - 4, 1) + "\" y=\"" + html::num(kT + 12, 1) +
          "\" text-anchor=\"end\">budget " + html::num(budget, 1) + " GiB</text>";
-  // Points (the per-layer search's on top of the baselines'), then the front, then the marks.
-  std::stable_sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) {
-    return (a.origin == "dp") < (b.origin == "dp");
-  });
+  return g;
+}
+
+// Every candidate as a point (hollow over the budget), then the Pareto front's staircase.
+std::string svg_points(const std::vector<Point>& pts, const Axes& a, double budget) {
+  std::string g;
   for (const auto& p : pts) {
     const bool fits = budget <= 0 || p.gib <= budget;
     std::string cls = "cand o-" + html::escape(p.origin) + (fits ? "" : " over");
-    if (clipped && p.gib > xmax) cls += " clipped";
-    g += "<circle class=\"" + cls + "\" cx=\"" + html::num(X(p.gib), 1) + "\" cy=\"" +
-         html::num(Y(p.tokens), 1) + "\" r=\"3\"><title>" + html::escape(p.description) + "\n" +
+    if (a.clipped && p.gib > a.max_gib) cls += " clipped";
+    g += "<circle class=\"" + cls + "\" cx=\"" + html::num(a.x(p.gib), 1) + "\" cy=\"" +
+         html::num(a.y(p.tokens), 1) + "\" r=\"3\"><title>" + html::escape(p.description) + "\n" +
          html::rate(p.tokens) + " tokens/s, peak " + html::num(p.gib, 2) + " GiB (" +
          html::escape(p.origin) + (p.pareto ? ", Pareto front" : "") + ")</title></circle>";
   }
   std::vector<const Point*> front;
   for (const auto& p : pts)
     if (p.pareto) front.push_back(&p);
-  std::sort(front.begin(), front.end(), [](auto* a, auto* b) { return a->gib < b->gib; });
+  std::sort(front.begin(), front.end(), [](auto* l, auto* r) { return l->gib < r->gib; });
   if (!front.empty()) {
-    std::string d = "M" + html::num(X(front[0]->gib), 1) + " " + html::num(Y(front[0]->tokens), 1);
+    std::string d =
+        "M" + html::num(a.x(front[0]->gib), 1) + " " + html::num(a.y(front[0]->tokens), 1);
     for (size_t i = 1; i < front.size(); ++i)
-      d += "H" + html::num(X(front[i]->gib), 1) + "V" + html::num(Y(front[i]->tokens), 1);
+      d += "H" + html::num(a.x(front[i]->gib), 1) + "V" + html::num(a.y(front[i]->tokens), 1);
     g += "<path class=\"pareto\" d=\"" + d + "\"/>";
   }
-  std::string table =
-      "<table class=\"cmp\"><tr><th></th><th>tokens/s</th><th>scored by</th><th>estimator "
-      "tokens/s</th><th>peak memory</th><th>plan</th></tr>\n";
+  return g;
+}
+
+// The marks (a star for the chosen plan, squares for the baselines) with their labels.
+std::string svg_marks(const std::vector<Mark>& marks, const Axes& a) {
+  std::string g;
   for (const auto& m : marks) {
     const double t = m.j["estimate"].value("tokens_per_s", 0.0);
-    const double mg = m.j["estimate"].value("peak_memory_bytes", 0.0) / gib;
+    const double mg = m.j["estimate"].value("peak_memory_bytes", 0.0) / kGib;
     const std::string desc = m.j.value("description", "");
-    const double cx = X(mg), cy = Y(t);
+    const double cx = a.x(mg), cy = a.y(t);
     const std::string tip = std::string(m.label) + ": " + desc + "\n" + html::rate(t) +
                             " tokens/s (estimator), peak " + html::num(mg, 2) + " GiB";
     if (std::string(m.cls) == "chosen")
@@ -160,6 +190,18 @@ std::string search_section(const nlohmann::json& s, const std::string& path) {
     const double ly = cls == "chosen" ? cy - 12 : cls == "megatron" ? cy + 18 : cy + 18;
     g += "<text class=\"mark-label\" x=\"" + html::num(lx, 1) + "\" y=\"" + html::num(ly, 1) +
          "\"" + (cls == "zero" ? " text-anchor=\"end\"" : "") + ">" + m.label + "</text>";
+  }
+  return g;
+}
+
+// The marked plans side by side: as scored by the search and by the estimator.
+std::string marks_table(const std::vector<Mark>& marks) {
+  std::string table =
+      "<table class=\"cmp\"><tr><th></th><th>tokens/s</th><th>scored by</th><th>estimator "
+      "tokens/s</th><th>peak memory</th><th>plan</th></tr>\n";
+  for (const auto& m : marks) {
+    const double t = m.j["estimate"].value("tokens_per_s", 0.0);
+    const std::string desc = m.j.value("description", "");
     table += "<tr><td>" + std::string(m.label) + "</td><td class=\"n\">" +
              html::rate(m.j.value("tokens_per_s", 0.0)) + "</td><td>" +
              html::escape(m.j.value("scored_by", "")) + "</td><td class=\"n\">" + html::rate(t) +
@@ -167,6 +209,25 @@ std::string search_section(const nlohmann::json& s, const std::string& path) {
              "</td><td>" + html::escape(desc) + "</td></tr>\n";
   }
   table += "</table>\n";
+  return table;
+}
+
+}  // namespace
+
+std::string search_section(const nlohmann::json& s, const std::string& path) {
+  const auto& ev = evaluated_candidates(s, path);
+  std::vector<Point> pts = read_points(ev, path);
+  const double budget = s.value("memory_budget_bytes", 0.0) / kGib;
+  const std::vector<Mark> marks = read_marks(s);
+  const Axes axes = axes_for(pts, marks, budget);
+
+  std::string g = svg_frame(axes, budget);
+  // Points (the per-layer search's on top of the baselines'), then the front, then the marks.
+  std::stable_sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) {
+    return (a.origin == "dp") < (b.origin == "dp");
+  });
+  g += svg_points(pts, axes, budget);
+  g += svg_marks(marks, axes);
   g += "</svg>";
 
   const int64_t evaluated = ev.value("evaluated", int64_t(pts.size()));
@@ -177,11 +238,11 @@ std::string search_section(const nlohmann::json& s, const std::string& path) {
                   html::escape(ev.value("scored_by", std::string("estimator"))) +
                   "'s tokens/s and peak memory per GPU; hover a point for its plan. The line is "
                   "the Pareto front of every plan scored; hollow points exceed the budget.";
-  if (clipped)
+  if (axes.clipped)
     h += " Plans above " + html::num(kClipBudgets, 1) + "x the budget are drawn at the right edge.";
   h += "</p>\n<div class=\"legend\">" + legend_item("o-dp", "per-layer search") +
        legend_item("o-megatron", "Megatron-style") + legend_item("o-zero", "ZeRO-3") +
-       legend_item("chosen", "chosen plan") + "</div>\n" + g + table + "</section>\n";
+       legend_item("chosen", "chosen plan") + "</div>\n" + g + marks_table(marks) + "</section>\n";
   return h;
 }
 

@@ -207,10 +207,11 @@ TraceSummary summarize_trace(const std::string& path) {
   return s;
 }
 
-TraceData read_trace(const std::string& path, const std::vector<int>& extra_ranks) {
-  if (!std::filesystem::exists(path)) throw InputError(path + ": no such file");
-  trace::Reader r(path);
-  TraceData d;
+namespace {
+
+// The file's attributes (its source, model, cluster and plan) and its layout: the world and the
+// stages. Returns the ranks the file holds.
+std::vector<int> read_header(const trace::Reader& r, const std::string& path, TraceData& d) {
   d.path = path;
   d.source = r.attribute("source");
   d.tool_version = r.attribute("tool_version");
@@ -223,7 +224,7 @@ TraceData read_trace(const std::string& path, const std::vector<int>& extra_rank
   if (!d.cluster_json.is_null()) d.cluster = cluster_from_json(d.cluster_json, path + " (cluster)");
   if (d.model && !d.plan_json.is_null())
     d.plan = plan_from_json(d.plan_json, *d.model, path + " (plan)");
-  const auto ranks = r.ranks();
+  std::vector<int> ranks = r.ranks();
   if (ranks.empty()) throw InputError(path + ": the trace holds no ranks");
   d.world = int(r.has_attribute("world_size") ? r.int_attribute("world_size") : 0);
   d.world = std::max(d.world, ranks.back() + 1);
@@ -234,44 +235,55 @@ TraceData read_trace(const std::string& path, const std::vector<int>& extra_rank
     d.pp = 1;
     d.devices_per_stage = d.world;
   }
+  return ranks;
+}
 
-  // Pass 1: every rank's figures, one rank in memory at a time.
+// One rank's figures over its first iteration `it` (its busy time, exposed communication and
+// peak memory), widening the trace's window; every op of the rank enters the summary.
+RankFigures rank_figures(const trace::Reader& r, int rank, const std::vector<trace::OpRecord>& ops,
+                         int it, SummaryBuilder& sb, TraceData& d) {
+  RankFigures f;
+  f.rank = rank;
+  f.stage = d.stage_of(rank);
+  std::vector<Interval> busy, comm;
+  for (const auto& op : ops) {
+    if (is_memory_event(op)) continue;
+    sb.add(op);
+    if (op.iteration != it) continue;
+    d.t0_ns = std::min(d.t0_ns, op.start_ns);
+    d.t1_ns = std::max(d.t1_ns, op.end_ns);
+    f.end_ns = std::max(f.end_ns, op.end_ns);
+    if (op.stream == static_cast<uint8_t>(Stream::compute))
+      busy.push_back({op.start_ns, op.end_ns});
+    else if (op.kind != static_cast<uint8_t>(OpKind::recv))
+      comm.push_back({op.start_ns, op.end_ns});
+  }
+  busy = merged(std::move(busy));
+  comm = merged(std::move(comm));
+  f.busy_ns = length(busy);
+  f.exposed_comm_ns = length(comm) - overlap(comm, busy);
+  for (const auto& m : r.memory(rank)) f.peak_bytes = std::max(f.peak_bytes, m.high_water_bytes);
+  return f;
+}
+
+// Pass 1: every rank's figures, one rank in memory at a time, and the summary. Returns the
+// first iteration of any rank.
+int read_figures(const trace::Reader& r, const std::vector<int>& ranks, TraceData& d) {
   SummaryBuilder sb;
   int first_iteration = INT_MAX;
   d.t0_ns = INT64_MAX;
   d.t1_ns = INT64_MIN;
-  std::vector<std::pair<int64_t, int64_t>> rank_window;  // per rank: busy + comm in window
   for (int rank : ranks) {
     const auto ops = r.ops(rank);
     int it = INT_MAX;
     for (const auto& op : ops)
       if (!is_memory_event(op)) it = std::min(it, int(op.iteration));
-    RankFigures f;
-    f.rank = rank;
-    f.stage = d.stage_of(rank);
-    std::vector<Interval> busy, comm;
-    for (const auto& op : ops) {
-      if (is_memory_event(op)) continue;
-      sb.add(op);
-      if (op.iteration != it) continue;
-      d.t0_ns = std::min(d.t0_ns, op.start_ns);
-      d.t1_ns = std::max(d.t1_ns, op.end_ns);
-      f.end_ns = std::max(f.end_ns, op.end_ns);
-      if (op.stream == static_cast<uint8_t>(Stream::compute))
-        busy.push_back({op.start_ns, op.end_ns});
-      else if (op.kind != static_cast<uint8_t>(OpKind::recv))
-        comm.push_back({op.start_ns, op.end_ns});
-    }
+    const RankFigures f = rank_figures(r, rank, ops, it, sb, d);
     if (it != INT_MAX) first_iteration = std::min(first_iteration, it);
-    busy = merged(std::move(busy));
-    comm = merged(std::move(comm));
-    f.busy_ns = length(busy);
-    f.exposed_comm_ns = length(comm) - overlap(comm, busy);
-    for (const auto& m : r.memory(rank)) f.peak_bytes = std::max(f.peak_bytes, m.high_water_bytes);
     d.summary.peak_bytes = std::max(d.summary.peak_bytes, f.peak_bytes);
     d.ranks.push_back(f);
   }
-  if (d.t1_ns <= d.t0_ns) throw InputError(path + ": the trace holds no timed ops");
+  if (d.t1_ns <= d.t0_ns) throw InputError(d.path + ": the trace holds no timed ops");
   d.summary.source = d.source;
   d.summary.ranks = int(ranks.size());
   sb.finish(d.summary, d.iterations);
@@ -279,8 +291,13 @@ TraceData read_trace(const std::string& path, const std::vector<int>& extra_rank
   // Gaps below a quarter pixel of the timeline at its default width (1,400 px for the iteration)
   // are merged: a quarter of a pixel even at 4x zoom.
   d.merge_gap_ns = (d.t1_ns - d.t0_ns) / 5600;
+  return first_iteration;
+}
 
-  // Which ranks to draw.
+// Which ranks to draw: every rank of a small run, else the slowest, the first and the most
+// memory-loaded rank of each stage; and those given with --ranks.
+void choose_views(const std::vector<int>& ranks, const std::vector<int>& extra_ranks,
+                  TraceData& d) {
   std::map<int, size_t> index;
   for (size_t i = 0; i < d.ranks.size(); ++i) index[d.ranks[i].rank] = i;
   const int stages = std::max(1, d.pp);
@@ -313,15 +330,17 @@ TraceData read_trace(const std::string& path, const std::vector<int>& extra_rank
     std::vector<int> v;
     for (int x : extra_ranks) {
       if (!index.count(x))
-        throw InputError("--ranks: rank " + std::to_string(x) + " is not in " + path +
+        throw InputError("--ranks: rank " + std::to_string(x) + " is not in " + d.path +
                          " (ranks 0.." + std::to_string(ranks.back()) + ")");
       v.push_back(x);
     }
     d.views.push_back({"ranks given with --ranks", v});
   }
   d.memory_ranks = present(heaviest);
+}
 
-  // Pass 2: the drawn ranks' first iteration, merged into blocks, and the memory samples.
+// Pass 2: the drawn ranks' first iteration, merged into blocks, and the memory samples.
+void read_drawn(const trace::Reader& r, int first_iteration, TraceData& d) {
   std::set<int> drawn;
   for (const auto& v : d.views) drawn.insert(v.ranks.begin(), v.ranks.end());
   for (int rank : drawn) {
@@ -336,6 +355,18 @@ TraceData read_trace(const std::string& path, const std::vector<int>& extra_rank
     }
   }
   for (int rank : d.memory_ranks) d.memory.push_back(r.memory(rank));
+}
+
+}  // namespace
+
+TraceData read_trace(const std::string& path, const std::vector<int>& extra_ranks) {
+  if (!std::filesystem::exists(path)) throw InputError(path + ": no such file");
+  trace::Reader r(path);
+  TraceData d;
+  const std::vector<int> ranks = read_header(r, path, d);
+  const int first_iteration = read_figures(r, ranks, d);
+  choose_views(ranks, extra_ranks, d);
+  read_drawn(r, first_iteration, d);
   return d;
 }
 

@@ -16,26 +16,27 @@ class Envelope {
   explicit Envelope(std::vector<std::pair<double, double>> pts, bool sorted = false) {
     if (!sorted) std::sort(pts.begin(), pts.end());
     for (const auto& p : pts) {
-      if (!h_.empty() && p.second >= h_.back().second) continue;  // no cheaper: not on the front
-      while (h_.size() >= 2) {
-        const auto& a = h_[h_.size() - 2];
-        const auto& b = h_.back();
+      // No cheaper than the last vertex: not on the front.
+      if (!vertices_.empty() && p.second >= vertices_.back().second) continue;
+      while (vertices_.size() >= 2) {
+        const auto& a = vertices_[vertices_.size() - 2];
+        const auto& b = vertices_.back();
         // b above segment a-p: drop it.
         if ((b.second - a.second) * (p.first - a.first) >=
             (p.second - a.second) * (b.first - a.first))
-          h_.pop_back();
+          vertices_.pop_back();
         else
           break;
       }
-      h_.push_back(p);
+      vertices_.push_back(p);
     }
   }
-  const std::vector<std::pair<double, double>>& points() const { return h_; }
+  const std::vector<std::pair<double, double>>& points() const { return vertices_; }
   double at(double x) const {
-    if (h_.empty() || x < h_.front().first) return kInf;
-    if (x >= h_.back().first) return h_.back().second;
+    if (vertices_.empty() || x < vertices_.front().first) return kInf;
+    if (x >= vertices_.back().first) return vertices_.back().second;
     auto it =
-        std::upper_bound(h_.begin(), h_.end(), x,
+        std::upper_bound(vertices_.begin(), vertices_.end(), x,
                          [](double v, const std::pair<double, double>& p) { return v < p.first; });
     const auto& b = *it;
     const auto& a = *(it - 1);
@@ -43,7 +44,7 @@ class Envelope {
   }
 
  private:
-  std::vector<std::pair<double, double>> h_;
+  std::vector<std::pair<double, double>> vertices_;
 };
 }  // namespace
 
@@ -143,13 +144,14 @@ StageRelaxation Searcher::relax_stage(const GeoData& gd, double k) {
       const auto& h = env.points();
       x.least[size_t(t)] = h.front();
       for (size_t j = 1; j < h.size(); ++j) {
-        const double dm = h[j].first - h[j - 1].first, dc = h[j].second - h[j - 1].second;
-        x.segments.push_back({dc / dm, dm, dc, t});
+        const double added_bytes = h[j].first - h[j - 1].first;
+        const double time_change_s = h[j].second - h[j - 1].second;
+        x.segments.push_back({time_change_s / added_bytes, added_bytes, time_change_s, t});
       }
     }
     std::stable_sort(x.segments.begin(), x.segments.end(),
                      [](const StageRelaxation::Segment& a, const StageRelaxation::Segment& b) {
-                       return a.rate < b.rate;
+                       return a.s_per_byte < b.s_per_byte;
                      });
     out.weightings.push_back(std::move(x));
   }
@@ -217,12 +219,12 @@ double Searcher::lower_bound(const Config& cf) {
         for (const auto& g : x.segments) {
           const double c = cnt[size_t(g.type)];
           if (c == 0) continue;
-          const double need = c * g.dm;
+          const double need = c * g.added_bytes;
           if (need <= left) {
-            time += c * g.dc;
+            time += c * g.time_change_s;
             left -= need;
           } else {
-            time += c * g.dc * (left / need);
+            time += c * g.time_change_s * (left / need);
             break;
           }
         }

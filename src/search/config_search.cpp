@@ -16,9 +16,9 @@ namespace stratagem::search_detail {
 class ConfigSearch {
  public:
   ConfigSearch(Searcher& searcher, const Config& cf)
-      : s_(searcher),
+      : searcher_(searcher),
         cf_(cf),
-        pd_(searcher.pair(cf.pp, cf.Bm, cf.cpg)),
+        pair_data_(searcher.pair(cf.pp, cf.Bm, cf.cpg)),
         pp_(cf.pp),
         layer_count_(searcher.m_.layers),
         v_(cf.v),
@@ -29,7 +29,7 @@ class ConfigSearch {
         ends_(pp_ == 1 ? std::vector<int>{0} : std::vector<int>{0, pp_ - 1}) {}
 
   void run() {
-    if (pd_.emb.empty()) return;
+    if (pair_data_.emb.empty()) return;
     build_dps();
     solve_rows();
     int best_e = -1;
@@ -66,21 +66,21 @@ class ConfigSearch {
     std::vector<std::pair<double, int>> types;
     stage_type_.assign(pp_, 0);
     for (int s = 0; s < pp_; ++s) {
-      auto key = std::make_pair(s_.in_flight(cf_, s), pd_.stage_geo[s]);
+      auto key = std::make_pair(searcher_.in_flight(cf_, s), pair_data_.stage_geo[s]);
       auto it = type_index.emplace(key, int(types.size())).first;
       if (it->second == int(types.size())) types.push_back(key);
       stage_type_[s] = it->second;
     }
     dps_.resize(types.size());
-    s_.workers_->run(int(types.size()), [&](int i) {
+    searcher_.workers_->run(int(types.size()), [&](int i) {
       const auto [k, gi] = types[size_t(i)];
       // The memory axis reaches a quarter beyond the budget: room for build()'s widening.
-      dps_[size_t(i)] = std::make_unique<StageDp>(
-          stage_problem(s_.tables_, pd_.geos[gi].items, microbatch_count_, k, n_max_, s_.bucket_,
-                        s_.net_budget_ + s_.net_budget_ / 4, s_.o_.max_tr_classes,
-                        s_.o_.max_kept_levels, s_.o_.exact_dp));
+      dps_[size_t(i)] = std::make_unique<StageDp>(stage_problem(
+          searcher_.tables_, pair_data_.geos[gi].items, microbatch_count_, k, n_max_,
+          searcher_.bucket_, searcher_.net_budget_ + searcher_.net_budget_ / 4,
+          searcher_.o_.max_tr_classes, searcher_.o_.max_kept_levels, searcher_.o_.exact_dp));
     });
-    for (const auto& dp : dps_) s_.local_dp_cells_ += int64_t(dp->cells());
+    for (const auto& dp : dps_) searcher_.local_dp_cells_ += int64_t(dp->cells());
   }
   StageDp& dp_of(int s) const { return *dps_[size_t(stage_type_[s])]; }
 
@@ -104,24 +104,25 @@ class ConfigSearch {
   const std::vector<double>& entry(int ei) {
     auto it = entry_cache_.find(ei);
     if (it != entry_cache_.end()) return it->second;
-    const EmbeddingCost& e = pd_.emb[ei];
-    return entry_cache_[ei] = entry_costs(s_.tables_, pd_.geos[pd_.stage_geo[0]].items,
-                                          dp_of(0).problem(), e.st, e.samples, microbatch_count_);
+    const EmbeddingCost& e = pair_data_.emb[ei];
+    return entry_cache_[ei] =
+               entry_costs(searcher_.tables_, pair_data_.geos[pair_data_.stage_geo[0]].items,
+                           dp_of(0).problem(), e.st, e.samples, microbatch_count_);
   }
   // A stage's DP answers for every layer count depend on the embedding strategy only through
   // the memory caps it leaves each DP threshold (whole buckets) and, on stage 0, the entry
   // costs: strategies that agree on them share one row of answers.
   int entry_key(int ei) {
-    if (entry_id_.empty()) entry_id_.assign(pd_.emb.size(), -1);
+    if (entry_id_.empty()) entry_id_.assign(pair_data_.emb.size(), -1);
     if (entry_id_[ei] < 0)
       entry_id_[ei] = entry_ids_.emplace(entry(ei), int(entry_ids_.size())).first->second;
     return entry_id_[ei];
   }
 
   StageAnswer stage_answer(int s, int n, int ei, int64_t shrink) {
-    const EmbeddingCost& e = pd_.emb[ei];
+    const EmbeddingCost& e = pair_data_.emb[ei];
     StageAnswer r;
-    const int64_t room = s_.net_budget_ - emb_states(s, e) - shrink;
+    const int64_t room = searcher_.net_budget_ - emb_states(s, e) - shrink;
     r.a = dp_of(s).best(n, room, e.transient(s, pp_), emb_workspace(s, e),
                         s == 0 ? &entry(ei) : nullptr);
     // On the DP's grid, so that equal stage costs stay equal (stage_dp.hpp).
@@ -145,7 +146,7 @@ class ConfigSearch {
   }
   // An end stage's row with the whole budget, no reserve and (stage 0) the least entry costs.
   const std::vector<double>& least_row(int s) {
-    const auto caps = dp_of(s).caps(s_.net_budget_, 0, 0);
+    const auto caps = dp_of(s).caps(searcher_.net_budget_, 0, 0);
     return s == 0 ? dp_row(s, caps, -2, &least_entry_) : dp_row(s, caps, -1, nullptr);
   }
 
@@ -163,7 +164,7 @@ class ConfigSearch {
       std::vector<StageDp::CostQuery> queries;
     };
     std::vector<Task> tasks;
-    const size_t threads = size_t(s_.workers_->threads());
+    const size_t threads = size_t(searcher_.workers_->threads());
     for (size_t d = 0; d < by_dp.size(); ++d) {
       const auto& qs = by_dp[d];
       const size_t parts = std::min(qs.size(), threads);
@@ -172,7 +173,7 @@ class ConfigSearch {
                                      qs.begin() + long(qs.size() * p / parts),
                                      qs.begin() + long(qs.size() * (p + 1) / parts))});
     }
-    s_.workers_->run(int(tasks.size()), [&](int i) {
+    searcher_.workers_->run(int(tasks.size()), [&](int i) {
       const Task& task = tasks[size_t(i)];
       dps_[size_t(task.dp)]->best_costs(task.queries, n_lo_, n_max_);
     });
@@ -180,9 +181,9 @@ class ConfigSearch {
 
   // The row of stage s under embedding strategy ei (stage_answer(s, n, ei, 0).cost for all n).
   void stage_row(int s, int ei, std::vector<double>& out) {
-    const EmbeddingCost& e = pd_.emb[ei];
-    const auto caps =
-        dp_of(s).caps(s_.net_budget_ - emb_states(s, e), e.transient(s, pp_), emb_workspace(s, e));
+    const EmbeddingCost& e = pair_data_.emb[ei];
+    const auto caps = dp_of(s).caps(searcher_.net_budget_ - emb_states(s, e), e.transient(s, pp_),
+                                    emb_workspace(s, e));
     const auto& row =
         s == 0 ? dp_row(s, caps, entry_key(ei), &entry(ei)) : dp_row(s, caps, -1, nullptr);
     const double c = dp_of(s).quantize(emb_cost(s, e));
@@ -193,7 +194,7 @@ class ConfigSearch {
   // not depend on the embedding strategy), the end stages' at their least and under each
   // embedding strategy.
   void solve_rows() {
-    for (int ei = 0; ei < int(pd_.emb.size()); ++ei) {
+    for (int ei = 0; ei < int(pair_data_.emb.size()); ++ei) {
       const auto& x = entry(ei);
       if (least_entry_.empty()) least_entry_ = x;
       for (size_t c = 0; c < x.size(); ++c) least_entry_[c] = std::min(least_entry_[c], x[c]);
@@ -203,12 +204,12 @@ class ConfigSearch {
     std::vector<double> scratch(size_t(n_max_) + 1);
     for (int s = 1; s + 1 < pp_; ++s) stage_row(s, 0, scratch);
     for (int s : ends_) least_row(s);
-    for (int ei = 0; ei < int(pd_.emb.size()); ++ei)
+    for (int ei = 0; ei < int(pair_data_.emb.size()); ++ei)
       for (int s : ends_) stage_row(s, ei, scratch);
     pending_ = nullptr;
     solve_pending(list);
-    T_.assign(pp_, std::vector<double>(n_max_ + 1, kInf));
-    for (int s = 1; s + 1 < pp_; ++s) stage_row(s, 0, T_[s]);
+    stage_costs_.assign(pp_, std::vector<double>(n_max_ + 1, kInf));
+    for (int s = 1; s + 1 < pp_; ++s) stage_row(s, 0, stage_costs_[s]);
   }
 
   // The partition objective of every embedding strategy has a lower bound that needs no
@@ -220,23 +221,23 @@ class ConfigSearch {
   std::vector<std::pair<double, int>> strategy_order() {
     double s0 = kInf;
     {
-      auto T0 = T_;
-      for (int s : ends_) T0[s] = least_row(s);
-      s0 = min_sum_partition(T0, layer_count_, v_);
+      auto least_end_costs = stage_costs_;
+      for (int s : ends_) least_end_costs[s] = least_row(s);
+      s0 = min_sum_partition(least_end_costs, layer_count_, v_);
     }
-    end_rows_.assign(pd_.emb.size(), {});
+    end_rows_.assign(pair_data_.emb.size(), {});
     std::vector<std::pair<double, int>> order;
-    for (int ei = 0; ei < int(pd_.emb.size()); ++ei) {
+    for (int ei = 0; ei < int(pair_data_.emb.size()); ++ei) {
       auto& er = end_rows_[ei];
       double c = 0, mx = 0;
       for (int s : ends_) {
         er.emplace_back(size_t(n_max_) + 1, kInf);
         stage_row(s, ei, er.back());
-        c += emb_cost(s, pd_.emb[ei]);
+        c += emb_cost(s, pair_data_.emb[ei]);
         mx = std::max(mx, *std::min_element(er.back().begin(), er.back().end()));
       }
       for (int s = 1; s + 1 < pp_; ++s)
-        mx = std::max(mx, *std::min_element(T_[s].begin(), T_[s].end()));
+        mx = std::max(mx, *std::min_element(stage_costs_[s].begin(), stage_costs_[s].end()));
       double lb = kInf;
       if (s0 < kInf && mx < kInf) {
         const double sum = s0 + c;
@@ -256,9 +257,9 @@ class ConfigSearch {
     double best_obj = kInf;
     for (const auto& [lb, ei] : strategy_order()) {
       if (lb == kInf || lb > best_obj * (1 + 1e-9)) break;
-      for (size_t k = 0; k < ends_.size(); ++k) T_[ends_[k]] = end_rows_[ei][k];
+      for (size_t k = 0; k < ends_.size(); ++k) stage_costs_[ends_[k]] = end_rows_[ei][k];
       double obj = kInf;
-      std::vector<int> part = solve_partition(T_, layer_count_, v_, bubble_weight_, &obj);
+      std::vector<int> part = solve_partition(stage_costs_, layer_count_, v_, bubble_weight_, &obj);
       if (!part.empty() && (obj < best_obj || (obj == best_obj && ei < *best_e)))
         best_obj = obj, *best_e = ei, *best_part = part;
     }
@@ -276,11 +277,11 @@ class ConfigSearch {
       if (r.cost == kInf) return false;
       ids[s] = dp_of(s).reconstruct(part[s], r.a, &model[s]);
       reserved[s] = r.a.reserved;
-      model[s] += emb_states(s, pd_.emb[ei]);
+      model[s] += emb_states(s, pair_data_.emb[ei]);
       // Inside each run of one tp (first and last layer fixed: they carry the pass-end
       // costs), larger transient peaks first: a layer's peak sits on the activations of the
       // layers before it only.
-      const GeoData& gd = pd_.geos[pd_.stage_geo[s]];
+      const GeoData& gd = pair_data_.geos[pair_data_.stage_geo[s]];
       auto& q = ids[s];
       for (size_t i = 1; i + 1 < q.size();) {
         size_t j = i;
@@ -319,22 +320,24 @@ class ConfigSearch {
   bool offer(const std::vector<int>& part, int ei, const std::vector<std::vector<int>>& ids,
              const std::vector<int64_t>& model, const std::vector<int64_t>& reserved,
              std::vector<int64_t>& shift, bool& probed) {
-    const int64_t bucket = s_.bucket_;
-    const double frag = 1.0 + s_.c_.gpu.allocator_fragmentation;
-    const int64_t ctx = s_.c_.gpu.context_overhead_bytes;
+    const int64_t bucket = searcher_.bucket_;
+    const double frag = 1.0 + searcher_.c_.gpu.allocator_fragmentation;
+    const int64_t ctx = searcher_.c_.gpu.context_overhead_bytes;
     std::vector<std::vector<LayerStrategy>> seqs(pp_);
     for (int s = 0; s < pp_; ++s)
-      for (int id : ids[s]) seqs[s].push_back(pd_.geos[pd_.stage_geo[s]].items[id].st);
-    Plan p = assemble(s_.m_, s_.o_, pp_, cf_.sched, v_, cf_.Bm, part, seqs, pd_.emb[ei].st);
-    Scored sc = score(s_.m_, s_.c_, p, s_.o_.framework);
-    ++s_.local_scored_;
-    s_.evaluated_.record(p, sc.time, sc.tokens, sc.peak, "dp");
+      for (int id : ids[s])
+        seqs[s].push_back(pair_data_.geos[pair_data_.stage_geo[s]].items[id].st);
+    Plan p = assemble(searcher_.m_, searcher_.o_, pp_, cf_.sched, v_, cf_.Bm, part, seqs,
+                      pair_data_.emb[ei].st);
+    Scored sc = score(searcher_.m_, searcher_.c_, p, searcher_.o_.framework);
+    ++searcher_.local_scored_;
+    searcher_.evaluated_.record(p, sc.time, sc.tokens, sc.peak, "dp");
     // The bound holds for the plans that fit (it assumes the budget).
-    if (s_.fits(sc) && sc.time < cf_.lb * (1 - 1e-9)) ++s_.local_violations_;
-    s_.min_memory_.offer(p, sc, "dp");
+    if (searcher_.fits(sc) && sc.time < cf_.lb * (1 - 1e-9)) ++searcher_.local_violations_;
+    searcher_.min_memory_.offer(p, sc, "dp");
     bool changed = false;
-    if (s_.fits(sc)) {
-      if (s_.full_.wants(sc.time)) s_.full_.offer(make_candidate(p, sc, "dp"));
+    if (searcher_.fits(sc)) {
+      if (searcher_.full_.wants(sc.time)) searcher_.full_.offer(make_candidate(p, sc, "dp"));
       for (int s = 0; s < pp_; ++s) {
         const int64_t truth = int64_t(double(sc.stage_peaks[s] - ctx) / frag);
         // The model overstates a stage by at most its reserved transient peak (a layer's peak
@@ -346,16 +349,16 @@ class ConfigSearch {
       probed = true;
     } else {
       for (int s = 0; s < pp_; ++s)
-        if (sc.stage_peaks[s] > s_.budget_)
-          shift[s] -= int64_t(double(sc.stage_peaks[s] - s_.budget_) / frag) + bucket,
+        if (sc.stage_peaks[s] > searcher_.budget_)
+          shift[s] -= int64_t(double(sc.stage_peaks[s] - searcher_.budget_) / frag) + bucket,
               changed = true;
     }
     return changed;
   }
 
-  Searcher& s_;
+  Searcher& searcher_;
   const Config& cf_;
-  const PairData& pd_;
+  const PairData& pair_data_;
   const int pp_, layer_count_, v_, microbatch_count_, n_max_;
   const int n_lo_;  // layer counts a stage can hold start here (pp == 1: all of them)
   const double bubble_weight_;
@@ -369,7 +372,7 @@ class ConfigSearch {
   // Rows of DP answers by (DP, entry id) and caps.
   std::map<std::pair<std::pair<int, int>, std::vector<int64_t>>, std::vector<double>> rows_;
   std::vector<Pending>* pending_ = nullptr;
-  std::vector<std::vector<double>> T_;  // [stage][layers] the partition's stage costs
+  std::vector<std::vector<double>> stage_costs_;  // [stage][layers] the partition's stage costs
   std::vector<std::vector<std::vector<double>>> end_rows_;  // [strategy] the end stages' rows
 };
 

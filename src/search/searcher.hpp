@@ -157,8 +157,10 @@ struct GeoData {
 // the strategies, and the envelopes' segments in increasing time per byte.
 struct StageRelaxation {
   static constexpr int kTypes = 6;
+  // One edge of an envelope: going along it adds `added_bytes` of memory per position and changes
+  // its time by `time_change_s` (< 0: the envelope falls), `s_per_byte` the ratio.
   struct Segment {
-    double rate, dm, dc;
+    double s_per_byte, added_bytes, time_change_s;
     int type;
   };
   struct Weighting {
