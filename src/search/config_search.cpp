@@ -15,12 +15,12 @@ namespace stratagem::search_detail {
 // (best_partition), and the plans of that partition and of the even one (build).
 class ConfigSearch {
  public:
-  ConfigSearch(Searcher& searcher, const Config& cf)
-      : s_(searcher),
+  ConfigSearch(const ConfigSearchContext& context, const Config& cf, const PairData& pd)
+      : s_(context),
         cf_(cf),
-        pd_(searcher.pair(cf.pp, cf.Bm, cf.cpg)),
+        pd_(pd),
         pp_(cf.pp),
-        layer_count_(searcher.m_.layers),
+        layer_count_(context.m.layers),
         v_(cf.v),
         microbatch_count_(cf.M),
         n_max_(n_max_of(layer_count_, pp_, v_)),
@@ -66,21 +66,21 @@ class ConfigSearch {
     std::vector<std::pair<double, int>> types;
     stage_type_.assign(pp_, 0);
     for (int s = 0; s < pp_; ++s) {
-      auto key = std::make_pair(s_.in_flight(cf_, s), pd_.stage_geo[s]);
+      auto key = std::make_pair(in_flight(cf_, s), pd_.stage_geo[s]);
       auto it = type_index.emplace(key, int(types.size())).first;
       if (it->second == int(types.size())) types.push_back(key);
       stage_type_[s] = it->second;
     }
     dps_.resize(types.size());
-    s_.workers_->run(int(types.size()), [&](int i) {
+    s_.workers.run(int(types.size()), [&](int i) {
       const auto [k, gi] = types[size_t(i)];
       // The memory axis reaches a quarter beyond the budget: room for build()'s widening.
       dps_[size_t(i)] = std::make_unique<StageDp>(
-          stage_problem(s_.tables_, pd_.geos[gi].items, microbatch_count_, k, n_max_, s_.bucket_,
-                        s_.net_budget_ + s_.net_budget_ / 4, s_.o_.max_tr_classes,
-                        s_.o_.max_kept_levels, s_.o_.exact_dp));
+          stage_problem(s_.tables, pd_.geos[gi].items, microbatch_count_, k, n_max_, s_.bucket,
+                        s_.net_budget + s_.net_budget / 4, s_.o.max_tr_classes,
+                        s_.o.max_kept_levels, s_.o.exact_dp));
     });
-    for (const auto& dp : dps_) s_.local_dp_cells_ += int64_t(dp->cells());
+    for (const auto& dp : dps_) s_.dp_cells += int64_t(dp->cells());
   }
   StageDp& dp_of(int s) const { return *dps_[size_t(stage_type_[s])]; }
 
@@ -105,7 +105,7 @@ class ConfigSearch {
     auto it = entry_cache_.find(ei);
     if (it != entry_cache_.end()) return it->second;
     const EmbeddingCost& e = pd_.emb[ei];
-    return entry_cache_[ei] = entry_costs(s_.tables_, pd_.geos[pd_.stage_geo[0]].items,
+    return entry_cache_[ei] = entry_costs(s_.tables, pd_.geos[pd_.stage_geo[0]].items,
                                           dp_of(0).problem(), e.st, e.samples, microbatch_count_);
   }
   // A stage's DP answers for every layer count depend on the embedding strategy only through
@@ -121,7 +121,7 @@ class ConfigSearch {
   StageAnswer stage_answer(int s, int n, int ei, int64_t shrink) {
     const EmbeddingCost& e = pd_.emb[ei];
     StageAnswer r;
-    const int64_t room = s_.net_budget_ - emb_states(s, e) - shrink;
+    const int64_t room = s_.net_budget - emb_states(s, e) - shrink;
     r.a = dp_of(s).best(n, room, e.transient(s, pp_), emb_workspace(s, e),
                         s == 0 ? &entry(ei) : nullptr);
     // On the DP's grid, so that equal stage costs stay equal (stage_dp.hpp).
@@ -145,7 +145,7 @@ class ConfigSearch {
   }
   // An end stage's row with the whole budget, no reserve and (stage 0) the least entry costs.
   const std::vector<double>& least_row(int s) {
-    const auto caps = dp_of(s).caps(s_.net_budget_, 0, 0);
+    const auto caps = dp_of(s).caps(s_.net_budget, 0, 0);
     return s == 0 ? dp_row(s, caps, -2, &least_entry_) : dp_row(s, caps, -1, nullptr);
   }
 
@@ -163,7 +163,7 @@ class ConfigSearch {
       std::vector<StageDp::CostQuery> queries;
     };
     std::vector<Task> tasks;
-    const size_t threads = size_t(s_.workers_->threads());
+    const size_t threads = size_t(s_.workers.threads());
     for (size_t d = 0; d < by_dp.size(); ++d) {
       const auto& qs = by_dp[d];
       const size_t parts = std::min(qs.size(), threads);
@@ -172,7 +172,7 @@ class ConfigSearch {
                                      qs.begin() + long(qs.size() * p / parts),
                                      qs.begin() + long(qs.size() * (p + 1) / parts))});
     }
-    s_.workers_->run(int(tasks.size()), [&](int i) {
+    s_.workers.run(int(tasks.size()), [&](int i) {
       const Task& task = tasks[size_t(i)];
       dps_[size_t(task.dp)]->best_costs(task.queries, n_lo_, n_max_);
     });
@@ -182,7 +182,7 @@ class ConfigSearch {
   void stage_row(int s, int ei, std::vector<double>& out) {
     const EmbeddingCost& e = pd_.emb[ei];
     const auto caps =
-        dp_of(s).caps(s_.net_budget_ - emb_states(s, e), e.transient(s, pp_), emb_workspace(s, e));
+        dp_of(s).caps(s_.net_budget - emb_states(s, e), e.transient(s, pp_), emb_workspace(s, e));
     const auto& row =
         s == 0 ? dp_row(s, caps, entry_key(ei), &entry(ei)) : dp_row(s, caps, -1, nullptr);
     const double c = dp_of(s).quantize(emb_cost(s, e));
@@ -319,22 +319,22 @@ class ConfigSearch {
   bool offer(const std::vector<int>& part, int ei, const std::vector<std::vector<int>>& ids,
              const std::vector<int64_t>& model, const std::vector<int64_t>& reserved,
              std::vector<int64_t>& shift, bool& probed) {
-    const int64_t bucket = s_.bucket_;
-    const double frag = 1.0 + s_.c_.gpu.allocator_fragmentation;
-    const int64_t ctx = s_.c_.gpu.context_overhead_bytes;
+    const int64_t bucket = s_.bucket;
+    const double frag = 1.0 + s_.c.gpu.allocator_fragmentation;
+    const int64_t ctx = s_.c.gpu.context_overhead_bytes;
     std::vector<std::vector<LayerStrategy>> seqs(pp_);
     for (int s = 0; s < pp_; ++s)
       for (int id : ids[s]) seqs[s].push_back(pd_.geos[pd_.stage_geo[s]].items[id].st);
-    Plan p = assemble(s_.m_, s_.o_, pp_, cf_.sched, v_, cf_.Bm, part, seqs, pd_.emb[ei].st);
-    Scored sc = score(s_.m_, s_.c_, p, s_.o_.framework);
-    ++s_.local_scored_;
-    s_.evaluated_.record(p, sc.time, sc.tokens, sc.peak, "dp");
+    Plan p = assemble(s_.m, s_.o, pp_, cf_.sched, v_, cf_.Bm, part, seqs, pd_.emb[ei].st);
+    Scored sc = score(s_.m, s_.c, p, s_.o.framework);
+    ++s_.scored;
+    s_.evaluated.record(p, sc.time, sc.tokens, sc.peak, "dp");
     // The bound holds for the plans that fit (it assumes the budget).
-    if (s_.fits(sc) && sc.time < cf_.lb * (1 - 1e-9)) ++s_.local_violations_;
-    s_.min_memory_.offer(p, sc, "dp");
+    if (s_.fits(sc) && sc.time < cf_.lb * (1 - 1e-9)) ++s_.violations;
+    s_.min_memory.offer(p, sc, "dp");
     bool changed = false;
     if (s_.fits(sc)) {
-      if (s_.full_.wants(sc.time)) s_.full_.offer(make_candidate(p, sc, "dp"));
+      if (s_.full.wants(sc.time)) s_.full.offer(make_candidate(p, sc, "dp"));
       for (int s = 0; s < pp_; ++s) {
         const int64_t truth = int64_t(double(sc.stage_peaks[s] - ctx) / frag);
         // The model overstates a stage by at most its reserved transient peak (a layer's peak
@@ -346,14 +346,14 @@ class ConfigSearch {
       probed = true;
     } else {
       for (int s = 0; s < pp_; ++s)
-        if (sc.stage_peaks[s] > s_.budget_)
-          shift[s] -= int64_t(double(sc.stage_peaks[s] - s_.budget_) / frag) + bucket,
+        if (sc.stage_peaks[s] > s_.budget)
+          shift[s] -= int64_t(double(sc.stage_peaks[s] - s_.budget) / frag) + bucket,
               changed = true;
     }
     return changed;
   }
 
-  Searcher& s_;
+  const ConfigSearchContext& s_;
   const Config& cf_;
   const PairData& pd_;
   const int pp_, layer_count_, v_, microbatch_count_, n_max_;
@@ -374,7 +374,21 @@ class ConfigSearch {
 };
 
 void Searcher::search_config(const Config& cf) {
-  ConfigSearch(*this, cf).run();
+  const ConfigSearchContext context{.m = m_,
+                                    .c = c_,
+                                    .o = o_,
+                                    .tables = tables_,
+                                    .workers = *workers_,
+                                    .budget = budget_,
+                                    .net_budget = net_budget_,
+                                    .bucket = bucket_,
+                                    .full = full_,
+                                    .min_memory = min_memory_,
+                                    .evaluated = evaluated_,
+                                    .scored = local_scored_,
+                                    .dp_cells = local_dp_cells_,
+                                    .violations = local_violations_};
+  ConfigSearch(context, cf, pair(cf.pp, cf.Bm, cf.cpg)).run();
 }
 
 // The least-memory plan of a configuration (only when nothing fits): every stage uses its
