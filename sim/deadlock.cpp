@@ -52,9 +52,10 @@ std::string Engine::describe_stuck(const RankState& r) const {
       }
       case OpKind::collective: {
         const int g = rank_groups_[r.group_row + step_of(sd, op).key];
-        const int id = g >= 0 ? collectives_.instance(g) : -1;
-        if (id >= 0 && !collectives_[id].started) {
-          const Coll& c = collectives_[id];
+        const CollectiveTable& colls = matcher_.collectives();
+        const int id = g >= 0 ? colls.instance(g) : -1;
+        if (id >= 0 && !colls[id].started) {
+          const Coll& c = colls[id];
           os << " waits in " << to_string(o.collective) << " over "
              << to_string(layout_.group(g).kind) << " group [";
           const auto& gr = layout_.group(g).ranks;
@@ -63,7 +64,7 @@ std::string Engine::describe_stuck(const RankState& r) const {
           // Only this process's members are known here; other processes name theirs.
           std::vector<int> missing;
           for (int m : gr) {
-            if (!local(m)) continue;
+            if (!pdes_.local(m)) continue;
             bool in = false;
             for (const Member& mm : c.members) in |= mm.rank == m;
             if (!in) missing.push_back(m);

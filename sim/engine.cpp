@@ -1,12 +1,10 @@
-// The discrete-event simulator's core: setup, the event loop, the PDES window loop, and how a
-// rank's streams start and complete ops (see engine.hpp and sim/README.md).
+// The discrete-event simulator's core: setup, the event loop, and how a rank's streams start and
+// complete ops (see engine.hpp and sim/README.md).
 #include "sim/engine.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -19,21 +17,9 @@ namespace sim {
 
 // ================================================================================ setup ====
 
-void Engine::partition(bool single) {
-  partition_ = partition_ranks(layout_, network_, gpus_per_node_, procs_, my_proc_, options_.mirror,
-                               single, symmetry_.rep_of);
-  for (int r = 0; r < world_size_; ++r) ranks_[r].local_index = -1;
-  for (size_t i = 0; i < partition_.local_ranks.size(); ++i)
-    ranks_[partition_.local_ranks[i]].local_index = int(i);
-}
-
 void Engine::setup() {
   iterations_ = std::max(1, options_.iterations);
-  comm_ = options_.comm;
-  if (comm_ != MPI_COMM_NULL) {
-    MPI_Comm_size(comm_, &procs_);
-    MPI_Comm_rank(comm_, &my_proc_);
-  }
+  pdes_.init(options_.comm);
   const double f =
       options_.interference > 0 ? options_.interference : cluster_.gpu.compute_comm_interference;
   slowed_rate_ = std::clamp<int64_t>(std::llround(double(kS) / std::max(1.0, f)), 1, kS);
@@ -41,11 +27,11 @@ void Engine::setup() {
   if (int(program_.stages.size()) != layout_.pp())
     throw std::runtime_error("simulate: the program has " + std::to_string(program_.stages.size()) +
                              " stages but the layout " + std::to_string(layout_.pp()));
-  if (options_.mirror && procs_ != layout_.world_size())
-    throw InputError("simulate --mirror: the MPI world has " + std::to_string(procs_) +
+  if (options_.mirror && pdes_.procs() != layout_.world_size())
+    throw InputError("simulate --mirror: the MPI world has " + std::to_string(pdes_.procs()) +
                      " processes but the plan needs " + std::to_string(layout_.world_size()) +
                      " (one process per simulated rank)");
-  const bool lookahead = procs_ > 1;  // the PDES lower bounds
+  const bool lookahead = pdes_.procs() > 1;  // the PDES lower bounds
   stages_ = build_stages(program_, costs_, lookahead, consumed_program_);
   world_size_ = layout_.world_size();
   gpus_per_node_ = std::max(1, cluster_.node.gpus_per_node);
@@ -71,32 +57,18 @@ void Engine::setup() {
     for (int m : g.ranks) n += symmetry_.rep_of[m] == m;
     group_sizes.push_back(n);
   }
-  collectives_.init(group_sizes);
-  network_.init(world_size_, gpus_per_node_, this);
-
-  partition(false);
-  bool safe = lookahead_.init(procs_, partition_, ranks_, stages_, rank_groups_, network_);
-  if (procs_ > 1) {
-    int u = !safe, any = 0;
-    MPI_Allreduce(&u, &any, 1, MPI_INT, MPI_MAX, comm_);
-    if (any) {
-      if (options_.mirror)
-        throw InputError(
-            "simulate --mirror: a communication op without latency leaves the "
-            "parallel simulation no lookahead");
-      // Zero-latency communication: no lookahead; process 0 simulates every rank.
-      partition(true);
-      lookahead_.clear(partition_.local_ranks.size());
-    }
-  }
-  mailbox_.init(procs_);
-  for (int r : partition_.local_ranks) {
+  matcher_.init(group_sizes);
+  network_.init(world_size_, gpus_per_node_, &matcher_);
+  pdes_.distribute(layout_, network_, gpus_per_node_, options_.mirror, symmetry_.rep_of, ranks_,
+                   stages_, rank_groups_);
+  const std::vector<int>& local_ranks = pdes_.partition().local_ranks;
+  for (int r : local_ranks) {
     RankState& rk = ranks_[r];
     rk.result.rank = r;
     rk.result.stage = rk.stage;
     memory_.init_peak(rk.result, stages_[rk.stage].workspace_bytes);
   }
-  trace_.init(options_.record_trace, partition_.local_ranks.size());
+  trace_.init(options_.record_trace, local_ranks.size());
 }
 
 // ========================================================================= event loop ====
@@ -106,23 +78,19 @@ SimResult Engine::run() {
   const auto t0 = clock::now();
   setup();
   const auto t1 = clock::now();
-  stats_.processes = procs_;
+  stats_.processes = pdes_.procs();
   now_ = 0;
-  for (int r : partition_.local_ranks) mark_dirty(ranks_[r]);
-  Time last = 0;
-  if (procs_ == 1) {
-    run_until(kNever);
-    last = last_event_;
-  } else {
-    last = run_windows();
-  }
+  for (int r : pdes_.partition().local_ranks) mark_dirty(ranks_[r]);
+  const Time last = pdes_.procs() == 1 ? run_until(kNever) : pdes_.run(*this);
+  stats_.windows = pdes_.windows();
+  stats_.messages = pdes_.messages();
   const auto t2 = clock::now();
   stats_.setup_s = std::chrono::duration<double>(t1 - t0).count();
   stats_.run_s = std::chrono::duration<double>(t2 - t1).count();
   return results(last);
 }
 
-void Engine::run_until(Time H) {
+Time Engine::run_until(Time H) {
   if (!dirty_ranks_.empty()) flush_dirty(now_);
   while (!queue_.empty() && queue_.top().t < H) {
     const Time t = queue_.top().t;
@@ -139,54 +107,14 @@ void Engine::run_until(Time H) {
     } while (!queue_.empty() && queue_.top().t == t);
     flush_dirty(t);
   }
+  return last_event_;
 }
 
-Time Engine::run_windows() {
-  Time last = 0;
-  double t_eot = 0, t_red = 0, t_run = 0, t_x = 0;
-  auto tick = [] { return std::chrono::steady_clock::now(); };
-  auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-  for (;;) {
-    const Time glb = !dirty_ranks_.empty() ? now_ : queue_.empty() ? kNever : queue_.top().t;
-    const bool out = mailbox_.any();
-    auto q0 = tick();
-    const Time eot =
-        std::min(mailbox_.earliest_effect(),
-                 glb == kNever ? kNever
-                               : lookahead_.earliest_output(glb, ranks_, stages_, iterations_,
-                                                            collectives_, transfers_));
-    int64_t loc[3] = {glb, eot, out ? -1 : 0}, glo[3];
-    auto q1 = tick();
-    MPI_Request req;
-    MPI_Iallreduce(loc, glo, 3, MPI_INT64_T, MPI_MIN, comm_, &req);
-    wait_yielding(&req);
-    auto q2 = tick();
-    t_eot += secs(q0, q1);
-    t_red += secs(q1, q2);
-    if (glo[0] == kNever && glo[2] == 0) break;
-    const Time H = glo[1];
-    // With messages waiting to go out the window may be empty: they are sent at its end.
-    if (glo[0] != kNever && H <= glo[0] && glo[2] == 0)
-      throw std::logic_error("simulate: the parallel simulation made no progress at t=" +
-                             std::to_string(H));
-    ++stats_.windows;
-    auto q3 = tick();
-    run_until(H);
-    auto q4 = tick();
-    last = last_event_;
-    // Received events take effect at or after H; apply them at H.
-    if (H != kNever) now_ = std::max(now_, H);
-    for (const Msg& m : mailbox_.exchange(comm_)) apply(m);
-    flush_owners();
-    t_run += secs(q3, q4);
-    t_x += secs(q4, tick());
-  }
-  if (std::getenv("STRATAGEM_SIM_PROFILE"))
-    std::fprintf(stderr,
-                 "process %d: eot %.3f s, allreduce %.3f s, events %.3f s, exchange %.3f s, %zu "
-                 "boundary ranks\n",
-                 my_proc_, t_eot, t_red, t_run, t_x, lookahead_.boundary_ranks());
-  return last;
+void Engine::receive(const std::vector<Msg>& received, Time horizon) {
+  // Received events take effect at or after the horizon; apply them there.
+  if (horizon != kNever) now_ = std::max(now_, horizon);
+  for (const Msg& m : received) matcher_.apply(m, now_);
+  matcher_.flush_owners();
 }
 
 void Engine::flush_dirty(Time t) {
@@ -219,71 +147,15 @@ void Engine::handle(const Ev& e) {
       complete_op(ranks_[e.id], int(e.ver), e.t, false);
       return;
     case kEvColl:
-    case kEvCollDone: {
-      const Coll& c = collectives_[int(e.id)];
-      if (!c.live || e.ver != c.ver) return;
-      if (e.type() == kEvColl)
-        coll_data_done(int(e.id), e.t);
-      else
-        coll_finish(int(e.id), e.t);
-      return;
-    }
+    case kEvCollDone:
     case kEvXfer:
-    case kEvXferDone: {
-      const Xfer& x = transfers_[int(e.id)];
-      if (!x.live || e.ver != x.ver) return;
-      if (e.type() == kEvXfer)
-        xfer_data_done(int(e.id), e.t);
-      else
-        xfer_done(int(e.id), e.t);
+    case kEvXferDone:
+    case kEvDeliver:
+      matcher_.handle(e);
       return;
-    }
     case kEvHost:
       mark_dirty(ranks_[e.id]);
       return;
-    case kEvDeliver: {
-      const Delivery d = deliveries_[int(e.id)];
-      deliveries_.release(int(e.id));
-      deliver(d.dst, d.ch, d.seq, d.arrival, d.xfer, e.t);
-      return;
-    }
-  }
-}
-
-void Engine::apply(const Msg& m) {
-  // The lookahead guarantees that nothing received takes effect before the current horizon.
-  if (m.effect < now_)
-    throw std::logic_error("simulate: a cross-process event for t=" + std::to_string(m.effect) +
-                           " arrived at t=" + std::to_string(now_) + " (lookahead violated)");
-  switch (m.type) {
-    case kMsgArrive: {
-      const int id = collectives_.open(m.i0, m.u, int(partition_.group_procs[m.i0].size()));
-      Coll& c = collectives_[id];
-      ++c.arrived;
-      c.last_arrival = std::max(c.last_arrival, m.t0);
-      if (c.arrived == c.size) coll_start(id, now_);
-      return;
-    }
-    case kMsgFinish: {
-      const int id = collectives_.instance(m.i0);
-      if (id < 0 || collectives_[id].ordinal != m.u)
-        throw std::logic_error("simulate: finish of an unknown collective");
-      Coll& c = collectives_[id];
-      --c.finish_pending;
-      c.value = std::max(c.value, m.t0);
-      if (c.local_done && c.finish_pending == 0)
-        queue_.push(c.value, kEvCollDone, uint32_t(id), c.ver);
-      return;
-    }
-    case kMsgJoin:
-      join_flow(m.i0, m.x, m.y, m.t0, kOwnForeign, -1, 0);
-      return;
-    case kMsgDeliver: {
-      const int id = deliveries_.acquire();
-      deliveries_[id] = {m.i0, m.i1, m.u, m.t0, m.t1};
-      queue_.push(m.t0, kEvDeliver, uint32_t(id), 0);
-      return;
-    }
   }
 }
 
@@ -380,18 +252,18 @@ bool Engine::start_op(RankState& r, const StageData& sd, int s, const Step& step
       return false;
     case OpKind::collective:
       r.running[s] = 1;
-      arrive(r, sd, s, step, t);
+      matcher_.arrive(r, sd, s, step, t);
       return false;
     case OpKind::send:
       r.running[s] = 1;
-      start_send(r, sd, s, step, t);
+      matcher_.start_send(r, sd, s, step, t);
       return false;
     case OpKind::recv:
-      return start_recv(r, sd, s, step, t);
+      return matcher_.start_recv(r, s, step, t);
     case OpKind::copy_d2h:
     case OpKind::copy_h2d:
       r.running[s] = 1;
-      start_copy(r, sd, s, step, t);
+      matcher_.start_copy(r, sd, s, step, t);
       return false;
   }
   return false;

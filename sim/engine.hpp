@@ -1,16 +1,16 @@
 // The simulator's core: owns the layers and runs the event loop (see sim/README.md). The parts
 // it holds each keep one thing: the event queue (EventQueue), each rank's progress (RankState;
 // the rules of its streams in rank_streams.hpp), the network and its shared links (Network),
-// the memory ledger (MemoryLedger), the trace's records (TraceRecorder), the open collectives
-// and transfers (CollectiveTable, TransferPool) and, under MPI, the partition, mailbox and
-// lookahead (pdes.hpp). The engine decides what starting and completing an op does to them.
+// the memory ledger (MemoryLedger), the trace's records (TraceRecorder), the system layer that
+// matches and runs the communication ops (Matcher) and, under MPI, the driver that places the
+// ranks on processes and runs the event loop window by window (PdesDriver). The engine decides
+// what starting and completing an op does to a rank.
 //
 // Layers, top to bottom: the workload (StageData: each stage's Program with its costs), the
 // per-rank progress through it (RankState: streams, compute kernel, memory, accounting), the
-// system layer (collectives matched per group, pipeline sends/recvs matched per channel,
-// host copies; collectives.cpp, transfers.cpp, flows.cpp) and the network (Network: shared
-// links as a fluid model). Under MPI the PDES scheme (pdes.hpp) decides how far each window may
-// run.
+// system layer (Matcher: collectives matched per group, pipeline sends/recvs matched per
+// channel, host copies) and the network (Network: shared links as a fluid model). Under MPI the
+// PDES scheme (pdes.hpp) decides how far each window may run.
 //
 // Same-time completions of a rank are all applied before that rank's streams advance (in
 // stream order), so the outcome depends neither on the order in which same-time events are
@@ -20,15 +20,14 @@
 
 #include <algorithm>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "sim/collectives.hpp"
 #include "sim/event_queue.hpp"
 #include "sim/interference.hpp"
+#include "sim/matcher.hpp"
 #include "sim/memory_timeline.hpp"
 #include "sim/pdes.hpp"
-#include "sim/pool.hpp"
+#include "sim/pdes_driver.hpp"
 #include "sim/rank_state.hpp"
 #include "sim/rank_streams.hpp"
 #include "sim/resources.hpp"
@@ -44,7 +43,7 @@ namespace stratagem::sim {
 std::string deadlock_message(Time last, const std::vector<int>& stuck_ranks, int world,
                              const std::string& desc);
 
-class Engine final : private FlowOwners {
+class Engine final : private CommOps, private WindowedSimulation {
  public:
   // `release` (optional, the same Program as `prog`): its stages' ops are freed once indexed
   // (simulate_consuming()).
@@ -55,18 +54,25 @@ class Engine final : private FlowOwners {
         cluster_(cluster),
         costs_(costs),
         options_(opt),
-        consumed_program_(release) {}
+        consumed_program_(release),
+        matcher_(*this, ranks_, rank_groups_, queue_, network_, pdes_) {}
 
   SimResult run();
 
  private:
   // ---- setup and the event loop (engine.cpp) ----
   void setup();
-  void partition(bool single);
-  void run_until(Time H);
-  Time run_windows();  // the PDES loop; returns the time of the last event
+  Time run_until(Time H) override;  // returns the time of the last event
+  // The window loop's side of it (PdesDriver::run).
+  Time earliest_event() const override {
+    return !dirty_ranks_.empty() ? now_ : queue_.empty() ? kNever : queue_.top().t;
+  }
+  Time earliest_output(Time glb) override {
+    return pdes_.lookahead().earliest_output(glb, ranks_, stages_, iterations_,
+                                             matcher_.collectives(), matcher_.transfers());
+  }
+  void receive(const std::vector<Msg>& received, Time horizon) override;
   void handle(const Ev& e);
-  void apply(const Msg& m);  // an event from another process
   void flush_dirty(Time t);
   void mark_dirty(RankState& r) {
     if (!r.dirty) {
@@ -76,9 +82,11 @@ class Engine final : private FlowOwners {
   }
   void advance(RankState& r, Time t);
   bool start_op(RankState& r, const StageData& sd, int s, const Step& step, Time t);
-  // xfer: how long the op moved data (-1: since it started); waiting for peers is not counted.
-  // inline_: completed while its stream is being advanced, which then goes on by itself.
-  void complete_op(RankState& r, int s, Time t, bool inline_, Time xfer = -1) {
+  // xfer: how long the op moved data (kMovedSinceStart: since it started); waiting for peers is
+  // not counted. inline_: completed while its stream is being advanced, which then goes on by
+  // itself.
+  void complete_op(RankState& r, int s, Time t, bool inline_,
+                   Time xfer = kMovedSinceStart) override {
     const StageData& sd = stages_[r.stage];
     const Step& step = sd.steps[s][r.position[s]];
     trace_.op_done(r.local_index, step.op, r.iteration[s], r.op_start[s], t);
@@ -101,11 +109,6 @@ class Engine final : private FlowOwners {
     ++r.host_iteration;
     r.host_origin = t;
   }
-  // A flow's share of its resource: on a NIC, the rank's flow stands for its node's ranks
-  // that it represents (sim/symmetry.hpp).
-  static int64_t share_of(const RankState& r, const CommSplit& cp) {
-    return cp.link == LinkClass::inter_node ? cp.share * r.nic_mult : cp.share;
-  }
   void refresh_compute(RankState& r, Time now) {
     if (!r.kernel.running || slowed_rate_ == kS) return;
     kernel_consume(r.kernel, r.moving_since, slowed_rate_, now);
@@ -116,37 +119,9 @@ class Engine final : private FlowOwners {
     }
   }
   // Opens (b = when the bytes start moving) or closes (b = kNever) stream s's window.
-  void set_moving_since(RankState& r, int s, Time b, Time now) {
+  void set_moving_since(RankState& r, int s, Time b, Time now) override {
     r.moving_since[s] = b;
     refresh_compute(r, now);
-  }
-
-  // ---- the system layer (collectives.cpp, transfers.cpp) ----
-  void arrive(RankState& r, const StageData& sd, int s, const Step& step, Time t);
-  void coll_start(int id, Time now);
-  void coll_update(int id);
-  void coll_data_done(int id, Time t);  // kEvColl
-  void coll_finish(int id, Time t);
-  int open_xfer(XKind kind, const RankState& r, int s, Time t, const CommSplit& cp);
-  void start_send(RankState& r, const StageData& sd, int s, const Step& step, Time t);
-  void start_copy(RankState& r, const StageData& sd, int s, const Step& step, Time t);
-  bool start_recv(RankState& r, const StageData& sd, int s, const Step& step, Time t);
-  void xfer_data_done(int id, Time t);  // kEvXfer
-  void xfer_done(int id, Time t);       // kEvXferDone
-  void xfer_update(int id);
-  void deliver(int dst, int ch, uint64_t seq, Time a, Time xfer, Time now);
-  // A flow joins a resource (and its replicas on other processes when a local op owns it).
-  void join_flow(int res, int64_t work, int64_t share, Time join, OwnerKind kind, int owner,
-                 int slot);
-  void finish_changed(OwnerKind kind, int32_t owner, int32_t slot, Time fin) override;
-  void mark_owner(OwnerKind kind, int id);
-  void flush_owners();
-
-  // ---- PDES ----
-  bool local(int rank) const { return partition_.local(rank); }
-  void send_msg(int proc, const Msg& m) {
-    mailbox_.send(proc, m);
-    ++stats_.messages;
   }
 
   // ---- results (results.cpp, deadlock.cpp) ----
@@ -165,8 +140,6 @@ class Engine final : private FlowOwners {
   Program* consumed_program_;
 
   int world_size_ = 0, iterations_ = 1, gpus_per_node_ = 1;
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  int procs_ = 1, my_proc_ = 0;
   int64_t slowed_rate_ = kS;  // kernel progress per ns while communication overlaps it
   MemoryLedger memory_;
 
@@ -174,22 +147,16 @@ class Engine final : private FlowOwners {
   std::vector<RankState> ranks_;
   std::vector<int32_t> rank_groups_;
   Symmetry symmetry_;
-  Partition partition_;
   Network network_;
-  CollectiveTable collectives_;
-  TransferPool transfers_;
-  Pool<Delivery> deliveries_;
-  std::vector<std::pair<OwnerKind, int32_t>> owners_to_update_;
   EventQueue queue_;
   std::vector<int> dirty_ranks_, ranks_to_advance_;
   Time now_ = 0;
   Time last_event_ = 0;
 
-  Mailbox mailbox_;
-  Lookahead lookahead_;
-
   SimStats stats_;
   TraceRecorder trace_;
+  PdesDriver pdes_;
+  Matcher matcher_;  // after what it refers to
 };
 
 }  // namespace stratagem::sim

@@ -2,16 +2,16 @@
 // network's changed predictions reach the flows' owners, which re-schedule their completion
 // events once all changes of a step are in (flush_owners), so an owner pushes one event per
 // step rather than one per change.
-#include "sim/engine.hpp"
+#include "sim/matcher.hpp"
 
 namespace stratagem::sim {
 
-void Engine::join_flow(int res, int64_t work, int64_t share, Time join, OwnerKind kind, int owner,
-                       int slot) {
+void Matcher::join_flow(int res, int64_t work, int64_t share, Time join, OwnerKind kind, int owner,
+                        int slot, Time now) {
   // Every process holding a GPU of a node keeps a replica of its NIC's fluid model.
   if (kind != kOwnForeign)
-    for (int p : partition_.res_holders[res])
-      if (p != my_proc_) {
+    for (int p : pdes_.partition().res_holders[res])
+      if (p != pdes_.me()) {
         Msg m{};
         m.type = kMsgJoin;
         m.i0 = res;
@@ -19,12 +19,12 @@ void Engine::join_flow(int res, int64_t work, int64_t share, Time join, OwnerKin
         m.x = work;
         m.y = share;
         m.effect = join;
-        send_msg(p, m);
+        pdes_.send(p, m);
       }
-  network_.join(res, work, share, join, kind, owner, slot, now_);
+  network_.join(res, work, share, join, kind, owner, slot, now);
 }
 
-void Engine::finish_changed(OwnerKind kind, int32_t owner, int32_t slot, Time fin) {
+void Matcher::finish_changed(OwnerKind kind, int32_t owner, int32_t slot, Time fin) {
   if (kind == kOwnColl)
     collectives_[owner].members[slot].fin = fin;
   else
@@ -32,7 +32,7 @@ void Engine::finish_changed(OwnerKind kind, int32_t owner, int32_t slot, Time fi
   mark_owner(kind, owner);
 }
 
-void Engine::mark_owner(OwnerKind kind, int id) {
+void Matcher::mark_owner(OwnerKind kind, int id) {
   bool& dirty = kind == kOwnColl ? collectives_[id].owner_dirty : transfers_[id].owner_dirty;
   if (!dirty) {
     dirty = true;
@@ -40,7 +40,7 @@ void Engine::mark_owner(OwnerKind kind, int id) {
   }
 }
 
-void Engine::flush_owners() {
+void Matcher::flush_owners() {
   for (size_t i = 0; i < owners_to_update_.size(); ++i) {
     const auto [k, id] = owners_to_update_[i];
     if (k == kOwnColl)

@@ -4,7 +4,8 @@
 // affect another (its earliest output time), which latency makes later than the present: a
 // transfer's head separates an arrival from the moment bytes start moving, its tail the end of
 // the data movement from completion, and a send's whole duration its start from the data's
-// arrival. The protocol's receiving side (applying messages) is the engine's.
+// arrival. The window loop and the placement of ranks are PdesDriver's (pdes_driver.hpp), the
+// protocol's receiving side (applying messages) the system layer's (Matcher::apply).
 #pragma once
 #include <mpi.h>
 

@@ -57,26 +57,29 @@ void merge_oom(MPI_Comm comm, int procs, int64_t hbm, SimOom& oom) {
 }  // namespace
 
 SimResult Engine::results(Time last) {
+  const MPI_Comm comm = pdes_.comm();
+  const int procs = pdes_.procs(), me = pdes_.me();
+  const std::vector<int>& local_ranks = pdes_.partition().local_ranks;
   SimResult out;
   out.iterations = iterations_;
   Time end = 0;
-  for (int r : partition_.local_ranks) end = std::max(end, ranks_[r].end_time);
+  for (int r : local_ranks) end = std::max(end, ranks_[r].end_time);
   bool stuck = false;
-  for (int r : partition_.local_ranks) stuck |= unfinished(ranks_[r]);
-  if (procs_ > 1) {
+  for (int r : local_ranks) stuck |= unfinished(ranks_[r]);
+  if (procs > 1) {
     int64_t loc[2] = {end, last}, glo[2];
-    MPI_Allreduce(loc, glo, 2, MPI_INT64_T, MPI_MAX, comm_);
+    MPI_Allreduce(loc, glo, 2, MPI_INT64_T, MPI_MAX, comm);
     end = glo[0];
     last = glo[1];
     int st = stuck, any = 0;
-    MPI_Allreduce(&st, &any, 1, MPI_INT, MPI_MAX, comm_);
+    MPI_Allreduce(&st, &any, 1, MPI_INT, MPI_MAX, comm);
     stuck = any;
   }
   out.makespan_ns = end;
   std::vector<SimRankResult> mine;
   std::vector<int32_t> represented(symmetry_.reduced ? world_size_ : 0, 0);
   for (int m = 0; m < int(represented.size()); ++m) ++represented[symmetry_.rep_of[m]];
-  for (int r : partition_.local_ranks) {
+  for (int r : local_ranks) {
     RankState& rk = ranks_[r];
     rk.result.end_ns = rk.end_time;
     rk.result.ops_executed = int64_t(rk.ops_done);
@@ -89,23 +92,23 @@ SimResult Engine::results(Time last) {
   std::string desc;
   std::vector<int> stuck_ranks;
   if (stuck) {
-    for (int r : partition_.local_ranks) {
+    for (int r : local_ranks) {
       if (!unfinished(ranks_[r])) continue;
       stuck_ranks.push_back(r);
       if (stuck_ranks.size() <= 8) desc += "  " + describe_stuck(ranks_[r]) + "\n";
     }
   }
-  if (procs_ > 1) {
-    gather_vector(comm_, procs_, my_proc_, mine);
-    gather_vector(comm_, procs_, my_proc_, stuck_ranks);
+  if (procs > 1) {
+    gather_vector(comm, procs, me, mine);
+    gather_vector(comm, procs, me, stuck_ranks);
     std::vector<char> all;
-    gather_bytes(comm_, procs_, my_proc_, desc.data(), int(desc.size()), all);
-    if (my_proc_ == 0) desc.assign(all.begin(), all.end());
-    merge_oom(comm_, procs_, memory_.hbm_bytes(), memory_.first_oom());
+    gather_bytes(comm, procs, me, desc.data(), int(desc.size()), all);
+    if (me == 0) desc.assign(all.begin(), all.end());
+    merge_oom(comm, procs, memory_.hbm_bytes(), memory_.first_oom());
     uint64_t sl[4] = {stats_.ops_executed, stats_.heap_events, stats_.messages,
                       stats_.ops_simulated},
              sg[4];
-    MPI_Allreduce(sl, sg, 4, MPI_UINT64_T, MPI_SUM, comm_);
+    MPI_Allreduce(sl, sg, 4, MPI_UINT64_T, MPI_SUM, comm);
     stats_.ops_executed = sg[0];
     stats_.heap_events = sg[1];
     stats_.messages = sg[2];
@@ -113,7 +116,7 @@ SimResult Engine::results(Time last) {
   }
   std::sort(mine.begin(), mine.end(),
             [](const SimRankResult& a, const SimRankResult& b) { return a.rank < b.rank; });
-  if (symmetry_.reduced && (procs_ == 1 || my_proc_ == 0)) {
+  if (symmetry_.reduced && (procs == 1 || me == 0)) {
     // Every rank reports what its representative did.
     std::vector<int32_t> at(world_size_, -1);
     for (size_t i = 0; i < mine.size(); ++i) at[mine[i].rank] = int32_t(i);
@@ -142,8 +145,7 @@ SimResult Engine::results(Time last) {
   }
   out.stats = stats_;
   for (const StageData& sd : stages_) out.host_issue = out.host_issue || sd.host_issue;
-  trace_.move_into(out, partition_.local_ranks,
-                   symmetry_.reduced ? symmetry_.rep_of : std::vector<int32_t>{});
+  trace_.move_into(out, local_ranks, symmetry_.reduced ? symmetry_.rep_of : std::vector<int32_t>{});
   return out;
 }
 

@@ -5,12 +5,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "sim/engine.hpp"
+#include "sim/matcher.hpp"
 
 namespace stratagem::sim {
 
 // A transfer record with the cost split of its op; the caller fills in what its kind needs.
-int Engine::open_xfer(XKind kind, const RankState& r, int s, Time t, const CommSplit& cp) {
+int Matcher::open_xfer(XKind kind, const RankState& r, int s, Time t, const CommSplit& cp) {
   const int id = transfers_.open();
   Xfer& x = transfers_[id];
   x.kind = kind;
@@ -23,7 +23,7 @@ int Engine::open_xfer(XKind kind, const RankState& r, int s, Time t, const CommS
   return id;
 }
 
-void Engine::start_send(RankState& r, const StageData& sd, int s, const Step& step, Time t) {
+void Matcher::start_send(RankState& r, const StageData& sd, int s, const Step& step, Time t) {
   const uint32_t op = step.op;
   const int ch = r.channel_of_key[step.key];
   const int peer = r.channels[ch].peer;
@@ -39,27 +39,27 @@ void Engine::start_send(RankState& r, const StageData& sd, int s, const Step& st
   // The receiver's key for messages from this rank: a cp send arrives from its previous cp rank.
   x.dst_ch = step.key >= 2 ? 3 : q.channels[0].peer == r.rank ? 0 : 1;
   x.seq = r.channels[ch].sent++;
-  x.remote = !local(peer);
-  set_moving_since(r, s, t + cp.head, t);
+  x.remote = !pdes_.local(peer);
+  ops_.set_moving_since(r, s, t + cp.head, t);
   const int res = cp.work > 0 ? network_.resource_of(cp.link, r.rank, OpKind::send) : -1;
   if (res >= 0) {
-    join_flow(res, cp.work * kS, share_of(r, cp), t + cp.head, kOwnXfer, id, 0);
+    join_flow(res, cp.work * kS, flow_share(r, cp), t + cp.head, kOwnXfer, id, 0, t);
   } else {
     x.fin = t + cp.head;
     mark_owner(kOwnXfer, id);
   }
-  if (x.remote) lookahead_.track_transfer(id, x.serial);
+  if (x.remote) pdes_.lookahead().track_transfer(id, x.serial);
   flush_owners();
 }
 
-void Engine::start_copy(RankState& r, const StageData& sd, int s, const Step& step, Time t) {
+void Matcher::start_copy(RankState& r, const StageData& sd, int s, const Step& step, Time t) {
   const CommSplit& cp = comm_of(sd, r.rank_class, step);
   const int id = open_xfer(kXCopy, r, s, t, cp);
   Xfer& x = transfers_[id];
   x.remote = false;
   const int res = cp.work > 0 ? network_.resource_of(cp.link, r.rank, step.kind) : -1;
   if (res >= 0) {
-    join_flow(res, cp.work * kS, cp.share, t + cp.head, kOwnXfer, id, 0);
+    join_flow(res, cp.work * kS, cp.share, t + cp.head, kOwnXfer, id, 0, t);
   } else {
     x.fin = t + cp.head;
     mark_owner(kOwnXfer, id);
@@ -69,7 +69,7 @@ void Engine::start_copy(RankState& r, const StageData& sd, int s, const Step& st
 
 // A local transfer completes at its data's finish plus tail; for a remote receiver the event
 // comes at the finish, when the arrival time becomes known and is sent to its process.
-void Engine::xfer_update(int id) {
+void Matcher::xfer_update(int id) {
   Xfer& x = transfers_[id];
   x.owner_dirty = false;
   if (!x.live || x.sent || x.fin == kNever) return;
@@ -80,18 +80,18 @@ void Engine::xfer_update(int id) {
   }
 }
 
-void Engine::xfer_data_done(int id, Time t) {
+void Matcher::xfer_data_done(int id, Time t) {
   Xfer& x = transfers_[id];
   RankState& r = ranks_[x.rank];
   if (x.kind == kXCopy) {
-    complete_op(r, x.stream, t, false);
+    ops_.complete_op(r, x.stream, t, false, kMovedSinceStart);
     transfers_.close(id);
     return;
   }
   if (!x.remote) {
-    set_moving_since(r, x.stream, kNever, t);
+    ops_.set_moving_since(r, x.stream, kNever, t);
     deliver(x.dst, x.dst_ch, x.seq, t, t - x.start, t);
-    complete_op(r, x.stream, t, false);
+    ops_.complete_op(r, x.stream, t, false, kMovedSinceStart);
     transfers_.close(id);
     return;
   }
@@ -105,22 +105,21 @@ void Engine::xfer_data_done(int id, Time t) {
   m.t0 = a;
   m.t1 = a - x.start;
   m.effect = a;
-  send_msg(partition_.owner[x.dst], m);
+  pdes_.send(pdes_.partition().owner[x.dst], m);
   x.sent = true;
   queue_.push(a, kEvXferDone, uint32_t(id), ++x.ver);
 }
 
-void Engine::xfer_done(int id, Time t) {
+void Matcher::xfer_done(int id, Time t) {
   const Xfer& x = transfers_[id];
   RankState& r = ranks_[x.rank];
-  set_moving_since(r, x.stream, kNever, t);
-  complete_op(r, x.stream, t, false);
+  ops_.set_moving_since(r, x.stream, kNever, t);
+  ops_.complete_op(r, x.stream, t, false, kMovedSinceStart);
   transfers_.close(id);
 }
 
 // Returns whether the recv completed at once (its data had arrived).
-bool Engine::start_recv(RankState& r, const StageData& sd, int s, const Step& step, Time t) {
-  (void)sd;
+bool Matcher::start_recv(RankState& r, int s, const Step& step, Time t) {
   Channel& c = r.channels[r.channel_of_key[step.key]];
   const uint64_t seq = c.recvd++;
   if (c.head < c.fifo.size()) {
@@ -130,7 +129,7 @@ bool Engine::start_recv(RankState& r, const StageData& sd, int s, const Step& st
       c.head = 0;
     }
     if (a.seq != seq) throw std::logic_error("simulate: pipeline messages out of order");
-    complete_op(r, s, t, true, a.xfer);
+    ops_.complete_op(r, s, t, true, a.xfer);
     return true;
   }
   r.running[s] = 1;
@@ -140,12 +139,12 @@ bool Engine::start_recv(RankState& r, const StageData& sd, int s, const Step& st
   return false;
 }
 
-void Engine::deliver(int dst, int ch, uint64_t seq, Time a, Time xfer, Time now) {
+void Matcher::deliver(int dst, int ch, uint64_t seq, Time a, Time xfer, Time now) {
   RankState& r = ranks_[dst];
   Channel& c = r.channels[r.channel_of_key[ch]];
   if (c.waiting && c.wait_seq == seq) {
     c.waiting = false;
-    complete_op(r, c.wait_stream, now, false, xfer);
+    ops_.complete_op(r, c.wait_stream, now, false, xfer);
     return;
   }
   c.fifo.push_back({seq, a, xfer});

@@ -50,7 +50,7 @@ class Envelope {
 
 // Micro-batches whose saved activations a stage holds at its worst moment (per layer): the
 // schedule's chunk passes in flight, each a 1/v of the stage's layers on average.
-double Searcher::in_flight(const Config& cf, int s) const {
+double in_flight(const Config& cf, int s) {
   const ScheduleShape shape = cf.shape();
   return double(shape.passes_in_flight(s)) / shape.vpp;
 }
@@ -61,7 +61,7 @@ double Searcher::in_flight(const Config& cf, int s) const {
 // forward on it, so that peak is at least (the fewest forwards on any chunk) x sum_c A_c: every
 // layer's kept activations that many times. The DP's in_flight is the average count instead,
 // which a chunk of the stage may not reach.
-double Searcher::interleaved_least_in_flight(const Config& cf, int s) const {
+double interleaved_least_in_flight(const Config& cf, int s) {
   const ScheduleShape shape = cf.shape();
   const int in_flight = shape.passes_in_flight(s);
   int least = in_flight;
@@ -100,7 +100,7 @@ constexpr double kStreamWeights[][4] = {{1, 0, 0, 0},     {0.5, 0.5, 0, 0}, {0.5
 //
 // Position types: plain, a chunk's first, a chunk's last, a chunk of one layer, and (once per
 // stage) a chunk's last or a one-layer chunk that holds the peak above.
-StageRelaxation Searcher::relax_stage(const GeoData& gd, double k) {
+StageRelaxation relax_stage(const GeoData& gd, double k) {
   constexpr int kTypes = StageRelaxation::kTypes;
   StageRelaxation out;
   const size_t S = gd.items.size();

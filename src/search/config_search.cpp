@@ -15,12 +15,12 @@ namespace stratagem::search_detail {
 // (best_partition), and the plans of that partition and of the even one (build).
 class ConfigSearch {
  public:
-  ConfigSearch(Searcher& searcher, const Config& cf)
-      : searcher_(searcher),
+  ConfigSearch(const ConfigSearchContext& context, const Config& cf, const PairData& pd)
+      : context_(context),
         cf_(cf),
-        pair_data_(searcher.pair(cf.pp, cf.Bm, cf.cpg)),
+        pair_data_(pd),
         pp_(cf.pp),
-        layer_count_(searcher.m_.layers),
+        layer_count_(context.m.layers),
         v_(cf.v),
         microbatch_count_(cf.M),
         n_max_(n_max_of(layer_count_, pp_, v_)),
@@ -66,21 +66,21 @@ class ConfigSearch {
     std::vector<std::pair<double, int>> types;
     stage_type_.assign(pp_, 0);
     for (int s = 0; s < pp_; ++s) {
-      auto key = std::make_pair(searcher_.in_flight(cf_, s), pair_data_.stage_geo[s]);
+      auto key = std::make_pair(in_flight(cf_, s), pair_data_.stage_geo[s]);
       auto it = type_index.emplace(key, int(types.size())).first;
       if (it->second == int(types.size())) types.push_back(key);
       stage_type_[s] = it->second;
     }
     dps_.resize(types.size());
-    searcher_.workers_->run(int(types.size()), [&](int i) {
+    context_.workers.run(int(types.size()), [&](int i) {
       const auto [k, gi] = types[size_t(i)];
       // The memory axis reaches a quarter beyond the budget: room for build()'s widening.
       dps_[size_t(i)] = std::make_unique<StageDp>(stage_problem(
-          searcher_.tables_, pair_data_.geos[gi].items, microbatch_count_, k, n_max_,
-          searcher_.bucket_, searcher_.net_budget_ + searcher_.net_budget_ / 4,
-          searcher_.o_.max_tr_classes, searcher_.o_.max_kept_levels, searcher_.o_.exact_dp));
+          context_.tables, pair_data_.geos[gi].items, microbatch_count_, k, n_max_, context_.bucket,
+          context_.net_budget + context_.net_budget / 4, context_.o.max_tr_classes,
+          context_.o.max_kept_levels, context_.o.exact_dp));
     });
-    for (const auto& dp : dps_) searcher_.local_dp_cells_ += int64_t(dp->cells());
+    for (const auto& dp : dps_) context_.dp_cells += int64_t(dp->cells());
   }
   StageDp& dp_of(int s) const { return *dps_[size_t(stage_type_[s])]; }
 
@@ -106,7 +106,7 @@ class ConfigSearch {
     if (it != entry_cache_.end()) return it->second;
     const EmbeddingCost& e = pair_data_.emb[ei];
     return entry_cache_[ei] =
-               entry_costs(searcher_.tables_, pair_data_.geos[pair_data_.stage_geo[0]].items,
+               entry_costs(context_.tables, pair_data_.geos[pair_data_.stage_geo[0]].items,
                            dp_of(0).problem(), e.st, e.samples, microbatch_count_);
   }
   // A stage's DP answers for every layer count depend on the embedding strategy only through
@@ -122,7 +122,7 @@ class ConfigSearch {
   StageAnswer stage_answer(int s, int n, int ei, int64_t shrink) {
     const EmbeddingCost& e = pair_data_.emb[ei];
     StageAnswer r;
-    const int64_t room = searcher_.net_budget_ - emb_states(s, e) - shrink;
+    const int64_t room = context_.net_budget - emb_states(s, e) - shrink;
     r.a = dp_of(s).best(n, room, e.transient(s, pp_), emb_workspace(s, e),
                         s == 0 ? &entry(ei) : nullptr);
     // On the DP's grid, so that equal stage costs stay equal (stage_dp.hpp).
@@ -146,7 +146,7 @@ class ConfigSearch {
   }
   // An end stage's row with the whole budget, no reserve and (stage 0) the least entry costs.
   const std::vector<double>& least_row(int s) {
-    const auto caps = dp_of(s).caps(searcher_.net_budget_, 0, 0);
+    const auto caps = dp_of(s).caps(context_.net_budget, 0, 0);
     return s == 0 ? dp_row(s, caps, -2, &least_entry_) : dp_row(s, caps, -1, nullptr);
   }
 
@@ -164,7 +164,7 @@ class ConfigSearch {
       std::vector<StageDp::CostQuery> queries;
     };
     std::vector<Task> tasks;
-    const size_t threads = size_t(searcher_.workers_->threads());
+    const size_t threads = size_t(context_.workers.threads());
     for (size_t d = 0; d < by_dp.size(); ++d) {
       const auto& qs = by_dp[d];
       const size_t parts = std::min(qs.size(), threads);
@@ -173,7 +173,7 @@ class ConfigSearch {
                                      qs.begin() + long(qs.size() * p / parts),
                                      qs.begin() + long(qs.size() * (p + 1) / parts))});
     }
-    searcher_.workers_->run(int(tasks.size()), [&](int i) {
+    context_.workers.run(int(tasks.size()), [&](int i) {
       const Task& task = tasks[size_t(i)];
       dps_[size_t(task.dp)]->best_costs(task.queries, n_lo_, n_max_);
     });
@@ -182,7 +182,7 @@ class ConfigSearch {
   // The row of stage s under embedding strategy ei (stage_answer(s, n, ei, 0).cost for all n).
   void stage_row(int s, int ei, std::vector<double>& out) {
     const EmbeddingCost& e = pair_data_.emb[ei];
-    const auto caps = dp_of(s).caps(searcher_.net_budget_ - emb_states(s, e), e.transient(s, pp_),
+    const auto caps = dp_of(s).caps(context_.net_budget - emb_states(s, e), e.transient(s, pp_),
                                     emb_workspace(s, e));
     const auto& row =
         s == 0 ? dp_row(s, caps, entry_key(ei), &entry(ei)) : dp_row(s, caps, -1, nullptr);
@@ -320,24 +320,24 @@ class ConfigSearch {
   bool offer(const std::vector<int>& part, int ei, const std::vector<std::vector<int>>& ids,
              const std::vector<int64_t>& model, const std::vector<int64_t>& reserved,
              std::vector<int64_t>& shift, bool& probed) {
-    const int64_t bucket = searcher_.bucket_;
-    const double frag = 1.0 + searcher_.c_.gpu.allocator_fragmentation;
-    const int64_t ctx = searcher_.c_.gpu.context_overhead_bytes;
+    const int64_t bucket = context_.bucket;
+    const double frag = 1.0 + context_.c.gpu.allocator_fragmentation;
+    const int64_t ctx = context_.c.gpu.context_overhead_bytes;
     std::vector<std::vector<LayerStrategy>> seqs(pp_);
     for (int s = 0; s < pp_; ++s)
       for (int id : ids[s])
         seqs[s].push_back(pair_data_.geos[pair_data_.stage_geo[s]].items[id].st);
-    Plan p = assemble(searcher_.m_, searcher_.o_, pp_, cf_.sched, v_, cf_.Bm, part, seqs,
+    Plan p = assemble(context_.m, context_.o, pp_, cf_.sched, v_, cf_.Bm, part, seqs,
                       pair_data_.emb[ei].st);
-    Scored sc = score(searcher_.m_, searcher_.c_, p, searcher_.o_.framework);
-    ++searcher_.local_scored_;
-    searcher_.evaluated_.record(p, sc.time, sc.tokens, sc.peak, "dp");
+    Scored sc = score(context_.m, context_.c, p, context_.o.framework);
+    ++context_.scored;
+    context_.evaluated.record(p, sc.time, sc.tokens, sc.peak, "dp");
     // The bound holds for the plans that fit (it assumes the budget).
-    if (searcher_.fits(sc) && sc.time < cf_.lb * (1 - 1e-9)) ++searcher_.local_violations_;
-    searcher_.min_memory_.offer(p, sc, "dp");
+    if (context_.fits(sc) && sc.time < cf_.lb * (1 - 1e-9)) ++context_.violations;
+    context_.min_memory.offer(p, sc, "dp");
     bool changed = false;
-    if (searcher_.fits(sc)) {
-      if (searcher_.full_.wants(sc.time)) searcher_.full_.offer(make_candidate(p, sc, "dp"));
+    if (context_.fits(sc)) {
+      if (context_.full.wants(sc.time)) context_.full.offer(make_candidate(p, sc, "dp"));
       for (int s = 0; s < pp_; ++s) {
         const int64_t truth = int64_t(double(sc.stage_peaks[s] - ctx) / frag);
         // The model overstates a stage by at most its reserved transient peak (a layer's peak
@@ -349,14 +349,14 @@ class ConfigSearch {
       probed = true;
     } else {
       for (int s = 0; s < pp_; ++s)
-        if (sc.stage_peaks[s] > searcher_.budget_)
-          shift[s] -= int64_t(double(sc.stage_peaks[s] - searcher_.budget_) / frag) + bucket,
+        if (sc.stage_peaks[s] > context_.budget)
+          shift[s] -= int64_t(double(sc.stage_peaks[s] - context_.budget) / frag) + bucket,
               changed = true;
     }
     return changed;
   }
 
-  Searcher& searcher_;
+  const ConfigSearchContext& context_;
   const Config& cf_;
   const PairData& pair_data_;
   const int pp_, layer_count_, v_, microbatch_count_, n_max_;
@@ -377,7 +377,21 @@ class ConfigSearch {
 };
 
 void Searcher::search_config(const Config& cf) {
-  ConfigSearch(*this, cf).run();
+  const ConfigSearchContext context{.m = m_,
+                                    .c = c_,
+                                    .o = o_,
+                                    .tables = tables_,
+                                    .workers = *workers_,
+                                    .budget = budget_,
+                                    .net_budget = net_budget_,
+                                    .bucket = bucket_,
+                                    .full = full_,
+                                    .min_memory = min_memory_,
+                                    .evaluated = evaluated_,
+                                    .scored = local_scored_,
+                                    .dp_cells = local_dp_cells_,
+                                    .violations = local_violations_};
+  ConfigSearch(context, cf, pair(cf.pp, cf.Bm, cf.cpg)).run();
 }
 
 // The least-memory plan of a configuration (only when nothing fits): every stage uses its

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "src/search/searcher.hpp"
 #include "stratagem/cost.hpp"
@@ -22,6 +23,15 @@ bool ranks_before(double time_a, int64_t peak_a, const std::string& key_a, doubl
   if (ra != rb) return ra < rb;
   if (peak_a != peak_b) return peak_a < peak_b;
   return key_a < key_b;
+}
+
+std::vector<SearchCandidate> distinct_candidates(const std::vector<const TopK*>& pools) {
+  std::vector<SearchCandidate> out;
+  std::set<std::string> keys;
+  for (const TopK* t : pools)
+    for (const auto& c : t->items())
+      if (keys.insert(c.key).second) out.push_back(c);
+  return out;
 }
 
 double gib(int64_t b) {

@@ -71,11 +71,12 @@ SearchResult Searcher::run() {
   stats_.configs = int64_t(cfs.size());
   // Baselines first: they seed the K-th best time that lets the bound skip configurations.
   baselines();
-  start_early_simulations();
-  struct Joiner {
-    Searcher* s;
-    ~Joiner() { s->finish_early_simulations(); }
-  } joiner{this};
+  // One process with a spare core: the baselines' top candidates are known before the DP search
+  // starts, so a second thread simulates them while it runs (rerank() reuses them). (Under MPI
+  // the baselines merge later.)
+  if (o_.rerank_with_simulator && o_.space == SearchSpace::full && o_.baselines &&
+      rerank_threads() >= 2 && procs_ == 1)
+    simulations_.start_early(distinct_candidates({&megatron_, &zero_, &megatron_ep_}));
   if (!cfs.empty()) {
     workers_ = std::make_unique<Workers>(rerank_threads());
     bound_configs(cfs);
@@ -94,7 +95,10 @@ SearchResult Searcher::run() {
   // Tables the DP workers freed sit in their threads' malloc arenas: back to the system.
   malloc_trim(0);
 #endif
-  finish_early_simulations(/*help=*/true);
+  if (simulations_.finish_early(/*help=*/true)) {
+    stats_.rerank_overlapped_s = simulations_.early_seconds();
+    stats_.plans_simulated_overlapped = simulations_.early_count();
+  }
   rerank(r);
   r.evaluated = evaluated_.plans();
   stats_.search_time_s = seconds_since(t0_);

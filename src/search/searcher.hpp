@@ -8,6 +8,7 @@
 //   baselines.cpp      the uniform Megatron and ZeRO-3 spaces
 //   merge.cpp          merging what the MPI processes found
 //   rerank.cpp         the simulator re-rank of the top candidates
+//   simulation_scheduler.cpp  its simulations on threads, early ones beside the DP search
 //   search.cpp         the public entry points and JSON
 //
 // Work units. An outer configuration is (pp, Bm, schedule, v) where Bm is the number of samples
@@ -41,20 +42,18 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "src/core/schedule.hpp"
 #include "src/search/evaluated.hpp"
 #include "src/search/layer_costs.hpp"
+#include "src/search/simulation_scheduler.hpp"
 #include "src/search/stage_dp.hpp"
 #include "src/search/workers.hpp"
 #include "stratagem/search.hpp"
@@ -146,6 +145,9 @@ struct MinMemory {
   }
 };
 
+// The candidates of the pools, in order, each key once.
+std::vector<SearchCandidate> distinct_candidates(const std::vector<const TopK*>& pools);
+
 // ---- (pp, Bm) cost tables ---------------------------------------------------------------------
 
 struct GeoData {
@@ -195,7 +197,36 @@ struct Config {
   ScheduleShape shape() const { return {pp, v, sched, M}; }
 };
 
-class ConfigSearch;
+// The space's pipeline degrees and micro-batch sizes (Bm).
+std::vector<int> pp_list(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o);
+std::vector<int> bm_list(const SearchOptions& o);
+// The baseline spaces (baselines.cpp): uniform Megatron-style plans, ZeRO-3 data parallelism.
+std::vector<Plan> megatron_plans(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o);
+std::vector<Plan> zero_plans(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o);
+// Micro-batches whose saved activations stage s holds at its worst moment, and the least of
+// them under the interleaved schedule (bounds.cpp).
+double in_flight(const Config& cf, int s);
+double interleaved_least_in_flight(const Config& cf, int s);
+// The lower bound's relaxation of a stage with k micro-batches in flight (bounds.cpp).
+StageRelaxation relax_stage(const GeoData& gd, double k);
+
+// What one configuration's search (ConfigSearch, config_search.cpp) reads, and where it leaves
+// what it finds: these parts of the Searcher rather than the Searcher.
+struct ConfigSearchContext {
+  const ModelSpec& m;
+  const ClusterSpec& c;
+  const SearchOptions& o;
+  const CostTables& tables;
+  Workers& workers;                    // its DPs and DP queries run on them
+  int64_t budget, net_budget, bucket;  // bytes (Searcher: the same names)
+  TopK& full;
+  MinMemory& min_memory;
+  EvaluatedLog& evaluated;
+  int64_t& scored;      // plans scored
+  int64_t& dp_cells;    // cells of the stage DPs built
+  int64_t& violations;  // plans that fit, faster than the configuration's lower bound
+  bool fits(const Scored& s) const { return s.peak <= budget; }
+};
 
 class Searcher {
  public:
@@ -211,7 +242,8 @@ class Searcher {
         full_(o.top_k),
         megatron_(o.top_k),
         zero_(o.top_k),
-        megatron_ep_(o.top_k) {
+        megatron_ep_(o.top_k),
+        simulations_(m, c, o.framework, budget) {
     filter_.tp_degrees = o.tp_degrees;
     filter_.zero_stages = o.zero_stages;
     filter_.recompute = o.recompute;
@@ -243,15 +275,12 @@ class Searcher {
   }
 
   SearchResult run();
-  friend class ConfigSearch;  // one configuration's search (config_search.cpp)
 
   // Exhaustive enumeration (for_each_plan).
   void enumerate(const std::function<void(const Plan&)>& visit);
 
  private:
   // space
-  std::vector<int> pp_list() const;
-  std::vector<int> bm_list() const;
   std::vector<Config> configs() const;
   const PairData& pair(int pp, int Bm, int cpg = 0);
   PairData& pair_mutable(int pp, int Bm, int cpg = 0);
@@ -262,18 +291,13 @@ class Searcher {
     f.cp_tp = cp_groups_[size_t(cpg)].second;
     return f;
   }
-  double in_flight(const Config& cf, int s) const;
-  double interleaved_least_in_flight(const Config& cf, int s) const;
   double lower_bound(const Config& cf);
-  static StageRelaxation relax_stage(const GeoData& gd, double k);
   void bound_configs(std::vector<Config>& cfs);
   void search_configs(std::vector<Config>& cfs);
   [[noreturn]] void throw_no_plan_fits(const std::vector<Config>& cfs);
   void search_config(const Config& cf);
   void min_memory_config(const Config& cf);
   void baselines();
-  std::vector<Plan> megatron_plans() const;
-  std::vector<Plan> zero_plans() const;
   bool fits(const Scored& s) const { return s.peak <= budget_; }
   void consider(const Plan& p, const char* origin, TopK* space_pool);
   void tick(const char* what);
@@ -281,11 +305,7 @@ class Searcher {
   std::string pack() const;
   void merge(const std::vector<std::string>& parts);
   void rerank(SearchResult& r);
-  std::vector<SearchCandidate> rerank_set() const;
-  std::vector<size_t> left_to_simulate(std::vector<SearchCandidate>& set) const;
-  void simulate_on_threads(std::vector<SearchCandidate>& set, const std::vector<size_t>& todo);
   void rerank_progress(size_t done, size_t total, int threads);
-  void gather_simulations(std::vector<SearchCandidate>& set, const std::vector<size_t>& todo) const;
   void rank_result(const std::vector<SearchCandidate>& set, SearchResult& r) const;
   // The pool of the space searched (o_.space).
   const TopK& own_pool() const {
@@ -294,13 +314,6 @@ class Searcher {
                                                : zero_;
   }
   int rerank_threads() const;
-  // One process with a spare core: the baselines' top candidates are known before the DP
-  // search starts, so a second thread simulates them while it runs (rerank() reuses them).
-  void start_early_simulations();
-  // help: this thread takes the simulations still waiting, beside the early thread (after the
-  // DP search, whose tables are gone).
-  void finish_early_simulations(bool help = false);
-  void early_work(bool smallest_first);
 
   const ModelSpec& m_;
   const ClusterSpec& c_;
@@ -324,19 +337,12 @@ class Searcher {
   int rank_ = 0, procs_ = 1;
   Clock::time_point t0_ = Clock::now(), last_progress_ = Clock::now();
   int64_t progress_done_ = 0, progress_total_ = 0;
-  std::thread early_thread_;
-  std::vector<SearchCandidate> early_;  // simulated by early_work() (valid once joined)
-  std::exception_ptr early_failed_;
-  double early_s_ = 0;  // wall time of the early simulations
-  Clock::time_point early_t0_;
-  std::mutex early_mutex_;  // guards what follows, early_failed_ and early_s_
-  std::condition_variable early_cv_;
-  size_t early_next_ = 0;  // early_[early_next_, early_end_) are left to simulate
-  size_t early_end_ = 0;
-  int64_t early_mem_free_ = 0;  // estimated bytes the simulations running may still take
   // The threads a configuration's independent DPs and DP queries run on, during the DP
   // search (rerank_threads() of them: the cores this process may use).
   std::unique_ptr<Workers> workers_;
+  // The re-rank's simulations; on one process with a spare core the baselines' start beside
+  // the DP search (run()).
+  SimulationScheduler simulations_;
 };
 
 // The largest layer count the search gives one stage of a pp-stage pipeline.

@@ -55,20 +55,20 @@ Plan assemble(const ModelSpec& m, const SearchOptions& o, int pp, Schedule sched
   return p;
 }
 
-std::vector<int> Searcher::pp_list() const {
+std::vector<int> pp_list(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o) {
   std::vector<int> out;
-  for (int pp : divisors(c_.world_size())) {
-    if (pp > m_.layers) continue;
-    if (!o_.pp_degrees.empty() && !contains(o_.pp_degrees, pp)) continue;
+  for (int pp : divisors(c.world_size())) {
+    if (pp > m.layers) continue;
+    if (!o.pp_degrees.empty() && !contains(o.pp_degrees, pp)) continue;
     out.push_back(pp);
   }
   return out;
 }
 
-std::vector<int> Searcher::bm_list() const {
+std::vector<int> bm_list(const SearchOptions& o) {
   std::vector<int> out;
-  for (int b : divisors(o_.global_batch)) {
-    if (!o_.micro_batches.empty() && !contains(o_.micro_batches, b)) continue;
+  for (int b : divisors(o.global_batch)) {
+    if (!o.micro_batches.empty() && !contains(o.micro_batches, b)) continue;
     out.push_back(b);
   }
   return out;
@@ -77,9 +77,9 @@ std::vector<int> Searcher::bm_list() const {
 std::vector<Config> Searcher::configs() const {
   std::vector<Config> out;
   const int world = c_.world_size();
-  for (int pp : pp_list()) {
+  for (int pp : pp_list(m_, c_, o_)) {
     const int D = world / pp;
-    for (int Bm : bm_list())
+    for (int Bm : bm_list(o_))
       for (int cpg = 0; cpg < int(cp_groups_.size()); ++cpg) {
         if (tp_degrees_for(m_, c_, D, Bm, filter_for(cpg)).empty()) continue;
         const int M = o_.global_batch / Bm;
