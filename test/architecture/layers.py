@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Layers point one way (docs/ARCHITECTURE.md): every #include of src/, sim/ and
-include/stratagem/ must follow an allowed arrow. Prints each include that does not and exits 1.
+include/stratagem/ must follow an allowed arrow, and a part's private headers (src/<part>/, sim/)
+are included by that part alone. Prints each include that does not and exits 1.
 
 `layers.py [REPO]`: REPO defaults to the folder two levels above this file.
 """
@@ -33,7 +34,9 @@ HEADER_PART = {
     "limits": "core", "model": "core", "plan": "core", "program": "core", "version": "core",
     "workload": "core", "workload_moe": "core", "schedule": "core",
     "cost": "cost", "estimate": "cost",
-    "checkpoint": "io", "trace": "io", "spec_json": "io",
+    "layer_cost": "cost",
+    "checkpoint": "io", "trace": "io", "spec_json": "io", "loaders": "io", "json_reader": "io",
+    "input_file": "io", "output_file": "io", "hdf5_util": "io", "hdf5_guard": "io",
     "simulate": "sim",
     "backend": "runtime", "comm": "runtime", "cuda_device": "runtime", "data": "runtime",
     "executor": "runtime", "kernel_math": "runtime", "optimizer": "runtime",
@@ -42,6 +45,10 @@ HEADER_PART = {
     "moe_math": "runtime", "moe_block": "runtime", "moe_dispatch": "runtime",
     "search": "search", "profile": "profile", "report": "report", "interop": "interop",
 }
+
+
+def is_private(inc):
+    return inc.startswith(("src/", "sim/"))
 
 
 def part_of_include(inc):
@@ -87,6 +94,12 @@ def main():
                     target = part_of_include(inc)
                     if target and target != part and target not in ALLOWED[part]:
                         print(f"{rel}:{n}: {part} -> {target} ({inc}) is not an allowed arrow")
+                        bad += 1
+                    elif is_private(inc) and (target != part or top == "include/stratagem"):
+                        # A public header hands what it includes to every user; another part
+                        # reaches a part through its public headers (include/stratagem/).
+                        print(f"{rel}:{n}: {part} includes {inc}, private to {target}: "
+                              f"use or add a public header in include/stratagem/")
                         bad += 1
     print(f"layers: {checked} includes checked, {bad} against the arrows")
     return 1 if bad else 0

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "stratagem/loaders.hpp"
 #include "stratagem/program.hpp"
 
 using namespace stratagem;
