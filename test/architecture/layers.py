@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Layers point one way (docs/ARCHITECTURE.md): every #include of src/, sim/ and
-include/stratagem/ must follow an allowed arrow, and a part's private headers (src/<part>/, sim/)
-are included by that part alone. Prints each include that does not and exits 1.
+include/stratagem/ must follow an allowed arrow, a part's private headers (src/<part>/, sim/)
+are included by that part alone, and the parts' CMake libraries (stratagem_part in
+CMakeLists.txt) link exactly the parts ALLOWED names. Prints each place that does not and exits 1.
+The build runs it before compiling any part (target stratagem_layers), and links each part alone
+with its allowed parts (stratagem_link_check_<part>), so that a wrong arrow fails `cmake --build`.
 
 `layers.py [REPO]`: REPO defaults to the folder two levels above this file.
 """
@@ -62,6 +65,46 @@ def part_of_include(inc):
     return None
 
 
+def check_cmake(repo):
+    """The parts' libraries in CMakeLists.txt, `stratagem_part(NAME [PARTS ...] [LIBS ...])`,
+    link exactly the parts ALLOWED names (the link check then holds the code to them), and a part
+    with FORBIDDEN_LIBS links none of them."""
+    path = os.path.join(repo, "CMakeLists.txt")
+    if not os.path.exists(path):
+        return 0
+    text = open(path, encoding="utf-8").read()
+    bad, declared = 0, {}
+    for m in re.finditer(r"^stratagem_part\(([^)]*)\)", text, re.M):
+        words = m.group(1).split()
+        line = text.count("\n", 0, m.start()) + 1
+        part, parts, libs, section = words[0], set(), [], None
+        for w in words[1:]:
+            if w in ("PARTS", "LIBS"):
+                section = w
+            elif section == "PARTS":
+                parts.add(w)
+            else:
+                libs.append(w)
+        declared[part] = line
+        if part not in ALLOWED:
+            print(f"CMakeLists.txt:{line}: stratagem_part({part}) is no part of layers.py")
+            bad += 1
+            continue
+        if parts != ALLOWED[part]:
+            print(f"CMakeLists.txt:{line}: stratagem_{part} links parts {sorted(parts)}, "
+                  f"layers.py allows {sorted(ALLOWED[part])}")
+            bad += 1
+        for lib in libs:
+            if any(f in lib.lower() for f in ("nlohmann", "hdf5")) and part in FORBIDDEN_LIBS:
+                print(f"CMakeLists.txt:{line}: {part} must not link {lib}")
+                bad += 1
+    for part in ALLOWED:
+        if part != "cli" and part not in declared:
+            print(f"CMakeLists.txt: no stratagem_part({part})")
+            bad += 1
+    return bad
+
+
 def main():
     repo = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
     bad = checked = 0
@@ -101,6 +144,7 @@ def main():
                         print(f"{rel}:{n}: {part} includes {inc}, private to {target}: "
                               f"use or add a public header in include/stratagem/")
                         bad += 1
+    bad += check_cmake(repo)
     print(f"layers: {checked} includes checked, {bad} against the arrows")
     return 1 if bad else 0
 
