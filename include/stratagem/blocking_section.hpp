@@ -26,7 +26,7 @@ std::string not_arrived(MPI_Comm comm);
 std::string not_arrived(int me, int size);
 
 // A section with its own bound, independent of the communication timeout (a read of an HDF5
-// file that libhdf5 may loop on forever: src/io/hdf5_guard.hpp): past `timeout_s` the process
+// file that libhdf5 may loop on forever: stratagem/hdf5_guard.hpp): past `timeout_s` the process
 // prints the prefix and `message` as one line and exits with `exit_code`.
 struct SectionBound {
   double timeout_s = 0;

@@ -86,9 +86,6 @@ struct ClusterSpec {
   double internode_gbps_per_gpu() const;
 };
 
-// Loads a built-in cluster by name (data/clusters/<name>.json) or a JSON file path; throws
-// InputError naming the file and the field (src/io/cluster_json.cpp; the JSON form is in
-// stratagem/spec_json.hpp).
-ClusterSpec load_cluster(const std::string& name_or_path);
+// Loading a cluster from a file is io's part: stratagem/loaders.hpp.
 
 }  // namespace stratagem

@@ -59,9 +59,6 @@ struct FrameworkSpec {
   bool host_issue_modelled() const { return host_layer_forward_s() + host_layer_backward_s() > 0; }
 };
 
-// Loads a built-in framework by name (data/frameworks/<name>.json) or a JSON file path.
-// Throws InputError naming the file and the field on any problem (src/io/framework_json.cpp;
-// the JSON form is in stratagem/spec_json.hpp).
-FrameworkSpec load_framework(const std::string& name_or_path);
+// Loading a framework from a file is io's part: stratagem/loaders.hpp.
 
 }  // namespace stratagem

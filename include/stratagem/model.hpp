@@ -113,10 +113,8 @@ struct ModelSpec {
   double flops_per_token() const;
 };
 
-// Loads a built-in model by name (data/models/<name>.json) or a JSON file path.
-// Throws InputError naming the file and the field on any problem. Reading files is io's part
-// (src/io/model_json.cpp); the JSON form is in stratagem/spec_json.hpp.
-ModelSpec load_model(const std::string& name_or_path);
+// Loading a model from a file is io's part: stratagem/loaders.hpp.
+
 // Checks internal consistency (divisibility etc.); `source` names where it came from.
 void validate(const ModelSpec& m, const std::string& source);
 

@@ -123,8 +123,8 @@ Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterS
 // Even split of `layers` into `chunks` contiguous ranges (earlier chunks take the remainder).
 std::vector<LayerRange> even_chunks(int layers, int chunks);
 
-// Reads a plan file (src/io/plan_json.cpp; the JSON form is in stratagem/spec_json.hpp).
-Plan load_plan(const std::string& path, const ModelSpec& m);
+// Loading a plan from a file is io's part: stratagem/loaders.hpp.
+
 // A schedule or recompute name (as in plan files and flags); `where` names it in errors.
 Schedule schedule_from(const std::string& s, const std::string& where);
 Recompute recompute_from(const std::string& s, const std::string& where);

@@ -1,7 +1,7 @@
 // The specs in JSON: parsing (strict: every field typed and range-checked, unknown fields are
 // errors, messages name the source and the field) and writing. Implemented in src/io/, so that
 // the specs themselves (model.hpp, cluster.hpp, framework.hpp, plan.hpp) depend on no JSON
-// library. Loading a spec from a file by name or path is declared beside each spec.
+// library. Loading a spec from a file by name or path: stratagem/loaders.hpp.
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 #include <string>

@@ -45,7 +45,7 @@ struct MemorySample {
 OpRecord make_record(const Op& op, int iteration, int64_t start_ns, int64_t end_ns);
 
 // Written to a temporary name beside `path` and renamed into place by close(), as every output
-// is (src/io/output_file.hpp): a failed write (a full disk) leaves the previous trace at `path`
+// is (stratagem/output_file.hpp): a failed write (a full disk) leaves the previous trace at `path`
 // as it was, and no half-written or empty file under the name.
 class Writer {
  public:
@@ -86,7 +86,7 @@ class Reader {
   int64_t file_ = -1;
   std::string path_;
   // Written without a digest, so not verified before libhdf5 reads it: every libhdf5 call on
-  // it runs in a child process, bounded in time (src/io/hdf5_guard.hpp), and file_ stays -1.
+  // it runs in a child process, bounded in time (stratagem/hdf5_guard.hpp), and file_ stays -1.
   bool unverified_ = false;
   // What is left of the bound on libhdf5's time in an unverified file (all children together).
   mutable double hdf5_budget_s_ = 0;

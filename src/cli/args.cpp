@@ -8,6 +8,7 @@
 #include "stratagem/error.hpp"
 #include "stratagem/interop.hpp"
 #include "stratagem/limits.hpp"
+#include "stratagem/loaders.hpp"
 
 namespace stratagem::cli {
 

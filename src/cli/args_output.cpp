@@ -1,5 +1,5 @@
 // Output flags: every file a command writes is checked once, before any work, by one rule
-// (src/io/output_file.hpp), and an output that names the same file as another argument (an
+// (stratagem/output_file.hpp), and an output that names the same file as another argument (an
 // input, or a second output) is refused: `tokenize x -o x` or `train --data f --trace f` would
 // destroy the input. So is one that is the file a built-in name resolved to (--model gpt2-124m
 // with -o data/models/gpt2-124m.json), and one inside a folder the run owns (train's
@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "src/cli/args.hpp"
-#include "src/io/output_file.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/output_file.hpp"
 
 namespace stratagem::cli {
 

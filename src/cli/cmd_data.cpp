@@ -1,8 +1,8 @@
 #include <cstdio>
 
 #include "src/cli/command.hpp"
-#include "src/io/input_file.hpp"
 #include "stratagem/data.hpp"
+#include "stratagem/input_file.hpp"
 
 namespace stratagem::cli {
 namespace {

@@ -2,9 +2,9 @@
 
 #include "src/cli/command.hpp"
 #include "src/cli/model_support.hpp"
-#include "src/io/output_file.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
+#include "stratagem/output_file.hpp"
 #include "stratagem/spec_json.hpp"
 
 namespace stratagem::cli {

@@ -2,10 +2,10 @@
 #include <nlohmann/json.hpp>
 
 #include "src/cli/command.hpp"
-#include "src/io/json_reader.hpp"
-#include "src/io/output_file.hpp"
 #include "stratagem/interop.hpp"
+#include "stratagem/json_reader.hpp"
 #include "stratagem/limits.hpp"
+#include "stratagem/output_file.hpp"
 #include "stratagem/spec_json.hpp"
 #include "stratagem/workload.hpp"
 

@@ -6,12 +6,12 @@
 #include "src/cli/command.hpp"
 #include "src/cli/memory_check.hpp"
 #include "src/cli/model_support.hpp"
-#include "src/io/input_file.hpp"
-#include "src/io/output_file.hpp"
 #include "stratagem/estimate.hpp"
+#include "stratagem/input_file.hpp"
 #include "stratagem/interop.hpp"
 #include "stratagem/layout.hpp"
 #include "stratagem/limits.hpp"
+#include "stratagem/output_file.hpp"
 #include "stratagem/spec_json.hpp"
 
 namespace stratagem::cli {

@@ -5,7 +5,8 @@
 
 #include "src/cli/command.hpp"
 #include "src/cli/launch.hpp"
-#include "src/io/output_file.hpp"
+#include "stratagem/loaders.hpp"
+#include "stratagem/output_file.hpp"
 #include "stratagem/profile.hpp"
 
 namespace stratagem::cli {

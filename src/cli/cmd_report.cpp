@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "src/cli/command.hpp"
-#include "src/io/output_file.hpp"
+#include "stratagem/output_file.hpp"
 #include "stratagem/report.hpp"
 
 namespace stratagem::cli {

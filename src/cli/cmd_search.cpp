@@ -11,8 +11,8 @@
 #include "src/cli/command.hpp"
 #include "src/cli/memory_check.hpp"
 #include "src/cli/model_support.hpp"
-#include "src/io/output_file.hpp"
 #include "stratagem/limits.hpp"
+#include "stratagem/output_file.hpp"
 #include "stratagem/search.hpp"
 
 namespace stratagem::cli {

@@ -11,10 +11,10 @@
 #include "src/cli/launch.hpp"
 #include "src/cli/memory_check.hpp"
 #include "src/cli/model_support.hpp"
-#include "src/io/json_reader.hpp"
 #include "stratagem/backend.hpp"
 #include "stratagem/checkpoint.hpp"
 #include "stratagem/cuda_device.hpp"
+#include "stratagem/json_reader.hpp"
 #include "stratagem/stop_signal.hpp"
 #include "stratagem/trainer.hpp"
 

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "src/cli/command.hpp"
-#include "src/io/hdf5_util.hpp"
-#include "src/io/output_file.hpp"
 #include "stratagem/cuda_device.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/hdf5_util.hpp"
+#include "stratagem/output_file.hpp"
 #include "stratagem/simulate.hpp"
 #include "stratagem/version.hpp"
 #include "stratagem/watchdog.hpp"
@@ -321,7 +321,7 @@ int main(int argc, char** argv) {
   int code = stratagem::kExitOk;
   // The watchdog over the collectives a command guards (a checkpoint's, a digest's) and its
   // bounded sections (a damaged HDF5 file that libhdf5 never finishes reading:
-  // src/io/hdf5_guard.hpp), bounded by --comm-timeout-s once it is parsed; `train` sets its own
+  // stratagem/hdf5_guard.hpp), bounded by --comm-timeout-s once it is parsed; `train` sets its own
   // prefix.
   const std::string prefix =
       stratagem::cli::world_size() == 1

@@ -5,8 +5,8 @@
 #include <tuple>
 #include <utility>
 
-#include "src/core/schedule.hpp"
 #include "src/core/stage_builder.hpp"
+#include "stratagem/schedule.hpp"
 
 namespace stratagem::program_detail {
 

@@ -1,4 +1,4 @@
-#include "src/core/schedule.hpp"
+#include "stratagem/schedule.hpp"
 
 #include <algorithm>
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "src/core/schedule.hpp"
 #include "src/cost/layer_cost.hpp"
+#include "stratagem/schedule.hpp"
 #include "stratagem/workload_moe.hpp"
 
 namespace stratagem::cost_detail {

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "src/io/json_reader.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/interop.hpp"
+#include "stratagem/json_reader.hpp"
 #include "stratagem/limits.hpp"
 #include "stratagem/spec_json.hpp"
 

@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "src/io/output_file.hpp"
+#include "stratagem/output_file.hpp"
 
 namespace stratagem::io {
 

@@ -5,7 +5,7 @@
 
 namespace stratagem::io {
 
-// As io::write_output (src/io/output_file.hpp): regular files only, every write checked.
+// As io::write_output (stratagem/output_file.hpp): regular files only, every write checked.
 void write_file_atomic(const std::string& path, const std::string& contents);
 // "<dir>/.<name>.tmp.<pid>" beside the target, on the same filesystem so rename is atomic.
 std::string temporary_path_for(const std::string& path);

@@ -19,11 +19,11 @@
 
 #include "src/io/checkpoint_files.hpp"
 #include "src/io/file_digest.hpp"
-#include "src/io/hdf5_util.hpp"
-#include "src/io/json_reader.hpp"
-#include "src/io/output_file.hpp"
 #include "stratagem/blocking_section.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/hdf5_util.hpp"
+#include "stratagem/json_reader.hpp"
+#include "stratagem/output_file.hpp"
 
 namespace stratagem {
 

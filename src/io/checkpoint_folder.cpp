@@ -14,10 +14,10 @@
 #include <fstream>
 
 #include "src/io/checkpoint_files.hpp"
-#include "src/io/input_file.hpp"
-#include "src/io/output_file.hpp"
 #include "stratagem/checkpoint.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/input_file.hpp"
+#include "stratagem/output_file.hpp"
 
 namespace stratagem {
 

@@ -1,8 +1,9 @@
 // FrameworkSpec from and to JSON, and loading a framework file (see stratagem/spec_json.hpp).
 #include <nlohmann/json.hpp>
 
-#include "src/io/json_reader.hpp"
 #include "stratagem/framework.hpp"
+#include "stratagem/json_reader.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/spec_json.hpp"
 

@@ -1,5 +1,5 @@
 // The guard around libhdf5 calls on unverified files (see hdf5_guard.hpp).
-#include "src/io/hdf5_guard.hpp"
+#include "stratagem/hdf5_guard.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -18,8 +18,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "stratagem/error.hpp"
 #include "stratagem/blocking_section.hpp"
+#include "stratagem/error.hpp"
 
 namespace stratagem::io {
 

@@ -1,4 +1,4 @@
-#include "src/io/hdf5_util.hpp"
+#include "stratagem/hdf5_util.hpp"
 
 #include <stdexcept>
 #include <string>

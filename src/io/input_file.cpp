@@ -1,4 +1,4 @@
-#include "src/io/input_file.hpp"
+#include "stratagem/input_file.hpp"
 
 #include <sys/stat.h>
 

@@ -1,11 +1,11 @@
-#include "src/io/json_reader.hpp"
+#include "stratagem/json_reader.hpp"
 
 #include <cstdint>
 #include <limits>
 #include <sstream>
 #include <string>
 
-#include "src/io/input_file.hpp"
+#include "stratagem/input_file.hpp"
 #include "stratagem/model.hpp"
 
 namespace stratagem::io {

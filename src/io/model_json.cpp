@@ -1,8 +1,9 @@
 // ModelSpec from and to JSON, and loading a model file (see stratagem/spec_json.hpp).
 #include <nlohmann/json.hpp>
 
-#include "src/io/json_reader.hpp"
+#include "stratagem/json_reader.hpp"
 #include "stratagem/limits.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/spec_json.hpp"
 

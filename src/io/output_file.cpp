@@ -1,4 +1,4 @@
-#include "src/io/output_file.hpp"
+#include "stratagem/output_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,9 +1,10 @@
 // Plan from and to JSON, and loading a plan file (see stratagem/spec_json.hpp).
 #include <nlohmann/json.hpp>
 
-#include "src/io/json_reader.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/json_reader.hpp"
 #include "stratagem/limits.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/plan.hpp"
 #include "stratagem/spec_json.hpp"
 

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "src/io/output_file.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/output_file.hpp"
 #include "stratagem/trace.hpp"
 
 namespace stratagem::trace {

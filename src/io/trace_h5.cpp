@@ -14,11 +14,11 @@
 
 #include "src/io/atomic_file.hpp"
 #include "src/io/file_digest.hpp"
-#include "src/io/hdf5_guard.hpp"
-#include "src/io/hdf5_util.hpp"
-#include "src/io/input_file.hpp"
-#include "src/io/output_file.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/hdf5_guard.hpp"
+#include "stratagem/hdf5_util.hpp"
+#include "stratagem/input_file.hpp"
+#include "stratagem/output_file.hpp"
 #include "stratagem/trace.hpp"
 
 namespace stratagem::trace {
@@ -54,7 +54,7 @@ struct Handle {
 };
 
 // A trace being written: libhdf5 does not pass errno on, so a full disk is told by the file
-// system's free space (the one message for it: src/io/output_file.hpp).
+// system's free space (the one message for it: stratagem/output_file.hpp).
 [[noreturn]] void write_failed(const std::string& what, const std::string& path) {
   io::note_failed_hdf5_write();
   if (io::no_space_left(path)) io::throw_write_error("trace", path, ENOSPC);
@@ -481,7 +481,7 @@ auto Reader::read(Body&& body) const {
   if (!unverified_) return body(hid_t(file_));
   using T = decltype(body(hid_t(file_)));
   // libhdf5 may crash or hang on an unverified file: it opens and reads it in a child process
-  // only (src/io/hdf5_guard.hpp), once per question, and this process keeps no handle on it.
+  // only (stratagem/hdf5_guard.hpp), once per question, and this process keeps no handle on it.
   return decode<T>(io::read_isolated(
       path_,
       [&] {

@@ -2,12 +2,13 @@
 #include <fstream>
 #include <sstream>
 
-#include "src/io/input_file.hpp"
-#include "src/io/json_reader.hpp"
 #include "src/report/html.hpp"
 #include "src/report/page_assets.hpp"
 #include "src/report/sections.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/input_file.hpp"
+#include "stratagem/json_reader.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/report.hpp"
 #include "stratagem/spec_json.hpp"
 #include "stratagem/version.hpp"

@@ -10,8 +10,8 @@
 #include <set>
 #include <string_view>
 
-#include "src/io/json_reader.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/json_reader.hpp"
 #include "stratagem/program.hpp"
 #include "stratagem/spec_json.hpp"
 

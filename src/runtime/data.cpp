@@ -7,11 +7,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "src/io/hdf5_guard.hpp"
-#include "src/io/hdf5_util.hpp"
-#include "src/io/input_file.hpp"
-#include "src/io/output_file.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/hdf5_guard.hpp"
+#include "stratagem/hdf5_util.hpp"
+#include "stratagem/input_file.hpp"
+#include "stratagem/output_file.hpp"
 
 namespace stratagem {
 

@@ -4,6 +4,7 @@
 
 #include "stratagem/error.hpp"
 #include "stratagem/layout.hpp"
+#include "stratagem/loaders.hpp"
 
 namespace stratagem::exec {
 

@@ -12,11 +12,11 @@
 #include <optional>
 #include <thread>
 
-#include "src/io/json_reader.hpp"
-#include "src/io/output_file.hpp"
 #include "src/runtime/arrival_allreduce.hpp"
 #include "stratagem/comm.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/json_reader.hpp"
+#include "stratagem/output_file.hpp"
 #include "stratagem/spec_json.hpp"
 #include "stratagem/stop_signal.hpp"
 #include "stratagem/watchdog.hpp"

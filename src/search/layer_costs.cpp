@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "src/cost/layer_cost.hpp"
+#include "stratagem/layer_cost.hpp"
 #include "stratagem/workload.hpp"
 
 namespace stratagem::search_detail {

@@ -8,16 +8,16 @@
 #include <memory>
 #include <vector>
 
-#include "src/cost/layer_cost.hpp"
 #include "src/search/stage_dp.hpp"
 #include "stratagem/cluster.hpp"
 #include "stratagem/cost.hpp"
+#include "stratagem/layer_cost.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/plan.hpp"
 
 namespace stratagem::search_detail {
 
-// Where a stage's ranks sit, as the estimator places them (src/cost/layer_cost.hpp).
+// Where a stage's ranks sit, as the estimator places them (stratagem/layer_cost.hpp).
 struct Geometry : cost_detail::Geometry {
   // Signature of a stage's placement for the given tp degrees (stages with equal signatures
   // cost every strategy alike).

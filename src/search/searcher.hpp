@@ -50,12 +50,12 @@
 #include <tuple>
 #include <vector>
 
-#include "src/core/schedule.hpp"
 #include "src/search/evaluated.hpp"
 #include "src/search/layer_costs.hpp"
 #include "src/search/simulation_scheduler.hpp"
 #include "src/search/stage_dp.hpp"
 #include "src/search/workers.hpp"
+#include "stratagem/schedule.hpp"
 #include "stratagem/search.hpp"
 
 namespace stratagem::search_detail {

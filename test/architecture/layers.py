@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Layers point one way (docs/ARCHITECTURE.md): every #include of src/, sim/ and
-include/stratagem/ must follow an allowed arrow. Prints each include that does not and exits 1.
+include/stratagem/ must follow an allowed arrow, a part's private headers (src/<part>/, sim/)
+are included by that part alone, and the parts' CMake libraries (stratagem_part in
+CMakeLists.txt) link exactly the parts ALLOWED names. Prints each place that does not and exits 1.
+The build runs it before compiling any part (target stratagem_layers), and links each part alone
+with its allowed parts (stratagem_link_check_<part>), so that a wrong arrow fails `cmake --build`.
 
 `layers.py [REPO]`: REPO defaults to the folder two levels above this file.
 """
@@ -33,7 +37,9 @@ HEADER_PART = {
     "limits": "core", "model": "core", "plan": "core", "program": "core", "version": "core",
     "workload": "core", "workload_moe": "core", "schedule": "core",
     "cost": "cost", "estimate": "cost",
-    "checkpoint": "io", "trace": "io", "spec_json": "io",
+    "layer_cost": "cost",
+    "checkpoint": "io", "trace": "io", "spec_json": "io", "loaders": "io", "json_reader": "io",
+    "input_file": "io", "output_file": "io", "hdf5_util": "io", "hdf5_guard": "io",
     "simulate": "sim",
     "backend": "runtime", "comm": "runtime", "cuda_device": "runtime", "data": "runtime",
     "executor": "runtime", "kernel_math": "runtime", "optimizer": "runtime",
@@ -42,6 +48,10 @@ HEADER_PART = {
     "moe_math": "runtime", "moe_block": "runtime", "moe_dispatch": "runtime",
     "search": "search", "profile": "profile", "report": "report", "interop": "interop",
 }
+
+
+def is_private(inc):
+    return inc.startswith(("src/", "sim/"))
 
 
 def part_of_include(inc):
@@ -53,6 +63,46 @@ def part_of_include(inc):
         stem = os.path.splitext(inc.split("/")[1])[0]
         return HEADER_PART.get(stem, "?" + stem)
     return None
+
+
+def check_cmake(repo):
+    """The parts' libraries in CMakeLists.txt, `stratagem_part(NAME [PARTS ...] [LIBS ...])`,
+    link exactly the parts ALLOWED names (the link check then holds the code to them), and a part
+    with FORBIDDEN_LIBS links none of them."""
+    path = os.path.join(repo, "CMakeLists.txt")
+    if not os.path.exists(path):
+        return 0
+    text = open(path, encoding="utf-8").read()
+    bad, declared = 0, {}
+    for m in re.finditer(r"^stratagem_part\(([^)]*)\)", text, re.M):
+        words = m.group(1).split()
+        line = text.count("\n", 0, m.start()) + 1
+        part, parts, libs, section = words[0], set(), [], None
+        for w in words[1:]:
+            if w in ("PARTS", "LIBS"):
+                section = w
+            elif section == "PARTS":
+                parts.add(w)
+            else:
+                libs.append(w)
+        declared[part] = line
+        if part not in ALLOWED:
+            print(f"CMakeLists.txt:{line}: stratagem_part({part}) is no part of layers.py")
+            bad += 1
+            continue
+        if parts != ALLOWED[part]:
+            print(f"CMakeLists.txt:{line}: stratagem_{part} links parts {sorted(parts)}, "
+                  f"layers.py allows {sorted(ALLOWED[part])}")
+            bad += 1
+        for lib in libs:
+            if any(f in lib.lower() for f in ("nlohmann", "hdf5")) and part in FORBIDDEN_LIBS:
+                print(f"CMakeLists.txt:{line}: {part} must not link {lib}")
+                bad += 1
+    for part in ALLOWED:
+        if part != "cli" and part not in declared:
+            print(f"CMakeLists.txt: no stratagem_part({part})")
+            bad += 1
+    return bad
 
 
 def main():
@@ -88,6 +138,13 @@ def main():
                     if target and target != part and target not in ALLOWED[part]:
                         print(f"{rel}:{n}: {part} -> {target} ({inc}) is not an allowed arrow")
                         bad += 1
+                    elif is_private(inc) and (target != part or top == "include/stratagem"):
+                        # A public header hands what it includes to every user; another part
+                        # reaches a part through its public headers (include/stratagem/).
+                        print(f"{rel}:{n}: {part} includes {inc}, private to {target}: "
+                              f"use or add a public header in include/stratagem/")
+                        bad += 1
+    bad += check_cmake(repo)
     print(f"layers: {checked} includes checked, {bad} against the arrows")
     return 1 if bad else 0
 

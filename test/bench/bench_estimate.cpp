@@ -6,6 +6,7 @@
 
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
+#include "stratagem/loaders.hpp"
 
 using namespace stratagem;
 

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "stratagem/framework.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/search.hpp"
 
 using namespace stratagem;

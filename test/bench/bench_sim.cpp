@@ -12,6 +12,7 @@
 #include <string>
 
 #include "stratagem/cost.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/simulate.hpp"
 
 using namespace stratagem;

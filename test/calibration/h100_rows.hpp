@@ -10,6 +10,7 @@
 #include "stratagem/error.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
+#include "stratagem/loaders.hpp"
 #include "test/calibration/megatron_rows.hpp"
 
 namespace stratagem::calibration {

@@ -12,6 +12,7 @@
 
 #include "stratagem/cluster.hpp"
 #include "stratagem/framework.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/plan.hpp"
 

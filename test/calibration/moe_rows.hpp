@@ -2,6 +2,7 @@
 // framework, plan) rows in the H100 file's schema. Rows whose software or model the cost model
 // cannot express carry the file's `not_expressible` reason instead of a forecast.
 #pragma once
+#include "stratagem/loaders.hpp"
 #include "test/calibration/h100_rows.hpp"
 
 namespace stratagem::calibration {

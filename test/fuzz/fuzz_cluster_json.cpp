@@ -1,8 +1,8 @@
 // Cluster JSON: parse and validate, then derive the figures the cost model uses.
 #include <string>
 
-#include "src/io/json_reader.hpp"
 #include "stratagem/cluster.hpp"
+#include "stratagem/json_reader.hpp"
 #include "stratagem/spec_json.hpp"
 #include "test/fuzz/harness.hpp"
 

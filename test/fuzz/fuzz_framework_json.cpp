@@ -4,10 +4,11 @@
 #include <string>
 
 #include "src/cli/args.hpp"
-#include "src/io/json_reader.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/framework.hpp"
+#include "stratagem/json_reader.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/spec_json.hpp"
 #include "test/fuzz/harness.hpp"
 

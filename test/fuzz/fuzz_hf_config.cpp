@@ -2,8 +2,8 @@
 // on what the import approximates, and the sizes the tools print.
 #include <string>
 
-#include "src/io/json_reader.hpp"
 #include "stratagem/interop.hpp"
+#include "stratagem/json_reader.hpp"
 #include "test/fuzz/harness.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,7 +1,7 @@
 // Model JSON: parse, validate, and derive every size the tools print (parameters, FLOPs).
 #include <string>
 
-#include "src/io/json_reader.hpp"
+#include "stratagem/json_reader.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/spec_json.hpp"
 #include "test/fuzz/harness.hpp"

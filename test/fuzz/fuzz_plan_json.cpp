@@ -2,9 +2,10 @@
 // validate, and price the valid ones with the estimator, as `stratagem estimate --plan` does.
 #include <string>
 
-#include "src/io/json_reader.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
+#include "stratagem/json_reader.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/plan.hpp"
 #include "stratagem/spec_json.hpp"
 #include "test/fuzz/harness.hpp"

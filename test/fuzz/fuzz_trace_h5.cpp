@@ -7,7 +7,7 @@
 //
 // A trace written with a digest in its user block (src/io/file_digest.hpp) is checked against
 // it before libhdf5 opens it; one without (written before digests) is read in child processes
-// (src/io/hdf5_guard.hpp), as the product reads it. So that
+// (stratagem/hdf5_guard.hpp), as the product reads it. So that
 // mutations of a trace with a digest still reach the HDF5 parsing behind that check, such an
 // input is run twice: as it is, then resealed (its digest rewritten for its bytes).
 #include <cstring>

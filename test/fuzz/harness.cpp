@@ -16,7 +16,7 @@
 #include <regex>
 #include <sstream>
 
-#include "src/io/hdf5_guard.hpp"
+#include "stratagem/hdf5_guard.hpp"
 
 // OpenMPI's allocations at MPI_Init outlive the process on purpose; leaks are not what these
 // targets look for.
@@ -30,8 +30,8 @@ extern "C" __attribute__((weak)) uint8_t __stop___sancov_cntrs[];
 
 namespace {
 // The readers of unverified HDF5 files (token files, traces without a digest) run libhdf5 in a
-// child process (src/io/hdf5_guard.hpp): a crash there is the product's one-line bad-input error,
-// so libFuzzer goes on. Two things the targets need from that child:
+// child process (stratagem/hdf5_guard.hpp): a crash there is the product's one-line bad-input
+// error, so libFuzzer goes on. Two things the targets need from that child:
 //  - what it covered: the child copies its coverage counters into a shared page before it ends
 //    (also from a sanitizer's death callback), and the parent takes them in, so that the
 //    fuzzer keeps its guidance through the reader's code;

@@ -9,7 +9,7 @@
 # file under test/fuzz/corpus/<target>/ and a fix.
 # libhdf5 1.10.8 itself crashes and hangs on some damaged files (known-hdf5/README.md):
 #  - data_hdf5 and trace_h5 read files stratagem did not verify (token files, traces without a
-#    digest), which the product reads in a child process (src/io/hdf5_guard.hpp): a libhdf5 crash
+#    digest), which the product reads in a child process (stratagem/hdf5_guard.hpp): a libhdf5 crash
 #    or hang there is the product's bad-input error, so data_hdf5 runs like the others. The bound on
 #    the child is 8 s (STRATAGEM_HDF5_TIMEOUT_S), under libFuzzer's 10 s; harness.cpp aborts
 #    (a finding) when the child's fault is ours. Single mallocs over 16 GB get NULL

@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "stratagem/cost.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/simulate.hpp"
 #include "test/support/sim_compare.hpp"
 

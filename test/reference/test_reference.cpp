@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "stratagem/loaders.hpp"
 #include "stratagem/transformer.hpp"
 #include "test/reference/h5_min.hpp"
 #include "test/support/fp32_bounds.hpp"

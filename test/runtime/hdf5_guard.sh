@@ -3,7 +3,7 @@
 # whose free space claims 0 bytes (test/fuzz/known-hdf5/*-hang-in-H5HG_read: a trace's string
 # attribute, a token file's virtual-dataset mapping). A trace written without a digest and a
 # --data token file reach libhdf5 unverified, so libhdf5 reads them in a child process only
-# (src/io/hdf5_guard.hpp): past STRATAGEM_HDF5_TIMEOUT_S, or when libhdf5 crashes there, the
+# (stratagem/hdf5_guard.hpp): past STRATAGEM_HDF5_TIMEOUT_S, or when libhdf5 crashes there, the
 # command prints one line naming the file and exits 2; in an MPI job that ends every rank. Every run here is under `timeout`, so
 # this test cannot hang.
 source "$(dirname "$0")/common.sh"

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "stratagem/executor.hpp"
+#include "stratagem/loaders.hpp"
 
 namespace stratagem::test {
 

@@ -1,6 +1,7 @@
 // Small GPT-style models and A100 node shapes shared by the search tests.
 #pragma once
 #include "stratagem/cluster.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/model.hpp"
 
 namespace stratagem::test {

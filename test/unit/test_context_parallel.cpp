@@ -15,6 +15,7 @@
 #include "stratagem/cost.hpp"
 #include "stratagem/iteration.hpp"
 #include "stratagem/layout.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/program.hpp"
 #include "test/support/input_error.hpp"
 

@@ -8,6 +8,7 @@
 
 #include "stratagem/cost.hpp"
 #include "stratagem/layout.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/program.hpp"
 
 using namespace stratagem;

@@ -9,6 +9,7 @@
 
 #include "stratagem/cost.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/program.hpp"
 #include "stratagem/spec_json.hpp"
 

@@ -12,6 +12,7 @@
 #include "stratagem/estimate.hpp"
 #include "stratagem/iteration.hpp"
 #include "stratagem/layout.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/program.hpp"
 #include "stratagem/simulate.hpp"
 #include "test/support/run.hpp"

@@ -6,6 +6,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "stratagem/cost.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/program.hpp"
 
 using namespace stratagem;

@@ -10,6 +10,7 @@
 
 #include "src/runtime/alloc/caching_pool.hpp"
 #include "stratagem/cuda_device.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/parallel_state.hpp"
 #include "stratagem/plan.hpp"
 

@@ -10,6 +10,7 @@
 
 #include "stratagem/error.hpp"
 #include "stratagem/executor.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/program.hpp"
 
 using namespace stratagem;

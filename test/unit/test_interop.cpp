@@ -6,11 +6,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "src/io/json_reader.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/estimate.hpp"
 #include "stratagem/interop.hpp"
+#include "stratagem/json_reader.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/search.hpp"
 #include "test/support/input_error.hpp"
 #include "test/support/run.hpp"

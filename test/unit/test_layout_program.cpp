@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "stratagem/layout.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/program.hpp"
 
 using namespace stratagem;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stratagem/error.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/model.hpp"
 #include "stratagem/spec_json.hpp"
 #include "stratagem/workload.hpp"

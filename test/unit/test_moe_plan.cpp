@@ -10,6 +10,7 @@
 #include "stratagem/estimate.hpp"
 #include "stratagem/iteration.hpp"
 #include "stratagem/layout.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/program.hpp"
 #include "stratagem/workload_moe.hpp"
 

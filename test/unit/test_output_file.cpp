@@ -1,4 +1,4 @@
-// The one rule for outputs (src/io/output_file.hpp, issue 30): regular files only, nothing
+// The one rule for outputs (stratagem/output_file.hpp, issue 30): regular files only, nothing
 // half-written under the name, and write errors that say what failed. The full-disk path of
 // every command is tested on a real full tmpfs by test/reliability/disk_full.sh.
 #define BOOST_TEST_MODULE output_file
@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "src/io/checkpoint_files.hpp"
-#include "src/io/output_file.hpp"
 #include "stratagem/checkpoint.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/output_file.hpp"
 #include "test/support/input_error.hpp"
 
 using namespace stratagem;

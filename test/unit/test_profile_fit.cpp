@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stratagem/error.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/profile.hpp"
 #include "stratagem/spec_json.hpp"
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <utility>
 
+#include "stratagem/loaders.hpp"
 #include "stratagem/program.hpp"
 
 using namespace stratagem;

@@ -10,6 +10,7 @@
 
 #include "src/report/trace_data.hpp"
 #include "stratagem/cost.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/simulate.hpp"
 
 using namespace stratagem;

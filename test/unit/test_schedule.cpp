@@ -6,7 +6,7 @@
 #include <boost/test/unit_test.hpp>
 #include <string>
 
-#include "src/core/schedule.hpp"
+#include "stratagem/schedule.hpp"
 
 using namespace stratagem;
 

@@ -15,6 +15,7 @@
 #include "stratagem/cost.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/estimate.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/search.hpp"
 #include "stratagem/spec_json.hpp"
 #include "test/support/run.hpp"

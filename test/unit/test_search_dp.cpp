@@ -14,6 +14,7 @@
 #include "src/search/stage_dp.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
+#include "stratagem/loaders.hpp"
 #include "test/support/small_models.hpp"
 
 using namespace stratagem;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "stratagem/loaders.hpp"
 #include "stratagem/search.hpp"
 #include "test/support/small_models.hpp"
 

@@ -9,6 +9,7 @@
 
 #include "stratagem/cost.hpp"
 #include "stratagem/layout.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/program.hpp"
 #include "stratagem/simulate.hpp"
 

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "stratagem/cost.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/simulate.hpp"
 #include "stratagem/trace.hpp"
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "stratagem/error.hpp"
+#include "stratagem/loaders.hpp"
 #include "stratagem/transformer.hpp"
 #include "test/support/serial_executor.hpp"
 
