@@ -10,27 +10,12 @@
 
 #include "stratagem/cost.hpp"
 #include "stratagem/iteration.hpp"
+#include "stratagem/rank_geometry.hpp"
 
 namespace stratagem::cost_detail {
 
-// Where a stage's ranks sit: stage s holds ranks s*D .. s*D+D-1, g (GPUs per node) to a node.
-struct Geometry {
-  int64_t g = 1, D = 1;
-  // Nodes of the worst tensor-parallel group of degree tp on stage s.
-  int tp_nodes(int s, int tp) const;
-  // Nodes of the worst data-parallel group (a stride tp <= gpus_per_node skips no node): under
-  // cp the dp group is the cp x dp ranks of a tp index (LayerStrategy::dp_cp).
-  int dp_nodes(int s, int tp) const;
-  // Nodes of the worst context-parallel group (cp ranks at stride tp).
-  int cp_nodes(int s, int tp, int cp) const;
-  // Do the ranks of stages s and t with the same local index share nodes?
-  bool same_node(int s, int t) const;
-  // The node of a rank index (a shift where g is a power of two, as it nearly always is: the
-  // estimator asks this per stage and chunk, and a division costs ~40 cycles).
-  int64_t node_of(int64_t rank) const {
-    return (g & (g - 1)) == 0 ? rank >> __builtin_ctzll(uint64_t(g)) : rank / g;
-  }
-};
+// Where a stage's ranks sit and the nodes their groups span: the Layout's rank orders.
+using Geometry = RankGeometry;
 
 // The AdamW step (iteration.hpp's templates) over `params` parameters: on the device, or
 // offloaded (the gradients down over PCIe, the host step, the updated weights back up, except

@@ -16,6 +16,7 @@
 
 #include "stratagem/cluster.hpp"
 #include "stratagem/plan.hpp"
+#include "stratagem/rank_geometry.hpp"
 
 namespace stratagem {
 
@@ -57,12 +58,12 @@ class Layout {
   int pp() const { return pp_; }
   int devices_per_stage() const { return devices_per_stage_; }
   RankCoords coords(int rank) const;
-  int rank_of(int stage, int local) const { return stage * devices_per_stage_ + local; }
-  static int tp_index(int local, int tp) { return local % tp; }
-  static int dp_index(int local, int tp) { return local / tp; }
+  int rank_of(int stage, int local) const { return int(geometry_.rank_of(stage, local)); }
+  // The rank orders every group is built from (and what a rank's indices are).
+  const RankGeometry& geometry() const { return geometry_; }
   // Context parallelism (cp 1: no cp groups, every cp index 0).
   int cp() const { return cp_; }
-  int cp_index(int local, int tp) const { return (local / tp) % cp_; }
+  int cp_index(int local, int tp) const { return RankGeometry::cp_index(local, tp, cp_); }
 
   // Group ids for `rank` under tensor degree `tp` (dp = devices_per_stage / tp).
   int tp_group(int rank, int tp) const;
@@ -92,7 +93,9 @@ class Layout {
 
  private:
   int index_of_tp(int tp) const;
-  int world_size_ = 0, pp_ = 0, devices_per_stage_ = 0, gpus_per_node_ = 1, cp_ = 1;
+  int cp_neighbour(int rank, int tp, int step) const;
+  int world_size_ = 0, pp_ = 0, devices_per_stage_ = 0, cp_ = 1;
+  RankGeometry geometry_;
   std::vector<int> tp_degrees_;
   // base ids, indexed [stage][tp index]
   std::vector<std::vector<int>> tp_base_, dp_base_, cp_base_;

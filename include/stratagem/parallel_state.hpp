@@ -44,8 +44,8 @@ class ParallelState {
   int rank() const { return rank_; }
   const RankCoords& coords() const { return coords_; }
   int stage() const { return coords_.stage; }
-  int tp_index(int tp) const { return Layout::tp_index(coords_.local, tp); }
-  int dp_index(int tp) const { return Layout::dp_index(coords_.local, tp); }
+  int tp_index(int tp) const { return RankGeometry::tp_index(coords_.local, tp); }
+  int dp_index(int tp) const { return RankGeometry::dp_cp_index(coords_.local, tp); }
 
   // This rank's communicator of Layout group `id` (throws when the rank is not a member).
   Communicator& group(int id);

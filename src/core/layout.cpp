@@ -39,8 +39,8 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
     : world_size_(plan.world_size()),
       pp_(plan.pp),
       devices_per_stage_(plan.devices_per_stage()),
-      gpus_per_node_(cluster.node.gpus_per_node),
-      cp_(plan.embedding.cp) {
+      cp_(plan.embedding.cp),
+      geometry_{std::max(1, cluster.node.gpus_per_node), plan.devices_per_stage()} {
   if (world_size_ != cluster.world_size())
     throw InputError("layout: plan needs " + std::to_string(world_size_) +
                      " ranks but the cluster has " + std::to_string(cluster.world_size()) +
@@ -74,19 +74,22 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
   dp_base_.assign(pp_, std::vector<int>(T, -1));
   cp_base_.assign(pp_, std::vector<int>(T, -1));
   reshard_base_.assign(pp_, std::vector<std::vector<int>>(T, std::vector<int>(T, -1)));
+  // The rank orders (rank_geometry.hpp). A tp or dp group's index k runs over the cp x dp
+  // ranks of a tp index (the dp group with context parallel): dense_local(t, 0, k, tp, 1).
+  using G = RankGeometry;
   for (int s = 0; s < pp_; ++s) {
     for (int ti = 0; ti < T; ++ti) {
       const int tp = tp_degrees_[ti], dp = D / tp;
       tp_base_[s][ti] = static_cast<int>(groups_.size());
       for (int k = 0; k < dp; ++k) {
         std::vector<int> r;
-        for (int j = 0; j < tp; ++j) r.push_back(rank_of(s, k * tp + j));
+        for (int j = 0; j < tp; ++j) r.push_back(rank_of(s, G::dense_local(j, 0, k, tp, 1)));
         add(GroupKind::tp, s, tp, std::move(r));
       }
       dp_base_[s][ti] = static_cast<int>(groups_.size());
       for (int j = 0; j < tp; ++j) {
         std::vector<int> r;
-        for (int k = 0; k < dp; ++k) r.push_back(rank_of(s, k * tp + j));
+        for (int k = 0; k < dp; ++k) r.push_back(rank_of(s, G::dense_local(j, 0, k, tp, 1)));
         add(GroupKind::dp, s, tp, std::move(r));
       }
       // After every group a plan without cp has, so that their ids stay as they were.
@@ -96,11 +99,13 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
         for (int d = 0; d < outer; ++d)
           for (int j = 0; j < tp; ++j) {
             std::vector<int> r;
-            for (int c = 0; c < cp_; ++c) r.push_back(rank_of(s, j + tp * (c + cp_ * d)));
+            for (int c = 0; c < cp_; ++c) r.push_back(rank_of(s, G::dense_local(j, c, d, tp, cp_)));
             add(GroupKind::cp, s, tp, std::move(r));
           }
       }
     }
+    // A stream of tp tb is held by tb / ta replicas of tp ta: replica x of block blk is the
+    // ta ranks dense_local(0 .. ta-1, x, blk, ta, tb / ta).
     for (int a = 0; a < T; ++a)
       for (int b = a + 1; b < T; ++b) {
         const int ta = tp_degrees_[a], tb = tp_degrees_[b];
@@ -109,7 +114,8 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
         for (int blk = 0; blk < D / tb; ++blk)
           for (int j = 0; j < ta; ++j) {
             std::vector<int> r;
-            for (int x = 0; x < tb / ta; ++x) r.push_back(rank_of(s, blk * tb + x * ta + j));
+            for (int x = 0; x < tb / ta; ++x)
+              r.push_back(rank_of(s, G::dense_local(j, x, blk, ta, tb / ta)));
             add(GroupKind::reshard, s, tb, std::move(r));
           }
       }
@@ -137,7 +143,7 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
         throw InputError("layout: etp " + std::to_string(etp) + " x ep " + std::to_string(ep) +
                          " does not divide the stage's " + std::to_string(D) + " ranks");
       const int edp = D / (etp * ep);
-      auto local = [&](int et, int e, int ed) { return et + etp * (e + ep * ed); };
+      auto local = [&](int et, int e, int ed) { return G::expert_local(et, e, ed, etp, ep); };
       ep_base_[s][pi] = static_cast<int>(groups_.size());
       for (int ed = 0; ed < edp; ++ed)
         for (int et = 0; et < etp; ++et) {
@@ -174,19 +180,22 @@ int Layout::index_of_expert_pair(int etp, int ep) const {
 // (e, et), expert_tp by (ed, e).
 int Layout::ep_group(int rank, int etp, int ep) const {
   const auto c = coords(rank);
-  const int et = c.local % etp, ed = c.local / (etp * ep);
+  const int et = RankGeometry::etp_index(c.local, etp);
+  const int ed = RankGeometry::edp_index(c.local, etp, ep);
   return ep_base_[c.stage][index_of_expert_pair(etp, ep)] + ed * etp + et;
 }
 
 int Layout::expert_dp_group(int rank, int etp, int ep) const {
   const auto c = coords(rank);
-  const int et = c.local % etp, e = c.local / etp % ep;
+  const int et = RankGeometry::etp_index(c.local, etp);
+  const int e = RankGeometry::ep_index(c.local, etp, ep);
   return edp_base_[c.stage][index_of_expert_pair(etp, ep)] + e * etp + et;
 }
 
 int Layout::expert_tp_group(int rank, int etp, int ep) const {
   const auto c = coords(rank);
-  const int e = c.local / etp % ep, ed = c.local / (etp * ep);
+  const int e = RankGeometry::ep_index(c.local, etp, ep);
+  const int ed = RankGeometry::edp_index(c.local, etp, ep);
   return etp_base_[c.stage][index_of_expert_pair(etp, ep)] + ed * ep + e;
 }
 
@@ -194,8 +203,8 @@ RankCoords Layout::coords(int rank) const {
   RankCoords c;
   c.stage = rank / devices_per_stage_;
   c.local = rank % devices_per_stage_;
-  c.node = rank / gpus_per_node_;
-  c.local_gpu = rank % gpus_per_node_;
+  c.node = int(geometry_.node_of(rank));
+  c.local_gpu = int(rank % geometry_.gpus_per_node);
   return c;
 }
 
@@ -208,12 +217,12 @@ int Layout::index_of_tp(int tp) const {
 
 int Layout::tp_group(int rank, int tp) const {
   auto c = coords(rank);
-  return tp_base_[c.stage][index_of_tp(tp)] + dp_index(c.local, tp);
+  return tp_base_[c.stage][index_of_tp(tp)] + RankGeometry::dp_cp_index(c.local, tp);
 }
 
 int Layout::dp_group(int rank, int tp) const {
   auto c = coords(rank);
-  return dp_base_[c.stage][index_of_tp(tp)] + tp_index(c.local, tp);
+  return dp_base_[c.stage][index_of_tp(tp)] + RankGeometry::tp_index(c.local, tp);
 }
 
 int Layout::reshard_group(int rank, int tp_small, int tp_big) const {
@@ -226,23 +235,27 @@ int Layout::reshard_group(int rank, int tp_small, int tp_big) const {
 int Layout::cp_group(int rank, int tp) const {
   if (cp_ == 1) return -1;
   auto c = coords(rank);
-  // Groups are laid out [d][t]: d = dp_index / cp.
-  return cp_base_[c.stage][index_of_tp(tp)] + (dp_index(c.local, tp) / cp_) * tp +
-         tp_index(c.local, tp);
+  // Groups are laid out [d][t].
+  return cp_base_[c.stage][index_of_tp(tp)] + RankGeometry::dp_index(c.local, tp, cp_) * tp +
+         RankGeometry::tp_index(c.local, tp);
+}
+
+// The rank of cp index i + step (mod cp) with this rank's tp and dp indices.
+int Layout::cp_neighbour(int rank, int tp, int step) const {
+  if (cp_ == 1) return -1;
+  auto c = coords(rank);
+  using G = RankGeometry;
+  const int i = G::cp_index(c.local, tp, cp_);
+  return rank_of(c.stage, G::dense_local(G::tp_index(c.local, tp), (i + step + cp_) % cp_,
+                                         G::dp_index(c.local, tp, cp_), tp, cp_));
 }
 
 int Layout::cp_next_rank(int rank, int tp) const {
-  if (cp_ == 1) return -1;
-  auto c = coords(rank);
-  const int i = cp_index(c.local, tp);
-  return rank_of(c.stage, c.local + tp * ((i + 1) % cp_ - i));
+  return cp_neighbour(rank, tp, 1);
 }
 
 int Layout::cp_prev_rank(int rank, int tp) const {
-  if (cp_ == 1) return -1;
-  auto c = coords(rank);
-  const int i = cp_index(c.local, tp);
-  return rank_of(c.stage, c.local + tp * ((i + cp_ - 1) % cp_ - i));
+  return cp_neighbour(rank, tp, -1);
 }
 
 int Layout::tied_embedding_group(int rank) const {

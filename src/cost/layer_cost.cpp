@@ -9,44 +9,6 @@
 #include "stratagem/workload.hpp"
 
 namespace stratagem::cost_detail {
-namespace {
-// Nodes spanned by `count` consecutive ranks from `first`.
-int span(const Geometry& geo, int64_t first, int64_t count) {
-  return int(geo.node_of(first + count - 1) - geo.node_of(first) + 1);
-}
-}  // namespace
-
-int Geometry::tp_nodes(int s, int tp) const {
-  const int64_t dp = D / tp;
-  int worst = 1;
-  for (int64_t k = 0; k < std::min<int64_t>(dp, g); ++k)
-    worst = std::max(worst, span(*this, s * D + k * tp, tp));
-  return worst;
-}
-
-int Geometry::dp_nodes(int s, int tp) const {
-  const int64_t dp = D / tp;
-  int worst = 1;
-  for (int64_t j : {int64_t(0), int64_t(tp - 1)}) {
-    const int64_t first = s * D + j;
-    worst = std::max(worst, int(node_of(first + (dp - 1) * tp) - node_of(first) + 1));
-  }
-  return worst;
-}
-
-int Geometry::cp_nodes(int s, int tp, int cp) const {
-  if (cp <= 1) return 1;
-  int worst = 1;
-  for (int64_t d = 0; d < std::min<int64_t>(D / (tp * cp), g); ++d)
-    worst = std::max(worst, span(*this, s * D + d * tp * cp, int64_t(tp) * (cp - 1) + 1));
-  return worst;
-}
-
-bool Geometry::same_node(int s, int t) const {
-  return node_of(int64_t(s) * D) == node_of(int64_t(t) * D) &&
-         node_of(int64_t(s) * D + D - 1) == node_of(int64_t(t) * D + D - 1);
-}
-
 double optimizer_step_s(const CostModel& c, int64_t params) {
   return c.compute_time_s(adamw_op(params, c.plan().dtype));
 }

@@ -6,24 +6,13 @@
 #include "stratagem/workload_moe.hpp"
 
 namespace stratagem::cost_detail {
-namespace {
-// Nodes holding `count` ranks first, first + stride, ... (ascending: count the node changes).
-int strided_nodes(const Geometry& geo, int64_t first, int count, int64_t stride) {
-  int nodes = 1;
-  for (int i = 1; i < count; ++i)
-    nodes += geo.node_of(first + i * stride) != geo.node_of(first + (i - 1) * stride);
-  return nodes;
-}
-}  // namespace
-
 MoeNodes moe_nodes(const Geometry& geo, int stage, const LayerStrategy& s, bool moe) {
   MoeNodes n;
   n.moe = moe;
   if (!moe) return n;
-  const int64_t first = int64_t(stage) * geo.D;
-  n.ep = strided_nodes(geo, first, s.ep, s.etp);
-  n.expert_dp = strided_nodes(geo, first, expert_dp(s), int64_t(s.etp) * s.ep);
-  n.expert_tp = strided_nodes(geo, first, s.etp, 1);
+  n.ep = geo.ep_nodes(stage, s.etp, s.ep);
+  n.expert_dp = geo.expert_dp_nodes(stage, s.etp, s.ep);
+  n.expert_tp = geo.expert_tp_nodes(stage, s.etp);
   return n;
 }
 

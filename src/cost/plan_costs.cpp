@@ -49,8 +49,8 @@ class Analyzer {
         chunk_bwd_peak_(scratch.chunk_bwd_peak),
         chunk_bwd_s_(scratch.chunk_bwd_s),
         reduces_(scratch.reduces) {
-    geo_.g = std::max(1, cost.cluster().node.gpus_per_node);
-    geo_.D = plan_.devices_per_stage();
+    geo_.gpus_per_node = std::max(1, cost.cluster().node.gpus_per_node);
+    geo_.devices_per_stage = plan_.devices_per_stage();
     // Plan::max_dp() walks every layer: take it once, not once per layer.
     max_dp_ = plan_.max_dp();
     microbatch_count_ = plan_.global_batch / (plan_.micro_batch * max_dp_);
@@ -144,7 +144,7 @@ class Analyzer {
   void stage(int s, StageCost& sc) {
     // Group placement depends on where the stage starts within a node: stages that start at
     // the same offset (every stage, when a stage fills whole nodes) share it.
-    const int64_t phase = (s * geo_.D) % geo_.g;
+    const int64_t phase = (s * geo_.devices_per_stage) % geo_.gpus_per_node;
     if (phase != geo_phase_) geo_phase_ = phase, geo_tp_ = 0;
     reduces_.clear();
     StageWalk w = stage_ends(s);

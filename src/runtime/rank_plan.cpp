@@ -19,20 +19,19 @@ ModelPart stage_part(const Plan& plan, int stage, int local) {
   part.embedding = stage == 0;
   part.head = stage == plan.pp - 1;
   part.tp = plan.embedding.tp;
-  part.tp_rank = Layout::tp_index(local, part.tp);
+  part.tp_rank = RankGeometry::tp_index(local, part.tp);
   for (size_t c = stage; c < plan.chunks.size(); c += plan.pp)
     for (int l = plan.chunks[c].begin; l < plan.chunks[c].end; ++l) part.layers.push_back(l);
   std::sort(part.layers.begin(), part.layers.end());
   if (part.layers.empty()) part.first_layer = part.end_layer = 0;
   for (const LayerStrategy& s : plan.layers) {
     part.layer_tp.push_back(s.tp);
-    part.layer_tp_rank.push_back(Layout::tp_index(local, s.tp));
-    // The experts this rank holds in the layer (Megatron-Core's expert ranks:
-    // local = et + etp*(e + ep*ed)).
+    part.layer_tp_rank.push_back(RankGeometry::tp_index(local, s.tp));
+    // The experts this rank holds in the layer (Megatron-Core's expert ranks).
     ModelPart::ExpertShare& x = part.layer_experts.emplace_back();
     x.ep = s.ep, x.etp = s.etp;
-    x.etp_rank = local % s.etp;
-    x.ep_rank = (local / s.etp) % s.ep;
+    x.etp_rank = RankGeometry::etp_index(local, s.etp);
+    x.ep_rank = RankGeometry::ep_index(local, s.etp, s.ep);
   }
   return part;
 }
@@ -42,12 +41,11 @@ LayerShare layer_share(const Plan& plan, const TransformerConfig& whole, int row
   const LayerStrategy& s = strategy(plan, layer);
   LayerShare sh;
   sh.tp = s.tp;
-  sh.tp_index = Layout::tp_index(local, s.tp);
+  sh.tp_index = RankGeometry::tp_index(local, s.tp);
   sh.dp = s.dp;
-  // Inside a stage local = t + tp (c + cp d) (Megatron-Core's tp-cp-dp order).
   sh.cp = s.cp;
-  sh.cp_index = Layout::dp_index(local, s.tp) % s.cp;
-  sh.dp_index = Layout::dp_index(local, s.tp) / s.cp;
+  sh.cp_index = RankGeometry::cp_index(local, s.tp, s.cp);
+  sh.dp_index = RankGeometry::dp_index(local, s.tp, s.cp);
   sh.sequence_parallel = s.sequence_parallel && s.tp > 1;
   sh.B = plan.samples_per_rank(s.dp);
   sh.N = int64_t(sh.B) * rows;

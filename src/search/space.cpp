@@ -121,8 +121,8 @@ PairData& Searcher::pair_mutable(int pp, int Bm, int cpg) {
   const int cp = filter.cp;
   pd.tps = tp_degrees_for(m_, c_, pd.D, Bm, filter);
   Geometry geo;
-  geo.g = std::max(1, c_.node.gpus_per_node);
-  geo.D = pd.D;
+  geo.gpus_per_node = std::max(1, c_.node.gpus_per_node);
+  geo.devices_per_stage = pd.D;
   const auto raw = layer_candidates(m_, c_, pd.D, Bm, filter);
   std::map<std::vector<int>, int> sig_index;
   for (int s = 0; s < pp; ++s) {

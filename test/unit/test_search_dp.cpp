@@ -37,8 +37,8 @@ struct Case {
 std::vector<LayerCost> stage_costs(const CostTables& t, const ModelSpec& m, const ClusterSpec& c,
                                    int D, int Bm, bool prune = true) {
   Geometry geo;
-  geo.g = c.node.gpus_per_node;
-  geo.D = D;
+  geo.gpus_per_node = c.node.gpus_per_node;
+  geo.devices_per_stage = D;
   std::vector<LayerCost> out;
   for (const auto& st : layer_candidates(m, c, D, Bm, SpaceFilter{}))
     out.push_back(t.layer(st, Bm / st.dp, geo.tp_nodes(0, st.tp), geo.dp_nodes(0, st.tp)));

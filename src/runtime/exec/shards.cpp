@@ -112,7 +112,7 @@ Sharding make_sharding(const ParamTable& table, const std::vector<SegmentPlaceme
     s.layer = l;
     s.zero = st.zero;
     s.dp = st.dp;
-    s.dp_index = Layout::dp_index(local, st.tp);
+    s.dp_index = RankGeometry::dp_cp_index(local, st.tp);
     s.params_on_host = st.params_on_host;
     s.optimizer_on_host = st.optimizer_on_host;
     s.runs = runs;
