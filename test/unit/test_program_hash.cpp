@@ -63,6 +63,21 @@ uint64_t hash_program(const Program& prog) {
       x.add(uint64_t(uint32_t(op.layer)) | uint64_t(uint32_t(op.microbatch)) << 32);
       x.add(uint64_t(uint32_t(op.samples)) | uint64_t(uint32_t(op.buffer)) << 32);
       x.add(uint64_t(op.bytes));
+      // What an op carries besides its shape: its purpose, precision, kernel, recompute and cp
+      // part, and its layer's strategy.
+      x.add(uint64_t(op.purpose) | uint64_t(op.dtype) << 8 | uint64_t(op.flash_attention) << 16 |
+            uint64_t(op.recompute) << 24 | uint64_t(op.part) << 32 |
+            uint64_t(uint16_t(op.cp_step)) << 40);
+      const OpStrategy& s = op.strategy;
+      x.add(uint64_t(uint32_t(s.tp)) | uint64_t(uint32_t(s.dp)) << 32);
+      x.add(uint64_t(uint32_t(s.cp)) | uint64_t(uint32_t(s.ep)) << 32);
+      x.add(uint64_t(uint32_t(s.etp)) | uint64_t(s.zero) << 32 | uint64_t(s.cp_kind) << 40 |
+            uint64_t(s.sequence_parallel) << 48 | uint64_t(s.offload_optimizer) << 49 |
+            uint64_t(s.offload_params) << 50 | uint64_t(s.offload_activations) << 51);
+      uint64_t load;
+      std::memcpy(&load, &s.expert_load, sizeof load);
+      x.add(load ^ uint64_t(uint32_t(s.moe_node_limit)));
+      x.add(uint64_t(uint32_t(op.reshard_from_tp)) | uint64_t(uint32_t(op.reshard_to_tp)) << 32);
       uint64_t f;
       std::memcpy(&f, &op.flops, sizeof f);
       x.add(f);
@@ -100,41 +115,41 @@ std::vector<Case> cases() {
         s.tp = 4, s.pp = 16, s.dp = 1, s.vpp = 2, s.micro_batch = 1, s.global_batch = 1536;
         s.schedule = "interleaved", s.sequence_parallel = true, s.recompute = "selective";
       },
-      0x87ddc62bde034663ull);
+      0xa4627730079ba59full);
   add(
       "gpt3 pp8 1f1b tp4 dp2 z1 sp", "gpt3-175b", 8,
       [](PlanShorthand& s) {
         s.tp = 4, s.pp = 8, s.dp = 2, s.micro_batch = 1, s.global_batch = 256, s.zero = 1;
         s.sequence_parallel = true, s.recompute = "selective";
       },
-      0x9ca4fca4828fcaadull);
+      0x84a5a7c3eb506e2full);
   add(
       "gpt2 gpipe pp4 z3 offload all, full recompute", "gpt2-124m", 2,
       [](PlanShorthand& s) {
         s.tp = 1, s.pp = 4, s.micro_batch = 2, s.global_batch = 64, s.zero = 3;
         s.schedule = "gpipe", s.recompute = "full", s.offload = "optimizer,params,activations";
       },
-      0x209b4cc54cf1481bull);
+      0x3affc6468da15387ull);
   add(
       "gpt2 1f1b tp2 pp2 z2 no overlap no prefetch", "gpt2-124m", 2,
       [](PlanShorthand& s) {
         s.tp = 2, s.pp = 2, s.micro_batch = 1, s.global_batch = 32, s.zero = 2;
         s.no_overlap_grad_reduce = true, s.no_backward_prefetch = true;
       },
-      0xd8d121c10f2c9fbaull);
+      0xb5b2123212872f0aull);
   add(
       "gpt2 interleaved pp2 v3 tp2 sp z3 offload activations", "gpt2-124m", 2,
       [](PlanShorthand& s) {
         s.tp = 2, s.pp = 2, s.vpp = 3, s.micro_batch = 1, s.global_batch = 32, s.zero = 3;
         s.sequence_parallel = true, s.offload = "activations";
       },
-      0x0762e8a3e9dd131cull);
+      0xf92bc47787bee830ull);
   add(
       "llama2-7b (untied, GQA) 1f1b tp2 pp4 z1", "llama2-7b", 2,
       [](PlanShorthand& s) {
         s.tp = 2, s.pp = 4, s.micro_batch = 1, s.global_batch = 16, s.zero = 1;
       },
-      0x44600a464932c693ull);
+      0x46d2ff6b3152cc73ull);
   return out;
 }
 
@@ -174,5 +189,5 @@ BOOST_AUTO_TEST_CASE(heterogeneous_op_stream_matches_its_recorded_hash) {
   validate(p, m, cl, "heterogeneous");
   const uint64_t h = hash_program(build_program(m, p));
   std::printf("heterogeneous: 0x%016llxull\n", static_cast<unsigned long long>(h));
-  BOOST_TEST(h == 0x453fd830a7119c92ull);
+  BOOST_TEST(h == 0xe10bef55cc40d69aull);
 }
