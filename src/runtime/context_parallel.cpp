@@ -19,11 +19,15 @@ constexpr int kKvTag = 2701, kDkvTag = 2702, kA2aTag = 2703;
 
 // The sizes every kind needs, from the rank's local (B, T/cp, (NH+2KV)*hd) tensor.
 struct Dims {
-  int64_t B = 0, Tl = 0, W = 0, hd = 0, T = 0;
+  int64_t batch = 0;       // B
+  int64_t local_rows = 0;  // T / cp: the rank's rows of each sequence
+  int64_t qkv_width = 0;   // (NH + 2 KV) hd
+  int64_t head_dim = 0;    // hd
+  int64_t seq_len = 0;     // T
   int cp = 1, rank = 0, heads = 0, kv_heads = 0;
   const CpScratch* scratch = nullptr;  // where the working tensors come from (empty: allocate)
-  int64_t kv_width() const { return 2 * kv_heads * hd; }
-  int64_t k_col() const { return heads * hd; }  // first k column of a qkv row
+  int64_t kv_width() const { return 2 * kv_heads * head_dim; }
+  int64_t k_col() const { return heads * head_dim; }  // first k column of a qkv row
 };
 
 Dims dims_of(const Communicator& comm, const CpAttention& a, const Tensor& local,
@@ -31,18 +35,19 @@ Dims dims_of(const Communicator& comm, const CpAttention& a, const Tensor& local
   Dims d;
   d.scratch = &a.scratch;
   d.cp = comm.size(), d.rank = comm.rank(), d.heads = a.heads, d.kv_heads = a.kv_heads;
-  d.T = a.seq_len;
+  d.seq_len = a.seq_len;
   const int64_t width = static_cast<int64_t>(a.heads) + 2 * a.kv_heads;
   if (!local.defined() || local.ndim() != 3 || a.heads <= 0 || a.kv_heads <= 0 ||
       local.dim(2) % width != 0)
     throw std::invalid_argument(std::string(where) + ": qkv must be (B,T/cp,(NH+2KV)*hd), got " +
                                 local.shape.str());
-  d.B = local.dim(0), d.Tl = local.dim(1), d.W = local.dim(2), d.hd = d.W / width;
-  if (d.Tl * d.cp != d.T)
-    throw std::invalid_argument(std::string(where) + ": " + std::to_string(d.Tl) +
+  d.batch = local.dim(0), d.local_rows = local.dim(1), d.qkv_width = local.dim(2),
+  d.head_dim = d.qkv_width / width;
+  if (d.local_rows * d.cp != d.seq_len)
+    throw std::invalid_argument(std::string(where) + ": " + std::to_string(d.local_rows) +
                                 " local rows on " + std::to_string(d.cp) +
-                                " ranks do not make the sequence of " + std::to_string(d.T));
-  cp_chunks(d.rank, d.cp, d.T);  // checks that 2 cp divides T
+                                " ranks do not make the sequence of " + std::to_string(d.seq_len));
+  cp_chunks(d.rank, d.cp, d.seq_len);  // checks that 2 cp divides T
   return d;
 }
 
@@ -63,8 +68,8 @@ Tensor member_block(const Tensor& buf, int i, Shape block) {
 
 // K and V of the local rows, packed as (B, T/cp, 2*KV*hd): what travels between ranks.
 Tensor pack_kv(Backend& be, const Dims& d, const Tensor& qkv) {
-  Tensor kv = take(be, d, Shape{d.B, d.Tl, d.kv_width()});
-  be.copy_block(kv, 0, 0, qkv, 0, d.k_col(), d.B * d.Tl, d.kv_width());
+  Tensor kv = take(be, d, Shape{d.batch, d.local_rows, d.kv_width()});
+  be.copy_block(kv, 0, 0, qkv, 0, d.k_col(), d.batch * d.local_rows, d.kv_width());
   return kv;
 }
 
@@ -77,21 +82,23 @@ bool sees(TokenSpan q, TokenSpan k) {
 void blocks_to_sequence(Backend& be, const Dims& d, Tensor& seq, const Tensor& blocks,
                         int64_t width) {
   for (int i = 0; i < d.cp; ++i) {
-    const Tensor block = member_block(blocks, i, Shape{d.B, d.Tl, width});
-    const CpChunks ch = cp_chunks(i, d.cp, d.T);
-    for (int64_t b = 0; b < d.B; ++b)
+    const Tensor block = member_block(blocks, i, Shape{d.batch, d.local_rows, width});
+    const CpChunks ch = cp_chunks(i, d.cp, d.seq_len);
+    for (int64_t b = 0; b < d.batch; ++b)
       for (const TokenSpan& s : {ch.first, ch.second})
-        be.copy_block(seq, b * d.T + s.pos0, 0, block, b * d.Tl + s.row0, 0, s.rows, width);
+        be.copy_block(seq, b * d.seq_len + s.pos0, 0, block, b * d.local_rows + s.row0, 0, s.rows,
+                      width);
   }
 }
 void sequence_to_blocks(Backend& be, const Dims& d, Tensor& blocks, const Tensor& seq,
                         int64_t width) {
   for (int i = 0; i < d.cp; ++i) {
-    Tensor block = member_block(blocks, i, Shape{d.B, d.Tl, width});
-    const CpChunks ch = cp_chunks(i, d.cp, d.T);
-    for (int64_t b = 0; b < d.B; ++b)
+    Tensor block = member_block(blocks, i, Shape{d.batch, d.local_rows, width});
+    const CpChunks ch = cp_chunks(i, d.cp, d.seq_len);
+    for (int64_t b = 0; b < d.batch; ++b)
       for (const TokenSpan& s : {ch.first, ch.second})
-        be.copy_block(block, b * d.Tl + s.row0, 0, seq, b * d.T + s.pos0, 0, s.rows, width);
+        be.copy_block(block, b * d.local_rows + s.row0, 0, seq, b * d.seq_len + s.pos0, 0, s.rows,
+                      width);
   }
 }
 
@@ -118,7 +125,7 @@ void all_to_all(Backend& be, Communicator& comm, const Tensor& send, Tensor& rec
 template <class Visit, class EndOfStep>
 void ring_steps(Communicator& comm, const Dims& d, Tensor& cur, Tensor& nxt, Visit visit,
                 EndOfStep end_of_step) {
-  const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
+  const CpChunks mine = cp_chunks(d.rank, d.cp, d.seq_len);
   const int next = (d.rank + 1) % d.cp, prev = (d.rank + d.cp - 1) % d.cp;
   const int64_t n = cur.numel();
   for (int s = 0; s < d.cp; ++s) {
@@ -128,7 +135,7 @@ void ring_steps(Communicator& comm, const Dims& d, Tensor& cur, Tensor& nxt, Vis
       recv = comm.irecv(nxt.data, n, prev, kKvTag);
       send = comm.isend(cur.data, n, next, kKvTag);
     }
-    const CpChunks theirs = cp_chunks((d.rank - s + d.cp) % d.cp, d.cp, d.T);
+    const CpChunks theirs = cp_chunks((d.rank - s + d.cp) % d.cp, d.cp, d.seq_len);
     for (const TokenSpan& q : {mine.first, mine.second})
       for (const TokenSpan& k : {theirs.first, theirs.second})
         if (sees(q, k)) visit(q, cur, k);
@@ -178,7 +185,7 @@ void ring_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv,
         drecv->wait();
         std::swap(dcur, dnxt);
       });
-  be.copy_block(dqkv, 0, d.k_col(), dcur, 0, 0, d.B * d.Tl, d.kv_width());
+  be.copy_block(dqkv, 0, d.k_col(), dcur, 0, 0, d.batch * d.local_rows, d.kv_width());
 }
 
 // ---- all-gather ------------------------------------------------------------------------------
@@ -188,12 +195,12 @@ void ring_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv,
 // (c x width, outside buf), so that the gathered K,V take no second copy.
 void permute_chunks(Backend& be, const Dims& d, Tensor& buf, Tensor& held, int64_t width,
                     bool to_sequence) {
-  const int64_t c = d.Tl / 2, records = int64_t(d.cp) * d.B * 2;
+  const int64_t c = d.local_rows / 2, records = int64_t(d.cp) * d.batch * 2;
   std::vector<int64_t> source(static_cast<size_t>(records));  // position <- the record it takes
   for (int i = 0; i < d.cp; ++i)
-    for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t b = 0; b < d.batch; ++b)
       for (int h = 0; h < 2; ++h) {
-        const int64_t member = (i * d.B + b) * 2 + h;
+        const int64_t member = (i * d.batch + b) * 2 + h;
         const int64_t chunk = h == 0 ? i : 2 * d.cp - 1 - i;
         const int64_t sequence = b * 2 * d.cp + chunk;
         if (to_sequence)
@@ -219,22 +226,22 @@ void permute_chunks(Backend& be, const Dims& d, Tensor& buf, Tensor& held, int64
 // K,V of the whole sequence in position order (B, T, 2*KV*hd): each rank's own block packed
 // into its place, gathered in place, permuted in place (through `held`, one chunk of rows).
 Tensor gather_kv(Backend& be, Communicator& comm, const Dims& d, const Tensor& qkv, Tensor& held) {
-  const Shape block{d.B, d.Tl, d.kv_width()};
-  Tensor blocks = take(be, d, Shape{d.cp * d.B, d.Tl, d.kv_width()});
+  const Shape block{d.batch, d.local_rows, d.kv_width()};
+  Tensor blocks = take(be, d, Shape{d.cp * d.batch, d.local_rows, d.kv_width()});
   Tensor mine = member_block(blocks, d.rank, block);
-  be.copy_block(mine, 0, 0, qkv, 0, d.k_col(), d.B * d.Tl, d.kv_width());
+  be.copy_block(mine, 0, 0, qkv, 0, d.k_col(), d.batch * d.local_rows, d.kv_width());
   comm.iall_gather_v_inplace(blocks.data, std::vector<int64_t>(size_t(d.cp), block.numel()))
       ->wait();
   permute_chunks(be, d, blocks, held, d.kv_width(), /*to_sequence=*/true);
-  return blocks.view(Shape{d.B, d.T, d.kv_width()});
+  return blocks.view(Shape{d.batch, d.seq_len, d.kv_width()});
 }
 
 void allgather_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, Tensor& lse,
                        const Tensor& qkv) {
-  Tensor held = take(be, d, Shape{d.Tl / 2, d.kv_width()});
+  Tensor held = take(be, d, Shape{d.local_rows / 2, d.kv_width()});
   const Tensor kv = gather_kv(be, comm, d, qkv, held);
-  const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
-  const TokenSpan all{0, d.T, 0};
+  const CpChunks mine = cp_chunks(d.rank, d.cp, d.seq_len);
+  const TokenSpan all{0, d.seq_len, 0};
   for (const TokenSpan& q : {mine.first, mine.second})
     be.attention_block_forward(out, lse, qkv, q, kv, all, d.heads, d.kv_heads);
 }
@@ -246,23 +253,23 @@ void allgather_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& 
   // rank's own activations.
   // The Program's two gathered-sized buffers (CpComm) and nothing more: each permutation
   // holds its chunk in the other tensor's memory, where nothing is yet (or any more).
-  const Shape whole{d.B, d.T, d.kv_width()};
-  const Shape chunk{d.Tl / 2, d.kv_width()};
+  const Shape whole{d.batch, d.seq_len, d.kv_width()};
+  const Shape chunk{d.local_rows / 2, d.kv_width()};
   Tensor dkv = take(be, d, whole);
   Tensor held = dkv.slice(0, chunk);
   Tensor kv = gather_kv(be, comm, d, qkv, held);
   be.fill(dkv, 0.0f);
   be.fill(dqkv, 0.0f);
-  const CpChunks mine = cp_chunks(d.rank, d.cp, d.T);
-  const TokenSpan all{0, d.T, 0};
+  const CpChunks mine = cp_chunks(d.rank, d.cp, d.seq_len);
+  const TokenSpan all{0, d.seq_len, 0};
   for (const TokenSpan& q : {mine.first, mine.second})
     be.attention_block_backward(dqkv, dkv, dout, out, lse, qkv, q, kv, all, d.heads, d.kv_heads);
   Tensor held_back = kv.slice(0, chunk);
   permute_chunks(be, d, dkv, held_back, d.kv_width(), /*to_sequence=*/false);
   // The gathered K,V are done with: their memory receives the rank's summed block.
-  Tensor mine_dkv = kv.slice(0, Shape{d.B, d.Tl, d.kv_width()});
+  Tensor mine_dkv = kv.slice(0, Shape{d.batch, d.local_rows, d.kv_width()});
   comm.ireduce_scatter(dkv.data, mine_dkv.data, mine_dkv.numel())->wait();
-  be.copy_block(dqkv, 0, d.k_col(), mine_dkv, 0, 0, d.B * d.Tl, d.kv_width());
+  be.copy_block(dqkv, 0, d.k_col(), mine_dkv, 0, 0, d.batch * d.local_rows, d.kv_width());
 }
 
 // ---- all-to-all (Ulysses) --------------------------------------------------------------------
@@ -276,7 +283,7 @@ HeadGroup head_group(const Dims& d) {
                                 std::to_string(d.kv_heads) + ") must divide by cp (" +
                                 std::to_string(d.cp) + ")");
   const int h = d.heads / d.cp, kv = d.kv_heads / d.cp;
-  return {h, kv, (static_cast<int64_t>(h) + 2 * kv) * d.hd};
+  return {h, kv, (static_cast<int64_t>(h) + 2 * kv) * d.head_dim};
 }
 
 // The columns of head group j in a row: its q, k and v heads (a qkv row), or its heads alone
@@ -285,11 +292,11 @@ struct Pieces {
   int64_t col[3], width[3];
 };
 Pieces qkv_pieces(const Dims& d, const HeadGroup& g, int j) {
-  const int64_t qw = g.heads * d.hd, kw = g.kv_heads * d.hd;
-  return {{j * qw, d.k_col() + j * kw, d.k_col() + d.kv_heads * d.hd + j * kw}, {qw, kw, kw}};
+  const int64_t qw = g.heads * d.head_dim, kw = g.kv_heads * d.head_dim;
+  return {{j * qw, d.k_col() + j * kw, d.k_col() + d.kv_heads * d.head_dim + j * kw}, {qw, kw, kw}};
 }
 Pieces out_pieces(const Dims& d, const HeadGroup& g, int j) {
-  const int64_t ow = g.heads * d.hd;
+  const int64_t ow = g.heads * d.head_dim;
   return {{j * ow, 0, 0}, {ow, 0, 0}};
 }
 
@@ -298,20 +305,22 @@ template <class PiecesOf>
 void pack_groups(Backend& be, const Dims& d, Tensor& blocks, const Tensor& local, int64_t width,
                  PiecesOf pieces) {
   for (int j = 0; j < d.cp; ++j) {
-    Tensor block = member_block(blocks, j, Shape{d.B, d.Tl, width});
+    Tensor block = member_block(blocks, j, Shape{d.batch, d.local_rows, width});
     const Pieces p = pieces(j);
     for (int k = 0, at = 0; k < 3; at += int(p.width[k]), ++k)
-      if (p.width[k] > 0) be.copy_block(block, 0, at, local, 0, p.col[k], d.B * d.Tl, p.width[k]);
+      if (p.width[k] > 0)
+        be.copy_block(block, 0, at, local, 0, p.col[k], d.batch * d.local_rows, p.width[k]);
   }
 }
 template <class PiecesOf>
 void unpack_groups(Backend& be, const Dims& d, Tensor& local, const Tensor& blocks, int64_t width,
                    PiecesOf pieces) {
   for (int j = 0; j < d.cp; ++j) {
-    const Tensor block = member_block(blocks, j, Shape{d.B, d.Tl, width});
+    const Tensor block = member_block(blocks, j, Shape{d.batch, d.local_rows, width});
     const Pieces p = pieces(j);
     for (int k = 0, at = 0; k < 3; at += int(p.width[k]), ++k)
-      if (p.width[k] > 0) be.copy_block(local, 0, p.col[k], block, 0, at, d.B * d.Tl, p.width[k]);
+      if (p.width[k] > 0)
+        be.copy_block(local, 0, p.col[k], block, 0, at, d.batch * d.local_rows, p.width[k]);
   }
 }
 
@@ -321,53 +330,54 @@ void unpack_groups(Backend& be, const Dims& d, Tensor& local, const Tensor& bloc
 void a2a_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, Tensor& lse,
                  Tensor& qkv) {
   const HeadGroup g = head_group(d);
-  const int64_t ow = g.heads * d.hd;
+  const int64_t ow = g.heads * d.head_dim;
   auto qkv_of = [&](int j) { return qkv_pieces(d, g, j); };
   auto out_of = [&](int j) { return out_pieces(d, g, j); };
-  Tensor send = take(be, d, Shape{d.cp * d.B, d.Tl, g.width});
+  Tensor send = take(be, d, Shape{d.cp * d.batch, d.local_rows, g.width});
   pack_groups(be, d, send, qkv, g.width, qkv_of);
   Tensor recv = qkv.view(send.shape);  // packed: the local q, k, v are free to receive
-  all_to_all(be, comm, send, recv, d.B * d.Tl * g.width);
-  Tensor seq = send.view(Shape{d.B, d.T, g.width});
+  all_to_all(be, comm, send, recv, d.batch * d.local_rows * g.width);
+  Tensor seq = send.view(Shape{d.batch, d.seq_len, g.width});
   blocks_to_sequence(be, d, seq, recv, g.width);
-  Tensor seq_out = take(be, d, Shape{d.B, d.T, ow});
-  Tensor seq_lse = lse.view(Shape{d.B, g.heads, d.T});
+  Tensor seq_out = take(be, d, Shape{d.batch, d.seq_len, ow});
+  Tensor seq_lse = lse.view(Shape{d.batch, g.heads, d.seq_len});
   Tensor no_att;
   be.attention_forward(seq_out, no_att, seq_lse, seq, g.heads, g.kv_heads);
   // The backward attends the same whole-sequence head group: kept in qkv's place (the same
   // size) instead of traded again.
   be.copy(qkv, seq);
-  Tensor send_out = send.slice(0, Shape{d.cp * d.B, d.Tl, ow});
+  Tensor send_out = send.slice(0, Shape{d.cp * d.batch, d.local_rows, ow});
   sequence_to_blocks(be, d, send_out, seq_out, ow);
   Tensor recv_out = seq_out.view(send_out.shape);
-  all_to_all(be, comm, send_out, recv_out, d.B * d.Tl * ow);
+  all_to_all(be, comm, send_out, recv_out, d.batch * d.local_rows * ow);
   unpack_groups(be, d, out, recv_out, ow, out_of);
 }
 
 void a2a_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv, const Tensor& dout,
                   const Tensor& out, const Tensor& lse, const Tensor& qkv) {
   const HeadGroup g = head_group(d);
-  const int64_t ow = g.heads * d.hd;
+  const int64_t ow = g.heads * d.head_dim;
   auto qkv_of = [&](int j) { return qkv_pieces(d, g, j); };
   auto out_of = [&](int j) { return out_pieces(d, g, j); };
-  const Shape out_blocks{d.cp * d.B, d.Tl, ow};
-  const int64_t out_count = d.B * d.Tl * ow, qkv_count = d.B * d.Tl * g.width;
+  const Shape out_blocks{d.cp * d.batch, d.local_rows, ow};
+  const int64_t out_count = d.batch * d.local_rows * ow,
+                qkv_count = d.batch * d.local_rows * g.width;
   Tensor a = take(be, d, out_blocks);
-  Tensor x = take(be, d, Shape{d.cp * d.B, d.Tl, g.width});
+  Tensor x = take(be, d, Shape{d.cp * d.batch, d.local_rows, g.width});
   Tensor x_out = x.slice(0, out_blocks);
   // The output, then its gradient, over the whole sequence for this head group (the latter
   // received in dqkv's memory, which is written last).
   pack_groups(be, d, a, out, ow, out_of);
   all_to_all(be, comm, a, x_out, out_count);
-  Tensor seq_out = a.view(Shape{d.B, d.T, ow});
+  Tensor seq_out = a.view(Shape{d.batch, d.seq_len, ow});
   blocks_to_sequence(be, d, seq_out, x_out, ow);
   pack_groups(be, d, x_out, dout, ow, out_of);
   Tensor d_recv = dqkv.slice(0, out_blocks);
   all_to_all(be, comm, x_out, d_recv, out_count);
-  Tensor seq_dout = x_out.view(Shape{d.B, d.T, ow});
+  Tensor seq_dout = x_out.view(Shape{d.batch, d.seq_len, ow});
   blocks_to_sequence(be, d, seq_dout, d_recv, ow);
-  const Tensor seq = qkv.view(Shape{d.B, d.T, g.width});
-  const Tensor seq_lse = lse.view(Shape{d.B, g.heads, d.T});
+  const Tensor seq = qkv.view(Shape{d.batch, d.seq_len, g.width});
+  const Tensor seq_lse = lse.view(Shape{d.batch, g.heads, d.seq_len});
   Tensor seq_dqkv = dqkv.view(seq.shape);
   be.attention_backward(seq_dqkv, seq_dout, seq_out, seq, Tensor{}, seq_lse, g.heads, g.kv_heads);
   // dQ, dK, dV back to the rows' owners, then into the local layout of all heads.
@@ -401,8 +411,9 @@ std::vector<int64_t> cp_positions(int rank, int cp, int64_t seq_len) {
 void cp_attention_forward(Backend& be, Communicator& comm, const CpAttention& a, Tensor& out,
                           Tensor& lse, Tensor& qkv) {
   const Dims d = dims_of(comm, a, qkv, "cp_attention_forward");
-  expect_shape(out, Shape{d.B, d.Tl, d.heads * d.hd}, "cp_attention_forward", "out");
-  expect_shape(lse, Shape{d.B, d.heads, d.Tl}, "cp_attention_forward", "lse");
+  expect_shape(out, Shape{d.batch, d.local_rows, d.heads * d.head_dim}, "cp_attention_forward",
+               "out");
+  expect_shape(lse, Shape{d.batch, d.heads, d.local_rows}, "cp_attention_forward", "lse");
   switch (a.kind) {
     case CpKind::ring:
       return ring_forward(be, comm, d, out, lse, qkv);
@@ -417,9 +428,10 @@ void cp_attention_backward(Backend& be, Communicator& comm, const CpAttention& a
                            const Tensor& dout, const Tensor& out, const Tensor& lse,
                            const Tensor& qkv) {
   const Dims d = dims_of(comm, a, dqkv, "cp_attention_backward");
-  expect_shape(dout, Shape{d.B, d.Tl, d.heads * d.hd}, "cp_attention_backward", "dout");
+  expect_shape(dout, Shape{d.batch, d.local_rows, d.heads * d.head_dim}, "cp_attention_backward",
+               "dout");
   expect_shape(out, dout.shape, "cp_attention_backward", "out");
-  checks::expect_numel("cp_attention_backward", "lse", lse, d.B * d.heads * d.Tl);
+  checks::expect_numel("cp_attention_backward", "lse", lse, d.batch * d.heads * d.local_rows);
   checks::expect_numel("cp_attention_backward", "qkv", qkv, dqkv.numel());
   switch (a.kind) {
     case CpKind::ring:
