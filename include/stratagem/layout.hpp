@@ -92,6 +92,12 @@ class Layout {
   const std::vector<int>& tp_degrees() const { return tp_degrees_; }
 
  private:
+  // The constructor's steps (layout.cpp), in the order that fixes the group ids.
+  void collect_tp_degrees(const Plan& plan);
+  void add(GroupKind kind, int stage, int tp, std::vector<int> ranks);
+  void add_dense_groups(int stage, int tp_index);
+  void add_reshard_groups(int stage);
+  void add_expert_groups(int stage, int pair_index);
   int index_of_tp(int tp) const;
   int cp_neighbour(int rank, int tp, int step) const;
   int world_size_ = 0, pp_ = 0, devices_per_stage_ = 0, cp_ = 1;

@@ -45,84 +45,20 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
     throw InputError("layout: plan needs " + std::to_string(world_size_) +
                      " ranks but the cluster has " + std::to_string(cluster.world_size()) +
                      " GPUs");
-  tp_degrees_.push_back(plan.embedding.tp);
-  for (const auto& l : plan.layers) tp_degrees_.push_back(l.tp);
-  // Sequence-parallel layers hold the stream as tp 1 does (LayerStrategy::stream_tp): where
-  // it differs between strategies, the reshard groups between those degrees are needed.
-  bool streams_differ = false;
-  for (const auto& l : plan.layers)
-    streams_differ = streams_differ || l.stream_tp() != plan.embedding.stream_tp();
-  if (streams_differ) {
-    tp_degrees_.push_back(plan.embedding.stream_tp());
-    for (const auto& l : plan.layers) tp_degrees_.push_back(l.stream_tp());
-  }
-  std::sort(tp_degrees_.begin(), tp_degrees_.end());
-  tp_degrees_.erase(std::unique(tp_degrees_.begin(), tp_degrees_.end()), tp_degrees_.end());
-
-  const int D = devices_per_stage_;
+  collect_tp_degrees(plan);
   const int T = static_cast<int>(tp_degrees_.size());
-  auto add = [&](GroupKind kind, int stage, int tp, std::vector<int> ranks) {
-    Group g;
-    g.id = static_cast<int>(groups_.size());
-    g.kind = kind;
-    g.stage = stage;
-    g.tp = tp;
-    g.ranks = std::move(ranks);
-    groups_.push_back(std::move(g));
-  };
   tp_base_.assign(pp_, std::vector<int>(T, -1));
   dp_base_.assign(pp_, std::vector<int>(T, -1));
   cp_base_.assign(pp_, std::vector<int>(T, -1));
   reshard_base_.assign(pp_, std::vector<std::vector<int>>(T, std::vector<int>(T, -1)));
-  // The rank orders (rank_geometry.hpp). A tp or dp group's index k runs over the cp x dp
-  // ranks of a tp index (the dp group with context parallel): dense_local(t, 0, k, tp, 1).
-  using G = RankGeometry;
+  // Group ids in this order, so that a plan without cp, reshards or experts keeps the ids it had.
   for (int s = 0; s < pp_; ++s) {
-    for (int ti = 0; ti < T; ++ti) {
-      const int tp = tp_degrees_[ti], dp = D / tp;
-      tp_base_[s][ti] = static_cast<int>(groups_.size());
-      for (int k = 0; k < dp; ++k) {
-        std::vector<int> r;
-        for (int j = 0; j < tp; ++j) r.push_back(rank_of(s, G::dense_local(j, 0, k, tp, 1)));
-        add(GroupKind::tp, s, tp, std::move(r));
-      }
-      dp_base_[s][ti] = static_cast<int>(groups_.size());
-      for (int j = 0; j < tp; ++j) {
-        std::vector<int> r;
-        for (int k = 0; k < dp; ++k) r.push_back(rank_of(s, G::dense_local(j, 0, k, tp, 1)));
-        add(GroupKind::dp, s, tp, std::move(r));
-      }
-      // After every group a plan without cp has, so that their ids stay as they were.
-      if (cp_ > 1) {
-        cp_base_[s][ti] = static_cast<int>(groups_.size());
-        const int outer = dp / cp_;
-        for (int d = 0; d < outer; ++d)
-          for (int j = 0; j < tp; ++j) {
-            std::vector<int> r;
-            for (int c = 0; c < cp_; ++c) r.push_back(rank_of(s, G::dense_local(j, c, d, tp, cp_)));
-            add(GroupKind::cp, s, tp, std::move(r));
-          }
-      }
-    }
-    // A stream of tp tb is held by tb / ta replicas of tp ta: replica x of block blk is the
-    // ta ranks dense_local(0 .. ta-1, x, blk, ta, tb / ta).
-    for (int a = 0; a < T; ++a)
-      for (int b = a + 1; b < T; ++b) {
-        const int ta = tp_degrees_[a], tb = tp_degrees_[b];
-        if (tb % ta) continue;
-        reshard_base_[s][a][b] = static_cast<int>(groups_.size());
-        for (int blk = 0; blk < D / tb; ++blk)
-          for (int j = 0; j < ta; ++j) {
-            std::vector<int> r;
-            for (int x = 0; x < tb / ta; ++x)
-              r.push_back(rank_of(s, G::dense_local(j, x, blk, ta, tb / ta)));
-            add(GroupKind::reshard, s, tb, std::move(r));
-          }
-      }
+    for (int ti = 0; ti < T; ++ti) add_dense_groups(s, ti);
+    add_reshard_groups(s);
   }
   if (pp_ > 1) {
     tied_base_ = static_cast<int>(groups_.size());
-    for (int i = 0; i < D; ++i)
+    for (int i = 0; i < devices_per_stage_; ++i)
       add(GroupKind::tied_embedding, 0, 1, {rank_of(0, i), rank_of(pp_ - 1, i)});
   }
   // Expert groups last, so that a dense plan's group ids are as they were.
@@ -135,36 +71,117 @@ Layout::Layout(const Plan& plan, const ClusterSpec& cluster)
   edp_base_.assign(pp_, std::vector<int>(P, -1));
   etp_base_.assign(pp_, std::vector<int>(P, -1));
   for (int s = 0; s < pp_; ++s)
-    for (int pi = 0; pi < P; ++pi) {
-      // Plain ints, not a structured binding: the lambda below captures them (clang 14, which
-      // builds the fuzz targets, cannot capture a binding).
-      const int etp = expert_pairs_[pi].first, ep = expert_pairs_[pi].second;
-      if (D % (etp * ep))
-        throw InputError("layout: etp " + std::to_string(etp) + " x ep " + std::to_string(ep) +
-                         " does not divide the stage's " + std::to_string(D) + " ranks");
-      const int edp = D / (etp * ep);
-      auto local = [&](int et, int e, int ed) { return G::expert_local(et, e, ed, etp, ep); };
-      ep_base_[s][pi] = static_cast<int>(groups_.size());
-      for (int ed = 0; ed < edp; ++ed)
-        for (int et = 0; et < etp; ++et) {
+    for (int pi = 0; pi < P; ++pi) add_expert_groups(s, pi);
+}
+
+// Every tp degree of the plan and, where sequence-parallel layers hold the stream as tp 1 does
+// (LayerStrategy::stream_tp) and that differs between strategies, the stream degrees, whose
+// reshard groups are needed; sorted, each once.
+void Layout::collect_tp_degrees(const Plan& plan) {
+  tp_degrees_.push_back(plan.embedding.tp);
+  for (const auto& l : plan.layers) tp_degrees_.push_back(l.tp);
+  bool streams_differ = false;
+  for (const auto& l : plan.layers)
+    streams_differ = streams_differ || l.stream_tp() != plan.embedding.stream_tp();
+  if (streams_differ) {
+    tp_degrees_.push_back(plan.embedding.stream_tp());
+    for (const auto& l : plan.layers) tp_degrees_.push_back(l.stream_tp());
+  }
+  std::sort(tp_degrees_.begin(), tp_degrees_.end());
+  tp_degrees_.erase(std::unique(tp_degrees_.begin(), tp_degrees_.end()), tp_degrees_.end());
+}
+
+void Layout::add(GroupKind kind, int stage, int tp, std::vector<int> ranks) {
+  Group g;
+  g.id = static_cast<int>(groups_.size());
+  g.kind = kind;
+  g.stage = stage;
+  g.tp = tp;
+  g.ranks = std::move(ranks);
+  groups_.push_back(std::move(g));
+}
+
+// The tp, dp and cp groups of tp degree tp_degrees_[ti] on stage s, in the rank order
+// (rank_geometry.hpp). A tp or dp group's index k runs over the cp x dp ranks of a tp index
+// (the dp group with context parallel): dense_local(t, 0, k, tp, 1).
+void Layout::add_dense_groups(int s, int ti) {
+  using G = RankGeometry;
+  const int tp = tp_degrees_[ti], dp = devices_per_stage_ / tp;
+  tp_base_[s][ti] = static_cast<int>(groups_.size());
+  for (int k = 0; k < dp; ++k) {
+    std::vector<int> r;
+    for (int j = 0; j < tp; ++j) r.push_back(rank_of(s, G::dense_local(j, 0, k, tp, 1)));
+    add(GroupKind::tp, s, tp, std::move(r));
+  }
+  dp_base_[s][ti] = static_cast<int>(groups_.size());
+  for (int j = 0; j < tp; ++j) {
+    std::vector<int> r;
+    for (int k = 0; k < dp; ++k) r.push_back(rank_of(s, G::dense_local(j, 0, k, tp, 1)));
+    add(GroupKind::dp, s, tp, std::move(r));
+  }
+  // After every group a plan without cp has, so that their ids stay as they were.
+  if (cp_ == 1) return;
+  cp_base_[s][ti] = static_cast<int>(groups_.size());
+  for (int d = 0; d < dp / cp_; ++d)
+    for (int j = 0; j < tp; ++j) {
+      std::vector<int> r;
+      for (int c = 0; c < cp_; ++c) r.push_back(rank_of(s, G::dense_local(j, c, d, tp, cp_)));
+      add(GroupKind::cp, s, tp, std::move(r));
+    }
+}
+
+// A stream of tp tb is held by tb / ta replicas of tp ta: replica x of block blk is the ta
+// ranks dense_local(0 .. ta-1, x, blk, ta, tb / ta).
+void Layout::add_reshard_groups(int s) {
+  const int T = static_cast<int>(tp_degrees_.size());
+  for (int a = 0; a < T; ++a)
+    for (int b = a + 1; b < T; ++b) {
+      const int ta = tp_degrees_[a], tb = tp_degrees_[b];
+      if (tb % ta) continue;
+      reshard_base_[s][a][b] = static_cast<int>(groups_.size());
+      for (int blk = 0; blk < devices_per_stage_ / tb; ++blk)
+        for (int j = 0; j < ta; ++j) {
           std::vector<int> r;
-          for (int e = 0; e < ep; ++e) r.push_back(rank_of(s, local(et, e, ed)));
-          add(GroupKind::ep, s, etp, std::move(r));
+          for (int x = 0; x < tb / ta; ++x)
+            r.push_back(rank_of(s, RankGeometry::dense_local(j, x, blk, ta, tb / ta)));
+          add(GroupKind::reshard, s, tb, std::move(r));
         }
-      edp_base_[s][pi] = static_cast<int>(groups_.size());
-      for (int e = 0; e < ep; ++e)
-        for (int et = 0; et < etp; ++et) {
-          std::vector<int> r;
-          for (int ed = 0; ed < edp; ++ed) r.push_back(rank_of(s, local(et, e, ed)));
-          add(GroupKind::expert_dp, s, etp, std::move(r));
-        }
-      etp_base_[s][pi] = static_cast<int>(groups_.size());
-      for (int ed = 0; ed < edp; ++ed)
-        for (int e = 0; e < ep; ++e) {
-          std::vector<int> r;
-          for (int et = 0; et < etp; ++et) r.push_back(rank_of(s, local(et, e, ed)));
-          add(GroupKind::expert_tp, s, etp, std::move(r));
-        }
+    }
+}
+
+// The ep, expert_dp and expert_tp groups of expert pair expert_pairs_[pi] on stage s.
+void Layout::add_expert_groups(int s, int pi) {
+  const int D = devices_per_stage_;
+  // Plain ints, not a structured binding: the lambda below captures them (clang 14, which
+  // builds the fuzz targets, cannot capture a binding).
+  const int etp = expert_pairs_[pi].first, ep = expert_pairs_[pi].second;
+  if (D % (etp * ep))
+    throw InputError("layout: etp " + std::to_string(etp) + " x ep " + std::to_string(ep) +
+                     " does not divide the stage's " + std::to_string(D) + " ranks");
+  const int edp = D / (etp * ep);
+  auto local = [&](int et, int e, int ed) {
+    return RankGeometry::expert_local(et, e, ed, etp, ep);
+  };
+  ep_base_[s][pi] = static_cast<int>(groups_.size());
+  for (int ed = 0; ed < edp; ++ed)
+    for (int et = 0; et < etp; ++et) {
+      std::vector<int> r;
+      for (int e = 0; e < ep; ++e) r.push_back(rank_of(s, local(et, e, ed)));
+      add(GroupKind::ep, s, etp, std::move(r));
+    }
+  edp_base_[s][pi] = static_cast<int>(groups_.size());
+  for (int e = 0; e < ep; ++e)
+    for (int et = 0; et < etp; ++et) {
+      std::vector<int> r;
+      for (int ed = 0; ed < edp; ++ed) r.push_back(rank_of(s, local(et, e, ed)));
+      add(GroupKind::expert_dp, s, etp, std::move(r));
+    }
+  etp_base_[s][pi] = static_cast<int>(groups_.size());
+  for (int ed = 0; ed < edp; ++ed)
+    for (int e = 0; e < ep; ++e) {
+      std::vector<int> r;
+      for (int et = 0; et < etp; ++et) r.push_back(rank_of(s, local(et, e, ed)));
+      add(GroupKind::expert_tp, s, etp, std::move(r));
     }
 }
 
