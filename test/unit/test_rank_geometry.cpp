@@ -68,8 +68,8 @@ BOOST_AUTO_TEST_CASE(layout_groups_share_the_other_indices_and_the_estimators_no
   // Groups inside a node, across nodes, and with a node size the degrees do not divide.
   for (const Shape& x : {Shape{2, 8, 2, 2, 4, 1}, Shape{4, 4, 2, 1, 4, 2}, Shape{4, 8, 4, 2, 4, 2},
                          Shape{3, 4, 2, 3, 2, 1}}) {
-    BOOST_TEST_CONTEXT("nodes " << x.nodes << " gpus " << x.gpus << " tp " << x.tp << " cp "
-                                << x.cp << " ep " << x.ep << " etp " << x.etp) {
+    BOOST_TEST_CONTEXT("nodes " << x.nodes << " gpus " << x.gpus << " tp " << x.tp << " cp " << x.cp
+                                << " ep " << x.ep << " etp " << x.etp) {
       const Layout L = layout_of(x.nodes, x.gpus, x.tp, x.cp, x.ep, x.etp);
       const RankGeometry& geo = L.geometry();
       const int D = L.devices_per_stage();
