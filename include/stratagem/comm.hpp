@@ -24,6 +24,21 @@ class Request {
 };
 using RequestPtr = std::unique_ptr<Request>;
 
+// Several transfers waited for as one (a reduction over a layer's flat runs, an all-to-all's
+// point-to-point pairs).
+class RequestGroup final : public Request {
+ public:
+  std::vector<RequestPtr> parts;
+  void wait() override {
+    for (auto& r : parts) r->wait();
+  }
+  bool test() override {
+    bool all = true;
+    for (auto& r : parts) all = r->test() && all;
+    return all;
+  }
+};
+
 enum class ReduceOp { sum, max };
 
 class Communicator {

@@ -71,6 +71,9 @@ class DatasetSamples final : public SampleSource {
 struct OpTiming {
   uint32_t op_index = 0;
   int64_t start_ns = 0, end_ns = 0;  // from the start of the step
+  // The bytes the runtime moved for the op, where it counts them (a context-parallel
+  // transfer); -1: the Program's count stands.
+  int64_t moved_bytes = -1;
 };
 struct MemorySample {
   int64_t time_ns = 0;

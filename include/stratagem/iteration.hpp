@@ -92,7 +92,8 @@ inline int reshard_gather_ranks(const LayerStrategy& from, const LayerStrategy& 
 //    after it (backward: of the output gradient before, of dQ, dK, dV after); bytes are what a
 //    rank sends, its whole local tensor.
 // `buffer_bytes` is what the kind holds beside the saved activations while the core runs (the
-// ring's double buffers, the gathered K and V, the head-split copies).
+// ring's double buffers, the gathered K and V, the head-split copies; under full recompute the
+// forward's Q, K, V, output and statistics, which it does not keep).
 struct CpComm {
   int kv_steps = 0, dkv_steps = 0;  // ring transfers to the next rank
   int64_t kv_bytes = 0;             // one rank's K and V (also the dK, dV block)

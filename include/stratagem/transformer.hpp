@@ -206,6 +206,9 @@ struct AttentionActs {
   Tensor att;        // (B,NH,T,T) probabilities; undefined = rebuilt in backward (selective)
   Tensor lse;        // (B,NH,T) log-sum-exp of each score row
   Tensor out;        // (B,T,NH*hd) attention output, the input of the projection
+  // cp a2a: the core's output for its head group over the whole sequence (B,T*cp,NH/cp*hd),
+  // which its backward reads (context_parallel.hpp).
+  Tensor out_heads;
 };
 struct MlpActs {
   Tensor norm_out, norm_mean, norm_rstd;  // as above
@@ -225,7 +228,6 @@ Workspace allocate_workspace(Backend& backend, const TransformerConfig& cfg, int
 
 // ---- the rank's share of the sequence (context parallelism) ----------------------------------
 class Communicator;
-using CpScratch = std::function<Tensor(Shape)>;
 // Under context parallelism a rank's rows (B, T/cp, ...) are the chunks cp_rank and
 // 2 cp - 1 - cp_rank of the sequence cut into 2 cp (Megatron-Core's load-balanced order,
 // src/runtime/context_parallel.hpp): positions (learned or rotary) are those chunks', and
@@ -235,9 +237,6 @@ struct SequenceShare {
   int64_t seq_len = 0;  // the whole sequence
   CpKind kind = CpKind::ring;
   Communicator* comm = nullptr;  // the cp group, when cp > 1
-  // The attention's working tensors (K,V blocks in flight, gathered K,V, head-split copies):
-  // the executor carves them from the Program's buffer; empty: Backend::allocate.
-  CpScratch scratch;
   bool split() const { return cp > 1; }
 };
 
@@ -262,19 +261,42 @@ void embedding_backward(Backend& be, const TransformerConfig& cfg, ModelWeights&
 
 // Attention core: xn (B,T,C) normalized input -> qkv -> RoPE -> causal attention -> out proj.
 // y (B,T,C) is this rank's partial sum of the block output (add_bias: the rank that adds the
-// row-parallel bias). Saves qkv, att (when defined), lse and out in acts.
+// row-parallel bias). Saves qkv, att (when defined), lse and out in acts. Context parallelism
+// runs the block in its parts instead (below).
 void attention_forward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w,
-                       const Tensor& xn, Tensor& y, AttentionActs& acts, bool add_bias,
-                       const SequenceShare& seq = {});
+                       const Tensor& xn, Tensor& y, AttentionActs& acts, bool add_bias);
 // dy (B,T,C) gradient of the block output (whole); d_xn (B,T,C) = this rank's partial gradient
 // of the normalized input (overwritten). Weight gradients accumulate.
 void attention_backward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w,
                         LayerWeights& grads, const Tensor& dy, const Tensor& xn, Tensor& d_xn,
-                        const AttentionActs& acts, Workspace& ws, const SequenceShare& seq = {});
+                        const AttentionActs& acts, Workspace& ws);
 // Rebuilds the attention probabilities from the saved q, k (selective recompute) into att.
 // Not under context parallelism, which never keeps them.
 void attention_recompute(Backend& be, const TransformerConfig& cfg, AttentionActs& acts,
                          Tensor& att);
+
+// The attention block's parts around its core, which context parallelism runs as ops of their
+// own with the cp group's transfers between them (src/runtime/exec/ops_cp.cpp): forward the
+// QKV projection and RoPE (at the rank's positions under cp), then the output projection;
+// backward the reverse, through the workspace's views.
+struct AttentionGrads {
+  Tensor d_attn;  // (B,T,NH*hd) gradient of the core's output
+  Tensor d_qkv;   // (B,T,(NH+2KV)*hd) gradient of the core's input
+};
+AttentionGrads attention_grads(const TransformerConfig& cfg, Workspace& ws, int64_t B, int64_t T);
+// acts.qkv = RoPE(xn W_qkv + b).
+void attention_qkv_forward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w,
+                           const Tensor& xn, AttentionActs& acts, const SequenceShare& seq);
+// y = acts.out W_proj (+ b).
+void attention_proj_forward(Backend& be, const LayerWeights& w, Tensor& y,
+                            const AttentionActs& acts, bool add_bias);
+// d_attn = dy W_proj^T (overwritten); the projection's gradients accumulate.
+void attention_proj_backward(Backend& be, const LayerWeights& w, LayerWeights& grads,
+                             const Tensor& dy, const AttentionActs& acts, Tensor& d_attn);
+// RoPE's inverse on d_qkv (in place), then d_xn (overwritten) and the QKV gradients.
+void attention_qkv_backward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w,
+                            LayerWeights& grads, Tensor& d_qkv, const Tensor& xn, Tensor& d_xn,
+                            const SequenceShare& seq);
 
 // MLP core: xn -> fc1 (gate|up) -> gelu | swiglu -> fc2 -> y partial; backward as above.
 void mlp_forward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w, const Tensor& xn,

@@ -35,6 +35,14 @@ CpComm cp_comm(const ModelSpec& m, const LayerStrategy& s, int samples, Phase ph
       break;
     }
   }
+  // A forward that keeps nothing (full recompute: its recompute rebuilds the block) still holds
+  // the block's Q, K, V, output and log-sum-exp (fp32) while its core and transfers run, over
+  // several ops: they are working memory beside the kind's.
+  if (ph == Phase::forward && s.recompute == Recompute::full) {
+    const int64_t q_width = int64_t(m.heads) * m.head_dim();
+    c.buffer_bytes += e * tokens * (2 * q_width + 2 * m.kv_hidden()) / s.tp +
+                      4 * int64_t(samples) * (m.heads / s.tp) * (m.seq_len / s.cp);
+  }
   return c;
 }
 

@@ -29,6 +29,9 @@
 //              rank its own block's dK, dV, which pre's backward waits for. K/V go around
 //              again in backward (they were not kept whole).
 //   Stream order on cp_comm: kv 0, [kv j + 1 then dkv j] for each step j.
+// Every transfer's `part` says which side of the core it is on: pre, what the core waits for
+// (the K/V blocks, the collective before it); core, what carries the core's results (the dK/dV
+// accumulators, the collective after it).
 // allgather (Llama 3; Megatron-Core's all_gather):
 //   collective all_gather, stream cp_comm, group cp, bytes cp x kv_bytes (the gathered K and
 //              V; each rank gives its own), before the core (forward: after pre; backward:
@@ -68,10 +71,11 @@ int StageBuilder::cp_transfer(OpKind kind, AttentionPart carries, Phase ph, int 
   return emit(op, deps);
 }
 
-int StageBuilder::cp_collective(Collective c, int64_t bytes, Phase ph, int layer, int mb,
-                                int after) {
+int StageBuilder::cp_collective(Collective c, AttentionPart carries, int64_t bytes, Phase ph,
+                                int layer, int mb, int after) {
   const int op = collective(Stream::cp_comm, c, GroupKind::cp, Purpose::context, bytes,
                             Block::attention, ph, layer, mb, {after});
+  out_.ops[op].part = carries;
   compute_waits_.push_back(op);
   return op;
 }
@@ -105,10 +109,11 @@ int StageBuilder::cp_attention(Phase ph, int layer, int mb) {
     if (dkv_recv >= 0) compute_waits_.push_back(dkv_recv);
     last = cp_compute(bwd ? AttentionPart::pre : AttentionPart::post, ph, layer, mb);
   } else if (!bwd) {
-    cp_collective(c.before, c.before_bytes, ph, layer, mb,
+    cp_collective(c.before, AttentionPart::pre, c.before_bytes, ph, layer, mb,
                   cp_compute(AttentionPart::pre, ph, layer, mb));
     const int core = cp_compute(AttentionPart::core, ph, layer, mb);
-    if (c.after != Collective::none) cp_collective(c.after, c.after_bytes, ph, layer, mb, core);
+    if (c.after != Collective::none)
+      cp_collective(c.after, AttentionPart::core, c.after_bytes, ph, layer, mb, core);
     last = cp_compute(AttentionPart::post, ph, layer, mb);
   } else {
     // The all-gather re-gathers K and V from the saved local blocks beside post's backward;
@@ -119,14 +124,15 @@ int StageBuilder::cp_attention(Phase ph, int layer, int mb) {
     if (gather) {
       pending = collective(Stream::cp_comm, c.before, GroupKind::cp, Purpose::context,
                            c.before_bytes, Block::attention, ph, layer, mb, {before_block});
+      out_.ops[pending].part = AttentionPart::pre;
     }
     const int post = cp_compute(AttentionPart::post, ph, layer, mb);
     if (gather)
       compute_waits_.push_back(pending);
     else
-      cp_collective(c.before, c.before_bytes, ph, layer, mb, post);
+      cp_collective(c.before, AttentionPart::pre, c.before_bytes, ph, layer, mb, post);
     const int core = cp_compute(AttentionPart::core, ph, layer, mb);
-    cp_collective(c.after, c.after_bytes, ph, layer, mb, core);
+    cp_collective(c.after, AttentionPart::core, c.after_bytes, ph, layer, mb, core);
     last = cp_compute(AttentionPart::pre, ph, layer, mb);
   }
   release(buf, Stream::compute);

@@ -167,7 +167,8 @@ class StageBuilder {
   int cp_compute(AttentionPart part, Phase ph, int layer, int mb, int step = -1);
   int cp_transfer(OpKind kind, AttentionPart carries, Phase ph, int layer, int mb, int step,
                   int64_t bytes, std::initializer_list<int> deps);
-  int cp_collective(Collective c, int64_t bytes, Phase ph, int layer, int mb, int after);
+  int cp_collective(Collective c, AttentionPart carries, int64_t bytes, Phase ph, int layer, int mb,
+                    int after);
   // The attention block in phase ph (forward or recompute: w.forward[0], backward:
   // w.backward[0]), whole or, under cp, in parts.
   int attention(Phase ph, int layer, int mb) {

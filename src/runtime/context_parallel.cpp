@@ -55,11 +55,6 @@ Dims dims_of(const Communicator& comm, const CpAttention& a, const Tensor& local
 Tensor take(Backend& be, const Dims& d, Shape s) {
   return d.scratch && *d.scratch ? (*d.scratch)(s) : be.allocate(s);
 }
-Tensor take_zeros(Backend& be, const Dims& d, Shape s) {
-  Tensor t = take(be, d, s);
-  be.fill(t, 0.0f);
-  return t;
-}
 
 // Member i's block of a buffer holding one block per member.
 Tensor member_block(const Tensor& buf, int i, Shape block) {
@@ -71,6 +66,11 @@ Tensor pack_kv(Backend& be, const Dims& d, const Tensor& qkv) {
   Tensor kv = take(be, d, Shape{d.batch, d.local_rows, d.kv_width()});
   be.copy_block(kv, 0, 0, qkv, 0, d.k_col(), d.batch * d.local_rows, d.kv_width());
   return kv;
+}
+
+// What a tensor's transfer moves (the runtime computes in fp32).
+int64_t bytes_of(const Tensor& t) {
+  return t.numel() * int64_t(sizeof(float));
 }
 
 bool sees(TokenSpan q, TokenSpan k) {
@@ -102,90 +102,20 @@ void sequence_to_blocks(Backend& be, const Dims& d, Tensor& blocks, const Tensor
   }
 }
 
-// Block j of `send` goes to member j; block i of `recv` comes from member i.
-void all_to_all(Backend& be, Communicator& comm, const Tensor& send, Tensor& recv,
-                int64_t block_count) {
-  std::vector<RequestPtr> pending;
+// Block j of `send` goes to member j, block i of `recv` comes from member i: the pairs in
+// flight as one request; the rank's own block is copied now.
+RequestPtr all_to_all(Backend& be, Communicator& comm, const Tensor& send, Tensor& recv,
+                      int64_t block_count) {
+  auto group = std::make_unique<RequestGroup>();
   const int cp = comm.size(), me = comm.rank();
   for (int j = 0; j < cp; ++j) {
     if (j == me) continue;
-    pending.push_back(comm.irecv(recv.data + j * block_count, block_count, j, kA2aTag));
-    pending.push_back(comm.isend(send.data + j * block_count, block_count, j, kA2aTag));
+    group->parts.push_back(comm.irecv(recv.data + j * block_count, block_count, j, kA2aTag));
+    group->parts.push_back(comm.isend(send.data + j * block_count, block_count, j, kA2aTag));
   }
   Tensor mine = recv.slice(me * block_count, Shape{block_count});
   be.copy(mine, send.slice(me * block_count, Shape{block_count}));
-  for (auto& r : pending) r->wait();
-}
-
-// ---- ring ------------------------------------------------------------------------------------
-// The ring's cp steps: at step s the rank holds member (rank - s)'s K,V block in `cur` while
-// the next block travels into `nxt`; visit(q, block, k) runs for each of the rank's chunks q
-// and the block's chunks k that causal attention lets q see, then end_of_step() before the
-// step's transfers are awaited.
-template <class Visit, class EndOfStep>
-void ring_steps(Communicator& comm, const Dims& d, Tensor& cur, Tensor& nxt, Visit visit,
-                EndOfStep end_of_step) {
-  const CpChunks mine = cp_chunks(d.rank, d.cp, d.seq_len);
-  const int next = (d.rank + 1) % d.cp, prev = (d.rank + d.cp - 1) % d.cp;
-  const int64_t n = cur.numel();
-  for (int s = 0; s < d.cp; ++s) {
-    // The next block travels while this one is attended to.
-    RequestPtr send, recv;
-    if (s + 1 < d.cp) {
-      recv = comm.irecv(nxt.data, n, prev, kKvTag);
-      send = comm.isend(cur.data, n, next, kKvTag);
-    }
-    const CpChunks theirs = cp_chunks((d.rank - s + d.cp) % d.cp, d.cp, d.seq_len);
-    for (const TokenSpan& q : {mine.first, mine.second})
-      for (const TokenSpan& k : {theirs.first, theirs.second})
-        if (sees(q, k)) visit(q, cur, k);
-    end_of_step();
-    if (send) send->wait();
-    if (recv) recv->wait();
-    std::swap(cur, nxt);
-  }
-}
-
-void ring_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, Tensor& lse,
-                  const Tensor& qkv) {
-  Tensor cur = pack_kv(be, d, qkv);
-  Tensor nxt = take(be, d, cur.shape);
-  Tensor part_out = take(be, d, out.shape), part_lse = take(be, d, lse.shape);
-  be.fill(out, 0.0f);
-  be.fill(lse, -std::numeric_limits<float>::infinity());
-  ring_steps(
-      comm, d, cur, nxt,
-      [&](const TokenSpan& q, const Tensor& kv, const TokenSpan& k) {
-        be.attention_block_forward(part_out, part_lse, qkv, q, kv, k, d.heads, d.kv_heads);
-        be.attention_merge(out, lse, part_out, part_lse, q);
-      },
-      [] {});
-}
-
-void ring_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv, const Tensor& dout,
-                   const Tensor& out, const Tensor& lse, const Tensor& qkv) {
-  const int next = (d.rank + 1) % d.cp, prev = (d.rank + d.cp - 1) % d.cp;
-  Tensor cur = pack_kv(be, d, qkv);
-  Tensor nxt = take(be, d, cur.shape);
-  Tensor dcur = take_zeros(be, d, cur.shape), dnxt = take(be, d, cur.shape);
-  be.fill(dqkv, 0.0f);
-  const int64_t n = cur.numel();
-  ring_steps(
-      comm, d, cur, nxt,
-      [&](const TokenSpan& q, const Tensor& kv, const TokenSpan& k) {
-        be.attention_block_backward(dqkv, dcur, dout, out, lse, qkv, q, kv, k, d.heads, d.kv_heads);
-      },
-      [&] {
-        // The block's dK,dV follow it around the ring; after the last step they reach its
-        // owner.
-        if (d.cp == 1) return;
-        RequestPtr drecv = comm.irecv(dnxt.data, n, prev, kDkvTag);
-        RequestPtr dsend = comm.isend(dcur.data, n, next, kDkvTag);
-        dsend->wait();
-        drecv->wait();
-        std::swap(dcur, dnxt);
-      });
-  be.copy_block(dqkv, 0, d.k_col(), dcur, 0, 0, d.batch * d.local_rows, d.kv_width());
+  return group;
 }
 
 // ---- all-gather ------------------------------------------------------------------------------
@@ -221,55 +151,6 @@ void permute_chunks(Backend& be, const Dims& d, Tensor& buf, Tensor& held, int64
     be.copy_block(buf, at * c, 0, held, 0, 0, c, width);
     done[size_t(at)] = true;
   }
-}
-
-// K,V of the whole sequence in position order (B, T, 2*KV*hd): each rank's own block packed
-// into its place, gathered in place, permuted in place (through `held`, one chunk of rows).
-Tensor gather_kv(Backend& be, Communicator& comm, const Dims& d, const Tensor& qkv, Tensor& held) {
-  const Shape block{d.batch, d.local_rows, d.kv_width()};
-  Tensor blocks = take(be, d, Shape{d.cp * d.batch, d.local_rows, d.kv_width()});
-  Tensor mine = member_block(blocks, d.rank, block);
-  be.copy_block(mine, 0, 0, qkv, 0, d.k_col(), d.batch * d.local_rows, d.kv_width());
-  comm.iall_gather_v_inplace(blocks.data, std::vector<int64_t>(size_t(d.cp), block.numel()))
-      ->wait();
-  permute_chunks(be, d, blocks, held, d.kv_width(), /*to_sequence=*/true);
-  return blocks.view(Shape{d.batch, d.seq_len, d.kv_width()});
-}
-
-void allgather_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, Tensor& lse,
-                       const Tensor& qkv) {
-  Tensor held = take(be, d, Shape{d.local_rows / 2, d.kv_width()});
-  const Tensor kv = gather_kv(be, comm, d, qkv, held);
-  const CpChunks mine = cp_chunks(d.rank, d.cp, d.seq_len);
-  const TokenSpan all{0, d.seq_len, 0};
-  for (const TokenSpan& q : {mine.first, mine.second})
-    be.attention_block_forward(out, lse, qkv, q, kv, all, d.heads, d.kv_heads);
-}
-
-void allgather_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv,
-                        const Tensor& dout, const Tensor& out, const Tensor& lse,
-                        const Tensor& qkv) {
-  // Gathered again rather than kept: a whole sequence of K,V per layer would outweigh the
-  // rank's own activations.
-  // The Program's two gathered-sized buffers (CpComm) and nothing more: each permutation
-  // holds its chunk in the other tensor's memory, where nothing is yet (or any more).
-  const Shape whole{d.batch, d.seq_len, d.kv_width()};
-  const Shape chunk{d.local_rows / 2, d.kv_width()};
-  Tensor dkv = take(be, d, whole);
-  Tensor held = dkv.slice(0, chunk);
-  Tensor kv = gather_kv(be, comm, d, qkv, held);
-  be.fill(dkv, 0.0f);
-  be.fill(dqkv, 0.0f);
-  const CpChunks mine = cp_chunks(d.rank, d.cp, d.seq_len);
-  const TokenSpan all{0, d.seq_len, 0};
-  for (const TokenSpan& q : {mine.first, mine.second})
-    be.attention_block_backward(dqkv, dkv, dout, out, lse, qkv, q, kv, all, d.heads, d.kv_heads);
-  Tensor held_back = kv.slice(0, chunk);
-  permute_chunks(be, d, dkv, held_back, d.kv_width(), /*to_sequence=*/false);
-  // The gathered K,V are done with: their memory receives the rank's summed block.
-  Tensor mine_dkv = kv.slice(0, Shape{d.batch, d.local_rows, d.kv_width()});
-  comm.ireduce_scatter(dkv.data, mine_dkv.data, mine_dkv.numel())->wait();
-  be.copy_block(dqkv, 0, d.k_col(), mine_dkv, 0, 0, d.batch * d.local_rows, d.kv_width());
 }
 
 // ---- all-to-all (Ulysses) --------------------------------------------------------------------
@@ -324,71 +205,275 @@ void unpack_groups(Backend& be, const Dims& d, Tensor& local, const Tensor& bloc
   }
 }
 
+}  // namespace
+
+// ---- the pass ----------------------------------------------------------------------------------
+// What every kind keeps between its ops. Ring: the two K,V blocks (step j's is kv[j % 2]); forward
+// the partial output and log-sum-exp of a block, backward the dK,dV a step sends (dkv_send) and
+// the accumulator it receives (dkv_recv). All-gather: the gathered K,V (whole: the sequence
+// order; backward also the whole dK,dV and the rank's summed block). a2a: the head-split copies.
+struct CpPass::State {
+  State(Backend& backend, Communicator& group, const CpAttention& a, bool bwd, const Tensors& ts)
+      : be(backend),
+        comm(group),
+        scratch(a.scratch),
+        d(dims_of(group, a, ts.qkv, "CpPass")),
+        kind(a.kind),
+        backward(bwd),
+        t(ts) {
+    d.scratch = &scratch;
+  }
+  Backend& be;
+  Communicator& comm;
+  CpScratch scratch;  // Dims::scratch points here
+  Dims d;
+  CpKind kind;
+  bool backward;
+  Tensors t;
+  Tensor kv[2], part_out, part_lse, dkv_send, dkv_recv;  // ring
+  Tensor gathered, whole_dkv, mine_dkv;                  // all-gather
+  Tensor send, seq_out;                                  // a2a
+  HeadGroup g{};
+  int next() const { return (d.rank + 1) % d.cp; }
+  int prev() const { return (d.rank + d.cp - 1) % d.cp; }
+  Shape kv_block() const { return Shape{d.batch, d.local_rows, d.kv_width()}; }
+  Shape out_blocks() const { return Shape{d.cp * d.batch, d.local_rows, g.heads * d.head_dim}; }
+  Shape qkv_blocks() const { return Shape{d.cp * d.batch, d.local_rows, g.width}; }
+  void ring_core(int step);
+  void gather_core();
+  void a2a_core();
+};
+
+CpPass::CpPass(Backend& be, Communicator& comm, const CpAttention& a, bool backward,
+               const Tensors& t)
+    : s_(std::make_unique<State>(be, comm, a, backward, t)) {
+  State& s = *s_;
+  const Dims& d = s.d;
+  const Shape out{d.batch, d.local_rows, d.heads * d.head_dim};
+  expect_shape(t.out, out, "CpPass", "out");
+  checks::expect_numel("CpPass", "lse", t.lse, d.batch * d.heads * d.local_rows);
+  if (backward) {
+    expect_shape(t.dout, out, "CpPass", "dout");
+    checks::expect_numel("CpPass", "dqkv", t.dqkv, t.qkv.numel());
+  }
+  if (s.kind == CpKind::a2a) {
+    s.g = head_group(d);
+    // (A forward whose activations go, as under full recompute, keeps no head-group output.)
+    if (backward || t.out_heads.defined())
+      checks::expect_numel("CpPass", "out_heads", t.out_heads, t.out.numel());
+  }
+  if (s.kind != CpKind::ring) return;
+  s.kv[0] = pack_kv(be, d, t.qkv);
+  s.kv[1] = take(be, d, s.kv[0].shape);
+  if (backward) {
+    s.dkv_send = take(be, d, s.kv[0].shape);
+    s.dkv_recv = take(be, d, s.kv[0].shape);
+    be.fill(s.t.dqkv, 0.0f);
+  } else {
+    s.part_out = take(be, d, t.out.shape);
+    s.part_lse = take(be, d, t.lse.shape);
+    be.fill(s.t.out, 0.0f);
+    be.fill(s.t.lse, -std::numeric_limits<float>::infinity());
+  }
+}
+
+CpPass::~CpPass() = default;
+
+// ---- ring ------------------------------------------------------------------------------------
+CpTransfer CpPass::send_kv(int step) {
+  State& s = *s_;
+  const Tensor& at_hand = s.kv[step % 2];
+  return {s.comm.isend(at_hand.data, at_hand.numel(), s.next(), kKvTag), bytes_of(at_hand)};
+}
+
+CpTransfer CpPass::recv_kv(int step) {
+  State& s = *s_;
+  Tensor& arriving = s.kv[(step + 1) % 2];
+  return {s.comm.irecv(arriving.data, arriving.numel(), s.prev(), kKvTag), bytes_of(arriving)};
+}
+
+CpTransfer CpPass::send_dkv(int step) {
+  State& s = *s_;
+  // The accumulator received at step - 1 is the same block's: it joins this step's share.
+  if (step > 0) s.be.residual_forward(s.dkv_send, s.dkv_send, s.dkv_recv);
+  return {s.comm.isend(s.dkv_send.data, s.dkv_send.numel(), s.next(), kDkvTag),
+          bytes_of(s.dkv_send)};
+}
+
+CpTransfer CpPass::recv_dkv(int) {
+  State& s = *s_;
+  return {s.comm.irecv(s.dkv_recv.data, s.dkv_recv.numel(), s.prev(), kDkvTag),
+          bytes_of(s.dkv_recv)};
+}
+
+// At step j the rank holds member (rank - j)'s K,V block: each of its query chunks attends to
+// the block's chunks that causal attention lets it see.
+void CpPass::State::ring_core(int step) {
+  const CpChunks mine = cp_chunks(d.rank, d.cp, d.seq_len);
+  const CpChunks theirs = cp_chunks((d.rank - step + d.cp) % d.cp, d.cp, d.seq_len);
+  const Tensor& block = kv[step % 2];
+  if (backward) be.fill(dkv_send, 0.0f);
+  for (const TokenSpan& q : {mine.first, mine.second})
+    for (const TokenSpan& k : {theirs.first, theirs.second}) {
+      if (!sees(q, k)) continue;
+      if (backward) {
+        be.attention_block_backward(t.dqkv, dkv_send, t.dout, t.out, t.lse, t.qkv, q, block, k,
+                                    d.heads, d.kv_heads);
+      } else {
+        be.attention_block_forward(part_out, part_lse, t.qkv, q, block, k, d.heads, d.kv_heads);
+        be.attention_merge(t.out, t.lse, part_out, part_lse, q);
+      }
+    }
+}
+
+// ---- all-gather ------------------------------------------------------------------------------
+// The gathered K,V: each rank's own block packed into its place and gathered in place (member
+// order; the core permutes it into the sequence's). Backward gathers again rather than keep
+// them: a whole sequence of K,V per layer would outweigh the rank's own activations.
+CpTransfer CpPass::before() {
+  State& s = *s_;
+  const Dims& d = s.d;
+  if (s.kind == CpKind::allgather) {
+    // Backward: the Program's two gathered-sized buffers (CpComm), the whole dK,dV first, where
+    // the permutation holds its chunk before anything is there.
+    if (s.backward) s.whole_dkv = take(s.be, d, Shape{d.batch, d.seq_len, d.kv_width()});
+    s.gathered = take(s.be, d, Shape{d.cp * d.batch, d.local_rows, d.kv_width()});
+    Tensor mine = member_block(s.gathered, d.rank, s.kv_block());
+    s.be.copy_block(mine, 0, 0, s.t.qkv, 0, d.k_col(), d.batch * d.local_rows, d.kv_width());
+    return {s.comm.iall_gather_v_inplace(s.gathered.data,
+                                         std::vector<int64_t>(size_t(d.cp), s.kv_block().numel())),
+            bytes_of(s.gathered)};
+  }
+  if (s.kind != CpKind::a2a) return {};
+  if (!s.backward) {
+    // Q, K, V by head group; received into qkv's place (packed, it is free).
+    s.send = take(s.be, d, s.qkv_blocks());
+    pack_groups(s.be, d, s.send, s.t.qkv, s.g.width, [&](int j) { return qkv_pieces(d, s.g, j); });
+    Tensor recv = s.t.qkv.view(s.send.shape);
+    return {all_to_all(s.be, s.comm, s.send, recv, d.batch * d.local_rows * s.g.width),
+            bytes_of(s.send)};
+  }
+  // The output's gradient by head group, received in dqkv's memory (written last).
+  s.send = take(s.be, d, s.qkv_blocks());
+  Tensor packed = s.send.slice(0, s.out_blocks());
+  pack_groups(s.be, d, packed, s.t.dout, s.g.heads * d.head_dim,
+              [&](int j) { return out_pieces(d, s.g, j); });
+  Tensor recv = s.t.dqkv.slice(0, s.out_blocks());
+  return {all_to_all(s.be, s.comm, packed, recv, d.batch * d.local_rows * s.g.heads * d.head_dim),
+          bytes_of(packed)};
+}
+
+void CpPass::State::gather_core() {
+  const Shape chunk{d.local_rows / 2, d.kv_width()};
+  // The permutation's chunk: in the whole dK,dV's memory, where nothing is yet (backward).
+  Tensor held = backward ? whole_dkv.slice(0, chunk) : take(be, d, chunk);
+  permute_chunks(be, d, gathered, held, d.kv_width(), /*to_sequence=*/true);
+  const Tensor kv = gathered.view(Shape{d.batch, d.seq_len, d.kv_width()});
+  const CpChunks mine = cp_chunks(d.rank, d.cp, d.seq_len);
+  const TokenSpan all{0, d.seq_len, 0};
+  if (!backward) {
+    for (const TokenSpan& q : {mine.first, mine.second})
+      be.attention_block_forward(t.out, t.lse, t.qkv, q, kv, all, d.heads, d.kv_heads);
+    return;
+  }
+  be.fill(whole_dkv, 0.0f);
+  be.fill(t.dqkv, 0.0f);
+  for (const TokenSpan& q : {mine.first, mine.second})
+    be.attention_block_backward(t.dqkv, whole_dkv, t.dout, t.out, t.lse, t.qkv, q, kv, all, d.heads,
+                                d.kv_heads);
+  Tensor held_back = gathered.slice(0, chunk);  // the gathered K,V are done with
+  permute_chunks(be, d, whole_dkv, held_back, d.kv_width(), /*to_sequence=*/false);
+}
+
+// ---- all-to-all (Ulysses) --------------------------------------------------------------------
 // The working memory is the Program's (iteration.hpp's CpComm): one qkv-sized and one
 // output-sized tensor; the exchanges reuse what each step is done with, and the layer's own
 // tensors where they are about to be rewritten.
-void a2a_forward(Backend& be, Communicator& comm, const Dims& d, Tensor& out, Tensor& lse,
-                 Tensor& qkv) {
-  const HeadGroup g = head_group(d);
+void CpPass::State::a2a_core() {
   const int64_t ow = g.heads * d.head_dim;
-  auto qkv_of = [&](int j) { return qkv_pieces(d, g, j); };
-  auto out_of = [&](int j) { return out_pieces(d, g, j); };
-  Tensor send = take(be, d, Shape{d.cp * d.batch, d.local_rows, g.width});
-  pack_groups(be, d, send, qkv, g.width, qkv_of);
-  Tensor recv = qkv.view(send.shape);  // packed: the local q, k, v are free to receive
-  all_to_all(be, comm, send, recv, d.batch * d.local_rows * g.width);
-  Tensor seq = send.view(Shape{d.batch, d.seq_len, g.width});
-  blocks_to_sequence(be, d, seq, recv, g.width);
-  Tensor seq_out = take(be, d, Shape{d.batch, d.seq_len, ow});
-  Tensor seq_lse = lse.view(Shape{d.batch, g.heads, d.seq_len});
-  Tensor no_att;
-  be.attention_forward(seq_out, no_att, seq_lse, seq, g.heads, g.kv_heads);
-  // The backward attends the same whole-sequence head group: kept in qkv's place (the same
-  // size) instead of traded again.
-  be.copy(qkv, seq);
-  Tensor send_out = send.slice(0, Shape{d.cp * d.batch, d.local_rows, ow});
-  sequence_to_blocks(be, d, send_out, seq_out, ow);
-  Tensor recv_out = seq_out.view(send_out.shape);
-  all_to_all(be, comm, send_out, recv_out, d.batch * d.local_rows * ow);
-  unpack_groups(be, d, out, recv_out, ow, out_of);
+  if (!backward) {
+    Tensor seq = send.view(Shape{d.batch, d.seq_len, g.width});
+    blocks_to_sequence(be, d, seq, t.qkv.view(send.shape), g.width);
+    seq_out = take(be, d, Shape{d.batch, d.seq_len, ow});
+    Tensor seq_lse = t.lse.view(Shape{d.batch, g.heads, d.seq_len});
+    Tensor no_att;
+    be.attention_forward(seq_out, no_att, seq_lse, seq, g.heads, g.kv_heads);
+    // The backward attends the same head group: kept in qkv's place (the same size), and its
+    // output beside the rows' own.
+    be.copy(t.qkv, seq);
+    if (t.out_heads.defined()) be.copy(t.out_heads, seq_out.view(t.out_heads.shape));
+    Tensor send_out = send.slice(0, out_blocks());
+    sequence_to_blocks(be, d, send_out, seq_out, ow);
+    return;
+  }
+  // The output's gradient over the whole sequence, out of dqkv's memory, which the core then
+  // writes.
+  Tensor seq_dout = take(be, d, Shape{d.batch, d.seq_len, ow});
+  blocks_to_sequence(be, d, seq_dout, t.dqkv.slice(0, out_blocks()), ow);
+  const Tensor seq = t.qkv.view(Shape{d.batch, d.seq_len, g.width});
+  const Tensor seq_lse = t.lse.view(Shape{d.batch, g.heads, d.seq_len});
+  Tensor seq_dqkv = t.dqkv.view(seq.shape);
+  be.attention_backward(seq_dqkv, seq_dout, t.out_heads.view(seq_dout.shape), seq, Tensor{},
+                        seq_lse, g.heads, g.kv_heads);
+  // dQ, dK, dV back to the rows' owners (after), then into the local layout of all heads.
+  sequence_to_blocks(be, d, send, seq_dqkv, g.width);
 }
 
-void a2a_backward(Backend& be, Communicator& comm, const Dims& d, Tensor& dqkv, const Tensor& dout,
-                  const Tensor& out, const Tensor& lse, const Tensor& qkv) {
-  const HeadGroup g = head_group(d);
-  const int64_t ow = g.heads * d.head_dim;
-  auto qkv_of = [&](int j) { return qkv_pieces(d, g, j); };
-  auto out_of = [&](int j) { return out_pieces(d, g, j); };
-  const Shape out_blocks{d.cp * d.batch, d.local_rows, ow};
-  const int64_t out_count = d.batch * d.local_rows * ow,
-                qkv_count = d.batch * d.local_rows * g.width;
-  Tensor a = take(be, d, out_blocks);
-  Tensor x = take(be, d, Shape{d.cp * d.batch, d.local_rows, g.width});
-  Tensor x_out = x.slice(0, out_blocks);
-  // The output, then its gradient, over the whole sequence for this head group (the latter
-  // received in dqkv's memory, which is written last).
-  pack_groups(be, d, a, out, ow, out_of);
-  all_to_all(be, comm, a, x_out, out_count);
-  Tensor seq_out = a.view(Shape{d.batch, d.seq_len, ow});
-  blocks_to_sequence(be, d, seq_out, x_out, ow);
-  pack_groups(be, d, x_out, dout, ow, out_of);
-  Tensor d_recv = dqkv.slice(0, out_blocks);
-  all_to_all(be, comm, x_out, d_recv, out_count);
-  Tensor seq_dout = x_out.view(Shape{d.batch, d.seq_len, ow});
-  blocks_to_sequence(be, d, seq_dout, d_recv, ow);
-  const Tensor seq = qkv.view(Shape{d.batch, d.seq_len, g.width});
-  const Tensor seq_lse = lse.view(Shape{d.batch, g.heads, d.seq_len});
-  Tensor seq_dqkv = dqkv.view(seq.shape);
-  be.attention_backward(seq_dqkv, seq_dout, seq_out, seq, Tensor{}, seq_lse, g.heads, g.kv_heads);
-  // dQ, dK, dV back to the rows' owners, then into the local layout of all heads.
-  sequence_to_blocks(be, d, x, seq_dqkv, g.width);
-  Tensor back = dqkv.view(x.shape);
-  all_to_all(be, comm, x, back, qkv_count);
-  be.copy(x, back);
-  unpack_groups(be, d, dqkv, x, g.width, qkv_of);
+CpTransfer CpPass::after() {
+  State& s = *s_;
+  const Dims& d = s.d;
+  if (s.kind == CpKind::allgather && s.backward) {
+    // The gathered K,V are done with: their memory receives the rank's summed block.
+    s.mine_dkv = s.gathered.slice(0, s.kv_block());
+    return {s.comm.ireduce_scatter(s.whole_dkv.data, s.mine_dkv.data, s.mine_dkv.numel()),
+            bytes_of(s.whole_dkv)};
+  }
+  if (s.kind != CpKind::a2a) return {};
+  if (!s.backward) {
+    Tensor send_out = s.send.slice(0, s.out_blocks());
+    Tensor recv_out = s.seq_out.view(send_out.shape);
+    return {all_to_all(s.be, s.comm, send_out, recv_out,
+                       d.batch * d.local_rows * s.g.heads * d.head_dim),
+            bytes_of(send_out)};
+  }
+  Tensor back = s.t.dqkv.view(s.send.shape);
+  return {all_to_all(s.be, s.comm, s.send, back, d.batch * d.local_rows * s.g.width),
+          bytes_of(s.send)};
 }
 
-}  // namespace
+void CpPass::core(int step) {
+  switch (s_->kind) {
+    case CpKind::ring:
+      return s_->ring_core(step);
+    case CpKind::allgather:
+      return s_->gather_core();
+    case CpKind::a2a:
+      return s_->a2a_core();
+  }
+}
+
+void CpPass::finish() {
+  State& s = *s_;
+  const Dims& d = s.d;
+  if (s.kind == CpKind::a2a) {
+    if (!s.backward) {
+      const Tensor recv_out = s.seq_out.view(s.out_blocks());
+      unpack_groups(s.be, d, s.t.out, recv_out, s.g.heads * d.head_dim,
+                    [&](int j) { return out_pieces(d, s.g, j); });
+      return;
+    }
+    const Tensor back = s.t.dqkv.view(s.send.shape);
+    s.be.copy(s.send, back);
+    unpack_groups(s.be, d, s.t.dqkv, s.send, s.g.width,
+                  [&](int j) { return qkv_pieces(d, s.g, j); });
+    return;
+  }
+  if (!s.backward) return;
+  // The sum of the dK,dV of the rank's own block: the ring's last accumulator, or the
+  // all-gather's reduce-scattered block.
+  const Tensor& own = s.kind == CpKind::ring ? s.dkv_recv : s.mine_dkv;
+  s.be.copy_block(s.t.dqkv, 0, d.k_col(), own, 0, 0, d.batch * d.local_rows, d.kv_width());
+}
 
 CpChunks cp_chunks(int rank, int cp, int64_t seq_len) {
   if (cp < 1 || rank < 0 || rank >= cp || seq_len % (2 * cp) != 0)
@@ -408,46 +493,11 @@ std::vector<int64_t> cp_positions(int rank, int cp, int64_t seq_len) {
   return pos;
 }
 
-void cp_attention_forward(Backend& be, Communicator& comm, const CpAttention& a, Tensor& out,
-                          Tensor& lse, Tensor& qkv) {
-  const Dims d = dims_of(comm, a, qkv, "cp_attention_forward");
-  expect_shape(out, Shape{d.batch, d.local_rows, d.heads * d.head_dim}, "cp_attention_forward",
-               "out");
-  expect_shape(lse, Shape{d.batch, d.heads, d.local_rows}, "cp_attention_forward", "lse");
-  switch (a.kind) {
-    case CpKind::ring:
-      return ring_forward(be, comm, d, out, lse, qkv);
-    case CpKind::allgather:
-      return allgather_forward(be, comm, d, out, lse, qkv);
-    case CpKind::a2a:
-      return a2a_forward(be, comm, d, out, lse, qkv);
-  }
-}
-
-void cp_attention_backward(Backend& be, Communicator& comm, const CpAttention& a, Tensor& dqkv,
-                           const Tensor& dout, const Tensor& out, const Tensor& lse,
-                           const Tensor& qkv) {
-  const Dims d = dims_of(comm, a, dqkv, "cp_attention_backward");
-  expect_shape(dout, Shape{d.batch, d.local_rows, d.heads * d.head_dim}, "cp_attention_backward",
-               "dout");
-  expect_shape(out, dout.shape, "cp_attention_backward", "out");
-  checks::expect_numel("cp_attention_backward", "lse", lse, d.batch * d.heads * d.local_rows);
-  checks::expect_numel("cp_attention_backward", "qkv", qkv, dqkv.numel());
-  switch (a.kind) {
-    case CpKind::ring:
-      return ring_backward(be, comm, d, dqkv, dout, out, lse, qkv);
-    case CpKind::allgather:
-      return allgather_backward(be, comm, d, dqkv, dout, out, lse, qkv);
-    case CpKind::a2a:
-      return a2a_backward(be, comm, d, dqkv, dout, out, lse, qkv);
-  }
-}
-
-CpAttention cp_attention(const TransformerConfig& c, const SequenceShare& seq) {
+CpAttention cp_attention(const TransformerConfig& c, const SequenceShare& seq, CpScratch scratch) {
   if (!seq.comm || seq.comm->size() != seq.cp || seq.comm->rank() != seq.cp_rank)
     throw std::logic_error("context parallelism: the cp communicator does not match cp " +
                            std::to_string(seq.cp) + " rank " + std::to_string(seq.cp_rank));
-  return CpAttention{seq.kind, c.heads, c.kv_heads, seq.seq_len, seq.scratch};
+  return CpAttention{seq.kind, c.heads, c.kv_heads, seq.seq_len, std::move(scratch)};
 }
 
 namespace {

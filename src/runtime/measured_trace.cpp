@@ -41,8 +41,10 @@ void write_measured_trace(MPI_Comm comm, const std::string& path, const ModelSpe
                           int stage, const StepResult& step) {
   std::vector<trace::OpRecord> ops;
   const StageProgram& sp = program.stages.at(stage);
-  for (const auto& t : step.timings)
+  for (const auto& t : step.timings) {
     ops.push_back(trace::make_record(sp.ops.at(t.op_index), 0, t.start_ns, t.end_ns));
+    if (t.moved_bytes >= 0) ops.back().bytes = t.moved_bytes;
+  }
   std::vector<trace::MemorySample> mem;
   int64_t high = 0;
   for (const auto& s : step.memory) {

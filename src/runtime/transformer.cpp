@@ -493,23 +493,51 @@ void embedding_backward(Backend& be, const TransformerConfig& c, ModelWeights& g
     be.embedding_backward(g.wte, dwpe, ids, dx);
 }
 
+void attention_qkv_forward(Backend& be, const TransformerConfig& c, const LayerWeights& w,
+                           const Tensor& xn, AttentionActs& a, const SequenceShare& seq) {
+  be.matmul_forward(a.qkv, xn, w.qkv_w, w.qkv_b);  // (B,T,QKV)
+  if (c.position != Position::rope) return;
+  if (seq.split())
+    cp_rope(be, seq, a.qkv, c, /*backward=*/false);
+  else
+    be.rope_forward(a.qkv, c.heads, c.kv_heads, c.rope_theta);
+}
+
+void attention_proj_forward(Backend& be, const LayerWeights& w, Tensor& y, const AttentionActs& a,
+                            bool add_bias) {
+  const Tensor none;
+  be.matmul_forward(y, a.out, w.proj_w, add_bias ? w.proj_b : none);  // (B,T,C)
+}
+
+AttentionGrads attention_grads(const TransformerConfig& c, Workspace& ws, int64_t B, int64_t T) {
+  return {scratch_view(ws.d_attn, Shape{B, T, c.attn_width()}, "d_attn"),
+          scratch_view(ws.d_qkv, Shape{B, T, c.qkv_width()}, "d_qkv")};
+}
+
+void attention_proj_backward(Backend& be, const LayerWeights& w, LayerWeights& g, const Tensor& dy,
+                             const AttentionActs& a, Tensor& d_attn) {
+  be.matmul_backward(d_attn, g.proj_w, g.proj_b, dy, a.out, w.proj_w);
+}
+
+void attention_qkv_backward(Backend& be, const TransformerConfig& c, const LayerWeights& w,
+                            LayerWeights& g, Tensor& d_qkv, const Tensor& xn, Tensor& d_xn,
+                            const SequenceShare& seq) {
+  if (c.position == Position::rope) {
+    if (seq.split())
+      cp_rope(be, seq, d_qkv, c, /*backward=*/true);
+    else
+      be.rope_backward(d_qkv, c.heads, c.kv_heads, c.rope_theta);
+  }
+  be.matmul_backward(d_xn, g.qkv_w, g.qkv_b, d_qkv, xn, w.qkv_w);
+}
+
 void attention_forward(Backend& be, const TransformerConfig& c, const LayerWeights& w,
-                       const Tensor& xn, Tensor& y, AttentionActs& a, bool add_bias,
-                       const SequenceShare& seq) {
+                       const Tensor& xn, Tensor& y, AttentionActs& a, bool add_bias) {
   stream_dims(c, xn, "attention_forward");
   expect_shape(y, xn.shape, "attention_forward", "y");
-  const Tensor none;
-  be.matmul_forward(a.qkv, xn, w.qkv_w, w.qkv_b);  // (B,T,QKV)
-  if (seq.split()) {
-    if (a.att.defined())
-      throw std::logic_error("attention_forward: context parallelism keeps no probabilities");
-    if (c.position == Position::rope) cp_rope(be, seq, a.qkv, c, /*backward=*/false);
-    cp_attention_forward(be, *seq.comm, cp_attention(c, seq), a.out, a.lse, a.qkv);
-  } else {
-    if (c.position == Position::rope) be.rope_forward(a.qkv, c.heads, c.kv_heads, c.rope_theta);
-    be.attention_forward(a.out, a.att, a.lse, a.qkv, c.heads, c.kv_heads);  // (B,T,NH*hd)
-  }
-  be.matmul_forward(y, a.out, w.proj_w, add_bias ? w.proj_b : none);  // (B,T,C)
+  attention_qkv_forward(be, c, w, xn, a, SequenceShare{});
+  be.attention_forward(a.out, a.att, a.lse, a.qkv, c.heads, c.kv_heads);  // (B,T,NH*hd)
+  attention_proj_forward(be, w, y, a, add_bias);
 }
 
 void attention_recompute(Backend& be, const TransformerConfig& c, AttentionActs& a, Tensor& att) {
@@ -520,21 +548,14 @@ void attention_recompute(Backend& be, const TransformerConfig& c, AttentionActs&
 
 void attention_backward(Backend& be, const TransformerConfig& c, const LayerWeights& w,
                         LayerWeights& g, const Tensor& dy, const Tensor& xn, Tensor& d_xn,
-                        const AttentionActs& a, Workspace& ws, const SequenceShare& seq) {
+                        const AttentionActs& a, Workspace& ws) {
   const auto [B, T] = stream_dims(c, xn, "attention_backward");
   expect_shape(dy, xn.shape, "attention_backward", "dy");
   expect_shape(d_xn, xn.shape, "attention_backward", "d_xn");
-  Tensor d_attn = scratch_view(ws.d_attn, Shape{B, T, c.attn_width()}, "d_attn");
-  Tensor d_qkv = scratch_view(ws.d_qkv, Shape{B, T, c.qkv_width()}, "d_qkv");
-  be.matmul_backward(d_attn, g.proj_w, g.proj_b, dy, a.out, w.proj_w);
-  if (seq.split()) {
-    cp_attention_backward(be, *seq.comm, cp_attention(c, seq), d_qkv, d_attn, a.out, a.lse, a.qkv);
-    if (c.position == Position::rope) cp_rope(be, seq, d_qkv, c, /*backward=*/true);
-  } else {
-    be.attention_backward(d_qkv, d_attn, a.out, a.qkv, a.att, a.lse, c.heads, c.kv_heads);
-    if (c.position == Position::rope) be.rope_backward(d_qkv, c.heads, c.kv_heads, c.rope_theta);
-  }
-  be.matmul_backward(d_xn, g.qkv_w, g.qkv_b, d_qkv, xn, w.qkv_w);
+  AttentionGrads d = attention_grads(c, ws, B, T);
+  attention_proj_backward(be, w, g, dy, a, d.d_attn);
+  be.attention_backward(d.d_qkv, d.d_attn, a.out, a.qkv, a.att, a.lse, c.heads, c.kv_heads);
+  attention_qkv_backward(be, c, w, g, d.d_qkv, xn, d_xn, SequenceShare{});
 }
 
 void mlp_forward(Backend& be, const TransformerConfig& c, const LayerWeights& w, const Tensor& xn,

@@ -123,6 +123,44 @@ std::vector<float> download(Backend& be, const Tensor& t) {
   return v;
 }
 
+// One pass, op by op in the order of the Program's cp ops (src/core/program_cp.cpp), each
+// send and receive posted together and completed before the op after them: what the executor
+// does with the Program's dependencies, on one attention alone.
+// (The send first: a dK,dV send takes in the accumulator the receive then overwrites.)
+template <class Send, class Recv>
+void exchange(Send send, Recv recv) {
+  RequestPtr s = send().request;
+  RequestPtr r = recv().request;
+  s->wait();
+  r->wait();
+}
+void run_pass(Backend& be, Communicator& comm, const CpAttention& a, const CpPass::Tensors& t,
+              bool backward) {
+  CpPass pass(be, comm, a, backward, t);
+  const int cp = comm.size();
+  if (a.kind == CpKind::ring) {
+    // kv 0, then [core j, kv j + 1] (backward also dkv j after core j).
+    const int kv_steps = cp - 1;
+    auto kv = [&](int j) {
+      exchange([&] { return pass.send_kv(j); }, [&] { return pass.recv_kv(j); });
+    };
+    auto dkv = [&](int j) {
+      exchange([&] { return pass.send_dkv(j); }, [&] { return pass.recv_dkv(j); });
+    };
+    if (kv_steps > 0) kv(0);
+    for (int j = 0; j < cp; ++j) {
+      pass.core(j);
+      if (j + 1 < kv_steps) kv(j + 1);
+      if (backward) dkv(j);
+    }
+  } else {
+    pass.before().request->wait();
+    pass.core(0);
+    if (RequestPtr after = pass.after().request) after->wait();
+  }
+  pass.finish();
+}
+
 void check_kind(CpKind kind) {
   static const Reference ref = reference();
   const Problem& p = ref.p;
@@ -136,8 +174,10 @@ void check_kind(CpKind kind) {
   Tensor out = be->allocate(Shape{p.B, Tl, C}), lse = be->allocate(Shape{p.B, p.heads, Tl});
   Tensor dqkv = be->allocate(qkv.shape);
   const CpAttention a{kind, p.heads, p.kv_heads, p.T, {}};
-  cp_attention_forward(*be, *comm, a, out, lse, qkv);
-  cp_attention_backward(*be, *comm, a, dqkv, dout, out, lse, qkv);
+  // a2a keeps its head group's output for the backward.
+  Tensor out_heads = kind == CpKind::a2a ? be->allocate(out.shape) : Tensor{};
+  run_pass(*be, *comm, a, CpPass::Tensors{qkv, out, lse, out_heads, {}, {}}, false);
+  run_pass(*be, *comm, a, CpPass::Tensors{qkv, out, lse, out_heads, dout, dqkv}, true);
 
   const double out_error = max_error(download(*be, out), local_rows(ref.out, p, C, pos));
   const double dqkv_error = max_error(download(*be, dqkv), local_rows(ref.dqkv, p, p.width(), pos));

@@ -8,6 +8,7 @@
   With `derived`, the tolerance follows from the arithmetic of the run (tolerance.py): the
   model's reduction lengths, the number of steps, the learning rates and AdamW's state.
   check_run.py memory TRACE.h5 SIMULATE.json TOL      (measured vs forecast peak, per rank)
+  check_run.py cp_ops TRACE.h5 FORECAST.h5            (the cp transfers and attention parts)
 """
 import json
 import math
@@ -141,8 +142,49 @@ def categories(trace, forecast_trace, tol, unasserted=()):
     return "per-category peaks within %.0f%% of the forecast%s" % (
         100 * tol, " (printed only: %s)" % ", ".join(unasserted) if unasserted else "")
 
+CP_COMM_STREAM = 7  # program.hpp's Stream::cp_comm
+
+
+def cp_streams(path):
+    """Per rank: the context-parallel transfers (name, bytes) in the order of their stream, and
+    the attention's compute parts (names), as a trace records them."""
+    import h5py
+    out = {}
+    with h5py.File(path, "r") as f:
+        for r in sorted(f["ranks"], key=int):
+            ops = sorted(f["ranks"][r]["ops"][:], key=lambda o: (o["start_ns"], o["end_ns"]))
+            names = [(o["name"].decode(), int(o["bytes"]), int(o["stream"])) for o in ops]
+            out[int(r)] = (
+                [(n, b) for n, b, s in names if s == CP_COMM_STREAM],
+                [n for n, _, s in names if s != CP_COMM_STREAM and ".attention." in n and
+                 ".compute." in n],
+            )
+    return out
+
+
+def cp_ops(trace, forecast_trace):
+    """The runtime ran the Program's context-parallel schedule: on every rank, the cp transfers
+    it issued, in their stream's order and with the bytes it moved, are the forecast's (the
+    Program's counts), and so are the attention's compute parts (pre, each core step, post)."""
+    measured, forecast = cp_streams(trace), cp_streams(forecast_trace)
+    assert sorted(measured) == sorted(forecast), (sorted(measured), sorted(forecast))
+    transfers = 0
+    for r in measured:
+        (mt, mc), (ft, fc) = measured[r], forecast[r]
+        assert ft, f"rank {r}: the forecast has no cp transfers"
+        for i, (a, b) in enumerate(zip(mt, ft)):
+            assert a == b, f"rank {r} cp transfer {i}: ran {a}, the Program's is {b}"
+        assert len(mt) == len(ft), f"rank {r}: {len(mt)} cp transfers ran, the Program has {len(ft)}"
+        assert mc == fc, f"rank {r}: attention parts ran {mc[:6]}..., the Program's {fc[:6]}..."
+        transfers += len(mt)
+    return f"the Program's cp schedule ran: {transfers} transfers with their bytes, on {len(measured)} ranks"
+
+
 if __name__ == "__main__":
     kind, a, b = sys.argv[1], sys.argv[2], sys.argv[3]
+    if kind == "cp_ops":
+        print(cp_ops(a, b))
+        sys.exit(0)
     tol = sys.argv[4] if sys.argv[4] == "derived" else float(sys.argv[4])
     if tol == "derived":
         print({"losses": losses, "weights": weights, "final_loss": final_loss}[kind](a, b, tol, sys.argv[5]))

@@ -29,6 +29,13 @@ SERIAL=gpt case_ cp2_ring_full 2 CPGPT "$B8" "" "--cp 2 --dp 1 --recompute full"
 SERIAL=gpt case_ cp2_a2a_full 2 CPGPT "$B8" "" "--cp 2 --cp-kind a2a --dp 1 --recompute full"
 # GQA (4 heads, 2 kv heads) with rotary positions: the K,V gathered are the kv heads'.
 SERIAL=llama case_ cp2_allgather_gqa 2 CPLLAMA "$B8" "" "--cp 2 --cp-kind allgather --dp 1"
+# One cp schedule: each case's runtime issued the Program's cp transfers, in their stream's
+# order and moving the bytes the Program counts, and ran its attention parts (the simulator
+# times the same ops).
+for name in cp2_ring cp4_ring cp2_allgather cp4_allgather cp2_a2a cp4_a2a cp2_tp2 cp2_pp2 \
+  cp2_dp2_z3 cp2_ring_full cp2_a2a_full cp2_allgather_gqa; do
+  check cp_ops "$WORK/$name.h5" "$WORK/$name.forecast.h5"
+done
 # Checkpoints reshard across cp (a cp group's ranks hold the whole weights; ZeRO pieces are cut
 # over dp x cp): cp 2 x dp 2 with ZeRO-1 saved at step 5 resumes on one rank, and the serial run
 # saved at step 5 resumes under cp 4 (a2a); each step 6 equals the uninterrupted run's (within

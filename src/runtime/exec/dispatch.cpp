@@ -81,21 +81,22 @@ void Executor::Impl::complete_deps(uint32_t i) {
 
 void Executor::Impl::run_pending_free(uint32_t i) {
   complete_deps(i);
+  if (streams.issued[i]) return;  // the streams ran it while it waited
+  streams.issued[i] = 1;          // first: while it waits for its readers, streams run ahead
   run(i);
-  streams.ran_ahead[i] = 1;
 }
 
 void Executor::Impl::drain_frees_before(uint32_t j) {
   for (auto it = streams.pending_frees.begin(); it != streams.pending_frees.end();) {
-    if (*it < j && !streams.ran_ahead[*it]) run_pending_free(*it);
-    it = streams.ran_ahead[*it] ? streams.pending_frees.erase(it) : it + 1;
+    if (*it < j && !streams.issued[*it]) run_pending_free(*it);
+    it = streams.issued[*it] ? streams.pending_frees.erase(it) : it + 1;
   }
 }
 
 void Executor::Impl::poll_frees() {
   for (auto it = streams.pending_frees.begin(); it != streams.pending_frees.end();) {
     const uint32_t i = *it;
-    if (streams.ran_ahead[i]) {  // its stream ran it
+    if (streams.issued[i]) {  // its stream ran it
       it = streams.pending_frees.erase(it);
       continue;
     }
@@ -111,12 +112,13 @@ void Executor::Impl::poll_frees() {
 void Executor::Impl::run_timed(uint32_t i) {
   const Op& op = stage_program->ops[i];
   const int64_t start = now_ns();
+  current_step.moved_bytes = -1;
   run(i);
   backend.synchronize();
   if (op.kind != OpKind::alloc && op.kind != OpKind::free) {
     if (requests.in_flight.count(static_cast<int>(i)))
       requests.timing_slot[static_cast<int>(i)] = current_step.result->timings.size();
-    current_step.result->timings.push_back({i, start, now_ns()});
+    current_step.result->timings.push_back({i, start, now_ns(), current_step.moved_bytes});
   }
 }
 
@@ -192,7 +194,7 @@ StepResult Executor::Impl::step(int64_t s) {
   sample_memory();
   start_run_ahead();
   for (uint32_t i = 0; i < stage_program->ops.size(); ++i) {
-    if (streams.ran_ahead[i]) continue;
+    if (streams.issued[i]) continue;
     const Op& op = stage_program->ops[i];
     if (op.kind == OpKind::free && op.stream == Stream::dp_comm && !deps_landed(i)) {
       // The buffer a reduction still reads goes when that reduction lands, as on the Program's
@@ -210,7 +212,13 @@ StepResult Executor::Impl::step(int64_t s) {
     if (op.kind == OpKind::alloc && streams.allocs_follow_frees)
       land_reductions_before(streams.last_compute);
     complete_deps(i);
-    if (!streams.ran_ahead[i]) run_timed(i);  // (it may have run ahead while the rank waited)
+    // (It may have run ahead while the rank waited.) A free is marked first: while it waits
+    // for its buffer's readers the streams run ahead, and must not run it again. (Other ops
+    // are not: what waits for them must not start while they run.)
+    if (!streams.issued[i]) {
+      if (op.kind == OpKind::free) streams.issued[i] = 1;
+      run_timed(i);
+    }
     streams.reached = i;
     poll_sends();
     poll_frees();

@@ -8,7 +8,7 @@
 //   current_step (exec/step_state.hpp) the micro-batches' tensors, the loss, the result
 // exec/setup.cpp builds them; exec/dispatch.cpp runs the op loop, dependencies and memory
 // samples; exec/run_ahead.cpp the prefetching streams; ops_compute.cpp, ops_comm.cpp,
-// ops_offload.cpp and reshard.cpp what each op does.
+// ops_cp.cpp, ops_moe.cpp, ops_offload.cpp and reshard.cpp what each op does.
 #pragma once
 #include <functional>
 #include <map>
@@ -137,8 +137,15 @@ struct Executor::Impl {
   std::vector<const ParamInfo*> fetch_set(const Op& op, exec::Micro* m) const;
   void fetch(const Op& op, int index);  // ZeRO-3: gather a layer's (or embedding's) weights
   bool attention_keeps_probs(const Op& op) const;
-  bool starts_cp_attention(const Op& op) const;
-  SequenceShare cp_share(const Op& op);  // `sequence` with the op's working buffer
+
+  // ---- ops_cp.cpp ------------------------------------------------------------------------
+  // A context-parallel attention's ops: the pass of the op's phase (made at its first op), its
+  // core steps, its end (before post in forward, pre in backward) and its cp transfers.
+  exec::CpRun& cp_run(const Op& op);
+  int cp_work_buffer(const Op& op) const;  // the pass's working buffer in the Program
+  void cp_core(const Op& op);
+  void cp_finish(const Op& op);
+  void cp_transfer(const Op& op, int index);
 
   // ---- ops_moe.cpp -----------------------------------------------------------------------
   // An MoE layer's FFN: its router, experts and combine compute ops, and its all-to-alls.

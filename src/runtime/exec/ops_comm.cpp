@@ -10,22 +10,6 @@
 
 namespace stratagem {
 
-namespace {
-// Several transfers waited for as one (a gradient reduction over a layer's flat runs).
-class RequestGroup final : public Request {
- public:
-  std::vector<RequestPtr> parts;
-  void wait() override {
-    for (auto& r : parts) r->wait();
-  }
-  bool test() override {
-    bool all = true;
-    for (auto& r : parts) all = r->test() && all;
-    return all;
-  }
-};
-}  // namespace
-
 void Executor::Impl::collective(const Op& op, int index) {
   switch (op.group) {
     case GroupKind::tp:
@@ -47,7 +31,8 @@ void Executor::Impl::collective(const Op& op, int index) {
     case GroupKind::expert_tp:
       etp_collective(op);
       return;
-    case GroupKind::cp:  // ran inside the attention block (starts_cp_attention)
+    case GroupKind::cp:
+      cp_transfer(op, index);
       return;
     default:
       throw NotSupported("collective " + op_name(op) + " over the " + to_string(op.group) +
@@ -313,7 +298,10 @@ int Executor::Impl::pp_tag(const Op& op, bool sending) const {
 }
 
 void Executor::Impl::send(const Op& op, int index) {
-  if (op.group == GroupKind::cp) return;  // the cp ring's: inside the attention block
+  if (op.group == GroupKind::cp) {  // the cp ring's (ops_cp.cpp)
+    cp_transfer(op, index);
+    return;
+  }
   exec::Micro& m = mb(op.microbatch);
   const int peer = resolve_peer(parallel.layout(), parallel.rank(), op);
   Tensor data;
@@ -333,7 +321,10 @@ void Executor::Impl::send(const Op& op, int index) {
 }
 
 void Executor::Impl::recv(const Op& op, int index) {
-  if (op.group == GroupKind::cp) return;  // the cp ring's: inside the attention block
+  if (op.group == GroupKind::cp) {  // the cp ring's (ops_cp.cpp)
+    cp_transfer(op, index);
+    return;
+  }
   exec::Micro& m = mb(op.microbatch);
   const int peer = resolve_peer(parallel.layout(), parallel.rank(), op);
   // The sender's layer: forward, the previous stage's last; backward, this chunk's last.

@@ -124,32 +124,56 @@ void Executor::Impl::block_forward(const Op& op) {
     attention_recompute(backend, lc, ls.attn, att);
     return;
   }
-  const bool full = rc == Recompute::full;
-  if (!sh.sequence_parallel) block_input(op, m, ls);
-  const int acts = rec ? buffers.of(op.block, Phase::recompute, l, op.microbatch)
-                       : (full ? -1 : buffers.of(op.block, Phase::forward, l, op.microbatch));
+  if (op.part == AttentionPart::core) {
+    cp_core(op);
+    return;
+  }
   const Shape full_s = full_shape(l);
-  const Tensor& norm_out = attn ? ls.attn.norm_out : ls.mlp.norm_out;
-  Tensor xn = sh.sequence_parallel ? m.gathered.view(full_s) : norm_out.view(full_s);
-  Tensor y = buffers.pool.scratch(full_s);
   const bool bias = sh.tp_index == 0;  // the row-parallel bias counts once in the group's sum
   const LayerWeights& w = shards.model.weights.layer(l);
-  if (attn) {
-    AttentionActs& a = ls.attn;
-    a.qkv = buffers.pool.take(acts, Shape{b, T, lc.qkv_width()});
-    a.att =
-        attention_keeps_probs(op) ? buffers.pool.take(acts, Shape{b, lc.heads, T, T}) : Tensor{};
-    a.lse = buffers.pool.take(acts, Shape{b, lc.heads, T});
-    a.out = buffers.pool.take(acts, Shape{b, T, lc.attn_width()});
-    attention_forward(backend, lc, w, xn, y, a, bias, cp_share(op));
+  Tensor y;
+  if (op.part == AttentionPart::post) {  // cp: the core's output rows are in place
+    cp_finish(op);
+    y = buffers.pool.scratch(full_s);
+    attention_proj_forward(backend, w, y, ls.attn, bias);
   } else {
-    MlpActs& a = ls.mlp;
-    a.fc1_out = buffers.pool.take(acts, Shape{b, T, lc.fc1_width()});
-    a.act_out = buffers.pool.take(acts, Shape{b, T, lc.ffn_hidden});
-    mlp_forward(backend, lc, w, xn, y, a, bias);
+    if (!sh.sequence_parallel) block_input(op, m, ls);
+    int acts =
+        rec ? buffers.of(op.block, Phase::recompute, l, op.microbatch)
+            : (rc == Recompute::full ? -1 : buffers.of(op.block, Phase::forward, l, op.microbatch));
+    // A cp forward that keeps nothing holds its tensors in the pass's working buffer
+    // (iteration.hpp's CpComm), over the pass's ops.
+    if (acts < 0 && op.part == AttentionPart::pre) acts = cp_work_buffer(op);
+    const Tensor& norm_out = attn ? ls.attn.norm_out : ls.mlp.norm_out;
+    Tensor xn = sh.sequence_parallel ? m.gathered.view(full_s) : norm_out.view(full_s);
+    m.gathered = Tensor{};
+    if (attn) {
+      AttentionActs& a = ls.attn;
+      a.qkv = buffers.pool.take(acts, Shape{b, T, lc.qkv_width()});
+      a.att =
+          attention_keeps_probs(op) ? buffers.pool.take(acts, Shape{b, lc.heads, T, T}) : Tensor{};
+      a.lse = buffers.pool.take(acts, Shape{b, lc.heads, T});
+      a.out = buffers.pool.take(acts, Shape{b, T, lc.attn_width()});
+      if (op.part == AttentionPart::pre) {  // cp: the core and its transfers are ops of their own
+        // a2a: the core's output over the head group, for the backward (not under full
+        // recompute's forward: the recompute's serves it).
+        if (sequence.kind == CpKind::a2a && acts >= 0)
+          a.out_heads = buffers.pool.take(acts, a.out.shape);
+        attention_qkv_forward(backend, lc, w, xn, a, sequence);
+        cp_run(op);
+        return;
+      }
+      y = buffers.pool.scratch(full_s);
+      attention_forward(backend, lc, w, xn, y, a, bias);
+    } else {
+      MlpActs& a = ls.mlp;
+      a.fc1_out = buffers.pool.take(acts, Shape{b, T, lc.fc1_width()});
+      a.act_out = buffers.pool.take(acts, Shape{b, T, lc.ffn_hidden});
+      y = buffers.pool.scratch(full_s);
+      mlp_forward(backend, lc, w, xn, y, a, bias);
+    }
   }
-  m.gathered = Tensor{};
-  if (!rec && full) {  // under full recompute forward keeps only the layer input
+  if (!rec && rc == Recompute::full) {  // under full recompute forward keeps only the layer input
     if (attn)
       ls.attn = AttentionActs{};
     else
@@ -175,22 +199,42 @@ void Executor::Impl::drop_unsaved_block_input(const Op& op, exec::LayerState& ls
 void Executor::Impl::block_backward(const Op& op) {
   exec::Micro& m = mb(op.microbatch);
   const int l = op.layer;
-  stage_gradients(l);
+  if (op.part == AttentionPart::core) {
+    cp_core(op);
+    return;
+  }
   exec::LayerState& ls = m.layers.at(l);
   const exec::LayerShare& sh = share(l);
-  fit_grad(m, l);  // this rank's samples, where the next layer's dp was smaller
   const Shape full_s = full_shape(l);
   const bool attn = op.block == Block::attention;
-  const Tensor& norm_out = attn ? ls.attn.norm_out : ls.mlp.norm_out;
-  Tensor dy = sh.sequence_parallel ? m.gathered_dy.view(full_s) : m.grad.view(full_s);
-  Tensor xn = sh.sequence_parallel ? m.gathered.view(full_s) : norm_out.view(full_s);
-  Tensor d_xn = buffers.pool.scratch(full_s);
   const LayerWeights& w = shards.model.weights.layer(l);
   LayerWeights& g = shards.model.grad_weights.layer(l);
-  if (attn)
-    attention_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.attn, *sh.ws, cp_share(op));
-  else
+  // The block's output gradient is read first (cp: by post, the first part), its normalized
+  // input last (cp: by pre).
+  if (op.part != AttentionPart::pre) {
+    stage_gradients(l);
+    fit_grad(m, l);  // this rank's samples, where the next layer's dp was smaller
+  }
+  Tensor dy = sh.sequence_parallel ? m.gathered_dy.view(full_s) : m.grad.view(full_s);
+  if (op.part == AttentionPart::post) {
+    Tensor d_attn = attention_grads(sh.local, *sh.ws, sh.B, T).d_attn;
+    attention_proj_backward(backend, w, g, dy, ls.attn, d_attn);
+    m.gathered_dy = Tensor{};
+    cp_run(op);
+    return;
+  }
+  const Tensor& norm_out = attn ? ls.attn.norm_out : ls.mlp.norm_out;
+  Tensor xn = sh.sequence_parallel ? m.gathered.view(full_s) : norm_out.view(full_s);
+  Tensor d_xn = buffers.pool.scratch(full_s);
+  if (op.part == AttentionPart::pre) {
+    cp_finish(op);
+    Tensor d_qkv = attention_grads(sh.local, *sh.ws, sh.B, T).d_qkv;
+    attention_qkv_backward(backend, sh.local, w, g, d_qkv, xn, d_xn, sequence);
+  } else if (attn) {
+    attention_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.attn, *sh.ws);
+  } else {
     mlp_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.mlp, *sh.ws);
+  }
   m.gathered = m.gathered_dy = Tensor{};
   if (sh.tp == 1)
     finish_block_backward(l, op.block, m, d_xn);
@@ -402,25 +446,6 @@ void Executor::Impl::optimizer_step() {
   shards.adamw->step(backend, shards.adamw_runs, current_step.result->lr);
 }
 
-// A context-parallel attention is several ops in the Program (program_cp.cpp): its parts
-// (pre, the core's ring steps, post) and the cp group's transfers between them. The runtime
-// runs the whole block, transfers included (context_parallel.cpp), at its first part: pre in
-// forward and recompute, post in backward; the later parts and the cp transfers find it done.
-bool Executor::Impl::starts_cp_attention(const Op& op) const {
-  return op.part == (op.phase == Phase::backward ? AttentionPart::post : AttentionPart::pre);
-}
-
-SequenceShare Executor::Impl::cp_share(const Op& op) {
-  SequenceShare s = sequence;
-  if (!s.split()) return s;
-  auto it = buffers.cp_work.find({int(op.phase), op.layer, op.microbatch});
-  if (it == buffers.cp_work.end())
-    throw std::logic_error("executor: no cp working buffer for " + op_name(op));
-  const int work = it->second;
-  s.scratch = [this, work](Shape shape) { return buffers.pool.take(work, shape); };
-  return s;
-}
-
 void Executor::Impl::compute(const Op& op) {
   switch (op.block) {
     case Block::optimizer:
@@ -431,7 +456,6 @@ void Executor::Impl::compute(const Op& op) {
       return;
     case Block::attention:
     case Block::mlp:
-      if (op.part != AttentionPart::whole && !starts_cp_attention(op)) return;
       op.phase == Phase::backward ? block_backward(op) : block_forward(op);
       return;
     case Block::head:

@@ -58,14 +58,14 @@ void Executor::Impl::start_run_ahead() {
   for (exec::Streams::Ahead& a : streams.ahead) a.next = 0;
   streams.reached = -1;
   streams.last_compute = -1;
-  streams.ran_ahead.assign(stage_program->ops.size(), 0);
+  streams.issued.assign(stage_program->ops.size(), 0);
 }
 
 bool Executor::Impl::waits_only_on_issued(uint32_t j) const {
   const Op& op = stage_program->ops[j];
   const uint32_t* deps = stage_program->deps_of(op);
   for (uint32_t d = 0; d < op.dep_count; ++d)
-    if (int64_t(deps[d]) > streams.reached && !streams.ran_ahead[deps[d]]) return false;
+    if (int64_t(deps[d]) > streams.reached && !streams.issued[deps[d]]) return false;
   return true;
 }
 
@@ -103,10 +103,10 @@ void Executor::Impl::free_landed_before(uint32_t j) {
   bool at_rank = true;
   for (uint32_t i = static_cast<uint32_t>(streams.reached + 1); i < j; ++i) {
     const Op& op = stage_program->ops[i];
-    if (op.kind == OpKind::compute || (op.kind == OpKind::alloc && !streams.ran_ahead[i]))
+    if (op.kind == OpKind::compute || (op.kind == OpKind::alloc && !streams.issued[i]))
       at_rank = false;
     const bool placed = op.stream == Stream::dp_comm || (at_rank && op.stream == Stream::compute);
-    if (op.kind != OpKind::free || !placed || streams.ran_ahead[i]) continue;
+    if (op.kind != OpKind::free || !placed || streams.issued[i]) continue;
     if (!waits_only_on_issued(i) || !deps_landed(i) || streams.pending(i)) {
       // The rank's stream is in order: a free still waiting (the activations' free for the
       // block's tp reduction) holds the frees after it. The next one may be the layer's fetched
@@ -115,26 +115,41 @@ void Executor::Impl::free_landed_before(uint32_t j) {
       continue;
     }
     complete_deps(i);
+    if (streams.issued[i]) continue;  // the streams ran it while it waited
+    streams.issued[i] = 1;            // first: a free waits for its readers, streams run on
     run(i);
-    streams.ran_ahead[i] = 1;
   }
 }
 
 bool Executor::Impl::run_ahead() {
+  // Not from inside itself: an op it runs may wait (a free, for its buffer's readers), and
+  // while it does the streams' places are this call's.
+  if (streams.running_ahead) return false;
+  struct Running {
+    bool& flag;
+    explicit Running(bool& f) : flag(f) { flag = true; }
+    ~Running() { flag = false; }
+  } running(streams.running_ahead);
   bool ran = false;
   for (exec::Streams::Ahead& a : streams.ahead) {
     while (a.next < a.ops.size()) {
       const uint32_t j = a.ops[a.next];
       // A free the rank passed that waits for its reduction (pending_frees) holds its stream.
       if (streams.pending(j)) break;
-      if (int64_t(j) > streams.reached && !streams.ran_ahead[j]) {
+      if (int64_t(j) > streams.reached && !streams.issued[j]) {
         if (!may_run_ahead(a, j)) break;
         if (stage_program->ops[j].kind == OpKind::alloc) free_landed_before(j);
         // (A free: the reduction's completion reads the buffer.)
-        if (stage_program->ops[j].kind == OpKind::free) complete_deps(j);
-        run_timed(j);
-        streams.ran_ahead[j] = 1;
-        ran = true;
+        const bool free = stage_program->ops[j].kind == OpKind::free;
+        if (free) complete_deps(j);
+        if (!streams.issued[j]) {  // (unless that ran it)
+          // A free is marked first, as at the rank's place (Impl::step); other ops after, so
+          // that nothing waiting for them starts while they run.
+          if (free) streams.issued[j] = 1;
+          run_timed(j);
+          streams.issued[j] = 1;
+          ran = true;
+        }
       }
       ++a.next;
     }
@@ -154,7 +169,7 @@ void Executor::Impl::land_reductions_before(int64_t compute) {
       const uint32_t j = a.ops[a.next];
       // A free the rank passed that waits for its reduction (pending_frees) holds its stream.
       if (streams.pending(j)) break;
-      if (streams.ran_ahead[j] || int64_t(j) <= streams.reached) {  // run already
+      if (streams.issued[j] || int64_t(j) <= streams.reached) {  // run already
         ++a.next;
         continue;
       }
@@ -166,9 +181,9 @@ void Executor::Impl::land_reductions_before(int64_t compute) {
         break;
       // (While it waits, the streams run ahead, and may run this free themselves.)
       complete_deps(j);
-      if (!streams.ran_ahead[j]) {
+      if (!streams.issued[j]) {
+        streams.issued[j] = 1;
         run_timed(j);
-        streams.ran_ahead[j] = 1;
       }
     }
   }

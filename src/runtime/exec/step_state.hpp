@@ -4,11 +4,16 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "stratagem/executor.hpp"
 #include "stratagem/moe_dispatch.hpp"
 #include "stratagem/transformer.hpp"
+
+namespace stratagem {
+class CpPass;  // src/runtime/context_parallel.hpp
+}
 
 namespace stratagem::exec {
 
@@ -32,12 +37,22 @@ struct MoeState {
   Tensor dy, d_weights;         // backward: the block output's gradient, the combine weights'
 };
 
+// A context-parallel attention pass in flight (ops_cp.cpp): what it keeps between its ops, and
+// the ring's sends by step, which the next receive (K,V) or core step (dK,dV) waits for.
+struct CpRun {
+  Phase phase = Phase::forward;
+  std::shared_ptr<CpPass> pass;
+  int work = -1;                         // the Program's working buffer of the pass
+  std::vector<int> kv_sends, dkv_sends;  // op index by step (-1: none yet)
+};
+
 // What one layer of one micro-batch keeps between its forward and its backward.
 struct LayerState {
   Tensor x_in, x_mid;  // inputs of the attention and the mlp block (token shard under sp)
   AttentionActs attn;
   MlpActs mlp;
   MoeState moe;  // an MoE layer's FFN, in place of mlp's (its norm stays in mlp)
+  CpRun cp;      // the attention's cp pass, between its first and its last op
 };
 
 struct Micro {
@@ -58,6 +73,7 @@ struct Micro {
 struct StepState {
   std::map<int, Micro> micro;  // by micro-batch index
   int64_t index = 0;           // the optimizer step, 0-based
+  int64_t moved_bytes = -1;    // what the op being run moved, where counted (OpTiming)
   double loss_sum = 0;
   StepResult* result = nullptr;
   std::chrono::steady_clock::time_point t0;

@@ -17,7 +17,7 @@ struct Streams {
     size_t next = 0;            // the first of them not yet run this step
   };
   std::vector<Ahead> ahead;
-  std::vector<char> ran_ahead;                 // per op: already run out of its place this step
+  std::vector<char> issued;  // per op: issued this step (at its place, or by a stream ahead)
   std::set<const Communicator*> shared_comms;  // used by streams that do not run ahead
   bool shared_comms_known = false;
   bool collectives_run_ahead = true;    // MPI on the CPU backend
@@ -25,6 +25,7 @@ struct Streams {
   int64_t reached = -1;                 // the last op run in its place (-1: none yet)
   int64_t last_compute = -1;            // the last computation run in its place (-1: none yet)
   std::vector<uint32_t> pending_frees;  // dp-stream frees waiting for their reduction to land
+  bool running_ahead = false;           // inside run_ahead (which does not nest)
 
   // A free the rank passed, waiting for its reduction.
   bool pending(uint32_t op) const {
