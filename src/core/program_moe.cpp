@@ -4,40 +4,14 @@
 // (ModelSpec::is_moe_layer) keeps the dense mlp block's frame: its saved activations are one
 // alloc of Block::mlp (moe_kept_activation_bytes), and the tensor-parallel collectives around
 // the block are the dense mlp's (tp_comm, token_stream_bytes over GroupKind::tp). Inside that
-// frame, in place of the one Block::mlp compute op, forward and recompute emit:
-//   1. compute  Block::router   norm, router logits (R x experts x hidden), scores and top-k,
-//                               the permutation of the rank's R routed tokens into C = R x top_k
-//                               copies grouped by expert, and the shared experts (a dense FFN
-//                               of shared_experts x expert_ffn_hidden / tp over the stream).
-//                               R is the rank's 1/tp slice of the micro-batch's tokens, slice
-//                               index = the rank's tp index (its sequence shard under sp).
-//   1b. collective all_reduce, Block::router, Stream::tp_comm, GroupKind::tp: only at tp > 1
-//                               with the load-balancing loss: its per-expert sums (copies and
-//                               probabilities, moe_aux_sums_bytes) over the tp ranks' slices,
-//                               so that the loss and its gradient cover the micro-batch's
-//                               tokens (Megatron-Core's aux loss over its tp-cp group).
-//   2. collective all_to_all, Block::router, Stream::ep_comm, GroupKind::ep: the dispatch;
-//                               bytes = C x hidden x dtype, what the rank sends in all (at the
-//                               balanced mean; the real counts vary: MPI_Alltoallv). Absent at
-//                               ep 1.
-//   3. collective all_gather, Block::experts, Stream::ep_comm, GroupKind::expert_tp: only at
-//                               etp > 1; bytes = etp x C x hidden x dtype (the output).
-//   4. compute  Block::experts  the rank's experts / ep experts as grouped GEMMs (fc1, the
-//                               activation, fc2), each expert_ffn_hidden / etp wide.
-//   5. collective reduce_scatter, Block::experts, ep_comm, expert_tp: only at etp > 1; bytes as 3
-//                               (the input).
-//   6. collective all_to_all, Block::combine, ep_comm, GroupKind::ep: the combine, bytes as 2.
-//   7. compute  Block::combine  un-permutation, each token's top_k outputs summed weighted by
-//                               its scores, the residual. Off the token slice the rank's output
-//                               is the shared experts' and the residual's only: under tp > 1
-//                               the dense mlp's tp reduction after the block sums the slices.
-// Megatron-Core's dispatcher takes each tp rank's sequence shard under sequence parallelism,
-// which it requires with tp and ep; without sp our tp ranks hold the whole normalized stream and
-// route the slice they would hold under sp, and the all-reduce after the block stands for sp's
-// reduce-scatter. Backward runs the same seven in reverse order of dependency: combine's backward
-// (7), the all-to-all of Block::combine (6), at etp > 1 the all-gather (5's backward) and the
-// reduce-scatter (3's backward) around the experts' backward (4), the all-to-all of
-// Block::router (2), the router's backward (1, with the top_k copies' gradients summed).
+// frame, in place of the one Block::mlp compute op, each phase emits moe_ffn_steps
+// (moe_recipe.hpp): the router, experts and combine parts and the collectives between them,
+// each of which the next part waits for. The router part works on the rank's 1/tp slice of the
+// micro-batch's tokens (its sequence shard under sp; without sp each tp rank holds the whole
+// normalized stream and routes the slice it would hold, and the all-reduce after the block
+// stands for sp's reduce-scatter, as Megatron-Core requires sp with tp and ep). Off its slice a
+// rank's combine output is the shared experts' and the residual's only: the dense mlp's tp
+// reduction after the block sums the slices.
 // Every op carries its layer's etp and ep (Op::strategy), which select an expert group
 // (Layout::ep_group, expert_tp_group, expert_dp_group). A compute op's flops and bytes are the
 // balanced mean; the CostModel paces the experts and the all-to-alls by the plan's
@@ -66,6 +40,7 @@
 #include <utility>
 
 #include "src/core/stage_builder.hpp"
+#include "stratagem/moe_recipe.hpp"
 
 namespace stratagem::program_detail {
 
@@ -76,44 +51,29 @@ int StageBuilder::ffn(Phase ph, int layer, int mb, int samples, const BlockCost&
 }
 
 int StageBuilder::moe_ffn(Phase ph, int l, int mb, int b) {
-  const LayerStrategy& s = strat(l);
   const LayerWork& w = work(l);
   const BlockCost* parts = ph == Phase::backward ? w.moe_backward : w.moe_forward;
-  const int64_t a2a = moe_dispatch_bytes(m_, s, b, p_.dtype);
-  const int64_t gathered = moe_expert_tp_bytes(m_, s, b, p_.dtype);
-  // A collective of the expert path on its own stream; the next compute op waits for it.
-  auto exchange = [&](Collective c, GroupKind g, int64_t bytes, Block blk) {
-    const Purpose why = g == GroupKind::ep ? Purpose::token_exchange : Purpose::expert_rows;
-    const int op = collective(Stream::ep_comm, c, g, why, bytes, blk, ph, l, mb, {last_compute_});
-    compute_waits_.push_back(op);
-  };
-  auto part = [&](Block blk, int i) {
-    return compute(blk, ph, l, mb, b, parts[i].flops, parts[i].bytes);
-  };
-  const bool bwd = ph == Phase::backward;
   int weights_ready = -1;
-  const int weights = bwd && experts_held_ >= 0 ? std::exchange(experts_held_, -1)
-                                                : fetch_experts(ph, l, mb, &weights_ready);
-  // Forward: router, dispatch, experts, combine. Backward: the same path walked back.
-  part(bwd ? Block::combine : Block::router, bwd ? 2 : 0);
-  if (const int64_t sums = moe_aux_sums_bytes(m_, s); sums > 0 && !bwd)
-    compute_waits_.push_back(collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp,
-                                        Purpose::router_stats, sums, Block::router, ph, l, mb,
-                                        {last_compute_}));
-  if (s.ep > 1)
-    exchange(Collective::all_to_all, GroupKind::ep, a2a, bwd ? Block::combine : Block::router);
-  if (s.etp > 1) exchange(Collective::all_gather, GroupKind::expert_tp, gathered, Block::experts);
-  if (weights_ready >= 0) compute_waits_.push_back(weights_ready);
-  part(Block::experts, 1);
-  if (ph == Phase::recompute)
-    experts_held_ = weights;
-  else
-    release(weights, Stream::compute);
-  if (s.etp > 1)
-    exchange(Collective::reduce_scatter, GroupKind::expert_tp, gathered, Block::experts);
-  if (s.ep > 1)
-    exchange(Collective::all_to_all, GroupKind::ep, a2a, bwd ? Block::router : Block::combine);
-  return part(bwd ? Block::router : Block::combine, bwd ? 0 : 2);
+  const int weights = ph == Phase::backward && experts_held_ >= 0
+                          ? std::exchange(experts_held_, -1)
+                          : fetch_experts(ph, l, mb, &weights_ready);
+  int last = -1;
+  for (const MoeStep& st : moe_ffn_steps(m_, strat(l), b, ph, p_.dtype)) {
+    if (!st.compute()) {  // the next compute part waits for it
+      compute_waits_.push_back(collective(st.stream, st.collective, st.group, st.purpose, st.bytes,
+                                          st.block, ph, l, mb, {last_compute_}));
+      continue;
+    }
+    const int i = st.block == Block::router ? 0 : st.block == Block::experts ? 1 : 2;
+    if (st.block == Block::experts && weights_ready >= 0) compute_waits_.push_back(weights_ready);
+    last = compute(st.block, ph, l, mb, b, parts[i].flops, parts[i].bytes);
+    if (st.block != Block::experts) continue;
+    if (ph == Phase::recompute)
+      experts_held_ = weights;  // the backward's experts compute with them too
+    else
+      release(weights, Stream::compute);
+  }
+  return last;
 }
 
 // The router saw one token slice on each tp rank: its weight's gradient is summed over the

@@ -1,8 +1,10 @@
 // An MoE layer's share of the estimator's and the search's closed form (layer_cost.hpp): the
-// same rules the Program emits (program_moe.cpp), priced by the same CostModel.
+// FFN's ops as the Program emits them (moe_recipe.hpp's steps, workload_moe.hpp's sizes),
+// priced by the same CostModel.
 #include <algorithm>
 
 #include "src/cost/layer_cost.hpp"
+#include "stratagem/moe_recipe.hpp"
 #include "stratagem/workload_moe.hpp"
 
 namespace stratagem::cost_detail {
@@ -70,33 +72,30 @@ void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int tp_nod
   lc.fwd_s += fwd - c.block_time_s(forward_work(m, s, Block::mlp, b, flash));
   lc.bwd_s += bwd - c.backward_block_time_s(s, Block::mlp, b, flash);
   if (s.recompute == Recompute::full) lc.rec_s = lc.fwd_s;
-  // The all-to-alls (dispatch and combine) and, at etp > 1, the expert-tensor all-gather and
-  // reduce-scatter, in each phase.
-  double per_pass = 0;
-  if (s.ep > 1)
-    per_pass += 2 * c.moe_comm_cost(Collective::all_to_all, moe_dispatch_bytes(m, s, b, dt), s.ep,
-                                    nodes.ep, load, p.moe_node_limit)
-                        .time_s();
-  if (s.etp > 1) {
-    const int64_t g = moe_expert_tp_bytes(m, s, b, dt);
-    per_pass +=
-        c.moe_comm_cost(Collective::all_gather, g, s.etp, nodes.expert_tp, load, p.moe_node_limit)
-            .time_s() +
-        c.moe_comm_cost(Collective::reduce_scatter, g, s.etp, nodes.expert_tp, load,
-                        p.moe_node_limit)
+  // The FFN's collectives as the Program emits them (moe_recipe.hpp), forward's, priced: the
+  // expert path's (ep_comm: the dispatch and combine all-to-alls, then the expert-tensor
+  // gather and reduce-scatter; backward moves the same) and, under tp > 1 with the
+  // load-balancing loss, its sums over tp (forward and recompute only). The router
+  // gradient's once-per-iteration sum is left to the simulator, as the norms' under sequence
+  // parallelism are.
+  double exchanges = 0, expert_rows = 0, aux_sums = 0;
+  for (const MoeStep& st : moe_ffn_steps(m, s, b, Phase::forward, dt)) {
+    if (st.compute()) continue;
+    if (st.stream == Stream::tp_comm) {
+      aux_sums += c.collective_cost(st.collective, st.bytes, s.tp, tp_nodes).time_s();
+      continue;
+    }
+    const bool ep = st.group == GroupKind::ep;
+    (ep ? exchanges : expert_rows) +=
+        c.moe_comm_cost(st.collective, st.bytes, ep ? s.ep : s.etp, ep ? nodes.ep : nodes.expert_tp,
+                        load, p.moe_node_limit)
             .time_s();
   }
+  const double per_pass = exchanges + expert_rows;
   lc.ep_fwd_s = lc.ep_bwd_s = per_pass;
   lc.ep_rec_s = s.recompute == Recompute::full ? per_pass : 0;
-  // Under tp > 1 each tp rank routed a slice of the tokens: the load-balancing loss's sums
-  // (2 x experts in fp64) are summed over tp in forward and recompute (program_moe.cpp). The
-  // router gradient's once-per-iteration sum is left to the simulator, as the norms' under
-  // sequence parallelism are.
-  if (const int64_t sums = moe_aux_sums_bytes(m, s); sums > 0) {
-    const double t = c.collective_cost(Collective::all_reduce, sums, s.tp, tp_nodes).time_s();
-    lc.tp_fwd_s += t;
-    if (s.recompute == Recompute::full) lc.tp_rec_s += t;
-  }
+  lc.tp_fwd_s += aux_sums;
+  if (s.recompute == Recompute::full) lc.tp_rec_s += aux_sums;
   // Gradient synchronisation: the dense part over dp, the experts over expert_dp.
   lc.fetch_s = fetch.time_s + expert_fetch.time_s;
   lc.fetch_on_h2d = fetch.on_h2d;
