@@ -158,23 +158,30 @@ StageRelaxation relax_stage(const GeoData& gd, double k) {
   return out;
 }
 
-double Searcher::lower_bound(const Config& cf) {
-  PairData& pd = pair_mutable(cf.pp, cf.Bm, cf.cpg);
-  const int pp = cf.pp, L = m_.layers, v = cf.v;
-  if (pd.emb.empty()) return kInf;
-  const int n_max = n_max_of(L, pp, v);
-  double e_first = kInf, e_last = kInf, e_only = kInf, b_first = kInf, b_last = kInf, b_only = kInf;
-  for (const auto& e : pd.emb) {
-    e_first = std::min(e_first, double(e.first_states));
-    e_last = std::min(e_last, double(e.last_states));
-    e_only = std::min(e_only, double(e.only_states));
-    b_first = std::min(b_first, e.first_busy_s);
-    b_last = std::min(b_last, e.last_busy_s);
-    b_only = std::min(b_only, e.first_busy_s + e.last_busy_s);
+namespace {
+// The least an embedding-and-head placement of any strategy takes, by where it sits.
+struct EndBounds {
+  double first_states = kInf, last_states = kInf, only_states = kInf;  // bytes
+  double first_busy_s = kInf, last_busy_s = kInf, only_busy_s = kInf;
+};
+EndBounds end_bounds(const std::vector<EmbeddingCost>& emb) {
+  EndBounds b;
+  for (const auto& e : emb) {
+    b.first_states = std::min(b.first_states, double(e.first_states));
+    b.last_states = std::min(b.last_states, double(e.last_states));
+    b.only_states = std::min(b.only_states, double(e.only_states));
+    b.first_busy_s = std::min(b.first_busy_s, e.first_busy_s);
+    b.last_busy_s = std::min(b.last_busy_s, e.last_busy_s);
+    b.only_busy_s = std::min(b.only_busy_s, e.first_busy_s + e.last_busy_s);
   }
-  // Position counts of a stage of n layers (relax_stage's types), from its chunks (chunk_sizes).
-  constexpr int kTypes = StageRelaxation::kTypes;
-  std::vector<std::array<double, kTypes>> counts(size_t(n_max) + 1);
+  return b;
+}
+
+using PositionCounts = std::array<double, StageRelaxation::kTypes>;
+// Position counts of a stage of n layers (relax_stage's types), from its chunks (chunk_sizes),
+// for n = v .. n_max.
+std::vector<PositionCounts> position_counts(int v, int n_max) {
+  std::vector<PositionCounts> counts(size_t(n_max) + 1);
   for (int n = v; n <= n_max; ++n) {
     int singles = 0;
     for (int size : chunk_sizes(n, v)) singles += size == 1;
@@ -184,6 +191,51 @@ double Searcher::lower_bound(const Config& cf) {
         double(longer > 0 ? longer - 1 : 0), double(longer > 0 ? singles : singles - 1),
         double(longer > 0 ? 1 : 0),          double(longer > 0 ? 0 : 1)};
   }
+  return counts;
+}
+
+// The LP relaxation of a stage's choice under its room, for each layer count n: every position
+// starts at its type's least memory; memory then goes where it saves the most time per byte
+// (each envelope is convex, so its segments come in its own order). The stage's bound over its
+// stream weightings is the largest; `times[n]` keeps it.
+void relaxed_stage_times(const StageRelaxation& rel, const std::vector<PositionCounts>& counts,
+                         double room, double extra_s, int v, std::vector<double>& times) {
+  for (size_t wi = 0; wi < rel.weightings.size(); ++wi) {
+    const auto& x = rel.weightings[wi];
+    const double busy_weight = kStreamWeights[wi][0];
+    for (int n = v; n < int(counts.size()); ++n) {
+      const auto& cnt = counts[size_t(n)];
+      double time = busy_weight * extra_s, left = room;
+      for (int t = 0; t < StageRelaxation::kTypes; ++t) {
+        time += cnt[size_t(t)] * x.least[size_t(t)].second;
+        left -= cnt[size_t(t)] * x.least[size_t(t)].first;
+      }
+      if (left < 0) continue;  // nothing fits
+      for (const auto& g : x.segments) {
+        const double c = cnt[size_t(g.type)];
+        if (c == 0) continue;
+        const double need = c * g.added_bytes;
+        if (need <= left) {
+          time += c * g.time_change_s;
+          left -= need;
+        } else {
+          time += c * g.time_change_s * (left / need);
+          break;
+        }
+      }
+      times[size_t(n)] = times[size_t(n)] == kInf ? time : std::max(times[size_t(n)], time);
+    }
+  }
+}
+}  // namespace
+
+double Searcher::lower_bound(const Config& cf) {
+  PairData& pd = pair_mutable(cf.pp, cf.Bm, cf.cpg);
+  const int pp = cf.pp, L = m_.layers, v = cf.v;
+  if (pd.emb.empty()) return kInf;
+  const int n_max = n_max_of(L, pp, v);
+  const EndBounds ends = end_bounds(pd.emb);
+  const std::vector<PositionCounts> counts = position_counts(v, n_max);
   std::vector<std::vector<double>> T(pp, std::vector<double>(n_max + 1, kInf));
   for (int s = 0; s < pp; ++s) {
     const double k =
@@ -193,44 +245,15 @@ double Searcher::lower_bound(const Config& cf) {
     auto slot = pd.relaxations.find({gi, k});
     if (slot == pd.relaxations.end())
       slot = pd.relaxations.emplace(std::make_pair(gi, k), relax_stage(pd.geos[gi], k)).first;
-    const StageRelaxation& rel = slot->second;
     // (A few bytes over net_budget_: the estimator rounds its fragmentation down.)
-    double room = double(net_budget_) + 64, extra = 0;
+    double room = double(net_budget_) + 64, extra_s = 0;
     if (pp == 1)
-      room -= e_only, extra = b_only;
+      room -= ends.only_states, extra_s = ends.only_busy_s;
     else if (s == 0)
-      room -= e_first, extra = b_first;
+      room -= ends.first_states, extra_s = ends.first_busy_s;
     else if (s == pp - 1)
-      room -= e_last, extra = b_last;
-    for (size_t wi = 0; wi < rel.weightings.size(); ++wi) {
-      const auto& x = rel.weightings[wi];
-      const double busy_weight = kStreamWeights[wi][0];
-      // The LP relaxation of the stage's choice under its room: every position starts at its
-      // type's least memory; memory then goes where it saves the most time per byte (each
-      // envelope is convex, so its segments come in its own order).
-      for (int n = v; n <= n_max; ++n) {
-        const auto& cnt = counts[size_t(n)];
-        double time = busy_weight * extra, left = room;
-        for (int t = 0; t < kTypes; ++t) {
-          time += cnt[size_t(t)] * x.least[size_t(t)].second;
-          left -= cnt[size_t(t)] * x.least[size_t(t)].first;
-        }
-        if (left < 0) continue;  // nothing fits
-        for (const auto& g : x.segments) {
-          const double c = cnt[size_t(g.type)];
-          if (c == 0) continue;
-          const double need = c * g.added_bytes;
-          if (need <= left) {
-            time += c * g.time_change_s;
-            left -= need;
-          } else {
-            time += c * g.time_change_s * (left / need);
-            break;
-          }
-        }
-        T[s][n] = T[s][n] == kInf ? time : std::max(T[s][n], time);
-      }
-    }
+      room -= ends.last_states, extra_s = ends.last_busy_s;
+    relaxed_stage_times(slot->second, counts, room, extra_s, v, T[s]);
   }
   // The estimator's pipeline time is M x the largest cycle (a stage's micro-batch time u_s plus
   // half its pipeline transfers P_s), plus the others' u_s / v (fill and drain), plus every
