@@ -23,74 +23,104 @@ std::array<int64_t, kLayers> layers_of(const trace::MemorySample& m) {
   return v;
 }
 
-std::string chart(const TraceData& d, int rank, const std::vector<trace::MemorySample>& samples,
-                  int64_t capacity) {
-  const double plot_w = kChartW - kPadL - 6, plot_h = kChartH - kPadT - kPadB;
-  const int64_t t0 = d.t0_ns, span = std::max<int64_t>(1, d.t1_ns - d.t0_ns);
-  // Bucket b shows the highest state of its time slice: the state it starts with (the last
-  // sample before it) or a sample inside it.
-  std::vector<trace::MemorySample> level(kBuckets);
-  trace::MemorySample state{};
+// Bucket b shows the highest state of its time slice: the state it starts with (the last sample
+// before it) or a sample inside it. `peak`: the highest sample (nullptr: none).
+struct Buckets {
+  std::vector<trace::MemorySample> level;
   const trace::MemorySample* peak = nullptr;
+};
+Buckets bucket(const TraceData& d, const std::vector<trace::MemorySample>& samples) {
+  const int64_t t0 = d.t0_ns, span = std::max<int64_t>(1, d.t1_ns - d.t0_ns);
+  Buckets out;
+  out.level.resize(kBuckets);
+  trace::MemorySample state{};
   size_t i = 0;
   for (int b = 0; b < kBuckets; ++b) {
     const int64_t start = t0 + span * b / kBuckets;
     const int64_t end = b + 1 == kBuckets ? d.t1_ns + 1 : t0 + span * (b + 1) / kBuckets;
     while (i < samples.size() && samples[i].time_ns < start) state = samples[i++];
-    level[b] = state;
+    out.level[b] = state;
     for (; i < samples.size() && samples[i].time_ns < end; ++i) {
-      if (samples[i].total_bytes > level[b].total_bytes) level[b] = samples[i];
-      if (!peak || samples[i].total_bytes > peak->total_bytes) peak = &samples[i];
+      if (samples[i].total_bytes > out.level[b].total_bytes) out.level[b] = samples[i];
+      if (!out.peak || samples[i].total_bytes > out.peak->total_bytes) out.peak = &samples[i];
       state = samples[i];
     }
   }
-  // The capacity sets the scale unless it is far above the peak (then it is only named).
-  const int64_t high = std::max<int64_t>(1, peak ? peak->total_bytes : 1);
-  const bool capacity_shown = capacity > 0 && double(capacity) <= 1.5 * double(high);
-  const double ymax =
-      capacity_shown ? double(std::max(capacity, high)) * 1.05 : double(high) * 1.15;
-  auto y = [&](double bytes) { return kPadT + plot_h * (1 - bytes / ymax); };
-  auto x = [&](int b) { return kPadL + plot_w * b / kBuckets; };
+  return out;
+}
 
-  std::string s = "<svg class=\"mem-chart\" data-stage=\"" + std::to_string(d.stage_of(rank)) +
-                  "\" width=\"" + std::to_string(kChartW) + "\" height=\"" +
-                  std::to_string(kChartH) + "\" viewBox=\"0 0 " + std::to_string(kChartW) + " " +
-                  std::to_string(kChartH) + "\">";
-  // Axes: GiB ticks and the time span.
+// The plot's coordinates: bucket b's left edge, and the height of a byte count.
+struct Scale {
+  double plot_w = kChartW - kPadL - 6, plot_h = kChartH - kPadT - kPadB, ymax = 1;
+  double x(int b) const { return kPadL + plot_w * b / kBuckets; }
+  double y(double bytes) const { return kPadT + plot_h * (1 - bytes / ymax); }
+};
+
+// GiB ticks and their grid lines.
+std::string y_axis(const Scale& sc) {
+  std::string s;
   const double gib = double(int64_t(1) << 30);
-  const double step = html::nice_step(ymax / gib, 4);
-  for (double v = 0; v * gib <= ymax; v += step) {
-    const double yy = y(v * gib);
+  const double step = html::nice_step(sc.ymax / gib, 4);
+  for (double v = 0; v * gib <= sc.ymax; v += step) {
+    const double yy = sc.y(v * gib);
     s += "<line class=\"grid\" x1=\"" + html::num(kPadL, 1) + "\" x2=\"" +
-         html::num(kPadL + plot_w, 1) + "\" y1=\"" + html::num(yy, 1) + "\" y2=\"" +
+         html::num(kPadL + sc.plot_w, 1) + "\" y1=\"" + html::num(yy, 1) + "\" y2=\"" +
          html::num(yy, 1) + "\"/><text class=\"tick\" x=\"" + std::to_string(kPadL - 4) +
          "\" y=\"" + html::num(yy + 3, 1) + "\" text-anchor=\"end\">" + html::tick(v, step) +
          "</text>";
   }
-  // Stacked layers, each a closed path: its top edge left to right, the previous top back.
+  return s;
+}
+
+// Stacked layers, each a closed path: its top edge left to right, the previous top back.
+std::string stacked_layers(const Scale& sc, const std::vector<trace::MemorySample>& level) {
   std::vector<std::array<int64_t, kLayers>> cum(kBuckets);
   for (int b = 0; b < kBuckets; ++b) {
     cum[b] = layers_of(level[b]);
     for (int k = 1; k < kLayers; ++k) cum[b][k] += cum[b][k - 1];
   }
+  std::string s;
   for (int k = 0; k < kLayers; ++k) {
-    auto edge_y = [&](int b, int layer) { return layer < 0 ? y(0) : y(double(cum[b][layer])); };
-    std::string p = "M" + html::num(x(0), 1) + " " + html::num(edge_y(0, k), 1);
+    auto edge_y = [&](int b, int layer) {
+      return layer < 0 ? sc.y(0) : sc.y(double(cum[b][layer]));
+    };
+    std::string p = "M" + html::num(sc.x(0), 1) + " " + html::num(edge_y(0, k), 1);
     double last = edge_y(0, k);
     for (int b = 0; b < kBuckets; ++b) {
       const double yy = edge_y(b, k);
       if (yy != last) p += "V" + html::num(yy, 1), last = yy;
-      p += "H" + html::num(x(b + 1), 1);
+      p += "H" + html::num(sc.x(b + 1), 1);
     }
     last = edge_y(kBuckets - 1, k - 1);
     p += "V" + html::num(last, 1);
     for (int b = kBuckets - 1; b >= 0; --b) {
       const double yy = edge_y(b, k - 1);
       if (yy != last) p += "V" + html::num(yy, 1), last = yy;
-      p += "H" + html::num(x(b), 1);
+      p += "H" + html::num(sc.x(b), 1);
     }
     s += "<path class=\"m" + std::to_string(k) + "\" d=\"" + p + "Z\"/>";
   }
+  return s;
+}
+
+std::string chart(const TraceData& d, int rank, const std::vector<trace::MemorySample>& samples,
+                  int64_t capacity) {
+  const int64_t t0 = d.t0_ns, span = std::max<int64_t>(1, d.t1_ns - d.t0_ns);
+  const Buckets buckets = bucket(d, samples);
+  const trace::MemorySample* peak = buckets.peak;
+  // The capacity sets the scale unless it is far above the peak (then it is only named).
+  const int64_t high = std::max<int64_t>(1, peak ? peak->total_bytes : 1);
+  const bool capacity_shown = capacity > 0 && double(capacity) <= 1.5 * double(high);
+  Scale sc;
+  sc.ymax = capacity_shown ? double(std::max(capacity, high)) * 1.05 : double(high) * 1.15;
+  const double plot_w = sc.plot_w;
+  auto y = [&](double bytes) { return sc.y(bytes); };
+
+  std::string s = "<svg class=\"mem-chart\" data-stage=\"" + std::to_string(d.stage_of(rank)) +
+                  "\" width=\"" + std::to_string(kChartW) + "\" height=\"" +
+                  std::to_string(kChartH) + "\" viewBox=\"0 0 " + std::to_string(kChartW) + " " +
+                  std::to_string(kChartH) + "\">";
+  s += y_axis(sc) + stacked_layers(sc, buckets.level);
   // Capacity and peak.
   if (capacity_shown)
     s += "<line class=\"capacity\" x1=\"" + std::to_string(kPadL) + "\" x2=\"" +
