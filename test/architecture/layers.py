@@ -35,7 +35,7 @@ HEADER_PART = {
     "blocking_section": "base",
     "cluster": "core", "error": "core", "framework": "core", "iteration": "core", "layout": "core",
     "limits": "core", "model": "core", "plan": "core", "program": "core", "version": "core",
-    "workload": "core", "workload_moe": "core", "schedule": "core", "rank_geometry": "core",
+    "workload": "core", "workload_moe": "core", "moe_recipe": "core", "schedule": "core", "rank_geometry": "core",
     "cost": "cost", "estimate": "cost",
     "layer_cost": "cost",
     "checkpoint": "io", "trace": "io", "spec_json": "io", "loaders": "io", "json_reader": "io",

@@ -21,6 +21,8 @@ for kind in ring allgather a2a; do
   done
 done
 SERIAL=gpt case_ cp2_tp2 4 CPGPT "$B8" "" "--cp 2 --tp 2 --dp 1"
+# Sequence parallelism: the block's gathered input and output gradient outlive its cp parts.
+SERIAL=gpt case_ cp2_tp2_sp 4 CPGPT "$B8" "" "--cp 2 --tp 2 --sequence-parallel --dp 1"
 SERIAL=gpt case_ cp2_pp2 4 CPGPT "$B8" "" "--cp 2 --pp 2 --dp 1"
 SERIAL=gpt case_ cp2_dp2_z3 4 CPGPT "$B8" "" "--cp 2 --dp 2 --zero 3"
 # Full recompute: backward rebuilds each layer's forward, its cp communication included (the
@@ -32,7 +34,7 @@ SERIAL=llama case_ cp2_allgather_gqa 2 CPLLAMA "$B8" "" "--cp 2 --cp-kind allgat
 # One cp schedule: each case's runtime issued the Program's cp transfers, in their stream's
 # order and moving the bytes the Program counts, and ran its attention parts (the simulator
 # times the same ops).
-for name in cp2_ring cp4_ring cp2_allgather cp4_allgather cp2_a2a cp4_a2a cp2_tp2 cp2_pp2 \
+for name in cp2_ring cp4_ring cp2_allgather cp4_allgather cp2_a2a cp4_a2a cp2_tp2 cp2_tp2_sp cp2_pp2 \
   cp2_dp2_z3 cp2_ring_full cp2_a2a_full cp2_allgather_gqa; do
   check cp_ops "$WORK/$name.h5" "$WORK/$name.forecast.h5"
 done

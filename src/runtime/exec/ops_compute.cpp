@@ -215,8 +215,11 @@ void Executor::Impl::block_backward(const Op& op) {
     stage_gradients(l);
     fit_grad(m, l);  // this rank's samples, where the next layer's dp was smaller
   }
-  Tensor dy = sh.sequence_parallel ? m.gathered_dy.view(full_s) : m.grad.view(full_s);
+  auto output_grad = [&] {
+    return sh.sequence_parallel ? m.gathered_dy.view(full_s) : m.grad.view(full_s);
+  };
   if (op.part == AttentionPart::post) {
+    Tensor dy = output_grad();
     Tensor d_attn = attention_grads(sh.local, *sh.ws, sh.B, T).d_attn;
     attention_proj_backward(backend, w, g, dy, ls.attn, d_attn);
     m.gathered_dy = Tensor{};
@@ -231,9 +234,9 @@ void Executor::Impl::block_backward(const Op& op) {
     Tensor d_qkv = attention_grads(sh.local, *sh.ws, sh.B, T).d_qkv;
     attention_qkv_backward(backend, sh.local, w, g, d_qkv, xn, d_xn, sequence);
   } else if (attn) {
-    attention_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.attn, *sh.ws);
+    attention_backward(backend, sh.local, w, g, output_grad(), xn, d_xn, ls.attn, *sh.ws);
   } else {
-    mlp_backward(backend, sh.local, w, g, dy, xn, d_xn, ls.mlp, *sh.ws);
+    mlp_backward(backend, sh.local, w, g, output_grad(), xn, d_xn, ls.mlp, *sh.ws);
   }
   m.gathered = m.gathered_dy = Tensor{};
   if (sh.tp == 1)
