@@ -1,176 +1,145 @@
 // What each compute op of the Program does on this rank: the Transformer's pieces
 // (transformer.hpp) on the micro-batch's tensors, which live in the Program's buffers.
+#include "src/runtime/exec/ops_compute.hpp"
+
 #include <cmath>
 #include <vector>
 
-#include "src/runtime/context_parallel.hpp"
-#include "src/runtime/exec/impl.hpp"
+#include "src/runtime/exec/dispatch.hpp"
+#include "src/runtime/exec/ops_comm.hpp"
+#include "src/runtime/exec/ops_cp.hpp"
+#include "src/runtime/exec/ops_moe.hpp"
+#include "src/runtime/exec/rank_context.hpp"
 #include "stratagem/error.hpp"
 
-namespace stratagem {
+namespace stratagem::exec {
 
-exec::Micro& Executor::Impl::mb(int m) {
-  const exec::LayerShare& sh = share(-1);  // the embedding and head's
-  auto [it, fresh] = current_step.micro.try_emplace(m);
-  exec::Micro& s = it->second;
-  if (fresh && (stage == 0 || stage == plan.pp - 1)) {
-    // This rank's samples of micro-batch m, indexed globally so that any layout sees the same
-    // global batch; under context parallelism, the rows of its two chunks of each.
-    s.tokens.resize(size_t(sh.N));
-    s.targets.resize(size_t(sh.N));
-    const int whole_len = model_spec.seq_len;
-    std::vector<int32_t> tokens(static_cast<size_t>(whole_len)),
-        targets(static_cast<size_t>(whole_len));
-    const std::vector<int64_t> rows = sequence.split()
-                                          ? cp_positions(sequence.cp_rank, sequence.cp, whole_len)
-                                          : std::vector<int64_t>{};
-    for (int i = 0; i < sh.B; ++i) {
-      const int64_t index = int64_t(m) * sh.B * sh.dp + int64_t(sh.dp_index) * sh.B + i;
-      if (!sequence.split()) {
-        samples.sample(current_step.index, index, T, s.tokens.data() + size_t(i) * T,
-                       s.targets.data() + size_t(i) * T);
-        continue;
-      }
-      samples.sample(current_step.index, index, whole_len, tokens.data(), targets.data());
-      for (int t = 0; t < T; ++t) {
-        s.tokens[size_t(i) * T + t] = tokens[size_t(rows[t])];
-        s.targets[size_t(i) * T + t] = targets[size_t(rows[t])];
-      }
-    }
-    const int64_t begin = sh.local.vocab_begin(sh.tp_index),
-                  valid = sh.local.vocab_valid(sh.tp_index);
-    s.ids.resize(s.tokens.size());
-    for (size_t i = 0; i < s.tokens.size(); ++i) {
-      if (s.tokens[i] < 0 || s.tokens[i] >= whole.vocab)
-        throw InputError("token id " + std::to_string(s.tokens[i]) + " outside the vocabulary");
-      const int64_t id = s.tokens[i] - begin;
-      s.ids[i] = id >= 0 && id < valid ? static_cast<int32_t>(id) : -1;
-    }
-  }
-  return s;
-}
-
-Tensor Executor::Impl::materialize(exec::Flow& f, int buf, Shape shape) {
+Tensor ComputeOps::materialize(Flow& f, int buf, Shape shape) {
   if (!f.defined()) throw std::logic_error("executor: a block input is missing");
-  if (f.producer >= 0) complete(f.producer);
-  Tensor x = buffers.pool.take(buf, shape);
+  if (f.producer >= 0) dispatcher_.complete(f.producer);
+  Tensor x = rank_.buffers.pool.take(buf, shape);
   if (f.add.defined())
-    backend.residual_forward(x, f.base.view(shape), f.add.view(shape));
+    rank_.backend.residual_forward(x, f.base.view(shape), f.add.view(shape));
   else
-    backend.copy(x, f.base.view(shape));
-  f = exec::Flow{};  // consumed: its scratch goes now
+    rank_.backend.copy(x, f.base.view(shape));
+  f = Flow{};  // consumed: its scratch goes now
   return x;
 }
 
 // A forward keeps the attention probabilities for its backward unless the layer recomputes
 // them (or flash attention never forms them); a recompute rebuilds them.
-bool Executor::Impl::attention_keeps_probs(const Op& op) const {
-  if (sequence.split()) return false;  // blocks of the sequence: never whole rows of scores
+bool ComputeOps::attention_keeps_probs(const Op& op) const {
+  if (rank_.sequence.split()) return false;  // blocks of the sequence: never whole rows of scores
   return !op.flash_attention && (op.phase == Phase::recompute || op.recompute == Recompute::none);
 }
 
 // The block's input and its normalization: on the whole stream, or on this rank's token shard
 // before the all-gather under sequence parallelism (called by that gather).
-void Executor::Impl::block_input(const Op& op, exec::Micro& m, exec::LayerState& ls) {
+void ComputeOps::block_input(const Op& op, Micro& m, LayerState& ls) {
   const int l = op.layer;
   const bool rec = op.phase == Phase::recompute, attn = op.block == Block::attention;
   const bool full = op.recompute == Recompute::full;
-  const exec::LayerShare& sh = share(l);
-  const Shape s = stream_shape(l);
+  const LayerShare& sh = rank_.share(l);
+  const Shape s = rank_.stream_shape(l);
   Tensor x;
   int acts = -1;
   if (attn) {
     if (rec) {
       x = ls.x_in;  // the saved layer input
     } else {
-      fit_flow(m.fwd, l);  // this rank's samples, where the previous layer's dp was smaller
-      x = ls.x_in =
-          materialize(m.fwd, buffers.of(Block::attention, Phase::forward, l, op.microbatch), s);
+      comm_.fit_flow(m.fwd,
+                     l);  // this rank's samples, where the previous layer's dp was smaller
+      x = ls.x_in = materialize(
+          m.fwd, rank_.buffers.of(Block::attention, Phase::forward, l, op.microbatch), s);
     }
-    acts = rec ? buffers.of(Block::attention, Phase::recompute, l, op.microbatch)
-               : (full ? -1 : buffers.of(Block::attention, Phase::forward, l, op.microbatch));
+    acts = rec ? rank_.buffers.of(Block::attention, Phase::recompute, l, op.microbatch)
+               : (full ? -1 : rank_.buffers.of(Block::attention, Phase::forward, l, op.microbatch));
   } else {
-    acts = rec ? buffers.of(Block::mlp, Phase::recompute, l, op.microbatch)
-               : (full ? -1 : buffers.of(Block::mlp, Phase::forward, l, op.microbatch));
+    acts = rec ? rank_.buffers.of(Block::mlp, Phase::recompute, l, op.microbatch)
+               : (full ? -1 : rank_.buffers.of(Block::mlp, Phase::forward, l, op.microbatch));
     x = ls.x_mid = materialize(rec ? m.rec : m.fwd, acts, s);
   }
-  Tensor out = buffers.pool.take(acts, s);
-  Tensor mean = whole.norm == Norm::layernorm ? buffers.pool.take(acts, Shape{sh.Ns}) : Tensor{};
-  Tensor rstd = buffers.pool.take(acts, Shape{sh.Ns});
-  const LayerWeights& w = shards.model.weights.layer(l);
+  Tensor out = rank_.buffers.pool.take(acts, s);
+  Tensor mean =
+      rank_.whole.norm == Norm::layernorm ? rank_.buffers.pool.take(acts, Shape{sh.Ns}) : Tensor{};
+  Tensor rstd = rank_.buffers.pool.take(acts, Shape{sh.Ns});
+  const LayerWeights& w = rank_.shards.model.weights.layer(l);
   if (attn) {
-    norm_forward(backend, sh.local, x, w.attn_norm_w, w.attn_norm_b, out, mean, rstd);
+    norm_forward(rank_.backend, sh.local, x, w.attn_norm_w, w.attn_norm_b, out, mean, rstd);
     ls.attn.norm_out = out, ls.attn.norm_mean = mean, ls.attn.norm_rstd = rstd;
   } else {
-    norm_forward(backend, sh.local, x, w.mlp_norm_w, w.mlp_norm_b, out, mean, rstd);
+    norm_forward(rank_.backend, sh.local, x, w.mlp_norm_w, w.mlp_norm_b, out, mean, rstd);
     ls.mlp.norm_out = out, ls.mlp.norm_mean = mean, ls.mlp.norm_rstd = rstd;
   }
 }
 
-void Executor::Impl::block_forward(const Op& op) {
-  exec::Micro& m = mb(op.microbatch);
+void ComputeOps::block_forward(const Op& op) {
+  Micro& m = rank_.mb(op.microbatch);
   const int l = op.layer;
-  exec::LayerState& ls = m.layers[l];
+  LayerState& ls = m.layers[l];
   const Recompute rc = op.recompute;
   const bool rec = op.phase == Phase::recompute, attn = op.block == Block::attention;
-  const exec::LayerShare& sh = share(l);
+  const LayerShare& sh = rank_.share(l);
   const TransformerConfig& lc = sh.local;
   const int b = sh.B;
-  if (rec && attn && rc == Recompute::selective && sequence.split()) return;  // none kept
+  if (rec && attn && rc == Recompute::selective && rank_.sequence.split()) return;  // none kept
   if (rec && attn && rc == Recompute::selective) {
     // Rebuild the attention probabilities from the saved q, k (selective recompute).
-    Tensor att = buffers.pool.take(buffers.of(Block::attention, Phase::recompute, l, op.microbatch),
-                                   Shape{b, lc.heads, T, T});
-    attention_recompute(backend, lc, ls.attn, att);
+    Tensor att = rank_.buffers.pool.take(
+        rank_.buffers.of(Block::attention, Phase::recompute, l, op.microbatch),
+        Shape{b, lc.heads, rank_.T, rank_.T});
+    attention_recompute(rank_.backend, lc, ls.attn, att);
     return;
   }
   if (op.part == AttentionPart::core) {
-    cp_core(op);
+    cp_.core(op);
     return;
   }
-  const Shape full_s = full_shape(l);
+  const Shape full_s = rank_.full_shape(l);
   const bool bias = sh.tp_index == 0;  // the row-parallel bias counts once in the group's sum
-  const LayerWeights& w = shards.model.weights.layer(l);
+  const LayerWeights& w = rank_.shards.model.weights.layer(l);
   Tensor y;
   if (op.part == AttentionPart::post) {  // cp: the core's output rows are in place
-    cp_finish(op);
-    y = buffers.pool.scratch(full_s);
-    attention_proj_forward(backend, w, y, ls.attn, bias);
+    cp_.finish(op);
+    y = rank_.buffers.pool.scratch(full_s);
+    attention_proj_forward(rank_.backend, w, y, ls.attn, bias);
   } else {
     if (!sh.sequence_parallel) block_input(op, m, ls);
-    int acts =
-        rec ? buffers.of(op.block, Phase::recompute, l, op.microbatch)
-            : (rc == Recompute::full ? -1 : buffers.of(op.block, Phase::forward, l, op.microbatch));
+    int acts = rec ? rank_.buffers.of(op.block, Phase::recompute, l, op.microbatch)
+                   : (rc == Recompute::full
+                          ? -1
+                          : rank_.buffers.of(op.block, Phase::forward, l, op.microbatch));
     // A cp forward that keeps nothing holds its tensors in the pass's working buffer
     // (iteration.hpp's CpComm), over the pass's ops.
-    if (acts < 0 && op.part == AttentionPart::pre) acts = cp_work_buffer(op);
+    if (acts < 0 && op.part == AttentionPart::pre) acts = cp_.work_buffer(op);
     const Tensor& norm_out = attn ? ls.attn.norm_out : ls.mlp.norm_out;
     Tensor xn = sh.sequence_parallel ? m.gathered.view(full_s) : norm_out.view(full_s);
     m.gathered = Tensor{};
     if (attn) {
       AttentionActs& a = ls.attn;
-      a.qkv = buffers.pool.take(acts, Shape{b, T, lc.qkv_width()});
-      a.att =
-          attention_keeps_probs(op) ? buffers.pool.take(acts, Shape{b, lc.heads, T, T}) : Tensor{};
-      a.lse = buffers.pool.take(acts, Shape{b, lc.heads, T});
-      a.out = buffers.pool.take(acts, Shape{b, T, lc.attn_width()});
+      a.qkv = rank_.buffers.pool.take(acts, Shape{b, rank_.T, lc.qkv_width()});
+      a.att = attention_keeps_probs(op)
+                  ? rank_.buffers.pool.take(acts, Shape{b, lc.heads, rank_.T, rank_.T})
+                  : Tensor{};
+      a.lse = rank_.buffers.pool.take(acts, Shape{b, lc.heads, rank_.T});
+      a.out = rank_.buffers.pool.take(acts, Shape{b, rank_.T, lc.attn_width()});
       if (op.part == AttentionPart::pre) {  // cp: the core and its transfers are ops of their own
         // a2a: the core's output over the head group, for the backward (not under full
         // recompute's forward: the recompute's serves it).
-        if (sequence.kind == CpKind::a2a && acts >= 0)
-          a.out_heads = buffers.pool.take(acts, a.out.shape);
-        attention_qkv_forward(backend, lc, w, xn, a, sequence);
-        cp_run(op);
+        if (rank_.sequence.kind == CpKind::a2a && acts >= 0)
+          a.out_heads = rank_.buffers.pool.take(acts, a.out.shape);
+        attention_qkv_forward(rank_.backend, lc, w, xn, a, rank_.sequence);
+        cp_.run_of(op);
         return;
       }
-      y = buffers.pool.scratch(full_s);
-      attention_forward(backend, lc, w, xn, y, a, bias);
+      y = rank_.buffers.pool.scratch(full_s);
+      attention_forward(rank_.backend, lc, w, xn, y, a, bias);
     } else {
       MlpActs& a = ls.mlp;
-      a.fc1_out = buffers.pool.take(acts, Shape{b, T, lc.fc1_width()});
-      a.act_out = buffers.pool.take(acts, Shape{b, T, lc.ffn_hidden});
-      y = buffers.pool.scratch(full_s);
-      mlp_forward(backend, lc, w, xn, y, a, bias);
+      a.fc1_out = rank_.buffers.pool.take(acts, Shape{b, rank_.T, lc.fc1_width()});
+      a.act_out = rank_.buffers.pool.take(acts, Shape{b, rank_.T, lc.ffn_hidden});
+      y = rank_.buffers.pool.scratch(full_s);
+      mlp_forward(rank_.backend, lc, w, xn, y, a, bias);
     }
   }
   if (!rec && rc == Recompute::full) {  // under full recompute forward keeps only the layer input
@@ -179,64 +148,64 @@ void Executor::Impl::block_forward(const Op& op) {
     else
       ls.mlp = MlpActs{};
   }
-  exec::Flow& flow = rec ? m.rec : m.fwd;
+  Flow& flow = rec ? m.rec : m.fwd;
   const Tensor& base = attn ? ls.x_in : ls.x_mid;
   if (sh.tp == 1) {
-    flow = exec::Flow{base, y, -1};
+    flow = Flow{base, y, -1};
     drop_unsaved_block_input(op, ls);
   } else {
     m.partial = y;  // the tp reduction that follows completes the flow
   }
 }
 
-void Executor::Impl::drop_unsaved_block_input(const Op& op, exec::LayerState& ls) {
+void ComputeOps::drop_unsaved_block_input(const Op& op, LayerState& ls) {
   // Under full recompute forward keeps only the layer input: the mlp's input lives on in the
   // residual flow until the next block takes it, and backward's recompute rebuilds it.
   if (op.block == Block::mlp && op.phase == Phase::forward && op.recompute == Recompute::full)
     ls.x_mid = Tensor{};
 }
 
-void Executor::Impl::block_backward(const Op& op) {
-  exec::Micro& m = mb(op.microbatch);
+void ComputeOps::block_backward(const Op& op) {
+  Micro& m = rank_.mb(op.microbatch);
   const int l = op.layer;
   if (op.part == AttentionPart::core) {
-    cp_core(op);
+    cp_.core(op);
     return;
   }
-  exec::LayerState& ls = m.layers.at(l);
-  const exec::LayerShare& sh = share(l);
-  const Shape full_s = full_shape(l);
+  LayerState& ls = m.layers.at(l);
+  const LayerShare& sh = rank_.share(l);
+  const Shape full_s = rank_.full_shape(l);
   const bool attn = op.block == Block::attention;
-  const LayerWeights& w = shards.model.weights.layer(l);
-  LayerWeights& g = shards.model.grad_weights.layer(l);
+  const LayerWeights& w = rank_.shards.model.weights.layer(l);
+  LayerWeights& g = rank_.shards.model.grad_weights.layer(l);
   // The block's output gradient is read first (cp: by post, the first part), its normalized
   // input last (cp: by pre).
   if (op.part != AttentionPart::pre) {
     stage_gradients(l);
-    fit_grad(m, l);  // this rank's samples, where the next layer's dp was smaller
+    comm_.fit_grad(m, l);  // this rank's samples, where the next layer's dp was smaller
   }
   auto output_grad = [&] {
     return sh.sequence_parallel ? m.gathered_dy.view(full_s) : m.grad.view(full_s);
   };
   if (op.part == AttentionPart::post) {
     Tensor dy = output_grad();
-    Tensor d_attn = attention_grads(sh.local, *sh.ws, sh.B, T).d_attn;
-    attention_proj_backward(backend, w, g, dy, ls.attn, d_attn);
+    Tensor d_attn = attention_grads(sh.local, *sh.ws, sh.B, rank_.T).d_attn;
+    attention_proj_backward(rank_.backend, w, g, dy, ls.attn, d_attn);
     m.gathered_dy = Tensor{};
-    cp_run(op);
+    cp_.run_of(op);
     return;
   }
   const Tensor& norm_out = attn ? ls.attn.norm_out : ls.mlp.norm_out;
   Tensor xn = sh.sequence_parallel ? m.gathered.view(full_s) : norm_out.view(full_s);
-  Tensor d_xn = buffers.pool.scratch(full_s);
+  Tensor d_xn = rank_.buffers.pool.scratch(full_s);
   if (op.part == AttentionPart::pre) {
-    cp_finish(op);
-    Tensor d_qkv = attention_grads(sh.local, *sh.ws, sh.B, T).d_qkv;
-    attention_qkv_backward(backend, sh.local, w, g, d_qkv, xn, d_xn, sequence);
+    cp_.finish(op);
+    Tensor d_qkv = attention_grads(sh.local, *sh.ws, sh.B, rank_.T).d_qkv;
+    attention_qkv_backward(rank_.backend, sh.local, w, g, d_qkv, xn, d_xn, rank_.sequence);
   } else if (attn) {
-    attention_backward(backend, sh.local, w, g, output_grad(), xn, d_xn, ls.attn, *sh.ws);
+    attention_backward(rank_.backend, sh.local, w, g, output_grad(), xn, d_xn, ls.attn, *sh.ws);
   } else {
-    mlp_backward(backend, sh.local, w, g, output_grad(), xn, d_xn, ls.mlp, *sh.ws);
+    mlp_backward(rank_.backend, sh.local, w, g, output_grad(), xn, d_xn, ls.mlp, *sh.ws);
   }
   m.gathered = m.gathered_dy = Tensor{};
   if (sh.tp == 1)
@@ -247,64 +216,67 @@ void Executor::Impl::block_backward(const Op& op) {
 
 // The norm's backward on the reduced gradient of its output: accumulates into the stream's
 // gradient, which so also takes the residual branch.
-void Executor::Impl::finish_block_backward(int l, Block b, exec::Micro& m, const Tensor& d_xn) {
-  exec::LayerState& ls = m.layers.at(l);
-  const LayerWeights& w = shards.model.weights.layer(l);
-  LayerWeights& g = shards.model.grad_weights.layer(l);
-  const TransformerConfig& lc = share(l).local;
-  const Shape s = stream_shape(l);
+void ComputeOps::finish_block_backward(int l, Block b, Micro& m, const Tensor& d_xn) {
+  LayerState& ls = m.layers.at(l);
+  const LayerWeights& w = rank_.shards.model.weights.layer(l);
+  LayerWeights& g = rank_.shards.model.grad_weights.layer(l);
+  const TransformerConfig& lc = rank_.share(l).local;
+  const Shape s = rank_.stream_shape(l);
   Tensor dx = m.grad.view(s);
   Tensor dn = d_xn.view(s);
   if (b == Block::attention) {
-    norm_backward(backend, lc, dx, g.attn_norm_w, g.attn_norm_b, dn, ls.x_in, w.attn_norm_w,
+    norm_backward(rank_.backend, lc, dx, g.attn_norm_w, g.attn_norm_b, dn, ls.x_in, w.attn_norm_w,
                   ls.attn.norm_mean, ls.attn.norm_rstd);
     m.layers.erase(l);  // the layer's backward is done
   } else {
-    norm_backward(backend, lc, dx, g.mlp_norm_w, g.mlp_norm_b, dn, ls.x_mid, w.mlp_norm_w,
+    norm_backward(rank_.backend, lc, dx, g.mlp_norm_w, g.mlp_norm_b, dn, ls.x_mid, w.mlp_norm_w,
                   ls.mlp.norm_mean, ls.mlp.norm_rstd);
   }
 }
 
-void Executor::Impl::embedding_forward(const Op& op) {
-  const exec::LayerShare& sh = share(-1);  // the embedding and head's
-  exec::Micro& m = mb(op.microbatch);
+void ComputeOps::embedding_forward(const Op& op) {
+  const LayerShare& sh = rank_.share(-1);  // the embedding and head's
+  Micro& m = rank_.mb(op.microbatch);
   m.embedded = true;
-  Tensor x = buffers.pool.scratch(full_shape());
-  stratagem::embedding_forward(backend, sh.local, shards.model.weights, m.ids, x, sh.tp_index == 0,
-                               sequence);
+  Tensor x = rank_.buffers.pool.scratch(rank_.full_shape());
+  stratagem::embedding_forward(rank_.backend, sh.local, rank_.shards.model.weights, m.ids, x,
+                               sh.tp_index == 0, rank_.sequence);
   if (sh.tp == 1)
-    m.fwd = exec::Flow{x, {}, -1};
+    m.fwd = Flow{x, {}, -1};
   else
     m.partial = x;  // vocabulary shards' partial rows: summed by the collective that follows
 }
 
-void Executor::Impl::embedding_backward(const Op& op) {
-  const exec::LayerShare& sh = share(-1);  // the embedding and head's
-  exec::Micro& m = mb(op.microbatch);
+void ComputeOps::embedding_backward(const Op& op) {
+  const LayerShare& sh = rank_.share(-1);  // the embedding and head's
+  Micro& m = rank_.mb(op.microbatch);
   stage_gradients(-1);
-  fit_grad(m, -1);
-  Tensor dx = sh.sequence_parallel ? m.gathered_dy.view(full_shape()) : m.grad.view(full_shape());
-  stratagem::embedding_backward(backend, sh.local, shards.model.grad_weights, m.ids, dx, sequence);
-  current_step.micro.erase(op.microbatch);
+  comm_.fit_grad(m, -1);
+  Tensor dx = sh.sequence_parallel ? m.gathered_dy.view(rank_.full_shape())
+                                   : m.grad.view(rank_.full_shape());
+  stratagem::embedding_backward(rank_.backend, sh.local, rank_.shards.model.grad_weights, m.ids, dx,
+                                rank_.sequence);
+  rank_.current_step.micro.erase(op.microbatch);
 }
 
 // The final norm's input and output: whole, or this rank's token shard before the gather.
-void Executor::Impl::norm_head_input(exec::Micro& m) {
-  const exec::LayerShare& sh = share(-1);  // the embedding and head's
-  const Shape s = stream_shape();
-  fit_flow(m.fwd, -1);
+void ComputeOps::norm_head_input(Micro& m) {
+  const LayerShare& sh = rank_.share(-1);  // the embedding and head's
+  const Shape s = rank_.stream_shape();
+  comm_.fit_flow(m.fwd, -1);
   m.x_final = materialize(m.fwd, -1, s);
-  m.xn = buffers.pool.scratch(s);
-  m.head_mean = whole.norm == Norm::layernorm ? buffers.pool.scratch(Shape{sh.Ns}) : Tensor{};
-  m.head_rstd = buffers.pool.scratch(Shape{sh.Ns});
-  const ModelWeights& w = shards.model.weights;
-  norm_forward(backend, sh.local, m.x_final, w.norm_f_w, w.norm_f_b, m.xn, m.head_mean,
+  m.xn = rank_.buffers.pool.scratch(s);
+  m.head_mean =
+      rank_.whole.norm == Norm::layernorm ? rank_.buffers.pool.scratch(Shape{sh.Ns}) : Tensor{};
+  m.head_rstd = rank_.buffers.pool.scratch(Shape{sh.Ns});
+  const ModelWeights& w = rank_.shards.model.weights;
+  norm_forward(rank_.backend, sh.local, m.x_final, w.norm_f_w, w.norm_f_b, m.xn, m.head_mean,
                m.head_rstd);
 }
 
-void Executor::Impl::head_forward(const Op& op) {
-  const exec::LayerShare& sh = share(-1);  // the embedding and head's
-  exec::Micro& m = mb(op.microbatch);
+void ComputeOps::head_forward(const Op& op) {
+  const LayerShare& sh = rank_.share(-1);  // the embedding and head's
+  Micro& m = rank_.mb(op.microbatch);
   if (!sh.sequence_parallel) norm_head_input(m);
   // Under sequence parallelism the token shard went into the gather: only the whole is read
   // from here on.
@@ -312,50 +284,52 @@ void Executor::Impl::head_forward(const Op& op) {
     m.xn_whole = m.gathered, m.gathered = m.xn = Tensor{};
   else
     m.xn_whole = m.xn;
-  m.logits = buffers.pool.take(buffers.of(Block::head, Phase::forward, -1, op.microbatch),
-                               Shape{sh.N, sh.local.vocab_rows});
-  lm_head_forward(backend, shards.model.weights, m.xn_whole.view(Shape{sh.N, whole.hidden}),
-                  m.logits);
-  m.ce_max = buffers.pool.scratch(Shape{sh.N});
-  backend.crossentropy_row_max(m.ce_max, m.logits, sh.local.vocab_valid(sh.tp_index));
+  m.logits =
+      rank_.buffers.pool.take(rank_.buffers.of(Block::head, Phase::forward, -1, op.microbatch),
+                              Shape{sh.N, sh.local.vocab_rows});
+  lm_head_forward(rank_.backend, rank_.shards.model.weights,
+                  m.xn_whole.view(Shape{sh.N, rank_.whole.hidden}), m.logits);
+  m.ce_max = rank_.buffers.pool.scratch(Shape{sh.N});
+  rank_.backend.crossentropy_row_max(m.ce_max, m.logits, sh.local.vocab_valid(sh.tp_index));
   if (sh.tp == 1) {
     head_loss_sums(m);
     head_loss(m);
   }  // else: max all-reduce, then sums all-reduce (ops_comm.cpp)
 }
 
-void Executor::Impl::head_loss_sums(exec::Micro& m) {
-  const exec::LayerShare& sh = share(-1);  // the embedding and head's
-  m.ce_sums = buffers.pool.scratch(Shape{sh.N, 2});
-  backend.crossentropy_sums(m.ce_sums, m.logits, m.ce_max, m.targets,
-                            sh.local.vocab_begin(sh.tp_index), sh.local.vocab_valid(sh.tp_index));
+void ComputeOps::head_loss_sums(Micro& m) {
+  const LayerShare& sh = rank_.share(-1);  // the embedding and head's
+  m.ce_sums = rank_.buffers.pool.scratch(Shape{sh.N, 2});
+  rank_.backend.crossentropy_sums(m.ce_sums, m.logits, m.ce_max, m.targets,
+                                  sh.local.vocab_begin(sh.tp_index),
+                                  sh.local.vocab_valid(sh.tp_index));
 }
 
-void Executor::Impl::head_loss(exec::Micro& m) {
-  const exec::LayerShare& sh = share(-1);  // the embedding and head's
+void ComputeOps::head_loss(Micro& m) {
+  const LayerShare& sh = rank_.share(-1);  // the embedding and head's
   if (sh.tp_index != 0) return;            // every tp rank holds the same reduced statistics
   std::vector<float> mx(static_cast<size_t>(sh.N)), sums(static_cast<size_t>(2 * sh.N));
-  backend.download(mx.data(), m.ce_max);
-  backend.download(sums.data(), m.ce_sums);
+  rank_.backend.download(mx.data(), m.ce_max);
+  rank_.backend.download(sums.data(), m.ce_sums);
   double total = 0;
   for (int64_t i = 0; i < sh.N; ++i)
     total += std::log(double(sums[2 * i])) + mx[i] - sums[2 * i + 1];
-  current_step.loss_sum += total;
+  rank_.current_step.loss_sum += total;
 }
 
-void Executor::Impl::head_backward(const Op& op) {
-  const exec::LayerShare& sh = share(-1);  // the embedding and head's
-  exec::Micro& m = mb(op.microbatch);
+void ComputeOps::head_backward(const Op& op) {
+  const LayerShare& sh = rank_.share(-1);  // the embedding and head's
+  Micro& m = rank_.mb(op.microbatch);
   stage_gradients(-1);
   // Gradient of the mean loss over the global batch's tokens (a cp group's ranks each hold
   // N of a sample's).
-  const float scale = 1.0f / float(double(program.num_microbatches) * sh.dp * sh.cp * sh.N);
-  backend.crossentropy_shard_backward(m.logits, m.logits, m.ce_max, m.ce_sums, m.targets,
-                                      sh.local.vocab_begin(sh.tp_index),
-                                      sh.local.vocab_valid(sh.tp_index), scale);
-  Tensor d_xn = buffers.pool.scratch(Shape{sh.N, whole.hidden});
-  lm_head_backward(backend, shards.model.weights, shards.model.grad_weights, m.logits,
-                   m.xn_whole.view(Shape{sh.N, whole.hidden}), d_xn);
+  const float scale = 1.0f / float(double(rank_.program.num_microbatches) * sh.dp * sh.cp * sh.N);
+  rank_.backend.crossentropy_shard_backward(m.logits, m.logits, m.ce_max, m.ce_sums, m.targets,
+                                            sh.local.vocab_begin(sh.tp_index),
+                                            sh.local.vocab_valid(sh.tp_index), scale);
+  Tensor d_xn = rank_.buffers.pool.scratch(Shape{sh.N, rank_.whole.hidden});
+  lm_head_backward(rank_.backend, rank_.shards.model.weights, rank_.shards.model.grad_weights,
+                   m.logits, m.xn_whole.view(Shape{sh.N, rank_.whole.hidden}), d_xn);
   // The norm's backward reads its input and statistics, not its output: the output goes here.
   m.logits = m.ce_max = m.ce_sums = m.xn_whole = m.xn = Tensor{};
   if (sh.tp == 1)
@@ -364,92 +338,70 @@ void Executor::Impl::head_backward(const Op& op) {
     m.partial = d_xn;
 }
 
-void Executor::Impl::finish_head_backward(exec::Micro& m, const Tensor& d_xn) {
-  const exec::LayerShare& sh = share(-1);  // the embedding and head's
-  m.grad = buffers.pool.scratch(stream_shape());
+void ComputeOps::finish_head_backward(Micro& m, const Tensor& d_xn) {
+  const LayerShare& sh = rank_.share(-1);  // the embedding and head's
+  m.grad = rank_.buffers.pool.scratch(rank_.stream_shape());
   m.grad_producer = -1;
-  backend.fill(m.grad, 0.0f);
-  ModelWeights& g = shards.model.grad_weights;
-  const ModelWeights& w = shards.model.weights;
-  norm_backward(backend, sh.local, m.grad, g.norm_f_w, g.norm_f_b, d_xn.view(stream_shape()),
-                m.x_final, w.norm_f_w, m.head_mean, m.head_rstd);
+  rank_.backend.fill(m.grad, 0.0f);
+  ModelWeights& g = rank_.shards.model.grad_weights;
+  const ModelWeights& w = rank_.shards.model.weights;
+  norm_backward(rank_.backend, sh.local, m.grad, g.norm_f_w, g.norm_f_b,
+                d_xn.view(rank_.stream_shape()), m.x_final, w.norm_f_w, m.head_mean, m.head_rstd);
   m.x_final = m.xn = m.head_mean = m.head_rstd = Tensor{};
 }
 
-void Executor::Impl::stage_gradients(int layer) {
-  if (!shards.sharding.of(layer).sharded_grads() || shards.staging.count(layer)) return;
-  auto& bufs = shards.staging[layer];
-  auto at = buffers.staging.find(layer);
-  if (at == buffers.staging.end())
+void ComputeOps::stage_gradients(int layer) {
+  if (!rank_.shards.sharding.of(layer).sharded_grads() || rank_.shards.staging.count(layer)) return;
+  auto& bufs = rank_.shards.staging[layer];
+  auto at = rank_.buffers.staging.find(layer);
+  if (at == rank_.buffers.staging.end())
     throw std::logic_error("executor: no staging buffer in the Program for layer " +
                            std::to_string(layer));
-  for (auto [a, b] : shards.sharding.of(layer).runs) {
-    Tensor t = buffers.pool.take(at->second, Shape{b - a});
-    backend.fill(t, 0.0f);
+  for (auto [a, b] : rank_.shards.sharding.of(layer).runs) {
+    Tensor t = rank_.buffers.pool.take(at->second, Shape{b - a});
+    rank_.backend.fill(t, 0.0f);
     bufs.push_back({a, t});
-    for (const ParamInfo& e : shards.model.table.entries())
+    for (const ParamInfo& e : rank_.shards.model.table.entries())
       if (e.offset >= a && e.offset + e.numel() <= b)
         // Non-owning: the staging goes with its reduce-scatter, not with these views.
-        weight_field(shards.model.grad_weights, e.name) =
+        weight_field(rank_.shards.model.grad_weights, e.name) =
             Tensor{t.data + (e.offset - a), e.shape, nullptr};
   }
 }
 
-std::vector<const ParamInfo*> Executor::Impl::fetch_set(const Op& op, exec::Micro* m) const {
-  std::vector<const ParamInfo*> out;
-  const std::string prefix = "layers." + std::to_string(op.layer) + ".";
-  // Layer -1: the lookup's weights before the micro-batch's embedding has run on this stage,
-  // the head's afterwards (the Program fetches them apart).
-  const bool lookup = op.layer < 0 && stage == 0 && m && !m->embedded;
-  // An MoE layer's experts apart from it are fetched on their own (Block::experts), not with
-  // the rest of the layer.
-  const bool apart =
-      op.layer >= 0 && shards.sharding.segments.count(exec::expert_segment(op.layer));
-  const bool experts = op.block == Block::experts;
-  for (const ParamInfo& e : shards.model.table.entries()) {
-    if (op.layer >= 0 && apart && is_expert_param(e.name) != experts) continue;
-    const bool in = op.layer >= 0 ? e.name.rfind(prefix, 0) == 0
-                    : lookup      ? e.name == "wte" || e.name == "wpe"
-                                  : e.name.rfind("norm_f.", 0) == 0 || e.name == "lm_head.weight" ||
-                                   (e.name == "wte" && whole.tied_embeddings);
-    if (in) out.push_back(&e);
-  }
-  return out;
-}
-
-void Executor::Impl::optimizer_step() {
-  complete_all();  // every gradient reduction of the step has landed
-  if (!options.update) return;
+void ComputeOps::optimizer_step() {
+  dispatcher_.complete_all();  // every gradient reduction of the step has landed
+  if (!rank_.options.update) return;
   double sq = 0;
-  for (auto [a, b] : shards.sharding.norm_runs)
-    sq +=
-        backend.sum_squares(shards.model.grads.slice(shards.sharding.grads.local(a), Shape{b - a}));
-  parallel.world().all_reduce_sum(&sq, 1);
+  for (auto [a, b] : rank_.shards.sharding.norm_runs)
+    sq += rank_.backend.sum_squares(
+        rank_.shards.model.grads.slice(rank_.shards.sharding.grads.local(a), Shape{b - a}));
+  rank_.parallel.world().all_reduce_sum(&sq, 1);
   const double norm = std::sqrt(sq);
-  current_step.result->grad_norm = static_cast<float>(norm);
-  current_step.result->lr = options.schedule.at(current_step.index);
+  rank_.current_step.result->grad_norm = static_cast<float>(norm);
+  rank_.current_step.result->lr = rank_.options.schedule.at(rank_.current_step.index);
   // A non-finite norm (the same on every rank: it is all-reduced) leaves the weights and the
   // optimizer state as they were; the trainer decides whether to stop or go on.
   if (!std::isfinite(norm)) return;
-  const float coef = clip_coefficient(norm, options.grad_clip);
+  const float coef = clip_coefficient(norm, rank_.options.grad_clip);
   // The gradients of the elements whose state this rank holds (on the device, before any
   // copy down).
   if (coef != 1.0f)
-    for (const FlatRun& r : shards.sharding.all_state) {
-      Tensor g = shards.model.grads.slice(shards.sharding.grads.local(r.flat_begin),
-                                          Shape{r.flat_end - r.flat_begin});
-      backend.scale(g, coef);
+    for (const FlatRun& r : rank_.shards.sharding.all_state) {
+      Tensor g = rank_.shards.model.grads.slice(rank_.shards.sharding.grads.local(r.flat_begin),
+                                                Shape{r.flat_end - r.flat_begin});
+      rank_.backend.scale(g, coef);
     }
-  if (offload.adamw) {  // the host_compute op updates, once the gradients are down
-    offload.adamw->set_steps_taken(
-        shards.adamw->steps_taken());  // (checkpoints count the device's)
-    offload.update_pending = true;
-    offload.lr = current_step.result->lr;
+  if (rank_.offload.adamw) {  // the host_compute op updates, once the gradients are down
+    rank_.offload.adamw->set_steps_taken(
+        rank_.shards.adamw->steps_taken());  // (checkpoints count the device's)
+    rank_.offload.update_pending = true;
+    rank_.offload.lr = rank_.current_step.result->lr;
   }
-  shards.adamw->step(backend, shards.adamw_runs, current_step.result->lr);
+  rank_.shards.adamw->step(rank_.backend, rank_.shards.adamw_runs, rank_.current_step.result->lr);
 }
 
-void Executor::Impl::compute(const Op& op) {
+void ComputeOps::run(const Op& op) {
   switch (op.block) {
     case Block::optimizer:
       optimizer_step();
@@ -467,11 +419,11 @@ void Executor::Impl::compute(const Op& op) {
     case Block::router:
     case Block::experts:
     case Block::combine:
-      moe_compute(op);
+      moe_.compute(op);
       return;
     default:
       throw NotSupported("compute op " + op_name(op) + " is not executed by the runtime yet");
   }
 }
 
-}  // namespace stratagem
+}  // namespace stratagem::exec

@@ -23,158 +23,159 @@
 // in forward: Megatron-Core's switch_load_balancing_loss_func (moe_utils.py) all-reduces
 // tokens_per_expert over its sequence_partition_group, the tp-cp group (router.py); we add
 // the probability sums too, so that every tp rank holds the micro-batch's loss itself.
+#include "src/runtime/exec/ops_moe.hpp"
+
 #include <algorithm>
 
-#include "src/runtime/exec/impl.hpp"
+#include "src/runtime/exec/ops_comm.hpp"
+#include "src/runtime/exec/ops_compute.hpp"
+#include "src/runtime/exec/rank_context.hpp"
 
-namespace stratagem {
+namespace stratagem::exec {
 
 namespace {
 // The aux loss's weight in the step's loss: the mean over the global batch's micro-batches.
-double aux_weight(const Program& program, const exec::LayerShare& sh) {
+double aux_weight(const Program& program, const LayerShare& sh) {
   return 1.0 / (double(program.num_microbatches) * sh.dp);
 }
 // Rows an op hands to the next: from the top of the MoE scratch (scratch_arena.hpp); the
 // pieces' own transients (MoeActs::temp) come from the bottom.
-Tensor handed_on(exec::Buffers& buffers, Shape shape) {
-  return buffers.moe_scratch.take(shape, exec::ArenaEnd::high);
+Tensor handed_on(Buffers& buffers, Shape shape) {
+  return buffers.moe_scratch.take(shape, ArenaEnd::high);
 }
 // This tp rank's slice of the micro-batch's tokens, of a (B,T,C) stream tensor.
-Tensor token_slice(const Tensor& full, const exec::LayerShare& sh) {
+Tensor token_slice(const Tensor& full, const LayerShare& sh) {
   const int64_t C = full.dim(-1), N = full.numel() / C, R = N / sh.tp;
   return full.view(Shape{N, C}).rows(sh.tp_index * R, (sh.tp_index + 1) * R);
 }
 }  // namespace
 
-int Executor::Impl::segment_key(const Op& op) const {
-  // The experts' reductions and gathers (expert_dp), and the buffers and copies of their fetch.
-  const bool experts = op.group == GroupKind::expert_dp ||
-                       (op.block == Block::experts && op.group == GroupKind::none);
-  return experts ? exec::expert_segment(op.layer) : op.layer;
-}
-
-void Executor::Impl::moe_compute(const Op& op) {
-  exec::Micro& m = mb(op.microbatch);
-  exec::LayerState& ls = m.layers[op.layer];
+void MoeOps::compute(const Op& op) {
+  Micro& m = rank_.mb(op.microbatch);
+  LayerState& ls = m.layers[op.layer];
   const bool bwd = op.phase == Phase::backward;
   switch (op.block) {
     case Block::router:
-      bwd ? moe_router_back(op, m, ls) : moe_router(op, m, ls);
+      bwd ? router_back(op, m, ls) : router(op, m, ls);
       return;
     case Block::experts:
-      bwd ? moe_experts_back(op, ls) : moe_experts(op, ls);
+      bwd ? experts_back(op, ls) : experts(op, ls);
       return;
     default:
-      bwd ? moe_combine_back(op, m, ls) : moe_combine(op, m, ls);
+      bwd ? combine_back(op, m, ls) : combine(op, m, ls);
       return;
   }
 }
 
-void Executor::Impl::add_aux_loss(const exec::LayerShare& sh, const MoeActs& a) {
-  current_step.loss_sum += a.aux_loss * aux_weight(program, sh) * double(plan.global_batch) * T;
+void MoeOps::add_aux_loss(const LayerShare& sh, const MoeActs& a) {
+  rank_.current_step.loss_sum +=
+      a.aux_loss * aux_weight(rank_.program, sh) * double(rank_.plan.global_batch) * rank_.T;
 }
 
-void Executor::Impl::moe_router(const Op& op, exec::Micro& m, exec::LayerState& ls) {
+void MoeOps::router(const Op& op, Micro& m, LayerState& ls) {
   const int l = op.layer;
-  const exec::LayerShare& sh = share(l);
+  const LayerShare& sh = rank_.share(l);
   const OpStrategy& st = op.strategy;
   // The norm, into the mlp block's activation buffer (under sp the tp all-gather ran it).
-  if (!sh.sequence_parallel) block_input(op, m, ls);
+  if (!sh.sequence_parallel) compute_.block_input(op, m, ls);
   const bool rec = op.phase == Phase::recompute;
   const int acts =
       op.recompute == Recompute::full && !rec
           ? -1
-          : buffers.of(Block::mlp, rec ? Phase::recompute : Phase::forward, l, op.microbatch);
-  exec::MoeState& s = ls.moe;
-  s = exec::MoeState{};
+          : rank_.buffers.of(Block::mlp, rec ? Phase::recompute : Phase::forward, l, op.microbatch);
+  MoeState& s = ls.moe;
+  s = MoeState{};
   // A fully recomputed layer's forward keeps nothing: what it would save is transient, handed
   // on within the forward.
   s.acts.saved = [this, acts](Shape shape) {
-    return acts < 0 ? handed_on(buffers, shape) : buffers.pool.take(acts, shape);
+    return acts < 0 ? handed_on(rank_.buffers, shape) : rank_.buffers.pool.take(acts, shape);
   };
-  s.acts.scratch = [this](Shape shape) { return buffers.moe_scratch.take(shape); };
-  const Shape full_s = full_shape(l);
+  s.acts.scratch = [this](Shape shape) { return rank_.buffers.moe_scratch.take(shape); };
+  const Shape full_s = rank_.full_shape(l);
   s.xn = sh.sequence_parallel ? m.gathered.view(full_s) : ls.mlp.norm_out.view(full_s);
   m.gathered = Tensor{};
   const Tensor xn = token_slice(s.xn, sh);
-  const LayerWeights& w = shards.model.weights.layer(l);
-  moe_router_forward(backend, sh.local, w, xn, s.acts);
-  const int64_t rows = xn.dim(0) * whole.moe.top_k;
+  const LayerWeights& w = rank_.shards.model.weights.layer(l);
+  moe_router_forward(rank_.backend, sh.local, w, xn, s.acts);
+  const int64_t rows = xn.dim(0) * rank_.whole.moe.top_k;
   // With no collective on the way the permuted rows are the experts' saved input.
-  s.rows = st.ep * st.etp > 1 ? handed_on(buffers, Shape{rows, whole.hidden})
-                              : s.acts.save(backend, Shape{rows, whole.hidden});
+  s.rows = st.ep * st.etp > 1 ? handed_on(rank_.buffers, Shape{rows, rank_.whole.hidden})
+                              : s.acts.save(rank_.backend, Shape{rows, rank_.whole.hidden});
   s.counts = s.acts.routing.counts;
-  moe_permute_forward(backend, xn, s.acts.routing, s.rows);
+  moe_permute_forward(rank_.backend, xn, s.acts.routing, s.rows);
   // Its loss counts once per micro-batch: in forward, not again in a recompute; under tp > 1
-  // once the tp ranks' sums are added (moe_aux_sum).
+  // once the tp ranks' sums are added (aux_sum).
   if (!rec && sh.tp == 1) add_aux_loss(sh, s.acts);
 }
 
-void Executor::Impl::moe_aux_sum(const Op& op) {
-  const exec::LayerShare& sh = share(op.layer);
-  exec::MoeState& s = mb(op.microbatch).layers.at(op.layer).moe;
-  group_of(op).all_reduce_sum(s.acts.aux_sums.data(), int64_t(s.acts.aux_sums.size()));
+void MoeOps::aux_sum(const Op& op) {
+  const LayerShare& sh = rank_.share(op.layer);
+  MoeState& s = rank_.mb(op.microbatch).layers.at(op.layer).moe;
+  rank_.group_of(op).all_reduce_sum(s.acts.aux_sums.data(), int64_t(s.acts.aux_sums.size()));
   s.acts.aux_tokens *= sh.tp;
   moe_aux_loss_of(sh.local, s.acts);
   // Every tp rank now holds the micro-batch's loss: the first adds it (as the head's).
   if (op.phase == Phase::forward && sh.tp_index == 0) add_aux_loss(sh, s.acts);
 }
 
-void Executor::Impl::ep_collective(const Op& op, int index) {
+void MoeOps::ep_collective(const Op& op, int index) {
   (void)index;  // blocking: done when the op returns (the counts decide the rows' sizes)
-  exec::LayerState& ls = mb(op.microbatch).layers.at(op.layer);
-  exec::MoeState& s = ls.moe;
-  Communicator& ep = group_of(op);
+  LayerState& ls = rank_.mb(op.microbatch).layers.at(op.layer);
+  MoeState& s = ls.moe;
+  Communicator& ep = rank_.group_of(op);
   const bool bwd = op.phase == Phase::backward;
   // Toward the experts: forward's dispatch (Block::router), backward's of the combine's
   // gradients (Block::combine). Back home: the other two.
   const bool toward = (op.block == Block::router) != bwd;
-  const int64_t C = whole.hidden;
+  const int64_t C = rank_.whole.hidden;
   if (toward) {
     if (!bwd) {
       s.exchange = plan_exchange(ep, s.acts.routing.counts);
-      const int64_t mean = s.acts.routing.tokens() * whole.moe.top_k;
+      const int64_t mean = s.acts.routing.tokens() * rank_.whole.moe.top_k;
       if (mean > 0)
-        moe_busiest_load = std::max(moe_busiest_load, double(s.exchange.received()) / mean);
+        rank_.moe_busiest_load =
+            std::max(rank_.moe_busiest_load, double(s.exchange.received()) / mean);
     }
     const ExpertExchange& x = s.exchange;
-    Tensor received = s.acts.temp(backend, Shape{x.received(), C});
+    Tensor received = s.acts.temp(rank_.backend, Shape{x.received(), C});
     exchange_rows(ep, x, s.rows, received, false);
     s.rows = Tensor{};  // sent: its scratch goes before the regrouped rows come
     // Forward saves the experts' input (at etp > 1 the all-gather's output is that).
     const bool saved = !bwd && op.strategy.etp == 1;
-    s.rows = saved ? s.acts.save(backend, Shape{x.received(), C})
-                   : handed_on(buffers, Shape{x.received(), C});
-    backend.gather_rows(s.rows, received, x.regroup);
+    s.rows = saved ? s.acts.save(rank_.backend, Shape{x.received(), C})
+                   : handed_on(rank_.buffers, Shape{x.received(), C});
+    rank_.backend.gather_rows(s.rows, received, x.regroup);
     s.counts = x.local_counts;
   } else {
     const ExpertExchange& x = s.exchange;
     // From expert order back into (source, expert) order, then home.
-    Tensor ordered = s.acts.temp(backend, s.rows.shape);
-    backend.gather_rows(ordered, s.rows, x.ungroup);
+    Tensor ordered = s.acts.temp(rank_.backend, s.rows.shape);
+    rank_.backend.gather_rows(ordered, s.rows, x.ungroup);
     s.rows = Tensor{};
-    const int64_t home = s.acts.routing.tokens() * whole.moe.top_k;
-    Tensor back = bwd ? handed_on(buffers, Shape{home, C}) : s.acts.save(backend, Shape{home, C});
+    const int64_t home = s.acts.routing.tokens() * rank_.whole.moe.top_k;
+    Tensor back =
+        bwd ? handed_on(rank_.buffers, Shape{home, C}) : s.acts.save(rank_.backend, Shape{home, C});
     exchange_rows(ep, x, ordered, back, true);
     s.rows = back;
   }
 }
 
-void Executor::Impl::etp_collective(const Op& op) {
-  exec::MoeState& s = mb(op.microbatch).layers.at(op.layer).moe;
-  Communicator& etp = group_of(op);
+void MoeOps::etp_collective(const Op& op) {
+  MoeState& s = rank_.mb(op.microbatch).layers.at(op.layer).moe;
+  Communicator& etp = rank_.group_of(op);
   const bool bwd = op.phase == Phase::backward;
-  const int64_t C = whole.hidden;
+  const int64_t C = rank_.whole.hidden;
   if (op.collective == Collective::all_gather) {  // before the experts (forward and backward)
     if (!bwd) s.gather = plan_expert_gather(etp, s.counts);
     const ExpertGather& g = s.gather;
     // Backward: the members' rows above the rows they come from, the gathered below them, so
     // that both leave the top free for the experts' input gradient.
-    Tensor members = bwd ? handed_on(buffers, Shape{g.gathered(), C})
-                         : s.acts.temp(backend, Shape{g.gathered(), C});
-    Tensor gathered = bwd ? s.acts.temp(backend, Shape{g.gathered(), C})
-                          : s.acts.save(backend, Shape{g.gathered(), C});  // the experts' input
-    gather_expert_rows(backend, etp, g, s.rows, gathered, members);
+    Tensor members = bwd ? handed_on(rank_.buffers, Shape{g.gathered(), C})
+                         : s.acts.temp(rank_.backend, Shape{g.gathered(), C});
+    Tensor gathered =
+        bwd ? s.acts.temp(rank_.backend, Shape{g.gathered(), C})
+            : s.acts.save(rank_.backend, Shape{g.gathered(), C});  // the experts' input
+    gather_expert_rows(rank_.backend, etp, g, s.rows, gathered, members);
     s.rows = gathered;
     s.counts = g.counts;
     return;
@@ -182,24 +183,27 @@ void Executor::Impl::etp_collective(const Op& op) {
   // After the experts: this member's rows of the partial sums, summed over the members.
   const ExpertGather& g = s.gather;
   const int64_t mine = g.member_rows.at(size_t(etp.rank()));
-  Tensor members = s.acts.temp(backend, Shape{g.gathered(), C});
+  Tensor members = s.acts.temp(rank_.backend, Shape{g.gathered(), C});
   // Forward at ep 1: the combine's saved input.
   const bool saved = !bwd && op.strategy.ep == 1;
-  Tensor out = saved ? s.acts.save(backend, Shape{mine, C}) : handed_on(buffers, Shape{mine, C});
-  reduce_expert_rows(backend, etp, g, s.rows, out, members);
+  Tensor out =
+      saved ? s.acts.save(rank_.backend, Shape{mine, C}) : handed_on(rank_.buffers, Shape{mine, C});
+  reduce_expert_rows(rank_.backend, etp, g, s.rows, out, members);
   s.rows = out;
 }
 
-void Executor::Impl::moe_experts(const Op& op, exec::LayerState& ls) {
-  const exec::LayerShare& sh = share(op.layer);
+void MoeOps::experts(const Op& op, LayerState& ls) {
+  const LayerShare& sh = rank_.share(op.layer);
   const OpStrategy& st = op.strategy;
-  exec::MoeState& s = ls.moe;
-  const LayerWeights& w = shards.model.weights.layer(op.layer);
+  MoeState& s = ls.moe;
+  const LayerWeights& w = rank_.shards.model.weights.layer(op.layer);
   s.acts.expert_in = s.rows;
   // The combine's backward reads its input: these outputs when no collective moves them.
   const bool moves = st.ep * st.etp > 1;
-  s.acts.expert_out = moves ? handed_on(buffers, s.rows.shape) : s.acts.save(backend, s.rows.shape);
-  moe_experts_forward(backend, sh.local, w, s.acts.expert_in, s.counts, s.acts, s.acts.expert_out);
+  s.acts.expert_out =
+      moves ? handed_on(rank_.buffers, s.rows.shape) : s.acts.save(rank_.backend, s.rows.shape);
+  moe_experts_forward(rank_.backend, sh.local, w, s.acts.expert_in, s.counts, s.acts,
+                      s.acts.expert_out);
   s.rows = s.acts.expert_out;
   if (moves) s.acts.expert_out = Tensor{};
   // A fully recomputed layer's forward needs none of what the experts saved again.
@@ -207,81 +211,83 @@ void Executor::Impl::moe_experts(const Op& op, exec::LayerState& ls) {
     s.acts.expert_in = s.acts.fc1_out = s.acts.act_out = Tensor{};
 }
 
-void Executor::Impl::moe_combine(const Op& op, exec::Micro& m, exec::LayerState& ls) {
-  const exec::LayerShare& sh = share(op.layer);
-  exec::MoeState& s = ls.moe;
+void MoeOps::combine(const Op& op, Micro& m, LayerState& ls) {
+  const LayerShare& sh = rank_.share(op.layer);
+  MoeState& s = ls.moe;
   s.acts.combined_in = s.rows;
   s.rows = Tensor{};
-  const Shape full_s = full_shape(op.layer);
-  Tensor y = buffers.pool.scratch(full_s);
-  if (sh.tp > 1) backend.fill(y, 0.0f);  // the routed output is this rank's slice's only
+  const Shape full_s = rank_.full_shape(op.layer);
+  Tensor y = rank_.buffers.pool.scratch(full_s);
+  if (sh.tp > 1) rank_.backend.fill(y, 0.0f);  // the routed output is this rank's slice's only
   Tensor y_slice = token_slice(y, sh);
-  moe_combine_forward(backend, s.acts.combined_in, s.acts, y_slice);
-  moe_shared_forward(backend, sh.local, shards.model.weights.layer(op.layer), s.xn, s.acts, y);
+  moe_combine_forward(rank_.backend, s.acts.combined_in, s.acts, y_slice);
+  moe_shared_forward(rank_.backend, sh.local, rank_.shards.model.weights.layer(op.layer), s.xn,
+                     s.acts, y);
   s.xn = Tensor{};  // backward takes it again (under sp, gathered again)
   const bool rec = op.phase == Phase::recompute;
   if (!rec && op.recompute == Recompute::full) {  // forward keeps only the layer input
     ls.mlp = MlpActs{};
-    ls.moe = exec::MoeState{};
+    ls.moe = MoeState{};
   }
-  exec::Flow& flow = rec ? m.rec : m.fwd;
+  Flow& flow = rec ? m.rec : m.fwd;
   if (sh.tp == 1) {
-    flow = exec::Flow{ls.x_mid, y, -1};
-    drop_unsaved_block_input(op, ls);
+    flow = Flow{ls.x_mid, y, -1};
+    compute_.drop_unsaved_block_input(op, ls);
   } else {
     m.partial = y;  // the tp reduction that follows completes the flow
   }
 }
 
-void Executor::Impl::moe_combine_back(const Op& op, exec::Micro& m, exec::LayerState& ls) {
+void MoeOps::combine_back(const Op& op, Micro& m, LayerState& ls) {
   const int l = op.layer;
-  const exec::LayerShare& sh = share(l);
-  stage_gradients(l);
-  if (shards.sharding.segments.count(exec::expert_segment(l)))
-    stage_gradients(exec::expert_segment(l));
-  fit_grad(m, l);
-  exec::MoeState& s = ls.moe;
-  s.acts.scratch = [this](Shape shape) { return buffers.moe_scratch.take(shape); };
-  const Shape full_s = full_shape(l);
+  const LayerShare& sh = rank_.share(l);
+  compute_.stage_gradients(l);
+  if (rank_.shards.sharding.segments.count(expert_segment(l)))
+    compute_.stage_gradients(expert_segment(l));
+  comm_.fit_grad(m, l);
+  MoeState& s = ls.moe;
+  s.acts.scratch = [this](Shape shape) { return rank_.buffers.moe_scratch.take(shape); };
+  const Shape full_s = rank_.full_shape(l);
   s.dy = sh.sequence_parallel ? m.gathered_dy.view(full_s) : m.grad.view(full_s);
   s.xn = sh.sequence_parallel ? m.gathered.view(full_s) : ls.mlp.norm_out.view(full_s);
   m.gathered = m.gathered_dy = Tensor{};
-  s.d_weights = handed_on(buffers, s.acts.weights.shape);
-  s.rows = handed_on(buffers, s.acts.combined_in.shape);
-  moe_combine_backward(backend, token_slice(s.dy, sh), s.acts, s.rows, s.d_weights);
+  s.d_weights = handed_on(rank_.buffers, s.acts.weights.shape);
+  s.rows = handed_on(rank_.buffers, s.acts.combined_in.shape);
+  moe_combine_backward(rank_.backend, token_slice(s.dy, sh), s.acts, s.rows, s.d_weights);
   s.acts.combined_in = Tensor{};
 }
 
-void Executor::Impl::moe_experts_back(const Op& op, exec::LayerState& ls) {
-  const exec::LayerShare& sh = share(op.layer);
-  exec::MoeState& s = ls.moe;
-  const LayerWeights& w = shards.model.weights.layer(op.layer);
-  LayerWeights& g = shards.model.grad_weights.layer(op.layer);
+void MoeOps::experts_back(const Op& op, LayerState& ls) {
+  const LayerShare& sh = rank_.share(op.layer);
+  MoeState& s = ls.moe;
+  const LayerWeights& w = rank_.shards.model.weights.layer(op.layer);
+  LayerWeights& g = rank_.shards.model.grad_weights.layer(op.layer);
   // At etp > 1 a partial sum over the fc1 shards, which the reduce-scatter completes.
-  Tensor d_in = handed_on(buffers, s.acts.expert_in.shape);
-  moe_experts_backward(backend, sh.local, w, g, s.rows, s.acts.expert_in, s.counts, s.acts, d_in);
+  Tensor d_in = handed_on(rank_.buffers, s.acts.expert_in.shape);
+  moe_experts_backward(rank_.backend, sh.local, w, g, s.rows, s.acts.expert_in, s.counts, s.acts,
+                       d_in);
   s.acts.expert_in = s.acts.expert_out = s.acts.fc1_out = s.acts.act_out = Tensor{};
   s.rows = d_in;
 }
 
-void Executor::Impl::moe_router_back(const Op& op, exec::Micro& m, exec::LayerState& ls) {
+void MoeOps::router_back(const Op& op, Micro& m, LayerState& ls) {
   const int l = op.layer;
-  const exec::LayerShare& sh = share(l);
-  exec::MoeState& s = ls.moe;
-  const LayerWeights& w = shards.model.weights.layer(l);
-  LayerWeights& g = shards.model.grad_weights.layer(l);
-  Tensor d_xn = buffers.pool.scratch(full_shape(l));
-  if (sh.tp > 1) backend.fill(d_xn, 0.0f);  // the routed path's gradient is the slice's only
+  const LayerShare& sh = rank_.share(l);
+  MoeState& s = ls.moe;
+  const LayerWeights& w = rank_.shards.model.weights.layer(l);
+  LayerWeights& g = rank_.shards.model.grad_weights.layer(l);
+  Tensor d_xn = rank_.buffers.pool.scratch(rank_.full_shape(l));
+  if (sh.tp > 1) rank_.backend.fill(d_xn, 0.0f);  // the routed path's gradient is the slice's only
   Tensor d_slice = token_slice(d_xn, sh);
-  moe_permute_backward(backend, s.rows, s.acts.routing, d_slice);
-  moe_router_backward(backend, sh.local, w, g, s.d_weights, token_slice(s.xn, sh), s.acts,
-                      aux_weight(program, sh), d_slice);
-  moe_shared_backward(backend, sh.local, w, g, s.dy, s.xn, s.acts, d_xn);
-  ls.moe = exec::MoeState{};
+  moe_permute_backward(rank_.backend, s.rows, s.acts.routing, d_slice);
+  moe_router_backward(rank_.backend, sh.local, w, g, s.d_weights, token_slice(s.xn, sh), s.acts,
+                      aux_weight(rank_.program, sh), d_slice);
+  moe_shared_backward(rank_.backend, sh.local, w, g, s.dy, s.xn, s.acts, d_xn);
+  ls.moe = MoeState{};
   if (sh.tp == 1)
-    finish_block_backward(l, Block::mlp, m, d_xn);
+    compute_.finish_block_backward(l, Block::mlp, m, d_xn);
   else
     m.partial = d_xn;  // the tp reduction that follows completes it
 }
 
-}  // namespace stratagem
+}  // namespace stratagem::exec

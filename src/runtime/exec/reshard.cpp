@@ -8,13 +8,17 @@
 // wider layer's tp ranks all hold the whole gradient of its samples), gathered where forward
 // sliced. A sequence-parallel layer holds the stream as a tp 1 layer does (rank i of the stage:
 // piece i of the stage's micro-batch; LayerStrategy::stream_tp), so the same gathers and slices
-// serve it: from or to a tp 1 or another sequence-parallel layer nothing moves.
+// serve it: from or to a tp 1 or another sequence-parallel layer nothing moves. The comm
+// handler's (ops_comm.hpp): the gathers are its collectives, the slices their counterpart.
 #include <stdexcept>
 #include <string>
 
-#include "src/runtime/exec/impl.hpp"
+#include "src/runtime/exec/dispatch.hpp"
+#include "src/runtime/exec/ops_comm.hpp"
+#include "src/runtime/exec/ops_compute.hpp"
+#include "src/runtime/exec/rank_context.hpp"
 
-namespace stratagem {
+namespace stratagem::exec {
 
 namespace {
 // This rank's slice of `t`, which holds r times the samples `layer` takes: replica
@@ -32,52 +36,52 @@ Tensor slice_samples(const Tensor& t, int64_t need, int local, int tp, const std
 }
 }  // namespace
 
-void Executor::Impl::fit_flow(exec::Flow& f, int layer) {
+void CommOps::fit_flow(Flow& f, int layer) {
   if (!f.defined()) return;
-  const int64_t need = stream_shape(layer).numel();
+  const int64_t need = rank_.stream_shape(layer).numel();
   if (f.base.numel() == need) return;
-  if (f.producer >= 0) complete(f.producer);
+  if (f.producer >= 0) dispatcher_.complete(f.producer);
   f.producer = -1;
   const std::string what = "the input of layer " + std::to_string(layer);
-  const int local = parallel.coords().local, tp = stream_tp(layer);
+  const int local = rank_.parallel.coords().local, tp = rank_.stream_tp(layer);
   f.base = slice_samples(f.base.view(Shape{f.base.numel()}), need, local, tp, what);
   if (f.add.defined())
     f.add = slice_samples(f.add.view(Shape{f.add.numel()}), need, local, tp, what);
 }
 
-void Executor::Impl::fit_grad(exec::Micro& m, int layer) {
-  if (m.grad_producer >= 0) complete(m.grad_producer);
-  const int64_t need = stream_shape(layer).numel();
+void CommOps::fit_grad(Micro& m, int layer) {
+  if (m.grad_producer >= 0) dispatcher_.complete(m.grad_producer);
+  const int64_t need = rank_.stream_shape(layer).numel();
   if (!m.grad.defined() || m.grad.numel() == need) return;
-  m.grad = slice_samples(m.grad.view(Shape{m.grad.numel()}), need, parallel.coords().local,
-                         stream_tp(layer), "the gradient of layer " + std::to_string(layer));
+  m.grad = slice_samples(m.grad.view(Shape{m.grad.numel()}), need, rank_.parallel.coords().local,
+                         rank_.stream_tp(layer), "the gradient of layer " + std::to_string(layer));
 }
 
-void Executor::Impl::reshard(const Op& op, int index) {
-  Communicator& comm = group_of(op);
-  exec::Micro& m = mb(op.microbatch);
+void CommOps::reshard(const Op& op, int index) {
+  Communicator& comm = rank_.group_of(op);
+  Micro& m = rank_.mb(op.microbatch);
   const int r = op.reshard_to_tp / op.reshard_from_tp;  // replicas gathered into one
   // op.layer: the layer the stream is gathered for (forward: the next; backward: the previous).
-  const int64_t need = stream_shape(op.layer).numel();
+  const int64_t need = rank_.stream_shape(op.layer).numel();
   Tensor src;
   if (op.phase == Phase::backward) {
-    if (m.grad_producer >= 0) complete(m.grad_producer);
+    if (m.grad_producer >= 0) dispatcher_.complete(m.grad_producer);
     src = m.grad;
   } else {
-    src = materialize(m.fwd, -1, Shape{m.fwd.base.numel()});
+    src = compute_.materialize(m.fwd, -1, Shape{m.fwd.base.numel()});
   }
   if (src.numel() * r != need)
     throw std::logic_error("executor: " + op_name(op) + " gathers " + std::to_string(r) + " x " +
                            std::to_string(src.numel()) + " values for layer " +
                            std::to_string(op.layer) + ", which takes " + std::to_string(need));
-  Tensor gathered = buffers.pool.scratch(stream_shape(op.layer));
-  requests.issue(index, comm.iall_gather(src.data, gathered.data, src.numel()), [src] {});
+  Tensor gathered = rank_.buffers.pool.scratch(rank_.stream_shape(op.layer));
+  rank_.requests.issue(index, comm.iall_gather(src.data, gathered.data, src.numel()), [src] {});
   if (op.phase == Phase::backward) {
     m.grad = gathered;
     m.grad_producer = index;
   } else {
-    m.fwd = exec::Flow{gathered, {}, index};
+    m.fwd = Flow{gathered, {}, index};
   }
 }
 
-}  // namespace stratagem
+}  // namespace stratagem::exec

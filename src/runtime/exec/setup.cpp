@@ -1,15 +1,15 @@
-// Building one rank's executor: the Program (with the run's framework file), each layer's
-// share of the stage, the Program's static buffers with the model part built inside them,
-// the backward's scratch, and the optimizers (on the device, and on the host for the layers
+// Building one rank's context (rank_context.hpp): the Program (with the run's framework file),
+// each layer's share of the stage, the Program's static buffers with the model part built inside
+// them, the backward's scratch, and the optimizers (on the device, and on the host for the layers
 // that offload theirs).
 #include <algorithm>
 #include <array>
 
-#include "src/runtime/exec/impl.hpp"
+#include "src/runtime/exec/rank_context.hpp"
 #include "stratagem/error.hpp"
 #include "stratagem/workload_moe.hpp"
 
-namespace stratagem {
+namespace stratagem::exec {
 
 namespace {
 // The layer a parameter belongs to (-1: outside the layers).
@@ -19,9 +19,9 @@ int layer_of(const std::string& name) {
 }
 }  // namespace
 
-Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_in, const Plan& plan_in,
-                     Backend& backend_in, const SampleSource& sample_source,
-                     ExecutorOptions options_in)
+RankContext::RankContext(ParallelState& state, const ModelSpec& model_in, const Plan& plan_in,
+                         Backend& backend_in, const SampleSource& sample_source,
+                         ExecutorOptions options_in)
     : parallel(state),
       model_spec(model_in),
       plan(plan_in),
@@ -42,11 +42,11 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_in, const Plan
     sequence.comm = &parallel.group(cp_group);
     sequence.kind = plan.embedding.cp_kind;
   }
-  const ModelPart part = exec::stage_part(plan, stage, parallel.coords().local);
+  const ModelPart part = stage_part(plan, stage, parallel.coords().local);
   // Every layer's share (a neighbouring stage's layers too: what crosses the boundary is in
   // their layout); scratch for this stage's.
   const std::vector<int> held = part.layer_list(whole.layers);
-  program = build_program(model_spec, plan, exec::runtime_framework(options.framework, plan));
+  program = build_program(model_spec, plan, runtime_framework(options.framework, plan));
   stage_program = &program.stages.at(stage);
   make_shares(held);
   const auto [weights_buffer, grads_buffer, optimizer_buffer] = place_static_buffers();
@@ -58,25 +58,25 @@ Executor::Impl::Impl(ParallelState& state, const ModelSpec& model_in, const Plan
   backend.set_progress([this] { requests.progress(); });
 }
 
-Executor::Impl::~Impl() {
+RankContext::~RankContext() {
   backend.set_progress({});
 }
 
 // The layers this rank holds may lie on another stage (a neighbouring stage's boundary layer):
 // every stage's ops are looked at. nullptr when no op runs the layer's experts (a Program
 // without micro-batches): then they need no scratch.
-const Op* Executor::Impl::experts_op(int layer) const {
+const Op* RankContext::experts_op(int layer) const {
   for (const StageProgram& sp : program.stages)
     for (const Op& op : sp.ops)
       if (op.kind == OpKind::compute && op.block == Block::experts && op.layer == layer) return &op;
   return nullptr;
 }
 
-void Executor::Impl::make_shares(const std::vector<int>& held) {
+void RankContext::make_shares(const std::vector<int>& held) {
   const int local_index = parallel.coords().local;
-  shares[-1] = exec::layer_share(plan, whole, T, -1, local_index);
+  shares[-1] = layer_share(plan, whole, T, -1, local_index);
   for (int l = 0; l < whole.layers; ++l) {
-    exec::LayerShare sh = exec::layer_share(plan, whole, T, l, local_index);
+    LayerShare sh = layer_share(plan, whole, T, l, local_index);
     if (std::binary_search(held.begin(), held.end(), l)) {
       // The backward's scratch, one set of views per tp degree (B x width / tp is the same for
       // every layer of a degree), carved by make_scratch from one arena.
@@ -100,7 +100,7 @@ void Executor::Impl::make_shares(const std::vector<int>& held) {
   }
 }
 
-std::tuple<int, int, int> Executor::Impl::place_static_buffers() {
+std::tuple<int, int, int> RankContext::place_static_buffers() {
   // The Program's static buffers (weights, gradients, optimizer states) are resident for the
   // whole run: the model part is built inside them.
   int weights_buffer = -1, grads_buffer = -1, optimizer_buffer = -1;
@@ -117,7 +117,7 @@ std::tuple<int, int, int> Executor::Impl::place_static_buffers() {
   return {weights_buffer, grads_buffer, optimizer_buffer};
 }
 
-void Executor::Impl::make_scratch() {
+void RankContext::make_scratch() {
   // One layer's backward runs at a time, so the degrees share one arena sized for the largest,
   // as the estimator counts the stage's workspace (the largest layer's): the attention's
   // gradients, then a dense FFN's or an MoE layer's transients in the same place.
@@ -151,12 +151,12 @@ void Executor::Impl::make_scratch() {
     w.d_act = buffers.scratch_arena.slice(at + w.d_fc1.numel(), Shape{w.B, w.T, act});
   }
   if (buffers.moe_scratch_floats > 0)
-    buffers.moe_scratch = exec::ScratchArena(
+    buffers.moe_scratch = ScratchArena(
         buffers.scratch_arena.slice(moe_at, Shape{arena_numel - moe_at}), backend, buffers.ledger);
 }
 
-void Executor::Impl::make_model(const ModelPart& part, const std::vector<int>& held,
-                                int weights_buffer, int grads_buffer) {
+void RankContext::make_model(const ModelPart& part, const std::vector<int>& held,
+                             int weights_buffer, int grads_buffer) {
   Model& model = shards.model;
   model.config = share(-1).local;  // the embedding and head's tp share
   model.tp_rank = share(-1).tp_index;
@@ -165,8 +165,8 @@ void Executor::Impl::make_model(const ModelPart& part, const std::vector<int>& h
   // their weights' piece (gathered into the Program's fetch buffer for each use), ZeRO-2 their
   // gradients' piece (a layer's backward writes into staging that its reduce-scatter folds into
   // the piece), ZeRO-1 their optimizer state's piece.
-  const exec::Sharding& sharding = shards.sharding = exec::make_sharding(
-      model.table, exec::segment_placements(plan, held), parallel.coords().local);
+  const Sharding& sharding = shards.sharding =
+      make_sharding(model.table, segment_placements(plan, held), parallel.coords().local);
   // Offloaded parameters (ZeRO-Offload / ZeRO-Infinity) live in the host pool and come up
   // into the Program's fetch buffers for each use, as ZeRO-3's pieces are gathered.
   // Layer by layer (H3T): a layer's weights are on the device or in the host pool.
@@ -186,7 +186,7 @@ void Executor::Impl::make_model(const ModelPart& part, const std::vector<int>& h
     model.grad_weights = model.weights;
   }
   for (const ParamInfo& e : model.table.entries()) {
-    const exec::Segment& seg = sharding.of_param(e.name, layer_of(e.name));
+    const Segment& seg = sharding.of_param(e.name, layer_of(e.name));
     // Weights stay bound where they are resident on the device; the others only while a
     // fetch buffer holds them.
     weight_field(model.weights, e.name) =
@@ -201,8 +201,8 @@ void Executor::Impl::make_model(const ModelPart& part, const std::vector<int>& h
 }
 
 // AdamW on the device for the layers that keep their optimizer state there.
-void Executor::Impl::make_device_optimizer(int optimizer_buffer) {
-  const exec::Sharding& sharding = shards.sharding;
+void RankContext::make_device_optimizer(int optimizer_buffer) {
+  const Sharding& sharding = shards.sharding;
   const Shape state_shape{sharding.state.size()};
   shards.adamw =
       sharding.state.size() > 0
@@ -220,9 +220,9 @@ void Executor::Impl::make_device_optimizer(int optimizer_buffer) {
 // AdamW on the host for the layers that offload their optimizer state (ZeRO-Offload): its
 // moments, the gradients handed down and a master copy of the weights that stay on the device
 // live in the host pool, laid out as the state; the update runs there, on a backend of its own.
-void Executor::Impl::make_host_optimizer() {
-  const exec::Sharding& sharding = shards.sharding;
-  const exec::FlatMap& hs = sharding.host_state;
+void RankContext::make_host_optimizer() {
+  const Sharding& sharding = shards.sharding;
+  const FlatMap& hs = sharding.host_state;
   if (hs.size() == 0) return;
   offload.adamw = std::make_unique<AdamW>(
       backend, offload.tensor(MemCategory::optimizer, Shape{hs.size()}),
@@ -245,4 +245,4 @@ void Executor::Impl::make_host_optimizer() {
   }
 }
 
-}  // namespace stratagem
+}  // namespace stratagem::exec
