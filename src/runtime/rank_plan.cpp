@@ -47,12 +47,12 @@ LayerShare layer_share(const Plan& plan, const TransformerConfig& whole, int row
   sh.cp_index = RankGeometry::cp_index(local, s.tp, s.cp);
   sh.dp_index = RankGeometry::dp_index(local, s.tp, s.cp);
   sh.sequence_parallel = s.sequence_parallel && s.tp > 1;
-  sh.B = plan.samples_per_rank(s.dp);
-  sh.N = int64_t(sh.B) * rows;
-  if (sh.sequence_parallel && sh.N % sh.tp)
-    throw InputError("sequence parallel: " + std::to_string(sh.N) +
+  sh.samples = plan.samples_per_rank(s.dp);
+  sh.tokens = int64_t(sh.samples) * rows;
+  if (sh.sequence_parallel && sh.tokens % sh.tp)
+    throw InputError("sequence parallel: " + std::to_string(sh.tokens) +
                      " tokens per micro-batch do not split over tp " + std::to_string(sh.tp));
-  sh.Ns = sh.sequence_parallel ? sh.N / sh.tp : sh.N;
+  sh.shard_tokens = sh.sequence_parallel ? sh.tokens / sh.tp : sh.tokens;
   sh.local = whole.sharded(s.tp);
   return sh;
 }

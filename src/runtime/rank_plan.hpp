@@ -23,8 +23,10 @@ struct LayerShare {
   // and each two chunks of their sequences (dp_index is the samples' index, without cp).
   int cp = 1, cp_index = 0;
   bool sequence_parallel = false;
-  int B = 1;              // samples per rank per micro-batch
-  int64_t N = 1, Ns = 1;  // the rank's tokens per micro-batch (B x T / cp), and its token shard
+  int samples = 1;  // per rank per micro-batch
+  // The rank's tokens per micro-batch (samples x seq_len / cp), and its token shard (1/tp of
+  // them under sequence parallelism).
+  int64_t tokens = 1, shard_tokens = 1;
   TransformerConfig local;
   Workspace* ws = nullptr;  // the backward's scratch, for the layers this stage holds
 };

@@ -59,7 +59,7 @@ void CommOps::tp_collective(const Op& op, int index) {
       // Vocabulary-parallel cross entropy: the row maximum, then sum-exp and target logit.
       Micro& m = rank_.mb(op.microbatch);
       Communicator& comm = rank_.group_of(op);
-      const int64_t N = rank_.share(-1).N;  // the head's tokens
+      const int64_t N = rank_.share(-1).tokens;  // the head's tokens
       if (!m.ce_sums.defined()) {
         rank_.requests.issue(index, comm.iall_reduce(m.ce_max.data, N, ReduceOp::max),
                              [this, &m] { compute_.head_loss_sums(m); });
@@ -127,7 +127,7 @@ void CommOps::tp_gather(const Op& op, int index) {
     src = op.block == Block::attention ? ls.attn.norm_out : ls.mlp.norm_out;
     m.gathered = gathered;
   }
-  const int64_t shard_n = rank_.share(op.layer).Ns * int64_t(rank_.whole.hidden);
+  const int64_t shard_n = rank_.share(op.layer).shard_tokens * int64_t(rank_.whole.hidden);
   rank_.requests.issue(index, rank_.group_of(op).iall_gather(src.data, gathered.data, shard_n),
                        [src] {});
 }
@@ -144,9 +144,10 @@ void CommOps::tp_reduce(const Op& op, int index) {
   RequestPtr req;
   if (op.collective == Collective::reduce_scatter) {
     reduced = rank_.buffers.pool.scratch(rank_.stream_shape(op.layer));
-    req = comm.ireduce_scatter(partial.data, reduced.data, sh.Ns * int64_t(rank_.whole.hidden));
+    req = comm.ireduce_scatter(partial.data, reduced.data,
+                               sh.shard_tokens * int64_t(rank_.whole.hidden));
   } else {
-    req = comm.iall_reduce(partial.data, sh.N * int64_t(rank_.whole.hidden), ReduceOp::sum);
+    req = comm.iall_reduce(partial.data, sh.tokens * int64_t(rank_.whole.hidden), ReduceOp::sum);
   }
   const int mbi = op.microbatch;
   if (op.phase != Phase::backward) {

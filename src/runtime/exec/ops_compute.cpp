@@ -60,9 +60,10 @@ void ComputeOps::block_input(const Op& op, Micro& m, LayerState& ls) {
     x = ls.x_mid = materialize(rec ? m.rec : m.fwd, acts, s);
   }
   Tensor out = rank_.buffers.pool.take(acts, s);
-  Tensor mean =
-      rank_.whole.norm == Norm::layernorm ? rank_.buffers.pool.take(acts, Shape{sh.Ns}) : Tensor{};
-  Tensor rstd = rank_.buffers.pool.take(acts, Shape{sh.Ns});
+  Tensor mean = rank_.whole.norm == Norm::layernorm
+                    ? rank_.buffers.pool.take(acts, Shape{sh.shard_tokens})
+                    : Tensor{};
+  Tensor rstd = rank_.buffers.pool.take(acts, Shape{sh.shard_tokens});
   const LayerWeights& w = rank_.shards.model.weights.layer(l);
   if (attn) {
     norm_forward(rank_.backend, sh.local, x, w.attn_norm_w, w.attn_norm_b, out, mean, rstd);
@@ -81,7 +82,7 @@ void ComputeOps::block_forward(const Op& op) {
   const bool rec = op.phase == Phase::recompute, attn = op.block == Block::attention;
   const LayerShare& sh = rank_.share(l);
   const TransformerConfig& lc = sh.local;
-  const int b = sh.B;
+  const int b = sh.samples;
   if (rec && attn && rc == Recompute::selective && rank_.sequence.split()) return;  // none kept
   if (rec && attn && rc == Recompute::selective) {
     // Rebuild the attention probabilities from the saved q, k (selective recompute).
@@ -189,7 +190,7 @@ void ComputeOps::block_backward(const Op& op) {
   };
   if (op.part == AttentionPart::post) {
     Tensor dy = output_grad();
-    Tensor d_attn = attention_grads(sh.local, *sh.ws, sh.B, rank_.T).d_attn;
+    Tensor d_attn = attention_grads(sh.local, *sh.ws, sh.samples, rank_.T).d_attn;
     attention_proj_backward(rank_.backend, w, g, dy, ls.attn, d_attn);
     m.gathered_dy = Tensor{};
     cp_.run_of(op);
@@ -200,7 +201,7 @@ void ComputeOps::block_backward(const Op& op) {
   Tensor d_xn = rank_.buffers.pool.scratch(full_s);
   if (op.part == AttentionPart::pre) {
     cp_.finish(op);
-    Tensor d_qkv = attention_grads(sh.local, *sh.ws, sh.B, rank_.T).d_qkv;
+    Tensor d_qkv = attention_grads(sh.local, *sh.ws, sh.samples, rank_.T).d_qkv;
     attention_qkv_backward(rank_.backend, sh.local, w, g, d_qkv, xn, d_xn, rank_.sequence);
   } else if (attn) {
     attention_backward(rank_.backend, sh.local, w, g, output_grad(), xn, d_xn, ls.attn, *sh.ws);
@@ -266,9 +267,10 @@ void ComputeOps::norm_head_input(Micro& m) {
   comm_.fit_flow(m.fwd, -1);
   m.x_final = materialize(m.fwd, -1, s);
   m.xn = rank_.buffers.pool.scratch(s);
-  m.head_mean =
-      rank_.whole.norm == Norm::layernorm ? rank_.buffers.pool.scratch(Shape{sh.Ns}) : Tensor{};
-  m.head_rstd = rank_.buffers.pool.scratch(Shape{sh.Ns});
+  m.head_mean = rank_.whole.norm == Norm::layernorm
+                    ? rank_.buffers.pool.scratch(Shape{sh.shard_tokens})
+                    : Tensor{};
+  m.head_rstd = rank_.buffers.pool.scratch(Shape{sh.shard_tokens});
   const ModelWeights& w = rank_.shards.model.weights;
   norm_forward(rank_.backend, sh.local, m.x_final, w.norm_f_w, w.norm_f_b, m.xn, m.head_mean,
                m.head_rstd);
@@ -286,10 +288,10 @@ void ComputeOps::head_forward(const Op& op) {
     m.xn_whole = m.xn;
   m.logits =
       rank_.buffers.pool.take(rank_.buffers.of(Block::head, Phase::forward, -1, op.microbatch),
-                              Shape{sh.N, sh.local.vocab_rows});
+                              Shape{sh.tokens, sh.local.vocab_rows});
   lm_head_forward(rank_.backend, rank_.shards.model.weights,
-                  m.xn_whole.view(Shape{sh.N, rank_.whole.hidden}), m.logits);
-  m.ce_max = rank_.buffers.pool.scratch(Shape{sh.N});
+                  m.xn_whole.view(Shape{sh.tokens, rank_.whole.hidden}), m.logits);
+  m.ce_max = rank_.buffers.pool.scratch(Shape{sh.tokens});
   rank_.backend.crossentropy_row_max(m.ce_max, m.logits, sh.local.vocab_valid(sh.tp_index));
   if (sh.tp == 1) {
     head_loss_sums(m);
@@ -299,7 +301,7 @@ void ComputeOps::head_forward(const Op& op) {
 
 void ComputeOps::head_loss_sums(Micro& m) {
   const LayerShare& sh = rank_.share(-1);  // the embedding and head's
-  m.ce_sums = rank_.buffers.pool.scratch(Shape{sh.N, 2});
+  m.ce_sums = rank_.buffers.pool.scratch(Shape{sh.tokens, 2});
   rank_.backend.crossentropy_sums(m.ce_sums, m.logits, m.ce_max, m.targets,
                                   sh.local.vocab_begin(sh.tp_index),
                                   sh.local.vocab_valid(sh.tp_index));
@@ -308,11 +310,11 @@ void ComputeOps::head_loss_sums(Micro& m) {
 void ComputeOps::head_loss(Micro& m) {
   const LayerShare& sh = rank_.share(-1);  // the embedding and head's
   if (sh.tp_index != 0) return;            // every tp rank holds the same reduced statistics
-  std::vector<float> mx(static_cast<size_t>(sh.N)), sums(static_cast<size_t>(2 * sh.N));
+  std::vector<float> mx(static_cast<size_t>(sh.tokens)), sums(static_cast<size_t>(2 * sh.tokens));
   rank_.backend.download(mx.data(), m.ce_max);
   rank_.backend.download(sums.data(), m.ce_sums);
   double total = 0;
-  for (int64_t i = 0; i < sh.N; ++i)
+  for (int64_t i = 0; i < sh.tokens; ++i)
     total += std::log(double(sums[2 * i])) + mx[i] - sums[2 * i + 1];
   rank_.current_step.loss_sum += total;
 }
@@ -323,13 +325,14 @@ void ComputeOps::head_backward(const Op& op) {
   stage_gradients(-1);
   // Gradient of the mean loss over the global batch's tokens (a cp group's ranks each hold
   // N of a sample's).
-  const float scale = 1.0f / float(double(rank_.program.num_microbatches) * sh.dp * sh.cp * sh.N);
+  const float scale =
+      1.0f / float(double(rank_.program.num_microbatches) * sh.dp * sh.cp * sh.tokens);
   rank_.backend.crossentropy_shard_backward(m.logits, m.logits, m.ce_max, m.ce_sums, m.targets,
                                             sh.local.vocab_begin(sh.tp_index),
                                             sh.local.vocab_valid(sh.tp_index), scale);
-  Tensor d_xn = rank_.buffers.pool.scratch(Shape{sh.N, rank_.whole.hidden});
+  Tensor d_xn = rank_.buffers.pool.scratch(Shape{sh.tokens, rank_.whole.hidden});
   lm_head_backward(rank_.backend, rank_.shards.model.weights, rank_.shards.model.grad_weights,
-                   m.logits, m.xn_whole.view(Shape{sh.N, rank_.whole.hidden}), d_xn);
+                   m.logits, m.xn_whole.view(Shape{sh.tokens, rank_.whole.hidden}), d_xn);
   // The norm's backward reads its input and statistics, not its output: the output goes here.
   m.logits = m.ce_max = m.ce_sums = m.xn_whole = m.xn = Tensor{};
   if (sh.tp == 1)

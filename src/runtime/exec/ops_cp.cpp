@@ -34,7 +34,7 @@ CpRun& CpOps::run_of(const Op& op) {
   CpPass::Tensors t{a.qkv, a.out, a.lse, a.out_heads, {}, {}};
   const bool backward = op.phase == Phase::backward;
   if (backward) {
-    const AttentionGrads d = attention_grads(sh.local, *sh.ws, sh.B, rank_.T);
+    const AttentionGrads d = attention_grads(sh.local, *sh.ws, sh.samples, rank_.T);
     t.dout = d.d_attn, t.dqkv = d.d_qkv;
   }
   run = CpRun{};

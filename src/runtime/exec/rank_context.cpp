@@ -18,16 +18,16 @@ Micro& RankContext::mb(int m) {
   if (fresh && (stage == 0 || stage == plan.pp - 1)) {
     // This rank's samples of micro-batch m, indexed globally so that any layout sees the same
     // global batch; under context parallelism, the rows of its two chunks of each.
-    s.tokens.resize(size_t(sh.N));
-    s.targets.resize(size_t(sh.N));
+    s.tokens.resize(size_t(sh.tokens));
+    s.targets.resize(size_t(sh.tokens));
     const int whole_len = model_spec.seq_len;
     std::vector<int32_t> tokens(static_cast<size_t>(whole_len)),
         targets(static_cast<size_t>(whole_len));
     const std::vector<int64_t> rows = sequence.split()
                                           ? cp_positions(sequence.cp_rank, sequence.cp, whole_len)
                                           : std::vector<int64_t>{};
-    for (int i = 0; i < sh.B; ++i) {
-      const int64_t index = int64_t(m) * sh.B * sh.dp + int64_t(sh.dp_index) * sh.B + i;
+    for (int i = 0; i < sh.samples; ++i) {
+      const int64_t index = int64_t(m) * sh.samples * sh.dp + int64_t(sh.dp_index) * sh.samples + i;
       if (!sequence.split()) {
         samples.sample(current_step.index, index, T, s.tokens.data() + size_t(i) * T,
                        s.targets.data() + size_t(i) * T);

@@ -67,10 +67,14 @@ struct RankContext {
   const LayerShare& share(int layer) const { return shares.at(layer < 0 ? -1 : layer); }
   // The residual stream (this rank's token shard) and the whole micro-batch entering `layer`
   // (-1: the embedding's and head's).
-  Shape stream_shape(int layer = -1) const { return Shape{share(layer).Ns, int64_t(whole.hidden)}; }
+  Shape stream_shape(int layer = -1) const {
+    return Shape{share(layer).shard_tokens, int64_t(whole.hidden)};
+  }
   // LayerStrategy::stream_tp of the layer's share: 1 under sequence parallelism.
   int stream_tp(int layer) const { return share(layer).sequence_parallel ? 1 : share(layer).tp; }
-  Shape full_shape(int layer = -1) const { return Shape{share(layer).B, T, int64_t(whole.hidden)}; }
+  Shape full_shape(int layer = -1) const {
+    return Shape{share(layer).samples, T, int64_t(whole.hidden)};
+  }
   // Micro-batch m's state in this step; this rank's samples of it at its first use (exec/
   // rank_context.cpp, as what follows).
   Micro& mb(int m);

@@ -81,7 +81,8 @@ void RankContext::make_shares(const std::vector<int>& held) {
       // The backward's scratch, one set of views per tp degree (B x width / tp is the same for
       // every layer of a degree), carved by make_scratch from one arena.
       auto [w, fresh] = buffers.workspaces.try_emplace(sh.tp);
-      if (fresh) w->second.B = sh.B, w->second.T = T, buffers.scratch_config[sh.tp] = sh.local;
+      if (fresh)
+        w->second.B = sh.samples, w->second.T = T, buffers.scratch_config[sh.tp] = sh.local;
       sh.ws = &w->second;
       if (!model_spec.is_moe_layer(l)) {
         buffers.dense_ffn_degrees.insert(sh.tp);
@@ -89,8 +90,8 @@ void RankContext::make_shares(const std::vector<int>& held) {
         // The forecast's rule, with the busiest expert rank's rows the plan allows for, as the
         // layer's experts op carries them.
         if (const Op* op = experts_op(l)) {
-          const int64_t bytes = moe_expert_workspace_bytes(model_spec, layer_strategy(*op), sh.B,
-                                                           op->dtype, op->strategy.expert_load);
+          const int64_t bytes = moe_expert_workspace_bytes(
+              model_spec, layer_strategy(*op), sh.samples, op->dtype, op->strategy.expert_load);
           buffers.moe_scratch_floats =
               std::max(buffers.moe_scratch_floats, bytes / dtype_bytes(op->dtype));
         }
