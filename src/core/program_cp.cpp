@@ -48,44 +48,44 @@
 
 namespace stratagem::program_detail {
 
-int StageBuilder::cp_compute(AttentionPart part, Phase ph, int layer, int mb, int step) {
-  const auto& s = strat(layer);
-  const int b = samples(layer);
-  const BlockWork f = attention_part_work(m_, s, part, b, p_.flash_attention);
+int CpAttention::cp_compute(AttentionPart part, Phase ph, int layer, int mb, int step) {
+  const auto& s = stage_.strat(layer);
+  const int b = stage_.samples(layer);
+  const BlockWork f = attention_part_work(stage_.model, s, part, b, stage_.plan.flash_attention);
   const BlockWork w = ph == Phase::backward ? backward_of(f) : f;
-  const int c = compute(Block::attention, ph, layer, mb, b, w.flops(), w.elementwise_bytes);
-  out_.ops[c].part = part;
-  out_.ops[c].cp_step = static_cast<int16_t>(step);
+  const int c = ops_.compute(Block::attention, ph, layer, mb, b, w.flops(), w.elementwise_bytes);
+  ops_.op(c).part = part;
+  ops_.op(c).cp_step = static_cast<int16_t>(step);
   return c;
 }
 
-int StageBuilder::cp_transfer(OpKind kind, AttentionPart carries, Phase ph, int layer, int mb,
-                              int step, int64_t bytes, std::initializer_list<int> deps) {
-  Op op = make(kind, Stream::cp_comm, Block::attention, ph, layer, mb);
+int CpAttention::cp_transfer(OpKind kind, AttentionPart carries, Phase ph, int layer, int mb,
+                             int step, int64_t bytes, std::initializer_list<int> deps) {
+  Op op = OpEmitter::make(kind, Stream::cp_comm, Block::attention, ph, layer, mb);
   op.group = GroupKind::cp;
   op.purpose = Purpose::context;
   op.bytes = bytes;
-  op.chunk = static_cast<int16_t>(chunk_);
+  op.chunk = static_cast<int16_t>(ops_.chunk());
   op.part = carries;
   op.cp_step = static_cast<int16_t>(step);
-  return emit(op, deps);
+  return ops_.emit(op, deps);
 }
 
-int StageBuilder::cp_collective(Collective c, AttentionPart carries, int64_t bytes, Phase ph,
-                                int layer, int mb, int after) {
-  const int op = collective(Stream::cp_comm, c, GroupKind::cp, Purpose::context, bytes,
-                            Block::attention, ph, layer, mb, {after});
-  out_.ops[op].part = carries;
-  compute_waits_.push_back(op);
+int CpAttention::cp_collective(Collective c, AttentionPart carries, int64_t bytes, Phase ph,
+                               int layer, int mb, int after) {
+  const int op = ops_.collective(Stream::cp_comm, c, GroupKind::cp, Purpose::context, bytes,
+                                 Block::attention, ph, layer, mb, {after});
+  ops_.op(op).part = carries;
+  ops_.compute_waits_for(op);
   return op;
 }
 
-int StageBuilder::cp_attention(Phase ph, int layer, int mb) {
-  const auto& s = strat(layer);
-  const CpComm c = cp_comm(m_, s, samples(layer), ph, p_.dtype);
+int CpAttention::cp_attention(Phase ph, int layer, int mb) {
+  const auto& s = stage_.strat(layer);
+  const CpComm c = cp_comm(stage_.model, s, stage_.samples(layer), ph, stage_.plan.dtype);
   const bool bwd = ph == Phase::backward;
-  const int buf =
-      alloc(Stream::compute, MemCategory::buffers, c.buffer_bytes, layer, mb, ph, Block::attention);
+  const int buf = ops_.alloc(Stream::compute, MemCategory::buffers, c.buffer_bytes, layer, mb, ph,
+                             Block::attention);
   int last = -1;
   if (s.cp_kind == CpKind::ring) {
     const int start = cp_compute(bwd ? AttentionPart::post : AttentionPart::pre, ph, layer, mb);
@@ -96,7 +96,7 @@ int StageBuilder::cp_attention(Phase ph, int layer, int mb) {
     int kv_recv = c.kv_steps > 0 ? kv_pair(0, start) : -1;
     int kv_prev = -1, dkv_recv = -1;
     for (int j = 0; j < s.cp; ++j) {
-      if (kv_prev >= 0) compute_waits_.push_back(kv_prev);
+      if (kv_prev >= 0) ops_.compute_waits_for(kv_prev);
       const int core = cp_compute(AttentionPart::core, ph, layer, mb, j);
       kv_prev = kv_recv;
       if (j + 1 < c.kv_steps) kv_recv = kv_pair(j + 1, kv_recv);
@@ -106,7 +106,7 @@ int StageBuilder::cp_attention(Phase ph, int layer, int mb) {
         dkv_recv = cp_transfer(OpKind::recv, AttentionPart::core, ph, layer, mb, j, c.kv_bytes, {});
       }
     }
-    if (dkv_recv >= 0) compute_waits_.push_back(dkv_recv);
+    if (dkv_recv >= 0) ops_.compute_waits_for(dkv_recv);
     last = cp_compute(bwd ? AttentionPart::pre : AttentionPart::post, ph, layer, mb);
   } else if (!bwd) {
     cp_collective(c.before, AttentionPart::pre, c.before_bytes, ph, layer, mb,
@@ -118,24 +118,24 @@ int StageBuilder::cp_attention(Phase ph, int layer, int mb) {
   } else {
     // The all-gather re-gathers K and V from the saved local blocks beside post's backward;
     // the all-to-all moves the output gradient post's backward makes.
-    const int before_block = last_compute_;
+    const int before_block = ops_.last_compute();
     const bool gather = s.cp_kind == CpKind::allgather;
     int pending = -1;
     if (gather) {
-      pending = collective(Stream::cp_comm, c.before, GroupKind::cp, Purpose::context,
-                           c.before_bytes, Block::attention, ph, layer, mb, {before_block});
-      out_.ops[pending].part = AttentionPart::pre;
+      pending = ops_.collective(Stream::cp_comm, c.before, GroupKind::cp, Purpose::context,
+                                c.before_bytes, Block::attention, ph, layer, mb, {before_block});
+      ops_.op(pending).part = AttentionPart::pre;
     }
     const int post = cp_compute(AttentionPart::post, ph, layer, mb);
     if (gather)
-      compute_waits_.push_back(pending);
+      ops_.compute_waits_for(pending);
     else
       cp_collective(c.before, AttentionPart::pre, c.before_bytes, ph, layer, mb, post);
     const int core = cp_compute(AttentionPart::core, ph, layer, mb);
     cp_collective(c.after, AttentionPart::core, c.after_bytes, ph, layer, mb, core);
     last = cp_compute(AttentionPart::pre, ph, layer, mb);
   }
-  release(buf, Stream::compute);
+  ops_.release(buf, Stream::compute);
   return last;
 }
 

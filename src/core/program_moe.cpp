@@ -1,4 +1,5 @@
-// The Program's ops of a Mixture-of-Experts layer's FFN and of its experts' gradients.
+// The Program's ops of a Mixture-of-Experts layer's FFN (MoeFfn) and of its experts' weights
+// and gradients (their parts of WeightFetches, GradientReductions and ResidentStates).
 //
 // Contract of the MoE ops (what the simulator prices and the executor runs). An MoE layer
 // (ModelSpec::is_moe_layer) keeps the dense mlp block's frame: its saved activations are one
@@ -31,7 +32,7 @@
 // next layer's mlp backward.
 // Weights: at ZeRO-3 over an expert_dp > 1 (torchtitan's apply_fsdp: fully_shard of the
 // experts over dp_mod_ep_mesh; DeepSpeed-MoE's expert data parallelism) the rank holds its
-// piece of its experts. The dense ZeRO-3 fetch (StageBuilder::fetch) gathers them into a
+// piece of its experts. The dense ZeRO-3 fetch (WeightFetches::fetch) gathers them into a
 // buffer (alloc, buffers, Block::experts; all_gather, dp_comm, GroupKind::expert_dp,
 // Block::experts), issued at the FFN's first op so that it runs beside the router and the
 // dispatch; the experts' compute waits for it. Forward frees it after the experts' forward;
@@ -44,68 +45,72 @@
 
 namespace stratagem::program_detail {
 
-int StageBuilder::ffn(Phase ph, int layer, int mb, int samples, const BlockCost& dense) {
-  if (!m_.is_moe_layer(layer))
-    return compute(Block::mlp, ph, layer, mb, samples, dense.flops, dense.bytes);
+int MoeFfn::ffn(Phase ph, int layer, int mb, int samples, const StageContext::BlockCost& dense) {
+  if (!stage_.model.is_moe_layer(layer))
+    return ops_.compute(Block::mlp, ph, layer, mb, samples, dense.flops, dense.bytes);
   return moe_ffn(ph, layer, mb, samples);
 }
 
-int StageBuilder::moe_ffn(Phase ph, int l, int mb, int b) {
-  const LayerWork& w = work(l);
-  const BlockCost* parts = ph == Phase::backward ? w.moe_backward : w.moe_forward;
+int MoeFfn::moe_ffn(Phase ph, int l, int mb, int b) {
+  const StageContext::LayerWork& w = stage_.work(l);
+  const StageContext::BlockCost* parts = ph == Phase::backward ? w.moe_backward : w.moe_forward;
   int weights_ready = -1;
   const int weights = ph == Phase::backward && experts_held_ >= 0
                           ? std::exchange(experts_held_, -1)
-                          : fetch_experts(ph, l, mb, &weights_ready);
+                          : weights_.fetch_experts(ph, l, mb, &weights_ready);
   int last = -1;
-  for (const MoeStep& st : moe_ffn_steps(m_, strat(l), b, ph, p_.dtype)) {
+  for (const MoeStep& st : moe_ffn_steps(stage_.model, stage_.strat(l), b, ph, stage_.plan.dtype)) {
     if (!st.compute()) {  // the next compute part waits for it
-      compute_waits_.push_back(collective(st.stream, st.collective, st.group, st.purpose, st.bytes,
-                                          st.block, ph, l, mb, {last_compute_}));
+      ops_.compute_waits_for(ops_.collective(st.stream, st.collective, st.group, st.purpose,
+                                             st.bytes, st.block, ph, l, mb, {ops_.last_compute()}));
       continue;
     }
     const int i = st.block == Block::router ? 0 : st.block == Block::experts ? 1 : 2;
-    if (st.block == Block::experts && weights_ready >= 0) compute_waits_.push_back(weights_ready);
-    last = compute(st.block, ph, l, mb, b, parts[i].flops, parts[i].bytes);
+    if (st.block == Block::experts && weights_ready >= 0) ops_.compute_waits_for(weights_ready);
+    last = ops_.compute(st.block, ph, l, mb, b, parts[i].flops, parts[i].bytes);
     if (st.block != Block::experts) continue;
     if (ph == Phase::recompute)
       experts_held_ = weights;  // the backward's experts compute with them too
     else
-      release(weights, Stream::compute);
+      ops_.release(weights, Stream::compute);
   }
   return last;
 }
 
 // The router saw one token slice on each tp rank: its weight's gradient is summed over the
 // tp group once final (as sp_replicated_reduce sums the norms'), before the dp reduction.
-int StageBuilder::moe_router_grads_reduce(int layer, int after) {
-  const LayerStrategy& s = strat(layer);
-  if (!m_.is_moe_layer(layer) || s.tp == 1) return after;
-  return collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp,
-                    Purpose::replicated_grads, moe_router_parameters(m_) * e_, Block::router,
-                    Phase::backward, layer, -1, {after});
+int GradientReductions::moe_router_grads_reduce(int layer, int after) {
+  const LayerStrategy& s = stage_.strat(layer);
+  if (!stage_.model.is_moe_layer(layer) || s.tp == 1) return after;
+  return ops_.collective(Stream::tp_comm, Collective::all_reduce, GroupKind::tp,
+                         Purpose::replicated_grads,
+                         moe_router_parameters(stage_.model) * stage_.element_bytes, Block::router,
+                         Phase::backward, layer, -1, {after});
 }
 
-int StageBuilder::fetch_experts(Phase ph, int layer, int mb, int* wait_out) {
-  if (expert_params(layer) == 0) return -1;
+int WeightFetches::fetch_experts(Phase ph, int layer, int mb, int* wait_out) {
+  if (stage_.expert_params(layer) == 0) return -1;
   // The backward's buffer whether the recompute or the backward uses it first.
   const Phase pass = ph == Phase::forward ? Phase::forward : Phase::backward;
-  return fetch(expert_strategy(strat(layer)), expert_params(layer), layer, pass, mb, last_compute_,
-               wait_out, /*experts=*/true);
+  return fetch(expert_strategy(stage_.strat(layer)), stage_.expert_params(layer), layer, pass, mb,
+               ops_.last_compute(), wait_out, /*experts=*/true);
 }
 
-void StageBuilder::stage_expert_grads(int layer, int mb) {
-  if (expert_params(layer) == 0) return;
-  if (staged_gradient_bytes(expert_strategy(strat(layer)), 1, p_.dtype, staging_) == 0) return;
-  int& buf = expert_stage_buf_[local_of_[layer]];
+void GradientReductions::stage_expert_grads(int layer, int mb) {
+  if (stage_.expert_params(layer) == 0) return;
+  if (staged_gradient_bytes(expert_strategy(stage_.strat(layer)), 1, stage_.plan.dtype,
+                            stage_.gradient_staging) == 0)
+    return;
+  int& buf = expert_stage_buf_[stage_.local_of[layer]];
   if (buf < 0)
-    buf = alloc(Stream::compute, MemCategory::grads, expert_params(layer) * e_, layer, mb,
-                Phase::backward, Block::experts);
+    buf = ops_.alloc(Stream::compute, MemCategory::grads,
+                     stage_.expert_params(layer) * stage_.element_bytes, layer, mb, Phase::backward,
+                     Block::experts);
 }
 
-std::pair<int, int> StageBuilder::reduce_expert_grads(int layer, int mb, int after) {
-  if (!m_.is_moe_layer(layer)) return {-1, -1};
-  const LayerStrategy& s = strat(layer);
+std::pair<int, int> GradientReductions::reduce_expert_grads(int layer, int mb, int after) {
+  if (!stage_.model.is_moe_layer(layer)) return {-1, -1};
+  const LayerStrategy& s = stage_.strat(layer);
 
   // etp x ep = 1 (tp 1, validate_moe): every rank holds the experts whole and its dp group
   // is the expert data-parallel group; they go with the rest of the layer.
@@ -113,29 +118,31 @@ std::pair<int, int> StageBuilder::reduce_expert_grads(int layer, int mb, int aft
   const LayerStrategy es = expert_strategy(s);
   const GradSync g = grad_sync(es);
   if (g.reduce == Collective::none) return {-1, -1};
-  if (!g.per_microbatch && mb != last_bwd_mb_[chunk_]) return {-1, -1};
+  if (!g.per_microbatch && mb != stage_.last_backward_mb[ops_.chunk()]) return {-1, -1};
   const Op op =
-      collective_op(Stream::dp_comm, g.reduce, GroupKind::expert_dp, Purpose::grad_reduce,
-                    expert_params(layer) * e_, Block::experts, Phase::backward, layer, mb);
-  if (p_.overlap_grad_reduce || g.per_microbatch) {
+      ops_.collective_op(Stream::dp_comm, g.reduce, GroupKind::expert_dp, Purpose::grad_reduce,
+                         stage_.expert_params(layer) * stage_.element_bytes, Block::experts,
+                         Phase::backward, layer, mb);
+  if (stage_.plan.overlap_grad_reduce || g.per_microbatch) {
     flush_staging_free();
     const int rs = emit_reduction(op, {after});
     grad_reductions_.push_back(rs);
     // The staged gradients go on the dp stream once the reduction has landed.
-    return {std::exchange(expert_stage_buf_[local_of_[layer]], -1), rs};
+    return {std::exchange(expert_stage_buf_[stage_.local_of[layer]], -1), rs};
   }
   deferred_.push_back(op);
   return {-1, -1};
 }
 
 // ZeRO-1/2 over the expert data-parallel group: each rank updated its shard of the experts.
-void StageBuilder::gather_expert_weights(int layer, int opt, int updated) {
-  if (expert_params(layer) == 0) return;
-  const LayerStrategy& s = strat(layer);
+void ResidentStates::gather_expert_weights(int layer, int opt, int updated) {
+  if (stage_.expert_params(layer) == 0) return;
+  const LayerStrategy& s = stage_.strat(layer);
   if (!grad_sync(expert_strategy(s)).gather_after_step) return;
-  compute_waits_.push_back(collective(
-      Stream::dp_comm, Collective::all_gather, GroupKind::expert_dp, Purpose::updated_weights,
-      expert_params(layer) * e_, Block::optimizer, Phase::optimizer, layer, -1, {opt, updated}));
+  ops_.compute_waits_for(
+      ops_.collective(Stream::dp_comm, Collective::all_gather, GroupKind::expert_dp,
+                      Purpose::updated_weights, stage_.expert_params(layer) * stage_.element_bytes,
+                      Block::optimizer, Phase::optimizer, layer, -1, {opt, updated}));
 }
 
 }  // namespace stratagem::program_detail

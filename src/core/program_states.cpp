@@ -1,105 +1,81 @@
 // The whole-iteration parts of a stage: resident model states, the optimizer step and the release
 // of everything at the end.
-#include <algorithm>
-#include <stdexcept>
-#include <tuple>
-#include <utility>
+#include <vector>
 
 #include "src/core/stage_builder.hpp"
-#include "stratagem/schedule.hpp"
 
 namespace stratagem::program_detail {
 
-StageBuilder::StageBuilder(const ModelSpec& m, const Plan& p, int stage, int M, bool staging)
-    : m_(m),
-      p_(p),
-      M_(M),
-      staging_(staging),
-      e_(dtype_bytes(p.dtype)),
-      nchunks_(static_cast<int>(p.chunks.size())),
-      stage_samples_(p.micro_batch * p.max_dp()) {
-  out_.stage = stage;
-  last_bwd_mb_.assign(nchunks_, -1);
-  local_of_.assign(p.layers.size(), -1);
-  work_.resize(p.layers.size());
-  const std::vector<int> ls = stage_layers();
-  for (size_t i = 0; i < ls.size(); ++i) local_of_[ls[i]] = static_cast<int>(i);
-  saved_.assign(ls.size() * M, kNoSaved);
-  stage_buf_.assign(ls.size() + 1, -1);
-  expert_stage_buf_.assign(ls.size(), -1);
-  offloaded_.assign(ls.size() * M, -1);
-  op_strategy_.reserve(p.layers.size() + 1);
-  op_strategy_.push_back(OpStrategy::of(p.embedding));
-  for (const LayerStrategy& s : p.layers)
-    op_strategy_.push_back(
-        OpStrategy::of(s, p.expert_load_factor(s.ep, m.moe.experts), p.moe_node_limit));
-}
-
 // Resident model states: weights, gradients and optimizer states, after ZeRO and offload.
-void StageBuilder::setup() {
-  for (int l : stage_layers()) {
-    states_.add(strat(l), layer_params(l), p_.dtype);
-    if (expert_params(l) > 0) states_.add(expert_strategy(strat(l)), expert_params(l), p_.dtype);
+void ResidentStates::setup() {
+  const Dtype dtype = stage_.plan.dtype;
+  for (int l : stage_.stage_layers()) {
+    states_.add(stage_.strat(l), stage_.layer_params(l), dtype);
+    if (stage_.expert_params(l) > 0)
+      states_.add(expert_strategy(stage_.strat(l)), stage_.expert_params(l), dtype);
   }
-  if (embed_params() > 0) states_.add(p_.embedding, embed_params(), p_.dtype);
-  static_bufs_[0] = alloc(Stream::compute, MemCategory::weights, states_.weights, -1, -1,
-                          Phase::setup, Block::none);
-  static_bufs_[1] =
-      alloc(Stream::compute, MemCategory::grads, states_.grads, -1, -1, Phase::setup, Block::none);
-  static_bufs_[2] = alloc(Stream::compute, MemCategory::optimizer, states_.optimizer, -1, -1,
-                          Phase::setup, Block::none);
+  if (stage_.embed_params() > 0) states_.add(stage_.plan.embedding, stage_.embed_params(), dtype);
+  static_bufs_[0] = ops_.alloc(Stream::compute, MemCategory::weights, states_.weights, -1, -1,
+                               Phase::setup, Block::none);
+  static_bufs_[1] = ops_.alloc(Stream::compute, MemCategory::grads, states_.grads, -1, -1,
+                               Phase::setup, Block::none);
+  static_bufs_[2] = ops_.alloc(Stream::compute, MemCategory::optimizer, states_.optimizer, -1, -1,
+                               Phase::setup, Block::none);
 }
 
-void StageBuilder::optimizer() {
-  chunk_ = -1;
-  std::vector<int> waits = grad_reductions_;
-  waits.push_back(last_compute_);
-  for (int w : waits) compute_waits_.push_back(w);
+void ResidentStates::optimizer() {
+  ops_.set_chunk(-1);
+  std::vector<int> waits = grads_.issued();
+  waits.push_back(ops_.last_compute());
+  for (int w : waits) ops_.compute_waits_for(w);
+  const int e = stage_.element_bytes;
   // host_resident: updated in place where they live (offloaded parameters), nothing to copy
   // back to the device.
   const int64_t host_params = states_.host_opt_params;
   const int64_t host_resident = states_.host_resident_params;
-  Op step = adamw_op(states_.device_opt_params, p_.dtype);
-  step.chunk = static_cast<int16_t>(chunk_);
-  int opt = emit(step, {});
+  Op step = adamw_op(states_.device_opt_params, stage_.plan.dtype);
+  step.chunk = static_cast<int16_t>(ops_.chunk());
+  int opt = ops_.emit(step, {});
   // The gathers of updated weights wait for the device update and for the host's, copied
   // back.
   int updated = opt;
   if (host_params > 0) {
-    Op d2h = make(OpKind::copy_d2h, Stream::d2h, Block::optimizer, Phase::optimizer, -1, -1);
+    Op d2h =
+        OpEmitter::make(OpKind::copy_d2h, Stream::d2h, Block::optimizer, Phase::optimizer, -1, -1);
     d2h.category = MemCategory::grads;
-    d2h.bytes = host_params * e_;
-    int a = emit(d2h, waits);
-    int b = emit(adamw_host_op(host_params, p_.dtype), {a});
+    d2h.bytes = host_params * e;
+    int a = ops_.emit(d2h, waits);
+    int b = ops_.emit(adamw_host_op(host_params, stage_.plan.dtype), {a});
     if (host_params > host_resident) {
-      Op h2d = make(OpKind::copy_h2d, Stream::h2d, Block::optimizer, Phase::optimizer, -1, -1);
+      Op h2d = OpEmitter::make(OpKind::copy_h2d, Stream::h2d, Block::optimizer, Phase::optimizer,
+                               -1, -1);
       h2d.category = MemCategory::weights;
-      h2d.bytes = (host_params - host_resident) * e_;
-      updated = emit(h2d, {b});
+      h2d.bytes = (host_params - host_resident) * e;
+      updated = ops_.emit(h2d, {b});
     } else {
       updated = b;
     }
-    compute_waits_.push_back(updated);
+    ops_.compute_waits_for(updated);
   }
   // ZeRO-1/2: every rank updated a shard; gather the new weights.
-  for (int l : stage_layers()) {
-    const auto& s = strat(l);
+  for (int l : stage_.stage_layers()) {
+    const auto& s = stage_.strat(l);
     if (grad_sync(s).gather_after_step)
-      compute_waits_.push_back(collective(
+      ops_.compute_waits_for(ops_.collective(
           Stream::dp_comm, Collective::all_gather, GroupKind::dp, Purpose::updated_weights,
-          layer_params(l) * e_, Block::optimizer, Phase::optimizer, l, -1, {opt, updated}));
+          stage_.layer_params(l) * e, Block::optimizer, Phase::optimizer, l, -1, {opt, updated}));
     gather_expert_weights(l, opt, updated);
   }
-  const auto& s = p_.embedding;
-  if (embed_params() > 0 && grad_sync(s).gather_after_step)
-    compute_waits_.push_back(collective(
+  const auto& s = stage_.plan.embedding;
+  if (stage_.embed_params() > 0 && grad_sync(s).gather_after_step)
+    ops_.compute_waits_for(ops_.collective(
         Stream::dp_comm, Collective::all_gather, GroupKind::dp, Purpose::updated_weights,
-        embed_params() * e_, Block::optimizer, Phase::optimizer, -1, -1, {opt, updated}));
+        stage_.embed_params() * e, Block::optimizer, Phase::optimizer, -1, -1, {opt, updated}));
 }
 
-void StageBuilder::teardown() {
-  for (int b : static_bufs_) release(b, Stream::compute);
-  if (live_count_ != 0) throw std::logic_error("program: buffers left allocated");
+// The model states' buffers go last; OpEmitter::finish checks that nothing else is left.
+void ResidentStates::teardown() {
+  for (int b : static_bufs_) ops_.release(b, Stream::compute);
 }
 
 }  // namespace stratagem::program_detail
