@@ -4,8 +4,10 @@
 // ledger", with the sources); the communicators are those the plan's Layout gives a rank of
 // the stage (layout.hpp), counted here from the same rank geometry without building a Layout.
 #include <algorithm>
-#include <set>
+#include <array>
+#include <stdexcept>
 #include <tuple>
+#include <utility>
 
 #include "stratagem/cost.hpp"
 #include "stratagem/iteration.hpp"
@@ -31,6 +33,26 @@ void MemoryBreakdown::set_process(const ProcessMemory& p, double fragmentation) 
 }
 
 namespace {
+
+// A set of a few values in place, in insertion order: a stage's distinct tp degrees (each
+// divides the stage's ranks: at most log2 of them), cp and expert pairs, reshards.
+template <typename T>
+class SmallSet {
+ public:
+  void insert(const T& v) {
+    for (int i = 0; i < n_; ++i)
+      if (items_[i] == v) return;
+    if (n_ == kCapacity) throw std::logic_error("process_memory: more distinct degrees than held");
+    items_[n_++] = v;
+  }
+  const T* begin() const { return items_.data(); }
+  const T* end() const { return items_.data() + n_; }
+
+ private:
+  static constexpr int kCapacity = 24;
+  std::array<T, kCapacity> items_;
+  int n_ = 0;
+};
 
 // NCCL's most channels a communicator uses (MAXCHANNELS, src/include/device.h).
 constexpr int kNcclMaxChannels = 32;
@@ -98,22 +120,32 @@ ProcessMemory process_memory(const ModelSpec& model, const ClusterSpec& c, const
 
   // The strategies the stage runs: its chunks' layers, and the embedding's where it holds the
   // embedding (stage 0) or the LM head (the last stage). Layers of one tp degree share their
-  // tp, dp and cp groups (layout.hpp).
-  std::vector<const LayerStrategy*> held;
-  for (size_t ch = 0; ch < p.chunks.size(); ++ch) {
-    if (p.stage_of_chunk(int(ch)) != stage) continue;
-    for (int l = p.chunks[ch].begin; l < p.chunks[ch].end; ++l) held.push_back(&p.layers[l]);
-  }
+  // tp, dp and cp groups (layout.hpp); a layer held differently from the one before it (or the
+  // head from the last layer) meets it in a reshard group of the smaller degree's stride. Small
+  // sets, kept in place: the estimator asks this for every stage of every plan it prices.
   const bool ends = stage == 0 || stage == pp - 1;
-  if (ends) held.push_back(&p.embedding);
-  std::set<int> tps;
-  std::set<std::tuple<int, int, CpKind>> cps;
-  std::set<std::pair<int, int>> experts, reshards;
-  for (const LayerStrategy* s : held) {
-    tps.insert(s->tp);
-    if (s->cp > 1) cps.insert({s->tp, s->cp, s->cp_kind});
-    if (s->ep * s->etp > 1) experts.insert({s->etp, s->ep});
+  SmallSet<int> tps;
+  SmallSet<std::tuple<int, int, CpKind>> cps;
+  SmallSet<std::pair<int, int>> experts, reshards;
+  auto hold = [&](const LayerStrategy& s, const LayerStrategy* before) {
+    tps.insert(s.tp);
+    if (s.cp > 1) cps.insert({s.tp, s.cp, s.cp_kind});
+    if (s.ep * s.etp > 1) experts.insert({s.etp, s.ep});
+    if (before && before->stream_tp() != s.stream_tp()) {
+      const int a = std::min(before->stream_tp(), s.stream_tp());
+      const int b = std::max(before->stream_tp(), s.stream_tp());
+      if (b % a == 0) reshards.insert({a, b});
+    }
+  };
+  if (stage == 0) hold(p.embedding, nullptr);
+  for (size_t ch = size_t(stage); ch < p.chunks.size(); ch += size_t(pp)) {
+    const LayerRange r = p.chunks[ch];
+    for (int l = r.begin; l < r.end; ++l) {
+      if (l > r.begin && p.layers[l] == p.layers[l - 1]) continue;  // adds nothing
+      hold(p.layers[l], l == 0 ? &p.embedding : &p.layers[l - 1]);
+    }
   }
+  if (stage == pp - 1) hold(p.embedding, &p.layers.back());
   for (int tp : tps) {
     nccl.collective(tp, geo.tp_nodes(stage, tp));
     nccl.collective(D / tp, geo.dp_nodes(stage, tp));  // the dp group, cp x dp ranks
@@ -125,17 +157,6 @@ ProcessMemory process_memory(const ModelSpec& model, const ClusterSpec& c, const
     // The ring passes K and V to the next rank and takes them from the previous one.
     if (kind == CpKind::ring)
       nodes == 1 ? nccl.p2p(std::min(cp - 1, 2), 0) : nccl.p2p(0, std::min(cp - 1, 2));
-  }
-  // Reshard groups where consecutive layers hold the stream differently (Layout: ratio ranks of
-  // the smaller degree's stride).
-  const LayerStrategy* prev = ends && stage == 0 ? &p.embedding : nullptr;
-  for (const LayerStrategy* s : held) {
-    if (prev && prev->stream_tp() != s->stream_tp()) {
-      const int a = std::min(prev->stream_tp(), s->stream_tp());
-      const int b = std::max(prev->stream_tp(), s->stream_tp());
-      if (b % a == 0) reshards.insert({a, b});
-    }
-    prev = s;
   }
   for (const auto& [a, b] : reshards)
     nccl.collective(b / a, geo.strided_nodes(geo.rank_of(stage, 0), b / a, a));

@@ -87,6 +87,25 @@ BOOST_AUTO_TEST_CASE(nccl_counts_each_communicator_by_its_channels_and_peers) {
   BOOST_TEST(nccl_bytes("dgx-a100-80g", 1, layout(8, 1, 1), "gpt2-350m") == 24 * 2 * conn);
 }
 
+BOOST_AUTO_TEST_CASE(a_reshard_is_counted_on_the_stage_of_the_layer_that_receives_it) {
+  // tp 2 x pp 2 x dp 2, sequence parallel but for the last layer of stage 0: the stream is held
+  // by tp 2 there and by every rank around it, so layers 10 -> 11 (stage 0) and 11 -> 12 (stage
+  // 1, where the Program reshards) each meet in a reshard pair: one 2-rank communicator more on
+  // each stage than the uniform plan.
+  const ModelSpec m = load_model("gpt2-350m");
+  ClusterSpec c = load_cluster("dgx-a100-80g");
+  PlanShorthand s = layout(2, 2, 2);
+  s.global_batch = 64, s.sequence_parallel = true;
+  Plan uniform = expand_shorthand(s, m, c);
+  Plan mixed = uniform;
+  mixed.layers[11].sequence_parallel = false;
+  validate(mixed, m, c, "test");
+  const int64_t pair = 24 * 12 * kMiB;
+  for (int stage : {0, 1})
+    BOOST_TEST(process_memory(m, c, mixed, stage).nccl_buffers_bytes ==
+               process_memory(m, c, uniform, stage).nccl_buffers_bytes + pair);
+}
+
 BOOST_AUTO_TEST_CASE(device_memory_is_allocated_then_reserved_then_device) {
   ProcessMemory p;
   p.cuda_context_bytes = 400, p.nccl_buffers_bytes = 1000, p.cublas_workspace_bytes = 100;
