@@ -41,22 +41,27 @@ PlanShorthand layout(int tp, int pp, int dp) {
   return s;
 }
 
-struct Tmp {
-  fs::path dir;
-  Tmp() {
-    dir = fs::temp_directory_path() / ("stratagem_process_memory_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-  }
-  ~Tmp() { fs::remove_all(dir); }
-  // dgx-a100-80g with one GPU figure changed.
-  std::string cluster(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+// Cluster files a test writes: dgx-a100-80g with one GPU figure changed, each removed when the
+// set goes out of scope.
+class EditedClusters {
+ public:
+  std::string write(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
     std::ifstream in(test::source_dir() + "/data/clusters/dgx-a100-80g.json");
     nlohmann::json j = nlohmann::json::parse(in, nullptr, true, true);
     edit(j);
-    const std::string path = (dir / (name + ".json")).string();
-    std::ofstream(path) << j.dump();
-    return path;
+    paths_.push_back(
+        (fs::temp_directory_path() /
+         ("stratagem_process_memory_" + std::to_string(::getpid()) + "_" + name + ".json"))
+            .string());
+    std::ofstream(paths_.back()) << j.dump();
+    return paths_.back();
   }
+  ~EditedClusters() {
+    for (const std::string& p : paths_) fs::remove(p);
+  }
+
+ private:
+  std::vector<std::string> paths_;
 };
 
 nlohmann::json json_of(const test::RunResult& r) {
@@ -159,10 +164,10 @@ BOOST_AUTO_TEST_CASE(a_peak_within_five_percent_of_the_gpu_memory_is_warned_once
       " --model gpt2-124m --nodes 1 --tp 2 --pp 2 --dp 2 --micro-batch 1 --global-batch 16";
   const int64_t peak =
       json_of(test::run("estimate --cluster dgx-a100-80g --json" + plan)).at("peak_memory_bytes");
-  Tmp tmp;
-  const std::string near = tmp.cluster(
+  EditedClusters tmp;
+  const std::string near = tmp.write(
       "near", [&](nlohmann::json& j) { j["gpu"]["hbm_bytes"] = int64_t(double(peak) / 0.97); });
-  const std::string roomy = tmp.cluster(
+  const std::string roomy = tmp.write(
       "roomy", [&](nlohmann::json& j) { j["gpu"]["hbm_bytes"] = int64_t(double(peak) / 0.90); });
   for (const char* cmd : {"estimate", "simulate"}) {
     const test::RunResult r = test::run(std::string(cmd) + " --cluster " + near + plan);
@@ -181,16 +186,16 @@ BOOST_AUTO_TEST_CASE(a_peak_within_five_percent_of_the_gpu_memory_is_warned_once
 }
 
 BOOST_AUTO_TEST_CASE(the_old_context_key_is_refused_in_one_line) {
-  Tmp tmp;
-  const std::string old = tmp.cluster(
-      "old", [](nlohmann::json& j) { j["gpu"]["context_overhead_bytes"] = 1342177280; });
+  EditedClusters tmp;
+  const std::string old =
+      tmp.write("old", [](nlohmann::json& j) { j["gpu"]["context_overhead_bytes"] = 1342177280; });
   const test::RunResult r = test::run("estimate --model gpt2-124m --nodes 1 --cluster " + old);
   BOOST_TEST(r.exit_code == kExitBadInput);
   BOOST_TEST(r.output.find("gpu.context_overhead_bytes") != std::string::npos, r.output);
   BOOST_TEST(r.output.find("gpu.process") != std::string::npos, r.output);
   BOOST_TEST(r.output.find('\n') == r.output.size() - 1, r.output);
   // A ledger stated in part is refused, naming the missing key.
-  const std::string part = tmp.cluster(
+  const std::string part = tmp.write(
       "part", [](nlohmann::json& j) { j["gpu"]["process"]["nccl"].erase("connection_bytes"); });
   const test::RunResult p = test::run("estimate --model gpt2-124m --nodes 1 --cluster " + part);
   BOOST_TEST(p.exit_code == kExitBadInput);
