@@ -4,8 +4,10 @@
 namespace stratagem {
 
 CostModelCosts::CostModelCosts(const CostModel& cost) : cost_(cost) {
-  for (int s = 0; s < cost.plan().pp; ++s)
+  for (int s = 0; s < cost.plan().pp; ++s) {
     workspace_.push_back(stratagem::workspace_bytes(cost, s));
+    process_.push_back(stratagem::process_memory(cost, s));
+  }
 }
 
 double CostModelCosts::compute_time_s(const Op& op) const {
@@ -22,6 +24,10 @@ double CostModelCosts::host_issue_time_s(const Op& op) const {
 
 int64_t CostModelCosts::workspace_bytes(int stage) const {
   return stage >= 0 && stage < int(workspace_.size()) ? workspace_[stage] : 0;
+}
+
+ProcessMemory CostModelCosts::process_memory(int stage) const {
+  return stage >= 0 && stage < int(process_.size()) ? process_[stage] : ProcessMemory{};
 }
 
 }  // namespace stratagem

@@ -66,7 +66,7 @@ void Engine::setup() {
     RankState& rk = ranks_[r];
     rk.result.rank = r;
     rk.result.stage = rk.stage;
-    memory_.init_peak(rk.result, stages_[rk.stage].workspace_bytes);
+    memory_.init_peak(rk.result, stages_[rk.stage].workspace_bytes, stages_[rk.stage].process);
   }
   trace_.init(options_.record_trace, local_ranks.size());
 }
@@ -225,7 +225,7 @@ bool Engine::start_op(RankState& r, const StageData& sd, int s, const Step& step
     case OpKind::free: {
       // From the Step alone (s is the op's stream): the Op record is not read per event.
       memory_.apply(r.memory, r.result, step.mem_category, step.mem_bytes, r.rank, op,
-                    int32_t(r.iteration[s]), sd.workspace_bytes, t,
+                    int32_t(r.iteration[s]), sd.workspace_bytes, sd.process, t,
                     step.kind == OpKind::alloc ? 1 : -1, trace_.memory_of(r.local_index));
       complete_op(r, s, t, true);
       return true;

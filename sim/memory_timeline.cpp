@@ -4,32 +4,40 @@
 namespace stratagem::sim {
 
 void MemoryLedger::init(const ClusterSpec& cluster) {
-  context_bytes_ = cluster.gpu.context_overhead_bytes;
   hbm_bytes_ = cluster.gpu.hbm_bytes;
   fragmentation_ = cluster.gpu.allocator_fragmentation;
 }
 
-void MemoryLedger::init_peak(SimRankResult& res, int64_t workspace) const {
-  res.peak_memory_bytes = device_bytes(0, workspace);
-  res.peak_by_category[int(MemCategory::buffers)] = workspace;
-  res.peak_context_bytes = context_bytes_;
-  res.peak_fragmentation_bytes = res.peak_memory_bytes - context_bytes_ - workspace;
+void MemoryLedger::record_peak(SimRankResult& res, const std::array<int64_t, kNumMemCategories>& m,
+                               int64_t workspace, const ProcessMemory& process,
+                               const DeviceMemory& d) {
+  res.peak_memory_bytes = d.device_bytes;
+  res.peak_reserved_bytes = d.reserved_bytes;
+  res.peak_allocated_bytes = d.allocated_bytes;
+  res.peak_by_category = m;
+  res.peak_by_category[int(MemCategory::buffers)] += workspace;
+  res.peak_cublas_workspace_bytes = process.cublas_workspace_bytes;
+  res.peak_fragmentation_bytes = d.fragmentation_bytes;
+  res.peak_cuda_context_bytes = process.cuda_context_bytes;
+  res.peak_nccl_buffers_bytes = process.nccl_buffers_bytes;
+}
+
+void MemoryLedger::init_peak(SimRankResult& res, int64_t workspace,
+                             const ProcessMemory& process) const {
+  record_peak(res, {}, workspace, process, device(0, workspace, process));
 }
 
 void MemoryLedger::apply(RankMemory& m, SimRankResult& res, MemCategory category, int64_t bytes,
-                         int rank, uint32_t op, int32_t iteration, int64_t workspace, Time t,
-                         int sign, std::vector<trace::MemorySample>* samples) {
+                         int rank, uint32_t op, int32_t iteration, int64_t workspace,
+                         const ProcessMemory& process, Time t, int sign,
+                         std::vector<trace::MemorySample>* samples) {
   const int c = int(category);
   m.bytes[c] += sign * bytes;
   m.allocated += sign * bytes;
-  const int64_t dev = device_bytes(m.allocated, workspace);
+  const DeviceMemory d = device(m.allocated, workspace, process);
+  const int64_t dev = d.device_bytes;
   if (sign > 0 && dev > res.peak_memory_bytes) {
-    res.peak_memory_bytes = dev;
-    res.peak_allocated_bytes = m.allocated;
-    for (int k = 0; k < kNumMemCategories; ++k) res.peak_by_category[k] = m.bytes[k];
-    res.peak_by_category[int(MemCategory::buffers)] += workspace;
-    res.peak_context_bytes = context_bytes_;
-    res.peak_fragmentation_bytes = dev - context_bytes_ - m.allocated - workspace;
+    record_peak(res, m.bytes, workspace, process, d);
     res.peak_time_ns = t;
     res.peak_op = int32_t(op);
     res.peak_iteration = iteration;

@@ -1,7 +1,8 @@
-// Each rank's device memory over virtual time. Alloc/free ops are instantaneous events; device
-// bytes are allocations + the stage's workspace (counted as buffers) + the context +
-// fragmentation of both, the formula of the cost model's MemoryBreakdown, so the simulated
-// peak of a schedule equals `stratagem estimate`'s.
+// Each rank's device memory over virtual time. Alloc/free ops are instantaneous events; a
+// rank's tensors are its allocations + the stage's workspace (counted as buffers), and its
+// device bytes follow from them by the cost model's device_memory with the stage's GPU process
+// ledger (process_memory), the formula of the estimator's MemoryBreakdown, so the simulated peak
+// of a schedule equals `stratagem estimate`'s.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -31,21 +32,23 @@ class MemoryLedger {
  public:
   void init(const ClusterSpec& cluster);
   int64_t hbm_bytes() const { return hbm_bytes_; }
-  int64_t device_bytes(int64_t alloc, int64_t ws) const {
-    const int64_t a = alloc + ws;
-    return a + context_bytes_ + static_cast<int64_t>(fragmentation_ * double(a));
+  DeviceMemory device(int64_t alloc, int64_t ws, const ProcessMemory& process) const {
+    return device_memory(alloc + ws, process, fragmentation_);
   }
-  // A rank's peak before its first allocation: the workspace with context and fragmentation.
-  void init_peak(SimRankResult& res, int64_t workspace) const;
+  // A rank's peak before its first allocation: the workspace and the process ledger.
+  void init_peak(SimRankResult& res, int64_t workspace, const ProcessMemory& process) const;
   // Applies op `op` (an alloc when sign is 1, a free when -1) of `rank` at t: updates the
   // rank's peak (res), the first OOM and, when `samples` is given, the trace.
   void apply(RankMemory& m, SimRankResult& res, MemCategory category, int64_t bytes, int rank,
-             uint32_t op, int32_t iteration, int64_t workspace, Time t, int sign,
-             std::vector<trace::MemorySample>* samples);
+             uint32_t op, int32_t iteration, int64_t workspace, const ProcessMemory& process,
+             Time t, int sign, std::vector<trace::MemorySample>* samples);
   SimOom& first_oom() { return first_oom_; }
 
  private:
-  int64_t context_bytes_ = 0, hbm_bytes_ = 0;
+  // The rank's peak parts when its allocations are `m` (categories) and its device memory `d`.
+  static void record_peak(SimRankResult& res, const std::array<int64_t, kNumMemCategories>& m,
+                          int64_t workspace, const ProcessMemory& process, const DeviceMemory& d);
+  int64_t hbm_bytes_ = 0;
   double fragmentation_ = 0;
   SimOom first_oom_;
 };

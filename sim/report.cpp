@@ -10,6 +10,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "stratagem/estimate.hpp"
 #include "stratagem/simulate.hpp"
 #include "stratagem/spec_json.hpp"
 #include "stratagem/trace.hpp"
@@ -17,6 +18,20 @@
 #include "stratagem/workload.hpp"
 
 namespace stratagem {
+
+MemoryBreakdown peak_breakdown(const SimRankResult& x) {
+  MemoryBreakdown m;
+  m.weights_bytes = x.peak_by_category[int(MemCategory::weights)];
+  m.grads_bytes = x.peak_by_category[int(MemCategory::grads)];
+  m.optimizer_bytes = x.peak_by_category[int(MemCategory::optimizer)];
+  m.activations_bytes = x.peak_by_category[int(MemCategory::activations)];
+  m.buffers_bytes = x.peak_by_category[int(MemCategory::buffers)];
+  m.cublas_workspace_bytes = x.peak_cublas_workspace_bytes;
+  m.fragmentation_bytes = x.peak_fragmentation_bytes;
+  m.cuda_context_bytes = x.peak_cuda_context_bytes;
+  m.nccl_buffers_bytes = x.peak_nccl_buffers_bytes;
+  return m;
+}
 
 nlohmann::json to_json(const SimResult& r, const ModelSpec& model, const ClusterSpec& cluster,
                        const Plan& plan, const Program& program) {
@@ -35,19 +50,16 @@ nlohmann::json to_json(const SimResult& r, const ModelSpec& model, const Cluster
   for (const auto& x : r.ranks)
     if (!top || x.peak_memory_bytes > top->peak_memory_bytes) top = &x;
   j["peak_memory_bytes"] = top ? top->peak_memory_bytes : 0;
+  // The caching allocator's peaks, each the maximum over ranks (as estimate's).
+  int64_t reserved = 0, allocated = 0;
+  for (const auto& x : r.ranks)
+    reserved = std::max(reserved, x.peak_reserved_bytes),
+    allocated = std::max(allocated, x.peak_allocated_bytes);
+  j["peak_reserved_bytes"] = reserved;
+  j["peak_allocated_bytes"] = allocated;
   j["peak_rank"] = top ? top->rank : -1;
   j["peak_stage"] = top ? top->stage : -1;
-  nlohmann::json mem = nlohmann::json::object();
-  if (top) {
-    mem = {{"weights", top->peak_by_category[int(MemCategory::weights)]},
-           {"grads", top->peak_by_category[int(MemCategory::grads)]},
-           {"optimizer", top->peak_by_category[int(MemCategory::optimizer)]},
-           {"activations", top->peak_by_category[int(MemCategory::activations)]},
-           {"buffers", top->peak_by_category[int(MemCategory::buffers)]},
-           {"context", top->peak_context_bytes},
-           {"fragmentation", top->peak_fragmentation_bytes}};
-  }
-  j["memory_breakdown_bytes"] = mem;
+  j["memory_breakdown_bytes"] = top ? memory_json(peak_breakdown(*top)) : nlohmann::json::object();
   // Mean over ranks of each rank's accounting, per iteration.
   double acc[11] = {};
   for (const auto& x : r.ranks) {
@@ -81,6 +93,7 @@ nlohmann::json to_json(const SimResult& r, const ModelSpec& model, const Cluster
         {"rank", x.rank},
         {"stage", x.stage},
         {"peak_memory_bytes", x.peak_memory_bytes},
+        {"peak_reserved_bytes", x.peak_reserved_bytes},
         {"peak_allocated_bytes", x.peak_allocated_bytes},
         {"peak_op_index", x.peak_op},
         {"peak_op", x.peak_op >= 0 ? op_name(program.stages[x.stage].ops[x.peak_op]) : "(start)"},

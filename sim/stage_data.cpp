@@ -369,6 +369,7 @@ std::vector<StageData> build_stages(const Program& prog, const OpCosts& costs, b
       throw std::runtime_error("simulate: too many distinct groups in a stage");
     for (int st = 0; st < kStreams; ++st) sd.stream_length[st] = uint32_t(sd.steps[st].size());
     sd.workspace_bytes = costs.workspace_bytes(s);
+    sd.process = costs.process_memory(s);
     if (lookahead) {
       find_anchors(sd);
     } else if (release) {

@@ -74,6 +74,7 @@ struct StageData {
   std::vector<std::array<int32_t, kStreams>> anchors;
   std::vector<int> class_rep;  // representative rank of each class (filled by init_ranks)
   int64_t workspace_bytes = 0;
+  ProcessMemory process;  // the stage's GPU process ledger (OpCosts::process_memory)
   // [op]: when the framework's host has issued it, from the start of the rank's iteration: the
   // host issue times (OpCosts::host_issue_time_s) of the ops up to it in program order. Empty
   // when no op has one (host_issue false): the host keeps ahead and nothing waits for it.

@@ -15,6 +15,30 @@ inline int dtype_bytes(Dtype d) {
   return d == Dtype::fp16 || d == Dtype::bf16 ? 2 : 4;
 }
 
+// What a CUDA training process holds on a GPU beside its tensors: the GPU process ledger
+// (data/clusters/README.md, "The GPU process ledger"; the cost model's process_memory). Every
+// figure is per GPU and software generation and has its source in the cluster file. Zero where
+// a file states none: the ledger then counts nothing.
+struct GpuProcessSpec {
+  // The CUDA context (driver state and the kernel images loaded into it), outside the caching
+  // allocator.
+  int64_t cuda_context_bytes = 0;
+  // The cuBLAS and cuBLASLt workspaces the framework gives the stream its GEMMs run on, taken
+  // from the caching allocator (counted as allocated).
+  int64_t cublas_workspace_bytes = 0;
+  // NCCL, outside the caching allocator: the buffers of one channel to one peer (every protocol's
+  // receive buffer and the send side's, each rounded to NCCL's allocation granularity).
+  int64_t nccl_connection_bytes = 0;
+  int nccl_channels_intra = 0;      // channels of a collective communicator inside one node
+  int nccl_channels_per_nic = 0;    // of one spanning nodes: per NIC its ranks on a node reach
+  int nccl_p2p_channels_intra = 0;  // channels of point-to-point traffic to a peer on the node
+  int nccl_p2p_channels_inter = 0;  // to a peer on another node
+  // NVLink SHARP (NVLS): channels per communicator and the buffers of one channel per head rank
+  // (every rank of the communicator on the node is a head); 0 channels where the GPU has none.
+  int nccl_nvls_channels = 0;
+  int64_t nccl_nvls_channel_bytes = 0;
+};
+
 struct GpuSpec {
   std::string name;
   double peak_flops_fp32 = 0, peak_flops_tf32 = 0, peak_flops_fp16 = 0, peak_flops_bf16 = 0;
@@ -36,7 +60,9 @@ struct GpuSpec {
   // Slowdown of compute kernels while a collective or send of the same GPU moves data beside
   // them (NCCL kernels take SMs, HBM and L2); see data/clusters/README.md for the sources.
   double compute_comm_interference = 1.15;
-  int64_t context_overhead_bytes = 0;
+  GpuProcessSpec process;
+  // The caching allocator's rounding and fragmentation: reserved minus allocated bytes, as a
+  // fraction of the allocated bytes.
   double allocator_fragmentation = 0.05;
 
   double peak_flops(Dtype d) const;

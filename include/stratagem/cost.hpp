@@ -192,18 +192,51 @@ class CostModel {
   double intra_half_bytes_ = 0, inter_half_bytes_ = 0;
 };
 
+// What a rank's CUDA process holds on the device beside the Program's tensors and the cost
+// model's workspace: the GPU process ledger of its stage (src/cost/process_memory.cpp), from the
+// cluster's gpu.process figures and the communicators the plan's Layout gives the rank.
+struct ProcessMemory {
+  int64_t cuda_context_bytes = 0;      // outside the caching allocator
+  int64_t nccl_buffers_bytes = 0;      // outside the caching allocator
+  int64_t cublas_workspace_bytes = 0;  // taken from the caching allocator: allocated
+};
+ProcessMemory process_memory(const CostModel& cost, int stage);
+ProcessMemory process_memory(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
+                             int stage);
+
+// The one formula from a rank's tensors (the Program's allocations and the workspace) to its
+// memory as the caching allocator and the device see it, for the estimator (stage_memory) and
+// the simulator (every alloc and free): allocated = tensors + cuBLAS workspaces (what
+// torch.cuda.max_memory_allocated counts); reserved = allocated + the allocator's rounding and
+// fragmentation, `fragmentation` x allocated (max_memory_reserved); device = reserved + the
+// CUDA context + NCCL's buffers (what nvidia-smi shows; what must fit in the GPU).
+struct DeviceMemory {
+  int64_t allocated_bytes = 0, fragmentation_bytes = 0, reserved_bytes = 0, device_bytes = 0;
+};
+DeviceMemory device_memory(int64_t tensor_bytes, const ProcessMemory& p, double fragmentation);
+
 struct MemoryBreakdown {
   int64_t weights_bytes = 0;
   int64_t grads_bytes = 0;
   int64_t optimizer_bytes = 0;
   int64_t activations_bytes = 0;  // saved for backward, rebuilt by recompute, fp32 logits
   int64_t buffers_bytes = 0;      // gathered ZeRO-3 / fetched offloaded weights, gradient workspace
-  int64_t context_bytes = 0;      // CUDA context and library workspaces (stated per cluster)
-  int64_t fragmentation_bytes = 0;  // caching-allocator loss (stated per cluster)
-  int64_t total_bytes() const {
-    return weights_bytes + grads_bytes + optimizer_bytes + activations_bytes + buffers_bytes +
-           context_bytes + fragmentation_bytes;
+  // The GPU process ledger (ProcessMemory, device_memory): inside the caching allocator,
+  int64_t cublas_workspace_bytes = 0;
+  int64_t fragmentation_bytes = 0;  // its rounding and fragmentation (cluster gpu.allocator_*)
+  // and outside it.
+  int64_t cuda_context_bytes = 0;
+  int64_t nccl_buffers_bytes = 0;
+  int64_t tensor_bytes() const {
+    return weights_bytes + grads_bytes + optimizer_bytes + activations_bytes + buffers_bytes;
   }
+  int64_t allocated_bytes() const { return tensor_bytes() + cublas_workspace_bytes; }
+  int64_t reserved_bytes() const { return allocated_bytes() + fragmentation_bytes; }
+  int64_t total_bytes() const {  // the device's: what must fit in the GPU
+    return reserved_bytes() + cuda_context_bytes + nccl_buffers_bytes;
+  }
+  // Sets the ledger's parts for these tensors (device_memory).
+  void set_process(const ProcessMemory& p, double fragmentation);
   MemoryBreakdown& operator+=(const MemoryBreakdown& o);
 };
 
@@ -212,7 +245,7 @@ struct MemoryBreakdown {
 // model states after ZeRO and offload, the activations the pipeline schedule keeps in flight at
 // the worst moment (with that moment's recompute, ZeRO-3 and offload buffers), the LM-head
 // logits, plus what the Program does not allocate: the gradient workspace of the running layer
-// (buffers), the cluster's context overhead and allocator fragmentation.
+// (buffers) and the GPU process ledger of the stage (process_memory, device_memory).
 std::vector<MemoryBreakdown> stage_memory(const CostModel& cost);
 // The part of stage_memory's buffers_bytes that is not a Program allocation: the incoming and
 // outgoing activation gradients of the layer being run, 2 x b x s x h elements.

@@ -36,7 +36,10 @@ struct Estimate {
   double tokens_per_s = 0;
   double tflops_per_gpu = 0;  // model FLOPs (Megatron count, no recompute) per GPU
   double mfu = 0;
-  int64_t peak_memory_bytes = 0;  // max over ranks
+  int64_t peak_memory_bytes = 0;  // max over ranks: the device's (what must fit in the GPU)
+  // Max over ranks of the caching allocator's figures (MemoryBreakdown::allocated_bytes and
+  // reserved_bytes: torch.cuda.max_memory_allocated and max_memory_reserved).
+  int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;
   int peak_stage = 0;
   MemoryBreakdown memory;  // of the most-loaded rank
   TimeBreakdown time;
@@ -52,6 +55,18 @@ Estimate estimate(const CostModel& cost);
 inline bool fits_gpu_memory(const Estimate& e, const ClusterSpec& c) {
   return e.peak_memory_bytes <= c.gpu.hbm_bytes;
 }
+// How close below a GPU's memory a forecast peak that fits is close enough to warn: what the
+// forecast does not see (another library's allocations, a fragmentation above the cluster's
+// figure) could take the rest.
+inline constexpr double kMemoryWarnFraction = 0.05;
+// Whether a peak that fits lies within kMemoryWarnFraction of the GPU's memory: the one rule
+// behind `estimate`'s and `simulate`'s warning.
+inline bool near_gpu_memory_limit(int64_t peak_bytes, const ClusterSpec& c) {
+  return peak_bytes <= c.gpu.hbm_bytes &&
+         double(peak_bytes) > (1.0 - kMemoryWarnFraction) * double(c.gpu.hbm_bytes);
+}
+// `memory_breakdown_bytes` of `estimate --json` and `simulate --json`: one key per part.
+nlohmann::json memory_json(const MemoryBreakdown& m);
 // JSON with the keys promised by `stratagem estimate --json`.
 // `context_parallel`: the plan splits the sequence (adds time_breakdown_s.cp_comm).
 nlohmann::json to_json(const Estimate& e, bool context_parallel = false);

@@ -42,6 +42,12 @@ class OpCosts {
     (void)stage;
     return 0;
   }
+  // The GPU process ledger of a stage's ranks (CUDA context, NCCL, cuBLAS workspaces: the cost
+  // model's process_memory); none by default.
+  virtual ProcessMemory process_memory(int stage) const {
+    (void)stage;
+    return {};
+  }
 };
 
 // The cost model as OpCosts (sim/cost_model_costs.cpp).
@@ -52,10 +58,12 @@ class CostModelCosts final : public OpCosts {
   CommCost comm_cost(const Op& op, const Layout& layout, int rank) const override;
   double host_issue_time_s(const Op& op) const override;
   int64_t workspace_bytes(int stage) const override;
+  ProcessMemory process_memory(int stage) const override;
 
  private:
   const CostModel& cost_;
   std::vector<int64_t> workspace_;
+  std::vector<ProcessMemory> process_;
 };
 
 struct SimOptions {
@@ -79,12 +87,18 @@ struct SimOptions {
 struct SimRankResult {
   int32_t rank = 0;
   int32_t stage = 0;
-  int64_t peak_memory_bytes = 0;     // device: allocations + workspace + context + fragmentation
-  int64_t peak_allocated_bytes = 0;  // the Program's allocations alone
+  // At the rank's peak, by the cost model's device_memory: the device's bytes (allocations +
+  // workspace + the GPU process ledger), what the caching allocator reserved and what it handed
+  // out (allocations + workspace + cuBLAS workspace); and their parts.
+  int64_t peak_memory_bytes = 0;
+  int64_t peak_reserved_bytes = 0;
+  int64_t peak_allocated_bytes = 0;
   std::array<int64_t, kNumMemCategories>
       peak_by_category{};  // at the peak; buffers incl. workspace
-  int64_t peak_context_bytes = 0;
+  int64_t peak_cublas_workspace_bytes = 0;
   int64_t peak_fragmentation_bytes = 0;
+  int64_t peak_cuda_context_bytes = 0;
+  int64_t peak_nccl_buffers_bytes = 0;
   int64_t peak_time_ns = 0;
   int32_t peak_op = -1;  // op index in the stage program (-1: before any allocation)
   int32_t peak_iteration = 0;
@@ -178,9 +192,12 @@ int64_t simulation_footprint_bytes(const Program& program, int world_size,
 // the cgroup's memory.max; `limited_by` names which.
 int64_t memory_limit_bytes(std::string* limited_by);
 
+// A rank's memory at its peak, in the estimator's parts.
+MemoryBreakdown peak_breakdown(const SimRankResult& x);
 // The run's figures with the keys of `stratagem estimate --json` (iteration_time_s,
-// tokens_per_s, tflops_per_gpu, mfu, peak_memory_bytes, memory_breakdown_bytes,
-// time_breakdown_s) plus bubble_fraction, exposed_comm_s, per_rank, events_processed, oom.
+// tokens_per_s, tflops_per_gpu, mfu, peak_memory_bytes, peak_reserved_bytes,
+// peak_allocated_bytes, memory_breakdown_bytes, time_breakdown_s) plus bubble_fraction,
+// exposed_comm_s, per_rank, events_processed, oom.
 nlohmann::json to_json(const SimResult& r, const ModelSpec& model, const ClusterSpec& cluster,
                        const Plan& plan, const Program& program);
 

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "src/cli/command.hpp"
+#include "src/cli/memory_check.hpp"
 #include "src/cli/model_support.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
@@ -34,6 +35,8 @@ int run_estimate(Args& a) {
   a.finish();
   CostModel cost(m, c, p, fw);
   Estimate e = estimate(cost);
+  warn_near_memory_limit(a.command(), e.peak_memory_bytes, c,
+                         "stage " + std::to_string(e.peak_stage));
   if (json) {
     nlohmann::json j = to_json(e, p.embedding.cp > 1);
     j["model"] = m.name;
@@ -75,13 +78,17 @@ int run_estimate(Args& a) {
   std::printf("peak memory per GPU: %.2f GiB of %.2f GiB (stage %d)%s\n", gib(e.peak_memory_bytes),
               gib(c.gpu.hbm_bytes), e.peak_stage,
               e.peak_memory_bytes > c.gpu.hbm_bytes ? "  DOES NOT FIT" : "");
+  std::printf("  caching allocator: %.2f GiB reserved, %.2f GiB allocated (max over ranks)\n",
+              gib(e.peak_reserved_bytes), gib(e.peak_allocated_bytes));
   const std::pair<const char*, int64_t> mem[] = {{"weights", mb.weights_bytes},
                                                  {"gradients", mb.grads_bytes},
                                                  {"optimizer states", mb.optimizer_bytes},
                                                  {"activations", mb.activations_bytes},
                                                  {"buffers", mb.buffers_bytes},
-                                                 {"context", mb.context_bytes},
-                                                 {"fragmentation", mb.fragmentation_bytes}};
+                                                 {"cuBLAS workspace", mb.cublas_workspace_bytes},
+                                                 {"fragmentation", mb.fragmentation_bytes},
+                                                 {"CUDA context", mb.cuda_context_bytes},
+                                                 {"NCCL buffers", mb.nccl_buffers_bytes}};
   for (const auto& [name, b] : mem) std::printf("  %-24s %10.2f GiB\n", name, gib(b));
   return 0;
 }

@@ -48,8 +48,11 @@ void print_result(const nlohmann::json& j, const SimResult& r, const ModelSpec& 
               gib(j["peak_memory_bytes"].get<int64_t>()), gib(c.gpu.hbm_bytes),
               j["peak_rank"].get<int>(), j["peak_stage"].get<int>(),
               r.oom.oom ? "  OUT OF MEMORY" : "");
-  for (const char* k :
-       {"weights", "grads", "optimizer", "activations", "buffers", "context", "fragmentation"})
+  std::printf("  caching allocator: %.2f GiB reserved, %.2f GiB allocated (max over ranks)\n",
+              gib(j["peak_reserved_bytes"].get<int64_t>()),
+              gib(j["peak_allocated_bytes"].get<int64_t>()));
+  for (const char* k : {"weights", "grads", "optimizer", "activations", "buffers",
+                        "cublas_workspace", "fragmentation", "cuda_context", "nccl_buffers"})
     if (j["memory_breakdown_bytes"].contains(k))
       std::printf("  %-14s %10.2f GiB\n", k, gib(j["memory_breakdown_bytes"][k].get<int64_t>()));
   std::printf("simulated %llu op events in %.3f s (%d process%s, %llu windows)\n",
@@ -131,6 +134,10 @@ int run_simulate(Args& a) {
                  gib(r.oom.hbm_bytes), r.oom.op, r.oom.op_name.c_str(), r.oom.iteration,
                  double(r.oom.time_ns) * 1e-9);
   nlohmann::json j = to_json(r, m, c, p, prog);
+  if (!r.oom.oom)
+    warn_near_memory_limit(a.command(), j["peak_memory_bytes"].get<int64_t>(), c,
+                           "rank " + std::to_string(j["peak_rank"].get<int>()) + ", stage " +
+                               std::to_string(j["peak_stage"].get<int>()));
   if (json) {
     j["model"] = m.name;
     j["cluster"] = c.name;

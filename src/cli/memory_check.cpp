@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "src/cli/command.hpp"
 #include "stratagem/cost.hpp"
 #include "stratagem/error.hpp"
+#include "stratagem/estimate.hpp"
 #include "stratagem/simulate.hpp"
 
 namespace stratagem::cli {
@@ -25,6 +27,19 @@ void refuse_beyond_memory(const std::string& cmd, double need_bytes, const std::
   throw InputError(cmd + ": " + product + " needs about " + gib_text(need_bytes) +
                    " of memory, more than the " + gib_text(have) + " this process may use (" + by +
                    "); " + remedy);
+}
+
+void warn_near_memory_limit(const std::string& cmd, int64_t peak_bytes, const ClusterSpec& cluster,
+                            const std::string& where) {
+  if (world_rank() != 0 || !near_gpu_memory_limit(peak_bytes, cluster)) return;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(peak_bytes) / double(1LL << 30));
+  std::string peak = buf;
+  std::snprintf(buf, sizeof buf, "%.2f GiB", double(cluster.gpu.hbm_bytes) / double(1LL << 30));
+  std::fprintf(stderr,
+               "%s: warning: the forecast peak of %s per GPU (%s) is within %.0f%% of the %s of "
+               "the cluster's GPU; memory the forecast does not see could run it out\n",
+               cmd.c_str(), peak.c_str(), where.c_str(), 100 * kMemoryWarnFraction, buf);
 }
 
 void check_train_memory(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,

@@ -17,6 +17,12 @@ namespace stratagem::cli {
 void refuse_beyond_memory(const std::string& cmd, double need_bytes, const std::string& product,
                           const std::string& remedy);
 
+// One line on stderr (rank 0) where a forecast peak that fits lies within 5% of the GPU's
+// memory (near_gpu_memory_limit): "<cmd>: warning: the forecast peak of X GiB per GPU (<where>)
+// is within 5% of the Y GiB of the cluster's GPU; ...".
+void warn_near_memory_limit(const std::string& cmd, int64_t peak_bytes, const ClusterSpec& cluster,
+                            const std::string& where);
+
 // `train` on the CPU backend: its tensors (weights, gradients, optimizer states, activations:
 // the cost model's peak per rank) times the ranks on this node.
 void check_train_memory(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,

@@ -5,6 +5,11 @@
 namespace stratagem {
 
 int RankGeometry::strided_nodes(int64_t first, int count, int64_t stride) const {
+  if (count <= 1) return 1;
+  // Without a walk where the stride and the node size divide: a stride of whole nodes puts each
+  // rank on a node of its own; a stride dividing the node size skips no node.
+  if (stride % gpus_per_node == 0) return count;
+  if (gpus_per_node % stride == 0) return span(first, first + (count - 1) * stride);
   int nodes = 1;
   for (int i = 1; i < count; ++i)
     nodes += node_of(first + i * stride) != node_of(first + (i - 1) * stride);

@@ -45,8 +45,10 @@ MemoryBreakdown& MemoryBreakdown::operator+=(const MemoryBreakdown& o) {
   optimizer_bytes += o.optimizer_bytes;
   activations_bytes += o.activations_bytes;
   buffers_bytes += o.buffers_bytes;
-  context_bytes += o.context_bytes;
+  cublas_workspace_bytes += o.cublas_workspace_bytes;
   fragmentation_bytes += o.fragmentation_bytes;
+  cuda_context_bytes += o.cuda_context_bytes;
+  nccl_buffers_bytes += o.nccl_buffers_bytes;
   return *this;
 }
 

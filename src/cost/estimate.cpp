@@ -115,6 +115,8 @@ Estimate estimate(const CostModel& cost) {
     StageEstimate& se = est.stages[s];
     se.memory = sc[s].memory;
     se.peak_memory_bytes = se.memory.total_bytes();
+    est.peak_allocated_bytes = std::max(est.peak_allocated_bytes, se.memory.allocated_bytes());
+    est.peak_reserved_bytes = std::max(est.peak_reserved_bytes, se.memory.reserved_bytes());
     if (se.peak_memory_bytes > est.peak_memory_bytes) {
       est.peak_memory_bytes = se.peak_memory_bytes;
       est.peak_stage = s;
@@ -124,17 +126,17 @@ Estimate estimate(const CostModel& cost) {
   return est;
 }
 
-namespace {
 nlohmann::json memory_json(const MemoryBreakdown& m) {
   return {{"weights", m.weights_bytes},
           {"grads", m.grads_bytes},
           {"optimizer", m.optimizer_bytes},
           {"activations", m.activations_bytes},
           {"buffers", m.buffers_bytes},
-          {"context", m.context_bytes},
-          {"fragmentation", m.fragmentation_bytes}};
+          {"cublas_workspace", m.cublas_workspace_bytes},
+          {"fragmentation", m.fragmentation_bytes},
+          {"cuda_context", m.cuda_context_bytes},
+          {"nccl_buffers", m.nccl_buffers_bytes}};
 }
-}  // namespace
 
 nlohmann::json to_json(const Estimate& e, bool context_parallel) {
   const TimeBreakdown& t = e.time;
@@ -143,12 +145,16 @@ nlohmann::json to_json(const Estimate& e, bool context_parallel) {
     stages.push_back({{"stage", s},
                       {"time_per_microbatch_s", e.stages[s].time_per_microbatch_s},
                       {"peak_memory_bytes", e.stages[s].peak_memory_bytes},
+                      {"peak_reserved_bytes", e.stages[s].memory.reserved_bytes()},
+                      {"peak_allocated_bytes", e.stages[s].memory.allocated_bytes()},
                       {"memory_breakdown_bytes", memory_json(e.stages[s].memory)}});
   nlohmann::json j = {{"iteration_time_s", e.iteration_time_s},
                       {"tokens_per_s", e.tokens_per_s},
                       {"tflops_per_gpu", e.tflops_per_gpu},
                       {"mfu", e.mfu},
                       {"peak_memory_bytes", e.peak_memory_bytes},
+                      {"peak_reserved_bytes", e.peak_reserved_bytes},
+                      {"peak_allocated_bytes", e.peak_allocated_bytes},
                       {"peak_stage", e.peak_stage},
                       {"memory_breakdown_bytes", memory_json(e.memory)},
                       {"time_breakdown_s",

@@ -352,9 +352,7 @@ class Analyzer {
     mb.optimizer_bytes = o;
     mb.activations_bytes = peak.act;
     mb.buffers_bytes = peak.buf + ws;
-    mb.context_bytes = cost_.cluster().gpu.context_overhead_bytes;
-    mb.fragmentation_bytes = static_cast<int64_t>(cost_.cluster().gpu.allocator_fragmentation *
-                                                  double(wb + g + o + peak.total() + ws));
+    mb.set_process(process_memory(cost_, s), cost_.cluster().gpu.allocator_fragmentation);
     sc.workspace_bytes = ws;
   }
 

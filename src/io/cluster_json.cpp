@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "stratagem/cluster.hpp"
+#include "stratagem/error.hpp"
 #include "stratagem/json_reader.hpp"
 #include "stratagem/loaders.hpp"
 #include "stratagem/model.hpp"
@@ -22,6 +23,27 @@ LinkSpec read_link(io::JsonReader& r, bool has_efficiency_key, const char* effic
   l.latency_s = r.get_double("latency_s", 0, 1);
   if (has_efficiency_key) l.bus_efficiency = r.get_double(efficiency_key, kMinEfficiency, 1.0, 1.0);
   return l;
+}
+// gpu.process: every key required where the object is given (a ledger stated in part would
+// count some of a process and not the rest).
+GpuProcessSpec read_process(io::JsonReader p) {
+  GpuProcessSpec g;
+  constexpr int kMaxChannels = 64;  // NCCL's MAXCHANNELS is 32 (src/include/device.h); a margin
+  g.cuda_context_bytes = p.get_int64("cuda_context_bytes", 0);
+  g.cublas_workspace_bytes = p.get_int64("cublas_workspace_bytes", 0);
+  {
+    auto n = p.object("nccl");
+    g.nccl_connection_bytes = n.get_int64("connection_bytes", 0);
+    g.nccl_channels_intra = n.get_int("channels_intra", 0, kMaxChannels);
+    g.nccl_channels_per_nic = n.get_int("channels_per_nic", 0, kMaxChannels);
+    g.nccl_p2p_channels_intra = n.get_int("p2p_channels_intra", 0, kMaxChannels);
+    g.nccl_p2p_channels_inter = n.get_int("p2p_channels_inter", 0, kMaxChannels);
+    g.nccl_nvls_channels = n.get_int("nvls_channels", 0, kMaxChannels);
+    g.nccl_nvls_channel_bytes = n.get_int64("nvls_channel_bytes", 0);
+    n.reject_unknown();
+  }
+  p.reject_unknown();
+  return g;
 }
 }  // namespace
 
@@ -64,8 +86,11 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& source
     c.gpu.memory_efficiency = g.get_double("memory_efficiency", kMinEfficiency, 1.0, 0.85);
     c.gpu.kernel_launch_s = g.get_double("kernel_launch_s", 0, 1, 4e-6);
     c.gpu.compute_comm_interference = g.get_double("compute_comm_interference", 1.0, 10.0, 1.15);
-    c.gpu.context_overhead_bytes =
-        g.has("context_overhead_bytes") ? g.get_int64("context_overhead_bytes", 0) : 0;
+    if (g.has("context_overhead_bytes"))
+      throw InputError(g.where("context_overhead_bytes") +
+                       ": no longer read; the GPU process ledger gpu.process replaces it "
+                       "(data/clusters/README.md)");
+    if (g.has("process")) c.gpu.process = read_process(g.object("process"));
     c.gpu.allocator_fragmentation = g.get_double("allocator_fragmentation", 0, 1, 0.05);
     g.reject_unknown();
   }
@@ -154,7 +179,17 @@ nlohmann::json to_json(const ClusterSpec& c) {
             {"memory_efficiency", c.gpu.memory_efficiency},
             {"kernel_launch_s", c.gpu.kernel_launch_s},
             {"compute_comm_interference", c.gpu.compute_comm_interference},
-            {"context_overhead_bytes", c.gpu.context_overhead_bytes},
+            {"process",
+             {{"cuda_context_bytes", c.gpu.process.cuda_context_bytes},
+              {"cublas_workspace_bytes", c.gpu.process.cublas_workspace_bytes},
+              {"nccl",
+               {{"connection_bytes", c.gpu.process.nccl_connection_bytes},
+                {"channels_intra", c.gpu.process.nccl_channels_intra},
+                {"channels_per_nic", c.gpu.process.nccl_channels_per_nic},
+                {"p2p_channels_intra", c.gpu.process.nccl_p2p_channels_intra},
+                {"p2p_channels_inter", c.gpu.process.nccl_p2p_channels_inter},
+                {"nvls_channels", c.gpu.process.nccl_nvls_channels},
+                {"nvls_channel_bytes", c.gpu.process.nccl_nvls_channel_bytes}}}}},
             {"allocator_fragmentation", c.gpu.allocator_fragmentation}}},
           {"node",
            {{"gpus_per_node", c.node.gpus_per_node},

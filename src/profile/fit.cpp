@@ -348,7 +348,8 @@ ProfileFit fit_groups(const ClusterSpec& base, const ProfileMeasurements& m, uns
   if (!m.copy.empty()) fit_copy(f, m);
   f.not_measured.push_back("node.nics, network: one node has no inter-node traffic to time");
   f.not_measured.push_back("node.host_flops, node.host_memory_bandwidth_gbps: not profiled");
-  f.not_measured.push_back("gpu.context_overhead_bytes, gpu.allocator_fragmentation: not profiled");
+  f.not_measured.push_back(
+      "gpu.process (CUDA context, cuBLAS, NCCL), gpu.allocator_fragmentation: not profiled");
 
   f.before = fit_quality(base, m);
   f.after = fit_quality(f.cluster, m);

@@ -11,9 +11,10 @@ namespace stratagem::report {
 namespace {
 
 constexpr int kChartW = 420, kChartH = 150, kPadL = 46, kPadB = 18, kPadT = 8, kBuckets = 200;
-constexpr int kLayers = kNumMemCategories + 1;  // the categories, then context + fragmentation
+// The categories, then the GPU process ledger (CUDA context, NCCL, cuBLAS) and fragmentation.
+constexpr int kLayers = kNumMemCategories + 1;
 const char* kLayerNames[kLayers] = {"weights",     "grads",   "optimizer",
-                                    "activations", "buffers", "context + fragmentation"};
+                                    "activations", "buffers", "CUDA, NCCL, cuBLAS + fragmentation"};
 
 std::array<int64_t, kLayers> layers_of(const trace::MemorySample& m) {
   std::array<int64_t, kLayers> v{};

@@ -1,7 +1,9 @@
 // One configuration (pp, Bm, schedule, v): the stage DPs, the partition per embedding strategy,
 // and the plans they yield (see searcher.hpp).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -322,7 +324,6 @@ class ConfigSearch {
              std::vector<int64_t>& shift, bool& probed) {
     const int64_t bucket = context_.bucket;
     const double frag = 1.0 + context_.c.gpu.allocator_fragmentation;
-    const int64_t ctx = context_.c.gpu.context_overhead_bytes;
     std::vector<std::vector<LayerStrategy>> seqs(pp_);
     for (int s = 0; s < pp_; ++s)
       for (int id : ids[s])
@@ -339,7 +340,7 @@ class ConfigSearch {
     if (context_.fits(sc)) {
       if (context_.full.wants(sc.time)) context_.full.offer(make_candidate(p, sc, "dp"));
       for (int s = 0; s < pp_; ++s) {
-        const int64_t truth = int64_t(double(sc.stage_peaks[s] - ctx) / frag);
+        const int64_t truth = sc.stage_net_bytes[s] - int64_t(double(context_.nccl_floor) / frag);
         // The model overstates a stage by at most its reserved transient peak (a layer's peak
         // may sit on far fewer activations than all of them): probe that once, then follow
         // the measured gap.
@@ -376,21 +377,44 @@ class ConfigSearch {
   std::vector<std::vector<std::vector<double>>> end_rows_;  // [strategy] the end stages' rows
 };
 
+int64_t Searcher::nccl_floor(const Config& cf) const {
+  const auto [cp, cp_tp] = cp_groups_[size_t(cf.cpg)];
+  const int ranks = c_.world_size() / cf.pp / cp;  // tp x dp of a stage
+  if (cf.pp * cf.v > m_.layers || ranks < 1) return 0;
+  int64_t floor = std::numeric_limits<int64_t>::max();
+  for (int t = 1; t <= ranks; t *= 2) {
+    if ((cp > 1 && t != cp_tp) || ranks % t) continue;
+    Plan p;
+    p.pp = cf.pp, p.vpp = cf.v, p.schedule = cf.sched;
+    p.chunks = even_chunks(m_.layers, cf.pp * cf.v);
+    LayerStrategy st;
+    st.tp = t, st.cp = cp, st.dp = ranks / t, st.cp_kind = CpKind::allgather;
+    p.layers.assign(size_t(m_.layers), st);
+    p.embedding = st;
+    for (int s = 0; s < cf.pp; ++s)
+      floor = std::min(floor, process_memory(m_, c_, p, s).nccl_buffers_bytes);
+  }
+  return floor == std::numeric_limits<int64_t>::max() ? 0 : floor;
+}
+
 void Searcher::search_config(const Config& cf) {
-  const ConfigSearchContext context{.m = m_,
-                                    .c = c_,
-                                    .o = o_,
-                                    .tables = tables_,
-                                    .workers = *workers_,
-                                    .budget = budget_,
-                                    .net_budget = net_budget_,
-                                    .bucket = bucket_,
-                                    .full = full_,
-                                    .min_memory = min_memory_,
-                                    .evaluated = evaluated_,
-                                    .scored = local_scored_,
-                                    .dp_cells = local_dp_cells_,
-                                    .violations = local_violations_};
+  const int64_t floor = nccl_floor(cf);
+  const ConfigSearchContext context{
+      .m = m_,
+      .c = c_,
+      .o = o_,
+      .tables = tables_,
+      .workers = *workers_,
+      .budget = budget_,
+      .net_budget = net_budget_ - int64_t(double(floor) / (1.0 + c_.gpu.allocator_fragmentation)),
+      .bucket = bucket_,
+      .nccl_floor = floor,
+      .full = full_,
+      .min_memory = min_memory_,
+      .evaluated = evaluated_,
+      .scored = local_scored_,
+      .dp_cells = local_dp_cells_,
+      .violations = local_violations_};
   ConfigSearch(context, cf, pair(cf.pp, cf.Bm, cf.cpg)).run();
 }
 

@@ -50,7 +50,12 @@ Scored score(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const Fram
   s.time = e.iteration_time_s;
   s.tokens = e.tokens_per_s;
   s.peak = e.peak_memory_bytes;
-  for (const auto& st : e.stages) s.stage_peaks.push_back(st.peak_memory_bytes);
+  const double frag = 1.0 + c.gpu.allocator_fragmentation;
+  for (const auto& st : e.stages) {
+    s.stage_peaks.push_back(st.peak_memory_bytes);
+    s.stage_net_bytes.push_back(st.memory.tensor_bytes() +
+                                int64_t(double(st.memory.nccl_buffers_bytes) / frag));
+  }
   return s;
 }
 

@@ -38,10 +38,11 @@ int64_t resolve_budget(const ClusterSpec& c, const SearchOptions& o) {
   if (b > hbm)
     throw InputError("--memory-budget-gib: " + fmt_gib(b) + " exceeds the " + fmt_gib(hbm) +
                      " of the cluster's GPU (" + c.gpu.name + "); give at most the GPU's memory");
-  if (b <= c.gpu.context_overhead_bytes)
+  const int64_t fixed = c.gpu.process.cuda_context_bytes + c.gpu.process.cublas_workspace_bytes;
+  if (b <= fixed)
     throw InputError("--memory-budget-gib: " + fmt_gib(b) +
-                     " leaves nothing after the GPU's context overhead of " +
-                     fmt_gib(c.gpu.context_overhead_bytes));
+                     " leaves nothing after the GPU's CUDA context and cuBLAS workspace of " +
+                     fmt_gib(fixed));
   return b;
 }
 

@@ -174,8 +174,9 @@ void Searcher::throw_no_plan_fits(const std::vector<Config>& cfs) {
     msg += "; at its peak " + fmt_gib(mb.total_bytes()) + " = weights " +
            fmt_gib(mb.weights_bytes) + " + grads " + fmt_gib(mb.grads_bytes) + " + optimizer " +
            fmt_gib(mb.optimizer_bytes) + " + activations " + fmt_gib(mb.activations_bytes) +
-           " + buffers " + fmt_gib(mb.buffers_bytes) + " + context and fragmentation " +
-           fmt_gib(mb.context_bytes + mb.fragmentation_bytes) + ", " +
+           " + buffers " + fmt_gib(mb.buffers_bytes) +
+           " + CUDA context, NCCL, cuBLAS and fragmentation " +
+           fmt_gib(mb.total_bytes() - mb.tensor_bytes()) + ", " +
            fmt_gib(mb.total_bytes() - budget_) + " over";
   } else {
     msg += " (no valid plan at all for this model, cluster and global batch)";

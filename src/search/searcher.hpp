@@ -85,6 +85,10 @@ struct Scored {
   double tokens = 0;
   int64_t peak = 0;
   std::vector<int64_t> stage_peaks;
+  // What each stage takes of the net budget (Searcher::net_budget_) at its peak: its tensors
+  // (MemoryBreakdown::tensor_bytes) and its NCCL buffers, which the net budget leaves in, in
+  // the same units (divided by 1 + the allocator's fragmentation).
+  std::vector<int64_t> stage_net_bytes;
 };
 
 Scored score(const ModelSpec& m, const ClusterSpec& c, const Plan& p,
@@ -217,8 +221,11 @@ struct ConfigSearchContext {
   const ClusterSpec& c;
   const SearchOptions& o;
   const CostTables& tables;
-  Workers& workers;                    // its DPs and DP queries run on them
-  int64_t budget, net_budget, bucket;  // bytes (Searcher: the same names)
+  Workers& workers;  // its DPs and DP queries run on them
+  // Bytes (Searcher: the same names); net_budget less what every plan of the configuration
+  // holds of NCCL's buffers (nccl_floor, in tensor bytes).
+  int64_t budget, net_budget, bucket;
+  int64_t nccl_floor;  // the least NCCL buffers of a rank of the configuration's plans
   TopK& full;
   MinMemory& min_memory;
   EvaluatedLog& evaluated;
@@ -259,9 +266,13 @@ class Searcher {
     for (int cp : tables_.cp_degrees())
       for (int tp = 1; tp <= max_tp && int64_t(tp) * cp <= c.world_size(); tp *= 2)
         cp_groups_.push_back({cp, tp});
+    // The tensors' room: what the GPU process ledger leaves of the budget. Its NCCL part
+    // depends on the plan's communicators, so it is left out here: the room is an upper bound
+    // (the bounds stay bounds), and a plan it admits that does not fit is refused by its peak.
     const GpuSpec& g = c.gpu;
-    net_budget_ =
-        int64_t(double(budget_ - g.context_overhead_bytes) / (1.0 + g.allocator_fragmentation));
+    net_budget_ = int64_t(double(budget_ - g.process.cuda_context_bytes) /
+                          (1.0 + g.allocator_fragmentation)) -
+                  g.process.cublas_workspace_bytes;
     // DP resolution: 64 MiB, or budget / 1024 (whole MiB) when that is finer.
     bucket_ =
         o.memory_resolution_bytes > 0
@@ -296,6 +307,11 @@ class Searcher {
   void search_configs(std::vector<Config>& cfs);
   [[noreturn]] void throw_no_plan_fits(const std::vector<Config>& cfs);
   void search_config(const Config& cf);
+  // The least NCCL buffers a rank holds in any plan of configuration cf: of the uniform plans of
+  // each tensor degree it allows (with the cp kind that sends nothing point to point), the least
+  // over them and over the stages. A plan's other layers only add communicators, so the DP's
+  // room net_budget_ less this stays an upper bound.
+  int64_t nccl_floor(const Config& cf) const;
   void min_memory_config(const Config& cf);
   void baselines();
   bool fits(const Scored& s) const { return s.peak <= budget_; }

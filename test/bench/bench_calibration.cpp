@@ -3,7 +3,9 @@
 // percentage error (MAPE) per file and per framework. Rows the model cannot express are listed
 // with the reason; the DeepSpeed-2021 ZeRO-3 rows are reported apart (a bound, see
 // test/calibration/test_calibration.cpp). Per file, the ranking figures of each group of rows
-// that share model, cluster, GPUs and batch (test/calibration/ranking.hpp).
+// that share model, cluster, GPUs and batch (test/calibration/ranking.hpp). Last, the peak GPU
+// memory of every row of data/calibration/memory.json against the forecast of the kind the row
+// measured (test/calibration/memory_rows.hpp), with the GPU process ledger beside it.
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -13,6 +15,7 @@
 #include "stratagem/estimate.hpp"
 #include "stratagem/simulate.hpp"
 #include "test/calibration/h100_rows.hpp"
+#include "test/calibration/memory_rows.hpp"
 #include "test/calibration/moe_rows.hpp"
 #include "test/calibration/ranking.hpp"
 #include "test/calibration/small_jobs.hpp"
@@ -106,10 +109,76 @@ std::vector<RowError> print_h100_schema(const std::string& path,
   }
   return print_file(path.c_str(), rows, reasons);
 }
+// The memory file: per row the published peak, the estimator's and the simulator's forecast of
+// the same kind (allocated, reserved or device) and their signed errors, and the estimator's
+// parts (tensors, then the ledger: cuBLAS workspace, fragmentation, CUDA context, NCCL); rows the
+// model cannot express with their reason. The MAPE overall and per kind, with how many rows
+// each sign holds.
+void print_memory_file() {
+  constexpr double kGib = double(1LL << 30);
+  std::printf(
+      "\n%s (peak GPU memory, GiB; each row against the forecast of the kind it measured)\n",
+      calibration::memory_file().c_str());
+  std::printf("%-6s %-13s %-9s %-34s %9s %9s %7s %9s %7s | %7s %6s %5s %5s %5s\n", "row",
+              "framework", "kind", "plan", "published", "estimate", "error", "simulate", "error",
+              "tensors", "cuBLAS", "frag", "ctx", "NCCL");
+  std::map<std::string, calibration::ErrorTally> est_by_kind, sim_by_kind;
+  calibration::ErrorTally est, sim;
+  std::map<std::string, int> skipped;
+  for (const calibration::MemoryRow& r : calibration::load_memory_rows()) {
+    if (!r.reason.empty()) {
+      std::printf("%-6s %-13s skipped: %s\n", r.row.id.c_str(), r.row.framework.c_str(),
+                  r.reason.c_str());
+      ++skipped[r.reason.substr(0, r.reason.find(':'))];
+      continue;
+    }
+    CostModel cost(r.row.model, r.row.cluster, r.row.plan, r.row.software);
+    const Estimate e = estimate(cost);
+    const MemoryBreakdown& m = r.rank0 ? e.stages[0].memory : e.memory;
+    const double est_gib = double(calibration::forecast_bytes(m, r.kind)) / kGib;
+    const CostModelCosts costs(cost);
+    const SimResult s = simulate(build_program(r.row.model, r.row.plan, r.row.software),
+                                 Layout(r.row.plan, r.row.cluster), r.row.cluster, costs);
+    int64_t sim_bytes = 0;
+    for (const SimRankResult& x : s.ranks) {
+      if (r.rank0 && x.rank != 0) continue;
+      sim_bytes = std::max(sim_bytes, calibration::forecast_bytes(peak_breakdown(x), r.kind));
+    }
+    const double sim_gib = double(sim_bytes) / kGib;
+    const double err = (est_gib - r.published_gib) / r.published_gib;
+    const double sim_err = (sim_gib - r.published_gib) / r.published_gib;
+    const char* kind = calibration::to_string(r.kind);
+    std::printf(
+        "%-6s %-13s %-9s %-34s %9.2f %9.2f %+6.1f%% %9.2f %+6.1f%% | %7.2f %6.3f %5.2f %5.2f "
+        "%5.2f\n",
+        r.row.id.c_str(), r.row.framework.c_str(), kind,
+        r.row.plan.describe().substr(0, 34).c_str(), r.published_gib, est_gib, 100 * err, sim_gib,
+        100 * sim_err, double(m.tensor_bytes()) / kGib, double(m.cublas_workspace_bytes) / kGib,
+        double(m.fragmentation_bytes) / kGib, double(m.cuda_context_bytes) / kGib,
+        double(m.nccl_buffers_bytes) / kGib);
+    std::fflush(stdout);
+    est.add(err), sim.add(sim_err);
+    est_by_kind[kind].add(err), sim_by_kind[kind].add(sim_err);
+  }
+  for (const auto& [kind, t] : est_by_kind)
+    std::printf("  MAPE %-9s (%2d rows): estimate %5.1f%% (%d under, %d over)  simulate %5.1f%%\n",
+                kind.c_str(), t.n, 100 * t.mape(), t.fast, t.slow, 100 * sim_by_kind[kind].mape());
+  std::printf(
+      "  MAPE file, forecast rows (%2d): estimate %5.1f%% (%d under, %d over)  simulate "
+      "%5.1f%% (%d under, %d over)\n",
+      est.n, 100 * est.mape(), est.fast, est.slow, 100 * sim.mape(), sim.fast, sim.slow);
+  for (const auto& [why, n] : skipped) std::printf("  skipped (%2d rows): %s\n", n, why.c_str());
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  // --memory: the memory file alone.
+  if (argc > 1 && std::string(argv[1]) == "--memory") {
+    print_memory_file();
+    MPI_Finalize();
+    return 0;
+  }
   {
     const auto rows = calibration::load_rows();
     print_file(calibration::megatron_file().c_str(), rows, std::vector<std::string>(rows.size()));
@@ -128,6 +197,7 @@ int main(int argc, char** argv) {
   print_h100_schema(calibration::moe_file(), calibration::load_moe_rows());
   print_per_tp(
       print_h100_schema(calibration::tp_one_node_file(), calibration::load_tp_one_node_rows()));
+  print_memory_file();
   MPI_Finalize();
   return 0;
 }

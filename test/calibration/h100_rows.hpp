@@ -76,15 +76,9 @@ inline std::vector<H100Row> load_h100_rows(const std::string& path = h100_file()
     row = row_base(r);
     row.framework = r.at("framework").get<std::string>();
     const auto& mj = r.at("model");
-    ModelSpec& m = row.model;
-    m.norm = mj.at("norm") == "rmsnorm" ? Norm::rmsnorm : Norm::layernorm;
-    m.activation = mj.at("mlp") == "swiglu" ? Activation::swiglu : Activation::gelu;
-    m.position = mj.at("position") == "rope" ? Position::rope : Position::learned;
-    m.bias = mj.at("bias").get<bool>();
-    m.tied_embeddings = mj.at("tied_embeddings").get<bool>();
     // None of the 2022-2024 runs uses dropout; Megatron-LM 2019 (tp-one-node.json) trained with
     // 0.1.
-    m.dropout = mj.value("dropout", false);
+    read_architecture(mj, row.model);
     // A job on part of a node (tp-one-node.json: 1-8 of a DGX-2H's 16 GPUs) gets its GPUs' share
     // of the node, as --gpus-per-node gives it; every other file fills its nodes.
     const int gpus = r.at("gpus").get<int>();

@@ -40,17 +40,33 @@ inline nlohmann::json read_rows_file(const std::string& path) {
   return nlohmann::json::parse(ss.str());
 }
 
+// The model shape every calibration file states (`model`), named after the row.
+inline ModelSpec model_shape(const nlohmann::json& mj, const std::string& id) {
+  ModelSpec m;
+  m.name = id;
+  m.layers = mj.at("layers"), m.hidden = mj.at("hidden"), m.heads = mj.at("heads");
+  m.kv_heads = mj.value("kv_heads", m.heads);
+  m.ffn_hidden = mj.at("ffn_hidden"), m.vocab = mj.at("vocab"), m.seq_len = mj.at("seq_len");
+  return m;
+}
+
+// The architecture fields of the H100 schema's `model` (norm, mlp, position, bias, tied
+// embeddings, dropout: none unless stated).
+inline void read_architecture(const nlohmann::json& mj, ModelSpec& m) {
+  m.norm = mj.at("norm") == "rmsnorm" ? Norm::rmsnorm : Norm::layernorm;
+  m.activation = mj.at("mlp") == "swiglu" ? Activation::swiglu : Activation::gelu;
+  m.position = mj.at("position") == "rope" ? Position::rope : Position::learned;
+  m.bias = mj.at("bias").get<bool>();
+  m.tied_embeddings = mj.at("tied_embeddings").get<bool>();
+  m.dropout = mj.value("dropout", false);
+}
+
 // A row's id, published time, cluster and the model shape every calibration file states.
 inline Row row_base(const nlohmann::json& r) {
   Row row;
   row.id = r.at("id").get<std::string>();
   row.published_s = r.at("implied_iteration_time_s").get<double>();
-  const auto& mj = r.at("model");
-  ModelSpec& m = row.model;
-  m.name = row.id;
-  m.layers = mj.at("layers"), m.hidden = mj.at("hidden"), m.heads = mj.at("heads");
-  m.kv_heads = mj.value("kv_heads", m.heads);
-  m.ffn_hidden = mj.at("ffn_hidden"), m.vocab = mj.at("vocab"), m.seq_len = mj.at("seq_len");
+  row.model = model_shape(r.at("model"), row.id);
   row.cluster = load_cluster(r.at("cluster").get<std::string>());
   row.cluster.nodes = r.at("nodes");
   return row;

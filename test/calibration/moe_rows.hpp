@@ -29,12 +29,7 @@ inline std::vector<H100Row> load_moe_rows(const std::string& path = moe_file()) 
     row.framework = framework;
     const auto& mj = r.at("model");
     ModelSpec& m = row.model;
-    m.norm = mj.at("norm") == "rmsnorm" ? Norm::rmsnorm : Norm::layernorm;
-    m.activation = mj.at("mlp") == "swiglu" ? Activation::swiglu : Activation::gelu;
-    m.position = mj.at("position") == "rope" ? Position::rope : Position::learned;
-    m.bias = mj.at("bias").get<bool>();
-    m.tied_embeddings = mj.at("tied_embeddings").get<bool>();
-    m.dropout = false;
+    read_architecture(mj, m);
     const auto& e = mj.at("moe");
     m.moe.experts = e.at("experts"), m.moe.top_k = e.at("top_k");
     m.moe.expert_ffn_hidden = e.at("expert_ffn_hidden");

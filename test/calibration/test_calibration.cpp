@@ -11,6 +11,7 @@
 #include "stratagem/cost.hpp"
 #include "stratagem/estimate.hpp"
 #include "test/calibration/h100_rows.hpp"
+#include "test/calibration/memory_rows.hpp"
 #include "test/calibration/moe_rows.hpp"
 #include "test/calibration/ranking.hpp"
 #include "test/calibration/small_jobs.hpp"
@@ -255,4 +256,64 @@ BOOST_AUTO_TEST_CASE(moe_tflops_rows_derive_their_time_by_megatrons_count) {
     ++n;
   }
   BOOST_TEST(n == 2);
+}
+
+BOOST_AUTO_TEST_CASE(memory_rows_are_forecast_or_listed_with_a_reason) {
+  // Every row of data/calibration/memory.json is forecast against the figure of its kind or
+  // listed with why the model cannot express it; none is dropped.
+  const auto rows = calibration::load_memory_rows();
+  BOOST_TEST(rows.size() == 46u);
+  std::map<std::string, int> kinds;
+  for (const auto& r : rows) {
+    BOOST_TEST_INFO(r.row.id << " (" << r.row.framework << "): " << r.reason);
+    if (!r.reason.empty()) {
+      // fp8 (17 rows), a GPU without a cluster file (the 96 GB H100s), a software without a
+      // framework file (Lightning, DeepSpeed).
+      BOOST_TEST((r.reason.find("fp8") == 0 || r.reason.find("no cluster file") == 0 ||
+                  r.reason.find("no framework file") == 0));
+      continue;
+    }
+    ++kinds[calibration::to_string(r.kind)];
+    BOOST_TEST(r.row.software.name == r.row.framework);
+    BOOST_TEST(r.row.plan.world_size() == r.row.cluster.world_size());
+  }
+  BOOST_TEST(kinds["device"] == 11);    // FlagPerf's nvidia-smi
+  BOOST_TEST(kinds["reserved"] == 10);  // the playbook's, not stated: compared as reserved
+}
+
+BOOST_AUTO_TEST_CASE(memory_mape_regression_bound) {
+  // Issue 39 asks for a MAPE of at most 8% over the memory file. Reached (estimator and
+  // simulator alike, build/bench_calibration --memory): 24.6% over the 21 forecast rows, 19 under
+  // and 2 over: the forecast, with the GPU process ledger (CUDA context, NCCL buffers per
+  // communicator, cuBLAS workspaces, fragmentation) stated from documented sizes and no figure
+  // fitted to these rows, is short of the published peaks. The causes found, each quantified in
+  // data/calibration/README.md ("What the memory rows show"), lie in the tensors, not in the
+  // ledger: the frameworks' fp32 gradient buffers (megatron-core's main_grad, nanotron's fp32
+  // accumulator) held at the plan's 2 bytes (counting them: 17.7%), nanotron's fp32 loss
+  // temporaries (15.4% with both). This bound holds the figure reached, not the issue's.
+  calibration::ErrorTally tally;
+  for (const auto& r : calibration::load_memory_rows()) {
+    if (!r.reason.empty()) continue;
+    CostModel cost(r.row.model, r.row.cluster, r.row.plan, r.row.software);
+    const Estimate e = estimate(cost);
+    const MemoryBreakdown& m = r.rank0 ? e.stages.front().memory : e.memory;
+    // The ledger is in every forecast of a GPU cluster: cuBLAS in allocated, fragmentation in
+    // reserved, the CUDA context and NCCL in the device's.
+    BOOST_TEST(m.cublas_workspace_bytes > 0);
+    BOOST_TEST(m.fragmentation_bytes > 0);
+    BOOST_TEST(m.cuda_context_bytes > 0);
+    BOOST_TEST(m.nccl_buffers_bytes > 0);
+    BOOST_TEST(m.allocated_bytes() < m.reserved_bytes());
+    BOOST_TEST(m.reserved_bytes() < m.total_bytes());
+    const double gib = double(calibration::forecast_bytes(m, r.kind)) / double(1LL << 30);
+    const double err = (gib - r.published_gib) / r.published_gib;
+    BOOST_TEST_MESSAGE(r.row.id << " " << calibration::to_string(r.kind) << ": " << gib
+                                << " GiB vs " << r.published_gib << " GiB (" << 100 * err << "%)");
+    tally.add(err);
+  }
+  BOOST_TEST(tally.n == 21);
+  BOOST_TEST_INFO("memory file estimator MAPE " << 100 * tally.mape() << "%");
+  BOOST_TEST(tally.mape() <= 0.25);
+  BOOST_TEST(tally.fast > 0);  // both signs
+  BOOST_TEST(tally.slow > 0);
 }

@@ -10,6 +10,7 @@
 #include "stratagem/cost.hpp"
 #include "stratagem/simulate.hpp"
 #include "test/calibration/h100_rows.hpp"
+#include "test/calibration/memory_rows.hpp"
 #include "test/calibration/small_jobs.hpp"
 
 using namespace stratagem;
@@ -109,4 +110,32 @@ BOOST_AUTO_TEST_CASE(small_jobs_on_one_node_mape_within_12_percent_simulated) {
   BOOST_TEST(tally.mape() <= 0.12);
   BOOST_TEST(tally.fast > 0);
   BOOST_TEST(tally.slow > 0);
+}
+
+BOOST_AUTO_TEST_CASE(memory_rows_simulated_peak_is_the_estimate) {
+  // The simulator's peak of each forecast memory row, of the kind the row measured, is the
+  // estimator's to the byte: one cost model, one formula from tensors to device bytes.
+  int n = 0;
+  for (const auto& r : calibration::load_memory_rows()) {
+    if (!r.reason.empty()) continue;
+    CostModel cost(r.row.model, r.row.cluster, r.row.plan, r.row.software);
+    const Estimate e = estimate(cost);
+    const CostModelCosts costs(cost);
+    const SimResult sim = simulate(build_program(r.row.model, r.row.plan, r.row.software),
+                                   Layout(r.row.plan, r.row.cluster), r.row.cluster, costs);
+    for (const calibration::MemoryKind k :
+         {calibration::MemoryKind::allocated, calibration::MemoryKind::reserved,
+          calibration::MemoryKind::device}) {
+      int64_t simulated = 0, estimated = 0;
+      for (const SimRankResult& x : sim.ranks)
+        if (!r.rank0 || x.rank == 0)
+          simulated = std::max(simulated, calibration::forecast_bytes(peak_breakdown(x), k));
+      for (size_t s = 0; s < (r.rank0 ? 1 : e.stages.size()); ++s)
+        estimated = std::max(estimated, calibration::forecast_bytes(e.stages[s].memory, k));
+      BOOST_TEST_INFO(r.row.id << " " << calibration::to_string(k));
+      BOOST_TEST(simulated == estimated);
+    }
+    ++n;
+  }
+  BOOST_TEST(n == 21);
 }

@@ -245,9 +245,10 @@ BOOST_AUTO_TEST_CASE(zero_and_offload_model_states) {
 
 BOOST_AUTO_TEST_CASE(stage_memory_matches_a_walk_over_the_program) {
   // Tolerance: none on what the Program allocates. stage_memory adds the gradient workspace of
-  // the running layer (2 b s h elements), the cluster's context overhead and fragmentation,
-  // which the Program does not allocate, so total - walked = exactly those three. Under a
-  // framework that stages ZeRO-2/3 gradients (stratagem's runtime) they are Program buffers.
+  // the running layer (2 b s h elements) and the stage's GPU process ledger (CUDA context, NCCL,
+  // cuBLAS workspace, fragmentation), which the Program does not allocate, so total - walked =
+  // exactly those. Under a framework that stages ZeRO-2/3 gradients (stratagem's runtime) they
+  // are Program buffers.
   FrameworkSpec staging;
   staging.layer_gradient_staging = true;
   for (const FrameworkSpec& fw : {FrameworkSpec{}, staging})
@@ -267,10 +268,14 @@ BOOST_AUTO_TEST_CASE(stage_memory_matches_a_walk_over_the_program) {
         BOOST_TEST(m.activations_bytes + m.buffers_bytes - ws ==
                    w.by_cat[int(MemCategory::activations)] + w.by_cat[int(MemCategory::buffers)]);
         BOOST_TEST(m.activations_bytes == w.by_cat[int(MemCategory::activations)]);
-        BOOST_TEST(m.total_bytes() - w.total == ws + m.context_bytes + m.fragmentation_bytes);
-        BOOST_TEST(m.context_bytes == c.cluster.gpu.context_overhead_bytes);
-        const double allocated = double(m.total_bytes() - m.context_bytes - m.fragmentation_bytes);
-        BOOST_TEST(std::abs(m.fragmentation_bytes - 0.05 * allocated) <= 1.0);
+        const ProcessMemory pm = process_memory(cm, int(s));
+        BOOST_TEST(m.total_bytes() - w.total == ws + pm.cuda_context_bytes + pm.nccl_buffers_bytes +
+                                                    pm.cublas_workspace_bytes +
+                                                    m.fragmentation_bytes);
+        BOOST_TEST(m.cuda_context_bytes == c.cluster.gpu.process.cuda_context_bytes);
+        BOOST_TEST(m.cublas_workspace_bytes == c.cluster.gpu.process.cublas_workspace_bytes);
+        BOOST_TEST(m.nccl_buffers_bytes == pm.nccl_buffers_bytes);
+        BOOST_TEST(std::abs(m.fragmentation_bytes - 0.05 * double(m.allocated_bytes())) <= 1.0);
       }
     }
 }

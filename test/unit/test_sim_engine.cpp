@@ -23,12 +23,14 @@ struct Injected : OpCosts {
   std::function<CommCost(const Op&, int rank)> comm = [](const Op&, int) { return CommCost{}; };
   std::function<double(const Op&)> host = [](const Op&) { return 0.0; };
   int64_t ws = 0;
+  ProcessMemory process;
   double compute_time_s(const Op& op) const override { return compute(op); }
   double host_issue_time_s(const Op& op) const override { return host(op); }
   CommCost comm_cost(const Op& op, const Layout&, int rank) const override {
     return comm(op, rank);
   }
   int64_t workspace_bytes(int) const override { return ws; }
+  ProcessMemory process_memory(int) const override { return process; }
 };
 
 ModelSpec tiny_model(int layers = 2) {
@@ -245,21 +247,30 @@ BOOST_AUTO_TEST_CASE(one_f_one_b_peak_is_lower_by_m_minus_p_microbatches) {
   BOOST_TEST(peak[0] - peak[1] == (M - pp) * act_per_mb);
 }
 
-BOOST_AUTO_TEST_CASE(device_memory_adds_workspace_context_and_fragmentation) {
+BOOST_AUTO_TEST_CASE(device_memory_adds_workspace_process_ledger_and_fragmentation) {
   const ModelSpec m = tiny_model(2);
   ClusterSpec c = small_cluster(2, 1);
   Injected costs = textbook_costs(1e-3, 2e-3);
   costs.ws = 1000;
+  costs.process = {
+      .cuda_context_bytes = 7000, .nccl_buffers_bytes = 300, .cublas_workspace_bytes = 50};
   const Plan p = make_plan(m, c, 1, 2, 1, 1, 2);
   const Layout L(p, c);
   const SimResult r = simulate(build_program(m, p), L, c, costs, opts());
   for (const auto& x : r.ranks) {
-    const int64_t a = x.peak_allocated_bytes + 1000;
-    BOOST_TEST(x.peak_memory_bytes == a + c.gpu.context_overhead_bytes +
-                                          int64_t(c.gpu.allocator_fragmentation * double(a)));
     int64_t cats = 0;
     for (int64_t v : x.peak_by_category) cats += v;
-    BOOST_TEST(cats + x.peak_context_bytes + x.peak_fragmentation_bytes == x.peak_memory_bytes);
+    // allocated = the Program's allocations + workspace (the categories) + cuBLAS; reserved adds
+    // the fragmentation of all of it; the device adds the CUDA context and NCCL.
+    BOOST_TEST(x.peak_allocated_bytes == cats + 50);
+    const int64_t frag = int64_t(c.gpu.allocator_fragmentation * double(x.peak_allocated_bytes));
+    BOOST_TEST(x.peak_fragmentation_bytes == frag);
+    BOOST_TEST(x.peak_reserved_bytes == x.peak_allocated_bytes + frag);
+    BOOST_TEST(x.peak_memory_bytes == x.peak_reserved_bytes + 7000 + 300);
+    BOOST_TEST(x.peak_cuda_context_bytes == 7000);
+    BOOST_TEST(x.peak_nccl_buffers_bytes == 300);
+    BOOST_TEST(x.peak_cublas_workspace_bytes == 50);
+    BOOST_TEST(peak_breakdown(x).total_bytes() == x.peak_memory_bytes);
   }
 }
 
@@ -271,7 +282,7 @@ struct OomCase {
   Injected costs = textbook_costs(1e-3, 2e-3);
   Plan p;
   OomCase() {
-    c.gpu.context_overhead_bytes = 0;
+    c.gpu.process = {};
     c.gpu.allocator_fragmentation = 0;
     p = make_plan(m, c, 1, 2, 1, 1, 8, "gpipe");
   }
