@@ -173,7 +173,7 @@ int64_t saved_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Bloc
     // saves its own output, which the core's backward reads; the projection saves the output
     // after the all-to-all back. Q, K and V are the head group's (the same size as the local).
     if (st.cp > 1 && st.cp_kind == CpKind::a2a) bytes += e * x.T * x.h / x.t;
-    bytes += mask * x.Tn * x.h;              // dropout mask after the projection
+    bytes += mask * x.Tn * x.h;  // dropout mask after the projection
     if (flash) {
       bytes += 4 * x.b * (x.a / x.t) * x.s;  // softmax log-sum-exp, fp32
     } else if (rc == Recompute::none) {
