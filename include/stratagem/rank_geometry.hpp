@@ -59,4 +59,49 @@ struct RankGeometry {
   bool same_node(int s, int t) const;
 };
 
+// Inline: the estimator asks these per stage and chunk of every plan it prices.
+
+// Group k of degree tp holds locals dense_local(0 .. tp-1, k) (k runs over cp x dp).
+inline int RankGeometry::tp_nodes(int s, int tp) const {
+  // Without the walk where the stage starts on a node border and tp and the node size divide:
+  // each group then fills part of one node, or whole nodes of its own.
+  if (rank_of(s, 0) % gpus_per_node == 0) {
+    if (gpus_per_node % tp == 0) return 1;
+    if (tp % gpus_per_node == 0) return int(tp / gpus_per_node);
+  }
+  const int64_t groups = devices_per_stage / tp;
+  int worst = 1;
+  for (int64_t k = 0; k < std::min(groups, gpus_per_node); ++k)
+    worst = std::max(worst, span(rank_of(s, dense_local(0, 0, int(k), tp, 1)),
+                                 rank_of(s, dense_local(tp - 1, 0, int(k), tp, 1))));
+  return worst;
+}
+
+// The dp group of tp index j: dense_local(j, 0 .. cp x dp - 1); the first and the last tp index
+// show the worst alignment.
+inline int RankGeometry::dp_nodes(int s, int tp) const {
+  const int dp_cp = int(devices_per_stage / tp);
+  int worst = 1;
+  for (int j : {0, tp - 1})
+    worst = std::max(worst, span(rank_of(s, dense_local(j, 0, 0, tp, 1)),
+                                 rank_of(s, dense_local(j, 0, dp_cp - 1, tp, 1))));
+  return worst;
+}
+
+inline int RankGeometry::cp_nodes(int s, int tp, int cp) const {
+  if (cp <= 1) return 1;
+  const int64_t outer = devices_per_stage / (int64_t(tp) * cp);
+  int worst = 1;
+  for (int64_t d = 0; d < std::min(outer, gpus_per_node); ++d)
+    worst = std::max(worst, span(rank_of(s, dense_local(0, 0, int(d), tp, cp)),
+                                 rank_of(s, dense_local(0, cp - 1, int(d), tp, cp))));
+  return worst;
+}
+
+inline bool RankGeometry::same_node(int s, int t) const {
+  const int last = int(devices_per_stage - 1);
+  return node_of(rank_of(s, 0)) == node_of(rank_of(t, 0)) &&
+         node_of(rank_of(s, last)) == node_of(rank_of(t, last));
+}
+
 }  // namespace stratagem

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "src/cost/layer_cost.hpp"
+#include "src/cost/process_memory.hpp"
 #include "stratagem/schedule.hpp"
 #include "stratagem/workload_moe.hpp"
 
@@ -34,6 +35,9 @@ struct Scratch {
   std::vector<Mem> chunk_fwd_peak, chunk_bwd_peak;
   std::vector<double> chunk_bwd_s;
   std::vector<Reduce> reduces;
+  // Per layer: does it hold the strategy of the layer below it? (One comparison a layer, asked
+  // by the cost cache and the memory walk.)
+  std::vector<uint8_t> same_as_below;
 };
 
 class Analyzer {
@@ -48,7 +52,8 @@ class Analyzer {
         chunk_fwd_peak_(scratch.chunk_fwd_peak),
         chunk_bwd_peak_(scratch.chunk_bwd_peak),
         chunk_bwd_s_(scratch.chunk_bwd_s),
-        reduces_(scratch.reduces) {
+        reduces_(scratch.reduces),
+        same_as_below_(scratch.same_as_below) {
     geo_.gpus_per_node = std::max(1, cost.cluster().node.gpus_per_node);
     geo_.devices_per_stage = plan_.devices_per_stage();
     // Plan::max_dp() walks every layer: take it once, not once per layer.
@@ -66,6 +71,9 @@ class Analyzer {
     chunk_fwd_peak_.assign(chunks_per_stage_, Mem{});
     chunk_bwd_peak_.assign(chunks_per_stage_, Mem{});
     chunk_bwd_s_.assign(chunks_per_stage_, 0.0);
+    const int nlayers = int(plan_.layers.size());
+    same_as_below_.assign(nlayers, 0);
+    for (int l = 1; l < nlayers; ++l) same_as_below_[l] = plan_.layers[l] == plan_.layers[l - 1];
     for (int s = 0; s < pp; ++s) stage(s, out[s]);
   }
 
@@ -97,12 +105,16 @@ class Analyzer {
     return params_;
   }
 
-  const LayerCost& layer_cost(const LayerStrategy& s, int tp_nodes, int dp_nodes,
+  // Layer l's cost, of strategy s.
+  const LayerCost& layer_cost(int l, const LayerStrategy& s, int tp_nodes, int dp_nodes,
                               const MoeNodes& moe, int cp_nodes = 1) {
     // One-entry cache: consecutive layers, and stages with the same placement, usually share
-    // a strategy, so a uniform plan costs one layer.
+    // a strategy, so a uniform plan costs one layer. The layer above the cached one holds its
+    // strategy where same_as_below says so, without comparing them again.
+    const bool above_cached = l > 0 && cached_layer_ == l - 1 && same_as_below_[l];
+    cached_layer_ = l;
     if (have_ && tp_nodes == cached_tp_nodes_ && dp_nodes == cached_dp_nodes_ &&
-        cp_nodes == cached_cp_nodes_ && moe == cached_moe_ && s == cached_st_)
+        cp_nodes == cached_cp_nodes_ && moe == cached_moe_ && (above_cached || s == cached_st_))
       return cached_;
     cached_ = cost_detail::layer_cost(cost_, s, samples_for(s.dp), tp_nodes, dp_nodes, with_time_,
                                       moe, cp_nodes);
@@ -129,6 +141,7 @@ class Analyzer {
     // last micro-batch only, lands within the head's own moment.)
     int64_t head_piece = 0;
     bool tied_split = false;
+    StageCommunicators comms;  // the groups its ranks are members of (the NCCL ledger's)
   };
   // One chunk's walk over its layers, bottom up.
   struct ChunkWalk {
@@ -149,6 +162,7 @@ class Analyzer {
     reduces_.clear();
     StageWalk w = stage_ends(s);
     for (int i = 0; i < chunks_per_stage_; ++i) chunk(s, i, w, sc);
+    if (w.comms.last) w.comms.hold(plan_.embedding, &plan_.layers.back());
     w.states += w.end.states;
     if (w.end.params > 0)
       w.workspace_bytes =
@@ -167,6 +181,9 @@ class Analyzer {
     const int pp = plan_.pp;
     const LayerStrategy& es = plan_.embedding;
     StageWalk w;
+    w.comms.first = s == 0;
+    w.comms.last = s == pp - 1;
+    if (w.comms.first) w.comms.hold(es, nullptr);
     // Only the first and the last stage hold the embedding and the head.
     if (s == 0 || s == pp - 1)
       w.emb_head = embedding_head_cost(cost_, es, samples(-1), geo_.tp_nodes(s, es.tp),
@@ -211,13 +228,15 @@ class Analyzer {
       keep_max(c.bwd_peak, {0, piece(r.begin), w.ends_staged + staged(r.begin)});
     for (int l = r.begin; l < r.end; ++l) {
       const LayerStrategy& st = plan_.layers[l];
+      if (l == r.begin || !same_as_below_[l])
+        w.comms.hold(st, l == 0 ? &plan_.embedding : &plan_.layers[l - 1]);
       if (st.tp != geo_tp_) {
         geo_tp_ = st.tp;
         tp_nodes_ = geo_.tp_nodes(s, st.tp);
         dp_nodes_ = geo_.dp_nodes(s, st.tp);
         cp_nodes_ = geo_.cp_nodes(s, st.tp, st.cp);  // one cp per plan (validate)
       }
-      const LayerCost& lc = layer_cost(st, tp_nodes_, dp_nodes_,
+      const LayerCost& lc = layer_cost(l, st, tp_nodes_, dp_nodes_,
                                        moe_nodes(geo_, s, st, model_.is_moe_layer(l)), cp_nodes_);
       layer_memory(l, lc, w, c);
       if (with_time_) layer_time(l, lc, w, c, sc);
@@ -265,7 +284,7 @@ class Analyzer {
     // later stage the head's.
     const int64_t held = c.chunk == nchunks - 1 && pp == 1 ? w.ends_staged : w.always_staged;
     // (Runs of layers share a strategy: the layer above's bytes are this one's then.)
-    const bool above_same = l + 1 < r.end && plan_.layers[l + 1] == st;
+    const bool above_same = l + 1 < r.end && same_as_below_[l + 1];
     const int64_t above = above_same                                          ? lc.staged_bytes
                           : l + 1 < r.end                                     ? staged(l + 1)
                           : c.chunk == nchunks - 1 && pp > 1 && !w.tied_split ? w.ends_staged
@@ -342,7 +361,7 @@ class Analyzer {
   }
 
   // The stage's memory breakdown: its model states and its schedule's peak.
-  void memory(int s, const StageWalk& w, StageCost& sc) const {
+  void memory(int s, const StageWalk& w, StageCost& sc) {
     const Mem peak = schedule_peak(s);
     MemoryBreakdown& mb = sc.memory;
     const int64_t ws = w.workspace_bytes;
@@ -352,7 +371,7 @@ class Analyzer {
     mb.optimizer_bytes = o;
     mb.activations_bytes = peak.act;
     mb.buffers_bytes = peak.buf + ws;
-    mb.set_process(process_memory(cost_, s), cost_.cluster().gpu.allocator_fragmentation);
+    mb.set_process(stage_process(s, w.comms), cost_.cluster().gpu.allocator_fragmentation);
     sc.workspace_bytes = ws;
   }
 
@@ -425,6 +444,18 @@ class Analyzer {
 
   // Peak of activations + buffers over the stage's schedule: the in-flight micro-batches'
   // kept activations plus the running pass's own bytes.
+  // The GPU process ledger of stage s: the previous stage's where both hold the same
+  // communicators on the same node placement (a one-entry cache: a uniform plan's middle stages
+  // are alike).
+  const ProcessMemory& stage_process(int s, const StageCommunicators& comms) {
+    const bool aligned = geo_.devices_per_stage % geo_.gpus_per_node == 0;
+    if (!(have_process_ && aligned && comms == process_comms_))
+      process_ = cost_detail::process_memory(model_, cost_.cluster(), plan_, comms, s);
+    process_comms_ = comms;
+    have_process_ = true;
+    return process_;
+  }
+
   Mem schedule_peak(int s) const {
     const int in_flight = shape_.passes_in_flight(s);
     bool same = true;
@@ -487,14 +518,20 @@ class Analyzer {
   std::vector<Mem>& chunk_bwd_peak_;
   std::vector<double>& chunk_bwd_s_;
   std::vector<Reduce>& reduces_;
+  std::vector<uint8_t>& same_as_below_;
 
   bool have_ = false;
   int params_tp_ = 0;
   int64_t params_ = 0;
   LayerStrategy cached_st_;
+  int cached_layer_ = -1;
   int cached_tp_nodes_ = 0, cached_dp_nodes_ = 0, cached_cp_nodes_ = 0;
   MoeNodes cached_moe_;
   LayerCost cached_;
+
+  bool have_process_ = false;
+  StageCommunicators process_comms_;
+  ProcessMemory process_;
 };
 
 }  // namespace

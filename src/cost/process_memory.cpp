@@ -3,10 +3,9 @@
 // figures are the cluster file's gpu.process (data/clusters/README.md, "The GPU process
 // ledger", with the sources); the communicators are those the plan's Layout gives a rank of
 // the stage (layout.hpp), counted here from the same rank geometry without building a Layout.
+#include "src/cost/process_memory.hpp"
+
 #include <algorithm>
-#include <array>
-#include <stdexcept>
-#include <tuple>
 #include <utility>
 
 #include "stratagem/cost.hpp"
@@ -33,26 +32,6 @@ void MemoryBreakdown::set_process(const ProcessMemory& p, double fragmentation) 
 }
 
 namespace {
-
-// A set of a few values in place, in insertion order: a stage's distinct tp degrees (each
-// divides the stage's ranks: at most log2 of them), cp and expert pairs, reshards.
-template <typename T>
-class SmallSet {
- public:
-  void insert(const T& v) {
-    for (int i = 0; i < n_; ++i)
-      if (items_[i] == v) return;
-    if (n_ == kCapacity) throw std::logic_error("process_memory: more distinct degrees than held");
-    items_[n_++] = v;
-  }
-  const T* begin() const { return items_.data(); }
-  const T* end() const { return items_.data() + n_; }
-
- private:
-  static constexpr int kCapacity = 24;
-  std::array<T, kCapacity> items_;
-  int n_ = 0;
-};
 
 // NCCL's most channels a communicator uses (MAXCHANNELS, src/include/device.h).
 constexpr int kNcclMaxChannels = 32;
@@ -109,6 +88,51 @@ ProcessMemory process_memory(const CostModel& cost, int stage) {
 
 ProcessMemory process_memory(const ModelSpec& model, const ClusterSpec& c, const Plan& p,
                              int stage) {
+  return cost_detail::process_memory(model, c, p, cost_detail::stage_communicators(p, stage),
+                                     stage);
+}
+
+namespace cost_detail {
+
+bool StageCommunicators::operator==(const StageCommunicators& o) const {
+  return first == o.first && last == o.last && tps == o.tps && cps == o.cps &&
+         experts == o.experts && reshards == o.reshards;
+}
+
+// The strategies the stage runs: its chunks' layers, and the embedding's where it holds the
+// embedding (stage 0) or the LM head (the last stage). Layers of one tp degree share their tp,
+// dp and cp groups (layout.hpp); a layer held differently from the one before it (or the head
+// from the last layer) meets it in a reshard group of the smaller degree's stride.
+void StageCommunicators::hold(const LayerStrategy& s, const LayerStrategy* before) {
+  tps.insert(s.tp);
+  if (s.cp > 1) cps.insert({s.tp, s.cp, s.cp_kind});
+  if (s.ep * s.etp > 1) experts.insert({s.etp, s.ep});
+  if (before && before->stream_tp() != s.stream_tp()) {
+    const int a = std::min(before->stream_tp(), s.stream_tp());
+    const int b = std::max(before->stream_tp(), s.stream_tp());
+    if (b % a == 0) reshards.insert({a, b});
+  }
+}
+
+StageCommunicators stage_communicators(const Plan& p, int stage) {
+  StageCommunicators x;
+  const int pp = p.pp;
+  x.first = stage == 0;
+  x.last = stage == pp - 1;
+  if (x.first) x.hold(p.embedding, nullptr);
+  for (size_t ch = size_t(stage); ch < p.chunks.size(); ch += size_t(pp)) {
+    const LayerRange r = p.chunks[ch];
+    for (int l = r.begin; l < r.end; ++l) {
+      if (l > r.begin && p.layers[l] == p.layers[l - 1]) continue;  // adds nothing
+      x.hold(p.layers[l], l == 0 ? &p.embedding : &p.layers[l - 1]);
+    }
+  }
+  if (x.last) x.hold(p.embedding, &p.layers.back());
+  return x;
+}
+
+ProcessMemory process_memory(const ModelSpec& model, const ClusterSpec& c, const Plan& p,
+                             const StageCommunicators& comms, int stage) {
   const GpuProcessSpec& g = c.gpu.process;
   ProcessMemory out;
   out.cuda_context_bytes = g.cuda_context_bytes;
@@ -117,40 +141,11 @@ ProcessMemory process_memory(const ModelSpec& model, const ClusterSpec& c, const
   const RankGeometry geo{std::max(1, c.node.gpus_per_node), p.devices_per_stage()};
   const int D = p.devices_per_stage(), pp = p.pp;
   NcclLedger nccl(g, c.node.nic_count);
-
-  // The strategies the stage runs: its chunks' layers, and the embedding's where it holds the
-  // embedding (stage 0) or the LM head (the last stage). Layers of one tp degree share their
-  // tp, dp and cp groups (layout.hpp); a layer held differently from the one before it (or the
-  // head from the last layer) meets it in a reshard group of the smaller degree's stride. Small
-  // sets, kept in place: the estimator asks this for every stage of every plan it prices.
-  const bool ends = stage == 0 || stage == pp - 1;
-  SmallSet<int> tps;
-  SmallSet<std::tuple<int, int, CpKind>> cps;
-  SmallSet<std::pair<int, int>> experts, reshards;
-  auto hold = [&](const LayerStrategy& s, const LayerStrategy* before) {
-    tps.insert(s.tp);
-    if (s.cp > 1) cps.insert({s.tp, s.cp, s.cp_kind});
-    if (s.ep * s.etp > 1) experts.insert({s.etp, s.ep});
-    if (before && before->stream_tp() != s.stream_tp()) {
-      const int a = std::min(before->stream_tp(), s.stream_tp());
-      const int b = std::max(before->stream_tp(), s.stream_tp());
-      if (b % a == 0) reshards.insert({a, b});
-    }
-  };
-  if (stage == 0) hold(p.embedding, nullptr);
-  for (size_t ch = size_t(stage); ch < p.chunks.size(); ch += size_t(pp)) {
-    const LayerRange r = p.chunks[ch];
-    for (int l = r.begin; l < r.end; ++l) {
-      if (l > r.begin && p.layers[l] == p.layers[l - 1]) continue;  // adds nothing
-      hold(p.layers[l], l == 0 ? &p.embedding : &p.layers[l - 1]);
-    }
-  }
-  if (stage == pp - 1) hold(p.embedding, &p.layers.back());
-  for (int tp : tps) {
+  for (int tp : comms.tps) {
     nccl.collective(tp, geo.tp_nodes(stage, tp));
     nccl.collective(D / tp, geo.dp_nodes(stage, tp));  // the dp group, cp x dp ranks
   }
-  for (const auto& [tp, cp, kind] : cps) {
+  for (const auto& [tp, cp, kind] : comms.cps) {
     const int nodes = geo.cp_nodes(stage, tp, cp);
     nccl.collective(cp, nodes);
     if (kind == CpKind::a2a) nccl.all_to_all(cp, nodes);
@@ -158,9 +153,9 @@ ProcessMemory process_memory(const ModelSpec& model, const ClusterSpec& c, const
     if (kind == CpKind::ring)
       nodes == 1 ? nccl.p2p(std::min(cp - 1, 2), 0) : nccl.p2p(0, std::min(cp - 1, 2));
   }
-  for (const auto& [a, b] : reshards)
+  for (const auto& [a, b] : comms.reshards)
     nccl.collective(b / a, geo.strided_nodes(geo.rank_of(stage, 0), b / a, a));
-  for (const auto& [etp, ep] : experts) {
+  for (const auto& [etp, ep] : comms.experts) {
     const int nodes = geo.ep_nodes(stage, etp, ep);
     nccl.collective(ep, nodes);
     nccl.all_to_all(ep, nodes);
@@ -176,10 +171,13 @@ ProcessMemory process_memory(const ModelSpec& model, const ClusterSpec& c, const
       geo.same_node(stage, t) ? nccl.p2p(1, 0) : nccl.p2p(0, 1);
     }
     // The first and the last stage sum the tied embedding's gradients (layer_cost.cpp).
-    if (ends && model.tied_embeddings) nccl.collective(2, geo.same_node(0, pp - 1) ? 1 : 2);
+    if ((comms.first || comms.last) && model.tied_embeddings)
+      nccl.collective(2, geo.same_node(0, pp - 1) ? 1 : 2);
   }
   out.nccl_buffers_bytes = nccl.bytes();
   return out;
 }
+
+}  // namespace cost_detail
 
 }  // namespace stratagem
