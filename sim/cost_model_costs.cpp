@@ -3,10 +3,10 @@
 
 namespace stratagem {
 
-CostModelCosts::CostModelCosts(const CostModel& cost) : cost_(cost) {
-  for (int s = 0; s < cost.plan().pp; ++s) {
-    workspace_.push_back(stratagem::workspace_bytes(cost, s));
-    process_.push_back(stratagem::process_memory(cost, s));
+CostModelCosts::CostModelCosts(const CostModel& cost, const Plan& plan) : cost_(cost) {
+  for (int s = 0; s < plan.pp; ++s) {
+    workspace_.push_back(stratagem::workspace_bytes(cost, plan, s));
+    process_.push_back(stratagem::process_memory(cost.model(), cost.cluster(), plan, s));
   }
 }
 

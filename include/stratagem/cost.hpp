@@ -45,13 +45,13 @@ double overlapped_time_s(double interference, double kernels_s, double critical_
 
 class CostModel {
  public:
-  // Keeps references: model, cluster and plan must outlive the CostModel and not change while
-  // it is in use. Every figure that depends only on the cluster and the plan's dtype is
-  // computed here once, so that per-op calls and the estimator do only arithmetic. The
-  // framework (the training software, copied) defaults to stratagem's own. An op is priced from
-  // what it carries (its strategy, precision and attention kernel): no op price reads the plan,
-  // which only the estimator's closed form (plan()) does.
-  CostModel(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
+  // Keeps references: model and cluster must outlive the CostModel and not change while it is
+  // in use. Every figure that depends only on the cluster and the precision (the plan's dtype)
+  // is computed here once, so that per-op calls and the estimator do only arithmetic. The
+  // framework (the training software, copied) defaults to stratagem's own. It holds no plan: an
+  // op is priced from what it carries (its strategy, precision and attention kernel), and the
+  // estimator's closed form takes the plan beside it (estimate.hpp).
+  CostModel(const ModelSpec& model, const ClusterSpec& cluster, Dtype precision,
             const FrameworkSpec& framework = FrameworkSpec{});
 
   // Compute ops (and host_compute): roofline with shape-dependent GEMM efficiency, attention
@@ -144,7 +144,6 @@ class CostModel {
 
   const ModelSpec& model() const { return model_; }
   const ClusterSpec& cluster() const { return cluster_; }
-  const Plan& plan() const { return plan_; }
   const FrameworkSpec& framework() const { return framework_; }
   double peak_flops() const { return peak_flops_; }  // of the plan's dtype
   Dtype dtype() const { return dtype_; }             // the precision it prices kernels in
@@ -174,7 +173,6 @@ class CostModel {
 
   const ModelSpec& model_;
   const ClusterSpec& cluster_;
-  const Plan& plan_;
   FrameworkSpec framework_;
   int gpus_per_node_ = 1;
   Dtype dtype_ = Dtype::bf16;
@@ -200,7 +198,6 @@ struct ProcessMemory {
   int64_t nccl_buffers_bytes = 0;      // outside the caching allocator
   int64_t cublas_workspace_bytes = 0;  // taken from the caching allocator: allocated
 };
-ProcessMemory process_memory(const CostModel& cost, int stage);
 ProcessMemory process_memory(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
                              int stage);
 
@@ -246,9 +243,9 @@ struct MemoryBreakdown {
 // the worst moment (with that moment's recompute, ZeRO-3 and offload buffers), the LM-head
 // logits, plus what the Program does not allocate: the gradient workspace of the running layer
 // (buffers) and the GPU process ledger of the stage (process_memory, device_memory).
-std::vector<MemoryBreakdown> stage_memory(const CostModel& cost);
+std::vector<MemoryBreakdown> stage_memory(const CostModel& cost, const Plan& plan);
 // The part of stage_memory's buffers_bytes that is not a Program allocation: the incoming and
 // outgoing activation gradients of the layer being run, 2 x b x s x h elements.
-int64_t workspace_bytes(const CostModel& cost, int stage);
+int64_t workspace_bytes(const CostModel& cost, const Plan& plan, int stage);
 
 }  // namespace stratagem

@@ -48,7 +48,7 @@ struct Estimate {
   bool host_modelled = false;  // the framework states its host time: the JSON carries host
 };
 
-Estimate estimate(const CostModel& cost);
+Estimate estimate(const CostModel& cost, const Plan& plan);
 
 // Whether the forecast's peak fits in one GPU's memory: the one rule behind every `fits` and
 // every "does not fit" warning.

@@ -130,8 +130,8 @@ double tied_embedding_reduce_s(const CostModel& cost, int embedding_tp, int pp,
 
 // `samples` per rank per micro-batch; tp_nodes and dp_nodes: nodes its groups span. Without
 // `with_time` only the bytes are filled in.
-LayerCost layer_cost(const CostModel& cost, const LayerStrategy& s, int samples, int tp_nodes,
-                     int dp_nodes, bool with_time, const MoeNodes& moe = MoeNodes{},
+LayerCost layer_cost(const CostModel& cost, const Plan& plan, const LayerStrategy& s, int samples,
+                     int tp_nodes, int dp_nodes, bool with_time, const MoeNodes& moe = MoeNodes{},
                      int cp_nodes = 1);
 
 }  // namespace stratagem::cost_detail

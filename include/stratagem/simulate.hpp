@@ -50,10 +50,11 @@ class OpCosts {
   }
 };
 
-// The cost model as OpCosts (sim/cost_model_costs.cpp).
+// The cost model as OpCosts (sim/cost_model_costs.cpp); the plan gives each stage's workspace
+// and GPU process ledger, which the Program does not allocate.
 class CostModelCosts final : public OpCosts {
  public:
-  explicit CostModelCosts(const CostModel& cost);
+  CostModelCosts(const CostModel& cost, const Plan& plan);
   double compute_time_s(const Op& op) const override;
   CommCost comm_cost(const Op& op, const Layout& layout, int rank) const override;
   double host_issue_time_s(const Op& op) const override;

@@ -33,8 +33,8 @@ int run_estimate(Args& a) {
   Plan p = plan_from_args(a, m, c);
   const FrameworkSpec fw = framework_from_args(a);
   a.finish();
-  CostModel cost(m, c, p, fw);
-  Estimate e = estimate(cost);
+  CostModel cost(m, c, p.dtype, fw);
+  Estimate e = estimate(cost, p);
   warn_near_memory_limit(a.command(), e.peak_memory_bytes, c,
                          "stage " + std::to_string(e.peak_stage));
   if (json) {

@@ -13,8 +13,8 @@ namespace {
 // The plan asked for beside the one exported, so that the user sees what --nearest costs.
 void print_side_by_side(FILE* to, const ModelSpec& m, const ClusterSpec& c, const FrameworkSpec& fw,
                         const Plan& asked, const Plan& exported) {
-  const CostModel cost_a(m, c, asked, fw), cost_e(m, c, exported, fw);
-  const Estimate a = estimate(cost_a), e = estimate(cost_e);
+  const CostModel cost_a(m, c, asked.dtype, fw), cost_e(m, c, exported.dtype, fw);
+  const Estimate a = estimate(cost_a, asked), e = estimate(cost_e, exported);
   const double gib = double(1LL << 30);
   std::fprintf(to, "  plan:     %s\n  exported: %s\n", asked.describe().c_str(),
                exported.describe().c_str());
@@ -50,7 +50,7 @@ int run_export(Args& a) {
     auto fitting = interop::nearest_fitting(exported, m, c, fw, target);
     if (!fitting) {
       if (world_rank() == 0) {
-        const Estimate e = estimate(CostModel(m, c, exported, fw));
+        const Estimate e = estimate(CostModel(m, c, exported.dtype, fw), exported);
         std::fprintf(stderr,
                      "export: error: --nearest: no %s plan near this one fits the memory budget: "
                      "%s needs %.1f GiB per GPU against %.1f GiB, and no ZeRO stage, recompute, "
@@ -89,7 +89,7 @@ int run_export(Args& a) {
     if (changed) {
       for (const auto& [key, plan] :
            {std::pair<const char*, const Plan*>{"plan", &p}, {"exported", &exported}}) {
-        const Estimate e = estimate(CostModel(m, c, *plan, fw));
+        const Estimate e = estimate(CostModel(m, c, plan->dtype, fw), *plan);
         j["forecast"][key] = to_json(e);
         j["forecast"][key]["fits"] = fits_gpu_memory(e, c);
       }

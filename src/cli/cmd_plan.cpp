@@ -149,8 +149,8 @@ int run_plan_import(Args& a) {
     if (out) io::write_output("-o", *out, to_json(job.plan).dump(2) + "\n");
     if (model_out) io::write_output("--model-out", *model_out, to_json(job.model).dump(2) + "\n");
   }
-  const CostModel cost(job.model, c, job.plan, fw);
-  const Estimate e = estimate(cost);
+  const CostModel cost(job.model, c, job.plan.dtype, fw);
+  const Estimate e = estimate(cost, job.plan);
   if (json) {
     nlohmann::json j;
     j["model"] = to_json(job.model);

@@ -105,8 +105,8 @@ int run_simulate(Args& a) {
                        by + "); simulate fewer nodes" + (trace ? " or drop --trace" : ""));
   }
   Layout layout(p, c);
-  CostModel cost(m, c, p, fw);
-  CostModelCosts costs(cost);
+  CostModel cost(m, c, p.dtype, fw);
+  CostModelCosts costs(cost, p);
   SimOptions opt;
   opt.iterations = iterations;
   opt.record_trace = bool(trace);

@@ -46,9 +46,9 @@ void check_train_memory(const ModelSpec& model, const ClusterSpec& cluster, cons
                         int ranks_on_node, const std::string& cmd) {
   // The cost model's peak is the Program's accounting, which the executor's ledger follows
   // within 10% (test/runtime/memory_forecast.sh).
-  const CostModel cost(model, cluster, plan);
+  const CostModel cost(model, cluster, plan.dtype);
   int64_t peak = 0;
-  for (const MemoryBreakdown& m : stage_memory(cost)) peak = std::max(peak, m.total_bytes());
+  for (const MemoryBreakdown& m : stage_memory(cost, plan)) peak = std::max(peak, m.total_bytes());
   refuse_beyond_memory(cmd, double(peak) * std::max(1, ranks_on_node),
                        "the training state (--layers " + std::to_string(model.layers) +
                            " x --hidden " + std::to_string(model.hidden) + ", --vocab " +

@@ -79,16 +79,16 @@ CommCost busiest(double intra_bytes, double intra_gbps, double inter_bytes, doub
 }
 }  // namespace
 
-CostModel::CostModel(const ModelSpec& model, const ClusterSpec& cluster, const Plan& plan,
+CostModel::CostModel(const ModelSpec& model, const ClusterSpec& cluster, Dtype precision,
                      const FrameworkSpec& framework)
-    : model_(model), cluster_(cluster), plan_(plan), framework_(framework) {
+    : model_(model), cluster_(cluster), framework_(framework) {
   const GpuSpec& g = cluster.gpu;
   const NodeSpec& n = cluster.node;
   gpus_per_node_ = std::max(1, n.gpus_per_node);
-  dtype_ = plan.dtype;
-  elem_bytes_ = dtype_bytes(plan.dtype);
+  dtype_ = precision;
+  elem_bytes_ = dtype_bytes(precision);
   grad_reduce_bytes_ = framework.grad_reduce_bytes > 0 ? framework.grad_reduce_bytes : elem_bytes_;
-  peak_flops_ = g.peak_flops(plan.dtype);
+  peak_flops_ = g.peak_flops(precision);
   gemm_peak_flops_ = peak_flops_ * g.gemm_max_efficiency;
   fp32_flops_ = g.peak_flops_fp32;
   gemm_half_flops_ = g.gemm_half_efficiency_flops;

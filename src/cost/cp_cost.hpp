@@ -9,7 +9,8 @@ namespace stratagem::cost_detail {
 
 // Kernels of a cp layer's attention block in phase ph (forward, backward with its gradient
 // passes, or recompute): its parts, the ring's cp core steps each a kernel of its own.
-double cp_attention_kernels_s(const CostModel& cost, const LayerStrategy& s, int samples, Phase ph);
+double cp_attention_kernels_s(const CostModel& cost, const LayerStrategy& s, int samples, Phase ph,
+                              bool flash_attention);
 
 // The cp communication of one attention block that its compute waits for, per phase:
 //  - ring: each of the cp - 1 K/V transfers runs beside a core step, exposed by what it
@@ -22,6 +23,7 @@ double cp_attention_kernels_s(const CostModel& cost, const LayerStrategy& s, int
 struct CpCost {
   double fwd_s = 0, bwd_s = 0;  // recompute costs fwd_s again
 };
-CpCost cp_cost(const CostModel& cost, const LayerStrategy& s, int samples, int cp_nodes);
+CpCost cp_cost(const CostModel& cost, const LayerStrategy& s, int samples, int cp_nodes,
+               bool flash_attention);
 
 }  // namespace stratagem::cost_detail

@@ -9,10 +9,9 @@
 
 namespace stratagem {
 
-Estimate estimate(const CostModel& cost) {
+Estimate estimate(const CostModel& cost, const Plan& p) {
   thread_local std::vector<cost_detail::StageCost> sc;
-  cost_detail::analyze(cost, /*with_time=*/true, sc);
-  const Plan& p = cost.plan();
+  cost_detail::analyze(cost, p, /*with_time=*/true, sc);
   const int pp = p.pp;
   const int v = std::max(1, int(p.chunks.size()) / pp);
   const int M = p.global_batch / (p.micro_batch * p.max_dp());

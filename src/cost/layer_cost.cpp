@@ -10,11 +10,11 @@
 
 namespace stratagem::cost_detail {
 double optimizer_step_s(const CostModel& c, int64_t params) {
-  return c.compute_time_s(adamw_op(params, c.plan().dtype));
+  return c.compute_time_s(adamw_op(params, c.dtype()));
 }
 
 double host_optimizer_step_s(const CostModel& c, int64_t params, int64_t host_resident) {
-  const Dtype dt = c.plan().dtype;
+  const Dtype dt = c.dtype();
   return c.copy_cost(params * dtype_bytes(dt)).time_s() +
          c.copy_cost((params - host_resident) * dtype_bytes(dt)).time_s() +
          c.compute_time_s(adamw_host_op(params, dt));
@@ -29,7 +29,7 @@ GradSyncCost grad_sync_cost(const CostModel& c, const LayerStrategy& s, int64_t 
   const int64_t gbytes = params * c.grad_reduce_bytes();  // gradients on the wire
   x.reduce_s = c.collective_cost(g.reduce, gbytes, s.dp_cp(), dp_nodes).time_s();
   if (g.gather_after_step)
-    x.gather_s = c.collective_cost(Collective::all_gather, params * dtype_bytes(c.plan().dtype),
+    x.gather_s = c.collective_cost(Collective::all_gather, params * dtype_bytes(c.dtype()),
                                    s.dp_cp(), dp_nodes)
                      .time_s();
   return x;
@@ -39,7 +39,7 @@ ReshardCost reshard_cost(const CostModel& c, const LayerStrategy& from, int from
                          const LayerStrategy& to, int to_samples) {
   ReshardCost r;
   auto gather = [&](const LayerStrategy& s, int samples, int size) {
-    const int64_t bytes = boundary_activation_bytes(c.model(), s, samples, c.plan().dtype);
+    const int64_t bytes = boundary_activation_bytes(c.model(), s, samples, c.dtype());
     return c.collective_cost(Collective::all_gather, bytes, size, 1).time_s();
   };
   // As the Program's reshard: forward from `from` to `to`, backward the other way.
@@ -51,7 +51,7 @@ ReshardCost reshard_cost(const CostModel& c, const LayerStrategy& from, int from
 FetchCost fetch_cost(const CostModel& c, const LayerStrategy& s, int64_t params, int dp_nodes,
                      bool with_time) {
   FetchCost f;
-  const WeightFetch w = weight_fetch(s, params, c.plan().dtype);
+  const WeightFetch w = weight_fetch(s, params, c.dtype());
   f.bytes = w.bytes;
   if (w.bytes == 0 || !with_time) return f;
   if (w.gathers) {
@@ -65,15 +65,14 @@ FetchCost fetch_cost(const CostModel& c, const LayerStrategy& s, int64_t params,
   return f;
 }
 
-LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_nodes, int dp_nodes,
-                     bool with_time, const MoeNodes& moe, int cp_nodes) {
+LayerCost layer_cost(const CostModel& c, const Plan& p, const LayerStrategy& s, int b, int tp_nodes,
+                     int dp_nodes, bool with_time, const MoeNodes& moe, int cp_nodes) {
   if (moe.moe) {
-    LayerCost lc = layer_cost(c, s, b, tp_nodes, dp_nodes, with_time, MoeNodes{}, cp_nodes);
-    add_moe_costs(c, s, b, tp_nodes, dp_nodes, moe, with_time, lc);
+    LayerCost lc = layer_cost(c, p, s, b, tp_nodes, dp_nodes, with_time, MoeNodes{}, cp_nodes);
+    add_moe_costs(c, p, s, b, tp_nodes, dp_nodes, moe, with_time, lc);
     return lc;
   }
   const ModelSpec& m = c.model();
-  const Plan& p = c.plan();
   const bool flash = p.flash_attention;
   LayerCost lc;
   const int64_t params = layer_parameters_per_rank(m, s.tp);
@@ -118,11 +117,11 @@ LayerCost layer_cost(const CostModel& c, const LayerStrategy& s, int b, int tp_n
   };
   if (s.cp > 1) {
     // The split attention's parts (the ring's steps each a kernel).
-    lc.fwd_s = cp_attention_kernels_s(c, s, b, Phase::forward) +
+    lc.fwd_s = cp_attention_kernels_s(c, s, b, Phase::forward, flash) +
                c.block_time_s(forward_work(m, s, Block::mlp, b, flash));
-    lc.bwd_s = cp_attention_kernels_s(c, s, b, Phase::backward) +
+    lc.bwd_s = cp_attention_kernels_s(c, s, b, Phase::backward, flash) +
                c.backward_block_time_s(s, Block::mlp, b, flash);
-    const CpCost x = cp_cost(c, s, b, cp_nodes);
+    const CpCost x = cp_cost(c, s, b, cp_nodes, flash);
     lc.cp_fwd_s = x.fwd_s;
     lc.cp_bwd_s = x.bwd_s;
     lc.cp_rec_s = s.recompute == Recompute::full ? x.fwd_s : 0;
@@ -184,7 +183,7 @@ EndStates end_states(const CostModel& c, const LayerStrategy& es, bool embedding
   EndStates x;
   x.params = end_parameters_per_rank(c.model(), es.tp, embedding, head);
   if (x.params == 0) return x;
-  x.states.add(es, x.params, c.plan().dtype);
+  x.states.add(es, x.params, c.dtype());
   if (with_time && es.dp_cp() > 1)
     x.sync = grad_sync_cost(c, es, x.params, geo.dp_nodes(stage, es.tp));
   return x;
@@ -193,18 +192,13 @@ EndStates end_states(const CostModel& c, const LayerStrategy& es, bool embedding
 double tied_embedding_reduce_s(const CostModel& c, int embedding_tp, int pp, const Geometry& geo) {
   const ModelSpec& m = c.model();
   if (pp == 1 || !m.tied_embeddings) return 0;
-  const int64_t bytes = tied_embedding_reduce_bytes(m, embedding_tp, c.plan().dtype);
+  const int64_t bytes = tied_embedding_reduce_bytes(m, embedding_tp, c.dtype());
   return c.collective_cost(Collective::all_reduce, bytes, 2, geo.same_node(0, pp - 1) ? 1 : 2)
       .time_s();
 }
 
 EmbeddingHeadCost embedding_head_cost(const CostModel& c, const LayerStrategy& es, int b, int tpn,
                                       int dpn, bool with_time) {
-  // head_work shards the vocabulary by the cost model's plan: it must be this strategy's.
-  if (c.plan().embedding.tp != es.tp)
-    throw std::logic_error("embedding_head_cost: the cost model's plan has embedding tp " +
-                           std::to_string(c.plan().embedding.tp) + ", the strategy " +
-                           std::to_string(es.tp));
   const ModelSpec& m = c.model();
   auto coll = [&](Collective k, int64_t bytes) {
     return c.collective_cost(k, bytes, es.tp, tpn).time_s();
@@ -212,7 +206,7 @@ EmbeddingHeadCost embedding_head_cost(const CostModel& c, const LayerStrategy& e
   EmbeddingHeadCost x;
   x.emb_fetch = fetch_cost(c, es, embedding_parameters_per_rank(m, es.tp), dpn, with_time);
   x.head_fetch = fetch_cost(c, es, head_compute_parameters_per_rank(m, es.tp), dpn, with_time);
-  const Dtype dt = c.plan().dtype;
+  const Dtype dt = c.dtype();
   const HeadOps head = head_ops(m, es.tp, b, dt, es.cp);
   x.logits_bytes = head.logits_bytes;
   if (!with_time) return x;

@@ -23,7 +23,8 @@ FetchCost fetch_cost(const CostModel& cost, const LayerStrategy& s, int64_t para
 // states, activations and workspace in place of the dense mlp's, the ep_comm collectives, and
 // the experts' gradient synchronisation over the expert data-parallel group, and under tp > 1
 // the tp sum of the load-balancing loss's sums.
-void add_moe_costs(const CostModel& cost, const LayerStrategy& s, int samples, int tp_nodes,
-                   int dp_nodes, const MoeNodes& nodes, bool with_time, LayerCost& lc);
+void add_moe_costs(const CostModel& cost, const Plan& plan, const LayerStrategy& s, int samples,
+                   int tp_nodes, int dp_nodes, const MoeNodes& nodes, bool with_time,
+                   LayerCost& lc);
 
 }  // namespace stratagem::cost_detail

@@ -18,10 +18,9 @@ MoeNodes moe_nodes(const Geometry& geo, int stage, const LayerStrategy& s, bool 
   return n;
 }
 
-void add_moe_costs(const CostModel& c, const LayerStrategy& s, int b, int tp_nodes, int dp_nodes,
-                   const MoeNodes& nodes, bool with_time, LayerCost& lc) {
+void add_moe_costs(const CostModel& c, const Plan& p, const LayerStrategy& s, int b, int tp_nodes,
+                   int dp_nodes, const MoeNodes& nodes, bool with_time, LayerCost& lc) {
   const ModelSpec& m = c.model();
-  const Plan& p = c.plan();
   const bool flash = p.flash_attention;
   const Dtype dt = p.dtype;
   const double load = p.expert_load_factor(s.ep, m.moe.experts);  // the busiest expert rank

@@ -1,6 +1,8 @@
 #include "src/cost/plan_costs.hpp"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "src/cost/layer_cost.hpp"
 #include "src/cost/process_memory.hpp"
@@ -42,10 +44,10 @@ struct Scratch {
 
 class Analyzer {
  public:
-  Analyzer(const CostModel& cost, bool with_time, Scratch& scratch)
+  Analyzer(const CostModel& cost, const Plan& plan, bool with_time, Scratch& scratch)
       : cost_(cost),
         model_(cost.model()),
-        plan_(cost.plan()),
+        plan_(plan),
         with_time_(with_time),
         staging_(cost.framework().layer_gradient_staging),
         chunk_kept_bytes_(scratch.chunk_kept_bytes),
@@ -116,8 +118,8 @@ class Analyzer {
     if (have_ && tp_nodes == cached_tp_nodes_ && dp_nodes == cached_dp_nodes_ &&
         cp_nodes == cached_cp_nodes_ && moe == cached_moe_ && (above_cached || s == cached_st_))
       return cached_;
-    cached_ = cost_detail::layer_cost(cost_, s, samples_for(s.dp), tp_nodes, dp_nodes, with_time_,
-                                      moe, cp_nodes);
+    cached_ = cost_detail::layer_cost(cost_, plan_, s, samples_for(s.dp), tp_nodes, dp_nodes,
+                                      with_time_, moe, cp_nodes);
     have_ = true;
     cached_cp_nodes_ = cp_nodes;
     cached_st_ = s;
@@ -536,9 +538,13 @@ class Analyzer {
 
 }  // namespace
 
-void analyze(const CostModel& cost, bool with_time, std::vector<StageCost>& out) {
+void analyze(const CostModel& cost, const Plan& plan, bool with_time, std::vector<StageCost>& out) {
+  // The closed form prices the plan's tensors in the cost model's precision.
+  if (plan.dtype != cost.dtype())
+    throw std::logic_error(std::string("analyze: a plan in ") + to_string(plan.dtype) +
+                           " priced by a cost model in " + to_string(cost.dtype()));
   thread_local Scratch scratch;
-  Analyzer(cost, with_time, scratch).run(out);
+  Analyzer(cost, plan, with_time, scratch).run(out);
 }
 
 }  // namespace stratagem::cost_detail

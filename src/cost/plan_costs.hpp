@@ -36,6 +36,6 @@ struct StageCost {
 };
 
 // Fills one StageCost per pipeline stage. Without `with_time` only the memory is computed.
-void analyze(const CostModel& cost, bool with_time, std::vector<StageCost>& out);
+void analyze(const CostModel& cost, const Plan& plan, bool with_time, std::vector<StageCost>& out);
 
 }  // namespace stratagem::cost_detail

@@ -82,10 +82,6 @@ class NcclLedger {
 
 }  // namespace
 
-ProcessMemory process_memory(const CostModel& cost, int stage) {
-  return process_memory(cost.model(), cost.cluster(), cost.plan(), stage);
-}
-
 ProcessMemory process_memory(const ModelSpec& model, const ClusterSpec& c, const Plan& p,
                              int stage) {
   return cost_detail::process_memory(model, c, p, cost_detail::stage_communicators(p, stage),

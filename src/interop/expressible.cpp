@@ -246,7 +246,7 @@ Plan nearest_expressible(const Plan& p, const ModelSpec& m, const ClusterSpec& c
 
 std::optional<Plan> nearest_fitting(const Plan& p, const ModelSpec& m, const ClusterSpec& c,
                                     const FrameworkSpec& fw, Target t) {
-  if (fits_gpu_memory(estimate(CostModel(m, c, p, fw)), c)) return p;
+  if (fits_gpu_memory(estimate(CostModel(m, c, p.dtype, fw), p), c)) return p;
   // Each knob only ever moves towards less memory from where the plan has it, so the plans
   // tried are the plan with some of its memory given back for time, never a different layout.
   struct Offload {
@@ -279,7 +279,7 @@ std::optional<Plan> nearest_fitting(const Plan& p, const ModelSpec& m, const Clu
           } catch (const InputError&) {
             continue;  // e.g. offloaded weights without ZeRO-3: not a plan
           }
-          const Estimate e = estimate(CostModel(m, c, q, fw));
+          const Estimate e = estimate(CostModel(m, c, q.dtype, fw), q);
           // Strictly faster: of equally fast plans the first found, which changes the least.
           if (fits_gpu_memory(e, c) && (!best || e.iteration_time_s < best_time)) {
             best = q;

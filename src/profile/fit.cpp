@@ -40,14 +40,14 @@ ModelSpec attention_model(const AttentionSample& s) {
 double predicted_time_s(const ClusterSpec& c, const ProfileMeasurements& m, const GemmSample& s) {
   static const ModelSpec none;
   const Plan p = profile_plan(m, false);
-  const CostModel cm(none, c, p);
+  const CostModel cm(none, c, p.dtype);
   return cm.gemm_time_s(Gemm{s.m, s.n, s.k}) + c.gpu.kernel_launch_s;
 }
 double predicted_time_s(const ClusterSpec& c, const ProfileMeasurements& m,
                         const AttentionSample& s) {
   const ModelSpec model = attention_model(s);
   const Plan p = profile_plan(m, !s.probabilities_kept);
-  const CostModel cm(model, c, p);
+  const CostModel cm(model, c, p.dtype);
   LayerStrategy st;
   const BlockWork fwd = attention_core_work(model, st, int(s.batch), p.flash_attention);
   return cm.block_time_s(fwd) + cm.block_time_s(backward_of(fwd));
@@ -55,20 +55,20 @@ double predicted_time_s(const ClusterSpec& c, const ProfileMeasurements& m,
 double predicted_time_s(const ClusterSpec& c, const ProfileMeasurements& m, const StreamSample& s) {
   static const ModelSpec none;
   const Plan p = profile_plan(m, false);
-  return CostModel(none, c, p).elementwise_time_s(double(s.bytes)) + c.gpu.kernel_launch_s;
+  return CostModel(none, c, p.dtype).elementwise_time_s(double(s.bytes)) + c.gpu.kernel_launch_s;
 }
 double predicted_time_s(const ClusterSpec& c, const ProfileMeasurements& m,
                         const CollectiveSample& s) {
   static const ModelSpec none;
   const Plan p = profile_plan(m, false);
-  return CostModel(none, c, p)
+  return CostModel(none, c, p.dtype)
       .collective_cost(Collective::all_reduce, s.bytes, m.ranks, 1)
       .time_s();
 }
 double predicted_time_s(const ClusterSpec& c, const ProfileMeasurements& m, const CopySample& s) {
   static const ModelSpec none;
   const Plan p = profile_plan(m, false);
-  return 2 * CostModel(none, c, p).copy_cost(s.bytes).time_s();  // upload + download
+  return 2 * CostModel(none, c, p.dtype).copy_cost(s.bytes).time_s();  // upload + download
 }
 
 namespace {

@@ -10,14 +10,6 @@ namespace stratagem::search_detail {
 
 // ---- geometry (as the estimator places groups) ----------------------------------------------
 
-namespace {
-int log2_of(int x) {
-  int l = 0;
-  while ((1 << l) < x) ++l;
-  return l;
-}
-}  // namespace
-
 std::vector<int> Geometry::signature(int s, const std::vector<int>& tps, int cp) const {
   std::vector<int> sig;
   for (int tp : tps) {
@@ -36,52 +28,24 @@ double LayerCost::step_s() const {
 // ---- cost tables ------------------------------------------------------------------------------
 
 CostTables::CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bool flash,
-                       bool overlap_grad_reduce, const FrameworkSpec& framework, int max_tp,
+                       bool overlap_grad_reduce, const FrameworkSpec& framework,
                        const std::vector<int>& cp_degrees)
     : m_(m),
       c_(c),
       dtype_(dtype),
       flash_(flash),
       overlap_(overlap_grad_reduce),
-      cp_degrees_(cp_degrees) {
-  const int g = max_tp > 0 ? max_tp : std::max(1, c.node.gpus_per_node);
-  for (int tp = 1; tp <= std::max(1, g); tp *= 2) {
-    auto p = std::make_unique<Plan>();
-    p->dtype = dtype;
-    p->flash_attention = flash;
-    p->overlap_grad_reduce = overlap_grad_reduce;
-    p->embedding.tp = tp;
-    costs_.push_back(std::make_unique<CostModel>(m_, c_, *p, framework));
-    plans_.push_back(std::move(p));
-  }
-  // The same for each cp > 1 (the head's tokens per rank follow the embedding's cp).
-  const size_t per_cp = costs_.size();
-  for (int cp : cp_degrees_)
-    for (size_t i = 0; i < per_cp; ++i) {
-      auto p = std::make_unique<Plan>(*plans_[i]);
-      p->embedding.cp = cp;
-      costs_.push_back(std::make_unique<CostModel>(m_, c_, *p, framework));
-      plans_.push_back(std::move(p));
-    }
+      cp_degrees_(cp_degrees),
+      cost_(m, c, dtype, framework) {
+  pricing_.dtype = dtype;
+  pricing_.flash_attention = flash;
+  pricing_.overlap_grad_reduce = overlap_grad_reduce;
   // The optimizer step is linear in the parameters it updates (roofline + one launch, and
   // PCIe copies + host work): take the rate at a billion parameters.
   const int64_t P = 1000000000;
-  dev_opt_rate_ = cost_detail::optimizer_step_s(*costs_.front(), P) / double(P);
-  host_opt_rate_ = cost_detail::host_optimizer_step_s(*costs_.front(), P) / double(P);
-  host_resident_opt_rate_ = cost_detail::host_optimizer_step_s(*costs_.front(), P, P) / double(P);
-}
-
-const CostModel& CostTables::cost(int tp, int cp) const {
-  const size_t per_cp = costs_.size() / (1 + cp_degrees_.size());
-  size_t at = 0;
-  if (cp > 1) {
-    const auto it = std::find(cp_degrees_.begin(), cp_degrees_.end(), cp);
-    if (it == cp_degrees_.end())
-      throw std::logic_error("search: no cost tables for cp " + std::to_string(cp));
-    at = per_cp * size_t(1 + (it - cp_degrees_.begin()));
-  }
-  const int i = log2_of(tp);
-  return *costs_.at(at + std::min<size_t>(i, per_cp - 1));
+  dev_opt_rate_ = cost_detail::optimizer_step_s(cost_, P) / double(P);
+  host_opt_rate_ = cost_detail::host_optimizer_step_s(cost_, P) / double(P);
+  host_resident_opt_rate_ = cost_detail::host_optimizer_step_s(cost_, P, P) / double(P);
 }
 
 LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_nodes,
@@ -89,7 +53,7 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   // The estimator's per-layer figures (src/cost/layer_cost.cpp), folded into what the stage DP
   // needs: one busy time, the side streams, a tail and four memory terms.
   const cost_detail::LayerCost x = cost_detail::layer_cost(
-      *costs_.front(), s, b, tp_nodes, dp_nodes, /*with_time=*/true, moe, cp_nodes);
+      cost_, pricing_, s, b, tp_nodes, dp_nodes, /*with_time=*/true, moe, cp_nodes);
   LayerCost lc;
   lc.st = s;
   lc.samples = b;
@@ -112,7 +76,7 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
   lc.busy_s =
       lc.kernel_s + x.tp_fwd_s + x.tp_bwd_s + x.tp_rec_s + x.ep_fwd_s + x.ep_bwd_s + x.ep_rec_s;
   if (s.cp > 1) lc.busy_s += x.cp_fwd_s + x.cp_bwd_s + x.cp_rec_s;
-  lc.interference = costs_.front()->compute_comm_interference();
+  lc.interference = cost_.compute_comm_interference();
   lc.fetch_s = x.fetch_s;
   lc.act_h2d_s = x.act_h2d_s;
   lc.dp_stream_s = (x.fetch_on_h2d ? 0 : 2 * x.fetch_s) + x.grad_rs_mb_s;
@@ -126,20 +90,19 @@ LayerCost CostTables::layer(const LayerStrategy& s, int b, int tp_nodes, int dp_
 double CostTables::reshard_s(const LayerCost& a, const LayerCost& b) const {
   // As the Program: where the stream's holding changes (LayerStrategy::stream_tp).
   const cost_detail::ReshardCost r =
-      cost_detail::reshard_cost(*costs_.front(), a.st, a.samples, b.st, b.samples);
+      cost_detail::reshard_cost(cost_, a.st, a.samples, b.st, b.samples);
   return r.fwd_s + r.bwd_s;
 }
 
 EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b,
                                     const cost_detail::Geometry& geo, int pp) const {
-  const CostModel& cm = cost(es.tp, es.cp);
   const int last = pp - 1;
   EmbeddingCost ec;
   ec.st = es;
   ec.samples = b;
   // The embedding with the first stage's placement, the head with the last stage's.
   auto per_microbatch = [&](int stage) {
-    return cost_detail::embedding_head_cost(cm, es, b, geo.tp_nodes(stage, es.tp),
+    return cost_detail::embedding_head_cost(cost_, es, b, geo.tp_nodes(stage, es.tp),
                                             geo.dp_nodes(stage, es.tp), /*with_time=*/true);
   };
   const cost_detail::EmbeddingHeadCost x = per_microbatch(0);
@@ -157,7 +120,7 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b,
   auto states_of = [&](bool embedding, bool head, int stage, int64_t& states, double& tail,
                        double& dps, bool exposed_reduce) {
     const cost_detail::EndStates e =
-        cost_detail::end_states(cm, es, embedding, head, geo, stage, /*with_time=*/true);
+        cost_detail::end_states(cost_, es, embedding, head, geo, stage, /*with_time=*/true);
     states = e.states.weights + e.states.grads + e.states.optimizer;
     tail = optimizer_s(e.states);
     dps = 0;
@@ -176,13 +139,13 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b,
   // The embedding's and head's staged gradients are held through a pass's backward (pp 1) or
   // the iteration (tied embeddings split over stages): counted as held throughout.
   const int64_t ends_params = std::max(only_p, last_p);
-  ec.workspace = embedding_workspace_bytes(m_, es, b, dtype_) +
-                 staged_gradient_bytes(es, ends_params, dtype_,
-                                       costs_.front()->framework().layer_gradient_staging);
+  ec.workspace =
+      embedding_workspace_bytes(m_, es, b, dtype_) +
+      staged_gradient_bytes(es, ends_params, dtype_, cost_.framework().layer_gradient_staging);
   ec.last_dp_stream_s += y.head_fetch.time_s;
   ec.only_dp_stream_s += x.head_fetch.time_s;
   // The first and last stage sum their tied copies' gradients (counted on both ends).
-  const double tied_s = cost_detail::tied_embedding_reduce_s(cm, es.tp, pp, geo);
+  const double tied_s = cost_detail::tied_embedding_reduce_s(cost_, es.tp, pp, geo);
   if (tied_s > 0) {
     ec.first_tail_s += tied_s;
     ec.last_tail_s += tied_s;

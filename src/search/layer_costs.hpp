@@ -84,11 +84,10 @@ struct EmbeddingCost {
 // micro-batch carries through the pipeline (Plan::micro_batch x max dp).
 class CostTables {
  public:
-  // max_tp: the largest tp priced (0: the GPUs of a node).
-  // cp_degrees: the context-parallel degrees above 1 the search tries (cost(tp, cp) of them).
+  // cp_degrees: the context-parallel degrees above 1 the search tries.
   CostTables(const ModelSpec& m, const ClusterSpec& c, Dtype dtype, bool flash,
              bool overlap_grad_reduce, const FrameworkSpec& framework = FrameworkSpec{},
-             int max_tp = 0, const std::vector<int>& cp_degrees = {});
+             const std::vector<int>& cp_degrees = {});
   const ModelSpec& model() const { return m_; }
   const ClusterSpec& cluster() const { return c_; }
   Dtype dtype() const { return dtype_; }
@@ -116,8 +115,7 @@ class CostTables {
            double(st.host_opt_params - st.host_resident_params) * host_opt_rate_ +
            double(st.host_resident_params) * host_resident_opt_rate_;
   }
-  // A cost model whose plan has embedding.tp == tp and embedding.cp == cp.
-  const CostModel& cost(int tp, int cp = 1) const;
+  const CostModel& cost() const { return cost_; }
   const std::vector<int>& cp_degrees() const { return cp_degrees_; }
 
  private:
@@ -127,9 +125,11 @@ class CostTables {
   bool flash_;
   bool overlap_;
   double dev_opt_rate_ = 0, host_opt_rate_ = 0, host_resident_opt_rate_ = 0;
-  std::vector<std::unique_ptr<Plan>> plans_;  // by log2(tp); CostModel keeps references
-  std::vector<std::unique_ptr<CostModel>> costs_;
-  std::vector<int> cp_degrees_;  // [1 + index] of the cp > 1 tables in costs_ after cp 1's
+  std::vector<int> cp_degrees_;
+  CostModel cost_;
+  // The plan-wide choices the closed form prices layers with (layer_cost's plan): the search's
+  // attention kernel, precision and gradient overlap, the default MoE routing.
+  Plan pricing_;
 };
 
 // Candidate per-layer strategies of a stage of D devices with Bm samples per micro-batch,

@@ -44,8 +44,8 @@ std::string fmt_gib(int64_t b) {
 }
 
 Scored score(const ModelSpec& m, const ClusterSpec& c, const Plan& p, const FrameworkSpec& fw) {
-  CostModel cm(m, c, p, fw);
-  Estimate e = estimate(cm);
+  CostModel cm(m, c, p.dtype, fw);
+  Estimate e = estimate(cm, p);
   Scored s;
   s.time = e.iteration_time_s;
   s.tokens = e.tokens_per_s;

@@ -170,7 +170,7 @@ void Searcher::throw_no_plan_fits(const std::vector<Config>& cfs) {
            " per GPU, with: " + min_memory_.best->plan.describe();
     // What is over: that plan's peak by category (the estimator's, at its peak stage).
     const Plan& p = min_memory_.best->plan;
-    const MemoryBreakdown mb = estimate(CostModel(m_, c_, p, o_.framework)).memory;
+    const MemoryBreakdown mb = estimate(CostModel(m_, c_, p.dtype, o_.framework), p).memory;
     msg += "; at its peak " + fmt_gib(mb.total_bytes()) + " = weights " +
            fmt_gib(mb.weights_bytes) + " + grads " + fmt_gib(mb.grads_bytes) + " + optimizer " +
            fmt_gib(mb.optimizer_bytes) + " + activations " + fmt_gib(mb.activations_bytes) +

@@ -244,7 +244,6 @@ class Searcher {
         budget_(budget),
         tables_(
             m, c, o.dtype, o.flash_attention, o.overlap_grad_reduce, o.framework,
-            o.allow_cross_node_tp ? c.world_size() : 0,
             o.space == SearchSpace::full ? cp_degrees_for(m, c, o.cp_degrees) : std::vector<int>{}),
         full_(o.top_k),
         megatron_(o.top_k),

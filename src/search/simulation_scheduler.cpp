@@ -26,8 +26,8 @@ void simulate_candidate(const ModelSpec& m, const ClusterSpec& c, const Framewor
   const Plan& p = x.plan;
   Layout layout(p, c);
   Program prog = build_program(m, p, fw);
-  CostModel cost(m, c, p, fw);
-  CostModelCosts costs(cost);
+  CostModel cost(m, c, p.dtype, fw);
+  CostModelCosts costs(cost, p);
   SimOptions opt;
   SimResult r = simulate_consuming(std::move(prog), layout, c, costs, opt);
   x.simulated = true;

@@ -52,9 +52,9 @@ std::vector<RowError> print_file(const char* path, const std::vector<calibration
                   reasons[i].c_str());
       continue;
     }
-    CostModel cost(r.model, r.cluster, r.plan, r.software);
-    const Estimate e = estimate(cost);
-    const CostModelCosts costs(cost);
+    CostModel cost(r.model, r.cluster, r.plan.dtype, r.software);
+    const Estimate e = estimate(cost, r.plan);
+    const CostModelCosts costs(cost, r.plan);
     const SimResult sim =
         simulate(build_program(r.model, r.plan), Layout(r.plan, r.cluster), r.cluster, costs);
     const double sim_s = double(sim.makespan_ns) * 1e-9 / sim.iterations;
@@ -132,11 +132,11 @@ void print_memory_file() {
       ++skipped[r.reason.substr(0, r.reason.find(':'))];
       continue;
     }
-    CostModel cost(r.row.model, r.row.cluster, r.row.plan, r.row.software);
-    const Estimate e = estimate(cost);
+    CostModel cost(r.row.model, r.row.cluster, r.row.plan.dtype, r.row.software);
+    const Estimate e = estimate(cost, r.row.plan);
     const MemoryBreakdown& m = r.rank0 ? e.stages[0].memory : e.memory;
     const double est_gib = double(calibration::forecast_bytes(m, r.kind)) / kGib;
-    const CostModelCosts costs(cost);
+    const CostModelCosts costs(cost, r.row.plan);
     const SimResult s = simulate(build_program(r.row.model, r.row.plan, r.row.software),
                                  Layout(r.row.plan, r.row.cluster), r.row.cluster, costs);
     int64_t sim_bytes = 0;

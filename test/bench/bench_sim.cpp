@@ -44,8 +44,8 @@ Timed run(const ModelSpec& m, const ClusterSpec& c, const Plan& p, bool full, in
     const double c0 = cpu_now();
     const Layout L(p, c);
     const Program prog = build_program(m, p);
-    const CostModel cost(m, c, p);
-    const CostModelCosts costs(cost);
+    const CostModel cost(m, c, p.dtype);
+    const CostModelCosts costs(cost, p);
     const double b = seconds_since(t0);
     SimOptions o;
     o.full = full;

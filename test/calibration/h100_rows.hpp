@@ -35,8 +35,8 @@ inline std::optional<std::pair<Plan, double>> fastest_fitting(
       s.micro_batch = mb;
       s.recompute = rc;
       Plan p = expand_shorthand(s, m, c);
-      CostModel cost(m, c, p, fw);
-      const Estimate e = estimate(cost);
+      CostModel cost(m, c, p.dtype, fw);
+      const Estimate e = estimate(cost, p);
       if (e.peak_memory_bytes > c.gpu.hbm_bytes) continue;
       if (!best || e.iteration_time_s < best->second) best = {{p, e.iteration_time_s}};
     }

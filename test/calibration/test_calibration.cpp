@@ -44,8 +44,8 @@ BOOST_AUTO_TEST_CASE(megatron_ptdp_rows_mape_within_5_percent) {
   double sum = 0;
   for (const auto& r : calibration::load_rows()) {
     if (r.framework != "Megatron") continue;
-    CostModel cost(r.model, r.cluster, r.plan, r.software);
-    const double t = estimate(cost).iteration_time_s;
+    CostModel cost(r.model, r.cluster, r.plan.dtype, r.software);
+    const double t = estimate(cost, r.plan).iteration_time_s;
     const double err = (t - r.published_s) / r.published_s;
     BOOST_TEST_MESSAGE(r.id << " " << r.plan.describe() << ": " << t << " s vs " << r.published_s
                             << " s (" << 100 * err << "%)");
@@ -68,8 +68,8 @@ BOOST_AUTO_TEST_CASE(deepspeed_zero3_rows_are_a_lower_bound) {
   // an optimistic bound.
   for (const auto& r : calibration::load_rows()) {
     if (r.framework == "Megatron") continue;
-    CostModel cost(r.model, r.cluster, r.plan, r.software);
-    const double t = estimate(cost).iteration_time_s;
+    CostModel cost(r.model, r.cluster, r.plan.dtype, r.software);
+    const double t = estimate(cost, r.plan).iteration_time_s;
     BOOST_TEST_MESSAGE(r.id << " (ZeRO-3, known miss) " << t << " s vs " << r.published_s << " s ("
                             << 100 * (t - r.published_s) / r.published_s << "%)");
     BOOST_TEST_INFO(r.id);
@@ -91,8 +91,8 @@ BOOST_AUTO_TEST_CASE(h100_rows_are_forecast_or_listed_with_a_reason) {
     ++forecast;
     BOOST_TEST(h.row.software.name == h.row.framework);
     BOOST_TEST(h.row.plan.world_size() == h.row.cluster.world_size());
-    CostModel cost(h.row.model, h.row.cluster, h.row.plan, h.row.software);
-    const Estimate e = estimate(cost);
+    CostModel cost(h.row.model, h.row.cluster, h.row.plan.dtype, h.row.software);
+    const Estimate e = estimate(cost, h.row.plan);
     BOOST_TEST(e.peak_memory_bytes <= h.row.cluster.gpu.hbm_bytes);
     BOOST_TEST(e.iteration_time_s > 0);
   }
@@ -111,8 +111,8 @@ BOOST_AUTO_TEST_CASE(long_context_row_is_forecast) {
   BOOST_TEST(r.plan.layers.front().cp == 16);
   BOOST_TEST((r.plan.layers.front().cp_kind == CpKind::allgather));
   BOOST_TEST(r.plan.world_size() == 16384);
-  CostModel cost(r.model, r.cluster, r.plan, r.software);
-  const double t = estimate(cost).iteration_time_s;
+  CostModel cost(r.model, r.cluster, r.plan.dtype, r.software);
+  const double t = estimate(cost, r.plan).iteration_time_s;
   BOOST_TEST_INFO("r119: estimated " << t << " s, published " << r.published_s);
   BOOST_TEST(std::abs(t - r.published_s) / r.published_s <= 0.15);
 }
@@ -130,8 +130,8 @@ BOOST_AUTO_TEST_CASE(h100_mape_regression_bounds) {
   int n = 0;
   for (const auto& h : calibration::load_h100_rows()) {
     if (!h.reason.empty()) continue;
-    CostModel cost(h.row.model, h.row.cluster, h.row.plan, h.row.software);
-    const double t = estimate(cost).iteration_time_s;
+    CostModel cost(h.row.model, h.row.cluster, h.row.plan.dtype, h.row.software);
+    const double t = estimate(cost, h.row.plan).iteration_time_s;
     const double err = std::abs(t - h.row.published_s) / h.row.published_s;
     BOOST_TEST_INFO(h.row.id << ": estimated " << t << " s, published " << h.row.published_s);
     BOOST_TEST(err <= 0.15);
@@ -175,8 +175,8 @@ BOOST_AUTO_TEST_CASE(small_jobs_on_one_node_mape_within_12_percent) {
     tp_degrees.insert(h.row.plan.layers.front().tp);
     BOOST_TEST(h.row.cluster.nodes == 1);
     BOOST_TEST(h.row.plan.world_size() <= h.row.cluster.node.gpus_per_node);
-    CostModel cost(h.row.model, h.row.cluster, h.row.plan, h.row.software);
-    const double t = estimate(cost).iteration_time_s;
+    CostModel cost(h.row.model, h.row.cluster, h.row.plan.dtype, h.row.software);
+    const double t = estimate(cost, h.row.plan).iteration_time_s;
     const double err = (t - h.row.published_s) / h.row.published_s;
     BOOST_TEST_MESSAGE(h.row.id << " " << h.row.plan.describe() << ": " << t << " s vs "
                                 << h.row.published_s << " s (" << 100 * err << "%)");
@@ -227,8 +227,8 @@ BOOST_AUTO_TEST_CASE(moe_rows_are_forecast_or_listed_with_a_reason) {
     BOOST_TEST(moe.ep == raw[i].at("ep").get<int>());
     BOOST_TEST(moe.etp == raw[i].at("etp").get<int>());
     BOOST_TEST(h.row.plan.vpp == raw[i].value("vpp", 1));
-    CostModel cost(h.row.model, h.row.cluster, h.row.plan, h.row.software);
-    const Estimate e = estimate(cost);
+    CostModel cost(h.row.model, h.row.cluster, h.row.plan.dtype, h.row.software);
+    const Estimate e = estimate(cost, h.row.plan);
     BOOST_TEST(e.peak_memory_bytes <= h.row.cluster.gpu.hbm_bytes);
   }
   BOOST_TEST((forecast == std::vector<std::string>{"m001", "m005"}));
@@ -294,8 +294,8 @@ BOOST_AUTO_TEST_CASE(memory_mape_regression_bound) {
   calibration::ErrorTally tally;
   for (const auto& r : calibration::load_memory_rows()) {
     if (!r.reason.empty()) continue;
-    CostModel cost(r.row.model, r.row.cluster, r.row.plan, r.row.software);
-    const Estimate e = estimate(cost);
+    CostModel cost(r.row.model, r.row.cluster, r.row.plan.dtype, r.row.software);
+    const Estimate e = estimate(cost, r.row.plan);
     const MemoryBreakdown& m = r.rank0 ? e.stages.front().memory : e.memory;
     // The ledger is in every forecast of a GPU cluster: cuBLAS in allocated, fragmentation in
     // reserved, the CUDA context and NCCL in the device's.

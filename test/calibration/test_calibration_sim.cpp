@@ -27,8 +27,8 @@ struct MpiFixture {
 BOOST_TEST_GLOBAL_FIXTURE(MpiFixture);
 
 double simulated_s(const calibration::Row& r) {
-  CostModel cost(r.model, r.cluster, r.plan, r.software);
-  const CostModelCosts costs(cost);
+  CostModel cost(r.model, r.cluster, r.plan.dtype, r.software);
+  const CostModelCosts costs(cost, r.plan);
   const SimResult sim =
       simulate(build_program(r.model, r.plan), Layout(r.plan, r.cluster), r.cluster, costs);
   BOOST_TEST(!sim.oom.oom, r.id << " runs out of memory in the simulator");
@@ -118,9 +118,9 @@ BOOST_AUTO_TEST_CASE(memory_rows_simulated_peak_is_the_estimate) {
   int n = 0;
   for (const auto& r : calibration::load_memory_rows()) {
     if (!r.reason.empty()) continue;
-    CostModel cost(r.row.model, r.row.cluster, r.row.plan, r.row.software);
-    const Estimate e = estimate(cost);
-    const CostModelCosts costs(cost);
+    CostModel cost(r.row.model, r.row.cluster, r.row.plan.dtype, r.row.software);
+    const Estimate e = estimate(cost, r.row.plan);
+    const CostModelCosts costs(cost, r.row.plan);
     const SimResult sim = simulate(build_program(r.row.model, r.row.plan, r.row.software),
                                    Layout(r.row.plan, r.row.cluster), r.row.cluster, costs);
     for (const calibration::MemoryKind k :

@@ -32,8 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const ClusterSpec c = cli::cluster_from_args(a);
     const Plan p = cli::plan_from_args(a, m, c);
     a.finish();
-    CostModel cost(m, c, p);
-    volatile double sink = estimate(cost).iteration_time_s;
+    CostModel cost(m, c, p.dtype);
+    volatile double sink = estimate(cost, p).iteration_time_s;
     (void)sink;
   });
   return 0;

@@ -25,8 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::expect_input_errors([&] {
     const FrameworkSpec f =
         framework_from_json(io::parse_json(text, "framework.json"), "framework.json");
-    CostModel cost(model, cluster, plan, f);
-    volatile double sink = estimate(cost).iteration_time_s;
+    CostModel cost(model, cluster, plan.dtype, f);
+    volatile double sink = estimate(cost, plan).iteration_time_s;
     (void)sink;
   });
   return 0;

@@ -22,8 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::expect_input_errors([&] {
     const Plan p = plan_from_json(io::parse_json(text, "plan.json"), model, "plan.json");
     validate(p, model, cluster, "plan.json");
-    CostModel cost(model, cluster, p);
-    volatile double sink = estimate(cost).iteration_time_s;
+    CostModel cost(model, cluster, p.dtype);
+    volatile double sink = estimate(cost, p).iteration_time_s;
     (void)sink;
   });
   return 0;

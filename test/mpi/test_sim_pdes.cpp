@@ -120,11 +120,11 @@ BOOST_AUTO_TEST_CASE(real_programs_with_the_cost_model) {
     // With 3 nodes the 6-GPU stages straddle nodes (NICs shared by processes).
     const Plan p = nodes == 1 ? plan(m, c, 2, 2, 2, 8) : plan(m, c, 2, 4, 3, 12, "gpipe");
     const Layout L(p, c);
-    const CostModel cost(m, c, p);
+    const CostModel cost(m, c, p.dtype);
     SimOptions o;
     o.iterations = 2;
     BOOST_TEST_CONTEXT("nodes " << nodes) {
-      compare(build_program(m, p), L, c, CostModelCosts(cost), o);
+      compare(build_program(m, p), L, c, CostModelCosts(cost, p), o);
     }
   }
 }

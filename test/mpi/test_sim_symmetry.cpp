@@ -120,8 +120,8 @@ BOOST_AUTO_TEST_CASE(symmetric_equals_full) {
       validate(p, m, c, "test");
       const Layout L(p, c);
       const Program prog = build_program(m, p);
-      const CostModel cost(m, c, p);
-      const CostModelCosts costs(cost);
+      const CostModel cost(m, c, p.dtype);
+      const CostModelCosts costs(cost, p);
       SimOptions o;
       o.iterations = k.iterations;
       o.full = true;

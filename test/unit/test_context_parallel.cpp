@@ -302,7 +302,7 @@ BOOST_AUTO_TEST_CASE(cost_of_the_parts) {
   const ModelSpec m = tiny_llama();
   const ClusterSpec c = nodes(1);
   const Plan p = cp_plan(m, c, 2, 4, 1, "ring");
-  const CostModel cost(m, c, p);
+  const CostModel cost(m, c, p.dtype);
   const Program prog = build_program(m, p);
   double parts_fwd = 0;
   for (const Op& op : prog.stages[0].ops)
@@ -393,11 +393,11 @@ BOOST_AUTO_TEST_CASE(closed_form_cp_cost) {
   for (const char* kind : {"ring", "allgather", "a2a"}) {
     BOOST_TEST_CONTEXT(kind) {
       const Plan p = cp_plan(m, c, 2, 2, 1, kind, 8);
-      const CostModel cost(m, c, p);
+      const CostModel cost(m, c, p.dtype);
       const LayerStrategy& s = p.layers.front();
       const CpComm f = cp_comm(m, s, 1, Phase::forward, p.dtype);
       const CpComm b = cp_comm(m, s, 1, Phase::backward, p.dtype);
-      const cost_detail::CpCost x = cost_detail::cp_cost(cost, s, 1, 2);
+      const cost_detail::CpCost x = cost_detail::cp_cost(cost, s, 1, 2, p.flash_attention);
       auto coll = [&](Collective k, int64_t bytes) {
         return cost.collective_cost(k, bytes, s.cp, 2).time_s();
       };

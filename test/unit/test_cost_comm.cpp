@@ -45,7 +45,7 @@ double busbw_gbps(Collective c, double bytes, int p, double t) {
 }  // namespace
 
 BOOST_FIXTURE_TEST_CASE(ring_allreduce_1gib_on_8_gpus_is_8_2_ms, Fixture) {
-  CostModel cm(model, cluster, plan);
+  CostModel cm(model, cluster, plan.dtype);
   const CommCost c = cm.collective_cost(Collective::all_reduce, int64_t(kGiB), 8, 1);
   // 2 (p-1)/p S / busbw = 1.75 * 2^30 / 230e9 = 8.17 ms.
   BOOST_TEST(c.algo == CollectiveAlgo::ring);
@@ -62,7 +62,7 @@ BOOST_FIXTURE_TEST_CASE(ring_allreduce_1gib_on_8_gpus_is_8_2_ms, Fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(nccl_tests_bus_bandwidths_on_dgx_a100, Fixture) {
-  CostModel cm(model, cluster, plan);
+  CostModel cm(model, cluster, plan.dtype);
   // 8x A100 on NVSwitch: ~230 GB/s at 1 GiB, ~20 GB/s at 1 MiB.
   double t = cm.collective_cost(Collective::all_reduce, int64_t(kGiB), 8, 1).time_s();
   BOOST_TEST(busbw_gbps(Collective::all_reduce, kGiB, 8, t) == 230.0,
@@ -89,7 +89,7 @@ BOOST_FIXTURE_TEST_CASE(nccl_tests_bus_bandwidths_on_dgx_a100, Fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(inter_node_ring_by_hand, Fixture) {
-  CostModel cm(model, cluster, plan);
+  CostModel cm(model, cluster, plan.dtype);
   // 16 ranks on 2 nodes: 2(N-1) = 2 steps cross the network (5 us NIC + 3 switch hops x 0.2 us),
   // the other 28 are NVSwitch steps. Each node's 8 ranks spread the ring over 8 NICs, so one
   // NIC carries 1/8 of the 2 (p-1)/p S every rank sends, at 25 GB/s x 0.95.
@@ -107,7 +107,7 @@ BOOST_FIXTURE_TEST_CASE(inter_node_ring_by_hand, Fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(gather_scatter_alltoall_tree_hierarchical_by_hand, Fixture) {
-  CostModel cm(model, cluster, plan);
+  CostModel cm(model, cluster, plan.dtype);
   const double S = 64 * kMiB;
   // All-gather / reduce-scatter: p-1 steps, (p-1)/p S per rank.
   for (Collective k : {Collective::all_gather, Collective::reduce_scatter}) {
@@ -156,7 +156,7 @@ BOOST_FIXTURE_TEST_CASE(gather_scatter_alltoall_tree_hierarchical_by_hand, Fixtu
 }
 
 BOOST_FIXTURE_TEST_CASE(p2p_and_pcie, Fixture) {
-  CostModel cm(model, cluster, plan);
+  CostModel cm(model, cluster, plan.dtype);
   const double S = 48 * kMiB;
   // Ranks 0 and 8 are on nodes 0 and 1: NIC; ranks 0 and 3 share node 0: NVSwitch.
   const CommCost inter = cm.p2p_cost(int64_t(S), 0, 8);
@@ -174,7 +174,7 @@ BOOST_FIXTURE_TEST_CASE(p2p_and_pcie, Fixture) {
   BOOST_TEST(pcie.time_s() == 2e-6 + 1e9 / (25e9 / 2), boost::test_tools::tolerance(1e-12));
   // A GPU alone on its switch gets the whole link.
   cluster.node.gpus_per_pcie_switch = 1;
-  const CostModel alone(model, cluster, plan);
+  const CostModel alone(model, cluster, plan.dtype);
   BOOST_TEST(alone.copy_cost(int64_t(1e9)).time_s() == 2e-6 + 1e9 / 25e9,
              boost::test_tools::tolerance(1e-12));
 }
@@ -187,7 +187,7 @@ BOOST_FIXTURE_TEST_CASE(program_ops_resolve_to_the_same_costs, Fixture) {
   s.tp = 4, s.pp = 2, s.micro_batch = 1, s.global_batch = 16, s.zero = 1;
   plan = expand_shorthand(s, model, cluster);
   validate(plan, model, cluster, "test");
-  CostModel cm(model, cluster, plan);
+  CostModel cm(model, cluster, plan.dtype);
   Layout layout(plan, cluster);
   Program prog = build_program(model, plan);
   int checked = 0;

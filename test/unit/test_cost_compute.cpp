@@ -31,7 +31,7 @@ struct Fixture {
 }  // namespace
 
 BOOST_FIXTURE_TEST_CASE(gemm_efficiency_by_hand, Fixture) {
-  CostModel cm(model, cluster, plan);
+  CostModel cm(model, cluster, plan.dtype);
   // 4096^3: 2*4096^3 = 1.374e11 FLOP; size factor f/(f + 2e9); 32 x 32 = 1024 tiles of 128x128
   // run in ceil(1024/108) = 10 waves of 108 SMs: 1024/1080 of the slots do work.
   {
@@ -78,7 +78,7 @@ BOOST_FIXTURE_TEST_CASE(gemm_efficiency_by_hand, Fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(attention_elementwise_launch_host, Fixture) {
-  CostModel cm(model, cluster, plan);
+  CostModel cm(model, cluster, plan.dtype);
   // The kernel is the work's (an op's attention kernel), not the cost model's.
   BOOST_TEST(cm.attention_time_s(1e12, false) == 1e12 / (312e12 * 0.30), tt::tolerance(1e-12));
   BOOST_TEST(cm.attention_time_s(1e12, true) == 1e12 / (312e12 * 0.55), tt::tolerance(1e-12));
@@ -97,12 +97,12 @@ BOOST_FIXTURE_TEST_CASE(attention_elementwise_launch_host, Fixture) {
   BOOST_TEST(cm.host_compute_time_s(1e9, 1.6e10) == 1.6e10 / (300e9 / 8), tt::tolerance(1e-12));
   // fp16 and bf16 share A100's peak; fp32 uses the CUDA-core rate.
   plan.dtype = Dtype::fp32;
-  CostModel fp32(model, cluster, plan);
+  CostModel fp32(model, cluster, plan.dtype);
   BOOST_TEST(fp32.peak_flops() == 19.5e12);
 }
 
 BOOST_FIXTURE_TEST_CASE(head_gemm_shape, Fixture) {
-  CostModel cm(model, cluster, plan);
+  CostModel cm(model, cluster, plan.dtype);
   // Logits of 2 samples on tp 8: (b*s, V/tp, h) = (4096, ceil(50257/8), 12288).
   const int tp = plan.embedding.tp, cp = plan.embedding.cp;
   BlockWork f = cm.head_work(Phase::forward, 2, 0, tp, cp);
@@ -123,7 +123,7 @@ BOOST_FIXTURE_TEST_CASE(program_compute_ops_use_their_block_shapes, Fixture) {
     s.tp = 8, s.pp = 2, s.micro_batch = 1, s.global_batch = 4, s.recompute = rc, s.zero = 1;
     s.offload = "optimizer";
     Plan p = expand_shorthand(s, model, cluster);
-    CostModel cm(model, cluster, p);
+    CostModel cm(model, cluster, p.dtype);
     Program prog = build_program(model, p);
     int seen[8] = {};
     for (const auto& st : prog.stages)
@@ -198,7 +198,7 @@ BOOST_FIXTURE_TEST_CASE(unfused_gradient_accumulation_is_one_pass_over_the_grads
   // both, write main_grad (6 bytes per parameter), one kernel per parameter tensor (weight and
   // bias of the block's two GEMMs and of its norm).
   const FrameworkSpec fw = load_framework("megatron-lm-2021");
-  CostModel fused(model, cluster, plan), unfused(model, cluster, plan, fw);
+  CostModel fused(model, cluster, plan.dtype), unfused(model, cluster, plan.dtype, fw);
   const LayerStrategy& s = plan.layers[0];
   const double hbm = cluster.gpu.hbm_bandwidth_gbps * 1e9 * cluster.gpu.memory_efficiency;
   for (Block b : {Block::attention, Block::mlp}) {
@@ -218,7 +218,7 @@ BOOST_FIXTURE_TEST_CASE(unfused_gradient_accumulation_is_one_pass_over_the_grads
   // Under ZeRO-2 only the reduce-scattered shard is accumulated.
   Plan z = plan;
   for (auto& l : z.layers) l.zero = 2, l.dp = 4;
-  CostModel zf(model, cluster, z), zu(model, cluster, z, fw);
+  CostModel zf(model, cluster, z.dtype), zu(model, cluster, z.dtype, fw);
   const int64_t shard = (block_parameters_per_rank(model, 8, Block::mlp) + 3) / 4;
   BOOST_TEST(zu.backward_block_time_s(z.layers[0], Block::mlp, 1, false) -
                      zf.backward_block_time_s(z.layers[0], Block::mlp, 1, false) ==
@@ -237,7 +237,7 @@ BOOST_FIXTURE_TEST_CASE(framework_gradient_reduce_dtype_and_pre_reduce_passes, F
   FrameworkSpec fw;
   fw.grad_reduce_bytes = 4;
   fw.pre_reduce_bytes_per_param = 18;
-  CostModel plain(model, cluster, p), framed(model, cluster, p, fw);
+  CostModel plain(model, cluster, p.dtype), framed(model, cluster, p.dtype, fw);
   BOOST_TEST(plain.grad_reduce_bytes() == 2);
   BOOST_TEST(framed.grad_reduce_bytes() == 4);
   const Layout layout(p, cluster);
@@ -274,7 +274,7 @@ BOOST_FIXTURE_TEST_CASE(framework_optimizer_bytes_per_param, Fixture) {
   // bytes_per_param bytes per parameter.
   FrameworkSpec fw;
   fw.optimizer_bytes_per_param = 80;
-  CostModel cm(model, cluster, plan, fw);
+  CostModel cm(model, cluster, plan.dtype, fw);
   Op op;
   op.kind = OpKind::compute;
   op.block = Block::optimizer;
@@ -308,10 +308,10 @@ BOOST_FIXTURE_TEST_CASE(framework_attention_kernel_selects_the_clusters_figure, 
   FrameworkSpec fw;
   fw.attention_kernel = AttentionKernel::flash1;
   const double f = 1e12;
-  CostModel best(model, cluster, flash), first(model, cluster, flash, fw);
+  CostModel best(model, cluster, flash.dtype), first(model, cluster, flash.dtype, fw);
   BOOST_TEST(best.attention_time_s(f, true) == f / (312e12 * 0.55), tt::tolerance(1e-12));
   BOOST_TEST(first.attention_time_s(f, true) == f / (312e12 * 0.28), tt::tolerance(1e-12));
-  CostModel plain_best(model, cluster, plan), plain_first(model, cluster, plan, fw);
+  CostModel plain_best(model, cluster, plan.dtype), plain_first(model, cluster, plan.dtype, fw);
   BOOST_TEST(plain_first.attention_time_s(f, false) == plain_best.attention_time_s(f, false));
   // The llm-foundry rows' Triton port (data/frameworks/fsdp-eager.json); a cluster file that
   // states no flash1 figure takes its flash figure.
@@ -339,7 +339,7 @@ BOOST_FIXTURE_TEST_CASE(framework_host_issue_time_per_op_and_per_layer, Fixture)
   for (const char* rc : {"none", "selective", "full"}) {
     Plan p = plan;
     for (LayerStrategy& s : p.layers) s.recompute = recompute_from(rc, "test");
-    CostModel cm(model, cluster, p, fw), plain(model, cluster, p);
+    CostModel cm(model, cluster, p.dtype, fw), plain(model, cluster, p.dtype);
     const Program prog = build_program(model, p);
     const StageProgram& sp = prog.stages[0];
     double sum = 0;

@@ -93,8 +93,8 @@ BOOST_AUTO_TEST_CASE(stage_time_equals_the_programs_op_costs) {
   // (data/frameworks).
   for (const char* fw : {"stratagem", "megatron-lm-2021", "megatron-core"})
     for (const Setup& x : setups) {
-      CostModel cm(x.model, x.cluster, x.plan, load_framework(fw));
-      const Estimate e = estimate(cm);
+      CostModel cm(x.model, x.cluster, x.plan.dtype, load_framework(fw));
+      const Estimate e = estimate(cm, x.plan);
       const Layout layout(x.plan, x.cluster);
       const Program prog = build_program(x.model, x.plan);
       for (const auto& st : prog.stages) {
@@ -139,9 +139,9 @@ BOOST_AUTO_TEST_CASE(side_streams_and_optimizer_equal_the_programs_op_costs) {
       x.plan = expand_shorthand(s, x.model, x.cluster);
       validate(x.plan, x.model, x.cluster, "test");
       const FrameworkSpec framework = load_framework(fw);
-      CostModel cm(x.model, x.cluster, x.plan, framework);
+      CostModel cm(x.model, x.cluster, x.plan.dtype, framework);
       std::vector<cost_detail::StageCost> sc;
-      cost_detail::analyze(cm, /*with_time=*/true, sc);
+      cost_detail::analyze(cm, x.plan, /*with_time=*/true, sc);
       const Layout layout(x.plan, x.cluster);
       const Program prog = build_program(x.model, x.plan, framework);
       for (const auto& st : prog.stages) {
@@ -176,8 +176,8 @@ BOOST_AUTO_TEST_CASE(breakdown_and_throughput_identities) {
     PlanShorthand s;
     s.dp = 8, s.recompute = rc, s.sequence_parallel = true;
     const Setup x = gpt3(s);
-    CostModel cm(x.model, x.cluster, x.plan);
-    const Estimate e = estimate(cm);
+    CostModel cm(x.model, x.cluster, x.plan.dtype);
+    const Estimate e = estimate(cm, x.plan);
     BOOST_TEST_INFO(rc);
     BOOST_TEST(sum_breakdown(e.time) == e.iteration_time_s, tt::tolerance(1e-9));
     BOOST_TEST(e.tokens_per_s == 1536.0 * 2048 / e.iteration_time_s, tt::tolerance(1e-12));
@@ -187,7 +187,7 @@ BOOST_AUTO_TEST_CASE(breakdown_and_throughput_identities) {
     BOOST_TEST(e.tflops_per_gpu == flops / e.iteration_time_s / 1024 / 1e12, tt::tolerance(1e-9));
     BOOST_TEST(e.mfu == e.tflops_per_gpu / 312, tt::tolerance(1e-9));
     // Memory: the estimate's per-stage peaks are stage_memory's.
-    const auto mem = stage_memory(cm);
+    const auto mem = stage_memory(cm, x.plan);
     for (size_t st = 0; st < mem.size(); ++st)
       BOOST_TEST(e.stages[st].peak_memory_bytes == mem[st].total_bytes());
     BOOST_TEST(e.peak_memory_bytes == mem[e.peak_stage].total_bytes());
@@ -203,23 +203,23 @@ BOOST_AUTO_TEST_CASE(pipeline_bubble) {
   PlanShorthand s;
   s.dp = 8, s.global_batch = 256;  // 32 micro-batches
   const Setup a = gpt3(s);
-  CostModel ca(a.model, a.cluster, a.plan);
-  const Estimate ea = estimate(ca);
+  CostModel ca(a.model, a.cluster, a.plan.dtype);
+  const Estimate ea = estimate(ca, a.plan);
   const double u = ea.stages[7].time_per_microbatch_s;
   BOOST_TEST(ea.time.bubble_s == 15 * u,
              tt::tolerance(0.02));  // head/embedding make 0 and 15 differ
   s.vpp = 2;
   const Setup b = gpt3(s);
-  CostModel cb(b.model, b.cluster, b.plan);
-  const Estimate eb = estimate(cb);
+  CostModel cb(b.model, b.cluster, b.plan.dtype);
+  const Estimate eb = estimate(cb, b.plan);
   BOOST_TEST(eb.time.bubble_s == ea.time.bubble_s / 2, tt::tolerance(0.02));
   BOOST_TEST(eb.iteration_time_s < ea.iteration_time_s);
   // GPipe has the same bubble as 1F1B (it only keeps more activations).
   s.vpp.reset();
   s.schedule = "gpipe";
   const Setup g = gpt3(s);
-  CostModel cg(g.model, g.cluster, g.plan);
-  const Estimate eg = estimate(cg);
+  CostModel cg(g.model, g.cluster, g.plan.dtype);
+  const Estimate eg = estimate(cg, g.plan);
   BOOST_TEST(eg.iteration_time_s == ea.iteration_time_s, tt::tolerance(1e-12));
   BOOST_TEST(eg.peak_memory_bytes > ea.peak_memory_bytes);
 }
@@ -230,12 +230,12 @@ BOOST_AUTO_TEST_CASE(data_parallel_overlap_and_zero) {
   PlanShorthand s;
   s.tp = 8, s.pp = 4, s.dp = 4, s.micro_batch = 4, s.global_batch = 256;
   const Setup a = gpt3(s, 16);
-  CostModel ca(a.model, a.cluster, a.plan);
-  const Estimate overlapped = estimate(ca);
+  CostModel ca(a.model, a.cluster, a.plan.dtype);
+  const Estimate overlapped = estimate(ca, a.plan);
   s.no_overlap_grad_reduce = true;
   const Setup b = gpt3(s, 16);
-  CostModel cb(b.model, b.cluster, b.plan);
-  const Estimate exposed = estimate(cb);
+  CostModel cb(b.model, b.cluster, b.plan.dtype);
+  const Estimate exposed = estimate(cb, b.plan);
   // Without overlap the whole gradient all-reduce of a stage is exposed: 24 layers of
   // 12h^2/8 parameters in bf16, across 4 nodes, on the rank's own NIC.
   const int64_t layer = block_parameters_per_rank(a.model, 8, Block::attention) +
@@ -250,8 +250,8 @@ BOOST_AUTO_TEST_CASE(data_parallel_overlap_and_zero) {
   s.no_overlap_grad_reduce = false;
   s.zero = 1;
   const Setup z = gpt3(s, 16);
-  CostModel cz(z.model, z.cluster, z.plan);
-  const Estimate z1 = estimate(cz);
+  CostModel cz(z.model, z.cluster, z.plan.dtype);
+  const Estimate z1 = estimate(cz, z.plan);
   BOOST_TEST(z1.peak_memory_bytes < overlapped.peak_memory_bytes);
   BOOST_TEST(z1.time.dp_comm_s > overlapped.time.dp_comm_s);
   // ZeRO-3 without model parallelism: weights gathered every micro-batch; compute-bound here,
@@ -259,8 +259,8 @@ BOOST_AUTO_TEST_CASE(data_parallel_overlap_and_zero) {
   PlanShorthand q;
   q.tp = 1, q.pp = 1, q.zero = 3, q.micro_batch = 1, q.global_batch = 256, q.recompute = "full";
   const Setup z3 = gpt3(q, 32);
-  CostModel c3(z3.model, z3.cluster, z3.plan);
-  const Estimate e3 = estimate(c3);
+  CostModel c3(z3.model, z3.cluster, z3.plan.dtype);
+  const Estimate e3 = estimate(c3, z3.plan);
   BOOST_TEST(e3.time.dp_comm_s > 0);
   BOOST_TEST(e3.time.dp_comm_s < 0.1 * e3.iteration_time_s);
   BOOST_TEST(e3.memory.weights_bytes < 2 * 175e9 / 256 * 1.01);
@@ -270,8 +270,8 @@ BOOST_AUTO_TEST_CASE(offload_costs_pcie_and_host_time) {
   PlanShorthand s;
   s.tp = 8, s.pp = 8, s.dp = 1, s.global_batch = 64, s.offload = "optimizer";
   const Setup a = gpt3(s, 8);
-  CostModel ca(a.model, a.cluster, a.plan);
-  const Estimate e = estimate(ca);
+  CostModel ca(a.model, a.cluster, a.plan.dtype);
+  const Estimate e = estimate(ca, a.plan);
   // The offloaded step of stage 0 (the last to finish its step: no slack before it, and the
   // embedding): its rank's bf16 grads down over PCIe, AdamW on the node's CPUs (12 FLOPs and
   // 2 x (12 B of fp32 states + 2 B) per parameter), bf16 weights up. Stage 0 holds 12 of the
@@ -284,8 +284,8 @@ BOOST_AUTO_TEST_CASE(offload_costs_pcie_and_host_time) {
   BOOST_TEST(e.memory.optimizer_bytes == 0);
   s.offload.reset();
   const Setup b = gpt3(s, 8);
-  CostModel cb(b.model, b.cluster, b.plan);
-  BOOST_TEST(estimate(cb).iteration_time_s < e.iteration_time_s);
+  CostModel cb(b.model, b.cluster, b.plan.dtype);
+  BOOST_TEST(estimate(cb, b.plan).iteration_time_s < e.iteration_time_s);
 }
 
 BOOST_AUTO_TEST_CASE(cli_estimate_json) {
@@ -330,8 +330,8 @@ BOOST_AUTO_TEST_CASE(tp_comm_overlap_hides_what_the_gemm_covers) {
   PlanShorthand sh;
   sh.tp = 8, sh.pp = 16, sh.micro_batch = 1, sh.sequence_parallel = true;
   const Setup x = gpt3(sh);
-  const CostModel plain(x.model, x.cluster, x.plan, load_framework("stratagem"));
-  const CostModel mc(x.model, x.cluster, x.plan, load_framework("megatron-core"));
+  const CostModel plain(x.model, x.cluster, x.plan.dtype, load_framework("stratagem"));
+  const CostModel mc(x.model, x.cluster, x.plan.dtype, load_framework("megatron-core"));
   const LayerStrategy& s = x.plan.layers[0];
   const int b = 1;
   const BlockWork f = forward_work(x.model, s, Block::mlp, b, x.plan.flash_attention);
@@ -361,7 +361,7 @@ BOOST_AUTO_TEST_CASE(tp_comm_overlap_hides_what_the_gemm_covers) {
   BOOST_TEST(mc.head_work(Phase::backward, b, 1e6, 8, 1).elementwise_bytes == 1e6 + 6 * logits);
   BOOST_TEST(plain.head_work(Phase::forward, b, 1e6, 8, 1).elementwise_bytes == 1e6);
   // Whole plan: less exposed tp communication, the same kernels.
-  const Estimate ep = estimate(plain), em = estimate(mc);
+  const Estimate ep = estimate(plain, x.plan), em = estimate(mc, x.plan);
   BOOST_TEST(em.time.tp_comm_s < 0.5 * ep.time.tp_comm_s);
   BOOST_TEST(em.time.compute_s > ep.time.compute_s);  // the loss's extra traffic
 }
@@ -377,8 +377,8 @@ BOOST_AUTO_TEST_CASE(host_issue_bounds_a_micro_batch_as_the_simulator_runs_it) {
   fw.host_ops_per_layer_forward = 100;
   fw.host_ops_per_layer_backward = 200;
   fw.host_seconds_per_op = 1e-3;
-  CostModel plain(x.model, x.cluster, x.plan), hosted(x.model, x.cluster, x.plan, fw);
-  const Estimate a = estimate(plain), e = estimate(hosted);
+  CostModel plain(x.model, x.cluster, x.plan.dtype), hosted(x.model, x.cluster, x.plan.dtype, fw);
+  const Estimate a = estimate(plain, x.plan), e = estimate(hosted, x.plan);
   const double per_mb = 24 * 0.3;  // 96 layers over 4 stages
   BOOST_TEST(a.stages[0].time_per_microbatch_s < per_mb);
   for (const StageEstimate& st : e.stages)
@@ -393,7 +393,7 @@ BOOST_AUTO_TEST_CASE(host_issue_bounds_a_micro_batch_as_the_simulator_runs_it) {
   // The simulator runs the Program's ops as the host issues them.
   const Program prog = build_program(x.model, x.plan);
   const Layout L(x.plan, x.cluster);
-  const SimResult r = simulate(prog, L, x.cluster, CostModelCosts(hosted));
+  const SimResult r = simulate(prog, L, x.cluster, CostModelCosts(hosted, x.plan));
   const double sim_s = double(r.makespan_ns) * 1e-9;
   BOOST_TEST_INFO("estimate " << e.iteration_time_s << " s, simulate " << sim_s << " s");
   BOOST_TEST(sim_s == e.iteration_time_s, tt::tolerance(0.02));

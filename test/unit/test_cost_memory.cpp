@@ -184,8 +184,8 @@ BOOST_AUTO_TEST_CASE(gpt3_parameters_per_rank_tp8_pp16) {
   PlanShorthand s;
   s.tp = 8, s.pp = 16, s.dp = 8, s.micro_batch = 1, s.global_batch = 1536;
   const Plan p = expand_shorthand(s, m, c);
-  CostModel cm(m, c, p);
-  const auto mem = stage_memory(cm);
+  CostModel cm(m, c, p.dtype);
+  const auto mem = stage_memory(cm, p);
   BOOST_REQUIRE(mem.size() == 16u);
   // bf16 weights: 2 bytes per parameter held by the rank.
   auto params = [&](int stage) { return double(mem[stage].weights_bytes) / 2; };
@@ -234,8 +234,8 @@ BOOST_AUTO_TEST_CASE(zero_and_offload_model_states) {
     s.offload = x.offload;
     const Plan p = expand_shorthand(s, m, c);
     validate(p, m, c, "zero");
-    CostModel cm(m, c, p);
-    const auto mem = stage_memory(cm);
+    CostModel cm(m, c, p.dtype);
+    const auto mem = stage_memory(cm, p);
     BOOST_TEST_INFO("zero " << x.zero << " offload " << x.offload);
     BOOST_TEST(mem[0].weights_bytes == x.w);
     BOOST_TEST(mem[0].grads_bytes == x.g);
@@ -253,14 +253,14 @@ BOOST_AUTO_TEST_CASE(stage_memory_matches_a_walk_over_the_program) {
   staging.layer_gradient_staging = true;
   for (const FrameworkSpec& fw : {FrameworkSpec{}, staging})
     for (const Case& c : cases()) {
-      CostModel cm(c.model, c.cluster, c.plan, fw);
-      const auto mem = stage_memory(cm);
+      CostModel cm(c.model, c.cluster, c.plan.dtype, fw);
+      const auto mem = stage_memory(cm, c.plan);
       const Program prog = build_program(c.model, c.plan, fw);
       BOOST_REQUIRE(mem.size() == prog.stages.size());
       for (size_t s = 0; s < mem.size(); ++s) {
         const Walked w = walk_peak(prog.stages[s]);
         const MemoryBreakdown& m = mem[s];
-        const int64_t ws = workspace_bytes(cm, int(s));
+        const int64_t ws = workspace_bytes(cm, c.plan, int(s));
         BOOST_TEST_INFO(c.name << " stage " << s << " staging " << fw.layer_gradient_staging);
         BOOST_TEST(m.weights_bytes == w.by_cat[int(MemCategory::weights)]);
         BOOST_TEST(m.grads_bytes == w.by_cat[int(MemCategory::grads)]);
@@ -268,7 +268,7 @@ BOOST_AUTO_TEST_CASE(stage_memory_matches_a_walk_over_the_program) {
         BOOST_TEST(m.activations_bytes + m.buffers_bytes - ws ==
                    w.by_cat[int(MemCategory::activations)] + w.by_cat[int(MemCategory::buffers)]);
         BOOST_TEST(m.activations_bytes == w.by_cat[int(MemCategory::activations)]);
-        const ProcessMemory pm = process_memory(cm, int(s));
+        const ProcessMemory pm = process_memory(c.model, c.cluster, c.plan, int(s));
         BOOST_TEST(m.total_bytes() - w.total == ws + pm.cuda_context_bytes + pm.nccl_buffers_bytes +
                                                     pm.cublas_workspace_bytes +
                                                     m.fragmentation_bytes);
@@ -289,9 +289,9 @@ BOOST_AUTO_TEST_CASE(schedule_in_flight_counts) {
   auto acts = [&](PlanShorthand s) {
     s.tp = 8, s.pp = 16, s.dp = 8, s.micro_batch = 1, s.global_batch = 1536, s.recompute = "full";
     const Plan p = expand_shorthand(s, m, c);
-    CostModel cm(m, c, p);
+    CostModel cm(m, c, p.dtype);
     std::vector<int64_t> out;
-    for (const auto& x : stage_memory(cm)) out.push_back(x.activations_bytes);
+    for (const auto& x : stage_memory(cm, p)) out.push_back(x.activations_bytes);
     return out;
   };
   // 1F1B: min(pp - s, m) in flight on stage s: one fewer per stage down the pipeline.

@@ -32,7 +32,7 @@ int64_t nccl_bytes(const std::string& cluster, int nodes, PlanShorthand s,
   if (!s.global_batch) s.global_batch = 64;
   const Plan p = expand_shorthand(s, m, c);
   validate(p, m, c, "test");
-  return process_memory(CostModel(m, c, p), stage).nccl_buffers_bytes;
+  return process_memory(m, c, p, stage).nccl_buffers_bytes;
 }
 
 PlanShorthand layout(int tp, int pp, int dp) {

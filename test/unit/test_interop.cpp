@@ -369,10 +369,10 @@ BOOST_AUTO_TEST_CASE(nearest_fitting_keeps_the_layout_and_fits_or_is_none) {
   const Plan p = expand_shorthand(s, m, c);
   for (Target t : {Target::megatron, Target::torchtitan, Target::deepspeed}) {
     const Plan q = unexpressible(p, m, t).empty() ? p : nearest_expressible(p, m, c, t);
-    BOOST_TEST(!fits_gpu_memory(estimate(CostModel(m, c, q, fw)), c));  // 200 GiB as asked
+    BOOST_TEST(!fits_gpu_memory(estimate(CostModel(m, c, q.dtype, fw), q), c));  // 200 GiB as asked
     const auto f = nearest_fitting(q, m, c, fw, t);
     BOOST_REQUIRE(f.has_value());
-    BOOST_TEST(fits_gpu_memory(estimate(CostModel(m, c, *f, fw)), c));
+    BOOST_TEST(fits_gpu_memory(estimate(CostModel(m, c, f->dtype, fw), *f), c));
     BOOST_TEST(unexpressible(*f, m, t).empty());
     BOOST_TEST((f->pp == q.pp && f->chunks == q.chunks && f->global_batch == q.global_batch));
     BOOST_TEST((f->layers[0].tp == q.layers[0].tp && f->layers[0].dp == q.layers[0].dp));
@@ -434,8 +434,8 @@ BOOST_AUTO_TEST_CASE(cross_node_tp_is_priced_by_the_cost_model) {
     s.tp = tp, s.pp = 1, s.global_batch = 64, s.micro_batch = 1, s.sequence_parallel = true;
     const Plan p = expand_shorthand(s, m, on);
     validate(p, m, on, "test");
-    const CostModel cost(m, on, p);
-    return estimate(cost).iteration_time_s;
+    const CostModel cost(m, on, p.dtype);
+    return estimate(cost, p).iteration_time_s;
   };
   // tp 16 spans two nodes: its collectives cross the NICs and cost more than tp 8's NVSwitch.
   BOOST_TEST(iteration_s(c, 16) > iteration_s(c, 8));

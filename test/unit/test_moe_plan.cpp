@@ -270,7 +270,7 @@ BOOST_AUTO_TEST_CASE(moe_prices) {
   s.ep = 16, s.global_batch = 64;
   Plan p = plan_of(m, ClusterSpec(c), s);
   // 16 ranks over 2 nodes: the all-to-all crosses the network for half of its copies.
-  const CostModel cost(m, c, p);
+  const CostModel cost(m, c, p.dtype);
   const int64_t bytes = 1 << 24;
   const CommCost two = cost.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, 1.0, 0);
   BOOST_TEST(int(two.link) == int(LinkClass::inter_node));
@@ -281,7 +281,7 @@ BOOST_AUTO_TEST_CASE(moe_prices) {
   // Imbalance paces the experts and the all-to-all by the busiest rank.
   Plan q = p;
   q.routing_imbalance = 1.5;
-  const CostModel skewed(m, c, q);
+  const CostModel skewed(m, c, q.dtype);
   BOOST_TEST(
       skewed.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, q.expert_load_factor(16, 16), 0)
           .link_bytes == 1.5 * two.link_bytes);
@@ -306,12 +306,12 @@ BOOST_AUTO_TEST_CASE(moe_prices) {
   BOOST_TEST(q.expert_load_factor(2, 16) == 1.0 + 0.5 / 15);
   // A capacity factor caps what the busiest expert takes.
   q.capacity_factor = 1.0;
-  const CostModel capped(m, c, q);
+  const CostModel capped(m, c, q.dtype);
   BOOST_TEST(capped.compute_time_s(experts_op(q)) == cost.compute_time_s(experts_op(p)));
   // Node-limited routing: at most one node per token (top-2) sends half the network bytes.
   Plan l = p;
   l.moe_node_limit = 1;
-  const CostModel limited(m, c, l);
+  const CostModel limited(m, c, l.dtype);
   const CommCost lim = limited.moe_comm_cost(Collective::all_to_all, bytes, 16, 2, 1.0, 1);
   BOOST_TEST(lim.time_s() < two.time_s());
   // The experts' grouped GEMM runs less efficiently when each expert gets fewer rows.

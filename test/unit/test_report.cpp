@@ -71,10 +71,10 @@ BOOST_AUTO_TEST_CASE(trace_figures_match_the_simulator) {
   const Plan p = expand_shorthand(s, m, c);
   const Layout L(p, c);
   const Program prog = build_program(m, p);
-  const CostModel cost(m, c, p);
+  const CostModel cost(m, c, p.dtype);
   SimOptions o;
   o.record_trace = true;
-  const SimResult r = simulate(prog, L, c, CostModelCosts(cost), o);
+  const SimResult r = simulate(prog, L, c, CostModelCosts(cost, p), o);
   write_trace(path, r, m, c, p, prog, MPI_COMM_NULL);
 
   const report::TraceData d = report::read_trace(path, {5});

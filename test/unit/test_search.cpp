@@ -104,8 +104,8 @@ double exhaustive_best(const ModelSpec& m, const ClusterSpec& c, const SearchOpt
   const int64_t budget = o.memory_budget_bytes;
   for_each_plan(m, c, o, [&](const Plan& p) {
     ++*count;
-    CostModel cm(m, c, p);
-    const Estimate e = estimate(cm);
+    CostModel cm(m, c, p.dtype);
+    const Estimate e = estimate(cm, p);
     if (e.peak_memory_bytes <= budget && e.iteration_time_s < best) {
       best = e.iteration_time_s;
       *best_plan = p.describe();
@@ -302,8 +302,8 @@ BOOST_AUTO_TEST_CASE(no_feasible_plan_reports_the_smallest) {
     // Nothing in the space needs less (exhaustive).
     int64_t least = INT64_MAX;
     for_each_plan(m, c, o, [&](const Plan& p) {
-      CostModel cm(m, c, p);
-      least = std::min(least, estimate(cm).peak_memory_bytes);
+      CostModel cm(m, c, p.dtype);
+      least = std::min(least, estimate(cm, p).peak_memory_bytes);
     });
     BOOST_TEST_MESSAGE("smallest reachable " << e.smallest->est_peak_memory_bytes
                                              << " B, exhaustive " << least << " B");

@@ -257,8 +257,8 @@ BOOST_AUTO_TEST_CASE(layer_costs_add_up_to_the_estimator) {
         sh.sequence_parallel = tp > 1;
         Plan p = expand_shorthand(sh, m, c);
         validate(p, m, c, "test");
-        CostModel cm(m, c, p, fw);
-        const Estimate e = estimate(cm);
+        CostModel cm(m, c, p.dtype, fw);
+        const Estimate e = estimate(cm, p);
         const LayerStrategy& l = p.layers[0];
         const LayerCost lc = t.layer(l, 2, 1, 1);
         const EmbeddingCost ec = t.embedding(p.embedding, 2, cost_detail::Geometry{8, 8}, 1);

@@ -505,8 +505,8 @@ BOOST_AUTO_TEST_CASE(single_ops_match_the_cost_model_exactly) {
   validate(p, m, c, "test");
   const Layout L(p, c);
   const Program full = build_program(m, p);
-  const CostModel cost(m, c, p);
-  const CostModelCosts costs(cost);
+  const CostModel cost(m, c, p.dtype);
+  const CostModelCosts costs(cost, p);
   auto first = [&](OpKind k, int stage) {
     for (const Op& op : full.stages[stage].ops)
       if (op.kind == k) return op;
@@ -560,8 +560,9 @@ BOOST_AUTO_TEST_CASE(real_program_with_the_cost_model_runs_and_accounts) {
     const Plan p = expand_shorthand(sh, m, c);
     validate(p, m, c, "test");
     const Layout L(p, c);
-    const CostModel cost(m, c, p);
-    const SimResult r = simulate(build_program(m, p), L, c, CostModelCosts(cost), opts(0, false));
+    const CostModel cost(m, c, p.dtype);
+    const SimResult r =
+        simulate(build_program(m, p), L, c, CostModelCosts(cost, p), opts(0, false));
     BOOST_TEST_CONTEXT(sched) {
       BOOST_TEST(!r.deadlock.deadlocked, r.deadlock.message);
       BOOST_TEST(r.makespan_ns > 0);
@@ -628,8 +629,8 @@ BOOST_AUTO_TEST_CASE(consuming_simulation_gives_the_same_figures_and_frees_the_o
     const Plan p = expand_shorthand(sh, m, c);
     validate(p, m, c, "test");
     const Layout L(p, c);
-    const CostModel cost(m, c, p);
-    const CostModelCosts costs(cost);
+    const CostModel cost(m, c, p.dtype);
+    const CostModelCosts costs(cost, p);
     for (bool full : {false, true}) {
       SimOptions o = opts(0, false);
       o.full = full;

@@ -105,10 +105,10 @@ BOOST_AUTO_TEST_CASE(trace_round_trip_and_chrome_export) {
   Setup s;
   const Layout L(s.p, s.c);
   const Program prog = build_program(s.m, s.p);
-  const CostModel cost(s.m, s.c, s.p);
+  const CostModel cost(s.m, s.c, s.p.dtype);
   SimOptions o;
   o.record_trace = true;
-  const SimResult r = simulate(prog, L, s.c, CostModelCosts(cost), o);
+  const SimResult r = simulate(prog, L, s.c, CostModelCosts(cost, s.p), o);
   BOOST_REQUIRE(!r.deadlock.deadlocked);
   write_trace(tmp("t.h5"), r, s.m, s.c, s.p, prog, MPI_COMM_NULL);
 
@@ -151,8 +151,8 @@ BOOST_AUTO_TEST_CASE(json_report_has_the_estimate_keys) {
   Setup s;
   const Layout L(s.p, s.c);
   const Program prog = build_program(s.m, s.p);
-  const CostModel cost(s.m, s.c, s.p);
-  const SimResult r = simulate(prog, L, s.c, CostModelCosts(cost), {});
+  const CostModel cost(s.m, s.c, s.p.dtype);
+  const SimResult r = simulate(prog, L, s.c, CostModelCosts(cost, s.p), {});
   const nlohmann::json j = to_json(r, s.m, s.c, s.p, prog);
   for (const char* k : {"iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu",
                         "peak_memory_bytes", "memory_breakdown_bytes", "time_breakdown_s",
