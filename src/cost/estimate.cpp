@@ -9,67 +9,85 @@
 
 namespace stratagem {
 
-Estimate estimate(const CostModel& cost, const Plan& p) {
-  thread_local std::vector<cost_detail::StageCost> sc;
-  cost_detail::analyze(cost, p, /*with_time=*/true, sc);
-  const int pp = p.pp;
-  const int v = std::max(1, int(p.chunks.size()) / pp);
-  const int M = p.global_batch / (p.micro_batch * p.max_dp());
+namespace {
 
-  Estimate est;
-  est.stages.resize(pp);
-  // A micro-batch on stage s: its kernels and the collectives compute waits for, then what the
-  // side streams (ZeRO-3 gathers, offload copies) could not hide behind them.
-  double sum_gpu = 0, crit_cycle = -1, fill_p2p = 0, gpu_crit = 0;
-  int crit = 0;
-  for (int s = 0; s < pp; ++s) {
-    const auto& x = sc[s];
+using cost_detail::StageCost;
+
+// The pipeline's steady state: the stage that sets the pace and what the others add.
+struct Pace {
+  int crit = 0;            // the stage whose micro-batch cycle is longest
+  double crit_cycle = -1;  // its cycle: its pass and its share of the pipeline transfers
+  double gpu_crit = 0;     // its pass on the GPU alone
+  double sum_gpu = 0;      // every stage's GPU pass
+  double fill_p2p = 0;     // pipeline transfers filling and draining, in chunks of 1/v
+  double bubble_s = 0;     // the other stages' passes filling and draining
+  double pipeline_s = 0;   // the m micro-batches through the pipeline
+};
+
+// A micro-batch on each stage: its kernels and the collectives compute waits for, then what the
+// side streams (ZeRO-3 gathers, offload copies) could not hide behind them; sets each stage's
+// time_per_microbatch_s.
+Pace pace(const CostModel& cost, const std::vector<StageCost>& sc, int v, int M, Estimate& est) {
+  Pace x;
+  for (int s = 0; s < int(sc.size()); ++s) {
+    const StageCost& st = sc[s];
     const double gpu =
-        cost.overlapped_time_s(x.fwd_s + x.bwd_s + x.rec_s, x.tp_s + x.ep_s + x.cp_s, x.dp_stream_s,
-                               std::max(x.h2d_stream_s, x.d2h_stream_s)) +
-        x.first_fetch_s;
+        cost.overlapped_time_s(st.fwd_s + st.bwd_s + st.rec_s, st.tp_s + st.ep_s + st.cp_s,
+                               st.dp_stream_s, std::max(st.h2d_stream_s, st.d2h_stream_s)) +
+        st.first_fetch_s;
     // The host issues a micro-batch's work ahead of the GPU; where it takes longer than the GPU
     // runs, the GPU waits for it (its collectives run while the host issues).
-    const double u = std::max(gpu, x.host_issue_s);
+    const double u = std::max(gpu, st.host_issue_s);
     // In the steady state every micro-batch waits once for a pipeline transfer: the round trip
     // of an activation and its gradient spans two micro-batch cycles.
-    const double cycle = u + 0.5 * (x.p2p_fwd_s + x.p2p_bwd_s);
+    const double cycle = u + 0.5 * (st.p2p_fwd_s + st.p2p_bwd_s);
     est.stages[s].time_per_microbatch_s = u;
-    sum_gpu += gpu;
-    fill_p2p += (x.p2p_fwd_s + x.p2p_bwd_s) / v;
-    if (cycle > crit_cycle) crit_cycle = cycle, crit = s, gpu_crit = gpu;
+    x.sum_gpu += gpu;
+    x.fill_p2p += (st.p2p_fwd_s + st.p2p_bwd_s) / v;
+    if (cycle > x.crit_cycle) x.crit_cycle = cycle, x.crit = s, x.gpu_crit = gpu;
   }
-  const double u_crit = est.stages[crit].time_per_microbatch_s;
   // The slowest stage sets the pace of the m micro-batches; the others' passes fill and drain
   // the pipeline, in chunks of 1/v of a stage under the interleaved schedule. Their GPU time
   // only: a host that paces a stage issues its next micro-batches while it waits for the
   // pipeline to fill, as the simulator's run of the Program shows.
-  const double bubble = (sum_gpu - gpu_crit) / v;
-  const double pipeline = M * crit_cycle + bubble + fill_p2p;
+  x.bubble_s = (x.sum_gpu - x.gpu_crit) / v;
+  x.pipeline_s = M * x.crit_cycle + x.bubble_s + x.fill_p2p;
+  return x;
+}
 
-  // After its last backward each stage reduces gradients and steps the optimizer. Stage s's
-  // last backward ends earlier than stage 0's by the backward passes of the stages before it.
-  double slack = 0, worst = -1e300, worst_slack = 0;
-  int ts = 0;
+// After its last backward each stage reduces gradients and steps the optimizer. Stage s's last
+// backward ends earlier than stage 0's by the backward passes of the stages before it.
+struct Tail {
+  int stage = 0;       // the stage whose tail ends last
+  double s = 0;        // how far it ends beyond the pipeline
+  double slack_s = 0;  // how much earlier than stage 0's its last backward ended
+};
+Tail tail(const std::vector<StageCost>& sc, int v) {
+  const int pp = int(sc.size());
+  double slack = 0, worst = -1e300;
+  Tail t;
   for (int s = 0; s < pp; ++s) {
-    const auto& x = sc[s];
-    const double tail = x.reduce_exposed_s + std::max(x.optimizer_s + x.gather_s, x.host_s);
-    if (tail - slack > worst) worst = tail - slack, ts = s, worst_slack = slack;
+    const StageCost& x = sc[s];
+    const double end = x.reduce_exposed_s + std::max(x.optimizer_s + x.gather_s, x.host_s);
+    if (end - slack > worst) worst = end - slack, t.stage = s, t.slack_s = slack;
     if (s + 1 < pp)
       slack += (x.bwd_s + x.rec_s + x.tp_bwd_s + x.ep_bwd_s + x.cp_bwd_s + sc[s + 1].p2p_bwd_s) / v;
   }
-  const double tail = std::max(0.0, worst);
-  est.iteration_time_s = pipeline + tail;
+  t.s = std::max(0.0, worst);
+  return t;
+}
 
-  // Breakdown: the critical stage's m micro-batches, the bubble, the tail.
-  TimeBreakdown& tb = est.time;
+// The critical stage's m micro-batches, the bubble, the tail.
+TimeBreakdown breakdown(const std::vector<StageCost>& sc, const Pace& pc, const Tail& tl,
+                        double u_crit, int M) {
+  TimeBreakdown tb;
   {
-    const auto& x = sc[crit];
+    const StageCost& x = sc[pc.crit];
     const double busy = x.fwd_s + x.bwd_s + x.rec_s + x.tp_s + x.ep_s + x.cp_s;
     // The pass beyond its kernels and critical collectives is side-stream traffic that was not
     // hidden. Where the host paces the stage, everything beyond the kernels is the wait for it:
     // the collectives run while the host issues the next ops.
-    const bool host_bound = u_crit > gpu_crit;
+    const bool host_bound = u_crit > pc.gpu_crit;
     const double kernels = x.fwd_s + x.bwd_s + x.rec_s;
     const double host_wait = host_bound ? u_crit - kernels : 0.0;
     const double hidden = host_bound ? 0.0 : u_crit - busy;
@@ -82,35 +100,29 @@ Estimate estimate(const CostModel& cost, const Plan& p) {
     (x.dp_stream_s >= std::max(x.h2d_stream_s, x.d2h_stream_s) ? tb.dp_comm_s : tb.offload_s) +=
         M * hidden;
     tb.host_s = M * host_wait;
-    tb.pp_comm_s = M * (crit_cycle - u_crit) + fill_p2p;
-    tb.bubble_s = bubble;
+    tb.pp_comm_s = M * (pc.crit_cycle - u_crit) + pc.fill_p2p;
+    tb.bubble_s = pc.bubble_s;
   }
-  {
-    const auto& x = sc[ts];
-    double dp = x.reduce_exposed_s, opt = 0, off = 0;
-    if (x.host_s > x.optimizer_s + x.gather_s)
-      off = x.host_s;
-    else
-      opt = x.optimizer_s, dp += x.gather_s;
-    double left = worst_slack;
-    for (double* part : {&dp, &opt, &off}) {
-      const double cut = std::min(*part, left);
-      *part -= cut, left -= cut;
-    }
-    tb.dp_comm_s += dp;
-    tb.optimizer_s += opt;
-    tb.offload_s += off;
+  const StageCost& x = sc[tl.stage];
+  double dp = x.reduce_exposed_s, opt = 0, off = 0;
+  if (x.host_s > x.optimizer_s + x.gather_s)
+    off = x.host_s;
+  else
+    opt = x.optimizer_s, dp += x.gather_s;
+  double left = tl.slack_s;
+  for (double* part : {&dp, &opt, &off}) {
+    const double cut = std::min(*part, left);
+    *part -= cut, left -= cut;
   }
+  tb.dp_comm_s += dp;
+  tb.optimizer_s += opt;
+  tb.offload_s += off;
+  return tb;
+}
 
-  const ModelSpec& m = cost.model();
-  est.moe = m.moe.enabled();
-  est.host_modelled = cost.framework().host_issue_modelled();
-  est.tokens_per_s = double(p.global_batch) * m.seq_len / est.iteration_time_s;
-  est.tflops_per_gpu =
-      model_flops_per_iteration(m, p.global_batch) / est.iteration_time_s / p.world_size() / 1e12;
-  est.mfu = est.tflops_per_gpu * 1e12 / cost.peak_flops();
-
-  for (int s = 0; s < pp; ++s) {
+// Each stage's memory, and the peak stage's.
+void memory(const std::vector<StageCost>& sc, Estimate& est) {
+  for (int s = 0; s < int(sc.size()); ++s) {
     StageEstimate& se = est.stages[s];
     se.memory = sc[s].memory;
     se.peak_memory_bytes = se.memory.total_bytes();
@@ -122,6 +134,32 @@ Estimate estimate(const CostModel& cost, const Plan& p) {
       est.memory = se.memory;
     }
   }
+}
+
+}  // namespace
+
+Estimate estimate(const CostModel& cost, const Plan& p) {
+  thread_local std::vector<StageCost> sc;
+  cost_detail::analyze(cost, p, /*with_time=*/true, sc);
+  const int pp = p.pp;
+  const int v = std::max(1, int(p.chunks.size()) / pp);
+  const int M = p.global_batch / (p.micro_batch * p.max_dp());
+
+  Estimate est;
+  est.stages.resize(pp);
+  const Pace pc = pace(cost, sc, v, M, est);
+  const Tail tl = tail(sc, v);
+  est.iteration_time_s = pc.pipeline_s + tl.s;
+  est.time = breakdown(sc, pc, tl, est.stages[pc.crit].time_per_microbatch_s, M);
+
+  const ModelSpec& m = cost.model();
+  est.moe = m.moe.enabled();
+  est.host_modelled = cost.framework().host_issue_modelled();
+  est.tokens_per_s = double(p.global_batch) * m.seq_len / est.iteration_time_s;
+  est.tflops_per_gpu =
+      model_flops_per_iteration(m, p.global_batch) / est.iteration_time_s / p.world_size() / 1e12;
+  est.mfu = est.tflops_per_gpu * 1e12 / cost.peak_flops();
+  memory(sc, est);
   return est;
 }
 

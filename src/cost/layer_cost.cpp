@@ -65,23 +65,17 @@ FetchCost fetch_cost(const CostModel& c, const LayerStrategy& s, int64_t params,
   return f;
 }
 
-LayerCost layer_cost(const CostModel& c, const Plan& p, const LayerStrategy& s, int b, int tp_nodes,
-                     int dp_nodes, bool with_time, const MoeNodes& moe, int cp_nodes) {
-  if (moe.moe) {
-    LayerCost lc = layer_cost(c, p, s, b, tp_nodes, dp_nodes, with_time, MoeNodes{}, cp_nodes);
-    add_moe_costs(c, p, s, b, tp_nodes, dp_nodes, moe, with_time, lc);
-    return lc;
-  }
+namespace {
+
+// A dense layer's bytes, tensor by tensor as the Program allocates them, beside `fetch_bytes`
+// of fetched weights.
+void layer_bytes(const CostModel& c, const Plan& p, const LayerStrategy& s, int b, int64_t params,
+                 int64_t fetch_bytes, LayerCost& lc) {
   const ModelSpec& m = c.model();
   const bool flash = p.flash_attention;
-  LayerCost lc;
-  const int64_t params = layer_parameters_per_rank(m, s.tp);
   lc.states.add(s, params, p.dtype);
-  // Activations, tensor by tensor as the Program allocates them.
   const int64_t sa = kept_activation_bytes(m, s, Block::attention, b, s.recompute, flash, p.dtype);
   const int64_t sm = kept_activation_bytes(m, s, Block::mlp, b, s.recompute, flash, p.dtype);
-  const FetchCost fetch = fetch_cost(c, s, params, dp_nodes, with_time);
-  const int64_t fetch_bytes = fetch.bytes;
   lc.kept = s.offload_activations ? 0 : sa + sm;
   lc.staged_bytes = staged_gradient_bytes(s, params, p.dtype, c.framework().layer_gradient_staging);
   lc.piece_bytes = receive_piece_bytes(s, params, p.dtype);
@@ -110,11 +104,12 @@ LayerCost layer_cost(const CostModel& c, const Plan& p, const LayerStrategy& s, 
     lc.fwd_buf += cp_comm(m, s, b, Phase::forward, p.dtype).buffer_bytes;
     lc.bwd_buf += cp_comm(m, s, b, Phase::backward, p.dtype).buffer_bytes;
   }
-  if (!with_time) return lc;
+}
 
-  auto coll = [&](Collective k, int64_t bytes, int size, int nodes) {
-    return c.collective_cost(k, bytes, size, nodes).time_s();
-  };
+// A dense layer's kernels per phase, and under cp the exposed cp communication.
+void layer_kernels(const CostModel& c, const LayerStrategy& s, int b, bool flash, int cp_nodes,
+                   LayerCost& lc) {
+  const ModelSpec& m = c.model();
   if (s.cp > 1) {
     // The split attention's parts (the ring's steps each a kernel).
     lc.fwd_s = cp_attention_kernels_s(c, s, b, Phase::forward, flash) +
@@ -136,43 +131,67 @@ LayerCost layer_cost(const CostModel& c, const Plan& p, const LayerStrategy& s, 
   } else if (s.recompute == Recompute::selective && !flash) {
     lc.rec_s = c.block_time_s(selective_recompute_work(m, s, b));
   }
-  if (s.tp > 1) {
-    // Each block's collectives (tp_comm); the attention's and the mlp's are alike.
-    const TpComm fwd = tp_comm(s, Block::attention, Phase::forward);
-    const TpComm bwd = tp_comm(s, Block::attention, Phase::backward);
-    const int64_t msg = token_stream_bytes(m, b, p.dtype, s.cp);
-    const double gather = coll(Collective::all_gather, msg, s.tp, tp_nodes);
-    const double after = coll(fwd.after, msg, s.tp, tp_nodes);
-    const double per_block = fwd.gathers * gather + after;
-    if (c.framework().tp_comm_overlap && s.sequence_parallel) {
-      // Each collective beside its GEMM (CostModel::tp_exposed_s), as the simulator costs it.
-      auto phase = [&](Phase ph) {
-        double t = 0;
-        for (Block blk : {Block::attention, Block::mlp}) {
-          const TpComm x = tp_comm(s, blk, ph);
-          t += x.gathers * c.tp_exposed_s(gather, Collective::all_gather, s, blk, ph, b) +
-               c.tp_exposed_s(after, x.after, s, blk, ph, b);
-        }
-        return t;
-      };
-      lc.tp_fwd_s = phase(Phase::forward);
-      lc.tp_bwd_s = phase(Phase::backward);
-      lc.tp_rec_s = s.recompute == Recompute::full ? phase(Phase::recompute) : 0;
-    } else {
-      lc.tp_fwd_s = 2 * per_block;
-      lc.tp_bwd_s = 2 * (per_block + (bwd.gathers - fwd.gathers) * gather);
-      lc.tp_rec_s = s.recompute == Recompute::full ? 2 * per_block : 0;
-    }
-    // (The once-per-iteration sum of the norms' gradients under sequence parallelism, a few
-    // KiB, is left to the simulator.)
+}
+
+// A dense layer's tensor-parallel collectives per phase (tp_comm): the attention's and the
+// mlp's are alike.
+void layer_tp_comm(const CostModel& c, const LayerStrategy& s, int b, int tp_nodes, LayerCost& lc) {
+  if (s.tp <= 1) return;
+  auto coll = [&](Collective k, int64_t bytes) {
+    return c.collective_cost(k, bytes, s.tp, tp_nodes).time_s();
+  };
+  const TpComm fwd = tp_comm(s, Block::attention, Phase::forward);
+  const TpComm bwd = tp_comm(s, Block::attention, Phase::backward);
+  const int64_t msg = token_stream_bytes(c.model(), b, c.dtype(), s.cp);
+  const double gather = coll(Collective::all_gather, msg);
+  const double after = coll(fwd.after, msg);
+  const double per_block = fwd.gathers * gather + after;
+  if (c.framework().tp_comm_overlap && s.sequence_parallel) {
+    // Each collective beside its GEMM (CostModel::tp_exposed_s), as the simulator costs it.
+    auto phase = [&](Phase ph) {
+      double t = 0;
+      for (Block blk : {Block::attention, Block::mlp}) {
+        const TpComm x = tp_comm(s, blk, ph);
+        t += x.gathers * c.tp_exposed_s(gather, Collective::all_gather, s, blk, ph, b) +
+             c.tp_exposed_s(after, x.after, s, blk, ph, b);
+      }
+      return t;
+    };
+    lc.tp_fwd_s = phase(Phase::forward);
+    lc.tp_bwd_s = phase(Phase::backward);
+    lc.tp_rec_s = s.recompute == Recompute::full ? phase(Phase::recompute) : 0;
+  } else {
+    lc.tp_fwd_s = 2 * per_block;
+    lc.tp_bwd_s = 2 * (per_block + (bwd.gathers - fwd.gathers) * gather);
+    lc.tp_rec_s = s.recompute == Recompute::full ? 2 * per_block : 0;
   }
+  // (The once-per-iteration sum of the norms' gradients under sequence parallelism, a few KiB,
+  // is left to the simulator.)
+}
+
+}  // namespace
+
+LayerCost layer_cost(const CostModel& c, const Plan& p, const LayerStrategy& s, int b, int tp_nodes,
+                     int dp_nodes, bool with_time, const MoeNodes& moe, int cp_nodes) {
+  if (moe.moe) {
+    LayerCost lc = layer_cost(c, p, s, b, tp_nodes, dp_nodes, with_time, MoeNodes{}, cp_nodes);
+    add_moe_costs(c, p, s, b, tp_nodes, dp_nodes, moe, with_time, lc);
+    return lc;
+  }
+  LayerCost lc;
+  const int64_t params = layer_parameters_per_rank(c.model(), s.tp);
+  const FetchCost fetch = fetch_cost(c, s, params, dp_nodes, with_time);
+  layer_bytes(c, p, s, b, params, fetch.bytes, lc);
+  if (!with_time) return lc;
+  layer_kernels(c, s, b, p.flash_attention, cp_nodes, lc);
+  layer_tp_comm(c, s, b, tp_nodes, lc);
   lc.fetch_s = fetch.time_s;
   lc.fetch_on_h2d = fetch.on_h2d;
   const GradSyncCost sync = grad_sync_cost(c, s, params, dp_nodes);
   (sync.per_microbatch ? lc.grad_rs_mb_s : lc.grad_reduce_s) = sync.reduce_s;
   lc.gather_s = sync.gather_s;
   if (s.offload_activations) {
-    lc.act_d2h_s = c.copy_cost(sa + sm).time_s();
+    lc.act_d2h_s = c.copy_cost(lc.fwd_act).time_s();
     lc.act_h2d_s = lc.act_d2h_s;
   }
   return lc;
