@@ -235,6 +235,7 @@ struct MemoryBreakdown {
   // Sets the ledger's parts for these tensors (device_memory).
   void set_process(const ProcessMemory& p, double fragmentation);
   MemoryBreakdown& operator+=(const MemoryBreakdown& o);
+  bool operator==(const MemoryBreakdown&) const = default;
 };
 
 // Peak device memory of one rank of every pipeline stage (all ranks of a stage hold the same),

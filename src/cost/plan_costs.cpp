@@ -44,11 +44,13 @@ struct Scratch {
 
 class Analyzer {
  public:
-  Analyzer(const CostModel& cost, const Plan& plan, bool with_time, Scratch& scratch)
+  Analyzer(const CostModel& cost, const Plan& plan, bool with_time, bool reuse_stages,
+           Scratch& scratch)
       : cost_(cost),
         model_(cost.model()),
         plan_(plan),
         with_time_(with_time),
+        reuse_stages_(reuse_stages),
         staging_(cost.framework().layer_gradient_staging),
         chunk_kept_bytes_(scratch.chunk_kept_bytes),
         chunk_fwd_peak_(scratch.chunk_fwd_peak),
@@ -76,7 +78,15 @@ class Analyzer {
     const int nlayers = int(plan_.layers.size());
     same_as_below_.assign(nlayers, 0);
     for (int l = 1; l < nlayers; ++l) same_as_below_[l] = plan_.layers[l] == plan_.layers[l - 1];
-    for (int s = 0; s < pp; ++s) stage(s, out[s]);
+    for (int s = 0; s < pp; ++s) {
+      if (reuse_stages_ && repeats_stage_before(s)) {
+        // Every figure but the schedule's in-flight activations is the stage before's.
+        out[s] = out[s - 1];
+        memory(s, last_walk_, out[s]);
+        continue;
+      }
+      stage(s, out[s]);
+    }
   }
 
  private:
@@ -171,7 +181,34 @@ class Analyzer {
           std::max(w.workspace_bytes,
                    embedding_workspace_bytes(model_, plan_.embedding, samples(-1), plan_.dtype));
     if (with_time_) extras(s, w.emb_head, w.end, w.states, w.deferred, sc);
-    memory(s, w, sc);
+    last_walk_ = {w.states, w.workspace_bytes, w.comms};
+    memory(s, last_walk_, sc);
+  }
+
+  // Does stage s repeat the stage before it? Both middle stages (no embedding, no head), the
+  // same placement against node borders and pipeline neighbours on the same nodes or not, and
+  // chunk by chunk the same layers (strategy and MoE or not), with the same layer below each
+  // chunk (what it receives and reshards from). Then its walk would do the same arithmetic in
+  // the same order: a uniform plan walks its layers on three stages, not pp.
+  bool repeats_stage_before(int s) const {
+    const int pp = plan_.pp;
+    if (s < 2 || s > pp - 2) return false;
+    const int64_t D = geo_.devices_per_stage, g = geo_.gpus_per_node;
+    if ((s * D) % g != ((s - 1) * D) % g) return false;
+    if (geo_.same_node(s, s + 1) != geo_.same_node(s - 1, s) ||
+        geo_.same_node(s, s - 1) != geo_.same_node(s - 1, s - 2))
+      return false;
+    for (int i = 0; i < chunks_per_stage_; ++i) {
+      const LayerRange a = plan_.chunks[i * pp + s - 1], b = plan_.chunks[i * pp + s];
+      if (a.end - a.begin != b.end - b.begin) return false;
+      for (int j = -1; j < b.end - b.begin; ++j) {
+        const int la = a.begin + j, lb = b.begin + j;
+        if (!(plan_.layers[la] == plan_.layers[lb]) ||
+            model_.is_moe_layer(la) != model_.is_moe_layer(lb))
+          return false;
+      }
+    }
+    return true;
   }
 
   // The embedding and head of stage s. Staged gradients (Program::stage_grads): a layer's from
@@ -363,7 +400,13 @@ class Analyzer {
   }
 
   // The stage's memory breakdown: its model states and its schedule's peak.
-  void memory(int s, const StageWalk& w, StageCost& sc) {
+  // What memory() reads of a stage's walk.
+  struct WalkTotals {
+    ModelStates states;
+    int64_t workspace_bytes = 0;
+    StageCommunicators comms;
+  };
+  void memory(int s, const WalkTotals& w, StageCost& sc) {
     const Mem peak = schedule_peak(s);
     MemoryBreakdown& mb = sc.memory;
     const int64_t ws = w.workspace_bytes;
@@ -444,8 +487,6 @@ class Analyzer {
       sc.host_s = host_optimizer_step_s(cost_, states.host_opt_params, states.host_resident_params);
   }
 
-  // Peak of activations + buffers over the stage's schedule: the in-flight micro-batches'
-  // kept activations plus the running pass's own bytes.
   // The GPU process ledger of stage s: the previous stage's where both hold the same
   // communicators on the same node placement (a one-entry cache: a uniform plan's middle stages
   // are alike).
@@ -458,6 +499,8 @@ class Analyzer {
     return process_;
   }
 
+  // Peak of activations + buffers over the stage's schedule: the in-flight micro-batches'
+  // kept activations plus the running pass's own bytes.
   Mem schedule_peak(int s) const {
     const int in_flight = shape_.passes_in_flight(s);
     bool same = true;
@@ -506,6 +549,7 @@ class Analyzer {
   const ModelSpec& model_;
   const Plan& plan_;
   const bool with_time_;
+  const bool reuse_stages_;
   const bool staging_;  // FrameworkSpec::layer_gradient_staging
   Geometry geo_;
   int max_dp_ = 1, microbatch_count_ = 1, chunks_per_stage_ = 1;
@@ -531,6 +575,7 @@ class Analyzer {
   MoeNodes cached_moe_;
   LayerCost cached_;
 
+  WalkTotals last_walk_;  // the last stage walked's, for the stages that repeat it
   bool have_process_ = false;
   StageCommunicators process_comms_;
   ProcessMemory process_;
@@ -538,13 +583,14 @@ class Analyzer {
 
 }  // namespace
 
-void analyze(const CostModel& cost, const Plan& plan, bool with_time, std::vector<StageCost>& out) {
+void analyze(const CostModel& cost, const Plan& plan, bool with_time, std::vector<StageCost>& out,
+             bool reuse_stages) {
   // The closed form prices the plan's tensors in the cost model's precision.
   if (plan.dtype != cost.dtype())
     throw std::logic_error(std::string("analyze: a plan in ") + to_string(plan.dtype) +
                            " priced by a cost model in " + to_string(cost.dtype()));
   thread_local Scratch scratch;
-  Analyzer(cost, plan, with_time, scratch).run(out);
+  Analyzer(cost, plan, with_time, reuse_stages, scratch).run(out);
 }
 
 }  // namespace stratagem::cost_detail

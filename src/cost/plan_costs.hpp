@@ -33,9 +33,13 @@ struct StageCost {
   double host_s = 0;            // offloaded optimizer: copies + CPU step
   MemoryBreakdown memory;       // peak of one rank
   int64_t workspace_bytes = 0;  // part of memory.buffers_bytes not allocated by the Program
+  bool operator==(const StageCost&) const = default;
 };
 
 // Fills one StageCost per pipeline stage. Without `with_time` only the memory is computed.
-void analyze(const CostModel& cost, const Plan& plan, bool with_time, std::vector<StageCost>& out);
+// `reuse_stages`: a stage that repeats the one before it takes its figures (the same
+// arithmetic); false walks every stage (the test that they agree).
+void analyze(const CostModel& cost, const Plan& plan, bool with_time, std::vector<StageCost>& out,
+             bool reuse_stages = true);
 
 }  // namespace stratagem::cost_detail

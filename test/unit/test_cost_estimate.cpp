@@ -399,3 +399,58 @@ BOOST_AUTO_TEST_CASE(host_issue_bounds_a_micro_batch_as_the_simulator_runs_it) {
   BOOST_TEST(sim_s == e.iteration_time_s, tt::tolerance(0.02));
   BOOST_TEST(r.host_issue);
 }
+
+// A stage that repeats the stage before it takes its figures instead of walking its layers
+// again (plan_costs.cpp): on every kind of plan, each stage's figures must equal those of a walk
+// over every stage, bit for bit, with and without time.
+BOOST_AUTO_TEST_CASE(a_repeated_stage_takes_the_figures_its_walk_would_give) {
+  struct Case {
+    const char* model;
+    int nodes, tp, pp, vpp, zero;
+    const char* recompute;
+    const char* offload;
+    int ep, cp;
+  };
+  const Case cases[] = {
+      {"gpt3-175b", 128, 8, 16, 1, 1, "full", "none", 1, 1},
+      {"gpt3-175b", 128, 2, 16, 2, 0, "selective", "none", 1, 1},
+      {"gpt3-175b", 64, 4, 8, 2, 1, "none", "none", 1, 1},
+      {"llama2-7b", 1, 1, 8, 1, 0, "none", "none", 1, 1},  // a stage per GPU: no node border
+      {"llama2-7b", 2, 2, 4, 1, 3, "none", "optimizer,params", 1, 1},
+      {"llama3-8b", 8, 2, 8, 1, 1, "none", "none", 1, 2},
+      {"mixtral-8x7b", 16, 1, 8, 1, 1, "full", "none", 4, 1},
+      {"deepseek-v3", 64, 1, 16, 1, 1, "full", "none", 8, 1},
+  };
+  for (const Case& k : cases) {
+    Setup x{load_model(k.model), load_cluster("dgx-a100-80g"), {}};
+    x.cluster.nodes = k.nodes;
+    PlanShorthand s;
+    s.tp = k.tp, s.pp = k.pp, s.vpp = k.vpp, s.zero = k.zero, s.recompute = k.recompute;
+    s.offload = k.offload, s.sequence_parallel = k.tp > 1, s.micro_batch = 1;
+    s.global_batch = 8 * x.cluster.world_size();
+    if (k.ep > 1) s.ep = k.ep;
+    if (k.cp > 1) s.cp = k.cp, s.flash_attention = true;
+    x.plan = expand_shorthand(s, x.model, x.cluster);
+    validate(x.plan, x.model, x.cluster, "test");
+    // The same plan with one middle stage's layers held differently: the stages around it
+    // must not take its figures, nor it theirs.
+    Plan mixed = x.plan;
+    for (int l = mixed.chunks[3].begin; l < mixed.chunks[3].end; ++l)
+      mixed.layers[l].recompute = Recompute::full, mixed.layers[l].zero = 0;
+    for (const Plan* p : {&x.plan, &mixed}) {
+      const CostModel cm(x.model, x.cluster, p->dtype);
+      for (bool with_time : {true, false}) {
+        BOOST_TEST_CONTEXT(k.model << " " << p->describe() << " with time " << with_time) {
+          std::vector<cost_detail::StageCost> reused, walked;
+          cost_detail::analyze(cm, *p, with_time, reused);
+          cost_detail::analyze(cm, *p, with_time, walked, /*reuse_stages=*/false);
+          BOOST_REQUIRE(reused.size() == walked.size());
+          for (size_t st = 0; st < walked.size(); ++st) {
+            BOOST_TEST_INFO("stage " << st);
+            BOOST_TEST((reused[st] == walked[st]));
+          }
+        }
+      }
+    }
+  }
+}
