@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "stratagem/cluster.hpp"
+#include "stratagem/fabric.hpp"
 #include "stratagem/framework.hpp"
 #include "stratagem/layout.hpp"
 #include "stratagem/model.hpp"
@@ -14,26 +15,6 @@
 #include "stratagem/workload.hpp"
 
 namespace stratagem {
-
-// Which physical resource a transfer's bytes cross.
-enum class LinkClass : uint8_t { intra_node, inter_node, pcie, none };
-enum class CollectiveAlgo : uint8_t { ring, tree, hierarchical, direct };
-const char* to_string(LinkClass l);
-const char* to_string(CollectiveAlgo a);
-
-// Time of a transfer split into a fixed latency part and a bandwidth part, so that the
-// simulator can share the bandwidth part between concurrent transfers on one resource.
-// Uncontended time = latency_s + link_bytes / (bandwidth_gbps * 1e9).
-struct CommCost {
-  double latency_s = 0;
-  double link_bytes = 0;      // bytes each rank pushes through its busiest link
-  double bandwidth_gbps = 0;  // achieved bandwidth of that link for this message size
-  LinkClass link = LinkClass::none;
-  CollectiveAlgo algo = CollectiveAlgo::direct;
-  double time_s() const {
-    return latency_s + (bandwidth_gbps > 0 ? link_bytes / (bandwidth_gbps * 1e9) : 0);
-  }
-};
 
 // Kernels beside communication: `kernels_s` of compute and `critical_s` of collectives the
 // compute waits for, while `dp_stream_s` of collectives (ZeRO gathers and reduce-scatters) and
@@ -110,17 +91,6 @@ class CostModel {
   }
   double compute_comm_interference() const { return interference_; }
 
-  // Collectives over explicit ranks (the Layout's group); the algorithm is chosen per call.
-  // `bytes` is the whole buffer: the input of all-reduce and reduce-scatter, the output of
-  // all-gather, and everything one rank sends in an all-to-all.
-  CommCost collective_cost(Collective c, int64_t bytes, const std::vector<int>& ranks) const;
-  // Collective over a group of `size` ranks spread over `nodes` nodes (same cost as above, for
-  // callers without a Layout, such as the fast estimator).
-  CommCost collective_cost(Collective c, int64_t bytes, int size, int nodes) const;
-  // One algorithm, without the choice (tree and hierarchical apply to all-reduce only; an
-  // algorithm that does not apply costs infinity).
-  CommCost collective_cost(Collective c, int64_t bytes, int size, int nodes,
-                           CollectiveAlgo algo) const;
   // An MoE layer's collectives on the ep_comm stream (src/cost/moe_cost.cpp): `bytes` as the
   // Program's op carries them (the balanced mean) over a group of `size` ranks on `nodes`
   // nodes, paced by the busiest expert rank, which carries `load` times the mean
@@ -134,14 +104,12 @@ class CostModel {
   // phase, `samples` per rank: the experts at the busiest rank's load (`load` times the mean).
   double moe_part_time_s(const LayerStrategy& s, Block part, Phase ph, int samples,
                          double load) const;
-  CommCost p2p_cost(int64_t bytes, int src_rank, int dst_rank) const;
-  CommCost p2p_cost(int64_t bytes, bool same_node) const;
-  CommCost copy_cost(int64_t bytes) const;  // host <-> device over PCIe
   // Any op of a rank's program (group/peer resolved through the layout).
   CommCost comm_cost(const Op& op, const Layout& layout, int rank) const;
   double op_time_s(const Op& op, const Layout& layout, int rank) const;
-  int node_of(int rank) const { return rank / gpus_per_node_; }
 
+  // Transfers on the cluster's fabric: collectives, sends, PCIe copies (fabric.hpp).
+  const FabricModel& fabric() const { return fabric_; }
   const ModelSpec& model() const { return model_; }
   const ClusterSpec& cluster() const { return cluster_; }
   const FrameworkSpec& framework() const { return framework_; }
@@ -151,30 +119,15 @@ class CostModel {
   // the plan's dtype).
   int grad_reduce_bytes() const { return grad_reduce_bytes_; }
 
-  // Achieved large-message bandwidth per GPU, GB/s per direction, of the NVSwitch/NVLink fabric
-  // and of the GPU's share of its node's NICs (after oversubscription).
-  double intra_gbps() const { return intra_gbps_; }
-  double inter_gbps_per_gpu() const { return inter_gbps_; }
-  // Latency of one step of a collective inside a node and across nodes (NIC + switch hops).
-  double intra_step_s() const { return intra_step_s_; }
-  double inter_step_s() const { return inter_step_s_; }
-
  private:
-  CommCost ring(Collective c, double bytes, int size, int nodes, int per_node) const;
-  CommCost tree(double bytes, int size, int nodes, int per_node) const;
-  CommCost hierarchical(double bytes, int size, int nodes, int per_node) const;
-  CommCost direct(double bytes, int size, int nodes, int per_node) const;
-  int distinct_nodes(const std::vector<int>& ranks) const;
   double moe_compute_time_s(const Op& op) const;  // Block::router, experts, combine
   // A kernel's price assumes the cost model's precision: an op of another is a logic error.
   void check_precision(const Op& op) const;
-  double intra_fraction(double bytes) const;  // S / (S + half): message-size ramp
-  double inter_fraction(double bytes) const;
 
   const ModelSpec& model_;
   const ClusterSpec& cluster_;
   FrameworkSpec framework_;
-  int gpus_per_node_ = 1;
+  FabricModel fabric_;
   Dtype dtype_ = Dtype::bf16;
   int elem_bytes_ = 2;
   int grad_reduce_bytes_ = 2;
@@ -185,9 +138,6 @@ class CostModel {
   double flash_attention_flops_ = 0, standard_attention_flops_ = 0;
   double hbm_bytes_per_s_ = 0, launch_s_ = 0, interference_ = 1;
   double host_flops_per_gpu_ = 0, host_bytes_per_s_per_gpu_ = 0;
-  double intra_gbps_ = 0, inter_gbps_ = 0;
-  double intra_step_s_ = 0, inter_step_s_ = 0;
-  double intra_half_bytes_ = 0, inter_half_bytes_ = 0;
 };
 
 // What a rank's CUDA process holds on the device beside the Program's tensors and the cost

@@ -37,10 +37,11 @@ CpCost cp_cost(const CostModel& c, const LayerStrategy& s, int samples, int cp_n
   const CpComm f = cp_comm(c.model(), s, samples, Phase::forward, dt);
   const CpComm b = cp_comm(c.model(), s, samples, Phase::backward, dt);
   auto coll = [&](Collective k, int64_t bytes) {
-    return k == Collective::none ? 0.0 : c.collective_cost(k, bytes, s.cp, cp_nodes).time_s();
+    return k == Collective::none ? 0.0
+                                 : c.fabric().collective_cost(k, bytes, s.cp, cp_nodes).time_s();
   };
   if (s.cp_kind == CpKind::ring) {
-    const double kv = c.p2p_cost(f.kv_bytes, cp_nodes == 1).time_s();
+    const double kv = c.fabric().p2p_cost(f.kv_bytes, cp_nodes == 1).time_s();
     const double core_f =
         part_s(c, s, samples, Phase::forward, AttentionPart::core, flash_attention);
     const double core_b =

@@ -15,8 +15,8 @@ double optimizer_step_s(const CostModel& c, int64_t params) {
 
 double host_optimizer_step_s(const CostModel& c, int64_t params, int64_t host_resident) {
   const Dtype dt = c.dtype();
-  return c.copy_cost(params * dtype_bytes(dt)).time_s() +
-         c.copy_cost((params - host_resident) * dtype_bytes(dt)).time_s() +
+  return c.fabric().copy_cost(params * dtype_bytes(dt)).time_s() +
+         c.fabric().copy_cost((params - host_resident) * dtype_bytes(dt)).time_s() +
          c.compute_time_s(adamw_host_op(params, dt));
 }
 
@@ -27,10 +27,11 @@ GradSyncCost grad_sync_cost(const CostModel& c, const LayerStrategy& s, int64_t 
   x.per_microbatch = g.per_microbatch;
   if (g.reduce == Collective::none) return x;
   const int64_t gbytes = params * c.grad_reduce_bytes();  // gradients on the wire
-  x.reduce_s = c.collective_cost(g.reduce, gbytes, s.dp_cp(), dp_nodes).time_s();
+  x.reduce_s = c.fabric().collective_cost(g.reduce, gbytes, s.dp_cp(), dp_nodes).time_s();
   if (g.gather_after_step)
-    x.gather_s = c.collective_cost(Collective::all_gather, params * dtype_bytes(c.dtype()),
-                                   s.dp_cp(), dp_nodes)
+    x.gather_s = c.fabric()
+                     .collective_cost(Collective::all_gather, params * dtype_bytes(c.dtype()),
+                                      s.dp_cp(), dp_nodes)
                      .time_s();
   return x;
 }
@@ -40,7 +41,7 @@ ReshardCost reshard_cost(const CostModel& c, const LayerStrategy& from, int from
   ReshardCost r;
   auto gather = [&](const LayerStrategy& s, int samples, int size) {
     const int64_t bytes = boundary_activation_bytes(c.model(), s, samples, c.dtype());
-    return c.collective_cost(Collective::all_gather, bytes, size, 1).time_s();
+    return c.fabric().collective_cost(Collective::all_gather, bytes, size, 1).time_s();
   };
   // As the Program's reshard: forward from `from` to `to`, backward the other way.
   if (const int n = reshard_gather_ranks(from, to)) r.fwd_s = gather(to, to_samples, n);
@@ -55,11 +56,12 @@ FetchCost fetch_cost(const CostModel& c, const LayerStrategy& s, int64_t params,
   f.bytes = w.bytes;
   if (w.bytes == 0 || !with_time) return f;
   if (w.gathers) {
-    f.time_s = c.collective_cost(Collective::all_gather, w.bytes, s.dp_cp(), dp_nodes).time_s();
+    f.time_s =
+        c.fabric().collective_cost(Collective::all_gather, w.bytes, s.dp_cp(), dp_nodes).time_s();
     // ZeRO-3 with offloaded parameters: the shard crosses PCIe before each gather.
-    if (w.h2d_bytes > 0) f.time_s += c.copy_cost(w.h2d_bytes).time_s();
+    if (w.h2d_bytes > 0) f.time_s += c.fabric().copy_cost(w.h2d_bytes).time_s();
   } else {
-    f.time_s = c.copy_cost(w.h2d_bytes).time_s();
+    f.time_s = c.fabric().copy_cost(w.h2d_bytes).time_s();
     f.on_h2d = true;
   }
   return f;
@@ -138,7 +140,7 @@ void layer_kernels(const CostModel& c, const LayerStrategy& s, int b, bool flash
 void layer_tp_comm(const CostModel& c, const LayerStrategy& s, int b, int tp_nodes, LayerCost& lc) {
   if (s.tp <= 1) return;
   auto coll = [&](Collective k, int64_t bytes) {
-    return c.collective_cost(k, bytes, s.tp, tp_nodes).time_s();
+    return c.fabric().collective_cost(k, bytes, s.tp, tp_nodes).time_s();
   };
   const TpComm fwd = tp_comm(s, Block::attention, Phase::forward);
   const TpComm bwd = tp_comm(s, Block::attention, Phase::backward);
@@ -191,7 +193,7 @@ LayerCost layer_cost(const CostModel& c, const Plan& p, const LayerStrategy& s, 
   (sync.per_microbatch ? lc.grad_rs_mb_s : lc.grad_reduce_s) = sync.reduce_s;
   lc.gather_s = sync.gather_s;
   if (s.offload_activations) {
-    lc.act_d2h_s = c.copy_cost(lc.fwd_act).time_s();
+    lc.act_d2h_s = c.fabric().copy_cost(lc.fwd_act).time_s();
     lc.act_h2d_s = lc.act_d2h_s;
   }
   return lc;
@@ -212,7 +214,8 @@ double tied_embedding_reduce_s(const CostModel& c, int embedding_tp, int pp, con
   const ModelSpec& m = c.model();
   if (pp == 1 || !m.tied_embeddings) return 0;
   const int64_t bytes = tied_embedding_reduce_bytes(m, embedding_tp, c.dtype());
-  return c.collective_cost(Collective::all_reduce, bytes, 2, geo.same_node(0, pp - 1) ? 1 : 2)
+  return c.fabric()
+      .collective_cost(Collective::all_reduce, bytes, 2, geo.same_node(0, pp - 1) ? 1 : 2)
       .time_s();
 }
 
@@ -220,7 +223,7 @@ EmbeddingHeadCost embedding_head_cost(const CostModel& c, const LayerStrategy& e
                                       int dpn, bool with_time) {
   const ModelSpec& m = c.model();
   auto coll = [&](Collective k, int64_t bytes) {
-    return c.collective_cost(k, bytes, es.tp, tpn).time_s();
+    return c.fabric().collective_cost(k, bytes, es.tp, tpn).time_s();
   };
   EmbeddingHeadCost x;
   x.emb_fetch = fetch_cost(c, es, embedding_parameters_per_rank(m, es.tp), dpn, with_time);

@@ -39,9 +39,10 @@ double CostModel::moe_part_time_s(const LayerStrategy& s, Block part, Phase ph, 
 CommCost CostModel::moe_comm_cost(Collective c, int64_t bytes, int p, int N, double load,
                                   int node_limit) const {
   const double S = double(bytes) * load;
-  if (p <= 1 || bytes <= 0) return collective_cost(c, 0, 1, 1);
+  if (p <= 1 || bytes <= 0) return fabric_.collective_cost(c, 0, 1, 1);
   N = std::clamp(N, 1, p);
-  if (c != Collective::all_to_all) return collective_cost(c, int64_t(std::llround(S)), p, N);
+  if (c != Collective::all_to_all)
+    return fabric_.collective_cost(c, int64_t(std::llround(S)), p, N);
   const int k = (p + N - 1) / N;  // ranks of the group per node
   // Each copy goes to a rank of the group chosen by its expert: (k - 1) / p of them stay on
   // the node (NVLink), (p - k) / p cross the network (CostModel::direct).
@@ -61,16 +62,15 @@ CommCost CostModel::moe_comm_cost(Collective c, int64_t bytes, int p, int N, dou
   }
   const double msg = S / p;
   CommCost cc;
-  const double ig = intra_gbps() * (intra_half_bytes_ > 0 ? msg / (msg + intra_half_bytes_) : 1.0);
-  const double eg =
-      inter_gbps_per_gpu() * (inter_half_bytes_ > 0 ? msg / (msg + inter_half_bytes_) : 1.0);
+  const double ig = fabric_.intra_gbps() * fabric_.intra_fraction(msg);
+  const double eg = fabric_.inter_gbps_per_gpu() * fabric_.inter_fraction(msg);
   const double ti = intra > 0 ? intra / (ig * 1e9) : 0, te = inter > 0 ? inter / (eg * 1e9) : 0;
   if (te >= ti && inter > 0) {
     cc.link = LinkClass::inter_node, cc.link_bytes = inter, cc.bandwidth_gbps = eg;
   } else if (intra > 0) {
     cc.link = LinkClass::intra_node, cc.link_bytes = intra, cc.bandwidth_gbps = ig;
   }
-  cc.latency_s = N > 1 ? inter_step_s() : intra_step_s();
+  cc.latency_s = N > 1 ? fabric_.inter_step_s() : fabric_.intra_step_s();
   cc.algo = CollectiveAlgo::direct;
   return cc;
 }

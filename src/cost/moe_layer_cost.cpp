@@ -81,7 +81,7 @@ void add_moe_costs(const CostModel& c, const Plan& p, const LayerStrategy& s, in
   for (const MoeStep& st : moe_ffn_steps(m, s, b, Phase::forward, dt)) {
     if (st.compute()) continue;
     if (st.stream == Stream::tp_comm) {
-      aux_sums += c.collective_cost(st.collective, st.bytes, s.tp, tp_nodes).time_s();
+      aux_sums += c.fabric().collective_cost(st.collective, st.bytes, s.tp, tp_nodes).time_s();
       continue;
     }
     const bool ep = st.group == GroupKind::ep;
@@ -107,7 +107,7 @@ void add_moe_costs(const CostModel& c, const Plan& p, const LayerStrategy& s, in
   if (expert_params > 0)
     add_sync(grad_sync_cost(c, expert_strategy(s), expert_params, nodes.expert_dp));
   if (s.offload_activations) {
-    lc.act_d2h_s = c.copy_cost(sa + sm).time_s();
+    lc.act_d2h_s = c.fabric().copy_cost(sa + sm).time_s();
     lc.act_h2d_s = lc.act_d2h_s;
   }
 }

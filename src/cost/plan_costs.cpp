@@ -102,7 +102,7 @@ class Analyzer {
   double p2p_s(int64_t bytes, bool same_node) {
     if (bytes != p2p_bytes_ || same_node != p2p_same_node_) {
       p2p_bytes_ = bytes, p2p_same_node_ = same_node;
-      p2p_time_s_ = cost_.p2p_cost(bytes, same_node).time_s();
+      p2p_time_s_ = cost_.fabric().p2p_cost(bytes, same_node).time_s();
     }
     return p2p_time_s_;
   }

@@ -59,16 +59,11 @@ double predicted_time_s(const ClusterSpec& c, const ProfileMeasurements& m, cons
 }
 double predicted_time_s(const ClusterSpec& c, const ProfileMeasurements& m,
                         const CollectiveSample& s) {
-  static const ModelSpec none;
-  const Plan p = profile_plan(m, false);
-  return CostModel(none, c, p.dtype)
-      .collective_cost(Collective::all_reduce, s.bytes, m.ranks, 1)
-      .time_s();
+  return FabricModel(c).collective_cost(Collective::all_reduce, s.bytes, m.ranks, 1).time_s();
 }
 double predicted_time_s(const ClusterSpec& c, const ProfileMeasurements& m, const CopySample& s) {
-  static const ModelSpec none;
-  const Plan p = profile_plan(m, false);
-  return 2 * CostModel(none, c, p.dtype).copy_cost(s.bytes).time_s();  // upload + download
+  (void)m;
+  return 2 * FabricModel(c).copy_cost(s.bytes).time_s();  // upload + download
 }
 
 namespace {

@@ -157,7 +157,7 @@ PairData& Searcher::pair_mutable(int pp, int Bm, int cpg) {
     for (int64_t b : bytes)
       for (int same = 0; same < 2; ++same)
         pd.p2p_min_s[same] =
-            std::min(pd.p2p_min_s[same], tables_.cost().p2p_cost(b, same == 1).time_s());
+            std::min(pd.p2p_min_s[same], tables_.cost().fabric().p2p_cost(b, same == 1).time_s());
   }
   // Embedding strategies: the first stage's placement for the embedding, the last's for the head.
   std::vector<EmbeddingCost> emb;

@@ -36,7 +36,7 @@ HEADER_PART = {
     "cluster": "core", "error": "core", "framework": "core", "iteration": "core", "layout": "core",
     "limits": "core", "model": "core", "plan": "core", "program": "core", "version": "core",
     "workload": "core", "workload_moe": "core", "moe_recipe": "core", "schedule": "core", "rank_geometry": "core",
-    "cost": "cost", "estimate": "cost",
+    "cost": "cost", "estimate": "cost", "fabric": "cost",
     "layer_cost": "cost",
     "checkpoint": "io", "trace": "io", "spec_json": "io", "loaders": "io", "json_reader": "io",
     "input_file": "io", "output_file": "io", "hdf5_util": "io", "hdf5_guard": "io",

@@ -399,7 +399,7 @@ BOOST_AUTO_TEST_CASE(closed_form_cp_cost) {
       const CpComm b = cp_comm(m, s, 1, Phase::backward, p.dtype);
       const cost_detail::CpCost x = cost_detail::cp_cost(cost, s, 1, 2, p.flash_attention);
       auto coll = [&](Collective k, int64_t bytes) {
-        return cost.collective_cost(k, bytes, s.cp, 2).time_s();
+        return cost.fabric().collective_cost(k, bytes, s.cp, 2).time_s();
       };
       if (s.cp_kind == CpKind::allgather) {
         BOOST_TEST(x.fwd_s == coll(Collective::all_gather, f.before_bytes));
@@ -409,7 +409,7 @@ BOOST_AUTO_TEST_CASE(closed_form_cp_cost) {
                                   coll(Collective::all_to_all, f.after_bytes));
       } else {
         // At least the last dK/dV hop home, which nothing hides.
-        BOOST_TEST(x.bwd_s >= cost.p2p_cost(b.kv_bytes, false).time_s());
+        BOOST_TEST(x.bwd_s >= cost.fabric().p2p_cost(b.kv_bytes, false).time_s());
         BOOST_TEST(x.fwd_s >= 0);
       }
       BOOST_TEST((x.fwd_s > 0 || s.cp_kind == CpKind::ring));

@@ -247,7 +247,7 @@ BOOST_FIXTURE_TEST_CASE(framework_gradient_reduce_dtype_and_pre_reduce_passes, F
   for (const Op& op : prog.stages[0].ops) {
     if (op.kind == OpKind::collective && op.group == GroupKind::dp &&
         op.collective == Collective::reduce_scatter && op.phase == Phase::backward) {
-      const double doubled = plain
+      const double doubled = plain.fabric()
                                  .collective_cost(Collective::reduce_scatter, 2 * op.bytes,
                                                   layout.group(resolve_group(layout, 0, op)).ranks)
                                  .time_s();

@@ -240,7 +240,7 @@ BOOST_AUTO_TEST_CASE(data_parallel_overlap_and_zero) {
   // 12h^2/8 parameters in bf16, across 4 nodes, on the rank's own NIC.
   const int64_t layer = block_parameters_per_rank(a.model, 8, Block::attention) +
                         block_parameters_per_rank(a.model, 8, Block::mlp);
-  const double ar = ca.collective_cost(Collective::all_reduce, 2 * layer, 4, 4).time_s();
+  const double ar = ca.fabric().collective_cost(Collective::all_reduce, 2 * layer, 4, 4).time_s();
   BOOST_TEST(exposed.time.dp_comm_s >= 24 * ar * 0.99);
   BOOST_TEST(overlapped.time.dp_comm_s < exposed.time.dp_comm_s / 4);
   BOOST_TEST(exposed.iteration_time_s - overlapped.iteration_time_s ==
@@ -278,8 +278,8 @@ BOOST_AUTO_TEST_CASE(offload_costs_pcie_and_host_time) {
   // 96 layers and the embeddings, split over tp 8 (norms, replicated, are < 0.01% of it).
   const ModelSpec& m = a.model;
   const double p0 = double(12 * m.layer_parameters() + m.embedding_parameters()) / 8;
-  const double expect_s =
-      2 * ca.copy_cost(int64_t(2 * p0)).time_s() + ca.host_compute_time_s(12 * p0, 28 * p0);
+  const double expect_s = 2 * ca.fabric().copy_cost(int64_t(2 * p0)).time_s() +
+                          ca.host_compute_time_s(12 * p0, 28 * p0);
   BOOST_TEST(e.time.offload_s == expect_s, boost::test_tools::tolerance(0.01));
   BOOST_TEST(e.memory.optimizer_bytes == 0);
   s.offload.reset();
