@@ -45,6 +45,9 @@ struct AdamWStep {
   int64_t step = 1;        // 1-based step count used for bias correction
 };
 
+// About 50 methods, one per kernel (and its backward), by design: a backend is a table of
+// kernels each with a CPU reference and a CUDA version and one test for both (llm.c's way);
+// splitting the table would split a kernel's forward from its backward or its peers.
 class Backend {
  public:
   virtual ~Backend() = default;

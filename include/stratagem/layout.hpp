@@ -50,6 +50,9 @@ struct RankCoords {
   int local_gpu = 0;  // GPU index inside the node
 };
 
+// About 30 methods: the one owner of the parallel groups (Megatron-Core's parallel_state) has a
+// lookup per group kind (tp, dp, cp and its ring neighbours, reshard, ep, expert_dp, expert_tp,
+// pipeline peers, tied embedding) beside the few that build them.
 class Layout {
  public:
   Layout(const Plan& plan, const ClusterSpec& cluster);

@@ -45,7 +45,7 @@ CommCost CostModel::moe_comm_cost(Collective c, int64_t bytes, int p, int N, dou
     return fabric_.collective_cost(c, int64_t(std::llround(S)), p, N);
   const int k = (p + N - 1) / N;  // ranks of the group per node
   // Each copy goes to a rank of the group chosen by its expert: (k - 1) / p of them stay on
-  // the node (NVLink), (p - k) / p cross the network (CostModel::direct).
+  // the node (NVLink), (p - k) / p cross the network (FabricModel::direct).
   double intra = S * (k - 1) / p, inter = S * (p - k) / p;
   const int top_k = std::max(1, model_.moe.top_k);
   const int limit = node_limit;
