@@ -65,6 +65,10 @@ struct Plan {
   int pp = 1;
   Schedule schedule = Schedule::one_f_one_b;
   int vpp = 1;  // virtual stages per pipeline rank (interleaved only)
+  // Interleaved: micro-batches each chunk runs in a row (Megatron-Core's
+  // microbatch_group_size_per_vp_stage); 0: pp, or where the micro-batches are not a multiple
+  // of pp the smallest group Megatron-Core accepts (interleaved_group).
+  int microbatch_group = 0;
   // Model chunks: pp*vpp layer ranges in order; chunk c runs on pipeline stage c % pp.
   std::vector<LayerRange> chunks;
   int micro_batch = 1;   // samples per micro-batch per replica of the widest-dp layer
@@ -98,6 +102,9 @@ struct Plan {
   int world_size() const { return pp * devices_per_stage(); }
   int max_dp() const;
   int num_microbatches() const;  // global_batch / (micro_batch * max_dp)
+  // The interleaved schedule's group of `microbatches` micro-batches (microbatch_group, or
+  // interleaved_group's choice when it is 0).
+  int microbatch_group_size(int microbatches) const;
   // Samples a rank of a layer with data-parallel degree dp processes per micro-batch.
   int samples_per_rank(int dp) const { return micro_batch * max_dp() / dp; }
   int stage_of_chunk(int chunk) const { return chunk % pp; }
@@ -107,7 +114,7 @@ struct Plan {
 
 // Megatron-style shorthand: uniform strategy over all layers, even stage split.
 struct PlanShorthand {
-  std::optional<int> tp, pp, dp, cp, micro_batch, global_batch, vpp, zero;
+  std::optional<int> tp, pp, dp, cp, micro_batch, global_batch, vpp, zero, microbatch_group;
   std::optional<std::string> recompute, schedule, dtype, offload, cp_kind;
   std::optional<int> ep, etp, moe_node_limit;  // MoE layers only (dense layers keep 1)
   std::optional<double> routing_imbalance, capacity_factor;

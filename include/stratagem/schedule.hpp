@@ -21,30 +21,36 @@ struct PassStep {
 // forward_microbatch(k) / backward_microbatch(k). Every formula is O(1): nothing to cache.
 //
 // gpipe: all forwards, then all backwards (latest micro-batch first); 1f1b: warm-up, steady
-// one-forward-one-backward, cool-down; interleaved: Megatron's virtual-stage schedule
-// (Narayanan et al. 2021), micro-batches advance in groups of pp through the stage's vpp
-// chunks, backward walks the chunks in reverse.
+// one-forward-one-backward, cool-down; interleaved: Megatron-Core's virtual-stage schedule
+// (Narayanan et al. 2021; schedules.py's get_schedule_table), micro-batches advance in groups
+// of `group` (microbatch_group_size_per_vp_stage, pp by default) through the stage's vpp
+// chunks, the last group holding what is left; backward walks the chunks in reverse.
 struct ScheduleShape {
   int pp = 1;
   int vpp = 1;  // chunks per stage (1 unless interleaved)
   Schedule schedule = Schedule::one_f_one_b;
   int microbatches = 1;
+  int group = 0;  // interleaved: micro-batches a chunk runs in a row; 0: pp
 
   static ScheduleShape of(const Plan& plan, int microbatches) {
-    return {plan.pp, plan.schedule == Schedule::interleaved ? plan.vpp : 1, plan.schedule,
-            microbatches};
+    const bool il = plan.schedule == Schedule::interleaved;
+    return {plan.pp, il ? plan.vpp : 1, plan.schedule, microbatches,
+            il ? plan.microbatch_group_size(microbatches) : 0};
   }
   int chunk_passes() const { return microbatches * vpp; }
-  // Forward passes after which the chunk order repeats.
-  int period() const { return pp * vpp; }
+  int group_size() const { return group > 0 ? group : pp; }
+  // Forward passes after which the chunk order repeats (until the last group, when the
+  // micro-batches are not whole groups).
+  int period() const { return group_size() * vpp; }
+  bool whole_groups() const { return microbatches % group_size() == 0; }
   // Forward passes stage s runs before its first backward.
   int warmup_forwards(int stage) const;
   // Forward passes whose activations stage s holds at once at most: the warm-up's and the
   // first steady forward's (a backward frees one only after it).
   int passes_in_flight(int stage) const;
-  int forward_chunk(int k) const { return (k % period()) / pp; }
+  int forward_chunk(int k) const;
   int backward_chunk(int k) const { return vpp - 1 - forward_chunk(k); }
-  int forward_microbatch(int k) const { return (k / period()) * pp + k % pp; }
+  int forward_microbatch(int k) const;
   int backward_microbatch(int k) const {
     return schedule == Schedule::gpipe ? microbatches - 1 - k : forward_microbatch(k);
   }
@@ -53,6 +59,12 @@ struct ScheduleShape {
 };
 
 std::vector<PassStep> stage_schedule(const ScheduleShape& shape, int stage);
+
+// The smallest group of micro-batches per chunk that Megatron-Core's interleaved schedule
+// accepts for `microbatches` >= pp micro-batches (schedules.py: a group of at least pp, and a
+// last group of none or at least pp, which would otherwise leave dependency bubbles): pp where
+// they are a multiple of pp.
+int interleaved_group(int pp, int microbatches);
 inline std::vector<PassStep> stage_schedule(const Plan& plan, int stage, int num_microbatches) {
   return stage_schedule(ScheduleShape::of(plan, num_microbatches), stage);
 }

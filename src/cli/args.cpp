@@ -31,6 +31,7 @@ const char* kFrameworkHelp =
 const char* kPlanHelp =
     "  --plan FILE              a plan JSON (as written by plan check -o or search -o), or:\n"
     "  --tp N --pp N --dp N --micro-batch N --global-batch N --vpp N --zero 0-3\n"
+    "  --microbatch-group N (interleaved: micro-batches a chunk runs in a row; default pp)\n"
     "  --recompute none|selective|full --schedule gpipe|1f1b|interleaved --sequence-parallel\n"
     "  --offload optimizer,params,activations --dtype bf16|fp16|fp32 --flash-attention\n"
     "  --no-overlap-grad-reduce --no-backward-prefetch\n"
@@ -276,6 +277,7 @@ PlanShorthand shorthand_from_args(Args& a) {
   s.micro_batch = a.int_value("--micro-batch", 1, limits::kMaxMicroBatch);
   s.global_batch = a.int_value("--global-batch", 1, limits::kMaxGlobalBatch);
   s.vpp = a.int_value("--vpp", 1, limits::kMaxVpp);
+  s.microbatch_group = a.int_value("--microbatch-group", 1, limits::kMaxGlobalBatch);
   s.zero = a.int_value("--zero", 0, 3);
   s.recompute = a.value("--recompute");
   s.schedule = a.value("--schedule");

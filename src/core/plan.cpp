@@ -5,6 +5,7 @@
 
 #include "stratagem/error.hpp"
 #include "stratagem/limits.hpp"
+#include "stratagem/schedule.hpp"
 
 namespace stratagem {
 
@@ -98,6 +99,10 @@ int Plan::num_microbatches() const {
   return global_batch / (micro_batch * max_dp());
 }
 
+int Plan::microbatch_group_size(int microbatches) const {
+  return microbatch_group > 0 ? microbatch_group : interleaved_group(pp, microbatches);
+}
+
 bool Plan::uniform() const {
   for (const auto& l : layers)
     if (!(l == layers.front())) return false;
@@ -108,6 +113,7 @@ std::string Plan::describe() const {
   std::ostringstream os;
   os << "pp" << pp << " " << to_string(schedule);
   if (schedule == Schedule::interleaved) os << " v" << vpp;
+  if (microbatch_group > 0) os << " g" << microbatch_group;
   os << " mb" << micro_batch << " x" << num_microbatches() << " | ";
   if (uniform() && !layers.empty()) {
     os << layers.front().describe();
@@ -141,7 +147,7 @@ bool PlanShorthand::any() const {
   return tp || pp || dp || cp || cp_kind || micro_batch || global_batch || vpp || zero ||
          recompute || schedule || dtype || offload || sequence_parallel || flash_attention ||
          no_overlap_grad_reduce || no_backward_prefetch || ep || etp || moe_node_limit ||
-         routing_imbalance || capacity_factor;
+         routing_imbalance || capacity_factor || microbatch_group;
 }
 
 namespace {
@@ -202,6 +208,7 @@ Plan expand_shorthand(const PlanShorthand& s, const ModelSpec& m, const ClusterS
   if (s.offload) apply_offload(*s.offload, l);
   p.vpp = s.vpp.value_or(1);
   if (p.vpp < 1) throw InputError("--vpp: expected >= 1");
+  p.microbatch_group = s.microbatch_group.value_or(0);
   std::string sched = s.schedule.value_or(p.vpp > 1 ? "interleaved" : "1f1b");
   p.schedule = schedule_from(sched, "--schedule");
   p.micro_batch = s.micro_batch.value_or(1);
@@ -280,6 +287,33 @@ void check_tp_neighbours(const Plan& p, const ModelSpec& m, const std::string& s
                             std::to_string(a) +
                             " must divide one another (the LM head takes the last layer's "
                             "output in the embedding's layout)");
+}
+
+// The interleaved schedule's groups of micro-batches, as Megatron-Core checks them
+// (schedules.py, forward_backward_pipelining_with_interleaving): at least pp micro-batches, a
+// group of pp to all of them, and a last group of none or at least pp.
+void check_microbatch_group(const Plan& p, int64_t microbatches, const std::string& src) {
+  auto bad = [&](const std::string& field, const std::string& what) { refuse(src, field, what); };
+  const std::string m = std::to_string(microbatches), pp = std::to_string(p.pp);
+  if (p.schedule != Schedule::interleaved) {
+    if (p.microbatch_group != 0)
+      bad("microbatch_group", "a group of micro-batches per chunk needs schedule 'interleaved'");
+    return;
+  }
+  if (microbatches < p.pp)
+    bad("schedule", "the interleaved schedule needs at least pp (" + pp +
+                        ") micro-batches per iteration, got " + m);
+  const int64_t g = p.microbatch_group;
+  if (g == 0) return;
+  if (g < p.pp || g > microbatches)
+    bad("microbatch_group", std::to_string(g) + " micro-batches per group: expected pp (" + pp +
+                                ") to the number of micro-batches (" + m + ")");
+  if (const int64_t last = microbatches % g; last > 0 && last < p.pp)
+    bad("microbatch_group", m + " micro-batches in groups of " + std::to_string(g) +
+                                " leave a last group of " + std::to_string(last) +
+                                ", fewer than pp (" + pp +
+                                "): the pipeline would wait on it; choose a group that leaves none "
+                                "or at least pp");
 }
 
 // The pipeline: the world it needs, its schedule, and its chunks covering the layers in order.
@@ -366,10 +400,7 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
                            std::to_string(max_dp) + " does not divide the global batch " +
                            std::to_string(p.global_batch));
   const int64_t mbs = p.global_batch / stage_mb;
-  if (p.schedule == Schedule::interleaved && (mbs < p.pp || mbs % p.pp))
-    bad("schedule", "the interleaved schedule needs the number of micro-batches (" +
-                        std::to_string(mbs) + ") to be a multiple of pp (" + std::to_string(p.pp) +
-                        ")");
+  check_microbatch_group(p, mbs, src);
   check_sizes(p, m, stage_mb, src);
   validate_moe(p, m, src);
 }

@@ -11,7 +11,7 @@ int ScheduleShape::warmup_forwards(int s) const {
     case Schedule::one_f_one_b:
       return std::min(pp - s - 1, chunk_passes());
     case Schedule::interleaved:
-      return std::min((pp - s - 1) * 2 + (vpp - 1) * pp, chunk_passes());
+      return std::min((pp - s - 1) * 2 + (vpp - 1) * group_size(), chunk_passes());
   }
   return 0;
 }
@@ -20,9 +20,33 @@ int ScheduleShape::passes_in_flight(int s) const {
   return std::min(warmup_forwards(s) + 1, chunk_passes());
 }
 
+// The forward passes run in groups: a whole group is `group_size()` micro-batches on chunk 0,
+// then the same on chunk 1, ..., chunk vpp-1; the last group holds the micro-batches left.
+int ScheduleShape::forward_chunk(int k) const {
+  const int N = group_size(), whole = (microbatches / N) * period();
+  if (k < whole) return (k % period()) / N;
+  return (k - whole) / (microbatches - whole / vpp);
+}
+
+int ScheduleShape::forward_microbatch(int k) const {
+  const int N = group_size(), whole = (microbatches / N) * period();
+  if (k < whole) return (k / period()) * N + k % N;
+  const int first = whole / vpp, left = microbatches - first;
+  return first + (k - whole) % left;
+}
+
 int ScheduleShape::forwards_on_chunk(int n, int c) const {
-  // Whole periods of pp * vpp forwards hold pp on each chunk; then the partial one.
-  return (n / period()) * pp + std::clamp(n % period() - c * pp, 0, pp);
+  // Whole groups hold N on each chunk; then the partial one.
+  const int N = group_size(), whole = (microbatches / N) * period();
+  if (n <= whole) return (n / period()) * N + std::clamp(n % period() - c * N, 0, N);
+  const int first = whole / vpp, left = microbatches - first;
+  return first + std::clamp(n - whole - c * left, 0, left);
+}
+
+int interleaved_group(int pp, int microbatches) {
+  for (int n = pp; n < microbatches; ++n)
+    if (microbatches % n == 0 || microbatches % n >= pp) return n;
+  return microbatches;
 }
 
 std::vector<PassStep> stage_schedule(const ScheduleShape& shape, int stage) {

@@ -69,7 +69,7 @@ class Analyzer {
     const int pp = plan_.pp;
     const int nchunks = int(plan_.chunks.size());
     chunks_per_stage_ = std::max(1, nchunks / pp);
-    shape_ = ScheduleShape{pp, chunks_per_stage_, plan_.schedule, microbatch_count_};
+    shape_ = ScheduleShape::of(plan_, microbatch_count_);
     out.assign(pp, StageCost{});
     chunk_kept_bytes_.assign(chunks_per_stage_, 0);
     chunk_fwd_peak_.assign(chunks_per_stage_, Mem{});
@@ -518,8 +518,9 @@ class Analyzer {
       best.act += int64_t(std::max(0, in_flight - 1)) * chunk_kept_bytes_[0];
       return best;
     }
-    // Chunks of different sizes: step through the warm-up and one period (pp*v pairs) of the
-    // steady state, which then repeats; the cool-down only frees.
+    // Chunks of different sizes: step through the warm-up and one period (group x v pairs) of
+    // the steady state, which then repeats (all of it where the last group is partial); the
+    // cool-down only frees.
     const int total = shape_.chunk_passes(), period = shape_.period();
     const int W = shape_.warmup_forwards(s);
     int64_t alive = 0;
@@ -539,9 +540,10 @@ class Analyzer {
     int f = 0, b = 0;
     for (; f < W; ++f) fwd(f);
     const int steady = total - W;
-    for (int i = 0; i < std::min(steady, period + 1); ++i) fwd(f++), bwd(b++);
+    const bool repeats = shape_.whole_groups();
+    for (int i = 0; i < (repeats ? std::min(steady, period + 1) : steady); ++i) fwd(f++), bwd(b++);
     if (steady == 0)
-      for (int i = 0; i < std::min(total, period); ++i) bwd(b++);
+      for (int i = 0; i < (repeats ? std::min(total, period) : total); ++i) bwd(b++);
     return best;
   }
 

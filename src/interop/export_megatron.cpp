@@ -95,6 +95,10 @@ void write_parallel(ArgsWriter& w, const Plan& p, const ModelSpec& m) {
   w.value("--tensor-model-parallel-size", l.tp);
   w.value("--pipeline-model-parallel-size", p.pp);
   if (p.vpp > 1) w.value("--num-layers-per-virtual-pipeline-stage", p.chunks.front().size());
+  // Megatron-Core groups pp micro-batches per virtual stage unless told otherwise.
+  if (const int g = p.microbatch_group_size(p.num_microbatches());
+      p.schedule == Schedule::interleaved && g != p.pp)
+    w.value("--microbatch-group-size-per-virtual-pipeline-stage", g);
   if (auto split = detail::first_last_split(p); split && split->first > 0) {
     w.value("--decoder-first-pipeline-num-layers", split->first);
     w.value("--decoder-last-pipeline-num-layers", split->last);

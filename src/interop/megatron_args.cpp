@@ -9,6 +9,7 @@
 #include "stratagem/error.hpp"
 #include "stratagem/interop.hpp"
 #include "stratagem/limits.hpp"
+#include "stratagem/schedule.hpp"
 
 namespace stratagem::interop {
 namespace {
@@ -34,6 +35,7 @@ const std::set<std::string> kValued = {"--num-layers",
                                        "--pipeline-model-parallel-size",
                                        "--num-layers-per-virtual-pipeline-stage",
                                        "--num-virtual-stages-per-pipeline-rank",
+                                       "--microbatch-group-size-per-virtual-pipeline-stage",
                                        "--context-parallel-size",
                                        "--cp-comm-type",
                                        "--expert-model-parallel-size",
@@ -550,6 +552,17 @@ MegatronJob megatron_job_from_args(const std::vector<std::string>& args, Cluster
   s.global_batch = f.integer("--global-batch-size", 1, limits::kMaxGlobalBatch)
                        .value_or(int(std::min<int64_t>(int64_t(*s.micro_batch) * dp, INT32_MAX)));
   s.schedule = vpp > 1 ? "interleaved" : "1f1b";
+  // Megatron-Core's group of micro-batches per virtual stage, pp unless given: where the
+  // micro-batches are not a multiple of pp it then refuses the job, and so does validate().
+  // (A group equal to the one the plan would choose itself, interleaved_group's, stays unset.)
+  const int64_t microbatches = *s.global_batch / (int64_t(*s.micro_batch) * dp);
+  if (auto g = f.integer("--microbatch-group-size-per-virtual-pipeline-stage", 1,
+                         limits::kMaxGlobalBatch)) {
+    if (microbatches < pp || *g != interleaved_group(pp, int(microbatches)))
+      s.microbatch_group = *g;
+  } else if (vpp > 1 && microbatches % pp) {
+    s.microbatch_group = pp;
+  }
   s.zero = f.on("--use-distributed-optimizer") ? 1 : 0;
   const std::string granularity =
       f.on("--recompute-activations")

@@ -65,6 +65,7 @@ Plan plan_from_json(const nlohmann::json& j, const ModelSpec& m, const std::stri
   p.schedule = schedule_from(r.get_enum("schedule", {"gpipe", "1f1b", "interleaved"}, "1f1b"),
                              r.where("schedule"));
   p.vpp = r.get_int("vpp", 1, limits::kMaxVpp, 1);
+  p.microbatch_group = r.get_int("microbatch_group", 0, limits::kMaxGlobalBatch, 0);
   p.micro_batch = r.get_int("micro_batch", 1, limits::kMaxMicroBatch);
   p.global_batch = r.get_int("global_batch", 1, limits::kMaxGlobalBatch);
   p.dtype = dtype_from_string(r.get_string("dtype", "bf16"), r.where("dtype"));
@@ -153,6 +154,7 @@ nlohmann::json to_json(const Plan& p) {
   if (p.routing_imbalance != 1.0) j["routing_imbalance"] = p.routing_imbalance;
   if (p.capacity_factor != 0.0) j["capacity_factor"] = p.capacity_factor;
   if (p.moe_node_limit != 0) j["moe_node_limit"] = p.moe_node_limit;
+  if (p.microbatch_group != 0) j["microbatch_group"] = p.microbatch_group;
   return j;
 }
 

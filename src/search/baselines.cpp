@@ -24,7 +24,7 @@ std::vector<Plan> megatron_plans(const ModelSpec& m, const ClusterSpec& c, const
         std::vector<std::pair<Schedule, int>> scheds;
         if (contains(o.schedules, Schedule::one_f_one_b))
           scheds.push_back({Schedule::one_f_one_b, 1});
-        if (contains(o.schedules, Schedule::interleaved) && pp >= 2 && M % pp == 0)
+        if (contains(o.schedules, Schedule::interleaved) && pp >= 2 && M >= pp)
           for (int v : o.vpp_degrees)
             if (v >= 2 && pp * v <= m.layers) scheds.push_back({Schedule::interleaved, v});
         for (auto [sch, v] : scheds)

@@ -198,7 +198,9 @@ struct Config {
   Schedule sched = Schedule::one_f_one_b;
   double lb = 0;
   int order = 0;  // enumeration index (tie-break of equal bounds)
-  ScheduleShape shape() const { return {pp, v, sched, M}; }
+  ScheduleShape shape() const {
+    return {pp, v, sched, M, sched == Schedule::interleaved ? interleaved_group(pp, M) : 0};
+  }
 };
 
 // The space's pipeline degrees and micro-batch sizes (Bm).

@@ -87,7 +87,7 @@ std::vector<Config> Searcher::configs() const {
           std::vector<int> vs{1};
           if (sch == Schedule::gpipe && pp == 1) continue;  // 1f1b with more memory in flight
           if (sch == Schedule::interleaved) {
-            if (pp < 2 || M % pp) continue;
+            if (pp < 2 || M < pp) continue;  // groups of micro-batches: interleaved_group
             vs.clear();
             for (int v : o_.vpp_degrees)
               if (v >= 2 && pp * v <= m_.layers) vs.push_back(v);

@@ -161,7 +161,8 @@ inline std::vector<Row> load_long_context_rows(const std::string& path = h100_fi
     for (int v = 2; int64_t(v) * *s.pp <= row.model.layers; ++v) {
       s.schedule = "interleaved";
       s.vpp = v;
-      // The interleaved schedule needs the micro-batches to be a multiple of pp.
+      // Megatron-Core's default group of pp micro-batches per virtual stage (these runs set no
+      // other) needs the micro-batches to be a multiple of pp.
       std::vector<int> mbs;
       for (int mb : {1, 2, 4, 8, 16}) {
         const int64_t stage_mb = int64_t(mb) * *s.dp;

@@ -34,6 +34,11 @@ PRINT_ONLY=buffers case_ pp2_vpp2 2 GPT "$B8" "" "--pp 2 --dp 1 --schedule inter
 # (Buffers printed only: an interleaved pipeline's sends stay in flight until the peer takes
 # them, so they vary run to run, 112-144 KiB against 120 forecast, as in memory_forecast.sh.)
 PRINT_ONLY=buffers case_ pp4_vpp2 4 GPT8 "--global-batch 8 --micro-batch 1" "" "--pp 4 --dp 1 --schedule interleaved --vpp 2"
+# Interleaved with micro-batches that are not a multiple of pp (Megatron-Core's groups per
+# virtual stage): 5 in groups of 3 (schedules.py's own example, chosen by interleaved_group),
+# and 8 in one group of all 8 on pp 4.
+PRINT_ONLY=buffers case_ pp2_vpp2_5mb 2 GPT "--global-batch 5 --micro-batch 1" "" "--pp 2 --dp 1 --schedule interleaved --vpp 2"
+PRINT_ONLY=buffers case_ pp4_vpp2_group8 4 GPT8 "--global-batch 8 --micro-batch 1" "" "--pp 4 --dp 1 --schedule interleaved --vpp 2 --microbatch-group 8"
 PRINT_ONLY=buffers case_ tp2_pp2_dp2_selective 8 GPT "$B8" "--recompute selective" "--tp 2 --pp 2 --dp 2 --recompute selective"
 case_ tp2_pp2_dp2_full_z1 8 GPT "$B8" "--recompute full" "--tp 2 --pp 2 --dp 2 --recompute full --zero 1"
 case_ dp4_z1 4 GPT "$B8" "" "--dp 4 --zero 1"

@@ -398,6 +398,20 @@ BOOST_AUTO_TEST_CASE(megatron_round_trips_interleaved_and_uneven_plans) {
   s.recompute = "selective", s.sequence_parallel = true, s.zero = 1;
   const Plan interleaved = expand_shorthand(s, m, c);
   BOOST_TEST(to_json(megatron_round_trip(interleaved, m, c)) == to_json(interleaved));
+  // 5 micro-batches on pp 4: Megatron-Core's group of micro-batches per virtual stage carries
+  // the schedule (one group of 5 here), chosen or given.
+  for (int group : {0, 5}) {
+    PlanShorthand odd = s;
+    odd.global_batch = 20;
+    if (group) odd.microbatch_group = group;
+    const Plan p = expand_shorthand(odd, m, c);
+    validate(p, m, c, "test");
+    BOOST_TEST(export_megatron(p, m, c).find(
+                   "--microbatch-group-size-per-virtual-pipeline-stage 5") != std::string::npos);
+    const Plan back = megatron_round_trip(p, m, c);
+    BOOST_TEST(back.microbatch_group_size(5) == 5);
+    if (!group) BOOST_TEST(to_json(back) == to_json(p));
+  }
   s.vpp.reset(), s.recompute = "full";
   Plan uneven = expand_shorthand(s, m, c);
   uneven.chunks = {{0, 3}, {3, 10}, {10, 17}, {17, 24}};

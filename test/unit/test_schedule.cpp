@@ -18,9 +18,15 @@ std::vector<ScheduleShape> shapes() {
     for (int m : {1, 2, 3, 4, 7, 8, 16}) {
       out.push_back({pp, 1, Schedule::gpipe, m});
       out.push_back({pp, 1, Schedule::one_f_one_b, m});
-      // Megatron's interleaved schedule needs the micro-batches in whole groups of pp.
-      if (pp > 1 && m % pp == 0)
-        for (int v : {2, 3}) out.push_back({pp, v, Schedule::interleaved, m});
+      // Megatron-Core's interleaved schedule: groups of at least pp micro-batches per chunk,
+      // the last group none or at least pp (interleaved_group's choice, and every other group
+      // it accepts).
+      if (pp > 1 && m >= pp)
+        for (int v : {2, 3}) {
+          out.push_back({pp, v, Schedule::interleaved, m, interleaved_group(pp, m)});
+          for (int g = pp; g <= m; ++g)
+            if (m % g == 0 || m % g >= pp) out.push_back({pp, v, Schedule::interleaved, m, g});
+        }
     }
   return out;
 }
@@ -77,7 +83,37 @@ BOOST_AUTO_TEST_CASE(every_pass_runs_once_and_backward_after_forward) {
     }
 }
 
+BOOST_AUTO_TEST_CASE(interleaved_group_is_the_smallest_megatron_accepts) {
+  BOOST_TEST(interleaved_group(4, 8) == 4);      // a multiple of pp: pp
+  BOOST_TEST(interleaved_group(2, 5) == 3);      // schedules.py's own example, PP2 N3 M5
+  BOOST_TEST(interleaved_group(16, 120) == 20);  // 16..19 leave 8, 1, 12, 6: fewer than pp
+  BOOST_TEST(interleaved_group(4, 6) == 6);      // 4 and 5 leave 2 and 1: one group of all
+  for (int pp = 2; pp <= 8; ++pp)
+    for (int m = pp; m <= 40; ++m) {
+      const int g = interleaved_group(pp, m);
+      BOOST_TEST((g >= pp && g <= m && (m % g == 0 || m % g >= pp)));
+      for (int h = pp; h < g; ++h) BOOST_TEST((m % h != 0 && m % h < pp));
+    }
+}
+
 BOOST_AUTO_TEST_CASE(published_orders) {
+  // Megatron-Core's interleaved schedule in groups (model_parallel_config.py's docstring of
+  // microbatch_group_size_per_vp_stage): PP 2, VP 2, groups of 3, 5 micro-batches; rank 0 runs
+  // forwards of micro-batches 0 1 2 0 1 2 3 4 3 4 on chunks 0 0 0 1 1 1 0 0 1 1.
+  {
+    std::string forwards;
+    for (const PassStep& p : stage_schedule({2, 2, Schedule::interleaved, 5, 3}, 0))
+      if (p.forward)
+        forwards += std::to_string(p.microbatch) + "." + std::to_string(p.chunk / 2) + " ";
+    BOOST_TEST(forwards == "0.0 1.0 2.0 0.1 1.1 2.1 3.0 4.0 3.1 4.1 ");
+  }
+  // Groups of 2, 4 micro-batches (the same docstring): 0 1 0 1 2 3 2 3.
+  {
+    std::string forwards;
+    for (const PassStep& p : stage_schedule({2, 2, Schedule::interleaved, 4, 2}, 0))
+      if (p.forward) forwards += std::to_string(p.microbatch) + " ";
+    BOOST_TEST(forwards == "0 1 0 1 2 3 2 3 ");
+  }
   // GPipe: every forward, then the backwards, latest micro-batch first.
   BOOST_TEST(order({2, 1, Schedule::gpipe, 3}, 1) == "F1.0 F1.1 F1.2 B1.2 B1.1 B1.0 ");
   // 1F1B, stage 0 of 3 with 4 micro-batches: 2 warm-up forwards, then alternate.

@@ -175,7 +175,20 @@ BOOST_AUTO_TEST_CASE(plan_validation_errors) {
   p.vpp = 2;
   p.chunks = even_chunks(96, 32);
   p.global_batch = 8 * 8;  // 8 micro-batches < pp 16
-  expect(p, "multiple of pp", c);
+  expect(p, "at least pp (16) micro-batches", c);
+  // Megatron-Core's groups of micro-batches per virtual stage: any number of micro-batches from
+  // pp, in groups of pp to all of them whose last group is none or at least pp.
+  p.global_batch = 8 * 120;
+  validate(p, m, c, "test");  // groups of 20 (interleaved_group)
+  BOOST_TEST(p.microbatch_group_size(120) == 20);
+  p.microbatch_group = 16;  // leaves 8
+  expect(p, "last group of 8, fewer than pp (16)", c);
+  p.microbatch_group = 12;
+  expect(p, "expected pp (16) to the number of micro-batches (120)", c);
+  p.microbatch_group = 40;
+  validate(p, m, c, "test");
+  p.schedule = Schedule::one_f_one_b, p.vpp = 1, p.chunks = even_chunks(96, 16);
+  expect(p, "needs schedule 'interleaved'", c);
 }
 
 BOOST_AUTO_TEST_CASE(plan_json_round_trip_with_heterogeneous_layers) {
@@ -213,7 +226,9 @@ BOOST_AUTO_TEST_CASE(cli_bad_input_is_one_line_and_exit_2) {
       {"plan check --model gpt2-124m --nodes 1 --plan /nonexistent/plan.json",
        "/nonexistent/plan.json"},
       {base + "--nodes 128 --tp 8 --pp 16 --vpp 2 --global-batch 512 --micro-batch 8",
-       "multiple of pp"},
+       "at least pp"},
+      {base + "--nodes 128 --tp 8 --pp 16 --vpp 2 --global-batch 960 --microbatch-group 16",
+       "microbatch_group: 120 micro-batches in groups of 16 leave a last group of 8"},
   };
   for (const auto& k : cases) {
     auto r = run(k.args);
