@@ -20,6 +20,10 @@ struct FrameworkSpec {
   // reads the new gradient and the buffer and writes the buffer back.
   bool wgrad_accumulation_fused = true;
   int grad_accumulation_bytes = 4;  // element size of that accumulation buffer
+  // Element size of the gradient buffer the framework keeps resident between backward passes
+  // (Megatron's and nanotron's fp32 main_grad under bf16 training, FSDP's fp32 sharded
+  // gradient): what the gradients weigh in memory. 0: the plan's dtype.
+  int grad_buffer_bytes = 0;
   // Under ZeRO-2/3 a layer's whole gradients are held (staged) until the layer's
   // reduce-scatter, rather than reduced bucket by bucket as they are produced. (Off by
   // default: a framework file says so; stratagem's runtime does.)

@@ -32,7 +32,8 @@ struct ModelStates {
   // Of host_opt_params, those whose weights live on the host too (offloaded parameters): the
   // host step updates them in place, nothing is copied back.
   int64_t host_resident_params = 0;
-  void add(const LayerStrategy& s, int64_t params, Dtype dt);
+  // `grad_bytes`: the gradient buffer's element size (FrameworkSpec::grad_buffer_bytes; 0: dt's).
+  void add(const LayerStrategy& s, int64_t params, Dtype dt, int grad_bytes = 0);
   ModelStates& operator+=(const ModelStates& o) {
     weights += o.weights, grads += o.grads, optimizer += o.optimizer;
     device_opt_params += o.device_opt_params, host_opt_params += o.host_opt_params;

@@ -2,11 +2,11 @@
 
 namespace stratagem {
 
-void ModelStates::add(const LayerStrategy& s, int64_t params, Dtype dt) {
+void ModelStates::add(const LayerStrategy& s, int64_t params, Dtype dt, int grad_bytes) {
   const int64_t e = dtype_bytes(dt);
   const int64_t shard = (params + s.dp_cp() - 1) / s.dp_cp();
   weights += s.offload_params ? 0 : (s.zero == 3 ? shard : params) * e;
-  grads += (s.zero >= 2 ? shard : params) * e;
+  grads += (s.zero >= 2 ? shard : params) * (grad_bytes > 0 ? grad_bytes : e);
   const int64_t n = s.zero >= 1 ? shard : params;
   optimizer += s.offload_optimizer ? 0 : n * optimizer_bytes_per_param(dt);
   (s.offload_optimizer ? host_opt_params : device_opt_params) += n;

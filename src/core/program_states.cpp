@@ -9,12 +9,14 @@ namespace stratagem::program_detail {
 // Resident model states: weights, gradients and optimizer states, after ZeRO and offload.
 void ResidentStates::setup() {
   const Dtype dtype = stage_.plan.dtype;
+  const int g = stage_.grad_buffer_bytes;
   for (int l : stage_.stage_layers()) {
-    states_.add(stage_.strat(l), stage_.layer_params(l), dtype);
+    states_.add(stage_.strat(l), stage_.layer_params(l), dtype, g);
     if (stage_.expert_params(l) > 0)
-      states_.add(expert_strategy(stage_.strat(l)), stage_.expert_params(l), dtype);
+      states_.add(expert_strategy(stage_.strat(l)), stage_.expert_params(l), dtype, g);
   }
-  if (stage_.embed_params() > 0) states_.add(stage_.plan.embedding, stage_.embed_params(), dtype);
+  if (stage_.embed_params() > 0)
+    states_.add(stage_.plan.embedding, stage_.embed_params(), dtype, g);
   static_bufs_[0] = ops_.alloc(Stream::compute, MemCategory::weights, states_.weights, -1, -1,
                                Phase::setup, Block::none);
   static_bufs_[1] = ops_.alloc(Stream::compute, MemCategory::grads, states_.grads, -1, -1,

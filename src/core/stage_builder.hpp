@@ -218,8 +218,8 @@ class Passes {
 class StageBuilder {
  public:
   StageBuilder(const ModelSpec& model, const Plan& plan, int stage, int microbatches,
-               bool gradient_staging)
-      : stage_(model, plan, stage, microbatches, gradient_staging) {}
+               bool gradient_staging, int grad_buffer_bytes)
+      : stage_(model, plan, stage, microbatches, gradient_staging, grad_buffer_bytes) {}
 
   void reserve(size_t ops, size_t deps) { ops_.reserve(ops, deps); }
   size_t stage_layer_count() const { return stage_.stage_layers().size(); }

@@ -17,7 +17,7 @@ namespace stratagem::program_detail {
 
 struct StageContext {
   StageContext(const ModelSpec& model, const Plan& plan, int stage, int microbatches,
-               bool gradient_staging);
+               bool gradient_staging, int grad_buffer_bytes);
   // The parts hold references to it: it stays where it was built.
   StageContext(const StageContext&) = delete;
   StageContext& operator=(const StageContext&) = delete;
@@ -28,6 +28,7 @@ struct StageContext {
   const int stage;
   const int microbatches;
   const bool gradient_staging;  // FrameworkSpec::layer_gradient_staging
+  const int grad_buffer_bytes;  // FrameworkSpec::grad_buffer_bytes (0: the plan's dtype)
   const int element_bytes;      // of the plan's dtype
   const int chunk_count;        // the plan's chunks, over all stages
   const int stage_samples;      // micro_batch * the plan's largest dp

@@ -75,7 +75,7 @@ void layer_bytes(const CostModel& c, const Plan& p, const LayerStrategy& s, int 
                  int64_t fetch_bytes, LayerCost& lc) {
   const ModelSpec& m = c.model();
   const bool flash = p.flash_attention;
-  lc.states.add(s, params, p.dtype);
+  lc.states.add(s, params, p.dtype, c.framework().grad_buffer_bytes);
   const int64_t sa = kept_activation_bytes(m, s, Block::attention, b, s.recompute, flash, p.dtype);
   const int64_t sm = kept_activation_bytes(m, s, Block::mlp, b, s.recompute, flash, p.dtype);
   lc.kept = s.offload_activations ? 0 : sa + sm;
@@ -204,7 +204,7 @@ EndStates end_states(const CostModel& c, const LayerStrategy& es, bool embedding
   EndStates x;
   x.params = end_parameters_per_rank(c.model(), es.tp, embedding, head);
   if (x.params == 0) return x;
-  x.states.add(es, x.params, c.dtype());
+  x.states.add(es, x.params, c.dtype(), c.framework().grad_buffer_bytes);
   if (with_time && es.dp_cp() > 1)
     x.sync = grad_sync_cost(c, es, x.params, geo.dp_nodes(stage, es.tp));
   return x;

@@ -32,8 +32,9 @@ void add_moe_costs(const CostModel& c, const Plan& p, const LayerStrategy& s, in
                         moe_dense_parameters_per_rank(m, s) + (sharded ? 0 : experts);
   const int64_t expert_params = sharded ? experts : 0;
   lc.states = ModelStates{};
-  lc.states.add(s, dense, dt);
-  if (expert_params > 0) lc.states.add(expert_strategy(s), expert_params, dt);
+  const int g = c.framework().grad_buffer_bytes;
+  lc.states.add(s, dense, dt, g);
+  if (expert_params > 0) lc.states.add(expert_strategy(s), expert_params, dt, g);
   // Activations: the attention block's as before, the MoE FFN's in place of the mlp's.
   const int64_t sa = kept_activation_bytes(m, s, Block::attention, b, s.recompute, flash, dt);
   const int64_t sm = moe_kept_activation_bytes(m, s, b, s.recompute, dt, load);

@@ -22,6 +22,8 @@ FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& so
     // 0 (the plan's dtype), 2 (bf16/fp16) or 4 (fp32).
     f.grad_reduce_bytes = g.get_int("reduce_bytes", 0, 4, 0);
     if (f.grad_reduce_bytes % 2 != 0) g.fail("reduce_bytes", "0, 2 or 4");
+    f.grad_buffer_bytes = g.get_int("buffer_bytes", 0, 4, 0);
+    if (f.grad_buffer_bytes % 2 != 0) g.fail("buffer_bytes", "0, 2 or 4");
     f.pre_reduce_bytes_per_param = g.get_double("pre_reduce_bytes_per_param", 0.0, 1000.0, 0.0);
     g.reject_unknown();
   }
@@ -75,6 +77,7 @@ nlohmann::json to_json(const FrameworkSpec& f) {
             {"accumulation_bytes", f.grad_accumulation_bytes},
             {"layer_gradient_staging", f.layer_gradient_staging},
             {"reduce_bytes", f.grad_reduce_bytes},
+            {"buffer_bytes", f.grad_buffer_bytes},
             {"pre_reduce_bytes_per_param", f.pre_reduce_bytes_per_param}}},
           {"communication", {{"tp_comm_overlap", f.tp_comm_overlap}}},
           {"attention", {{"kernel", to_string(f.attention_kernel)}}},
