@@ -37,6 +37,14 @@ struct FrameworkSpec {
   // fp32 logits write and read, 8 bytes, each way).
   double loss_forward_bytes_per_logit = 0;
   double loss_backward_bytes_per_logit = 0;
+  // Memory the loss holds beside the fp32 logits while its forward runs, per logit of the
+  // rank's vocabulary shard (nanotron: the bf16 logits and their fp32 copy beside the softmax
+  // it forms). 0: none beyond the fp32 logits.
+  double loss_transient_bytes_per_logit = 0;
+  // The bytes of that for `logits_bytes` of fp32 logits.
+  int64_t loss_transient_bytes(int64_t logits_bytes) const {
+    return static_cast<int64_t>(loss_transient_bytes_per_logit * double(logits_bytes / 4));
+  }
   // Element size of the data-parallel gradient reductions (all-reduce, reduce-scatter) on the
   // wire: 4 where the framework reduces fp32 gradients under bf16 training. 0: the plan's dtype.
   int grad_reduce_bytes = 0;

@@ -104,8 +104,9 @@ struct EmbeddingHeadCost {
   double head_tp_s = 0;      // sequence gather, loss statistics and input-gradient reduction
   double head_tp_bwd_s = 0;  // the part of head_tp_s in backward
   int64_t logits_bytes = 0;  // fp32 logits alive from the loss forward to its backward
-  FetchCost emb_fetch;       // before the lookup (its backward reads no weights)
-  FetchCost head_fetch;      // before the head's forward, kept through its backward
+  int64_t loss_transient_bytes = 0;  // beside them during the loss forward (FrameworkSpec)
+  FetchCost emb_fetch;               // before the lookup (its backward reads no weights)
+  FetchCost head_fetch;              // before the head's forward, kept through its backward
 };
 EmbeddingHeadCost embedding_head_cost(const CostModel& cost, const LayerStrategy& es, int samples,
                                       int tp_nodes, int dp_nodes, bool with_time);

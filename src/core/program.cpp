@@ -156,8 +156,7 @@ Program build_program(const ModelSpec& model, const Plan& plan, const FrameworkS
   prog.stages.reserve(plan.pp);
   size_t prev_layers = 0;
   for (int s = 0; s < plan.pp; ++s) {
-    StageBuilder b(model, plan, s, prog.num_microbatches, framework.layer_gradient_staging,
-                   framework.grad_buffer_bytes);
+    StageBuilder b(model, plan, s, prog.num_microbatches, framework);
     // Each stage reserves what the one before it took, scaled by its layer count, and a
     // sixteenth more (pipeline stages are much alike): a capacity only, the ops are the same.
     const size_t layers = b.stage_layer_count();

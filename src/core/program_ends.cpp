@@ -71,7 +71,13 @@ void Passes::head(int mb, int fetched) {
   int buf = ops_.alloc(Stream::compute, MemCategory::activations, h.logits_bytes, -1, mb,
                        Phase::forward, Block::head);
   tp_before(Block::head, Phase::forward, -1, mb);
+  // What the framework's loss holds beside them while its forward runs.
+  const int64_t transient = stage_.framework.loss_transient_bytes(h.logits_bytes);
+  const int held = transient > 0 ? ops_.alloc(Stream::compute, MemCategory::activations, transient,
+                                              -1, mb, Phase::forward, Block::head)
+                                 : -1;
   ops_.compute(h.forward, -1, mb);
+  ops_.release(held, Stream::compute);
   if (s.tp > 1) {
     // Vocabulary-parallel cross entropy (Megatron-LM): the row maximum of the logits, then
     // the sum of exponentials and the target logit, per token.

@@ -99,7 +99,7 @@ int WeightFetches::fetch_experts(Phase ph, int layer, int mb, int* wait_out) {
 void GradientReductions::stage_expert_grads(int layer, int mb) {
   if (stage_.expert_params(layer) == 0) return;
   if (staged_gradient_bytes(expert_strategy(stage_.strat(layer)), 1, stage_.plan.dtype,
-                            stage_.gradient_staging) == 0)
+                            stage_.framework.layer_gradient_staging) == 0)
     return;
   int& buf = expert_stage_buf_[stage_.local_of[layer]];
   if (buf < 0)

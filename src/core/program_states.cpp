@@ -9,7 +9,7 @@ namespace stratagem::program_detail {
 // Resident model states: weights, gradients and optimizer states, after ZeRO and offload.
 void ResidentStates::setup() {
   const Dtype dtype = stage_.plan.dtype;
-  const int g = stage_.grad_buffer_bytes;
+  const int g = stage_.framework.grad_buffer_bytes;
   for (int l : stage_.stage_layers()) {
     states_.add(stage_.strat(l), stage_.layer_params(l), dtype, g);
     if (stage_.expert_params(l) > 0)

@@ -78,7 +78,7 @@ class GradientReductions {
  private:
   bool staged(int layer) const {
     return staged_gradient_bytes(stage_.strat(layer < 0 ? -1 : layer), 1, stage_.plan.dtype,
-                                 stage_.gradient_staging) > 0;
+                                 stage_.framework.layer_gradient_staging) > 0;
   }
   size_t stage_slot(int layer) const { return layer < 0 ? 0 : size_t(stage_.local_of[layer]) + 1; }
   // ZeRO-2/3 over expert_dp: the experts' gradients staged for their reduce-scatter.
@@ -218,8 +218,8 @@ class Passes {
 class StageBuilder {
  public:
   StageBuilder(const ModelSpec& model, const Plan& plan, int stage, int microbatches,
-               bool gradient_staging, int grad_buffer_bytes)
-      : stage_(model, plan, stage, microbatches, gradient_staging, grad_buffer_bytes) {}
+               const FrameworkSpec& framework)
+      : stage_(model, plan, stage, microbatches, framework) {}
 
   void reserve(size_t ops, size_t deps) { ops_.reserve(ops, deps); }
   size_t stage_layer_count() const { return stage_.stage_layers().size(); }

@@ -4,13 +4,12 @@
 namespace stratagem::program_detail {
 
 StageContext::StageContext(const ModelSpec& model, const Plan& plan, int stage, int microbatches,
-                           bool gradient_staging, int grad_buffer_bytes)
+                           const FrameworkSpec& framework)
     : model(model),
       plan(plan),
       stage(stage),
       microbatches(microbatches),
-      gradient_staging(gradient_staging),
-      grad_buffer_bytes(grad_buffer_bytes),
+      framework(framework),
       element_bytes(dtype_bytes(plan.dtype)),
       chunk_count(static_cast<int>(plan.chunks.size())),
       stage_samples(plan.micro_batch * plan.max_dp()),

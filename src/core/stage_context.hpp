@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "stratagem/framework.hpp"
 #include "stratagem/iteration.hpp"
 #include "stratagem/program.hpp"
 #include "stratagem/schedule.hpp"
@@ -17,7 +18,7 @@ namespace stratagem::program_detail {
 
 struct StageContext {
   StageContext(const ModelSpec& model, const Plan& plan, int stage, int microbatches,
-               bool gradient_staging, int grad_buffer_bytes);
+               const FrameworkSpec& framework);
   // The parts hold references to it: it stays where it was built.
   StageContext(const StageContext&) = delete;
   StageContext& operator=(const StageContext&) = delete;
@@ -27,11 +28,10 @@ struct StageContext {
   const Plan& plan;
   const int stage;
   const int microbatches;
-  const bool gradient_staging;  // FrameworkSpec::layer_gradient_staging
-  const int grad_buffer_bytes;  // FrameworkSpec::grad_buffer_bytes (0: the plan's dtype)
-  const int element_bytes;      // of the plan's dtype
-  const int chunk_count;        // the plan's chunks, over all stages
-  const int stage_samples;      // micro_batch * the plan's largest dp
+  const FrameworkSpec& framework;  // what the training software holds beyond the plan
+  const int element_bytes;         // of the plan's dtype
+  const int chunk_count;           // the plan's chunks, over all stages
+  const int stage_samples;         // micro_batch * the plan's largest dp
   // The stage's forward and backward passes in order (stage_schedule).
   const std::vector<PassStep> steps;
   // [chunk] the micro-batch whose backward comes last on it: gradients are final after it.

@@ -231,6 +231,7 @@ EmbeddingHeadCost embedding_head_cost(const CostModel& c, const LayerStrategy& e
   const Dtype dt = c.dtype();
   const HeadOps head = head_ops(m, es.tp, b, dt, es.cp);
   x.logits_bytes = head.logits_bytes;
+  x.loss_transient_bytes = c.framework().loss_transient_bytes(head.logits_bytes);
   if (!with_time) return x;
   const int64_t act = token_stream_bytes(m, b, dt, es.cp);
   x.emb_fwd_s = c.compute_time_s(embedding_op(m, b, Phase::forward, dt, es.cp));

@@ -293,8 +293,8 @@ class Analyzer {
     // the head's fetched weights.
     // The head's backward stages its gradients before the logits go.
     if (c.chunk == nchunks - 1)
-      keep_max(c.fwd_peak,
-               {c.prefix + w.emb_head.logits_bytes, w.emb_head.head_fetch.bytes, w.ends_staged});
+      keep_max(c.fwd_peak, {c.prefix + w.emb_head.logits_bytes + w.emb_head.loss_transient_bytes,
+                            w.emb_head.head_fetch.bytes, w.ends_staged});
     chunk_kept_bytes_[i] = c.prefix;
     chunk_fwd_peak_[i] = c.fwd_peak;
     chunk_bwd_peak_[i] = c.bwd_peak;

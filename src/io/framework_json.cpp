@@ -46,6 +46,7 @@ FrameworkSpec framework_from_json(const nlohmann::json& j, const std::string& so
     auto l = r.object("loss");
     f.loss_forward_bytes_per_logit = l.get_double("forward_bytes_per_logit", 0.0, 1000.0, 0.0);
     f.loss_backward_bytes_per_logit = l.get_double("backward_bytes_per_logit", 0.0, 1000.0, 0.0);
+    f.loss_transient_bytes_per_logit = l.get_double("transient_bytes_per_logit", 0.0, 1000.0, 0.0);
     l.reject_unknown();
   }
   if (r.has("optimizer")) {
@@ -83,7 +84,8 @@ nlohmann::json to_json(const FrameworkSpec& f) {
           {"attention", {{"kernel", to_string(f.attention_kernel)}}},
           {"loss",
            {{"forward_bytes_per_logit", f.loss_forward_bytes_per_logit},
-            {"backward_bytes_per_logit", f.loss_backward_bytes_per_logit}}},
+            {"backward_bytes_per_logit", f.loss_backward_bytes_per_logit},
+            {"transient_bytes_per_logit", f.loss_transient_bytes_per_logit}}},
           {"optimizer", {{"bytes_per_param", f.optimizer_bytes_per_param}}},
           {"host",
            {{"ops_per_layer_forward", f.host_ops_per_layer_forward},

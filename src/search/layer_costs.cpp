@@ -111,7 +111,7 @@ EmbeddingCost CostTables::embedding(const LayerStrategy& es, int b,
   // the head's is prefetched behind the last layer, on the side stream.
   ec.first_busy_s = x.emb_fwd_s + x.emb_bwd_s + x.emb_tp_s + x.emb_fetch.time_s;
   ec.last_busy_s = y.head_fwd_s + y.head_bwd_s + y.head_tp_s;
-  ec.logits = x.logits_bytes;
+  ec.logits = x.logits_bytes + x.loss_transient_bytes;
   ec.emb_fetch_bytes = x.emb_fetch.bytes;
   ec.head_fetch_bytes = x.head_fetch.bytes;
   // States: first stage the embeddings, last stage the head (+ its copy of a tied wte), a

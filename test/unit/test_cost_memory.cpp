@@ -251,7 +251,12 @@ BOOST_AUTO_TEST_CASE(stage_memory_matches_a_walk_over_the_program) {
   // are Program buffers.
   FrameworkSpec staging;
   staging.layer_gradient_staging = true;
-  for (const FrameworkSpec& fw : {FrameworkSpec{}, staging})
+  // ... and one that keeps fp32 gradient buffers and holds more than the logits in its loss
+  // (Megatron-Core's main_grad, nanotron's loss).
+  FrameworkSpec fp32_buffers;
+  fp32_buffers.grad_buffer_bytes = 4;
+  fp32_buffers.loss_transient_bytes_per_logit = 6;
+  for (const FrameworkSpec& fw : {FrameworkSpec{}, staging, fp32_buffers})
     for (const Case& c : cases()) {
       CostModel cm(c.model, c.cluster, c.plan.dtype, fw);
       const auto mem = stage_memory(cm, c.plan);
