@@ -283,13 +283,13 @@ BOOST_AUTO_TEST_CASE(memory_rows_are_forecast_or_listed_with_a_reason) {
 
 BOOST_AUTO_TEST_CASE(memory_mape_regression_bound) {
   // Issue 39 asks for a MAPE of at most 8% over the memory file. Reached (estimator and
-  // simulator alike, build/bench_calibration --memory): 17.7% over the 21 forecast rows, 19 under
+  // simulator alike, build/bench_calibration --memory): 15.4% over the 21 forecast rows, 19 under
   // and 2 over: the forecast, with the GPU process ledger (CUDA context, NCCL buffers per
   // communicator, cuBLAS workspaces, fragmentation) stated from documented sizes, the
-  // frameworks' fp32 gradient buffers (gradients.buffer_bytes) and no figure fitted to these
-  // rows, is short of the published peaks. The cause found and not yet modelled, quantified in
-  // data/calibration/README.md ("What the memory rows show"): nanotron's fp32 loss temporaries
-  // (15.4% with them). This bound holds the figure reached, not the issue's.
+  // frameworks' fp32 gradient buffers (gradients.buffer_bytes), nanotron's loss transient
+  // (loss.transient_bytes_per_logit) and no figure fitted to these rows, is short of the
+  // published peaks (data/calibration/README.md, "What the memory rows show", lists what
+  // remains). This bound holds the figure reached, not the issue's.
   calibration::ErrorTally tally;
   for (const auto& r : calibration::load_memory_rows()) {
     if (!r.reason.empty()) continue;
@@ -312,7 +312,7 @@ BOOST_AUTO_TEST_CASE(memory_mape_regression_bound) {
   }
   BOOST_TEST(tally.n == 21);
   BOOST_TEST_INFO("memory file estimator MAPE " << 100 * tally.mape() << "%");
-  BOOST_TEST(tally.mape() <= 0.18);
+  BOOST_TEST(tally.mape() <= 0.16);
   BOOST_TEST(tally.fast > 0);  // both signs
   BOOST_TEST(tally.slow > 0);
 }
