@@ -399,13 +399,13 @@ class Analyzer {
     c.bwd_below += lc.bwd_s + lc.rec_s + tp_bwd + ep_bwd;
   }
 
-  // The stage's memory breakdown: its model states and its schedule's peak.
   // What memory() reads of a stage's walk.
   struct WalkTotals {
     ModelStates states;
     int64_t workspace_bytes = 0;
     StageCommunicators comms;
   };
+  // The stage's memory breakdown: its model states and its schedule's peak.
   void memory(int s, const WalkTotals& w, StageCost& sc) {
     const Mem peak = schedule_peak(s);
     MemoryBreakdown& mb = sc.memory;

@@ -90,21 +90,11 @@ ProcessMemory process_memory(const ModelSpec& model, const ClusterSpec& c, const
 
 namespace cost_detail {
 
-bool StageCommunicators::operator==(const StageCommunicators& o) const {
-  return first == o.first && last == o.last && tps == o.tps && cps == o.cps &&
-         experts == o.experts && reshards == o.reshards;
-}
-
 // The strategies the stage runs: its chunks' layers, and the embedding's where it holds the
 // embedding (stage 0) or the LM head (the last stage). Layers of one tp degree share their tp,
 // dp and cp groups (layout.hpp); a layer held differently from the one before it (or the head
 // from the last layer) meets it in a reshard group of the smaller degree's stride.
 void StageCommunicators::hold(const LayerStrategy& s, const LayerStrategy* before) {
-  // The layers of a stage mostly repeat the last one held, with no reshard between them.
-  const bool reshard = before && before->stream_tp() != s.stream_tp();
-  const Held h{s.tp, s.cp, s.ep, s.etp, s.cp_kind};
-  if (!reshard && h == last_held) return;
-  last_held = h;
   tps.insert(s.tp);
   if (s.cp > 1) cps.insert({s.tp, s.cp, s.cp_kind});
   if (s.ep * s.etp > 1) experts.insert({s.etp, s.ep});

@@ -45,13 +45,7 @@ struct StageCommunicators {
   SmallSet<std::tuple<int, int, CpKind>> cps;
   SmallSet<std::pair<int, int>> experts, reshards;  // (etp, ep); (smaller, larger tp)
   bool first = false, last = false;
-  // The degrees of the last layer held (hold's shortcut; not part of the value).
-  struct Held {
-    int tp = 0, cp = 0, ep = 0, etp = 0;
-    CpKind cp_kind = CpKind::ring;
-    bool operator==(const Held&) const = default;
-  } last_held;
-  bool operator==(const StageCommunicators& o) const;
+  bool operator==(const StageCommunicators&) const = default;
   // The groups of a layer of strategy s, the one below it holding `before` (null: none, the
   // embedding). Layers of one tp degree share their tp, dp and cp groups (layout.hpp); a layer
   // held differently from the one before it (or the head from the last layer) meets it in a
