@@ -23,7 +23,7 @@ R=$DEPS/root
 rm -rf "$DEPS/lib" && mkdir -p "$DEPS/lib"
 for f in "$R"/usr/lib/x86_64-linux-gnu/*.so.* "$R"/lib/x86_64-linux-gnu/*.so.*; do
   [ -e "$f" ] || continue
-  ldconfig -p | grep -q "^[[:space:]]*$(basename "$f") " || ln -sf "$f" "$DEPS/lib/"
+  ldconfig -p | grep "^[[:space:]]*$(basename "$f") " >/dev/null || ln -sf "$f" "$DEPS/lib/"
 done
 # cuBLAS from the toolkit; NCCL from the toolkit, else from PyTorch's nvidia-nccl wheel.
 cudalib=""

@@ -157,7 +157,7 @@ TT=(--cluster dgx-a100-80g --nodes 1 --tp 8 --sequence-parallel --global-batch 8
 grep -qx 'flavor = "8B"' "$WORK/tt.toml" && grep -qx 'name = "llama3"' "$WORK/tt.toml" ||
   fail "D13: Llama-3.1-8B not exported as torchtitan's llama3 8B: $(grep -A2 '^\[model\]' "$WORK/tt.toml")"
 # Another shape keeps its own name, for the user to register.
-"$BIN" export --to torchtitan --model "$WORK/my-llama.json" --layers 16 "${TT[@]}" | grep -qx 'flavor = "my-llama+overrides"' ||
+"$BIN" export --to torchtitan --model "$WORK/my-llama.json" --layers 16 "${TT[@]}" | grep -x 'flavor = "my-llama+overrides"' >/dev/null ||
   fail "D13: a 16-layer Llama named as a torchtitan flavor"
 # plan import prices a Megatron job as Megatron-Core runs it; its "instead" line runs as pasted.
 out=$("$BIN" plan import --from megatron --args-file "$WORK/small.args" --nodes 1 -- --micro-batch-size 2)

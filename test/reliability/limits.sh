@@ -96,13 +96,13 @@ echo "ok: without --comm-timeout-s the start-up waits its 60 s default"
   >/dev/null || fail "plan check refused --comm-timeout-s"
 "$BIN" model show --model gpt2-124m --comm-timeout-s 5 >/dev/null ||
   fail "model show refused --comm-timeout-s"
-"$BIN" profile --help | grep -qF -- "--comm-timeout-s" || fail "profile --help: no --comm-timeout-s"
+"$BIN" profile --help | grep -F -- "--comm-timeout-s" >/dev/null || fail "profile --help: no --comm-timeout-s"
 expect_rc 2 "--comm-timeout-s" "$BIN" "${est[@]}" --comm-timeout-s 0
 echo "ok: every verb takes --comm-timeout-s"
 
 # 5. Memory pre-checks (under ulimit -v, as memory.sh, which says why AddressSanitizer skips):
 # each of these ended in exit 1 "out of memory".
-if ldd "$BIN" 2>/dev/null | grep -q libasan; then
+if ldd "$BIN" 2>/dev/null | grep libasan >/dev/null; then
   echo "ok (memory pre-checks skipped: $BIN is built with AddressSanitizer)"
   exit 0
 fi

@@ -6,7 +6,7 @@ source "$(dirname "$0")/common.sh"
 # AddressSanitizer reserves terabytes of address space: an instrumented binary cannot start under
 # ulimit -v, and without it the refusals would be judged against physical memory. The regular
 # build runs this test.
-if ldd "$BIN" 2>/dev/null | grep -q libasan; then
+if ldd "$BIN" 2>/dev/null | grep libasan >/dev/null; then
   echo "SKIP: $BIN is built with AddressSanitizer (it cannot start under ulimit -v)"
   exit 77
 fi

@@ -46,7 +46,7 @@ rank_pid() {
   local p
   while running "$1"; do
     for p in $(pgrep -P "$1"); do
-      if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+      if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -x "OMPI_COMM_WORLD_RANK=$2" >/dev/null; then
         echo "$p"
         return 0
       fi

@@ -121,7 +121,7 @@ wait_done() {
   return 1
 }
 submit() { sbatch --parsable "$@" | cut -d';' -f1; }
-has_cmd() { "$BIN" --help 2>/dev/null | grep -q "^  $1 "; }
+has_cmd() { "$BIN" --help 2>/dev/null | grep "^  $1 " >/dev/null; }
 show_log() { echo "---- $1"; tail -n "${2:-40}" "$1" 2>/dev/null; }
 
 # ---- 2. the cluster ---------------------------------------------------------------------------
@@ -334,7 +334,7 @@ else
 fi
 
 # ---- 5b. mirror: one task per GPU of a 1-node dgx-a100-80g plan (8 tasks) ---------------------
-if ! has_cmd simulate || ! "$BIN" simulate --help 2>/dev/null | grep -q -- --mirror; then
+if ! has_cmd simulate || ! "$BIN" simulate --help 2>/dev/null | grep -- --mirror >/dev/null; then
   failc "mirror: $BIN has no 'simulate --mirror' yet; mirror.sbatch untested"
 else
   RM=$WORK/mirror
