@@ -251,9 +251,9 @@ class StageIndexer {
                                                            : kCompute);
     for (uint32_t k = 0; k < op.dep_count; ++k) {
       const uint32_t d = sp_.deps_of(op)[k];
-      if (sd_.position_of[d] >= (1u << 29))
+      if (sd_.position_of[d] >= (1u << (32 - kStreamBits)))
         throw std::runtime_error("simulate: a stream is too long");
-      sd_.dep_at.push_back(sd_.position_of[d] << 3 | sd_.stream_of[d]);
+      sd_.dep_at.push_back(sd_.position_of[d] << kStreamBits | sd_.stream_of[d]);
     }
     step.cat = category_of(op);
     set_kind_fields(step, op, i);

@@ -45,12 +45,14 @@ struct Step {
   };
 };
 
-// A dependency as (position << 3 | stream), the form the readiness check compares.
+// A dependency as (position << kStreamBits | stream), the form the readiness check compares.
+inline constexpr uint32_t kStreamBits = 4;
+static_assert(kStreams <= (1 << kStreamBits), "a dependency's stream must fit its bits");
 inline uint32_t dep_stream(uint32_t d) {
-  return d & 7u;
+  return d & ((1u << kStreamBits) - 1);
 }
 inline uint32_t dep_pos(uint32_t d) {
-  return d >> 3;
+  return d >> kStreamBits;
 }
 
 struct StageData {

@@ -47,6 +47,10 @@ class CostModel {
   // reduce-scatter (FrameworkSpec::pre_reduce_bytes_per_param).
   double backward_block_time_s(const LayerStrategy& s, Block b, int samples,
                                bool flash_attention) const;
+  // W of a split backward (Phase::weight_grad): the block's weight-gradient GEMMs with the
+  // gradient passes backward_block_time_s adds; its B (Op::wgrad_deferred) is the rest of the
+  // block's backward kernels.
+  double weight_grad_time_s(const LayerStrategy& s, Block b, int samples) const;
   // A part of a context-parallel attention block (op.part, workload.hpp's attention_part_work)
   // in the op's phase, under the op's strategy and attention kernel; the block's gradient
   // passes go with pre's backward, its last part.

@@ -85,6 +85,11 @@ struct LayerCost {
   // staged_bytes (held as the layer's); expert_piece_bytes: the piece their reduce-scatter
   // receives, live from its issue, after the attention backward, to the dense reduction's.
   int64_t expert_fetch_bytes = 0, expert_piece_bytes = 0;
+  // A split backward (zb schedules): the part of bwd_s that is W, and what the layer holds from
+  // its B to its W (weight_input_bytes and weight_stash_bytes of both blocks, and under full
+  // recompute the rebuilt activations, which hold the GEMMs' inputs).
+  double weight_grad_s = 0;
+  int64_t weight_held_bytes = 0;
 };
 
 // Bringing a strategy's non-resident parameters to the device before use: the ZeRO-3

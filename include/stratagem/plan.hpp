@@ -11,7 +11,13 @@
 
 namespace stratagem {
 
-enum class Schedule { gpipe, one_f_one_b, interleaved };
+// zb_h1, zb_h2: the zero-bubble pipelines (Qi et al., ICLR'24, arXiv 2401.10241) that split
+// each backward into B (input gradient) and W (weight gradient) and defer W into the bubbles.
+enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1, zb_h2 };
+// The schedules whose backward runs in two passes, B and W (schedule.hpp).
+inline bool splits_backward(Schedule s) {
+  return s == Schedule::zb_h1 || s == Schedule::zb_h2;
+}
 enum class Recompute : uint8_t { none, selective, full };
 const char* to_string(Schedule s);
 const char* to_string(Recompute r);
@@ -146,6 +152,13 @@ void validate_context_parallel(const Plan& p, const ModelSpec& m, const std::str
 // rules of validate_context_parallel for one strategy, which the search asks too.
 std::string cp_refusal(const ModelSpec& m, const LayerStrategy& s, bool flash_attention,
                        std::string* field);
+
+// The split backward of the zero-bubble schedules (plan_zero_bubble.cpp): why layer `layer` of
+// strategy s cannot run it ("" when it can; `field` gets the field to name), and the check
+// validate() runs over the plan's layers when its schedule splits the backward.
+std::string split_backward_refusal(const ModelSpec& m, int layer, const LayerStrategy& s,
+                                   std::string* field);
+void validate_split_backward(const Plan& p, const ModelSpec& m, const std::string& source);
 
 // Mixture-of-Experts parts of a plan (src/core/plan_moe.cpp): the shorthand's --ep, --etp and
 // routing flags applied to the MoE layers of `m` (dense layers keep ep = etp = 1), and the

@@ -29,10 +29,25 @@ enum class OpKind : uint8_t {
 inline constexpr int kNumOpKinds = 9;
 // ep_comm: the all-to-alls of MoE layers (and their expert-tensor collectives), beside tp_comm
 // so that neither waits behind the other. cp_comm: a context-parallel attention's transfers and
-// collectives (program_cp.cpp).
-enum class Stream : uint8_t { compute, tp_comm, dp_comm, pp_comm, h2d, d2h, ep_comm, cp_comm };
-inline constexpr int kNumStreams = 8;
-enum class Phase : uint8_t { forward, backward, recompute, optimizer, setup };
+// collectives (program_cp.cpp). pp_recv: the pipeline's receives where the schedule posts them
+// ahead (Megatron-Core's interleaved overlap_p2p_comm, the zero-bubble schedules), so that a
+// receive waiting for its data does not hold up the stage's sends on pp_comm.
+enum class Stream : uint8_t {
+  compute,
+  tp_comm,
+  dp_comm,
+  pp_comm,
+  h2d,
+  d2h,
+  ep_comm,
+  cp_comm,
+  pp_recv
+};
+inline constexpr int kNumStreams = 9;
+// weight_grad: a split backward's W (the zero-bubble schedules, schedule.hpp): the weight
+// gradients of a block whose B (Phase::backward, Op::wgrad_deferred) computed its input
+// gradient.
+enum class Phase : uint8_t { forward, backward, recompute, optimizer, setup, weight_grad };
 enum class Collective : uint8_t { none, all_reduce, all_gather, reduce_scatter, all_to_all };
 enum class MemCategory : uint8_t { weights, grads, optimizer, activations, buffers };
 inline constexpr int kNumMemCategories = 5;
@@ -97,13 +112,16 @@ struct Op {
   Recompute recompute = Recompute::none;  // a layer's ops: its recompute (what forward saves)
   Dtype dtype = Dtype::bf16;              // the precision its kernels and messages are in
   bool flash_attention = false;           // attention blocks: the fused kernel (no scores kept)
-  int16_t chunk = -1;                     // model chunk (virtual stage), -1 when not applicable
-  int16_t cp_step = -1;                   // the ring step of a core op or cp transfer, else -1
-  int32_t layer = -1;                     // Transformer layer, -1 for embedding/head/optimizer
-  int32_t microbatch = -1;                // -1 when not per micro-batch
-  int32_t samples = 0;                    // samples per rank in this op (shape for the cost model)
-  int32_t buffer = -1;  // alloc/free: buffer id; a reduce-scatter: its received piece
-  OpStrategy strategy;  // its layer's (tp selects tp, dp and cp groups; etp, ep expert ones)
+  // A backward compute op without its weight gradients: B of a split backward, whose W is an
+  // op of its own (Phase::weight_grad).
+  bool wgrad_deferred = false;
+  int16_t chunk = -1;       // model chunk (virtual stage), -1 when not applicable
+  int16_t cp_step = -1;     // the ring step of a core op or cp transfer, else -1
+  int32_t layer = -1;       // Transformer layer, -1 for embedding/head/optimizer
+  int32_t microbatch = -1;  // -1 when not per micro-batch
+  int32_t samples = 0;      // samples per rank in this op (shape for the cost model)
+  int32_t buffer = -1;      // alloc/free: buffer id; a reduce-scatter: its received piece
+  OpStrategy strategy;      // its layer's (tp selects tp, dp and cp groups; etp, ep expert ones)
   // A reshard: the stream tp of the layer the samples come from and of the one they go to,
   // which select its group (Layout::reshard_group).
   int32_t reshard_from_tp = 1, reshard_to_tp = 1;

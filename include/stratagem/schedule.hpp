@@ -13,6 +13,9 @@ struct PassStep {
   bool forward;
   int chunk;  // global chunk index (v * pp + stage)
   int microbatch;
+  // A split backward's second pass, W (the weight gradients): forward is false. A split
+  // backward's first pass, B, is a backward step like an unsplit one.
+  bool weight = false;
 };
 
 // One schedule of (pp stages, vpp chunks per stage, micro-batches). A stage runs
@@ -25,6 +28,11 @@ struct PassStep {
 // (Narayanan et al. 2021; schedules.py's get_schedule_table), micro-batches advance in groups
 // of `group` (microbatch_group_size_per_vp_stage, pp by default) through the stage's vpp
 // chunks, the last group holding what is left; backward walks the chunks in reverse.
+// zb-h1, zb-h2: the zero-bubble paper's handcrafted schedules (its Fig. 3 and the authors'
+// get_hand_schedule, sail-sg/zero-bubble-pipeline-parallelism, efficiency.py): 1F1B's order
+// with each backward split into B and W; stage s runs w (pp - s - 1) warm-up forwards (w = 1
+// for h1, 2 for h2), runs each W right after its B except the first w s, which wait to the
+// end (in micro-batch order), so the W fill the cool-down's bubbles.
 struct ScheduleShape {
   int pp = 1;
   int vpp = 1;  // chunks per stage (1 unless interleaved)
@@ -43,8 +51,14 @@ struct ScheduleShape {
   // micro-batches are not whole groups).
   int period() const { return group_size() * vpp; }
   bool whole_groups() const { return microbatches % group_size() == 0; }
+  bool split() const { return splits_backward(schedule); }
+  // zb: the warm-up forwards and deferred W per stage behind the last one (1 for h1, 2 for h2).
+  int weight_lag() const { return schedule == Schedule::zb_h2 ? 2 : 1; }
   // Forward passes stage s runs before its first backward.
   int warmup_forwards(int stage) const;
+  // zb: the W passes stage s holds back at most, each keeping what it reads from its forward
+  // and B (0 for the unsplit schedules).
+  int deferred_weights(int stage) const;
   // Forward passes whose activations stage s holds at once at most: the warm-up's and the
   // first steady forward's (a backward frees one only after it).
   int passes_in_flight(int stage) const;

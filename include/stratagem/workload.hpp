@@ -57,6 +57,19 @@ BlockWork backward_work(const ModelSpec& m, const LayerStrategy& s, Block b, int
 // The backward of any forward work, by the rule above (the profile applies it to the attention
 // core alone).
 BlockWork backward_of(const BlockWork& forward);
+// The zero-bubble schedules' split backward (schedule.hpp): B, the input gradient (each GEMM's
+// data gradient, the attention core's backward, the elementwise passes), and W, the weight
+// gradient (each GEMM's weight gradient). Together they are backward_of's work.
+BlockWork input_grad_of(const BlockWork& forward);
+BlockWork weight_grad_of(const BlockWork& forward);
+// What a block's W reads besides the weights (the paper's M_W: 32 s b h bytes of a bf16 layer):
+// the GEMMs' inputs that its forward saved, held from forward to W (weight_input_bytes), and
+// what its B leaves (weight_stash_bytes): each GEMM's output gradient and, under sequence
+// parallelism, the first GEMM's gathered input (forward saves only this rank's shard of it).
+int64_t weight_input_bytes(const ModelSpec& m, const LayerStrategy& s, Block b, int samples,
+                           Dtype dt);
+int64_t weight_stash_bytes(const ModelSpec& m, const LayerStrategy& s, Block b, int samples,
+                           Dtype dt);
 // Context parallelism runs a layer's attention block in parts so that its cp communication can
 // sit between them (program_cp.cpp): `pre` (the norm, the QKV projection, RoPE), the attention
 // core, and `post` (the output projection, dropout, residual). `whole` is the block unsplit.

@@ -35,6 +35,10 @@ class OpEmitter {
     op.strategy = op_strategy_[size_t(std::max(op.layer, -1) + 1)];
     op.dtype = stage_.plan.dtype;
     op.flash_attention = stage_.plan.flash_attention;
+    // A split backward's B: the layer blocks' backward compute (the W ops carry the rest).
+    op.wgrad_deferred = stage_.split_backward && op.kind == OpKind::compute &&
+                        op.phase == Phase::backward && op.layer >= 0 &&
+                        (op.block == Block::attention || op.block == Block::mlp);
     op.dep_begin = static_cast<uint32_t>(out_.deps.size());
     for (size_t k = 0; k < ndeps; ++k)
       if (deps[k] >= 0) out_.deps.push_back(static_cast<uint32_t>(deps[k]));

@@ -17,6 +17,10 @@ const char* to_string(Schedule s) {
       return "1f1b";
     case Schedule::interleaved:
       return "interleaved";
+    case Schedule::zb_h1:
+      return "zb-h1";
+    case Schedule::zb_h2:
+      return "zb-h2";
   }
   return "?";
 }
@@ -37,7 +41,9 @@ Schedule schedule_from(const std::string& s, const std::string& where) {
   if (s == "gpipe") return Schedule::gpipe;
   if (s == "1f1b") return Schedule::one_f_one_b;
   if (s == "interleaved") return Schedule::interleaved;
-  throw InputError(where + ": expected gpipe|1f1b|interleaved, got '" + s + "'");
+  if (s == "zb-h1") return Schedule::zb_h1;
+  if (s == "zb-h2") return Schedule::zb_h2;
+  throw InputError(where + ": expected gpipe|1f1b|interleaved|zb-h1|zb-h2, got '" + s + "'");
 }
 Recompute recompute_from(const std::string& s, const std::string& where) {
   if (s == "none") return Recompute::none;
@@ -403,6 +409,7 @@ void validate(const Plan& p, const ModelSpec& m, const ClusterSpec& c, const std
   check_microbatch_group(p, mbs, src);
   check_sizes(p, m, stage_mb, src);
   validate_moe(p, m, src);
+  validate_split_backward(p, m, src);
 }
 
 }  // namespace stratagem

@@ -18,8 +18,8 @@ const char* to_string(OpKind k) {
   return n[static_cast<int>(k)];
 }
 const char* to_string(Stream s) {
-  static const char* n[] = {"compute", "tp_comm", "dp_comm", "pp_comm",
-                            "h2d",     "d2h",     "ep_comm", "cp_comm"};
+  static const char* n[] = {"compute", "tp_comm", "dp_comm", "pp_comm", "h2d",
+                            "d2h",     "ep_comm", "cp_comm", "pp_recv"};
   return n[static_cast<int>(s)];
 }
 const char* to_string(Block b) {
@@ -28,7 +28,8 @@ const char* to_string(Block b) {
   return n[static_cast<int>(b)];
 }
 const char* to_string(Phase p) {
-  static const char* n[] = {"forward", "backward", "recompute", "optimizer", "setup"};
+  static const char* n[] = {"forward",   "backward", "recompute",
+                            "optimizer", "setup",    "weight_grad"};
   return n[static_cast<int>(p)];
 }
 const char* to_string(Collective c) {
@@ -79,7 +80,7 @@ std::string op_name(const Op& op) {
   std::string s;
   if (op.layer >= 0) s = "L" + std::to_string(op.layer) + ".";
   s += to_string(op.block);
-  static const char* ph[] = {"fwd", "bwd", "recompute", "opt", "setup"};
+  static const char* ph[] = {"fwd", "bwd", "recompute", "opt", "setup", "wgrad"};
   s += ".";
   s += ph[static_cast<int>(op.phase)];
   s += ".";

@@ -12,9 +12,14 @@ namespace stratagem::program_detail {
 
 StageProgram StageBuilder::build() {
   states_.setup();
-  for (const auto& st : stage_.steps)
-    st.forward ? passes_.forward(st.chunk, st.microbatch)
-               : passes_.backward(st.chunk, st.microbatch);
+  for (const auto& st : stage_.steps) {
+    if (st.weight)
+      passes_.weight(st.chunk, st.microbatch);
+    else if (st.forward)
+      passes_.forward(st.chunk, st.microbatch);
+    else
+      passes_.backward(st.chunk, st.microbatch);
+  }
   passes_.reduce_tied_head();
   grads_.reduce_deferred();
   states_.optimizer();
@@ -28,6 +33,7 @@ Passes::Passes(const StageContext& stage, OpEmitter& ops, WeightFetches& weights
   const size_t layers = stage.stage_layers().size();
   saved_.assign(layers * stage.microbatches, kNoSaved);
   offloaded_.assign(layers * stage.microbatches, -1);
+  if (stage.split_backward) weight_inputs_.assign(layers * stage.microbatches, {});
 }
 
 void Passes::forward(int chunk, int mb) {
@@ -51,14 +57,27 @@ void Passes::forward(int chunk, int mb) {
         weights_.fetch_params(l, Phase::forward, mb, l == r.begin ? started : prev_attn);
     const int b = stage_.samples(l);
     const StageContext::LayerWork& w = stage_.work(l);
-    int act_a = ops_.alloc(Stream::compute, MemCategory::activations, w.saved_bytes[0], l, mb,
+    // A split backward's W reads some of them (the GEMMs' inputs): they go with W, the rest
+    // with B.
+    const bool split = stage_.split_backward;
+    int act_a = ops_.alloc(Stream::compute, MemCategory::activations,
+                           w.saved_bytes[0] - (split ? w.weight_input_bytes[0] : 0), l, mb,
                            Phase::forward, Block::attention);
+    if (split)
+      weight_inputs_[key(l, mb)].kept[0] =
+          ops_.alloc(Stream::compute, MemCategory::activations, w.weight_input_bytes[0], l, mb,
+                     Phase::weight_grad, Block::attention);
     tp_before(Block::attention, Phase::forward, l, mb);
     prev_attn = cp_.attention(Phase::forward, l, mb);
     tp_after(Block::attention, Phase::forward, l, mb);
 
-    int act_m = ops_.alloc(Stream::compute, MemCategory::activations, w.saved_bytes[1], l, mb,
+    int act_m = ops_.alloc(Stream::compute, MemCategory::activations,
+                           w.saved_bytes[1] - (split ? w.weight_input_bytes[1] : 0), l, mb,
                            Phase::forward, Block::mlp);
+    if (split)
+      weight_inputs_[key(l, mb)].kept[1] =
+          ops_.alloc(Stream::compute, MemCategory::activations, w.weight_input_bytes[1], l, mb,
+                     Phase::weight_grad, Block::mlp);
     tp_before(Block::mlp, Phase::forward, l, mb);
     int c = moe_.ffn(Phase::forward, l, mb, b, w.forward[1]);
     tp_after(Block::mlp, Phase::forward, l, mb);
@@ -101,6 +120,24 @@ std::tuple<int, int, int> Passes::reload(int l, int mb, int after) {
   return {act_a, act_m, ops_.emit(op, {after, down})};
 }
 
+// Full recompute: layer l's activations rebuilt from its saved input, communication included;
+// returns the attention's and the mlp's buffers.
+std::pair<int, int> Passes::rebuild(int l, int mb) {
+  const int b = stage_.samples(l);
+  const int re_a =
+      ops_.alloc(Stream::compute, MemCategory::activations, stage_.rebuilt(l, Block::attention), l,
+                 mb, Phase::recompute, Block::attention);
+  tp_before(Block::attention, Phase::recompute, l, mb);
+  cp_.attention(Phase::recompute, l, mb);
+  tp_after(Block::attention, Phase::recompute, l, mb);
+  const int re_m = ops_.alloc(Stream::compute, MemCategory::activations,
+                              stage_.rebuilt(l, Block::mlp), l, mb, Phase::recompute, Block::mlp);
+  tp_before(Block::mlp, Phase::recompute, l, mb);
+  moe_.ffn(Phase::recompute, l, mb, b, stage_.work(l).forward[1]);
+  tp_after(Block::mlp, Phase::recompute, l, mb);
+  return {re_a, re_m};
+}
+
 void Passes::backward(int chunk, int mb) {
   ops_.set_chunk(chunk);
   const LayerRange r = stage_.plan.chunks[chunk];
@@ -138,24 +175,18 @@ void Passes::backward(int chunk, int mb) {
       std::tie(act_a, act_m, reloaded_) = next_reload;
       ops_.compute_waits_for(reloaded_);
     }
-    int re_a = -1, re_m = -1;
-    if (s.recompute == Recompute::full) {
-      // Rebuild the layer's activations from its saved input, communication included.
-      re_a =
-          ops_.alloc(Stream::compute, MemCategory::activations, stage_.rebuilt(l, Block::attention),
-                     l, mb, Phase::recompute, Block::attention);
-      tp_before(Block::attention, Phase::recompute, l, mb);
-      cp_.attention(Phase::recompute, l, mb);
-      tp_after(Block::attention, Phase::recompute, l, mb);
-      re_m = ops_.alloc(Stream::compute, MemCategory::activations, stage_.rebuilt(l, Block::mlp), l,
-                        mb, Phase::recompute, Block::mlp);
-      tp_before(Block::mlp, Phase::recompute, l, mb);
-      moe_.ffn(Phase::recompute, l, mb, b, w.forward[1]);
-      tp_after(Block::mlp, Phase::recompute, l, mb);
-    }
+    auto [re_a, re_m] = s.recompute == Recompute::full ? rebuild(l, mb) : std::pair{-1, -1};
     grads_.stage_grads(l, mb);
+    const bool split = stage_.split_backward;
+    // A split backward's B leaves its W the GEMMs' output gradients (and, under sp, the
+    // gathered input), written as it runs; under full recompute the rebuilt activations, which
+    // hold the GEMMs' inputs, stay for W too.
+    WeightInputs* for_w = split ? &weight_inputs_[key(l, mb)] : nullptr;
+    if (for_w)
+      for_w->stash[1] = ops_.alloc(Stream::compute, MemCategory::activations,
+                                   w.weight_stash_bytes[1], l, mb, Phase::backward, Block::mlp);
     tp_before(Block::mlp, Phase::backward, l, mb);
-    prev_mlp = moe_.ffn(Phase::backward, l, mb, b, w.backward[1]);
+    prev_mlp = moe_.ffn(Phase::backward, l, mb, b, split ? w.input_grad[1] : w.backward[1]);
     tp_after(Block::mlp, Phase::backward, l, mb);
     // Emitted before the mlp's buffers go, as the h2d stream runs it: it waits only for the
     // mlp's backward.
@@ -163,6 +194,7 @@ void Passes::backward(int chunk, int mb) {
       next_reload = reload(l - 1, mb, prev_mlp);
     grads_.flush_staging_free();
     ops_.release(act_m, Stream::compute);
+    if (for_w && s.recompute == Recompute::full) for_w->rebuilt[1] = std::exchange(re_m, -1);
     ops_.release(re_m, Stream::compute);
     if (stage_.plan.backward_prefetch)
       next_fetched = l > r.begin
@@ -177,19 +209,21 @@ void Passes::backward(int chunk, int mb) {
       ops_.compute(Block::attention, Phase::recompute, l, mb, b, core.attention_flops,
                    core.elementwise_bytes);
     }
+    if (for_w)
+      for_w->stash[0] =
+          ops_.alloc(Stream::compute, MemCategory::activations, w.weight_stash_bytes[0], l, mb,
+                     Phase::backward, Block::attention);
     tp_before(Block::attention, Phase::backward, l, mb);
     int c = cp_.attention(Phase::backward, l, mb);
     // The layer's gradients are final once the attention's tp reduction has landed (its
     // norm's gradient is computed from the reduced input gradient).
     const int reduced = tp_after(Block::attention, Phase::backward, l, mb);
     ops_.release(act_a, Stream::compute);
+    if (for_w && s.recompute == Recompute::full) for_w->rebuilt[0] = std::exchange(re_a, -1);
     ops_.release(re_a, Stream::compute);
     ops_.release(fetched, Stream::compute);
     reloaded_ = -1;
-    int ready = reduced >= 0 ? reduced : c;
-    if (mb == stage_.last_backward_mb[chunk] || stage_.per_microbatch(l))
-      ready = grads_.moe_router_grads_reduce(l, grads_.sp_replicated_reduce(l, ready));
-    grads_.reduce_grads(l, mb, ready);
+    if (!split) reduce_layer(chunk, l, mb, reduced >= 0 ? reduced : c);
     // Going back across a dp change: the gradient for a wider-dp layer is a slice, for a
     // narrower-dp (larger tp) previous layer the ranks all-gather it.
     reshard(l, l - 1, Phase::backward, mb);
@@ -212,7 +246,13 @@ void Passes::reduce_tied_head() {
 // A pipeline send or receive of layer `layer`'s output (forward) or input gradient
 // (backward), to or from the peer stage `peer`, in the running chunk.
 Op Passes::pp_transfer(OpKind kind, GroupKind peer, Phase ph, int layer, int mb) const {
-  Op op = OpEmitter::make(kind, Stream::pp_comm, Block::none, ph, layer, mb);
+  // Megatron-Core's 1F1B waits on its combined send and receive (send_forward_recv_backward):
+  // one in-order stream. Its interleaved schedule overlaps them (overlap_p2p_comm), and the
+  // zero-bubble ones post receives ahead (torch.distributed.pipelining, the authors' code).
+  const bool posted = kind == OpKind::recv && stage_.plan.schedule != Schedule::gpipe &&
+                      stage_.plan.schedule != Schedule::one_f_one_b;
+  Op op =
+      OpEmitter::make(kind, posted ? Stream::pp_recv : Stream::pp_comm, Block::none, ph, layer, mb);
   op.group = peer;
   op.purpose = Purpose::pipeline;
   op.bytes = stage_.boundary(layer);

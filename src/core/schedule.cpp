@@ -12,8 +12,15 @@ int ScheduleShape::warmup_forwards(int s) const {
       return std::min(pp - s - 1, chunk_passes());
     case Schedule::interleaved:
       return std::min((pp - s - 1) * 2 + (vpp - 1) * group_size(), chunk_passes());
+    case Schedule::zb_h1:
+    case Schedule::zb_h2:
+      return std::min((pp - s - 1) * weight_lag(), chunk_passes());
   }
   return 0;
+}
+
+int ScheduleShape::deferred_weights(int s) const {
+  return split() ? std::min(s * weight_lag(), chunk_passes()) : 0;
 }
 
 int ScheduleShape::passes_in_flight(int s) const {
@@ -52,7 +59,7 @@ int interleaved_group(int pp, int microbatches) {
 std::vector<PassStep> stage_schedule(const ScheduleShape& shape, int stage) {
   const int total = shape.chunk_passes(), warmup = shape.warmup_forwards(stage);
   std::vector<PassStep> out;
-  out.reserve(2 * size_t(total));
+  out.reserve((shape.split() ? 3 : 2) * size_t(total));
   auto fwd = [&](int k) {
     out.push_back({true, shape.forward_chunk(k) * shape.pp + stage, shape.forward_microbatch(k)});
   };
@@ -62,6 +69,19 @@ std::vector<PassStep> stage_schedule(const ScheduleShape& shape, int stage) {
   };
   int f = 0, b = 0;
   for (; f < warmup; ++f) fwd(f);
+  if (shape.split()) {
+    // W runs in micro-batch order, after its B; the first deferred_weights wait.
+    auto weight = [&](int k) { out.push_back({false, stage, shape.backward_microbatch(k), true}); };
+    const int held = shape.deferred_weights(stage);
+    int w = 0;
+    for (; b < total; ++b) {
+      if (f < total) fwd(f++);
+      bwd(b);
+      if (b >= held) weight(w++);
+    }
+    while (w < total) weight(w++);
+    return out;
+  }
   while (f < total) fwd(f++), bwd(b++);
   while (b < total) bwd(b++);
   return out;

@@ -132,8 +132,10 @@ class CpAttention {
 
   int attention(Phase ph, int layer, int mb) {
     if (stage_.strat(layer).cp > 1) return cp_attention(ph, layer, mb);
-    const StageContext::BlockCost& c =
-        ph == Phase::backward ? stage_.work(layer).backward[0] : stage_.work(layer).forward[0];
+    const StageContext::LayerWork& w = stage_.work(layer);
+    const StageContext::BlockCost& c = ph != Phase::backward   ? w.forward[0]
+                                       : stage_.split_backward ? w.input_grad[0]
+                                                               : w.backward[0];
     return ops_.compute(Block::attention, ph, layer, mb, stage_.samples(layer), c.flops, c.bytes);
   }
 
@@ -180,12 +182,16 @@ class Passes {
 
   void forward(int chunk, int mb);
   void backward(int chunk, int mb);
+  // A split backward's W of the chunk's layers (program_weight_grads.cpp): their weight
+  // gradients, the buffers only W read, and the gradient reductions that wait for them.
+  void weight(int chunk, int mb);
   // Tied embeddings split over pipeline stages: the head's gradients, held since its last
   // backward, reduced once the stage's backward passes are done.
   void reduce_tied_head();
 
  private:
   std::tuple<int, int, int> reload(int l, int mb, int after);
+  std::pair<int, int> rebuild(int l, int mb);
   Op pp_transfer(OpKind kind, GroupKind peer, Phase ph, int layer, int mb) const;
   void emit_send(Op op);
   void embedding_forward(int mb, int after);
@@ -209,6 +215,16 @@ class Passes {
   static constexpr std::pair<int, int> kNoSaved{-2, -2};
   std::vector<std::pair<int, int>> saved_;  // [key] the layer's saved activation buffers
   std::vector<int> offloaded_;              // [key] its activations' d2h copy (-1: none)
+  // Split backward: what a layer's W reads and frees, held from its forward and B.
+  struct WeightInputs {
+    int kept[2] = {-1, -1};     // attention, mlp: the GEMM inputs forward saved for W
+    int stash[2] = {-1, -1};    // the output gradients (and sp's gathered input) B left
+    int rebuilt[2] = {-1, -1};  // full recompute: the rebuilt activations, inputs included
+  };
+  std::vector<WeightInputs> weight_inputs_;  // [key]
+  // The layer's reductions once its gradients are final (`ready`): the sp norms', the
+  // router's, then dp.
+  void reduce_layer(int chunk, int l, int mb, int ready);
   // The copy that brought back the activations of the layer in backward: the sequence-parallel
   // gathers read them too, not only its compute.
   int reloaded_ = -1;

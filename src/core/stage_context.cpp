@@ -13,10 +13,11 @@ StageContext::StageContext(const ModelSpec& model, const Plan& plan, int stage, 
       element_bytes(dtype_bytes(plan.dtype)),
       chunk_count(static_cast<int>(plan.chunks.size())),
       stage_samples(plan.micro_batch * plan.max_dp()),
-      steps(stage_schedule(plan, stage, microbatches)) {
+      steps(stage_schedule(plan, stage, microbatches)),
+      split_backward(splits_backward(plan.schedule)) {
   last_backward_mb.assign(chunk_count, -1);
   for (const auto& st : steps)
-    if (!st.forward) last_backward_mb[st.chunk] = st.microbatch;
+    if (!st.forward && !st.weight) last_backward_mb[st.chunk] = st.microbatch;
   local_of.assign(plan.layers.size(), -1);
   work_.resize(plan.layers.size());
   const std::vector<int> ls = stage_layers();
@@ -36,6 +37,12 @@ const StageContext::LayerWork& StageContext::work(int layer) const {
     w.forward[i] = {f.flops(), f.elementwise_bytes};
     const BlockWork g = backward_work(model, s, blocks[i], b, plan.flash_attention);
     w.backward[i] = {g.flops(), g.elementwise_bytes};
+    if (!split_backward) continue;
+    const BlockWork in = input_grad_of(f), wt = weight_grad_of(f);
+    w.input_grad[i] = {in.flops(), in.elementwise_bytes};
+    w.weight_grad[i] = {wt.flops(), wt.elementwise_bytes};
+    w.weight_input_bytes[i] = stratagem::weight_input_bytes(model, s, blocks[i], b, plan.dtype);
+    w.weight_stash_bytes[i] = stratagem::weight_stash_bytes(model, s, blocks[i], b, plan.dtype);
   }
   if (model.is_moe_layer(layer)) {
     w.saved_bytes[1] = moe_kept_activation_bytes(model, s, b, s.recompute, plan.dtype,

@@ -34,7 +34,11 @@ struct StageContext {
   const int stage_samples;         // micro_batch * the plan's largest dp
   // The stage's forward and backward passes in order (stage_schedule).
   const std::vector<PassStep> steps;
-  // [chunk] the micro-batch whose backward comes last on it: gradients are final after it.
+  // The schedule splits each backward into B and W (zb-h1, zb-h2): a layer's weight
+  // gradients, and the reduction that reads them, come with its W passes.
+  const bool split_backward;
+  // [chunk] the micro-batch whose backward comes last on it: gradients are final after it
+  // (after its W where the backward is split: W runs in the order of B).
   std::vector<int> last_backward_mb;
   std::vector<int> local_of;  // [layer] its index among this stage's layers (-1: another's)
 
@@ -56,6 +60,10 @@ struct StageContext {
     bool ready = false;
     int64_t saved_bytes[2] = {0, 0};  // attention, mlp under the layer's recompute
     BlockCost forward[2], backward[2];
+    // Split backward: B and W of each block, and what W reads beyond the weights
+    // (weight_input_bytes, weight_stash_bytes).
+    BlockCost input_grad[2], weight_grad[2];
+    int64_t weight_input_bytes[2] = {0, 0}, weight_stash_bytes[2] = {0, 0};
     // An MoE layer's FFN parts (router, experts, combine; program_moe.cpp), at the mean load.
     BlockCost moe_forward[3], moe_backward[3];
   };

@@ -128,6 +128,58 @@ BlockWork backward_of(const BlockWork& f) {
   return w;
 }
 
+BlockWork input_grad_of(const BlockWork& f) {
+  BlockWork w;
+  for (int i = 0; i < f.num_gemms; ++i) {
+    const Gemm& g = f.gemms[i];
+    w.add({g.m, g.k, g.n, g.count});  // dY (m,n) x W^T (n,k), as backward_of
+  }
+  w.attention_flops = 2 * f.attention_flops;
+  w.flash_attention = f.flash_attention;
+  w.elementwise_bytes = 2 * f.elementwise_bytes;
+  w.kernels += 2 * (f.kernels - f.num_gemms);
+  return w;
+}
+
+BlockWork weight_grad_of(const BlockWork& f) {
+  BlockWork w;
+  for (int i = 0; i < f.num_gemms; ++i) {
+    const Gemm& g = f.gemms[i];
+    w.add({g.k, g.n, g.m, g.count});  // X^T (k,m) x dY (m,n), as backward_of
+  }
+  return w;
+}
+
+namespace {
+// The forward GEMMs of a block whose weight gradients W computes (MLA is refused by the zb
+// schedules' check: its GEMM inputs are not all among its saved tensors).
+BlockWork weight_gemms(const ModelSpec& m, const LayerStrategy& s, Block b, int samples) {
+  return forward_work(m, s, b, samples, /*flash_attention=*/false);
+}
+}  // namespace
+
+int64_t weight_input_bytes(const ModelSpec& m, const LayerStrategy& s, Block b, int samples,
+                           Dtype dt) {
+  if (s.recompute == Recompute::full) return 0;  // the recompute's buffers hold them (program)
+  const BlockWork f = weight_gemms(m, s, b, samples);
+  int64_t elems = 0;
+  // Under sequence parallelism the first GEMM's saved input is a shard: W takes the gathered
+  // one from B (weight_stash_bytes).
+  for (int i = s.sequence_parallel && s.tp > 1 ? 1 : 0; i < f.num_gemms; ++i)
+    elems += f.gemms[i].m * f.gemms[i].k * f.gemms[i].count;
+  return elems * dtype_bytes(dt);
+}
+
+int64_t weight_stash_bytes(const ModelSpec& m, const LayerStrategy& s, Block b, int samples,
+                           Dtype dt) {
+  const BlockWork f = weight_gemms(m, s, b, samples);
+  int64_t elems = 0;
+  for (int i = 0; i < f.num_gemms; ++i) elems += f.gemms[i].m * f.gemms[i].n * f.gemms[i].count;
+  if (s.sequence_parallel && s.tp > 1 && f.num_gemms > 0)
+    elems += f.gemms[0].m * f.gemms[0].k * f.gemms[0].count;
+  return elems * dtype_bytes(dt);
+}
+
 int64_t kept_activation_bytes(const ModelSpec& m, const LayerStrategy& st, Block b, int samples,
                               Recompute rc, bool flash, Dtype dt) {
   int64_t bytes = saved_activation_bytes(m, st, b, samples, rc, flash, dt);

@@ -156,6 +156,12 @@ double CostModel::backward_block_time_s(const LayerStrategy& s, Block b, int sam
   return with_gradient_passes_s(block_time_s(w), s, b, w.num_gemms);
 }
 
+// W: the weight-gradient GEMMs and the passes over the block's gradients that follow them.
+double CostModel::weight_grad_time_s(const LayerStrategy& s, Block b, int samples) const {
+  const BlockWork w = weight_grad_of(forward_work(model_, s, b, samples, false));
+  return with_gradient_passes_s(block_time_s(w), s, b, 2 * w.num_gemms);
+}
+
 double CostModel::attention_part_time_s(const Op& op) const {
   const LayerStrategy s = layer_strategy(op);
   const BlockWork f = attention_part_work(model_, s, op.part, op.samples, op.flash_attention);
@@ -261,7 +267,10 @@ double CostModel::compute_time_s(const Op& op) const {
       if (op.part != AttentionPart::whole) return attention_part_time_s(op);
       if (op.phase == Phase::forward)
         return block_time_s(forward_work(model_, s, op.block, op.samples, flash));
+      if (op.phase == Phase::backward && op.wgrad_deferred)
+        return block_time_s(input_grad_of(forward_work(model_, s, op.block, op.samples, flash)));
       if (op.phase == Phase::backward) return backward_block_time_s(s, op.block, op.samples, flash);
+      if (op.phase == Phase::weight_grad) return weight_grad_time_s(s, op.block, op.samples);
       if (s.recompute == Recompute::full)
         return block_time_s(forward_work(model_, s, op.block, op.samples, flash));
       // Selective recompute rebuilds only the attention probabilities; the op says how much.

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "src/cost/plan_costs.hpp"
+#include "stratagem/schedule.hpp"
 
 namespace stratagem {
 
@@ -27,7 +28,14 @@ struct Pace {
 // A micro-batch on each stage: its kernels and the collectives compute waits for, then what the
 // side streams (ZeRO-3 gathers, offload copies) could not hide behind them; sets each stage's
 // time_per_microbatch_s.
-Pace pace(const CostModel& cost, const std::vector<StageCost>& sc, int v, int M, Estimate& est) {
+// A split backward (zb-h1, zb-h2) fills the bubble of each other stage with W: (lag + 1) W of
+// its pass do not leave it idle (the paper's Table 2: (p - 1)(T_F + T_B - T_W) for ZB-H1,
+// (p - 1)(T_F + T_B - 2 T_W) for ZB-H2, against 1F1B's (p - 1)(T_F + T_B + T_W)).
+Pace pace(const CostModel& cost, const std::vector<StageCost>& sc, const ScheduleShape& shape,
+          Estimate& est) {
+  const int v = shape.vpp, M = shape.microbatches;
+  const int filled = shape.split() ? shape.weight_lag() + 1 : 0;
+  double fill_sum = 0, fill_crit = 0;
   Pace x;
   for (int s = 0; s < int(sc.size()); ++s) {
     const StageCost& st = sc[s];
@@ -43,35 +51,45 @@ Pace pace(const CostModel& cost, const std::vector<StageCost>& sc, int v, int M,
     const double cycle = u + 0.5 * (st.p2p_fwd_s + st.p2p_bwd_s);
     est.stages[s].time_per_microbatch_s = u;
     x.sum_gpu += gpu;
+    const double fill = std::max(0.0, gpu - filled * st.weight_grad_s);
+    fill_sum += fill;
     x.fill_p2p += (st.p2p_fwd_s + st.p2p_bwd_s) / v;
-    if (cycle > x.crit_cycle) x.crit_cycle = cycle, x.crit = s, x.gpu_crit = gpu;
+    if (cycle > x.crit_cycle) x.crit_cycle = cycle, x.crit = s, x.gpu_crit = gpu, fill_crit = fill;
   }
   // The slowest stage sets the pace of the m micro-batches; the others' passes fill and drain
   // the pipeline, in chunks of 1/v of a stage under the interleaved schedule. Their GPU time
   // only: a host that paces a stage issues its next micro-batches while it waits for the
   // pipeline to fill, as the simulator's run of the Program shows.
-  x.bubble_s = (x.sum_gpu - x.gpu_crit) / v;
+  x.bubble_s = (fill_sum - fill_crit) / v;
   x.pipeline_s = M * x.crit_cycle + x.bubble_s + x.fill_p2p;
   return x;
 }
 
 // After its last backward each stage reduces gradients and steps the optimizer. Stage s's last
-// backward ends earlier than stage 0's by the backward passes of the stages before it.
+// backward ends earlier than stage 0's by the backward passes of the stages before it. Under a
+// split backward those are B, and each stage then runs the W it held back and its last one.
 struct Tail {
   int stage = 0;       // the stage whose tail ends last
   double s = 0;        // how far it ends beyond the pipeline
   double slack_s = 0;  // how much earlier than stage 0's its last backward ended
 };
-Tail tail(const std::vector<StageCost>& sc, int v) {
-  const int pp = int(sc.size());
+Tail tail(const std::vector<StageCost>& sc, const ScheduleShape& shape) {
+  const int pp = int(sc.size()), v = shape.vpp;
   double slack = 0, worst = -1e300;
   Tail t;
   for (int s = 0; s < pp; ++s) {
     const StageCost& x = sc[s];
     const double end = x.reduce_exposed_s + std::max(x.optimizer_s + x.gather_s, x.host_s);
-    if (end - slack > worst) worst = end - slack, t.stage = s, t.slack_s = slack;
+    // W after the last B: stage s's held ones and its last, against stage 0's last one.
+    const double late =
+        shape.split() ? (1 + shape.deferred_weights(s)) * x.weight_grad_s - sc[0].weight_grad_s
+                      : 0.0;
+    if (end - slack + late > worst)
+      worst = end - slack + late, t.stage = s, t.slack_s = slack - late;
     if (s + 1 < pp)
-      slack += (x.bwd_s + x.rec_s + x.tp_bwd_s + x.ep_bwd_s + x.cp_bwd_s + sc[s + 1].p2p_bwd_s) / v;
+      slack += (x.bwd_s - x.weight_grad_s + x.rec_s + x.tp_bwd_s + x.ep_bwd_s + x.cp_bwd_s +
+                sc[s + 1].p2p_bwd_s) /
+               v;
   }
   t.s = std::max(0.0, worst);
   return t;
@@ -109,7 +127,10 @@ TimeBreakdown breakdown(const std::vector<StageCost>& sc, const Pace& pc, const 
     off = x.host_s;
   else
     opt = x.optimizer_s, dp += x.gather_s;
-  double left = tl.slack_s;
+  // A stage whose held-back W end after stage 0's last pass: its tail starts that much later,
+  // time the pipeline's shape leaves idle elsewhere.
+  if (tl.slack_s < 0) tb.bubble_s -= tl.slack_s;
+  double left = std::max(0.0, tl.slack_s);
   for (double* part : {&dp, &opt, &off}) {
     const double cut = std::min(*part, left);
     *part -= cut, left -= cut;
@@ -142,13 +163,13 @@ Estimate estimate(const CostModel& cost, const Plan& p) {
   thread_local std::vector<StageCost> sc;
   cost_detail::analyze(cost, p, /*with_time=*/true, sc);
   const int pp = p.pp;
-  const int v = std::max(1, int(p.chunks.size()) / pp);
   const int M = p.global_batch / (p.micro_batch * p.max_dp());
 
   Estimate est;
   est.stages.resize(pp);
-  const Pace pc = pace(cost, sc, v, M, est);
-  const Tail tl = tail(sc, v);
+  const ScheduleShape shape = ScheduleShape::of(p, M);
+  const Pace pc = pace(cost, sc, shape, est);
+  const Tail tl = tail(sc, shape);
   est.iteration_time_s = pc.pipeline_s + tl.s;
   est.time = breakdown(sc, pc, tl, est.stages[pc.crit].time_per_microbatch_s, M);
 

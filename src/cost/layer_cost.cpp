@@ -98,6 +98,21 @@ void layer_bytes(const CostModel& c, const Plan& p, const LayerStrategy& s, int 
   } else if (s.recompute == Recompute::selective && !flash) {
     during_attn += rebuilt(Block::attention);  // probabilities
   }
+  if (splits_backward(p.schedule)) {
+    // A split backward (Program::backward): the mlp's B writes its output gradients for W
+    // beside everything; the attention's B runs with what the mlp's left for W, its own, and
+    // (full recompute) the rebuilt activations, which stay until W. Then the layer holds what
+    // its W reads.
+    auto w_in = [&](Block blk) { return weight_input_bytes(m, s, blk, b, p.dtype); };
+    auto w_stash = [&](Block blk) { return weight_stash_bytes(m, s, blk, b, p.dtype); };
+    const bool full = s.recompute == Recompute::full;
+    const int64_t rebuilt_m = full ? rebuilt(Block::mlp) : 0;
+    const int64_t rebuilt_a = full ? rebuilt(Block::attention) : 0;
+    during_mlp += w_stash(Block::mlp);
+    during_attn += w_in(Block::mlp) + w_stash(Block::mlp) + rebuilt_m + w_stash(Block::attention);
+    lc.weight_held_bytes = w_in(Block::attention) + w_in(Block::mlp) + w_stash(Block::attention) +
+                           w_stash(Block::mlp) + rebuilt_a + rebuilt_m;
+  }
   lc.bwd_mlp_act = during_mlp;
   lc.bwd_attn_act = during_attn;
   lc.bwd_buf = fetch_bytes;
@@ -109,8 +124,8 @@ void layer_bytes(const CostModel& c, const Plan& p, const LayerStrategy& s, int 
 }
 
 // A dense layer's kernels per phase, and under cp the exposed cp communication.
-void layer_kernels(const CostModel& c, const LayerStrategy& s, int b, bool flash, int cp_nodes,
-                   LayerCost& lc) {
+void layer_kernels(const CostModel& c, const LayerStrategy& s, int b, bool flash, bool split,
+                   int cp_nodes, LayerCost& lc) {
   const ModelSpec& m = c.model();
   if (s.cp > 1) {
     // The split attention's parts (the ring's steps each a kernel).
@@ -127,6 +142,16 @@ void layer_kernels(const CostModel& c, const LayerStrategy& s, int b, bool flash
                c.block_time_s(forward_work(m, s, Block::mlp, b, flash));
     lc.bwd_s = c.backward_block_time_s(s, Block::attention, b, flash) +
                c.backward_block_time_s(s, Block::mlp, b, flash);
+  }
+  if (split) {
+    // B and W as the Program's ops (CostModel::compute_time_s): their sum is the backward.
+    double input_s = 0;
+    lc.weight_grad_s = 0;
+    for (Block blk : {Block::attention, Block::mlp}) {
+      input_s += c.block_time_s(input_grad_of(forward_work(m, s, blk, b, flash)));
+      lc.weight_grad_s += c.weight_grad_time_s(s, blk, b);
+    }
+    lc.bwd_s = input_s + lc.weight_grad_s;
   }
   if (s.recompute == Recompute::full) {
     lc.rec_s = lc.fwd_s;
@@ -185,7 +210,7 @@ LayerCost layer_cost(const CostModel& c, const Plan& p, const LayerStrategy& s, 
   const FetchCost fetch = fetch_cost(c, s, params, dp_nodes, with_time);
   layer_bytes(c, p, s, b, params, fetch.bytes, lc);
   if (!with_time) return lc;
-  layer_kernels(c, s, b, p.flash_attention, cp_nodes, lc);
+  layer_kernels(c, s, b, p.flash_attention, splits_backward(p.schedule), cp_nodes, lc);
   layer_tp_comm(c, s, b, tp_nodes, lc);
   lc.fetch_s = fetch.time_s;
   lc.fetch_on_h2d = fetch.on_h2d;

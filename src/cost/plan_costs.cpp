@@ -34,6 +34,7 @@ struct Scratch {
   // Per chunk of the stage: the kept activations of one micro-batch, its own bytes at the
   // forward's and the backward's worst moment, and its layers' backward time.
   std::vector<int64_t> chunk_kept_bytes;
+  std::vector<int64_t> chunk_weight_held_bytes;  // split backward: held from B to W
   std::vector<Mem> chunk_fwd_peak, chunk_bwd_peak;
   std::vector<double> chunk_bwd_s;
   std::vector<Reduce> reduces;
@@ -53,6 +54,7 @@ class Analyzer {
         reuse_stages_(reuse_stages),
         staging_(cost.framework().layer_gradient_staging),
         chunk_kept_bytes_(scratch.chunk_kept_bytes),
+        chunk_weight_held_bytes_(scratch.chunk_weight_held_bytes),
         chunk_fwd_peak_(scratch.chunk_fwd_peak),
         chunk_bwd_peak_(scratch.chunk_bwd_peak),
         chunk_bwd_s_(scratch.chunk_bwd_s),
@@ -72,6 +74,7 @@ class Analyzer {
     shape_ = ScheduleShape::of(plan_, microbatch_count_);
     out.assign(pp, StageCost{});
     chunk_kept_bytes_.assign(chunks_per_stage_, 0);
+    chunk_weight_held_bytes_.assign(chunks_per_stage_, 0);
     chunk_fwd_peak_.assign(chunks_per_stage_, Mem{});
     chunk_bwd_peak_.assign(chunks_per_stage_, Mem{});
     chunk_bwd_s_.assign(chunks_per_stage_, 0.0);
@@ -163,7 +166,12 @@ class Analyzer {
     int64_t below_fetch = 0;   // the layer below's weights, prefetched in this one's backward
     int64_t below_reload = 0;  // the layer below's offloaded activations coming back
     Mem fwd_peak, bwd_peak;    // the forward's and the backward's worst moments
-    double bwd_below = 0;      // backward time of the chunk's layers below the current one
+    // A split backward: what the layers below hold from their B to their W, and the
+    // backward's moments less what all the chunk's layers hold so (added at the chunk's end:
+    // in a layer's B, the layers above it have run theirs).
+    int64_t weight_held = 0;
+    Mem bwd_less_held;
+    double bwd_below = 0;  // backward time of the chunk's layers below the current one
   };
 
   void stage(int s, StageCost& sc) {
@@ -295,7 +303,12 @@ class Analyzer {
     if (c.chunk == nchunks - 1)
       keep_max(c.fwd_peak, {c.prefix + w.emb_head.logits_bytes + w.emb_head.loss_transient_bytes,
                             w.emb_head.head_fetch.bytes, w.ends_staged});
+    if (shape_.split() && r.end > r.begin) {
+      c.bwd_less_held.act += c.weight_held;
+      keep_max(c.bwd_peak, c.bwd_less_held);
+    }
     chunk_kept_bytes_[i] = c.prefix;
+    chunk_weight_held_bytes_[i] = c.weight_held;
     chunk_fwd_peak_[i] = c.fwd_peak;
     chunk_bwd_peak_[i] = c.bwd_peak;
     chunk_bwd_s_[i] = c.bwd_below;
@@ -335,16 +348,20 @@ class Analyzer {
                                                          : 0;
     // The layer below (same chunk) is prefetched during this layer's attention backward;
     // its offloaded activations come back as soon as this layer's mlp backward has run.
-    keep_max(c.bwd_peak,
-             {c.prefix + lc.bwd_mlp_act + c.below_reload,
+    const bool split = shape_.split();
+    Mem& bwd = split ? c.bwd_less_held : c.bwd_peak;
+    c.weight_held += lc.weight_held_bytes;
+    const int64_t prefix = c.prefix - (split ? c.weight_held : 0);
+    keep_max(bwd,
+             {prefix + lc.bwd_mlp_act + c.below_reload,
               lc.bwd_buf + lc.expert_fetch_bytes + above_piece, lc.staged_bytes + held + above});
-    keep_max(c.bwd_peak, {c.prefix + lc.bwd_attn_act + c.below_reload, lc.bwd_buf + c.below_fetch,
-                          lc.staged_bytes + held});
+    keep_max(bwd, {prefix + lc.bwd_attn_act + c.below_reload, lc.bwd_buf + c.below_fetch,
+                   lc.staged_bytes + held});
     // An MoE layer's experts' reduce-scatter is issued once the layer's activations are gone,
     // with the piece it receives.
     if (lc.expert_piece_bytes > 0)
-      keep_max(c.bwd_peak, {c.prefix + c.below_reload, c.below_fetch + lc.expert_piece_bytes,
-                            lc.staged_bytes + held});
+      keep_max(bwd, {prefix + c.below_reload, c.below_fetch + lc.expert_piece_bytes,
+                     lc.staged_bytes + held});
     if (plan_.backward_prefetch) c.below_fetch = lc.fwd_buf;
     c.below_reload = st.offload_activations ? lc.fwd_act : 0;
     c.prefix += lc.kept;
@@ -357,6 +374,7 @@ class Analyzer {
     const LayerRange r = c.layers;
     sc.fwd_s += lc.fwd_s;
     sc.bwd_s += lc.bwd_s;
+    sc.weight_grad_s += lc.weight_grad_s;
     sc.rec_s += lc.rec_s;
     sc.host_issue_s += cost_.host_issue_layer_s(st);
     double tp = lc.tp_fwd_s + lc.tp_bwd_s + lc.tp_rec_s;
@@ -502,6 +520,7 @@ class Analyzer {
   // Peak of activations + buffers over the stage's schedule: the in-flight micro-batches'
   // kept activations plus the running pass's own bytes.
   Mem schedule_peak(int s) const {
+    if (shape_.split()) return split_schedule_peak(s);
     const int in_flight = shape_.passes_in_flight(s);
     bool same = true;
     for (int i = 1; i < chunks_per_stage_; ++i)
@@ -547,6 +566,26 @@ class Analyzer {
     return best;
   }
 
+  // The zero-bubble schedules (one chunk a stage): before forward k the stage holds the kept
+  // activations of the forwards whose B has not run, min(k, w0) of them (w0: its warm-up), and
+  // what the deferred W read, one set per B whose W has not run, min(k - w0, held); before
+  // backward b, min(w0, m - 1 - b) and min(b, held). Each count is concave in its pass index,
+  // so their sum peaks where one of them bends.
+  Mem split_schedule_peak(int s) const {
+    const int m = shape_.chunk_passes(), held = shape_.deferred_weights(s);
+    const int w0 = std::min(shape_.warmup_forwards(s), m - 1);
+    const int64_t kept = chunk_kept_bytes_[0], weights = chunk_weight_held_bytes_[0];
+    Mem best = chunk_fwd_peak_[0];
+    best.act += w0 * kept + std::clamp(m - 1 - w0, 0, held) * weights;
+    for (int b : {0, held, m - 1 - w0, m - 1}) {
+      b = std::clamp(b, 0, m - 1);
+      Mem at = chunk_bwd_peak_[0];
+      at.act += std::min(w0, m - 1 - b) * kept + std::min(b, held) * weights;
+      keep_max(best, at);
+    }
+    return best;
+  }
+
   const CostModel& cost_;
   const ModelSpec& model_;
   const Plan& plan_;
@@ -562,6 +601,7 @@ class Analyzer {
   bool p2p_same_node_ = false;
   double p2p_time_s_ = 0;
   std::vector<int64_t>& chunk_kept_bytes_;
+  std::vector<int64_t>& chunk_weight_held_bytes_;
   std::vector<Mem>& chunk_fwd_peak_;
   std::vector<Mem>& chunk_bwd_peak_;
   std::vector<double>& chunk_bwd_s_;

@@ -13,6 +13,7 @@ namespace stratagem::cost_detail {
 struct StageCost {
   // Per micro-batch, summed over the stage's chunks (seconds on one rank).
   double fwd_s = 0, bwd_s = 0, rec_s = 0;  // kernels (embedding and head included)
+  double weight_grad_s = 0;                // split backward: the part of bwd_s that is W
   double tp_s = 0;                         // tensor-parallel, reshard and loss collectives
   double tp_bwd_s = 0;                     // the part of tp_s in backward and recompute
   double ep_s = 0;         // MoE all-to-alls and expert-tensor collectives (compute waits)

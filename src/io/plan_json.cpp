@@ -62,8 +62,9 @@ Plan plan_from_json(const nlohmann::json& j, const ModelSpec& m, const std::stri
   io::JsonReader r(j, source);
   Plan p;
   p.pp = r.get_int("pp", 1, limits::kMaxPp);
-  p.schedule = schedule_from(r.get_enum("schedule", {"gpipe", "1f1b", "interleaved"}, "1f1b"),
-                             r.where("schedule"));
+  p.schedule = schedule_from(
+      r.get_enum("schedule", {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"}, "1f1b"),
+      r.where("schedule"));
   p.vpp = r.get_int("vpp", 1, limits::kMaxVpp, 1);
   p.microbatch_group = r.get_int("microbatch_group", 0, limits::kMaxGlobalBatch, 0);
   p.micro_batch = r.get_int("micro_batch", 1, limits::kMaxMicroBatch);

@@ -38,10 +38,10 @@ OpClass classify(const trace::OpRecord& r) {
     case OpKind::host_compute:
       return OpClass::optimizer;
     case OpKind::collective:
-      return stream == Stream::dp_comm   ? OpClass::dp_comm
-             : stream == Stream::pp_comm ? OpClass::pp_comm
-             : stream == Stream::ep_comm ? OpClass::ep_comm
-                                         : OpClass::tp_comm;
+      return stream == Stream::dp_comm                                ? OpClass::dp_comm
+             : stream == Stream::pp_comm || stream == Stream::pp_recv ? OpClass::pp_comm
+             : stream == Stream::ep_comm                              ? OpClass::ep_comm
+                                                                      : OpClass::tp_comm;
     case OpKind::compute:
       break;
     default:

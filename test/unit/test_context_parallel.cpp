@@ -17,6 +17,7 @@
 #include "stratagem/layout.hpp"
 #include "stratagem/loaders.hpp"
 #include "stratagem/program.hpp"
+#include "test/support/cli_json.hpp"
 #include "test/support/input_error.hpp"
 
 using namespace stratagem;
@@ -343,21 +344,7 @@ BOOST_AUTO_TEST_CASE(search_candidates_under_cp) {
   BOOST_TEST((kinds == std::set<int>{int(CpKind::ring), int(CpKind::allgather)}));
 }
 
-namespace {
-// `stratagem <cmd> <args> --json` on stdout (stderr dropped), parsed; fails on a non-zero exit.
-nlohmann::json run_json(const std::string& cmd_and_args) {
-  const char* b = std::getenv("STRATAGEM_BIN");
-  BOOST_REQUIRE_MESSAGE(b, "STRATAGEM_BIN is not set (ctest sets it)");
-  std::string out;
-  std::FILE* f = popen((std::string(b) + " " + cmd_and_args + " --json 2>/dev/null").c_str(), "r");
-  BOOST_REQUIRE(f);
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
-  BOOST_REQUIRE(pclose(f) == 0);
-  return nlohmann::json::parse(out);
-}
-}  // namespace
+using stratagem::test::run_json;
 
 // The estimator's closed form and the simulator's run of the Program agree on each kind: the
 // same memory per category, iteration time and exposed cp time within a few percent; both

@@ -67,7 +67,7 @@ uint64_t hash_program(const Program& prog) {
       // part, and its layer's strategy.
       x.add(uint64_t(op.purpose) | uint64_t(op.dtype) << 8 | uint64_t(op.flash_attention) << 16 |
             uint64_t(op.recompute) << 24 | uint64_t(op.part) << 32 |
-            uint64_t(uint16_t(op.cp_step)) << 40);
+            uint64_t(uint16_t(op.cp_step)) << 40 | uint64_t(op.wgrad_deferred) << 56);
       const OpStrategy& s = op.strategy;
       x.add(uint64_t(uint32_t(s.tp)) | uint64_t(uint32_t(s.dp)) << 32);
       x.add(uint64_t(uint32_t(s.cp)) | uint64_t(uint32_t(s.ep)) << 32);
@@ -115,7 +115,7 @@ std::vector<Case> cases() {
         s.tp = 4, s.pp = 16, s.dp = 1, s.vpp = 2, s.micro_batch = 1, s.global_batch = 1536;
         s.schedule = "interleaved", s.sequence_parallel = true, s.recompute = "selective";
       },
-      0xa4627730079ba59full);
+      0x028fe6bd67aaa457ull);
   add(
       "gpt3 pp8 1f1b tp4 dp2 z1 sp", "gpt3-175b", 8,
       [](PlanShorthand& s) {
@@ -143,7 +143,21 @@ std::vector<Case> cases() {
         s.tp = 2, s.pp = 2, s.vpp = 3, s.micro_batch = 1, s.global_batch = 32, s.zero = 3;
         s.sequence_parallel = true, s.offload = "activations";
       },
-      0xf92bc47787bee830ull);
+      0x91dd033d7a163728ull);
+  add(
+      "gpt2 zb-h1 pp4 dp2 z1", "gpt2-124m", 2,
+      [](PlanShorthand& s) {
+        s.tp = 1, s.pp = 4, s.dp = 4, s.micro_batch = 1, s.global_batch = 48, s.zero = 1;
+        s.schedule = "zb-h1";
+      },
+      0xd321d11eac590fbcull);
+  add(
+      "gpt2 zb-h2 pp2 tp2 sp full recompute", "gpt2-124m", 2,
+      [](PlanShorthand& s) {
+        s.tp = 2, s.pp = 2, s.micro_batch = 2, s.global_batch = 32, s.sequence_parallel = true;
+        s.schedule = "zb-h2", s.recompute = "full";
+      },
+      0x0b92c7e27b5927ddull);
   add(
       "llama2-7b (untied, GQA) 1f1b tp2 pp4 z1", "llama2-7b", 2,
       [](PlanShorthand& s) {

@@ -414,6 +414,10 @@ void ComputeOps::run(const Op& op) {
       return;
     case Block::attention:
     case Block::mlp:
+      if (op.phase == Phase::weight_grad || op.wgrad_deferred)
+        throw NotSupported("the zero-bubble schedules' split backward (" + op_name(op) +
+                           ") is not run by the runtime yet: train with schedule 1f1b or "
+                           "interleaved");
       op.phase == Phase::backward ? block_backward(op) : block_forward(op);
       return;
     case Block::head:
