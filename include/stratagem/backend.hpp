@@ -110,8 +110,8 @@ class Backend {
   // out (N,OC) = inp (N,C) @ weight(OC,C)^T + bias (OC).
   virtual void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
                               const Tensor& bias) = 0;
-  // dinp (N,C) = dout @ weight (overwritten; skipped when undefined);
-  // dweight += dout^T @ inp; dbias += column sums of dout (skipped when undefined).
+  // dinp (N,C) = dout @ weight (overwritten); dweight += dout^T @ inp; dbias += column sums of
+  // dout. Each is skipped when undefined (a split backward's B and W compute them apart).
   virtual void matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                const Tensor& inp, const Tensor& weight) = 0;
 

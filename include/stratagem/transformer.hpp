@@ -298,7 +298,9 @@ void attention_qkv_backward(Backend& be, const TransformerConfig& cfg, const Lay
                             LayerWeights& grads, Tensor& d_qkv, const Tensor& xn, Tensor& d_xn,
                             const SequenceShare& seq);
 
-// MLP core: xn -> fc1 (gate|up) -> gelu | swiglu -> fc2 -> y partial; backward as above.
+// MLP core: xn -> fc1 (gate|up) -> gelu | swiglu -> fc2 -> y partial; backward as above. Its
+// backward leaves fc1's output gradient in the workspace's view mlp_fc1_grad.
+Tensor mlp_fc1_grad(const TransformerConfig& cfg, Workspace& ws, int64_t B, int64_t T);
 void mlp_forward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w, const Tensor& xn,
                  Tensor& y, MlpActs& acts, bool add_bias);
 void mlp_backward(Backend& be, const TransformerConfig& cfg, const LayerWeights& w,

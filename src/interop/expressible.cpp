@@ -82,6 +82,12 @@ void megatron_limits(const Plan& p, std::vector<Unexpressible>& out) {
     }
   if (p.schedule == Schedule::gpipe && p.pp > 1)
     out.push_back({"the GPipe schedule (Megatron runs 1F1B or interleaved 1F1B)", "all stages"});
+  // Megatron-LM d98e8a64: no zero-bubble flag in arguments.py (only the sail-sg fork has one).
+  if (splits_backward(p.schedule))
+    out.push_back({std::string("the ") + to_string(p.schedule) +
+                       " schedule (Megatron-LM's arguments have no zero-bubble schedule: it runs "
+                       "1F1B or interleaved 1F1B)",
+                   "all stages"});
   if (!detail::recompute_shape(p))
     out.push_back(
         {"per-layer recompute other than Megatron's block method (the first N layers "
@@ -124,6 +130,13 @@ void torchtitan_limits(const Plan& p, std::vector<Unexpressible>& out) {
   if (!p.overlap_grad_reduce)
     out.push_back({"gradient reduction not overlapped with backward (torchtitan always overlaps)",
                    "all layers"});
+  // torch.distributed.pipelining's zero-bubble schedules (InterleavedZeroBubble, ZBVZeroBubble,
+  // DualPipeV) take two or more stages a rank; ZB-H1 and H2 run one.
+  if (splits_backward(p.schedule))
+    out.push_back({std::string("the ") + to_string(p.schedule) +
+                       " schedule (torchtitan's zero-bubble schedules, InterleavedZeroBubble and "
+                       "ZBVZeroBubble, run two or more stages a rank)",
+                   "all stages"});
   if (p.dtype == Dtype::fp16 || p.dtype == Dtype::tf32)
     out.push_back({std::string(to_string(p.dtype)) +
                        " (torchtitan's mixed_precision_param is bfloat16 or float32)",
@@ -227,9 +240,10 @@ Plan nearest_expressible(const Plan& p, const ModelSpec& m, const ClusterSpec& c
     q.overlap_grad_reduce = true;
     if (q.dtype == Dtype::fp16 || q.dtype == Dtype::tf32) q.dtype = Dtype::bf16;
   }
-  const bool schedule_ok = t == Target::torchtitan ||
-                           (t == Target::megatron && q.schedule != Schedule::gpipe) ||
-                           (t == Target::deepspeed && q.schedule == Schedule::one_f_one_b);
+  const bool schedule_ok =
+      (t == Target::torchtitan && !splits_backward(q.schedule)) ||
+      (t == Target::megatron && q.schedule != Schedule::gpipe && !splits_backward(q.schedule)) ||
+      (t == Target::deepspeed && q.schedule == Schedule::one_f_one_b);
   const int layers = int(p.layers.size());
   if (!schedule_ok || (t == Target::megatron && q.vpp > 1 && layers % (q.pp * q.vpp))) {
     q.schedule = Schedule::one_f_one_b;

@@ -6,7 +6,7 @@ namespace stratagem::report {
 
 const char* const kPageCss = R"CSS(
 :root{--fg:#1d2330;--muted:#5b6472;--line:#d9dde3;--bg:#fff;
---k0:#4e79a7;--k1:#f28e2b;--k2:#edc948;--k3:#b07aa1;--k4:#e15759;--k5:#59a14f;--k6:#76b7b2;--k7:#9c755f;--k8:#bab0ac;--k9:#ff9da7}
+--k0:#4e79a7;--k1:#f28e2b;--k2:#edc948;--k3:#b07aa1;--k4:#e15759;--k5:#59a14f;--k6:#76b7b2;--k7:#9c755f;--k8:#bab0ac;--k9:#ff9da7;--k10:#86bcb6;--k11:#8f2d56}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:var(--fg);background:var(--bg);margin:0 24px 40px}
 h1{font-size:22px;margin:18px 0 4px}h2{font-size:18px;margin:28px 0 6px;border-bottom:1px solid var(--line)}
 h3{font-size:15px;margin:16px 0 4px}code{font-size:12px;background:#f3f4f6;padding:0 3px}
@@ -19,6 +19,7 @@ nav a{margin-right:14px}
 .grid-charts{display:flex;flex-wrap:wrap;gap:8px 18px}figure.mem{margin:0;width:420px}figure.mem figcaption{font-size:12px;font-weight:600}
 .k0{fill:var(--k0)}.k1{fill:var(--k1)}.k2{fill:var(--k2)}.k3{fill:var(--k3)}.k4{fill:var(--k4)}
 .k5{fill:var(--k5)}.k6{fill:var(--k6)}.k7{fill:var(--k7)}.k8{fill:var(--k8)}.k9{fill:var(--k9)}
+.k10{fill:var(--k10)}.k11{fill:var(--k11)}
 .m0{fill:#4e79a7}.m1{fill:#f28e2b}.m2{fill:#9c755f}.m3{fill:#59a14f}.m4{fill:#b07aa1}.m5{fill:#c9c4c0}
 .b-compute{fill:#4e79a7}.b-comm{fill:#e15759}.b-bubble{fill:#d5d9df}.b-memory{fill:#59a14f}
 .grid{stroke:#eceef1}.tick{font-size:10px;fill:var(--muted)}.lbl{font-size:11px;fill:var(--fg)}

@@ -19,7 +19,7 @@ namespace stratagem::report {
 
 const char* to_string(OpClass c) {
   static const char* n[] = {"forward", "backward",  "recompute", "tp_comm", "dp_comm", "pp_comm",
-                            "offload", "optimizer", "other",     "cp_comm", "ep_comm"};
+                            "offload", "optimizer", "other",     "cp_comm", "ep_comm", "weight_grad"};
   return n[static_cast<int>(c)];
 }
 
@@ -58,6 +58,7 @@ OpClass classify(const trace::OpRecord& r) {
   };
   if (has("fwd")) return OpClass::forward;
   if (has("bwd")) return OpClass::backward;
+  if (has("wgrad")) return OpClass::weight_grad;
   if (has("recompute")) return OpClass::recompute;
   if (has("opt")) return OpClass::optimizer;
   return OpClass::other;

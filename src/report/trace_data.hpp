@@ -28,8 +28,10 @@ enum class OpClass : uint8_t {
   other,
   cp_comm,  // context parallelism's transfers and collectives (the cp_comm stream)
   ep_comm,  // MoE all-to-alls and expert-tensor collectives (Stream::ep_comm)
+  // A split backward's W (the zero-bubble schedules): apart from B (backward), which it follows.
+  weight_grad,
 };
-inline constexpr int kNumOpClasses = 11;
+inline constexpr int kNumOpClasses = 12;
 const char* to_string(OpClass c);  // "forward", ..., also the CSS class suffix
 OpClass classify(const trace::OpRecord& r);
 

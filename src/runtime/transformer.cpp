@@ -571,6 +571,10 @@ void mlp_forward(Backend& be, const TransformerConfig& c, const LayerWeights& w,
   be.matmul_forward(y, a.act_out, w.fc2_w, add_bias ? w.fc2_b : none);  // (B,T,C)
 }
 
+Tensor mlp_fc1_grad(const TransformerConfig& c, Workspace& ws, int64_t B, int64_t T) {
+  return scratch_view(ws.d_fc1, Shape{B, T, c.fc1_width()}, "d_fc1");
+}
+
 void mlp_backward(Backend& be, const TransformerConfig& c, const LayerWeights& w, LayerWeights& g,
                   const Tensor& dy, const Tensor& xn, Tensor& d_xn, const MlpActs& a,
                   Workspace& ws) {
@@ -578,7 +582,7 @@ void mlp_backward(Backend& be, const TransformerConfig& c, const LayerWeights& w
   expect_shape(dy, xn.shape, "mlp_backward", "dy");
   expect_shape(d_xn, xn.shape, "mlp_backward", "d_xn");
   Tensor d_act = scratch_view(ws.d_act, Shape{B, T, c.ffn_hidden}, "d_act");
-  Tensor d_fc1 = scratch_view(ws.d_fc1, Shape{B, T, c.fc1_width()}, "d_fc1");
+  Tensor d_fc1 = mlp_fc1_grad(c, ws, B, T);
   be.matmul_backward(d_act, g.fc2_w, g.fc2_b, dy, a.act_out, w.fc2_w);
   if (c.activation == Activation::gelu)
     be.gelu_backward(d_fc1, d_act, a.fc1_out);

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # 10 steps straight equal 5 steps, stop, resume for 5: losses and final weights bitwise, under
 # dp 2 with ZeRO-1, under tp 2 x pp 2 x dp 2 (8 ranks), and under ZeRO-3 with the weights and
-# optimizer state offloaded to the host pool (the host master copy is rebuilt on resume).
+# optimizer state offloaded to the host pool (the host master copy is rebuilt on resume), and
+# under the zero-bubble schedule zb-h2 (split backward) on pp 2 x dp 2.
 source "$(dirname "$0")/common.sh"
 for LAYOUT in "2 --dp 2 --zero 1" "8 --tp 2 --pp 2 --dp 2 --zero 1 --recompute selective" \
-  "4 --dp 4 --zero 3 --offload optimizer,params,activations" "2 --dp 2 --zero 1 --offload optimizer"; do
+  "4 --dp 4 --zero 3 --offload optimizer,params,activations" "2 --dp 2 --zero 1 --offload optimizer" \
+  "4 --pp 2 --dp 2 --zero 1 --schedule zb-h2"; do
 NP=${LAYOUT%% *}
 # shellcheck disable=SC2206
 PLAN=(${LAYOUT#* })

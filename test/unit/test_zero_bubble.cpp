@@ -5,14 +5,19 @@
 // interleaved 1F1B, ZB-H1 and ZB-H2 on every setting it lists. And the split's bookkeeping:
 // each schedule's pass order, memory per stage, and the split's costs summing to the whole.
 #define BOOST_TEST_MODULE zero_bubble
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stratagem/cost.hpp"
@@ -233,4 +238,56 @@ BOOST_AUTO_TEST_CASE(pass_orders_are_the_papers) {
   for (const PassStep& p : stage_schedule({4, 1, Schedule::zb_h2, 8, 0}, 3))
     last += (p.weight ? "W" : p.forward ? "F" : "B") + std::to_string(p.microbatch + 1) + " ";
   BOOST_TEST(last == "F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 W1 F8 B8 W2 W3 W4 W5 W6 W7 W8 ");
+}
+
+namespace {
+// `stratagem <args>`: its exit status, and its output (both streams) in *out.
+int run_rc(const std::string& args, std::string* out) {
+  const char* b = std::getenv("STRATAGEM_BIN");
+  BOOST_REQUIRE_MESSAGE(b, "STRATAGEM_BIN is not set (ctest sets it)");
+  std::FILE* f = popen((std::string(b) + " " + args + " 2>&1").c_str(), "r");
+  BOOST_REQUIRE(f);
+  std::array<char, 4096> buf;
+  size_t n;
+  out->clear();
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out->append(buf.data(), n);
+  const int status = pclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+}  // namespace
+
+// What the split is not built for is refused with exit 2 naming the field, and the exports say
+// that Megatron-LM and torchtitan have no such schedule; --nearest gives 1F1B with both
+// forecasts.
+BOOST_AUTO_TEST_CASE(refusals_and_exports_name_the_schedule) {
+  const std::string base =
+      "estimate --cluster dgx-h100 --nodes 2 --global-batch 64 --schedule zb-h1 ";
+  const std::pair<const char*, const char*> refused[] = {
+      {"--model mixtral-8x7b --pp 2 --ep 8",
+       "layers[0].schedule: schedule zb-h1: the split backward of MoE"},
+      {"--model gpt3-1.3b --pp 2 --dp 8 --zero 2", "layers[0].zero"},
+      {"--model llama3-8b --pp 2 --cp 2 --tp 2 --flash-attention", "layers[0].cp"},
+      {"--model gpt3-1.3b --pp 2 --dp 8 --offload activations", "layers[0].offload"},
+  };
+  std::string out;
+  for (const auto& [flags, says] : refused) {
+    BOOST_TEST_CONTEXT(flags) {
+      BOOST_TEST(run_rc(base + flags, &out) == 2);
+      BOOST_TEST(out.find(says) != std::string::npos, out);
+    }
+  }
+  const std::string plan =
+      "--model gpt3-1.3b --cluster dgx-a100-80g --nodes 1 --pp 4 --dp 2 --global-batch 32 "
+      "--schedule zb-h1 -o " +
+      (std::filesystem::temp_directory_path() / ("zb_export_" + std::to_string(::getpid())))
+          .string();
+  BOOST_TEST(run_rc("export --to megatron " + plan, &out) == 2);
+  BOOST_TEST(out.find("cannot express the zb-h1 schedule") != std::string::npos, out);
+  BOOST_TEST(run_rc("export --to torchtitan " + plan, &out) == 2);
+  BOOST_TEST(out.find("cannot express the zb-h1 schedule") != std::string::npos, out);
+  BOOST_TEST(run_rc("export --to megatron --nearest " + plan, &out) == 0);
+  BOOST_TEST(out.find("exported: pp4 1f1b") != std::string::npos, out);
+  BOOST_TEST(out.find("forecast (estimate)") != std::string::npos, out);
+  std::filesystem::remove(std::filesystem::temp_directory_path() /
+                          ("zb_export_" + std::to_string(::getpid())));
 }

@@ -35,7 +35,7 @@ void CpuBackend::matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, c
                                  const Tensor& inp, const Tensor& weight) {
   progress();
   const auto [N, C, OC] = linear_dims("matmul_backward", inp, weight, dout, "dout");
-  expect_shape(dweight, weight.shape, "matmul_backward", "dweight");
+  if (dweight.defined()) expect_shape(dweight, weight.shape, "matmul_backward", "dweight");
   if (dbias.defined()) expect_shape(dbias, Shape{OC}, "matmul_backward", "dbias");
   ConstMatMap g(dout.data, N, OC);    // (N,OC)
   ConstMatMap x(inp.data, N, C);      // (N,C)
@@ -45,8 +45,10 @@ void CpuBackend::matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, c
     MatMap dx(dinp.data, N, C);
     dx.noalias() = g * w;
   }
-  MatMap dw(dweight.data, OC, C);
-  dw.noalias() += g.transpose() * x;
+  if (dweight.defined()) {
+    MatMap dw(dweight.data, OC, C);
+    dw.noalias() += g.transpose() * x;
+  }
   if (dbias.defined()) {
     float* db = dbias.data;
     const int64_t chunks = (OC + kChannelChunk - 1) / kChannelChunk;

@@ -130,7 +130,7 @@ void CudaBackend::matmul_forward(Tensor& out, const Tensor& inp, const Tensor& w
 void CudaBackend::matmul_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                   const Tensor& inp, const Tensor& weight) {
   const auto [N, C, OC] = checks::linear_dims("matmul_backward", inp, weight, dout, "dout");
-  expect_shape(dweight, weight.shape, "matmul_backward", "dweight");
+  if (dweight.defined()) expect_shape(dweight, weight.shape, "matmul_backward", "dweight");
   if (dbias.defined()) expect_shape(dbias, Shape{OC}, "matmul_backward", "dbias");
   if (dinp.defined()) expect_shape(dinp, inp.shape, "matmul_backward", "dinp");
   DeviceOps ops{*this, {}};

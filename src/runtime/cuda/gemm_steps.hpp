@@ -38,7 +38,8 @@ void matmul_forward_steps(Ops& ops, int64_t N, int64_t C, int64_t OC, const floa
            out, OC, 0, 1, 1.0f, 0.0f, bias);
 }
 
-// dinp (N,C) = dout @ W (when dinp), dW (OC,C) += dout^T @ inp, dbias += column sums of dout.
+// dinp (N,C) = dout @ W (when dinp), dW (OC,C) += dout^T @ inp (when dweight), dbias += column
+// sums of dout (when dbias).
 template <class Ops>
 void matmul_backward_steps(Ops& ops, int64_t N, int64_t C, int64_t OC, const float* dout,
                            const float* inp, const float* weight, float* dinp, float* dweight,
@@ -48,8 +49,9 @@ void matmul_backward_steps(Ops& ops, int64_t N, int64_t C, int64_t OC, const flo
     ops.gemm(C, N, OC, GemmOperand{weight, false, C, 0, C, OC},
              GemmOperand{dout, false, OC, 0, OC, N}, dinp, C, 0, 1, 1.0f, 0.0f, nullptr);
   // dW^T (C x OC) += inp^T stored (C x N) @ op_T(dout^T stored OC x N).
-  ops.gemm(C, OC, N, GemmOperand{inp, false, C, 0, C, N}, GemmOperand{dout, true, OC, 0, OC, N},
-           dweight, C, 0, 1, 1.0f, 1.0f, nullptr);
+  if (dweight)
+    ops.gemm(C, OC, N, GemmOperand{inp, false, C, 0, C, N}, GemmOperand{dout, true, OC, 0, OC, N},
+             dweight, C, 0, 1, 1.0f, 1.0f, nullptr);
   if (dbias) ops.column_sums(dbias, dout, N, OC);
 }
 

@@ -59,7 +59,10 @@ void ComputeOps::block_input(const Op& op, Micro& m, LayerState& ls) {
                : (full ? -1 : rank_.buffers.of(Block::mlp, Phase::forward, l, op.microbatch));
     x = ls.x_mid = materialize(rec ? m.rec : m.fwd, acts, s);
   }
-  Tensor out = rank_.buffers.pool.take(acts, s);
+  // A split backward's W reads the first GEMM's input from a buffer of its own (under sp it
+  // takes the gathered one from B instead).
+  const int kept = sh.sequence_parallel ? -1 : weight_kept_buffer(op);
+  Tensor out = rank_.buffers.pool.take(kept >= 0 ? kept : acts, s);
   Tensor mean = rank_.whole.norm == Norm::layernorm
                     ? rank_.buffers.pool.take(acts, Shape{sh.shard_tokens})
                     : Tensor{};
@@ -123,7 +126,8 @@ void ComputeOps::block_forward(const Op& op) {
                   ? rank_.buffers.pool.take(acts, Shape{b, lc.heads, rank_.T, rank_.T})
                   : Tensor{};
       a.lse = rank_.buffers.pool.take(acts, Shape{b, lc.heads, rank_.T});
-      a.out = rank_.buffers.pool.take(acts, Shape{b, rank_.T, lc.attn_width()});
+      const int kept = weight_kept_buffer(op);  // the projection's input, for W
+      a.out = rank_.buffers.pool.take(kept >= 0 ? kept : acts, Shape{b, rank_.T, lc.attn_width()});
       if (op.part == AttentionPart::pre) {  // cp: the core and its transfers are ops of their own
         // a2a: the core's output over the head group, for the backward (not under full
         // recompute's forward: the recompute's serves it).
@@ -138,7 +142,9 @@ void ComputeOps::block_forward(const Op& op) {
     } else {
       MlpActs& a = ls.mlp;
       a.fc1_out = rank_.buffers.pool.take(acts, Shape{b, rank_.T, lc.fc1_width()});
-      a.act_out = rank_.buffers.pool.take(acts, Shape{b, rank_.T, lc.ffn_hidden});
+      const int kept = weight_kept_buffer(op);  // fc2's input, for W
+      a.act_out =
+          rank_.buffers.pool.take(kept >= 0 ? kept : acts, Shape{b, rank_.T, lc.ffn_hidden});
       y = rank_.buffers.pool.scratch(full_s);
       mlp_forward(rank_.backend, lc, w, xn, y, a, bias);
     }
@@ -178,7 +184,9 @@ void ComputeOps::block_backward(const Op& op) {
   const Shape full_s = rank_.full_shape(l);
   const bool attn = op.block == Block::attention;
   const LayerWeights& w = rank_.shards.model.weights.layer(l);
-  LayerWeights& g = rank_.shards.model.grad_weights.layer(l);
+  // A split backward's B leaves the GEMMs' weight gradients to W (none bound here).
+  LayerWeights no_grads;
+  LayerWeights& g = op.wgrad_deferred ? no_grads : rank_.shards.model.grad_weights.layer(l);
   // The block's output gradient is read first (cp: by post, the first part), its normalized
   // input last (cp: by pre).
   if (op.part != AttentionPart::pre) {
@@ -208,6 +216,7 @@ void ComputeOps::block_backward(const Op& op) {
   } else {
     mlp_backward(rank_.backend, sh.local, w, g, output_grad(), xn, d_xn, ls.mlp, *sh.ws);
   }
+  if (op.wgrad_deferred) keep_for_weight_grad(op, xn, output_grad());
   m.gathered = m.gathered_dy = Tensor{};
   if (sh.tp == 1)
     finish_block_backward(l, op.block, m, d_xn);
@@ -414,11 +423,10 @@ void ComputeOps::run(const Op& op) {
       return;
     case Block::attention:
     case Block::mlp:
-      if (op.phase == Phase::weight_grad || op.wgrad_deferred)
-        throw NotSupported("the zero-bubble schedules' split backward (" + op_name(op) +
-                           ") is not run by the runtime yet: train with schedule 1f1b or "
-                           "interleaved");
-      op.phase == Phase::backward ? block_backward(op) : block_forward(op);
+      if (op.phase == Phase::weight_grad)
+        block_weight_grad(op);
+      else
+        op.phase == Phase::backward ? block_backward(op) : block_forward(op);
       return;
     case Block::head:
       op.phase == Phase::forward ? head_forward(op) : head_backward(op);

@@ -33,6 +33,11 @@ class ComputeOps {
   bool attention_keeps_probs(const Op& op) const;
   void block_forward(const Op& op);
   void block_backward(const Op& op);
+  // A split backward (exec/ops_weight_grad.cpp): the buffer forward keeps W's inputs in (-1:
+  // none), what B leaves for W, and W.
+  int weight_kept_buffer(const Op& op) const;
+  void keep_for_weight_grad(const Op& op, const Tensor& xn, const Tensor& dy);
+  void block_weight_grad(const Op& op);
   void embedding_forward(const Op& op);
   void embedding_backward(const Op& op);
   void head_forward(const Op& op);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "stratagem/executor.hpp"
@@ -70,10 +71,18 @@ struct Micro {
   Tensor x_final, xn, xn_whole, head_mean, head_rstd, logits, ce_max, ce_sums;
 };
 
+// A split backward's W of one block (Phase::weight_grad): the inputs and output gradients of
+// its two GEMMs (qkv and proj, fc1 and fc2), views into the Program's buffers that W frees.
+struct WeightGradInputs {
+  Tensor inp[2], dout[2];
+};
+
 struct StepState {
   std::map<int, Micro> micro;  // by micro-batch index
-  int64_t index = 0;           // the optimizer step, 0-based
-  int64_t moved_bytes = -1;    // what the op being run moved, where counted (OpTiming)
+  // What each B left for its W, by (layer, block, micro-batch).
+  std::map<std::tuple<int, int, int>, WeightGradInputs> weight_grads;
+  int64_t index = 0;         // the optimizer step, 0-based
+  int64_t moved_bytes = -1;  // what the op being run moved, where counted (OpTiming)
   double loss_sum = 0;
   StepResult* result = nullptr;
   std::chrono::steady_clock::time_point t0;
