@@ -93,7 +93,9 @@ struct SearchOptions {
   bool sequence_parallel_off = true;  // layers with tp > 1 and no sequence parallelism
   bool sequence_parallel_on = true;   // layers with tp > 1 and sequence parallelism
   bool offload = true;
-  std::vector<Schedule> schedules{Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved};
+  // The zero-bubble ones (zb-h1, zb-h2) enter as variants of the best 1F1B plans found.
+  std::vector<Schedule> schedules{Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved,
+                                  Schedule::zb_h1, Schedule::zb_h2};
   std::vector<int> vpp_degrees{2, 3, 4, 6, 8};
   std::vector<int> micro_batches;  // samples per micro-batch through a stage; empty: divisors
   int max_samples_per_rank = 64;   // per layer and micro-batch

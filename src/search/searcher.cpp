@@ -85,6 +85,8 @@ SearchResult Searcher::run() {
   }
   stats_.estimate_phase_s = seconds_since(t0_);
   merge(allgather_strings(o_.comm, pack()));
+  // (After the merge: every process holds the same pool and adds the same variants.)
+  if (o_.space == SearchSpace::full) split_backward_variants();
   if (o_.prune_configurations)
     stats_.configs_pruned = stats_.configs - stats_.configs_searched - stats_.configs_unfit;
   if (own_pool().empty()) throw_no_plan_fits(cfs);

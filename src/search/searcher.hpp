@@ -317,6 +317,8 @@ class Searcher {
   void baselines();
   bool fits(const Scored& s) const { return s.peak <= budget_; }
   void consider(const Plan& p, const char* origin, TopK* space_pool);
+  // The zero-bubble schedules as variants of the full space's best 1F1B plans (zero_bubble.cpp).
+  void split_backward_variants();
   void tick(const char* what);
   // MPI merge
   std::string pack() const;

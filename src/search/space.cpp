@@ -86,6 +86,7 @@ std::vector<Config> Searcher::configs() const {
         for (Schedule sch : o_.schedules) {
           std::vector<int> vs{1};
           if (sch == Schedule::gpipe && pp == 1) continue;  // 1f1b with more memory in flight
+          if (splits_backward(sch)) continue;  // variants of the best plans (zero_bubble.cpp)
           if (sch == Schedule::interleaved) {
             if (pp < 2 || M < pp) continue;  // groups of micro-batches: interleaved_group
             vs.clear();
