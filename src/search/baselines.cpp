@@ -12,6 +12,7 @@ std::vector<Plan> megatron_plans(const ModelSpec& m, const ClusterSpec& c, const
     for (int tp = 1; tp <= g && tp <= D; tp *= 2) {
       if (D % tp || m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp) continue;
       if (!o.tp_degrees.empty() && !contains(o.tp_degrees, tp)) continue;
+      if (m.attention == AttentionKind::mla && tp > 1) continue;  // not split over tp yet
       const int dp = D / tp;
       for (int mb = 1; mb <= o.max_samples_per_rank; ++mb) {
         // Products of degrees and batch sizes in int64: mb x dp passes int's range on a large

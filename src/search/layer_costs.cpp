@@ -182,6 +182,8 @@ std::vector<int> tp_degrees_for(const ModelSpec& m, const ClusterSpec& c, int D,
         std::find(f.tp_degrees.begin(), f.tp_degrees.end(), tp) == f.tp_degrees.end())
       continue;
     if (f.cp > 1 && tp != f.cp_tp) continue;
+    // MLA's attention is not split over tp yet (workload_mla.cpp refuses it).
+    if (m.attention == AttentionKind::mla && tp > 1) continue;
     if (D % (tp * f.cp) || m.heads % tp || m.kv_heads % tp || m.ffn_hidden % tp) continue;
     const int dp = D / (tp * f.cp);
     if (Bm % dp) continue;
