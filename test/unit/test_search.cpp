@@ -413,3 +413,15 @@ BOOST_AUTO_TEST_CASE(cli_bad_input_and_infeasible_budgets) {
   BOOST_TEST(j["feasible"] == false);
   BOOST_TEST(j["smallest_peak_memory_bytes"].get<int64_t>() > (int64_t(20) << 30));
 }
+
+// An MLA model's search keeps tp 1 (its attention is not split over tp yet) instead of
+// stopping at the first tp > 1 plan: DeepSeek-V3 on 256 H800 nodes answers.
+BOOST_AUTO_TEST_CASE(an_mla_model_is_searched_at_tp_1) {
+  const test::RunResult r = test::run(
+      "search --model deepseek-v3 --cluster hgx-h800 --nodes 256 --global-batch 15360 --quiet "
+      "--rerank estimator --json");
+  BOOST_TEST(r.exit_code == 0, r.output);
+  const auto j = json_of(r.output);
+  BOOST_TEST(!j["best"]["plan"]["layers"].empty());
+  for (const auto& l : j["best"]["plan"]["layers"]) BOOST_TEST(l["tp"].get<int>() == 1);
+}

@@ -28,6 +28,7 @@
 #include "stratagem/search.hpp"
 #include "stratagem/simulate.hpp"
 #include "test/support/cli_json.hpp"
+#include "test/support/run.hpp"
 
 using namespace stratagem;
 
@@ -241,22 +242,6 @@ BOOST_AUTO_TEST_CASE(pass_orders_are_the_papers) {
   BOOST_TEST(last == "F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7 W1 F8 B8 W2 W3 W4 W5 W6 W7 W8 ");
 }
 
-namespace {
-// `stratagem <args>`: its exit status, and its output (both streams) in *out.
-int run_rc(const std::string& args, std::string* out) {
-  const char* b = std::getenv("STRATAGEM_BIN");
-  BOOST_REQUIRE_MESSAGE(b, "STRATAGEM_BIN is not set (ctest sets it)");
-  std::FILE* f = popen((std::string(b) + " " + args + " 2>&1").c_str(), "r");
-  BOOST_REQUIRE(f);
-  std::array<char, 4096> buf;
-  size_t n;
-  out->clear();
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out->append(buf.data(), n);
-  const int status = pclose(f);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-}  // namespace
-
 // What the split is not built for is refused with exit 2 naming the field, and the exports say
 // that Megatron-LM and torchtitan have no such schedule; --nearest gives 1F1B with both
 // forecasts.
@@ -270,11 +255,11 @@ BOOST_AUTO_TEST_CASE(refusals_and_exports_name_the_schedule) {
       {"--model llama3-8b --pp 2 --cp 2 --tp 2 --flash-attention", "layers[0].cp"},
       {"--model gpt3-1.3b --pp 2 --dp 8 --offload activations", "layers[0].offload"},
   };
-  std::string out;
+  test::RunResult r;
   for (const auto& [flags, says] : refused) {
     BOOST_TEST_CONTEXT(flags) {
-      BOOST_TEST(run_rc(base + flags, &out) == 2);
-      BOOST_TEST(out.find(says) != std::string::npos, out);
+      BOOST_TEST((r = test::run(base + flags)).exit_code == 2);
+      BOOST_TEST(r.output.find(says) != std::string::npos, r.output);
     }
   }
   const std::string plan =
@@ -282,13 +267,13 @@ BOOST_AUTO_TEST_CASE(refusals_and_exports_name_the_schedule) {
       "--schedule zb-h1 -o " +
       (std::filesystem::temp_directory_path() / ("zb_export_" + std::to_string(::getpid())))
           .string();
-  BOOST_TEST(run_rc("export --to megatron " + plan, &out) == 2);
-  BOOST_TEST(out.find("cannot express the zb-h1 schedule") != std::string::npos, out);
-  BOOST_TEST(run_rc("export --to torchtitan " + plan, &out) == 2);
-  BOOST_TEST(out.find("cannot express the zb-h1 schedule") != std::string::npos, out);
-  BOOST_TEST(run_rc("export --to megatron --nearest " + plan, &out) == 0);
-  BOOST_TEST(out.find("exported: pp4 1f1b") != std::string::npos, out);
-  BOOST_TEST(out.find("forecast (estimate)") != std::string::npos, out);
+  BOOST_TEST((r = test::run("export --to megatron " + plan)).exit_code == 2);
+  BOOST_TEST(r.output.find("cannot express the zb-h1 schedule") != std::string::npos, r.output);
+  BOOST_TEST((r = test::run("export --to torchtitan " + plan)).exit_code == 2);
+  BOOST_TEST(r.output.find("cannot express the zb-h1 schedule") != std::string::npos, r.output);
+  BOOST_TEST((r = test::run("export --to megatron --nearest " + plan)).exit_code == 0);
+  BOOST_TEST(r.output.find("exported: pp4 1f1b") != std::string::npos, r.output);
+  BOOST_TEST(r.output.find("forecast (estimate)") != std::string::npos, r.output);
   std::filesystem::remove(std::filesystem::temp_directory_path() /
                           ("zb_export_" + std::to_string(::getpid())));
 }
