@@ -18,8 +18,9 @@
 namespace stratagem::report {
 
 const char* to_string(OpClass c) {
-  static const char* n[] = {"forward", "backward",  "recompute", "tp_comm", "dp_comm", "pp_comm",
-                            "offload", "optimizer", "other",     "cp_comm", "ep_comm", "weight_grad"};
+  static const char* n[] = {"forward", "backward", "recompute", "tp_comm",
+                            "dp_comm", "pp_comm",  "offload",   "optimizer",
+                            "other",   "cp_comm",  "ep_comm",   "weight_grad"};
   return n[static_cast<int>(c)];
 }
 

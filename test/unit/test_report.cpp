@@ -56,8 +56,8 @@ BOOST_AUTO_TEST_CASE(op_classes) {
   BOOST_TEST(int(classify(record("L3.router.fwd.all_to_all mb1", OpKind::collective,
                                  Stream::ep_comm))) == int(OpClass::ep_comm));
   // A split backward's W apart from its B; a posted pipeline receive is pipeline traffic.
-  BOOST_TEST(int(classify(record("L2.mlp.wgrad.compute mb3", OpKind::compute,
-                                 Stream::compute))) == int(OpClass::weight_grad));
+  BOOST_TEST(int(classify(record("L2.mlp.wgrad.compute mb3", OpKind::compute, Stream::compute))) ==
+             int(OpClass::weight_grad));
   BOOST_TEST(int(classify(record("L2.attention.bwd.recv mb3", OpKind::recv, Stream::pp_recv))) ==
              int(OpClass::pp_comm));
 }
