@@ -19,7 +19,6 @@ struct Pace {
   int crit = 0;            // the stage whose micro-batch cycle is longest
   double crit_cycle = -1;  // its cycle: its pass and its share of the pipeline transfers
   double gpu_crit = 0;     // its pass on the GPU alone
-  double sum_gpu = 0;      // every stage's GPU pass
   double fill_p2p = 0;     // pipeline transfers filling and draining, in chunks of 1/v
   double bubble_s = 0;     // the other stages' passes filling and draining
   double pipeline_s = 0;   // the m micro-batches through the pipeline
@@ -50,7 +49,6 @@ Pace pace(const CostModel& cost, const std::vector<StageCost>& sc, const Schedul
     // of an activation and its gradient spans two micro-batch cycles.
     const double cycle = u + 0.5 * (st.p2p_fwd_s + st.p2p_bwd_s);
     est.stages[s].time_per_microbatch_s = u;
-    x.sum_gpu += gpu;
     const double fill = std::max(0.0, gpu - filled * st.weight_grad_s);
     fill_sum += fill;
     x.fill_p2p += (st.p2p_fwd_s + st.p2p_bwd_s) / v;
